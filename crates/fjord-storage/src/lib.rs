@@ -1,0 +1,15 @@
+//! Partition logs in Kafka's on-disk layout.
+
+// Owned by the log engineer: segment files, indexes, the partition log and the log manager.
+pub mod error;
+pub mod index;
+pub mod log;
+pub mod log_manager;
+pub mod segment;
+
+// Owned by the storage-support engineer: small files and state kept beside the log.
+pub mod checkpoint;
+pub mod leader_epoch;
+pub mod meta_properties;
+pub mod partition_metadata;
+pub mod producer_state;
