@@ -1,0 +1,89 @@
+//! The error type of the storage layer and its mapping onto Kafka error codes.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use fjord_records::RecordsError;
+
+use crate::checkpoint::CheckpointError;
+use crate::leader_epoch::LeaderEpochError;
+use crate::partition_metadata::PartitionMetadataError;
+
+/// Everything that can go wrong in segment, log and log-manager operations.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("offset {requested} is out of range [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        requested: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    #[error("corrupt data in {path}: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("invalid record batch: {0}")]
+    InvalidRecord(#[from] RecordsError),
+    #[error("record batch of {size} bytes exceeds the segment size {segment_bytes}")]
+    RecordBatchTooLarge { size: usize, segment_bytes: u64 },
+    #[error("the log in {0} is closed")]
+    LogClosed(PathBuf),
+    #[error("{0} is not a valid partition directory name")]
+    InvalidPartitionDir(String),
+    #[error("no log directories were given")]
+    NoLogDirs,
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    LeaderEpoch(#[from] LeaderEpochError),
+    #[error(transparent)]
+    PartitionMetadata(#[from] PartitionMetadataError),
+}
+
+impl StorageError {
+    /// The Kafka protocol error code a client should see for this failure.
+    pub fn kafka_error_code(&self) -> i16 {
+        match self {
+            // OFFSET_OUT_OF_RANGE
+            StorageError::OffsetOutOfRange { .. } => 1,
+            // CORRUPT_MESSAGE
+            StorageError::InvalidRecord(_) => 2,
+            // MESSAGE_TOO_LARGE: Kafka's answer when one batch cannot fit a segment.
+            StorageError::RecordBatchTooLarge { .. } => 10,
+            // KAFKA_STORAGE_ERROR: the replica cannot serve until the disk problem is resolved.
+            StorageError::Io { .. }
+            | StorageError::Corrupt { .. }
+            | StorageError::LogClosed(_)
+            | StorageError::InvalidPartitionDir(_)
+            | StorageError::NoLogDirs
+            | StorageError::Checkpoint(_)
+            | StorageError::LeaderEpoch(_)
+            | StorageError::PartitionMetadata(_) => 56,
+        }
+    }
+
+    pub(crate) fn corrupt(path: &Path, reason: impl Into<String>) -> StorageError {
+        StorageError::Corrupt {
+            path: path.to_path_buf(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Attaches the path an I/O operation touched to its error.
+pub(crate) trait IoResultExt<T> {
+    fn at(self, path: &Path) -> Result<T, StorageError>;
+}
+
+impl<T> IoResultExt<T> for io::Result<T> {
+    fn at(self, path: &Path) -> Result<T, StorageError> {
+        self.map_err(|source| StorageError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}

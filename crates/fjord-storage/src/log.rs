@@ -1,0 +1,853 @@
+//! One partition's log: an ordered set of segments under `<topic>-<partition>/`.
+//!
+//! The log owns offset assignment for leader appends, segment rolling, reads of whole batches,
+//! timestamp lookups, retention, truncation, the high watermark and recovery point, and crash
+//! recovery when it is opened. It is single-writer: the broker keeps it behind a mutex.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use fjord_records::header::{set_base_offset, set_partition_leader_epoch};
+use fjord_records::{BatchHeader, RecordsError};
+
+use crate::error::{IoResultExt, StorageError};
+use crate::leader_epoch::{LeaderEpochCache, LEADER_EPOCH_CHECKPOINT_FILE_NAME};
+use crate::segment::{
+    parse_segment_file_name, FileSlice, LogSegment, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+};
+
+/// Sentinel timestamps of the ListOffsets API.
+pub const LATEST_TIMESTAMP: i64 = -1;
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+pub const MAX_TIMESTAMP: i64 = -3;
+pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+
+/// A topic partition, the unit a log belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> TopicPartition {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+
+    /// The partition directory name, `<topic>-<partition>`.
+    pub fn dir_name(&self) -> String {
+        format!("{}-{}", self.topic, self.partition)
+    }
+
+    /// Parses a partition directory name; the partition is the part after the last `-`.
+    pub fn from_dir_name(name: &str) -> Option<TopicPartition> {
+        let (topic, partition) = name.rsplit_once('-')?;
+        if topic.is_empty() || partition.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(TopicPartition::new(topic, partition.parse().ok()?))
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// Per-log settings, named after Kafka's topic configs; `Default` gives Kafka's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// segment.bytes
+    pub segment_bytes: u64,
+    /// segment.ms
+    pub segment_ms: i64,
+    /// segment.index.bytes
+    pub segment_index_bytes: u64,
+    /// index.interval.bytes
+    pub index_interval_bytes: u64,
+    /// retention.bytes; negative means unlimited.
+    pub retention_bytes: i64,
+    /// retention.ms; negative means unlimited.
+    pub retention_ms: i64,
+    /// flush.messages; `None` leaves flushing to the OS.
+    pub flush_interval_messages: Option<u64>,
+    /// flush.ms; `None` leaves flushing to the OS.
+    pub flush_interval_ms: Option<i64>,
+    /// file.delete.delay.ms: how long deleted segments linger as `.deleted` files.
+    pub file_delete_delay_ms: i64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1024 * 1024 * 1024,
+            segment_ms: 7 * 24 * 60 * 60 * 1000,
+            segment_index_bytes: 10 * 1024 * 1024,
+            index_interval_bytes: 4096,
+            retention_bytes: -1,
+            retention_ms: 7 * 24 * 60 * 60 * 1000,
+            flush_interval_messages: None,
+            flush_interval_ms: None,
+            file_delete_delay_ms: 60_000,
+        }
+    }
+}
+
+/// What opening a log found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryStats {
+    /// Some segment had to be scanned and validated (unclean shutdown or damaged files).
+    pub needed_recovery: bool,
+    pub segments_recovered: usize,
+    /// Bytes cut from recovered segments plus the sizes of segments deleted after a cut.
+    pub bytes_truncated: u64,
+    pub segments_deleted: usize,
+}
+
+/// Result of a leader append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    pub offset_of_max_timestamp: i64,
+    pub log_start_offset: i64,
+    /// The batch was a retry of one already in the log; offsets are the original ones.
+    pub duplicate: bool,
+    pub record_count: i64,
+}
+
+/// Result of a read: whole batches (if any) plus the log's bounds at the time of the read.
+#[derive(Debug, Clone)]
+pub struct ReadInfo {
+    pub records: Option<FileSlice>,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+/// Answer of a ListOffsets lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampAndOffset {
+    pub timestamp: i64,
+    pub offset: i64,
+    pub leader_epoch: Option<i32>,
+}
+
+/// The files a flush must fsync and the offset they make durable. Built under the log's lock
+/// by [`Log::prepare_flush`]; [`FlushTicket::sync`] runs without it.
+#[derive(Debug)]
+pub struct FlushTicket {
+    files: Vec<Arc<File>>,
+    dir: PathBuf,
+    up_to_offset: i64,
+}
+
+impl FlushTicket {
+    /// fsyncs every file, then the directory (so newly rolled segments are durable too).
+    pub fn sync(&self) -> Result<(), StorageError> {
+        for file in &self.files {
+            file.sync_all().at(&self.dir)?;
+        }
+        File::open(&self.dir).and_then(|d| d.sync_all()).at(&self.dir)
+    }
+
+    pub fn up_to_offset(&self) -> i64 {
+        self.up_to_offset
+    }
+}
+
+/// One partition's log. See the module docs.
+#[derive(Debug)]
+pub struct Log {
+    dir: PathBuf,
+    topic_partition: TopicPartition,
+    topic_id: Option<[u8; 16]>,
+    config: LogConfig,
+    /// Keyed by base offset; never empty, the last one is the active segment.
+    segments: BTreeMap<i64, LogSegment>,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    high_watermark: i64,
+    recovery_point: i64,
+    /// When the oldest append not yet covered by the recovery point happened.
+    first_unflushed_ms: Option<i64>,
+    /// Which leader epoch started at which offset; persisted in `leader-epoch-checkpoint`.
+    leader_epoch_cache: LeaderEpochCache,
+    /// `.deleted` files and when they may be removed.
+    pending_deletes: Vec<(PathBuf, i64)>,
+    closed: bool,
+}
+
+impl Log {
+    /// Opens (creating if needed) the log in `dir`, recovering it when the previous shutdown
+    /// was not clean. See the crate docs for what recovery does.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        dir: &Path,
+        tp: TopicPartition,
+        topic_id: Option<[u8; 16]>,
+        config: LogConfig,
+        recovery_point: i64,
+        log_start_offset: i64,
+        had_clean_shutdown: bool,
+        now_ms: i64,
+    ) -> Result<(Log, RecoveryStats), StorageError> {
+        std::fs::create_dir_all(dir).at(dir)?;
+        let bases = clean_dir_and_list_segments(dir)?;
+        let mut stats = RecoveryStats::default();
+        let mut segments = BTreeMap::new();
+        let mut needs_recovery = Vec::with_capacity(bases.len());
+        for &base in &bases {
+            let opened = LogSegment::open(
+                dir,
+                base,
+                config.segment_index_bytes,
+                config.index_interval_bytes,
+                now_ms,
+            )?;
+            needs_recovery.push(opened.needs_recovery);
+            segments.insert(base, opened.segment);
+        }
+        // Unclean shutdown: everything from the segment holding the recovery point onwards may
+        // hold unflushed, torn data.
+        let recover_from = if had_clean_shutdown {
+            i64::MAX
+        } else {
+            segments
+                .range(..=recovery_point.max(0))
+                .next_back()
+                .map_or(i64::MIN, |(base, _)| *base)
+        };
+        let mut cut_at = None;
+        let mut previous_end = i64::MIN;
+        for (i, (&base, segment)) in segments.iter_mut().enumerate() {
+            if base < previous_end {
+                // Overlaps the previous segment: not a log we can serve from.
+                cut_at = Some(base);
+                break;
+            }
+            if base >= recover_from || needs_recovery.get(i).copied().unwrap_or(true) {
+                stats.needed_recovery = true;
+                stats.segments_recovered += 1;
+                let truncated = segment.recover()?;
+                segment.flush()?;
+                stats.bytes_truncated += truncated;
+                if truncated > 0 {
+                    cut_at = Some(base + 1);
+                    break;
+                }
+            }
+            previous_end = segment.next_offset();
+        }
+        if let Some(cut) = cut_at {
+            let doomed: Vec<i64> = segments.range(cut..).map(|(base, _)| *base).collect();
+            for base in doomed {
+                if let Some(segment) = segments.remove(&base) {
+                    stats.segments_deleted += 1;
+                    stats.bytes_truncated += segment.size();
+                    delete_segment_files(segment)?;
+                }
+            }
+        }
+        let mut log = Log {
+            dir: dir.to_path_buf(),
+            topic_partition: tp,
+            topic_id,
+            config,
+            segments,
+            log_start_offset: log_start_offset.max(0),
+            log_end_offset: 0,
+            high_watermark: 0,
+            recovery_point: 0,
+            first_unflushed_ms: None,
+            leader_epoch_cache: LeaderEpochCache::load(&dir.join(LEADER_EPOCH_CHECKPOINT_FILE_NAME))?,
+            pending_deletes: Vec::new(),
+            closed: false,
+        };
+        if log.segments.is_empty() {
+            let segment = log.new_segment(log.log_start_offset, now_ms)?;
+            log.segments.insert(log.log_start_offset, segment);
+        }
+        log.log_end_offset = log.active_segment().next_offset();
+        if let Some((&first, _)) = log.segments.iter().next() {
+            log.log_start_offset = log.log_start_offset.max(first);
+        }
+        if log.log_start_offset > log.log_end_offset {
+            // Everything before the checkpointed log start is gone: start afresh there.
+            log.truncate_fully_and_start_at(log.log_start_offset, now_ms)?;
+        }
+        // Clean shutdown flushed everything; recovery flushed what it validated.
+        log.recovery_point = log.log_end_offset;
+        log.high_watermark = log.log_start_offset;
+        // Epochs for offsets no longer in the log would answer OffsetsForLeaderEpoch wrongly.
+        let end_changed = log.leader_epoch_cache.truncate_from_end(log.log_end_offset);
+        let start_changed = log.leader_epoch_cache.truncate_from_start(log.log_start_offset);
+        if end_changed || start_changed {
+            log.write_leader_epoch_cache()?;
+        }
+        log.check_invariants();
+        Ok((log, stats))
+    }
+
+    fn new_segment(&self, base_offset: i64, now_ms: i64) -> Result<LogSegment, StorageError> {
+        LogSegment::create(
+            &self.dir,
+            base_offset,
+            self.config.segment_index_bytes,
+            self.config.index_interval_bytes,
+            now_ms,
+        )
+    }
+
+    fn active_segment(&self) -> &LogSegment {
+        // The map is never empty after open; this is the only place relying on it.
+        #[allow(clippy::expect_used)]
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    fn active_segment_mut(&mut self) -> Result<&mut LogSegment, StorageError> {
+        let dir = self.dir.clone();
+        self.segments
+            .values_mut()
+            .next_back()
+            .ok_or_else(|| StorageError::corrupt(&dir, "log has no segments"))
+    }
+
+    fn check_invariants(&self) {
+        debug_assert!(self.log_start_offset <= self.high_watermark);
+        debug_assert!(self.high_watermark <= self.log_end_offset);
+        debug_assert!(self.recovery_point <= self.log_end_offset);
+        debug_assert_eq!(self.active_segment().next_offset(), self.log_end_offset);
+    }
+
+    fn ensure_open(&self) -> Result<(), StorageError> {
+        if self.closed {
+            return Err(StorageError::LogClosed(self.dir.clone()));
+        }
+        Ok(())
+    }
+
+    /// Appends validated batches as the partition leader: assigns offsets from the log end,
+    /// stamps `leader_epoch`, rolls the active segment first if it is full or old.
+    pub fn append_as_leader(
+        &mut self,
+        mut batches: Vec<BytesMut>,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, StorageError> {
+        self.ensure_open()?;
+        let mut headers = Vec::with_capacity(batches.len());
+        let mut total_bytes: u64 = 0;
+        for batch in &batches {
+            let header = BatchHeader::parse(batch)?;
+            if header.total_len() != batch.len() || header.last_offset_delta < 0 {
+                return Err(RecordsError::Corrupt("batch length does not match its buffer").into());
+            }
+            total_bytes += batch.len() as u64;
+            headers.push(header);
+        }
+        if headers.is_empty() {
+            return Ok(AppendInfo {
+                first_offset: -1,
+                last_offset: -1,
+                max_timestamp: -1,
+                offset_of_max_timestamp: -1,
+                log_start_offset: self.log_start_offset,
+                duplicate: false,
+                record_count: 0,
+            });
+        }
+        if total_bytes > self.config.segment_bytes {
+            return Err(StorageError::RecordBatchTooLarge {
+                size: usize::try_from(total_bytes).unwrap_or(usize::MAX),
+                segment_bytes: self.config.segment_bytes,
+            });
+        }
+        let first_offset = self.log_end_offset;
+        let mut next = first_offset;
+        let mut max_timestamp = -1;
+        let mut offset_of_max_timestamp = first_offset;
+        let mut record_count: i64 = 0;
+        for (batch, header) in batches.iter_mut().zip(headers.iter_mut()) {
+            set_base_offset(batch, next);
+            set_partition_leader_epoch(batch, leader_epoch);
+            header.base_offset = next;
+            header.partition_leader_epoch = leader_epoch;
+            next = header.last_offset() + 1;
+            record_count += i64::from(header.record_count);
+            if header.max_timestamp > max_timestamp {
+                max_timestamp = header.max_timestamp;
+                offset_of_max_timestamp = header.last_offset();
+            }
+        }
+        let last_offset = next - 1;
+        if self.active_segment().should_roll(
+            self.config.segment_bytes,
+            self.config.segment_ms,
+            total_bytes,
+            max_timestamp,
+            last_offset,
+            now_ms,
+        ) {
+            self.roll(now_ms)?;
+        }
+        let segment = self.active_segment_mut()?;
+        for (batch, header) in batches.iter().zip(headers.iter()) {
+            segment.append(batch, header)?;
+        }
+        debug_assert!(next > self.log_end_offset, "offsets only grow");
+        if self.leader_epoch_cache.latest_epoch().is_none_or(|e| leader_epoch > e)
+            && self.leader_epoch_cache.assign(leader_epoch, first_offset)
+        {
+            self.write_leader_epoch_cache()?;
+        }
+        if self.recovery_point >= self.log_end_offset {
+            self.first_unflushed_ms = Some(now_ms);
+        }
+        self.log_end_offset = next;
+        self.check_invariants();
+        Ok(AppendInfo {
+            first_offset,
+            last_offset,
+            max_timestamp,
+            offset_of_max_timestamp,
+            log_start_offset: self.log_start_offset,
+            duplicate: false,
+            record_count,
+        })
+    }
+
+    /// Starts a new active segment at the log end offset.
+    pub fn roll(&mut self, now_ms: i64) -> Result<(), StorageError> {
+        let base = self.log_end_offset;
+        if self.active_segment().base_offset() == base {
+            return Ok(());
+        }
+        self.active_segment_mut()?.on_become_inactive()?;
+        let segment = self.new_segment(base, now_ms)?;
+        self.segments.insert(base, segment);
+        Ok(())
+    }
+
+    /// Whole batches from the one containing `fetch_offset`, from a single segment, stopping
+    /// before any batch that reaches `max_offset` (exclusive).
+    pub fn read(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_batch: bool,
+    ) -> Result<ReadInfo, StorageError> {
+        if fetch_offset < self.log_start_offset || fetch_offset > self.log_end_offset {
+            return Err(StorageError::OffsetOutOfRange {
+                requested: fetch_offset,
+                log_start: self.log_start_offset,
+                log_end: self.log_end_offset,
+            });
+        }
+        let mut info = ReadInfo {
+            records: None,
+            log_start_offset: self.log_start_offset,
+            log_end_offset: self.log_end_offset,
+        };
+        let max_offset = max_offset.min(self.log_end_offset);
+        if fetch_offset >= max_offset {
+            return Ok(info);
+        }
+        let start = self
+            .segments
+            .range(..=fetch_offset)
+            .next_back()
+            .map_or(i64::MIN, |(base, _)| *base);
+        // A segment ending before the offset (a gap left by compaction elsewhere) passes the
+        // read on to the next one.
+        for segment in self.segments.range(start..).map(|(_, s)| s) {
+            if segment.next_offset() <= fetch_offset {
+                continue;
+            }
+            info.records = segment.read(fetch_offset, max_bytes, max_offset, min_one_batch)?;
+            break;
+        }
+        Ok(info)
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+
+    /// Moves the high watermark forward, clamped to [log start, log end]; a value below the
+    /// current one is ignored (the high watermark only moves back through truncation).
+    pub fn set_high_watermark(&mut self, hw: i64) {
+        let hw = hw.clamp(self.log_start_offset, self.log_end_offset);
+        if hw > self.high_watermark {
+            self.high_watermark = hw;
+        }
+        self.check_invariants();
+    }
+
+    /// Sets the high watermark from a checkpoint at startup, clamped to the log's bounds.
+    pub fn restore_high_watermark(&mut self, hw: i64) {
+        self.high_watermark = hw.clamp(self.log_start_offset, self.log_end_offset);
+    }
+
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point
+    }
+
+    /// Everything between the recovery point and the log end: the segments that may hold
+    /// unflushed bytes.
+    pub fn prepare_flush(&self) -> FlushTicket {
+        let from = self
+            .segments
+            .range(..=self.recovery_point)
+            .next_back()
+            .map_or(i64::MIN, |(base, _)| *base);
+        let files = self
+            .segments
+            .range(from..)
+            .flat_map(|(_, segment)| segment.files())
+            .collect();
+        FlushTicket {
+            files,
+            dir: self.dir.clone(),
+            up_to_offset: self.log_end_offset,
+        }
+    }
+
+    /// Records that a [`FlushTicket`] for `up_to_offset` has been synced.
+    pub fn complete_flush(&mut self, up_to_offset: i64) {
+        let up_to = up_to_offset.min(self.log_end_offset);
+        if up_to > self.recovery_point {
+            self.recovery_point = up_to;
+        }
+        if self.recovery_point >= self.log_end_offset {
+            self.first_unflushed_ms = None;
+        }
+    }
+
+    /// Whether flush.messages or flush.ms calls for a flush now.
+    pub fn needs_flush(&self, now_ms: i64) -> bool {
+        let unflushed = self.log_end_offset - self.recovery_point;
+        if unflushed <= 0 {
+            return false;
+        }
+        let by_count = self
+            .config
+            .flush_interval_messages
+            .is_some_and(|n| unflushed as u64 >= n);
+        let by_time = self
+            .config
+            .flush_interval_ms
+            .zip(self.first_unflushed_ms)
+            .is_some_and(|(interval, since)| now_ms.saturating_sub(since) >= interval);
+        by_count || by_time
+    }
+
+    /// ListOffsets: the first record with timestamp ≥ `timestamp`, or one of the sentinels
+    /// [`LATEST_TIMESTAMP`], [`EARLIEST_TIMESTAMP`], [`MAX_TIMESTAMP`],
+    /// [`EARLIEST_LOCAL_TIMESTAMP`]. `None` when no record qualifies.
+    pub fn fetch_offset_by_timestamp(
+        &self,
+        timestamp: i64,
+    ) -> Result<Option<TimestampAndOffset>, StorageError> {
+        match timestamp {
+            EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
+                return Ok(Some(TimestampAndOffset {
+                    timestamp: -1,
+                    offset: self.log_start_offset,
+                    leader_epoch: self.epoch_for_offset(self.log_start_offset),
+                }))
+            }
+            LATEST_TIMESTAMP => {
+                return Ok(Some(TimestampAndOffset {
+                    timestamp: -1,
+                    offset: self.log_end_offset,
+                    leader_epoch: self.latest_epoch(),
+                }))
+            }
+            MAX_TIMESTAMP => {
+                let best = self
+                    .segments
+                    .values()
+                    .filter(|s| s.max_timestamp_so_far() >= 0)
+                    .max_by_key(|s| (s.max_timestamp_so_far(), -s.base_offset()));
+                let Some(segment) = best else {
+                    return Ok(None);
+                };
+                let found = segment
+                    .find_offset_by_timestamp(segment.max_timestamp_so_far(), self.log_start_offset)?;
+                return Ok(found.map(|(timestamp, offset, epoch)| TimestampAndOffset {
+                    timestamp,
+                    offset,
+                    leader_epoch: (epoch >= 0).then_some(epoch),
+                }));
+            }
+            t if t < 0 => return Ok(None),
+            _ => {}
+        }
+        for segment in self.segments.values() {
+            if segment.max_timestamp_so_far() < timestamp
+                || segment.next_offset() <= self.log_start_offset
+            {
+                continue;
+            }
+            if let Some((ts, offset, epoch)) =
+                segment.find_offset_by_timestamp(timestamp, self.log_start_offset)?
+            {
+                return Ok(Some(TimestampAndOffset {
+                    timestamp: ts,
+                    offset,
+                    leader_epoch: (epoch >= 0).then_some(epoch),
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes segments past retention.ms / retention.bytes or wholly below the log start
+    /// offset. Only segments entirely below the high watermark qualify, never the active one.
+    /// Returns how many were deleted.
+    pub fn delete_old_segments(&mut self, now_ms: i64) -> Result<usize, StorageError> {
+        self.remove_due_deleted_files(now_ms)?;
+        let mut remaining: u64 = self.segments.values().map(LogSegment::size).sum();
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        let mut doomed = Vec::new();
+        for pair in bases.windows(2) {
+            let [base, next_base] = [pair[0], pair[1]];
+            let Some(segment) = self.segments.get(&base) else {
+                break;
+            };
+            if next_base > self.high_watermark {
+                break;
+            }
+            let by_time = self.config.retention_ms >= 0
+                && now_ms.saturating_sub(segment.largest_timestamp()) > self.config.retention_ms;
+            let by_size = self.config.retention_bytes >= 0
+                && remaining.saturating_sub(segment.size()) >= self.config.retention_bytes as u64
+                && remaining > self.config.retention_bytes as u64;
+            let by_start = next_base <= self.log_start_offset;
+            if !(by_time || by_size || by_start) {
+                break;
+            }
+            remaining -= segment.size();
+            doomed.push(base);
+        }
+        for base in &doomed {
+            if let Some(mut segment) = self.segments.remove(base) {
+                let due = now_ms.saturating_add(self.config.file_delete_delay_ms);
+                for path in segment.rename_to_deleted()? {
+                    self.pending_deletes.push((path, due));
+                }
+            }
+        }
+        if let Some((&first, _)) = self.segments.iter().next() {
+            self.log_start_offset = self.log_start_offset.max(first);
+            self.recovery_point = self.recovery_point.max(self.log_start_offset);
+        }
+        self.remove_due_deleted_files(now_ms)?;
+        if self.leader_epoch_cache.truncate_from_start(self.log_start_offset) {
+            self.write_leader_epoch_cache()?;
+        }
+        self.check_invariants();
+        Ok(doomed.len())
+    }
+
+    fn remove_due_deleted_files(&mut self, now_ms: i64) -> Result<(), StorageError> {
+        let mut result = Ok(());
+        self.pending_deletes.retain(|(path, due)| {
+            if *due > now_ms || result.is_err() {
+                return true;
+            }
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    result = Err(e).at(path);
+                    true
+                }
+                _ => false,
+            }
+        });
+        result
+    }
+
+    /// Removes every batch from the one containing `offset` onwards (a follower's divergent
+    /// suffix). The log end becomes the end of the last remaining batch, which is `offset`
+    /// whenever `offset` is a batch boundary.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<(), StorageError> {
+        self.ensure_open()?;
+        if offset >= self.log_end_offset {
+            return Ok(());
+        }
+        if offset <= self.log_start_offset {
+            let now = self.active_segment().largest_timestamp();
+            return self.truncate_fully_and_start_at(offset.max(0), now);
+        }
+        let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
+        for base in doomed {
+            if let Some(segment) = self.segments.remove(&base) {
+                delete_segment_files(segment)?;
+            }
+        }
+        if self.segments.is_empty() {
+            let segment = self.new_segment(offset, 0)?;
+            self.segments.insert(offset, segment);
+        }
+        self.active_segment_mut()?.truncate_to(offset)?;
+        self.log_end_offset = self.active_segment().next_offset();
+        self.high_watermark = self.high_watermark.min(self.log_end_offset);
+        self.recovery_point = self.recovery_point.min(self.log_end_offset);
+        if self.leader_epoch_cache.truncate_from_end(self.log_end_offset) {
+            self.write_leader_epoch_cache()?;
+        }
+        self.check_invariants();
+        Ok(())
+    }
+
+    /// Drops every segment and starts an empty log at `offset`.
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64, now_ms: i64) -> Result<(), StorageError> {
+        for (_, segment) in std::mem::take(&mut self.segments) {
+            delete_segment_files(segment)?;
+        }
+        let segment = self.new_segment(offset, now_ms)?;
+        self.segments.insert(offset, segment);
+        self.log_start_offset = offset;
+        self.log_end_offset = offset;
+        self.high_watermark = offset;
+        self.recovery_point = offset;
+        self.first_unflushed_ms = None;
+        self.leader_epoch_cache.clear();
+        self.write_leader_epoch_cache()
+    }
+
+    fn write_leader_epoch_cache(&self) -> Result<(), StorageError> {
+        let path = self.dir.join(LEADER_EPOCH_CHECKPOINT_FILE_NAME);
+        self.leader_epoch_cache.write(&path).at(&path)
+    }
+
+    /// OffsetsForLeaderEpoch: the largest epoch ≤ `epoch` and the offset where it ended
+    /// (the log end for the latest epoch), or (-1, -1) when unknown.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.leader_epoch_cache
+            .end_offset_for(epoch, self.log_end_offset)
+    }
+
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.leader_epoch_cache.latest_epoch()
+    }
+
+    /// The epoch of the leader that wrote `offset`, if known.
+    pub fn epoch_for_offset(&self, offset: i64) -> Option<i32> {
+        self.leader_epoch_cache.epoch_for_offset(offset)
+    }
+
+    /// Flushes everything and stops taking appends.
+    pub fn close(&mut self) -> Result<(), StorageError> {
+        if self.closed {
+            return Ok(());
+        }
+        self.active_segment_mut()?.on_become_inactive()?;
+        let ticket = self.prepare_flush();
+        ticket.sync()?;
+        self.complete_flush(ticket.up_to_offset());
+        self.closed = true;
+        Ok(())
+    }
+
+    /// Stops appends without flushing: the log is about to be deleted.
+    pub(crate) fn mark_closed(&mut self) {
+        self.closed = true;
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn topic_partition(&self) -> &TopicPartition {
+        &self.topic_partition
+    }
+
+    pub fn topic_id(&self) -> Option<[u8; 16]> {
+        self.topic_id
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// Bytes in all segments.
+    pub fn size_in_bytes(&self) -> u64 {
+        self.segments.values().map(LogSegment::size).sum()
+    }
+
+    pub fn num_segments(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Base offsets of the segments, oldest first.
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.segments.keys().copied().collect()
+    }
+}
+
+/// Removes leftovers of interrupted operations and returns the base offsets of the segments.
+fn clean_dir_and_list_segments(dir: &Path) -> Result<Vec<i64>, StorageError> {
+    let mut bases = Vec::new();
+    let mut index_files = Vec::new();
+    for entry in std::fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        let path = entry.path();
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if name.ends_with(DELETED_FILE_SUFFIX) || name.ends_with(".cleaned") || name.ends_with(".swap") {
+            // A deletion or compaction that did not finish: the files are no longer wanted.
+            std::fs::remove_file(&path).at(&path)?;
+        } else if let Some(base) = parse_segment_file_name(&name, LOG_FILE_SUFFIX) {
+            bases.push(base);
+        } else if let Some(base) = parse_segment_file_name(&name, INDEX_FILE_SUFFIX)
+            .or_else(|| parse_segment_file_name(&name, TIME_INDEX_FILE_SUFFIX))
+        {
+            index_files.push((base, path));
+        }
+    }
+    bases.sort_unstable();
+    for (base, path) in index_files {
+        if bases.binary_search(&base).is_err() {
+            // An index without its log describes nothing.
+            std::fs::remove_file(&path).at(&path)?;
+        }
+    }
+    Ok(bases)
+}
+
+fn delete_segment_files(mut segment: LogSegment) -> Result<(), StorageError> {
+    for path in segment.rename_to_deleted()? {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).at(&path),
+            _ => {}
+        }
+    }
+    Ok(())
+}

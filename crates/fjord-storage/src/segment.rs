@@ -1,0 +1,763 @@
+//! One log segment: a `.log` file of record batches plus its `.index` and `.timeindex`.
+//!
+//! A segment is named by its base offset, zero-padded to 20 digits. It owns appending batches
+//! (with offsets already assigned), the sparse index entries that go with them, reading whole
+//! batches back as [`FileSlice`]s, timestamp lookups, truncation and crash recovery.
+//!
+//! Reads use positional I/O only, so any number of readers can share the file handle.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use bytes::{Bytes, BytesMut};
+use fjord_records::header::compute_crc;
+use fjord_records::{BatchHeader, BATCH_HEADER_LEN};
+
+use crate::error::{IoResultExt, StorageError};
+use crate::index::{OffsetIndex, TimeIndex, TimestampOffset};
+
+pub const LOG_FILE_SUFFIX: &str = ".log";
+pub const INDEX_FILE_SUFFIX: &str = ".index";
+pub const TIME_INDEX_FILE_SUFFIX: &str = ".timeindex";
+/// Suffix of segment files awaiting asynchronous deletion.
+pub const DELETED_FILE_SUFFIX: &str = ".deleted";
+
+/// `<20-digit base offset><suffix>`, Kafka's segment file naming.
+pub fn segment_file_name(base_offset: i64, suffix: &str) -> String {
+    format!("{base_offset:020}{suffix}")
+}
+
+/// Parses a segment file name back into its base offset, if `name` is `<digits><suffix>`.
+pub fn parse_segment_file_name(name: &str, suffix: &str) -> Option<i64> {
+    let digits = name.strip_suffix(suffix)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // Far below i64::MAX so that base + any 32-bit relative offset cannot overflow.
+    digits.parse().ok().filter(|base: &i64| *base <= MAX_BASE_OFFSET)
+}
+
+/// The largest base offset a segment file name may carry.
+pub const MAX_BASE_OFFSET: i64 = i64::MAX / 2;
+
+/// A byte range of a segment file holding whole batches. Holding the `Arc<File>` keeps the
+/// bytes readable even if the segment is deleted or truncated afterwards (the read then fails
+/// with an error instead of returning other data).
+#[derive(Debug, Clone)]
+pub struct FileSlice {
+    file: Arc<File>,
+    position: u64,
+    len: u32,
+}
+
+impl FileSlice {
+    /// Copies the slice into memory with a positional read.
+    pub fn read_to_bytes(&self) -> io::Result<Bytes> {
+        let mut buf = BytesMut::zeroed(self.len as usize);
+        self.file.read_exact_at(&mut buf, self.position)?;
+        Ok(buf.freeze())
+    }
+
+    /// The descriptor to hand to `sendfile`.
+    pub fn raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    pub fn file(&self) -> &Arc<File> {
+        &self.file
+    }
+
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Why a scan of a segment's batches stopped before the end of the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ScanStop {
+    /// Fewer bytes remain than the batch claims: a torn write.
+    Torn,
+    /// The bytes at this position are not a sane batch.
+    Invalid,
+}
+
+/// A segment's files and its in-memory summary.
+#[derive(Debug)]
+pub struct LogSegment {
+    base_offset: i64,
+    log_path: PathBuf,
+    log: Arc<File>,
+    /// Bytes of valid batches; the file is never longer after recovery or truncation.
+    size: u64,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    index_interval_bytes: u64,
+    bytes_since_last_index_entry: u64,
+    /// Largest batch max timestamp so far (-1: none) and the last offset of that batch.
+    max_timestamp_so_far: i64,
+    offset_of_max_timestamp_so_far: i64,
+    /// One past the last offset in the segment; the base offset when empty.
+    next_offset: i64,
+    /// Max timestamp of the first batch; segment.ms rolling measures from it, as Kafka does.
+    rolling_based_timestamp: Option<i64>,
+    created_ms: i64,
+}
+
+/// Outcome of [`LogSegment::open`].
+pub struct OpenedSegment {
+    pub segment: LogSegment,
+    /// The files did not describe a consistent segment: it must be recovered before use.
+    pub needs_recovery: bool,
+}
+
+impl LogSegment {
+    /// Creates a new empty segment, replacing any stale files of the same name.
+    pub fn create(
+        dir: &Path,
+        base_offset: i64,
+        index_bytes: u64,
+        index_interval_bytes: u64,
+        now_ms: i64,
+    ) -> Result<LogSegment, StorageError> {
+        let log_path = dir.join(segment_file_name(base_offset, LOG_FILE_SUFFIX));
+        let log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)
+            .at(&log_path)?;
+        let offset_index = OffsetIndex::create(
+            &dir.join(segment_file_name(base_offset, INDEX_FILE_SUFFIX)),
+            base_offset,
+            index_bytes,
+        )?;
+        let time_index = TimeIndex::create(
+            &dir.join(segment_file_name(base_offset, TIME_INDEX_FILE_SUFFIX)),
+            base_offset,
+            index_bytes,
+        )?;
+        Ok(LogSegment {
+            base_offset,
+            log_path,
+            log: Arc::new(log),
+            size: 0,
+            offset_index,
+            time_index,
+            index_interval_bytes,
+            bytes_since_last_index_entry: 0,
+            max_timestamp_so_far: -1,
+            offset_of_max_timestamp_so_far: base_offset,
+            next_offset: base_offset,
+            rolling_based_timestamp: None,
+            created_ms: now_ms,
+        })
+    }
+
+    /// Opens an existing segment. Index files that are missing or fail their sanity checks,
+    /// and a log whose batch headers do not line up to its end, flag the segment for recovery
+    /// (which rebuilds the indexes); nothing here trusts the bytes it reads.
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        index_bytes: u64,
+        index_interval_bytes: u64,
+        now_ms: i64,
+    ) -> Result<OpenedSegment, StorageError> {
+        let log_path = dir.join(segment_file_name(base_offset, LOG_FILE_SUFFIX));
+        let log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&log_path)
+            .at(&log_path)?;
+        let size = log.metadata().at(&log_path)?.len();
+        let index_path = dir.join(segment_file_name(base_offset, INDEX_FILE_SUFFIX));
+        let time_index_path = dir.join(segment_file_name(base_offset, TIME_INDEX_FILE_SUFFIX));
+        let mut needs_recovery = false;
+        let offset_index = match OffsetIndex::open(&index_path, base_offset, index_bytes, size) {
+            Ok(index) => index,
+            Err(_) => {
+                needs_recovery = true;
+                OffsetIndex::create(&index_path, base_offset, index_bytes)?
+            }
+        };
+        let time_index =
+            match TimeIndex::open(&time_index_path, base_offset, index_bytes, i64::MAX) {
+                Ok(index) => index,
+                Err(_) => {
+                    needs_recovery = true;
+                    TimeIndex::create(&time_index_path, base_offset, index_bytes)?
+                }
+            };
+        let mut segment = LogSegment {
+            base_offset,
+            log_path,
+            log: Arc::new(log),
+            size,
+            offset_index,
+            time_index,
+            index_interval_bytes,
+            bytes_since_last_index_entry: 0,
+            max_timestamp_so_far: -1,
+            offset_of_max_timestamp_so_far: base_offset,
+            next_offset: base_offset,
+            rolling_based_timestamp: None,
+            created_ms: now_ms,
+        };
+        if !needs_recovery && segment.load_tail().is_err() {
+            needs_recovery = true;
+        }
+        // Now the segment's end is known, the time index must not point past it.
+        if !needs_recovery && !segment.time_index_within_segment() {
+            needs_recovery = true;
+        }
+        Ok(OpenedSegment {
+            segment,
+            needs_recovery,
+        })
+    }
+
+    fn time_index_within_segment(&self) -> bool {
+        match self.time_index.last_entry() {
+            Some(entry) => entry.offset < self.next_offset.max(self.base_offset + 1),
+            None => true,
+        }
+    }
+
+    /// Derives the in-memory summary (end offset, max timestamp, index spacing) from the last
+    /// index entries and a header scan of the batches after them. Fails if the headers do not
+    /// line up exactly with the end of the file.
+    fn load_tail(&mut self) -> Result<(), StorageError> {
+        let start = self.offset_index.last_entry().map_or(0, |e| e.position);
+        match self.time_index.last_entry() {
+            Some(entry) => {
+                self.max_timestamp_so_far = entry.timestamp;
+                self.offset_of_max_timestamp_so_far = entry.offset;
+            }
+            None => {
+                self.max_timestamp_so_far = -1;
+                self.offset_of_max_timestamp_so_far = self.base_offset;
+            }
+        }
+        self.next_offset = self.offset_index.last_entry().map_or(self.base_offset, |e| e.offset);
+        self.bytes_since_last_index_entry = self.size - u64::from(start);
+        let mut next_offset = self.next_offset;
+        let mut max_ts = (self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far);
+        let end = self.scan_headers(u64::from(start), |_, header| {
+            next_offset = header.last_offset() + 1;
+            if header.max_timestamp > max_ts.0 {
+                max_ts = (header.max_timestamp, header.last_offset());
+            }
+            true
+        })?;
+        if end != self.size {
+            return Err(StorageError::corrupt(
+                &self.log_path,
+                format!("batches end at {end} but the file holds {} bytes", self.size),
+            ));
+        }
+        self.next_offset = next_offset;
+        (self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far) = max_ts;
+        self.rolling_based_timestamp = if self.size > 0 {
+            self.header_at(0)?.map(|h| h.max_timestamp)
+        } else {
+            None
+        };
+        Ok(())
+    }
+
+    /// Reads and sanity-checks the batch header at `position`; `Ok(None)` at the end of the
+    /// valid bytes.
+    fn header_at(&self, position: u64) -> Result<Option<BatchHeader>, StorageError> {
+        match self.try_header_at(position)? {
+            Ok(header) => Ok(header),
+            Err(stop) => Err(StorageError::corrupt(
+                &self.log_path,
+                format!("{stop:?} batch at position {position}"),
+            )),
+        }
+    }
+
+    fn try_header_at(
+        &self,
+        position: u64,
+    ) -> Result<Result<Option<BatchHeader>, ScanStop>, StorageError> {
+        if position >= self.size {
+            return Ok(Ok(None));
+        }
+        if position + BATCH_HEADER_LEN as u64 > self.size {
+            return Ok(Err(ScanStop::Torn));
+        }
+        let mut buf = [0u8; BATCH_HEADER_LEN];
+        self.log.read_exact_at(&mut buf, position).at(&self.log_path)?;
+        let header = match BatchHeader::parse(&buf) {
+            Ok(header) => header,
+            Err(_) => return Ok(Err(ScanStop::Invalid)),
+        };
+        // Checked arithmetic: the base offset is arbitrary bytes until proven otherwise.
+        let relative_last = header
+            .base_offset
+            .checked_sub(self.base_offset)
+            .filter(|rel| *rel >= 0 && header.last_offset_delta >= 0)
+            .and_then(|rel| rel.checked_add(i64::from(header.last_offset_delta)));
+        if relative_last.is_none_or(|rel| rel > i64::from(i32::MAX)) {
+            return Ok(Err(ScanStop::Invalid));
+        }
+        let end = position + header.total_len() as u64;
+        if end > self.size {
+            return Ok(Err(ScanStop::Torn));
+        }
+        if end > u64::from(u32::MAX) {
+            // Index positions are 32-bit; Kafka caps segments below 2 GiB for the same reason.
+            return Ok(Err(ScanStop::Invalid));
+        }
+        Ok(Ok(Some(header)))
+    }
+
+    /// Visits batch headers from `position` while `f` returns true; returns the position the
+    /// scan stopped at. Errors if a header is not sane before the end of the file.
+    fn scan_headers(
+        &self,
+        mut position: u64,
+        mut f: impl FnMut(u64, &BatchHeader) -> bool,
+    ) -> Result<u64, StorageError> {
+        let mut last_offset = None;
+        while let Some(header) = self.header_at(position)? {
+            if last_offset.is_some_and(|last| header.base_offset <= last) {
+                return Err(StorageError::corrupt(
+                    &self.log_path,
+                    format!("offsets go backwards at position {position}"),
+                ));
+            }
+            last_offset = Some(header.last_offset());
+            if !f(position, &header) {
+                break;
+            }
+            position += header.total_len() as u64;
+        }
+        Ok(position)
+    }
+
+    /// Visits the headers of all batches whose last offset is at least `from_offset`, in order.
+    pub fn for_each_batch_from(
+        &self,
+        from_offset: i64,
+        mut f: impl FnMut(&BatchHeader),
+    ) -> Result<(), StorageError> {
+        let start = self.offset_index.lookup(from_offset).position;
+        self.scan_headers(u64::from(start), |_, header| {
+            if header.last_offset() >= from_offset {
+                f(header);
+            }
+            true
+        })?;
+        Ok(())
+    }
+
+    /// Rebuilds the indexes from the log, validating every batch (sanity, CRC, ascending
+    /// offsets), and truncates the file at the first invalid or torn batch. Returns the number
+    /// of bytes removed.
+    pub fn recover(&mut self) -> Result<u64, StorageError> {
+        self.offset_index.reset()?;
+        self.time_index.reset()?;
+        self.bytes_since_last_index_entry = 0;
+        self.max_timestamp_so_far = -1;
+        self.offset_of_max_timestamp_so_far = self.base_offset;
+        self.next_offset = self.base_offset;
+        self.rolling_based_timestamp = None;
+        let mut position = 0u64;
+        let mut buf = Vec::new();
+        loop {
+            let header = match self.try_header_at(position)? {
+                Ok(Some(header)) => header,
+                Ok(None) | Err(_) => break,
+            };
+            if header.base_offset < self.next_offset {
+                break;
+            }
+            // Bounded by the file size, checked in try_header_at.
+            buf.resize(header.total_len(), 0);
+            self.log.read_exact_at(&mut buf, position).at(&self.log_path)?;
+            if compute_crc(&buf) != header.crc {
+                break;
+            }
+            let pos32 = u32::try_from(position)
+                .map_err(|_| StorageError::corrupt(&self.log_path, "segment beyond 4 GiB"))?;
+            self.index_batch(pos32, &header)?;
+            position += header.total_len() as u64;
+        }
+        let truncated = self.size - position;
+        if truncated > 0 {
+            self.log.set_len(position).at(&self.log_path)?;
+            self.size = position;
+        }
+        Ok(truncated)
+    }
+
+    /// Updates the in-memory summary and the indexes for a batch now at `position`.
+    fn index_batch(&mut self, position: u32, header: &BatchHeader) -> Result<(), StorageError> {
+        if position == 0 {
+            self.rolling_based_timestamp = Some(header.max_timestamp);
+        }
+        if header.max_timestamp > self.max_timestamp_so_far {
+            self.max_timestamp_so_far = header.max_timestamp;
+            self.offset_of_max_timestamp_so_far = header.last_offset();
+        }
+        if self.bytes_since_last_index_entry > self.index_interval_bytes {
+            self.offset_index.append(header.last_offset(), position)?;
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far,
+                self.offset_of_max_timestamp_so_far,
+                false,
+            )?;
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.bytes_since_last_index_entry += header.total_len() as u64;
+        self.next_offset = header.last_offset() + 1;
+        Ok(())
+    }
+
+    /// Appends one batch whose offsets were assigned by the log. `header` describes `batch`.
+    pub fn append(&mut self, batch: &[u8], header: &BatchHeader) -> Result<(), StorageError> {
+        if header.base_offset < self.next_offset || batch.len() != header.total_len() {
+            return Err(StorageError::corrupt(
+                &self.log_path,
+                format!(
+                    "append of offset {} at next offset {} breaks offset order",
+                    header.base_offset, self.next_offset
+                ),
+            ));
+        }
+        let position = u32::try_from(self.size)
+            .ok()
+            .filter(|p| u64::from(*p) + batch.len() as u64 <= u64::from(u32::MAX))
+            .ok_or_else(|| StorageError::corrupt(&self.log_path, "segment beyond 4 GiB"))?;
+        self.log.write_all_at(batch, self.size).at(&self.log_path)?;
+        self.size += batch.len() as u64;
+        self.index_batch(position, header)
+    }
+
+    /// Whole batches starting at the one holding `start_offset`, up to `max_bytes` (the first
+    /// batch regardless when `min_one_batch`), excluding any batch whose last offset reaches
+    /// `max_offset`. `None` when no batch qualifies.
+    pub fn read(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_batch: bool,
+    ) -> Result<Option<FileSlice>, StorageError> {
+        let from = self.offset_index.lookup(start_offset).position;
+        let mut start = None;
+        let mut len: u64 = 0;
+        self.scan_headers(u64::from(from), |position, header| {
+            if start.is_none() {
+                if header.last_offset() < start_offset {
+                    return true;
+                }
+                start = Some(position);
+            }
+            let total = header.total_len() as u64;
+            if header.last_offset() >= max_offset
+                || (len + total > max_bytes as u64 && !(len == 0 && min_one_batch))
+            {
+                return false;
+            }
+            len += total;
+            true
+        })?;
+        Ok(match start {
+            Some(position) if len > 0 => Some(FileSlice {
+                file: Arc::clone(&self.log),
+                position,
+                len: u32::try_from(len).unwrap_or(u32::MAX),
+            }),
+            _ => None,
+        })
+    }
+
+    /// The first record at or after `starting_offset` whose timestamp is at least `timestamp`:
+    /// the time index narrows the scan, then batches are scanned from the offset index.
+    /// Returns (timestamp, offset, partition leader epoch of its batch).
+    pub fn find_offset_by_timestamp(
+        &self,
+        timestamp: i64,
+        starting_offset: i64,
+    ) -> Result<Option<(i64, i64, i32)>, StorageError> {
+        let hint = self.time_index.lookup(timestamp);
+        let position = self
+            .offset_index
+            .lookup(hint.offset.max(starting_offset))
+            .position;
+        let mut found = None;
+        self.scan_headers(u64::from(position), |position, header| {
+            if header.max_timestamp >= timestamp && header.last_offset() >= starting_offset {
+                found = Some((position, *header));
+                return false;
+            }
+            true
+        })?;
+        let Some((position, header)) = found else {
+            return Ok(None);
+        };
+        let (ts, offset) = self.first_record_at_or_after(position, &header, timestamp, starting_offset)?;
+        Ok(Some((ts, offset, header.partition_leader_epoch)))
+    }
+
+    /// Within one batch, the first record with timestamp ≥ `timestamp` and offset ≥
+    /// `starting_offset`. Only uncompressed create-time batches can be inspected record by
+    /// record here; for others the batch's max timestamp and first eligible offset stand in.
+    fn first_record_at_or_after(
+        &self,
+        position: u64,
+        header: &BatchHeader,
+        timestamp: i64,
+        starting_offset: i64,
+    ) -> Result<(i64, i64), StorageError> {
+        let fallback = (header.max_timestamp, header.base_offset.max(starting_offset));
+        if header.compression() != 0 || header.is_log_append_time() {
+            return Ok(fallback);
+        }
+        let mut buf = vec![0u8; header.total_len()];
+        self.log.read_exact_at(&mut buf, position).at(&self.log_path)?;
+        let records = buf.get(BATCH_HEADER_LEN..).unwrap_or_default();
+        let mut cursor = RecordCursor { buf: records, at: 0 };
+        for _ in 0..header.record_count.max(0) {
+            let Some((ts_delta, offset_delta, next)) = cursor.next_record() else {
+                break;
+            };
+            let record_ts = header.base_timestamp.saturating_add(ts_delta);
+            let record_offset = header.base_offset + i64::from(offset_delta);
+            if record_ts >= timestamp && record_offset >= starting_offset {
+                return Ok((record_ts, record_offset));
+            }
+            cursor.at = next;
+        }
+        Ok(fallback)
+    }
+
+    /// Drops every batch from the one holding `offset` onwards. Returns the bytes removed.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<u64, StorageError> {
+        let from = self.offset_index.lookup(offset).position;
+        let mut cut = None;
+        self.scan_headers(u64::from(from), |position, header| {
+            if header.last_offset() >= offset {
+                cut = Some(position);
+                return false;
+            }
+            true
+        })?;
+        let Some(cut) = cut else {
+            return Ok(0);
+        };
+        let cut32 = u32::try_from(cut)
+            .map_err(|_| StorageError::corrupt(&self.log_path, "segment beyond 4 GiB"))?;
+        self.offset_index.truncate_to_position(cut32)?;
+        self.log.set_len(cut).at(&self.log_path)?;
+        let removed = self.size - cut;
+        self.size = cut;
+        // Time index entries name the last offset of a batch, so entries for the removed
+        // batches are exactly those at or above `offset`.
+        self.time_index.truncate_to(offset)?;
+        self.load_tail()?;
+        if self.size == 0 {
+            self.rolling_based_timestamp = None;
+        }
+        Ok(removed)
+    }
+
+    /// The segment stops taking appends: record its final max timestamp in the time index so
+    /// a reload sees it, as Kafka does when a segment is rolled or closed.
+    pub fn on_become_inactive(&mut self) -> Result<(), StorageError> {
+        if self.max_timestamp_so_far >= 0 {
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far,
+                self.offset_of_max_timestamp_so_far,
+                true,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// fsyncs the log and both indexes.
+    pub fn flush(&self) -> Result<(), StorageError> {
+        self.log.sync_all().at(&self.log_path)?;
+        self.offset_index
+            .file()
+            .sync_all()
+            .at(self.offset_index.path())?;
+        self.time_index.file().sync_all().at(self.time_index.path())
+    }
+
+    /// The open files whose contents a flush must make durable.
+    pub fn files(&self) -> [Arc<File>; 3] {
+        [
+            Arc::clone(&self.log),
+            Arc::clone(self.offset_index.file()),
+            Arc::clone(self.time_index.file()),
+        ]
+    }
+
+    /// Renames the three files with the `.deleted` suffix; returns the new paths.
+    pub fn rename_to_deleted(&mut self) -> Result<Vec<PathBuf>, StorageError> {
+        let mut renamed = Vec::with_capacity(3);
+        let log_path = with_suffix(&self.log_path, DELETED_FILE_SUFFIX);
+        std::fs::rename(&self.log_path, &log_path).at(&self.log_path)?;
+        self.log_path = log_path.clone();
+        renamed.push(log_path);
+        let index_path = with_suffix(self.offset_index.path(), DELETED_FILE_SUFFIX);
+        rename_if_exists(self.offset_index.path(), &index_path)?;
+        self.offset_index.set_path(index_path.clone());
+        renamed.push(index_path);
+        let time_path = with_suffix(self.time_index.path(), DELETED_FILE_SUFFIX);
+        rename_if_exists(self.time_index.path(), &time_path)?;
+        self.time_index.set_path(time_path.clone());
+        renamed.push(time_path);
+        Ok(renamed)
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+
+    pub fn max_timestamp_so_far(&self) -> i64 {
+        self.max_timestamp_so_far
+    }
+
+    pub fn offset_of_max_timestamp_so_far(&self) -> i64 {
+        self.offset_of_max_timestamp_so_far
+    }
+
+    pub fn offset_index(&self) -> &OffsetIndex {
+        &self.offset_index
+    }
+
+    pub fn time_index(&self) -> &TimeIndex {
+        &self.time_index
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// The last time-index entry, or the segment's start when it has none.
+    pub fn last_time_index_entry(&self) -> TimestampOffset {
+        self.time_index.last_entry().unwrap_or(TimestampOffset {
+            timestamp: -1,
+            offset: self.base_offset,
+        })
+    }
+
+    /// Kafka's retention clock: the largest timestamp in the segment, or the file's
+    /// modification time when no batch carries one.
+    pub fn largest_timestamp(&self) -> i64 {
+        if self.max_timestamp_so_far >= 0 {
+            return self.max_timestamp_so_far;
+        }
+        self.log
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// Whether appending `batch_bytes` more bytes whose max timestamp is `max_timestamp` and
+    /// last offset `last_offset` calls for a new segment first (Kafka's roll conditions).
+    pub fn should_roll(
+        &self,
+        segment_bytes: u64,
+        segment_ms: i64,
+        batch_bytes: u64,
+        max_timestamp: i64,
+        last_offset: i64,
+        now_ms: i64,
+    ) -> bool {
+        if self.size == 0 {
+            return false;
+        }
+        let waited = match self.rolling_based_timestamp {
+            Some(first) => max_timestamp.saturating_sub(first),
+            None => now_ms.saturating_sub(self.created_ms),
+        };
+        self.size.saturating_add(batch_bytes) > segment_bytes
+            || waited > segment_ms
+            || self.offset_index.is_full()
+            || self.time_index.is_full()
+            || last_offset - self.base_offset > i64::from(i32::MAX)
+    }
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+fn rename_if_exists(from: &Path, to: &Path) -> Result<(), StorageError> {
+    match std::fs::rename(from, to) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other.at(from),
+    }
+}
+
+/// Walks the records of an uncompressed v2 batch far enough to read each one's timestamp and
+/// offset deltas.
+struct RecordCursor<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl RecordCursor<'_> {
+    fn varlong(&self, at: &mut usize) -> Option<i64> {
+        let mut value: u64 = 0;
+        for shift in (0..70).step_by(7) {
+            let byte = *self.buf.get(*at)?;
+            *at += 1;
+            value |= u64::from(byte & 0x7f).checked_shl(shift)?;
+            if byte & 0x80 == 0 {
+                return Some(((value >> 1) as i64) ^ -((value & 1) as i64));
+            }
+        }
+        None
+    }
+
+    /// (timestamp delta, offset delta, position of the next record).
+    fn next_record(&self) -> Option<(i64, i32, usize)> {
+        let mut at = self.at;
+        let length = usize::try_from(self.varlong(&mut at)?).ok()?;
+        let body = at;
+        let next = body.checked_add(length)?;
+        if next > self.buf.len() {
+            return None;
+        }
+        at += 1; // record attributes
+        let ts_delta = self.varlong(&mut at)?;
+        let offset_delta = i32::try_from(self.varlong(&mut at)?).ok()?;
+        if at > next {
+            return None;
+        }
+        Some((ts_delta, offset_delta, next))
+    }
+}
