@@ -1,0 +1,116 @@
+//! The API keys fjord understands and the version facts the broker advertises for them.
+
+use crate::messages::*;
+use crate::Request;
+
+macro_rules! api_keys {
+    ($($variant:ident = $key:literal => $request:ty,)*) => {
+        /// A Kafka API key. The discriminant is the value on the wire.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(i16)]
+        pub enum ApiKey {
+            $($variant = $key,)*
+        }
+
+        impl ApiKey {
+            /// Every supported key, in ascending key order.
+            pub const ALL: &'static [ApiKey] = &[$(ApiKey::$variant,)*];
+
+            /// The key for a wire value, or `None` if fjord does not support it.
+            pub fn from_i16(key: i16) -> Option<ApiKey> {
+                match key {
+                    $($key => Some(ApiKey::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// Kafka's name for the API, e.g. `"Produce"`.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(ApiKey::$variant => stringify!($variant),)*
+                }
+            }
+
+            /// Oldest request version fjord can decode.
+            pub fn min_version(self) -> i16 {
+                match self {
+                    $(ApiKey::$variant => <$request as Request>::MIN_VERSION,)*
+                }
+            }
+
+            /// Newest request version fjord can decode.
+            pub fn max_version(self) -> i16 {
+                match self {
+                    $(ApiKey::$variant => <$request as Request>::MAX_VERSION,)*
+                }
+            }
+
+            /// Whether `version` of this API uses the flexible (compact, tagged) encoding.
+            pub fn is_flexible(self, version: i16) -> bool {
+                match self {
+                    $(ApiKey::$variant => version >= <$request as Request>::FLEXIBLE_FROM,)*
+                }
+            }
+        }
+    };
+}
+
+api_keys! {
+    Produce = 0 => ProduceRequest,
+    Fetch = 1 => FetchRequest,
+    ListOffsets = 2 => ListOffsetsRequest,
+    Metadata = 3 => MetadataRequest,
+    OffsetCommit = 8 => OffsetCommitRequest,
+    OffsetFetch = 9 => OffsetFetchRequest,
+    FindCoordinator = 10 => FindCoordinatorRequest,
+    JoinGroup = 11 => JoinGroupRequest,
+    Heartbeat = 12 => HeartbeatRequest,
+    LeaveGroup = 13 => LeaveGroupRequest,
+    SyncGroup = 14 => SyncGroupRequest,
+    DescribeGroups = 15 => DescribeGroupsRequest,
+    ListGroups = 16 => ListGroupsRequest,
+    SaslHandshake = 17 => SaslHandshakeRequest,
+    ApiVersions = 18 => ApiVersionsRequest,
+    CreateTopics = 19 => CreateTopicsRequest,
+    DeleteTopics = 20 => DeleteTopicsRequest,
+    DeleteRecords = 21 => DeleteRecordsRequest,
+    InitProducerId = 22 => InitProducerIdRequest,
+    OffsetForLeaderEpoch = 23 => OffsetForLeaderEpochRequest,
+    DescribeConfigs = 32 => DescribeConfigsRequest,
+    AlterConfigs = 33 => AlterConfigsRequest,
+    SaslAuthenticate = 36 => SaslAuthenticateRequest,
+    CreatePartitions = 37 => CreatePartitionsRequest,
+    DeleteGroups = 42 => DeleteGroupsRequest,
+    IncrementalAlterConfigs = 44 => IncrementalAlterConfigsRequest,
+    OffsetDelete = 47 => OffsetDeleteRequest,
+    DescribeCluster = 60 => DescribeClusterRequest,
+    ConsumerGroupHeartbeat = 68 => ConsumerGroupHeartbeatRequest,
+    ConsumerGroupDescribe = 69 => ConsumerGroupDescribeRequest,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_through_wire_values() {
+        for &key in ApiKey::ALL {
+            assert_eq!(ApiKey::from_i16(key as i16), Some(key));
+        }
+        assert_eq!(ApiKey::from_i16(4), None);
+        assert_eq!(ApiKey::from_i16(-1), None);
+        assert_eq!(ApiKey::ApiVersions.name(), "ApiVersions");
+        assert_eq!(ApiKey::Produce as i16, 0);
+        assert_eq!(ApiKey::ConsumerGroupDescribe as i16, 69);
+    }
+
+    #[test]
+    fn version_facts_match_the_schemas() {
+        assert_eq!(ApiKey::Fetch.min_version(), 0);
+        assert!(ApiKey::Fetch.max_version() >= 12);
+        assert!(ApiKey::Fetch.is_flexible(12));
+        assert!(!ApiKey::Fetch.is_flexible(11));
+        assert!(!ApiKey::SaslHandshake.is_flexible(1));
+        assert!(ApiKey::DescribeCluster.is_flexible(0));
+    }
+}
