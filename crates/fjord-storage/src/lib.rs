@@ -13,3 +13,12 @@ pub mod leader_epoch;
 pub mod meta_properties;
 pub mod partition_metadata;
 pub mod producer_state;
+
+pub use error::StorageError;
+pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
+pub use log::{
+    AppendInfo, FlushTicket, Log, LogConfig, ReadInfo, RecoveryStats, TimestampAndOffset,
+    TopicPartition,
+};
+pub use log_manager::{LogManager, StartupReport};
+pub use segment::{FileSlice, LogSegment};

@@ -1,0 +1,298 @@
+//! The set of partition logs under the configured log directories (`log.dirs`).
+//!
+//! The log manager owns loading every `<topic>-<partition>` directory at startup (recovering
+//! after an unclean shutdown), placing new partitions, deleting partitions, and the per-dir
+//! files Kafka keeps beside them: `recovery-point-offset-checkpoint`,
+//! `log-start-offset-checkpoint`, `replication-offset-checkpoint` and the clean shutdown marker
+//! `.kafka_cleanshutdown`.
+
+use std::collections::hash_map::RandomState;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::hash::{BuildHasher, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::checkpoint::{read_offset_checkpoint, write_offset_checkpoint};
+use crate::error::{IoResultExt, StorageError};
+use crate::log::{Log, LogConfig, TopicPartition};
+use crate::partition_metadata::{read_partition_metadata, write_partition_metadata};
+
+pub const RECOVERY_POINT_CHECKPOINT_FILE: &str = "recovery-point-offset-checkpoint";
+pub const LOG_START_OFFSET_CHECKPOINT_FILE: &str = "log-start-offset-checkpoint";
+pub const REPLICATION_OFFSET_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
+pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
+/// Suffix of partition directories whose deletion is under way.
+pub const DELETE_DIR_SUFFIX: &str = "-delete";
+
+/// What [`LogManager::open`] did. Elapsed time is left to the caller to measure.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartupReport {
+    pub partitions_loaded: usize,
+    /// Partitions that needed recovery (unclean shutdown or damaged files).
+    pub partitions_recovered: usize,
+    pub bytes_truncated: u64,
+    /// `-delete` directories whose removal was finished.
+    pub deleted_dirs_removed: usize,
+    /// Log dirs that had the clean shutdown marker.
+    pub clean_dirs: usize,
+}
+
+struct ManagedLog {
+    dir_index: usize,
+    log: Arc<Mutex<Log>>,
+}
+
+/// Owns all partition logs. See the module docs.
+pub struct LogManager {
+    log_dirs: Vec<PathBuf>,
+    default_config: LogConfig,
+    logs: Mutex<BTreeMap<TopicPartition, ManagedLog>>,
+}
+
+/// A poisoned mutex only means another thread panicked while holding it; the log's own state
+/// is still consistent at every await-free step, so keep serving it.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn checkpoint_map(path: &Path) -> Result<BTreeMap<TopicPartition, i64>, StorageError> {
+    Ok(read_offset_checkpoint(path)?
+        .into_iter()
+        .map(|(topic, partition, offset)| (TopicPartition { topic, partition }, offset))
+        .collect())
+}
+
+impl LogManager {
+    /// Loads every partition under `log_dirs`. See the module docs.
+    pub fn open(
+        log_dirs: &[PathBuf],
+        default_config: LogConfig,
+        now_ms: i64,
+    ) -> Result<(LogManager, StartupReport), StorageError> {
+        if log_dirs.is_empty() {
+            return Err(StorageError::NoLogDirs);
+        }
+        let mut report = StartupReport::default();
+        let mut logs = BTreeMap::new();
+        for (dir_index, log_dir) in log_dirs.iter().enumerate() {
+            std::fs::create_dir_all(log_dir).at(log_dir)?;
+            let marker = log_dir.join(CLEAN_SHUTDOWN_FILE);
+            let clean = marker.exists();
+            if clean {
+                report.clean_dirs += 1;
+            }
+            let recovery_points = checkpoint_map(&log_dir.join(RECOVERY_POINT_CHECKPOINT_FILE))?;
+            let log_starts = checkpoint_map(&log_dir.join(LOG_START_OFFSET_CHECKPOINT_FILE))?;
+            let high_watermarks = checkpoint_map(&log_dir.join(REPLICATION_OFFSET_CHECKPOINT_FILE))?;
+            let mut entries: Vec<_> = std::fs::read_dir(log_dir)
+                .at(log_dir)?
+                .collect::<Result<_, _>>()
+                .at(log_dir)?;
+            entries.sort_by_key(|e| e.file_name());
+            for entry in entries {
+                let path = entry.path();
+                if !entry.file_type().at(&path)?.is_dir() {
+                    continue;
+                }
+                let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                    continue;
+                };
+                if name.ends_with(DELETE_DIR_SUFFIX) {
+                    std::fs::remove_dir_all(&path).at(&path)?;
+                    report.deleted_dirs_removed += 1;
+                    continue;
+                }
+                let Some(tp) = TopicPartition::from_dir_name(&name) else {
+                    continue;
+                };
+                if logs.contains_key(&tp) {
+                    return Err(StorageError::InvalidPartitionDir(format!(
+                        "{} (the partition exists in more than one log dir)",
+                        path.display()
+                    )));
+                }
+                let topic_id = read_partition_metadata(&path)?;
+                let (mut log, stats) = Log::open(
+                    &path,
+                    tp.clone(),
+                    topic_id,
+                    default_config.clone(),
+                    recovery_points.get(&tp).copied().unwrap_or(0),
+                    log_starts.get(&tp).copied().unwrap_or(0),
+                    clean,
+                    now_ms,
+                )?;
+                if let Some(&hw) = high_watermarks.get(&tp) {
+                    log.restore_high_watermark(hw);
+                }
+                report.partitions_loaded += 1;
+                if stats.needed_recovery {
+                    report.partitions_recovered += 1;
+                }
+                report.bytes_truncated += stats.bytes_truncated;
+                logs.insert(
+                    tp,
+                    ManagedLog {
+                        dir_index,
+                        log: Arc::new(Mutex::new(log)),
+                    },
+                );
+            }
+            // From here on the dir is live: a crash must trigger recovery again.
+            if clean {
+                std::fs::remove_file(&marker).at(&marker)?;
+            }
+        }
+        let manager = LogManager {
+            log_dirs: log_dirs.to_vec(),
+            default_config,
+            logs: Mutex::new(logs),
+        };
+        Ok((manager, report))
+    }
+
+    pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Mutex<Log>>> {
+        lock(&self.logs).get(tp).map(|m| Arc::clone(&m.log))
+    }
+
+    /// The log of `tp`, created in the log dir holding the fewest partitions if it does not
+    /// exist yet.
+    pub fn create_log(
+        &self,
+        tp: TopicPartition,
+        topic_id: [u8; 16],
+        config: LogConfig,
+        now_ms: i64,
+    ) -> Result<Arc<Mutex<Log>>, StorageError> {
+        let mut logs = lock(&self.logs);
+        if let Some(existing) = logs.get(&tp) {
+            return Ok(Arc::clone(&existing.log));
+        }
+        let mut counts = vec![0usize; self.log_dirs.len()];
+        for managed in logs.values() {
+            if let Some(count) = counts.get_mut(managed.dir_index) {
+                *count += 1;
+            }
+        }
+        let dir_index = counts
+            .iter()
+            .enumerate()
+            .min_by_key(|(i, count)| (**count, *i))
+            .map_or(0, |(i, _)| i);
+        let log_dir = self.log_dirs.get(dir_index).ok_or(StorageError::NoLogDirs)?;
+        let dir = log_dir.join(tp.dir_name());
+        std::fs::create_dir_all(&dir).at(&dir)?;
+        write_partition_metadata(&dir, &topic_id).at(&dir)?;
+        let (log, _) = Log::open(&dir, tp.clone(), Some(topic_id), config, 0, 0, true, now_ms)?;
+        let log = Arc::new(Mutex::new(log));
+        logs.insert(
+            tp,
+            ManagedLog {
+                dir_index,
+                log: Arc::clone(&log),
+            },
+        );
+        Ok(log)
+    }
+
+    /// Stops the log of `tp` and removes its directory: first renamed to
+    /// `<topic>-<partition>.<32 hex digits>-delete` so a crash mid-way finishes the job at the
+    /// next startup, then removed.
+    pub fn delete_log(&self, tp: &TopicPartition) -> Result<(), StorageError> {
+        let Some(managed) = lock(&self.logs).remove(tp) else {
+            return Ok(());
+        };
+        let mut log = lock(&managed.log);
+        log.mark_closed();
+        let dir = log.dir().to_path_buf();
+        let parent = dir.parent().unwrap_or(Path::new("."));
+        let doomed = parent.join(format!("{}.{}{DELETE_DIR_SUFFIX}", tp.dir_name(), random_hex_id()));
+        std::fs::rename(&dir, &doomed).at(&dir)?;
+        drop(log);
+        std::fs::remove_dir_all(&doomed).at(&doomed)
+    }
+
+    /// Writes the recovery point, log start and high watermark checkpoints of every log dir.
+    pub fn checkpoint(&self) -> Result<(), StorageError> {
+        let snapshot: Vec<(usize, TopicPartition, Arc<Mutex<Log>>)> = lock(&self.logs)
+            .iter()
+            .map(|(tp, m)| (m.dir_index, tp.clone(), Arc::clone(&m.log)))
+            .collect();
+        let dirs = self.log_dirs.len();
+        let mut recovery_points = vec![Vec::new(); dirs];
+        let mut log_starts = vec![Vec::new(); dirs];
+        let mut high_watermarks = vec![Vec::new(); dirs];
+        for (dir_index, tp, log) in snapshot {
+            let log = lock(&log);
+            let (Some(rp), Some(ls), Some(hw)) = (
+                recovery_points.get_mut(dir_index),
+                log_starts.get_mut(dir_index),
+                high_watermarks.get_mut(dir_index),
+            ) else {
+                continue;
+            };
+            rp.push((tp.topic.clone(), tp.partition, log.recovery_point()));
+            ls.push((tp.topic.clone(), tp.partition, log.log_start_offset()));
+            hw.push((tp.topic, tp.partition, log.high_watermark()));
+        }
+        for (i, log_dir) in self.log_dirs.iter().enumerate() {
+            for (file, entries) in [
+                (RECOVERY_POINT_CHECKPOINT_FILE, &recovery_points),
+                (LOG_START_OFFSET_CHECKPOINT_FILE, &log_starts),
+                (REPLICATION_OFFSET_CHECKPOINT_FILE, &high_watermarks),
+            ] {
+                let path = log_dir.join(file);
+                let entries = entries.get(i).map_or(&[][..], Vec::as_slice);
+                write_offset_checkpoint(&path, entries).at(&path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes every log (flushing it), writes the checkpoints and then the clean shutdown
+    /// marker in each log dir, so the next start skips recovery.
+    pub fn shutdown(&self) -> Result<(), StorageError> {
+        for (_, log) in self.all_logs() {
+            lock(&log).close()?;
+        }
+        self.checkpoint()?;
+        for log_dir in &self.log_dirs {
+            let marker = log_dir.join(CLEAN_SHUTDOWN_FILE);
+            File::create(&marker)
+                .and_then(|f| f.sync_all())
+                .at(&marker)?;
+            File::open(log_dir).and_then(|d| d.sync_all()).at(log_dir)?;
+        }
+        Ok(())
+    }
+
+    pub fn all_logs(&self) -> Vec<(TopicPartition, Arc<Mutex<Log>>)> {
+        lock(&self.logs)
+            .iter()
+            .map(|(tp, m)| (tp.clone(), Arc::clone(&m.log)))
+            .collect()
+    }
+
+    pub fn log_dirs(&self) -> &[PathBuf] {
+        &self.log_dirs
+    }
+
+    pub fn default_config(&self) -> &LogConfig {
+        &self.default_config
+    }
+}
+
+/// 16 random bytes as 32 lowercase hex digits, for `-delete` directory names. The standard
+/// library's randomly keyed hasher is the entropy source; uniqueness is all that matters here.
+fn random_hex_id() -> String {
+    let mut out = String::with_capacity(32);
+    for _ in 0..2 {
+        let mut hasher = RandomState::new().build_hasher();
+        hasher.write_u64(0);
+        for byte in hasher.finish().to_be_bytes() {
+            out.push_str(&format!("{byte:02x}"));
+        }
+    }
+    out
+}
