@@ -1,0 +1,945 @@
+//! The metadata image: an immutable, sans-IO view of cluster metadata as of one
+//! offset of the metadata log, and the delta that derives the next image from it.
+//!
+//! Images are shared as `Arc<MetadataImage>`; nothing mutates an image once it is
+//! published. Changes go through [`MetadataDelta`], which checks every record
+//! against the invariants the rest of the broker relies on (one name per topic id,
+//! dense partition ids, epochs that never go back) and refuses records that would
+//! break them instead of applying them partially.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::{
+    BrokerEndpoint, ConfigRecord, FeatureLevelRecord, MetadataRecord, PartitionChangeRecord,
+    PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, Uuid,
+    CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC, NO_LEADER,
+};
+
+/// Why a record could not be applied to an image.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum ImageError {
+    #[error("topic name must not be empty")]
+    EmptyTopicName,
+    #[error("the all-zero topic id is reserved")]
+    ZeroTopicId,
+    #[error("topic id {} already names topic {existing_name}", hex(.topic_id))]
+    DuplicateTopicId {
+        topic_id: Uuid,
+        existing_name: String,
+    },
+    #[error("topic {name} already exists")]
+    TopicAlreadyExists { name: String },
+    #[error("unknown topic id {}", hex(.topic_id))]
+    UnknownTopicId { topic_id: Uuid },
+    #[error("unknown topic {name}")]
+    UnknownTopicName { name: String },
+    #[error("partition {partition_id} of topic {} is out of order: expected partition {expected}", hex(.topic_id))]
+    PartitionOutOfOrder {
+        topic_id: Uuid,
+        partition_id: i32,
+        expected: i32,
+    },
+    #[error("unknown partition {partition_id} of topic {}", hex(.topic_id))]
+    UnknownPartition { topic_id: Uuid, partition_id: i32 },
+    #[error("invalid assignment for partition {partition_id} of topic {}: {reason}", hex(.topic_id))]
+    InvalidAssignment {
+        topic_id: Uuid,
+        partition_id: i32,
+        reason: String,
+    },
+    #[error("leader epoch of partition {partition_id} of topic {} would overflow", hex(.topic_id))]
+    EpochOverflow { topic_id: Uuid, partition_id: i32 },
+    #[error("config resource type {resource_type} is not supported")]
+    UnsupportedConfigResource { resource_type: i8 },
+    #[error("config name must not be empty")]
+    EmptyConfigName,
+    #[error("next producer id {proposed} is not above the current {current}")]
+    ProducerIdRegression { current: i64, proposed: i64 },
+    #[error("broker id {broker_id} is negative")]
+    InvalidBrokerId { broker_id: i32 },
+    #[error(
+        "broker {broker_id} re-registered with epoch {proposed}, not above the current {current}"
+    )]
+    BrokerEpochRegression {
+        broker_id: i32,
+        current: i64,
+        proposed: i64,
+    },
+    #[error("feature name must not be empty")]
+    EmptyFeatureName,
+}
+
+/// Formats a UUID as 32 lowercase hex digits (for messages only).
+pub fn hex(id: &Uuid) -> String {
+    id.iter().fold(String::with_capacity(32), |mut s, b| {
+        use fmt::Write;
+        // Writing to a String cannot fail.
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// The current state of one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionImage {
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// Broker id of the leader, or [`NO_LEADER`].
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+/// The current state of one topic. `partitions[i]` is partition `i`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicImage {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub partitions: Vec<PartitionImage>,
+}
+
+/// A registered broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerRegistration {
+    pub broker_id: i32,
+    pub incarnation_id: Uuid,
+    pub broker_epoch: i64,
+    pub endpoints: Vec<BrokerEndpoint>,
+    pub rack: Option<String>,
+}
+
+/// Cluster metadata as of one offset (raft log index) of the metadata log.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetadataImage {
+    offset: u64,
+    topics_by_id: BTreeMap<Uuid, Arc<TopicImage>>,
+    topic_ids_by_name: BTreeMap<String, Uuid>,
+    topic_configs: BTreeMap<String, BTreeMap<String, String>>,
+    broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    brokers: BTreeMap<i32, BrokerRegistration>,
+    producer_ids: Option<ProducerIdsRecord>,
+    features: BTreeMap<String, i16>,
+}
+
+impl MetadataImage {
+    /// The image of an empty metadata log.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// Rebuilds an image by replaying `records` on an empty image (snapshot load).
+    pub fn from_records(offset: u64, records: &[MetadataRecord]) -> Result<Self, ImageError> {
+        let mut delta = MetadataDelta::new(&Self::empty());
+        for record in records {
+            delta.apply(record)?;
+        }
+        Ok(delta.finish(offset))
+    }
+
+    /// The raft log index of the last entry this image reflects (0 before any).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&Arc<TopicImage>> {
+        self.topic_ids_by_name
+            .get(name)
+            .and_then(|id| self.topics_by_id.get(id))
+    }
+
+    pub fn topic_by_id(&self, topic_id: &Uuid) -> Option<&Arc<TopicImage>> {
+        self.topics_by_id.get(topic_id)
+    }
+
+    /// All topics, in name order.
+    pub fn topics(&self) -> impl Iterator<Item = &Arc<TopicImage>> {
+        self.topic_ids_by_name
+            .values()
+            .filter_map(|id| self.topics_by_id.get(id))
+    }
+
+    /// Dynamic configs set on a topic (absent when none are set).
+    pub fn topic_config(&self, topic: &str) -> Option<&BTreeMap<String, String>> {
+        self.topic_configs.get(topic)
+    }
+
+    /// Dynamic configs of a broker resource: a broker id as a string, or "" for
+    /// the cluster-wide default (absent when none are set).
+    pub fn broker_config(&self, resource_name: &str) -> Option<&BTreeMap<String, String>> {
+        self.broker_configs.get(resource_name)
+    }
+
+    pub fn broker(&self, broker_id: i32) -> Option<&BrokerRegistration> {
+        self.brokers.get(&broker_id)
+    }
+
+    /// All registered brokers, in id order.
+    pub fn brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values()
+    }
+
+    /// The first producer id not yet handed out (0 when no block was ever allocated).
+    pub fn next_producer_id(&self) -> i64 {
+        self.producer_ids.as_ref().map_or(0, |p| p.next_producer_id)
+    }
+
+    /// The most recent producer id block allocation.
+    pub fn producer_ids(&self) -> Option<&ProducerIdsRecord> {
+        self.producer_ids.as_ref()
+    }
+
+    pub fn feature_level(&self, name: &str) -> Option<i16> {
+        self.features.get(name).copied()
+    }
+
+    /// The records that rebuild this image from an empty one, in an order that
+    /// satisfies the delta's checks (topics before their configs and partitions).
+    pub fn to_records(&self) -> Vec<MetadataRecord> {
+        let mut out = Vec::new();
+        for (name, level) in &self.features {
+            out.push(MetadataRecord::FeatureLevel(FeatureLevelRecord {
+                name: name.clone(),
+                level: *level,
+            }));
+        }
+        for b in self.brokers.values() {
+            out.push(MetadataRecord::RegisterBroker(RegisterBrokerRecord {
+                broker_id: b.broker_id,
+                incarnation_id: b.incarnation_id,
+                broker_epoch: b.broker_epoch,
+                endpoints: b.endpoints.clone(),
+                rack: b.rack.clone(),
+            }));
+        }
+        if let Some(p) = &self.producer_ids {
+            out.push(MetadataRecord::ProducerIds(p.clone()));
+        }
+        push_configs(&mut out, CONFIG_RESOURCE_BROKER, &self.broker_configs);
+        for topic in self.topics() {
+            out.push(MetadataRecord::Topic(TopicRecord {
+                name: topic.name.clone(),
+                topic_id: topic.topic_id,
+            }));
+            if let Some(configs) = self.topic_configs.get(&topic.name) {
+                for (name, value) in configs {
+                    out.push(MetadataRecord::Config(ConfigRecord {
+                        resource_type: CONFIG_RESOURCE_TOPIC,
+                        resource_name: topic.name.clone(),
+                        name: name.clone(),
+                        value: Some(value.clone()),
+                    }));
+                }
+            }
+            for (partition_id, p) in (0i32..).zip(&topic.partitions) {
+                out.push(MetadataRecord::Partition(PartitionRecord {
+                    partition_id,
+                    topic_id: topic.topic_id,
+                    replicas: p.replicas.clone(),
+                    isr: p.isr.clone(),
+                    leader: p.leader,
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                }));
+            }
+        }
+        out
+    }
+}
+
+fn push_configs(
+    out: &mut Vec<MetadataRecord>,
+    resource_type: i8,
+    configs: &BTreeMap<String, BTreeMap<String, String>>,
+) {
+    for (resource_name, entries) in configs {
+        for (name, value) in entries {
+            out.push(MetadataRecord::Config(ConfigRecord {
+                resource_type,
+                resource_name: resource_name.clone(),
+                name: name.clone(),
+                value: Some(value.clone()),
+            }));
+        }
+    }
+}
+
+/// Accumulates records on top of a base image and produces the next image.
+///
+/// Each `apply` either applies one record completely or leaves the delta
+/// unchanged and returns why; the caller decides whether a failed record voids
+/// the whole batch (the quorum does: a proposal applies atomically or not at all).
+#[derive(Debug, Clone)]
+pub struct MetadataDelta {
+    next: MetadataImage,
+}
+
+impl MetadataDelta {
+    /// Starts a delta from `base`. Cheap: topics are shared until modified.
+    pub fn new(base: &MetadataImage) -> Self {
+        Self { next: base.clone() }
+    }
+
+    /// Applies one record, or returns why it violates an image invariant.
+    pub fn apply(&mut self, record: &MetadataRecord) -> Result<(), ImageError> {
+        match record {
+            MetadataRecord::Topic(r) => self.apply_topic(r),
+            MetadataRecord::Partition(r) => self.apply_partition(r),
+            MetadataRecord::PartitionChange(r) => self.apply_partition_change(r),
+            MetadataRecord::Config(r) => self.apply_config(r),
+            MetadataRecord::RemoveTopic(r) => self.apply_remove_topic(r),
+            MetadataRecord::ProducerIds(r) => self.apply_producer_ids(r),
+            MetadataRecord::RegisterBroker(r) => self.apply_register_broker(r),
+            MetadataRecord::FeatureLevel(r) => self.apply_feature_level(r),
+        }
+    }
+
+    /// The image with every applied record, reflecting log index `offset`.
+    pub fn finish(self, offset: u64) -> MetadataImage {
+        let mut image = self.next;
+        image.offset = offset;
+        image
+    }
+
+    fn apply_topic(&mut self, r: &TopicRecord) -> Result<(), ImageError> {
+        if r.name.is_empty() {
+            return Err(ImageError::EmptyTopicName);
+        }
+        if r.topic_id == [0; 16] {
+            return Err(ImageError::ZeroTopicId);
+        }
+        if let Some(existing) = self.next.topics_by_id.get(&r.topic_id) {
+            return Err(ImageError::DuplicateTopicId {
+                topic_id: r.topic_id,
+                existing_name: existing.name.clone(),
+            });
+        }
+        if self.next.topic_ids_by_name.contains_key(&r.name) {
+            return Err(ImageError::TopicAlreadyExists {
+                name: r.name.clone(),
+            });
+        }
+        self.next
+            .topic_ids_by_name
+            .insert(r.name.clone(), r.topic_id);
+        self.next.topics_by_id.insert(
+            r.topic_id,
+            Arc::new(TopicImage {
+                name: r.name.clone(),
+                topic_id: r.topic_id,
+                partitions: Vec::new(),
+            }),
+        );
+        Ok(())
+    }
+
+    fn topic_mut(&mut self, topic_id: &Uuid) -> Result<&mut TopicImage, ImageError> {
+        self.next
+            .topics_by_id
+            .get_mut(topic_id)
+            .map(Arc::make_mut)
+            .ok_or(ImageError::UnknownTopicId {
+                topic_id: *topic_id,
+            })
+    }
+
+    fn apply_partition(&mut self, r: &PartitionRecord) -> Result<(), ImageError> {
+        let topic = self.topic_mut(&r.topic_id)?;
+        let expected = i32::try_from(topic.partitions.len()).unwrap_or(i32::MAX);
+        if r.partition_id != expected {
+            return Err(ImageError::PartitionOutOfOrder {
+                topic_id: r.topic_id,
+                partition_id: r.partition_id,
+                expected,
+            });
+        }
+        let invalid = |reason: &str| ImageError::InvalidAssignment {
+            topic_id: r.topic_id,
+            partition_id: r.partition_id,
+            reason: reason.to_owned(),
+        };
+        if r.leader_epoch < 0 || r.partition_epoch < 0 {
+            return Err(invalid("epochs must not be negative"));
+        }
+        check_assignment(&r.replicas, &r.isr, r.leader).map_err(invalid)?;
+        topic.partitions.push(PartitionImage {
+            replicas: r.replicas.clone(),
+            isr: r.isr.clone(),
+            leader: r.leader,
+            leader_epoch: r.leader_epoch,
+            partition_epoch: r.partition_epoch,
+        });
+        Ok(())
+    }
+
+    fn apply_partition_change(&mut self, r: &PartitionChangeRecord) -> Result<(), ImageError> {
+        let topic = self.topic_mut(&r.topic_id)?;
+        let unknown = ImageError::UnknownPartition {
+            topic_id: r.topic_id,
+            partition_id: r.partition_id,
+        };
+        let index = usize::try_from(r.partition_id).map_err(|_| unknown.clone())?;
+        let partition = topic.partitions.get_mut(index).ok_or(unknown)?;
+        let replicas = r.replicas.as_ref().unwrap_or(&partition.replicas);
+        let isr = r.isr.as_ref().unwrap_or(&partition.isr);
+        let leader = r.leader.unwrap_or(partition.leader);
+        let invalid = |reason: &str| ImageError::InvalidAssignment {
+            topic_id: r.topic_id,
+            partition_id: r.partition_id,
+            reason: reason.to_owned(),
+        };
+        check_assignment(replicas, isr, leader).map_err(invalid)?;
+        let overflow = ImageError::EpochOverflow {
+            topic_id: r.topic_id,
+            partition_id: r.partition_id,
+        };
+        // Naming a leader always starts a new leader epoch, even for the same broker,
+        // so that followers truncate to the new leader's log.
+        let leader_epoch = match r.leader {
+            Some(_) => partition
+                .leader_epoch
+                .checked_add(1)
+                .ok_or(overflow.clone())?,
+            None => partition.leader_epoch,
+        };
+        let partition_epoch = partition.partition_epoch.checked_add(1).ok_or(overflow)?;
+        *partition = PartitionImage {
+            replicas: replicas.clone(),
+            isr: isr.clone(),
+            leader,
+            leader_epoch,
+            partition_epoch,
+        };
+        Ok(())
+    }
+
+    fn apply_config(&mut self, r: &ConfigRecord) -> Result<(), ImageError> {
+        if r.name.is_empty() {
+            return Err(ImageError::EmptyConfigName);
+        }
+        let configs = match r.resource_type {
+            CONFIG_RESOURCE_TOPIC => {
+                // Configs of a topic live and die with it; a config for a topic that
+                // does not exist would silently attach to a future topic of that name.
+                if !self.next.topic_ids_by_name.contains_key(&r.resource_name) {
+                    return Err(ImageError::UnknownTopicName {
+                        name: r.resource_name.clone(),
+                    });
+                }
+                &mut self.next.topic_configs
+            }
+            CONFIG_RESOURCE_BROKER => &mut self.next.broker_configs,
+            other => {
+                return Err(ImageError::UnsupportedConfigResource {
+                    resource_type: other,
+                })
+            }
+        };
+        match &r.value {
+            Some(value) => {
+                configs
+                    .entry(r.resource_name.clone())
+                    .or_default()
+                    .insert(r.name.clone(), value.clone());
+            }
+            None => {
+                if let Some(entries) = configs.get_mut(&r.resource_name) {
+                    entries.remove(&r.name);
+                    if entries.is_empty() {
+                        configs.remove(&r.resource_name);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_remove_topic(&mut self, r: &RemoveTopicRecord) -> Result<(), ImageError> {
+        let topic =
+            self.next
+                .topics_by_id
+                .remove(&r.topic_id)
+                .ok_or(ImageError::UnknownTopicId {
+                    topic_id: r.topic_id,
+                })?;
+        self.next.topic_ids_by_name.remove(&topic.name);
+        self.next.topic_configs.remove(&topic.name);
+        Ok(())
+    }
+
+    fn apply_producer_ids(&mut self, r: &ProducerIdsRecord) -> Result<(), ImageError> {
+        let current = self.next.next_producer_id();
+        // Handing out an id twice would let two producers share one identity.
+        if r.next_producer_id <= current {
+            return Err(ImageError::ProducerIdRegression {
+                current,
+                proposed: r.next_producer_id,
+            });
+        }
+        self.next.producer_ids = Some(r.clone());
+        Ok(())
+    }
+
+    fn apply_register_broker(&mut self, r: &RegisterBrokerRecord) -> Result<(), ImageError> {
+        if r.broker_id < 0 {
+            return Err(ImageError::InvalidBrokerId {
+                broker_id: r.broker_id,
+            });
+        }
+        if let Some(existing) = self.next.brokers.get(&r.broker_id) {
+            if r.broker_epoch <= existing.broker_epoch {
+                return Err(ImageError::BrokerEpochRegression {
+                    broker_id: r.broker_id,
+                    current: existing.broker_epoch,
+                    proposed: r.broker_epoch,
+                });
+            }
+        }
+        self.next.brokers.insert(
+            r.broker_id,
+            BrokerRegistration {
+                broker_id: r.broker_id,
+                incarnation_id: r.incarnation_id,
+                broker_epoch: r.broker_epoch,
+                endpoints: r.endpoints.clone(),
+                rack: r.rack.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    fn apply_feature_level(&mut self, r: &FeatureLevelRecord) -> Result<(), ImageError> {
+        if r.name.is_empty() {
+            return Err(ImageError::EmptyFeatureName);
+        }
+        if r.level == 0 {
+            self.next.features.remove(&r.name);
+        } else {
+            self.next.features.insert(r.name.clone(), r.level);
+        }
+        Ok(())
+    }
+}
+
+/// Checks a replica assignment: non-empty distinct replicas, an ISR drawn from
+/// them, and a leader that is either absent or in the ISR.
+fn check_assignment(replicas: &[i32], isr: &[i32], leader: i32) -> Result<(), &'static str> {
+    if replicas.is_empty() {
+        return Err("replicas must not be empty");
+    }
+    if replicas.iter().any(|&r| r < 0) {
+        return Err("replica ids must not be negative");
+    }
+    if has_duplicates(replicas) {
+        return Err("replicas must be distinct");
+    }
+    if has_duplicates(isr) {
+        return Err("isr must be distinct");
+    }
+    if !isr.iter().all(|r| replicas.contains(r)) {
+        return Err("isr must be a subset of replicas");
+    }
+    if leader != NO_LEADER && !isr.contains(&leader) {
+        return Err("leader must be in the isr");
+    }
+    Ok(())
+}
+
+fn has_duplicates(ids: &[i32]) -> bool {
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    sorted.windows(2).any(|w| w.first() == w.last())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T1: Uuid = [1; 16];
+    const T2: Uuid = [2; 16];
+
+    fn topic(name: &str, id: Uuid) -> MetadataRecord {
+        MetadataRecord::Topic(TopicRecord {
+            name: name.into(),
+            topic_id: id,
+        })
+    }
+
+    fn partition(id: Uuid, partition_id: i32, replicas: &[i32], leader: i32) -> MetadataRecord {
+        MetadataRecord::Partition(PartitionRecord {
+            partition_id,
+            topic_id: id,
+            replicas: replicas.to_vec(),
+            isr: replicas.to_vec(),
+            leader,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        })
+    }
+
+    fn config(
+        resource_type: i8,
+        resource: &str,
+        name: &str,
+        value: Option<&str>,
+    ) -> MetadataRecord {
+        MetadataRecord::Config(ConfigRecord {
+            resource_type,
+            resource_name: resource.into(),
+            name: name.into(),
+            value: value.map(str::to_owned),
+        })
+    }
+
+    fn build(records: &[MetadataRecord]) -> Result<MetadataImage, ImageError> {
+        MetadataImage::from_records(records.len() as u64, records)
+    }
+
+    #[test]
+    fn topic_and_partitions() {
+        let image = build(&[
+            topic("a", T1),
+            partition(T1, 0, &[1, 2], 1),
+            partition(T1, 1, &[2, 1], 2),
+        ])
+        .unwrap();
+        assert_eq!(image.offset(), 3);
+        let t = image.topic("a").unwrap();
+        assert_eq!(t.topic_id, T1);
+        assert_eq!(t.partitions.len(), 2);
+        assert_eq!(t.partitions[1].leader, 2);
+        assert_eq!(image.topic_by_id(&T1).unwrap().name, "a");
+        assert!(image.topic("b").is_none());
+    }
+
+    #[test]
+    fn topic_id_maps_to_one_name() {
+        let err = build(&[topic("a", T1), topic("b", T1)]).unwrap_err();
+        assert!(matches!(err, ImageError::DuplicateTopicId { .. }), "{err}");
+        let err = build(&[topic("a", T1), topic("a", T2)]).unwrap_err();
+        assert_eq!(err, ImageError::TopicAlreadyExists { name: "a".into() });
+        assert_eq!(
+            build(&[topic("", T1)]).unwrap_err(),
+            ImageError::EmptyTopicName
+        );
+        assert_eq!(
+            build(&[topic("a", [0; 16])]).unwrap_err(),
+            ImageError::ZeroTopicId
+        );
+    }
+
+    #[test]
+    fn partition_ids_are_dense() {
+        let err = build(&[topic("a", T1), partition(T1, 1, &[1], 1)]).unwrap_err();
+        assert!(matches!(
+            err,
+            ImageError::PartitionOutOfOrder { expected: 0, .. }
+        ));
+        let err = build(&[
+            topic("a", T1),
+            partition(T1, 0, &[1], 1),
+            partition(T1, 0, &[1], 1),
+        ])
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            ImageError::PartitionOutOfOrder { expected: 1, .. }
+        ));
+        let err = build(&[partition(T2, 0, &[1], 1)]).unwrap_err();
+        assert_eq!(err, ImageError::UnknownTopicId { topic_id: T2 });
+    }
+
+    #[test]
+    fn assignments_are_checked() {
+        for (replicas, isr, leader) in [
+            (vec![], vec![], -1),
+            (vec![1, 1], vec![1], 1),
+            (vec![1, 2], vec![3], -1),
+            (vec![1, 2], vec![1], 2),
+            (vec![-4], vec![], -1),
+        ] {
+            let record = MetadataRecord::Partition(PartitionRecord {
+                partition_id: 0,
+                topic_id: T1,
+                replicas,
+                isr,
+                leader,
+                leader_epoch: 0,
+                partition_epoch: 0,
+            });
+            let err = build(&[topic("a", T1), record]).unwrap_err();
+            assert!(matches!(err, ImageError::InvalidAssignment { .. }), "{err}");
+        }
+    }
+
+    #[test]
+    fn partition_change_bumps_epochs() {
+        let base = build(&[topic("a", T1), partition(T1, 0, &[1, 2, 3], 1)]).unwrap();
+        let mut delta = MetadataDelta::new(&base);
+        // ISR shrink alone: only the partition epoch moves.
+        delta
+            .apply(&MetadataRecord::PartitionChange(PartitionChangeRecord {
+                partition_id: 0,
+                topic_id: T1,
+                isr: Some(vec![1, 2]),
+                leader: None,
+                replicas: None,
+            }))
+            .unwrap();
+        // New leader: both epochs move.
+        delta
+            .apply(&MetadataRecord::PartitionChange(PartitionChangeRecord {
+                partition_id: 0,
+                topic_id: T1,
+                isr: None,
+                leader: Some(2),
+                replicas: None,
+            }))
+            .unwrap();
+        let next = delta.finish(9);
+        let p = &next.topic("a").unwrap().partitions[0];
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (2, 1, 2));
+        assert_eq!(p.isr, vec![1, 2]);
+        // The base image is untouched.
+        assert_eq!(base.topic("a").unwrap().partitions[0].leader_epoch, 0);
+
+        let mut delta = MetadataDelta::new(&next);
+        let bad_leader = MetadataRecord::PartitionChange(PartitionChangeRecord {
+            partition_id: 0,
+            topic_id: T1,
+            isr: None,
+            leader: Some(3),
+            replicas: None,
+        });
+        assert!(matches!(
+            delta.apply(&bad_leader),
+            Err(ImageError::InvalidAssignment { .. })
+        ));
+        let unknown = MetadataRecord::PartitionChange(PartitionChangeRecord {
+            partition_id: 5,
+            topic_id: T1,
+            isr: None,
+            leader: None,
+            replicas: None,
+        });
+        assert!(matches!(
+            delta.apply(&unknown),
+            Err(ImageError::UnknownPartition { .. })
+        ));
+        assert_eq!(delta.finish(10).topic("a"), next.topic("a"));
+    }
+
+    #[test]
+    fn leader_epoch_never_overflows() {
+        let record = MetadataRecord::Partition(PartitionRecord {
+            partition_id: 0,
+            topic_id: T1,
+            replicas: vec![1],
+            isr: vec![1],
+            leader: 1,
+            leader_epoch: i32::MAX,
+            partition_epoch: 0,
+        });
+        let base = build(&[topic("a", T1), record]).unwrap();
+        let mut delta = MetadataDelta::new(&base);
+        let err = delta
+            .apply(&MetadataRecord::PartitionChange(PartitionChangeRecord {
+                partition_id: 0,
+                topic_id: T1,
+                isr: None,
+                leader: Some(1),
+                replicas: None,
+            }))
+            .unwrap_err();
+        assert!(matches!(err, ImageError::EpochOverflow { .. }));
+    }
+
+    #[test]
+    fn remove_topic_drops_partitions_and_configs() {
+        let image = build(&[
+            topic("a", T1),
+            config(CONFIG_RESOURCE_TOPIC, "a", "retention.ms", Some("1000")),
+            partition(T1, 0, &[1], 1),
+            topic("b", T2),
+            MetadataRecord::RemoveTopic(RemoveTopicRecord { topic_id: T1 }),
+        ])
+        .unwrap();
+        assert!(image.topic("a").is_none());
+        assert!(image.topic_by_id(&T1).is_none());
+        assert!(image.topic_config("a").is_none());
+        assert_eq!(image.topics().count(), 1);
+        // The name is free again, and the new topic starts without the old configs.
+        let mut delta = MetadataDelta::new(&image);
+        delta.apply(&topic("a", [3; 16])).unwrap();
+        let image = delta.finish(7);
+        assert_eq!(image.topic("a").unwrap().topic_id, [3; 16]);
+        assert!(image.topic_config("a").is_none());
+        let err = build(&[MetadataRecord::RemoveTopic(RemoveTopicRecord {
+            topic_id: T1,
+        })]);
+        assert_eq!(
+            err.unwrap_err(),
+            ImageError::UnknownTopicId { topic_id: T1 }
+        );
+    }
+
+    #[test]
+    fn configs_set_and_delete() {
+        let image = build(&[
+            topic("a", T1),
+            config(
+                CONFIG_RESOURCE_TOPIC,
+                "a",
+                "cleanup.policy",
+                Some("compact"),
+            ),
+            config(CONFIG_RESOURCE_TOPIC, "a", "retention.ms", Some("1")),
+            config(CONFIG_RESOURCE_TOPIC, "a", "retention.ms", Some("2")),
+            config(CONFIG_RESOURCE_TOPIC, "a", "cleanup.policy", None),
+            config(CONFIG_RESOURCE_BROKER, "", "log.retention.ms", Some("5")),
+            config(CONFIG_RESOURCE_BROKER, "1", "x", Some("y")),
+            config(CONFIG_RESOURCE_BROKER, "1", "x", None),
+        ])
+        .unwrap();
+        let a = image.topic_config("a").unwrap();
+        assert_eq!(a.len(), 1);
+        assert_eq!(a.get("retention.ms").map(String::as_str), Some("2"));
+        assert_eq!(
+            image
+                .broker_config("")
+                .unwrap()
+                .get("log.retention.ms")
+                .map(String::as_str),
+            Some("5")
+        );
+        assert!(image.broker_config("1").is_none());
+
+        let err = build(&[config(CONFIG_RESOURCE_TOPIC, "nope", "x", Some("1"))]).unwrap_err();
+        assert_eq!(
+            err,
+            ImageError::UnknownTopicName {
+                name: "nope".into()
+            }
+        );
+        let err = build(&[config(8, "x", "y", Some("1"))]).unwrap_err();
+        assert_eq!(
+            err,
+            ImageError::UnsupportedConfigResource { resource_type: 8 }
+        );
+        let err = build(&[config(CONFIG_RESOURCE_BROKER, "", "", Some("1"))]).unwrap_err();
+        assert_eq!(err, ImageError::EmptyConfigName);
+    }
+
+    #[test]
+    fn producer_ids_only_move_forward() {
+        let block = |next| {
+            MetadataRecord::ProducerIds(ProducerIdsRecord {
+                broker_id: 1,
+                broker_epoch: 3,
+                next_producer_id: next,
+            })
+        };
+        let image = build(&[block(1000), block(2000)]).unwrap();
+        assert_eq!(image.next_producer_id(), 2000);
+        assert_eq!(image.producer_ids().unwrap().broker_id, 1);
+        assert_eq!(MetadataImage::empty().next_producer_id(), 0);
+        let err = build(&[block(1000), block(1000)]).unwrap_err();
+        assert_eq!(
+            err,
+            ImageError::ProducerIdRegression {
+                current: 1000,
+                proposed: 1000
+            }
+        );
+    }
+
+    fn register(broker_id: i32, broker_epoch: i64) -> MetadataRecord {
+        MetadataRecord::RegisterBroker(RegisterBrokerRecord {
+            broker_id,
+            incarnation_id: [7; 16],
+            broker_epoch,
+            endpoints: vec![BrokerEndpoint {
+                name: "PLAINTEXT".into(),
+                host: "localhost".into(),
+                port: 9092,
+                security_protocol: 0,
+            }],
+            rack: Some("r1".into()),
+        })
+    }
+
+    #[test]
+    fn brokers_register_with_rising_epochs() {
+        let image = build(&[register(1, 10), register(2, 11), register(1, 12)]).unwrap();
+        assert_eq!(image.brokers().count(), 2);
+        let b1 = image.broker(1).unwrap();
+        assert_eq!(b1.broker_epoch, 12);
+        assert_eq!(b1.endpoints[0].port, 9092);
+        assert_eq!(b1.rack.as_deref(), Some("r1"));
+        let err = build(&[register(1, 10), register(1, 10)]).unwrap_err();
+        assert!(matches!(err, ImageError::BrokerEpochRegression { .. }));
+        let err = build(&[register(-1, 10)]).unwrap_err();
+        assert_eq!(err, ImageError::InvalidBrokerId { broker_id: -1 });
+    }
+
+    #[test]
+    fn feature_levels() {
+        let level = |name: &str, level| {
+            MetadataRecord::FeatureLevel(FeatureLevelRecord {
+                name: name.into(),
+                level,
+            })
+        };
+        let image = build(&[level("metadata.version", 20), level("kraft.version", 1)]).unwrap();
+        assert_eq!(image.feature_level("metadata.version"), Some(20));
+        let image = build(&[level("kraft.version", 1), level("kraft.version", 0)]).unwrap();
+        assert_eq!(image.feature_level("kraft.version"), None);
+        assert_eq!(
+            build(&[level("", 1)]).unwrap_err(),
+            ImageError::EmptyFeatureName
+        );
+    }
+
+    #[test]
+    fn records_round_trip_the_image() {
+        let image = build(&[
+            MetadataRecord::FeatureLevel(FeatureLevelRecord {
+                name: "metadata.version".into(),
+                level: 20,
+            }),
+            register(1, 5),
+            MetadataRecord::ProducerIds(ProducerIdsRecord {
+                broker_id: 1,
+                broker_epoch: 5,
+                next_producer_id: 1000,
+            }),
+            config(CONFIG_RESOURCE_BROKER, "", "a", Some("b")),
+            topic("z", T1),
+            topic("a", T2),
+            config(CONFIG_RESOURCE_TOPIC, "z", "retention.ms", Some("1")),
+            partition(T1, 0, &[1], 1),
+            partition(T1, 1, &[1], 1),
+            partition(T2, 0, &[1], -1),
+            MetadataRecord::PartitionChange(PartitionChangeRecord {
+                partition_id: 1,
+                topic_id: T1,
+                isr: None,
+                leader: Some(1),
+                replicas: None,
+            }),
+        ])
+        .unwrap();
+        let rebuilt = MetadataImage::from_records(image.offset(), &image.to_records()).unwrap();
+        assert_eq!(rebuilt, image);
+        let names: Vec<_> = image.topics().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "z"]);
+    }
+
+    #[test]
+    fn hex_formats_ids() {
+        assert_eq!(hex(&T1), "01".repeat(16));
+    }
+}

@@ -1,0 +1,32 @@
+//! Cluster metadata for fjord, kept the way KRaft keeps `__cluster_metadata`:
+//! topics, partitions, configs, brokers and producer-id blocks are
+//! [`MetadataRecord`]s in a raft-replicated log (via openraft), applied in order
+//! to an immutable [`MetadataImage`] that the rest of the broker reads.
+//!
+//! - [`record`]: the record types.
+//! - [`image`]: the image and the delta that checks and applies records.
+//! - [`MetadataQuorum`]: the async shell that stores the log durably, runs raft
+//!   and publishes each applied image.
+//!
+//! Today the quorum has exactly one voter, the local node.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
+mod error;
+mod frame;
+pub mod image;
+mod log_store;
+mod network;
+mod quorum;
+pub mod record;
+mod state_machine;
+mod types;
+
+pub use error::MetadataError;
+pub use image::{
+    BrokerRegistration, ImageError, MetadataDelta, MetadataImage, PartitionImage, TopicImage,
+};
+pub use quorum::{MetadataQuorum, QuorumConfig};
+pub use record::*;

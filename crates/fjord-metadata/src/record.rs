@@ -1,0 +1,120 @@
+//! The metadata record types: the plain-data vocabulary of the metadata log.
+//!
+//! Names and fields follow KRaft's `__cluster_metadata` records so that the
+//! meaning of each field matches what Kafka clients and tools expect, but the
+//! encoding here is fjord's own (serde), not Kafka's record framing.
+
+use serde::{Deserialize, Serialize};
+
+/// A Kafka UUID (topic id, incarnation id) as its 16 raw bytes.
+pub type Uuid = [u8; 16];
+
+/// `ConfigRecord::resource_type` for a topic (Kafka's `ConfigResource.Type.TOPIC`).
+pub const CONFIG_RESOURCE_TOPIC: i8 = 2;
+/// `ConfigRecord::resource_type` for a broker (Kafka's `ConfigResource.Type.BROKER`).
+pub const CONFIG_RESOURCE_BROKER: i8 = 4;
+
+/// The `leader` value meaning "no replica currently leads this partition".
+pub const NO_LEADER: i32 = -1;
+
+/// One change to cluster metadata. A proposal is a list of these, applied atomically.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetadataRecord {
+    Topic(TopicRecord),
+    Partition(PartitionRecord),
+    PartitionChange(PartitionChangeRecord),
+    Config(ConfigRecord),
+    RemoveTopic(RemoveTopicRecord),
+    ProducerIds(ProducerIdsRecord),
+    RegisterBroker(RegisterBrokerRecord),
+    FeatureLevel(FeatureLevelRecord),
+}
+
+/// Creates a topic: binds a name to a topic id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicRecord {
+    pub name: String,
+    pub topic_id: Uuid,
+}
+
+/// Creates one partition of an existing topic (or restores it from a snapshot).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRecord {
+    pub partition_id: i32,
+    pub topic_id: Uuid,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// Broker id of the leader, or [`NO_LEADER`].
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+/// Changes an existing partition. `None` fields are left as they are.
+///
+/// Kafka encodes "leader unchanged" as -2; an `Option` says the same thing.
+/// Setting a leader (even the same one) bumps the leader epoch, and every
+/// change bumps the partition epoch, as in KRaft.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionChangeRecord {
+    pub partition_id: i32,
+    pub topic_id: Uuid,
+    pub isr: Option<Vec<i32>>,
+    /// New leader broker id or [`NO_LEADER`]; `None` keeps the current leader.
+    pub leader: Option<i32>,
+    pub replicas: Option<Vec<i32>>,
+}
+
+/// Sets (`value: Some`) or deletes (`value: None`) one dynamic config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigRecord {
+    /// [`CONFIG_RESOURCE_TOPIC`] or [`CONFIG_RESOURCE_BROKER`].
+    pub resource_type: i8,
+    /// Topic name, broker id as a decimal string, or "" for the cluster-wide broker default.
+    pub resource_name: String,
+    pub name: String,
+    pub value: Option<String>,
+}
+
+/// Deletes a topic, its partitions and its configs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoveTopicRecord {
+    pub topic_id: Uuid,
+}
+
+/// Hands a block of producer ids to a broker; `next_producer_id` is the first id
+/// not yet handed out to anyone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerIdsRecord {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+    pub next_producer_id: i64,
+}
+
+/// One listener a broker accepts connections on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerEndpoint {
+    /// Listener name, e.g. `PLAINTEXT`.
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    /// Kafka's `SecurityProtocol` id (0 PLAINTEXT, 1 SSL, 2 SASL_PLAINTEXT, 3 SASL_SSL).
+    pub security_protocol: i16,
+}
+
+/// Registers (or re-registers, with a higher epoch) a broker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterBrokerRecord {
+    pub broker_id: i32,
+    pub incarnation_id: Uuid,
+    pub broker_epoch: i64,
+    pub endpoints: Vec<BrokerEndpoint>,
+    pub rack: Option<String>,
+}
+
+/// Sets a cluster-wide feature level; level 0 removes the feature, as in KRaft.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeatureLevelRecord {
+    pub name: String,
+    pub level: i16,
+}
