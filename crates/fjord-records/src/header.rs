@@ -72,18 +72,21 @@ pub struct BatchHeader {
     pub record_count: i32,
 }
 
+// Field readers for `parse`, which has checked the buffer holds a whole header; a short buffer
+// reads as zeros rather than panicking.
+fn be_bytes<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    b.get(at..at + N)
+        .and_then(|s| <[u8; N]>::try_from(s).ok())
+        .unwrap_or([0; N])
+}
 fn be_i64(b: &[u8], at: usize) -> i64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    i64::from_be_bytes(a)
+    i64::from_be_bytes(be_bytes(b, at))
 }
 fn be_i32(b: &[u8], at: usize) -> i32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    i32::from_be_bytes(a)
+    i32::from_be_bytes(be_bytes(b, at))
 }
 fn be_i16(b: &[u8], at: usize) -> i16 {
-    i16::from_be_bytes([b[at], b[at + 1]])
+    i16::from_be_bytes(be_bytes(b, at))
 }
 
 impl BatchHeader {
@@ -98,7 +101,7 @@ impl BatchHeader {
             base_offset: be_i64(buf, OFFSET_BASE_OFFSET),
             batch_length: be_i32(buf, OFFSET_BATCH_LENGTH),
             partition_leader_epoch: be_i32(buf, OFFSET_PARTITION_LEADER_EPOCH),
-            magic: buf[OFFSET_MAGIC] as i8,
+            magic: be_bytes::<1>(buf, OFFSET_MAGIC)[0] as i8,
             crc: be_i32(buf, OFFSET_CRC) as u32,
             attributes: be_i16(buf, OFFSET_ATTRIBUTES),
             last_offset_delta: be_i32(buf, OFFSET_LAST_OFFSET_DELTA),
@@ -158,16 +161,28 @@ impl BatchHeader {
 }
 
 /// CRC32C over the covered part of a complete batch (`buf` holds exactly one batch).
+///
+/// # Panics
+/// If `batch` is shorter than 21 bytes; call it only on a parsed batch.
+#[allow(clippy::indexing_slicing)]
 pub fn compute_crc(batch: &[u8]) -> u32 {
     crc32c::crc32c(&batch[CRC_COVERED_FROM..])
 }
 
 /// Overwrites `baseOffset` in place. The CRC is unaffected.
+///
+/// # Panics
+/// If `batch` is shorter than the field; [`crate::assign_offsets`] is the checked form.
+#[allow(clippy::indexing_slicing)]
 pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
     batch[OFFSET_BASE_OFFSET..OFFSET_BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
 }
 
 /// Overwrites `partitionLeaderEpoch` in place. The CRC is unaffected.
+///
+/// # Panics
+/// If `batch` is shorter than the field; [`crate::assign_offsets`] is the checked form.
+#[allow(clippy::indexing_slicing)]
 pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
     batch[OFFSET_PARTITION_LEADER_EPOCH..OFFSET_PARTITION_LEADER_EPOCH + 4]
         .copy_from_slice(&epoch.to_be_bytes());
