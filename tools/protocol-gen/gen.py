@@ -142,6 +142,8 @@ class Field:
         self.ignorable = bool(spec.get("ignorable", False))
         self.default = spec.get("default")
         flex = spec.get("flexibleVersions")
+        # A field may narrow the message's flexible versions ("none": always classic encoding).
+        self.has_flex_override = flex is not None
         self.flex_override = None if flex is None else parse_versions(flex)
         self.is_array = self.type.startswith("[]")
         self.elem = self.type[2:] if self.is_array else self.type
@@ -264,7 +266,7 @@ class Message:
 
     def compact(self, field):
         """Whether the field uses compact encodings: the expression, given `flexible`."""
-        if field.flex_override is not None:
+        if field.has_flex_override:
             return self.cond(intersect(field.flex_override, self.flexible))
         return "flexible"
 
@@ -280,7 +282,7 @@ class Message:
             if not contains(f.versions, v) or contains(f.tagged, v):
                 continue
             compact = flexible
-            if f.flex_override is not None:
+            if f.has_flex_override:
                 compact = flexible and contains(f.flex_override, v)
             total += self.field_min_size(f, v, compact)
         return max(total, 1)

@@ -39,7 +39,6 @@ impl Default for RequestHeader {
 
 impl Encodable for RequestHeader {
     fn encode(&self, out: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = version >= 2;
         if !(0..=2).contains(&version) {
             return Err(EncodeError::UnsupportedVersion {
                 message: "RequestHeader",
@@ -51,13 +50,13 @@ impl Encodable for RequestHeader {
         out.put_i32(self.correlation_id);
         if version >= 1 {
             if version >= 1 {
-                put_nullable_string(out, self.client_id.as_deref(), flexible)?;
+                put_nullable_string(out, self.client_id.as_deref(), false)?;
             } else {
                 let v = self.client_id.as_ref().ok_or(EncodeError::NullValue {
                     field: "RequestHeader.ClientId",
                     version,
                 })?;
-                put_string(out, v, flexible)?;
+                put_string(out, v, false)?;
             }
         }
         if version >= 2 {
@@ -69,7 +68,6 @@ impl Encodable for RequestHeader {
 
 impl Decodable for RequestHeader {
     fn decode(input: &mut Decoder, version: i16) -> Result<Self, DecodeError> {
-        let flexible = version >= 2;
         if !(0..=2).contains(&version) {
             return Err(DecodeError::UnsupportedVersion {
                 message: "RequestHeader",
@@ -82,9 +80,9 @@ impl Decodable for RequestHeader {
         this.correlation_id = input.read_i32()?;
         if version >= 1 {
             this.client_id = if version >= 1 {
-                input.read_nullable_string(flexible)?
+                input.read_nullable_string(false)?
             } else {
-                Some(input.read_string(flexible)?)
+                Some(input.read_string(false)?)
             };
         }
         if version >= 2 {
