@@ -274,7 +274,6 @@ fn records_are_zero_copy_slices_of_the_frame() {
                 index: 0,
                 records: Some(Bytes::from_static(b"batch-bytes")),
             }],
-            ..Default::default()
         }],
         ..Default::default()
     };
