@@ -243,7 +243,10 @@ impl ProducerStateManager {
             if first_seq != 0 && entry.producer_epoch != NO_PRODUCER_EPOCH {
                 return Err(out_of_order());
             }
-        } else if !in_sequence(entry.last_seq(), first_seq) {
+        } else if entry.producer_epoch != NO_PRODUCER_EPOCH
+            && !in_sequence(entry.last_seq(), first_seq)
+        {
+            // Without a known epoch there is no sequence to continue from.
             return Err(out_of_order());
         }
         Ok(SequenceCheck::Append)
@@ -742,6 +745,23 @@ mod tests {
             SequenceCheck::Append
         );
         assert!(out_of_order(m.check(&batch(5, 4, 3, 1, 10))));
+    }
+
+    #[test]
+    fn entry_without_epoch_accepts_any_sequence() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = snapshot_header(1);
+        push_entry(&mut bytes, 5, -1, 3, 0, 0, 10, -1, -1);
+        write_with_crc(&snapshot_path(dir.path(), 1), bytes);
+        let m = ProducerStateManager::load_latest_snapshot(dir.path(), 1).unwrap();
+        assert_eq!(
+            m.check(&batch(5, -1, 9, 1, 1)).unwrap(),
+            SequenceCheck::Append
+        );
+        assert_eq!(
+            m.check(&batch(5, 0, 9, 1, 1)).unwrap(),
+            SequenceCheck::Append
+        );
     }
 
     #[test]
