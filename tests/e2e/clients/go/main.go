@@ -1,0 +1,327 @@
+// Command franztool is the e2e client tool for franz-go: create-topic, produce and consume with the
+// suite's common CLI (see tests/e2e/README.md).
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const baseTimestampMs = 1_700_000_000_000
+
+type genRecord struct {
+	key       []byte
+	value     []byte
+	headers   []kgo.RecordHeader
+	timestamp int64
+}
+
+// generate is the suite's deterministic record generator; Python and Java produce the same bytes.
+func generate(seed, i int64) genRecord {
+	prefix := fmt.Sprintf("fjord-e2e:%d:%d", seed, i)
+	h0 := sha256.Sum256([]byte(prefix))
+	valueLen := 10 + (int(h0[0])<<8|int(h0[1]))%291
+	value := make([]byte, 0, valueLen+sha256.Size)
+	for k := 0; len(value) < valueLen; k++ {
+		block := sha256.Sum256([]byte(fmt.Sprintf("%s:%d", prefix, k)))
+		value = append(value, block[:]...)
+	}
+	value = value[:valueLen]
+	if i%3 == 0 {
+		for j, b := range value {
+			value[j] = 'a' + b%26
+		}
+	}
+	var key []byte
+	if i%17 != 5 {
+		key = []byte(fmt.Sprintf("key-%d-%d", seed, i))
+	}
+	binLen := 1 + int(h0[2])%16
+	bin := append([]byte(nil), h0[3:3+binLen]...)
+	return genRecord{
+		key:   key,
+		value: value,
+		headers: []kgo.RecordHeader{
+			{Key: "idx", Value: []byte(strconv.FormatInt(i, 10))},
+			{Key: "bin", Value: bin},
+		},
+		timestamp: baseTimestampMs + i,
+	}
+}
+
+func codecOf(name string) (kgo.CompressionCodec, error) {
+	switch name {
+	case "none":
+		return kgo.NoCompression(), nil
+	case "gzip":
+		return kgo.GzipCompression(), nil
+	case "snappy":
+		return kgo.SnappyCompression(), nil
+	case "lz4":
+		return kgo.Lz4Compression(), nil
+	case "zstd":
+		return kgo.ZstdCompression(), nil
+	}
+	return kgo.NoCompression(), fmt.Errorf("unknown codec %q", name)
+}
+
+type options struct {
+	bootstrap, topic, codec, acks, out string
+	partitions, count, seed, expect    int64
+	idempotent                         bool
+	timeoutS                           float64
+}
+
+func parse(cmd string, args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.StringVar(&o.bootstrap, "bootstrap", "", "bootstrap servers")
+	fs.StringVar(&o.topic, "topic", "", "topic")
+	fs.StringVar(&o.codec, "codec", "none", "none|gzip|snappy|lz4|zstd")
+	fs.StringVar(&o.acks, "acks", "all", "all|1")
+	fs.StringVar(&o.out, "out", "", "output file")
+	fs.Int64Var(&o.partitions, "partitions", 1, "partition count")
+	fs.Int64Var(&o.count, "count", 0, "records to produce")
+	fs.Int64Var(&o.seed, "seed", 0, "generator seed")
+	fs.Int64Var(&o.expect, "expect", 0, "records to consume")
+	fs.BoolVar(&o.idempotent, "idempotent", false, "idempotent producer")
+	fs.Float64Var(&o.timeoutS, "timeout-s", 60, "consume timeout in seconds")
+	err := fs.Parse(args)
+	return o, err
+}
+
+func createTopic(o options) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(o.bootstrap))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(o.partitions), 1, nil, o.topic)
+	if err != nil {
+		return err
+	}
+	return resp.Err
+}
+
+// partitionCount asks for the topic's metadata until it is visible, since a new topic can lag briefly.
+func partitionCount(cl *kgo.Client, topic string) (int64, error) {
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		details, err := adm.ListTopics(ctx, topic)
+		cancel()
+		if err == nil {
+			if td, ok := details[topic]; ok && td.Err == nil && len(td.Partitions) > 0 {
+				return int64(len(td.Partitions)), nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("no metadata for topic %s: %v", topic, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func produce(o options) error {
+	codec, err := codecOf(o.codec)
+	if err != nil {
+		return err
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(o.bootstrap),
+		kgo.DefaultProduceTopic(o.topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(codec),
+		// No RecordDeliveryTimeout: franz-go measures it from Record.Timestamp, which the generator sets
+		// years in the past, so every record would expire at once. produceCtx bounds the run instead.
+		kgo.ProduceRequestTimeout(15 * time.Second),
+		kgo.ProducerLinger(5 * time.Millisecond),
+	}
+	switch o.acks {
+	case "all":
+		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
+	case "1":
+		opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck()))
+	default:
+		return fmt.Errorf("unknown acks %q", o.acks)
+	}
+	if !o.idempotent {
+		opts = append(opts, kgo.DisableIdempotentWrite())
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	partitions, err := partitionCount(cl, o.topic)
+	if err != nil {
+		return err
+	}
+	out, err := os.Create(o.out)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+
+	// Long enough to ride out a broker restart in the kill -9 test.
+	produceCtx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var failed int64
+	var firstErr, writeErr error
+	for i := int64(0); i < o.count; i++ {
+		g := generate(o.seed, i)
+		rec := &kgo.Record{
+			Key:       g.key,
+			Value:     g.value,
+			Headers:   g.headers,
+			Timestamp: time.UnixMilli(g.timestamp),
+			Partition: int32(i % partitions),
+		}
+		idx := i
+		cl.Produce(produceCtx, rec, func(r *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed++
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			// Unbuffered: each acknowledged record reaches the file as its ack arrives.
+			if _, werr := fmt.Fprintf(out, "%d %d %d\n", idx, r.Partition, r.Offset); werr != nil && writeErr == nil {
+				writeErr = werr
+			}
+		})
+	}
+	if err := cl.Flush(produceCtx); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if writeErr != nil {
+		return writeErr
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d records failed; first error: %w", failed, firstErr)
+	}
+	return nil
+}
+
+func hexOrDash(b []byte) string {
+	if b == nil {
+		return "-"
+	}
+	return hex.EncodeToString(b)
+}
+
+type line struct {
+	partition int32
+	offset    int64
+	text      string
+}
+
+var errTimedOut = errors.New("timed out")
+
+func consume(o options) error {
+	offsets := map[int32]kgo.Offset{}
+	for p := int32(0); int64(p) < o.partitions; p++ {
+		offsets[p] = kgo.NewOffset().AtStart()
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(o.bootstrap),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{o.topic: offsets}),
+	)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(o.timeoutS*float64(time.Second)))
+	defer cancel()
+	var lines []line
+	for int64(len(lines)) < o.expect && ctx.Err() == nil {
+		fetches := cl.PollFetches(ctx)
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				fmt.Fprintf(os.Stderr, "consume: %s[%d]: %v\n", t, p, err)
+			}
+		})
+		fetches.EachRecord(func(r *kgo.Record) {
+			hs := make([]string, 0, len(r.Headers))
+			for _, h := range r.Headers {
+				hs = append(hs, hex.EncodeToString([]byte(h.Key))+":"+hexOrDash(h.Value))
+			}
+			headers := strings.Join(hs, ",")
+			if headers == "" {
+				headers = "-"
+			}
+			text := fmt.Sprintf("%d %d %d %s %s %s", r.Partition, r.Offset, r.Timestamp.UnixMilli(),
+				hexOrDash(r.Key), hexOrDash(r.Value), headers)
+			lines = append(lines, line{r.Partition, r.Offset, text})
+		})
+	}
+	sort.Slice(lines, func(a, b int) bool {
+		if lines[a].partition != lines[b].partition {
+			return lines[a].partition < lines[b].partition
+		}
+		return lines[a].offset < lines[b].offset
+	})
+	var sb strings.Builder
+	for _, l := range lines {
+		sb.WriteString(l.text)
+		sb.WriteByte('\n')
+	}
+	if err := os.WriteFile(o.out, []byte(sb.String()), 0o644); err != nil {
+		return err
+	}
+	if int64(len(lines)) < o.expect {
+		return fmt.Errorf("%w with %d of %d records", errTimedOut, len(lines), o.expect)
+	}
+	return nil
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: create-topic|produce|consume --bootstrap B --topic T ...")
+		os.Exit(64)
+	}
+	cmd := os.Args[1]
+	o, err := parse(cmd, os.Args[2:])
+	if err != nil {
+		os.Exit(64)
+	}
+	switch cmd {
+	case "create-topic":
+		err = createTopic(o)
+	case "produce":
+		err = produce(o)
+	case "consume":
+		err = consume(o)
+	default:
+		err = fmt.Errorf("unknown command %q", cmd)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", cmd, err)
+		if errors.Is(err, errTimedOut) {
+			os.Exit(3)
+		}
+		os.Exit(1)
+	}
+}

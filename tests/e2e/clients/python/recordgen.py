@@ -1,0 +1,73 @@
+"""The deterministic record generator and output formats shared by the Python client tools and the tests.
+
+The definition is in tests/e2e/README.md; the Java and Go tools implement the same bytes.
+"""
+
+import hashlib
+from typing import List, NamedTuple, Optional, Tuple
+
+BASE_TIMESTAMP_MS = 1_700_000_000_000
+
+
+class GenRecord(NamedTuple):
+    key: Optional[bytes]
+    value: bytes
+    headers: List[Tuple[str, bytes]]
+    timestamp: int
+
+
+def generate(seed: int, i: int) -> GenRecord:
+    prefix = f"fjord-e2e:{seed}:{i}"
+    h0 = hashlib.sha256(prefix.encode("ascii")).digest()
+    value_len = 10 + ((h0[0] << 8) | h0[1]) % 291
+    blocks = []
+    have = 0
+    k = 0
+    while have < value_len:
+        block = hashlib.sha256(f"{prefix}:{k}".encode("ascii")).digest()
+        blocks.append(block)
+        have += len(block)
+        k += 1
+    value = b"".join(blocks)[:value_len]
+    if i % 3 == 0:
+        # Every third value is lowercase text so the codecs have something to squeeze.
+        value = bytes(0x61 + b % 26 for b in value)
+    key = None if i % 17 == 5 else f"key-{seed}-{i}".encode("ascii")
+    bin_len = 1 + h0[2] % 16
+    headers = [("idx", str(i).encode("ascii")), ("bin", h0[3 : 3 + bin_len])]
+    return GenRecord(key, value, headers, BASE_TIMESTAMP_MS + i)
+
+
+def _hex_or_dash(b: Optional[bytes]) -> str:
+    return "-" if b is None else b.hex()
+
+
+def consume_line(
+    partition: int,
+    offset: int,
+    timestamp: int,
+    key: Optional[bytes],
+    value: Optional[bytes],
+    headers: Optional[List[Tuple[str, Optional[bytes]]]],
+) -> str:
+    """One record in the canonical consume output format (no trailing newline)."""
+    hs = ",".join(f"{k.encode('utf-8').hex()}:{_hex_or_dash(v)}" for k, v in headers or [])
+    return f"{partition} {offset} {timestamp} {_hex_or_dash(key)} {_hex_or_dash(value)} {hs or '-'}"
+
+
+def parse_flags(argv: List[str]) -> dict:
+    """The tools' shared CLI: `--name value` pairs plus the bare `--idempotent` switch."""
+    out = {}
+    it = iter(argv)
+    for a in it:
+        if not a.startswith("--"):
+            raise SystemExit(f"unexpected argument {a}")
+        name = a[2:]
+        if name == "idempotent":
+            out[name] = True
+        else:
+            try:
+                out[name] = next(it)
+            except StopIteration:
+                raise SystemExit(f"missing value for {a}") from None
+    return out

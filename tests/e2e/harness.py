@@ -1,0 +1,356 @@
+"""Broker processes and client tools for the e2e suite.
+
+Owns: starting/stopping/killing a broker (fjord's binary or Apache Kafka from Maven Central jars) on a
+loopback port with a data dir that survives restarts, running the per-client tools, and checking what
+they report against the record generator.
+"""
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Dict, List, Optional
+
+E2E_DIR = Path(__file__).resolve().parent
+REPO_ROOT = E2E_DIR.parent.parent
+BUILD_DIR = E2E_DIR / ".build"
+PYTHON_CLIENTS = E2E_DIR / "clients" / "python"
+
+sys.path.insert(0, str(PYTHON_CLIENTS))
+from recordgen import consume_line, generate  # noqa: E402
+
+CLIENTS = ["java", "go", "confluent", "kafka-python"]
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def java_bin() -> str:
+    home = os.environ.get("JAVA_HOME")
+    return str(Path(home) / "bin" / "java") if home else "java"
+
+
+def read_classpath(name: str) -> str:
+    path = BUILD_DIR / name
+    if not path.exists():
+        raise RuntimeError(f"{path} is missing: run scripts/install-test-deps.sh")
+    return path.read_text().strip()
+
+
+def write_properties(path: Path, props: Dict[str, str]) -> None:
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+
+class Broker:
+    """A single-node broker process whose port and data dir stay the same across restarts."""
+
+    kind = "?"
+    # Exit codes that mean a clean shutdown after SIGTERM.
+    clean_exit_codes = (0,)
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.data_dir = workdir / "data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.proc: Optional[subprocess.Popen] = None
+        self.starts = 0
+
+    def command(self) -> List[str]:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        return port_accepts(self.port)
+
+    def log_path(self) -> Path:
+        return self.workdir / f"process-{self.starts}.out"
+
+    def start(self, timeout_s: float = 90) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "broker already running"
+        self.starts += 1
+        with open(self.log_path(), "wb") as log:
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+        deadline = time.monotonic() + timeout_s
+        while not self.ready():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.kind} exited with {self.proc.returncode}; see {self.log_path()}")
+            if time.monotonic() > deadline:
+                self.kill9()
+                raise RuntimeError(f"{self.kind} not ready after {timeout_s}s; see {self.log_path()}")
+            time.sleep(0.1)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout_s: float = 60) -> None:
+        """SIGTERM and wait for a clean exit."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError(f"{self.kind} ignored SIGTERM for {timeout_s}s")
+        rc = self.proc.returncode
+        assert rc in self.clean_exit_codes, f"{self.kind} exited {rc} after SIGTERM; see {self.log_path()}"
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def partition_dirs(self, topic: str) -> List[Path]:
+        return sorted(self.data_dir.glob(f"{topic}-*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
+
+
+class FjordBroker(Broker):
+    kind = "fjord"
+
+    def __init__(self, workdir: Path):
+        super().__init__(workdir)
+        self.binary = Path(os.environ.get("FJORD_BIN", REPO_ROOT / "target" / "release" / "fjord"))
+        self.config = workdir / "server.properties"
+        write_properties(
+            self.config,
+            {
+                "node.id": "1",
+                "listeners": f"PLAINTEXT://{self.bootstrap}",
+                "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
+                "log.dirs": str(self.data_dir),
+                "num.partitions": "1",
+                "auto.create.topics.enable": "false",
+            },
+        )
+
+    def command(self) -> List[str]:
+        if not self.binary.exists():
+            raise RuntimeError(f"{self.binary} is missing: run cargo build --release")
+        return [str(self.binary), "server", str(self.config)]
+
+
+class KafkaBroker(Broker):
+    """Apache Kafka in single-node KRaft mode (broker and controller in one JVM)."""
+
+    kind = "kafka"
+    # The JVM reports death by SIGTERM as 128 + 15 even when its shutdown hooks ran cleanly.
+    clean_exit_codes = (0, 143)
+
+    def __init__(self, workdir: Path):
+        super().__init__(workdir)
+        self.classpath = read_classpath("kafka-broker.classpath")
+        self.controller_port = free_port()
+        self.config = workdir / "server.properties"
+        write_properties(
+            self.config,
+            {
+                "process.roles": "broker,controller",
+                "node.id": "1",
+                "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+                "listeners": f"PLAINTEXT://{self.bootstrap},CONTROLLER://127.0.0.1:{self.controller_port}",
+                "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
+                "controller.listener.names": "CONTROLLER",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "log.dirs": str(self.data_dir),
+                "num.partitions": "1",
+                "auto.create.topics.enable": "false",
+                "offsets.topic.replication.factor": "1",
+                "transaction.state.log.replication.factor": "1",
+                "transaction.state.log.min.isr": "1",
+                "share.coordinator.state.topic.replication.factor": "1",
+                "share.coordinator.state.topic.min.isr": "1",
+                "group.initial.rebalance.delay.ms": "0",
+                # librdkafka's consumer looks up a coordinator, which creates these topics; one partition
+                # each keeps broker restarts quick.
+                "offsets.topic.num.partitions": "1",
+                "transaction.state.log.num.partitions": "1",
+                "share.coordinator.state.topic.num.partitions": "1",
+                # Generated timestamps are from 2023; keep retention from deleting them.
+                "log.retention.ms": "-1",
+            },
+        )
+        log4j = workdir / "log4j2.properties"
+        log4j.write_text(
+            "rootLogger.level=INFO\n"
+            "rootLogger.appenderRef.file.ref=FILE\n"
+            "appender.file.type=File\n"
+            "appender.file.name=FILE\n"
+            f"appender.file.fileName={workdir / 'server.log'}\n"
+            "appender.file.layout.type=PatternLayout\n"
+            "appender.file.layout.pattern=[%d] %p %m (%c)%n\n"
+        )
+        self.jvm = [java_bin(), "-Xms512m", "-Xmx1g", f"-Dlog4j2.configurationFile={log4j}", "-cp", self.classpath]
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        subprocess.run(
+            self.jvm
+            + ["kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(self.config)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            cwd=workdir,
+        )
+
+    def command(self) -> List[str]:
+        return self.jvm + ["kafka.Kafka", str(self.config)]
+
+    def ready(self) -> bool:
+        # The listener accepts before the broker is unfenced; the log says when it is serving.
+        if not port_accepts(self.port):
+            return False
+        log = self.workdir / "server.log"
+        if not log.exists():
+            return False
+        marker = "Kafka Server started"
+        return log.read_text(errors="replace").count(marker) >= self.starts
+
+
+def make_broker(workdir: Path) -> Broker:
+    kind = os.environ.get("E2E_BROKER", "fjord")
+    if kind == "fjord":
+        return FjordBroker(workdir)
+    if kind == "kafka":
+        return KafkaBroker(workdir)
+    raise RuntimeError(f"E2E_BROKER must be fjord or kafka, not {kind!r}")
+
+
+def tool_command(client: str) -> List[str]:
+    if client == "java":
+        cp = str(BUILD_DIR / "java" / "java-client-tool-0.1.0.jar") + ":" + read_classpath("java-client.classpath")
+        return [java_bin(), "-cp", cp, "dev.fjord.e2e.ClientTool"]
+    if client == "go":
+        return [str(BUILD_DIR / "franz-tool")]
+    if client == "confluent":
+        return [sys.executable, str(PYTHON_CLIENTS / "confluent_tool.py")]
+    if client == "kafka-python":
+        return [sys.executable, str(PYTHON_CLIENTS / "kafka_python_tool.py")]
+    raise ValueError(client)
+
+
+def tool_args(cmd: str, **kw) -> List[str]:
+    args = [cmd]
+    for k, v in kw.items():
+        if v is True:
+            args.append("--" + k.replace("_", "-"))
+        elif v is not None and v is not False:
+            args += ["--" + k.replace("_", "-"), str(v)]
+    return args
+
+
+def run_tool(client: str, cmd: str, wall_s: float = 300, **kw) -> subprocess.CompletedProcess:
+    """Runs a client tool to completion; raises with its stderr when it fails."""
+    proc = subprocess.run(
+        tool_command(client) + tool_args(cmd, **kw), capture_output=True, text=True, timeout=wall_s
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"{client} {cmd} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def start_tool(client: str, cmd: str, log: Path, **kw) -> subprocess.Popen:
+    """Starts a client tool in the background with its output going to `log`."""
+    with open(log, "wb") as f:
+        return subprocess.Popen(tool_command(client) + tool_args(cmd, **kw), stdout=f, stderr=subprocess.STDOUT)
+
+
+def read_acks(path: Path) -> Dict[int, tuple]:
+    """Parses a produce output file into {record index: (partition, offset)}; each index at most once."""
+    acks: Dict[int, tuple] = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        i, p, off = (int(x) for x in line.split())
+        assert i not in acks, f"{path}:{n}: record {i} acknowledged twice"
+        acks[i] = (p, off)
+    return acks
+
+
+def check_acks(acks: Dict[int, tuple], partitions: int) -> None:
+    """Per partition, acknowledged offsets rise with the record index (the send order)."""
+    by_partition: Dict[int, List[tuple]] = {}
+    for i, (p, off) in acks.items():
+        assert p == i % partitions, f"record {i} acknowledged on partition {p}, sent to {i % partitions}"
+        by_partition.setdefault(p, []).append((i, off))
+    for p, rows in by_partition.items():
+        rows.sort()
+        offsets = [off for _, off in rows]
+        assert all(a < b for a, b in zip(offsets, offsets[1:])), f"partition {p}: acked offsets out of send order"
+
+
+def expected_lines(seed: int, acks: Dict[int, tuple]) -> List[str]:
+    """What a consumer must print for the acknowledged records, in (partition, offset) order."""
+    rows = []
+    for i, (p, off) in acks.items():
+        r = generate(seed, i)
+        rows.append((p, off, consume_line(p, off, r.timestamp, r.key, r.value, r.headers)))
+    rows.sort()
+    return [line for _, _, line in rows]
+
+
+def check_consumed(path: Path, seed: int, acks: Dict[int, tuple], partitions: int, exact: bool) -> None:
+    """Checks a consume output file against the generator.
+
+    exact: the log must hold exactly the acknowledged records, so the output must equal the expected lines.
+    Otherwise unacknowledged records may also be present, but each must still be a generated record, and
+    every acknowledged record must be at its acknowledged offset.
+    Either way: offsets are dense from 0, no record is stored twice, and per-partition order is send order.
+    """
+    got = path.read_text().splitlines()
+    want = expected_lines(seed, acks)
+    stored = []  # (partition, offset, record index)
+    if exact:
+        if got != want:
+            got_set, want_set = set(got), set(want)
+            missing = [line for line in want if line not in got_set]
+            extra = [line for line in got if line not in want_set]
+            raise AssertionError(
+                f"consumed {len(got)} lines, expected {len(want)}; {len(missing)} missing, {len(extra)} unexpected;"
+                f" first missing: {missing[:1]}; first unexpected: {extra[:1]}"
+            )
+        stored = [(p, off, i) for i, (p, off) in acks.items()]
+    else:
+        got_set = set(got)
+        missing = [line for line in want if line not in got_set]
+        assert not missing, f"{len(missing)} acknowledged records not consumed; first: {missing[0][:200]}"
+        for line in got:
+            fields = line.split(" ")
+            p, off = int(fields[0]), int(fields[1])
+            headers = dict(h.split(":") for h in fields[5].split(","))
+            i = int(bytes.fromhex(headers["696478"]).decode("ascii"))  # the "idx" header
+            r = generate(seed, i)
+            assert line == consume_line(p, off, r.timestamp, r.key, r.value, r.headers), f"record {i} corrupted"
+            stored.append((p, off, i))
+    stored.sort()
+    seen: Dict[int, tuple] = {}
+    next_offset: Dict[int, int] = {}
+    last_index: Dict[int, int] = {}
+    for p, off, i in stored:
+        assert 0 <= p < partitions, f"record {i} on partition {p}"
+        assert p == i % partitions, f"record {i} on partition {p}, sent to {i % partitions}"
+        # Offsets are dense from 0: nothing is ever deleted from these topics.
+        assert off == next_offset.get(p, 0), f"partition {p}: offset {off} where {next_offset.get(p, 0)} expected"
+        next_offset[p] = off + 1
+        assert i not in seen, f"record {i} stored twice: at {seen[i]} and {(p, off)}"
+        seen[i] = (p, off)
+        assert i > last_index.get(p, -1), f"partition {p}: record {i} stored after record {last_index[p]}"
+        last_index[p] = i
