@@ -20,6 +20,9 @@ use crate::record::MetadataRecord;
 use crate::state_machine::StateMachine;
 use crate::types::{Proposal, TypeConfig};
 
+#[cfg(test)]
+mod tests;
+
 /// Records which cluster and node a metadata directory belongs to, like the
 /// `cluster.id` and `node.id` of Kafka's `meta.properties`.
 const IDENTITY_FILE: &str = "quorum.json";

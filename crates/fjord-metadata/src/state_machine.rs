@@ -6,6 +6,10 @@
 //! replays the records through [`MetadataDelta`], so a snapshot is held to the
 //! same invariants as the log.
 
+// `StorageError` is openraft's type, imposed by the storage traits; boxing it in
+// our helpers would only add conversions back at every trait method.
+#![allow(clippy::result_large_err)]
+
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
