@@ -421,6 +421,29 @@ mod tests {
         assert_eq!(store.read_vote().await.unwrap(), Some(vote));
     }
 
+    #[tokio::test]
+    async fn torn_or_zero_filled_tail_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::open(dir.path()).unwrap();
+        append(&store, &[entry(1), entry(2)]);
+        drop(store);
+        let path = dir.path().join(LOG_FILE);
+        let intact = std::fs::metadata(&path).unwrap().len();
+        for tail in [
+            vec![0u8; 64],
+            vec![0, 0, 0, 9, 1, 2],
+            b"\xff\xff\xff\xffjunk".to_vec(),
+        ] {
+            let mut bytes = std::fs::read(&path).unwrap();
+            bytes.extend(&tail);
+            std::fs::write(&path, bytes).unwrap();
+            let mut store = LogStore::open(dir.path()).unwrap();
+            let state = store.get_log_state().await.unwrap();
+            assert_eq!(state.last_log_id, Some(entry(2).log_id));
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), intact);
+        }
+    }
+
     #[test]
     fn corrupt_files_are_errors_not_panics() {
         let dir = tempfile::tempdir().unwrap();

@@ -314,3 +314,17 @@ async fn concurrent_proposals_are_all_applied_in_order() {
     };
     quorum.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_damaged_snapshot_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    start(dir.path()).await.shutdown().await.unwrap();
+    for bytes in [
+        &b"not a frame"[..],
+        &crate::frame::encode(b"{\"meta\":1}").unwrap(),
+    ] {
+        std::fs::write(dir.path().join("snapshot"), bytes).unwrap();
+        let err = MetadataQuorum::start_with_config(dir.path(), 1, CLUSTER, config()).await;
+        assert!(matches!(err, Err(MetadataError::Corrupt { .. })));
+    }
+}
