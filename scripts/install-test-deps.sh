@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Installs everything the e2e suite (tests/e2e) needs, idempotently and without prompts:
+#   - .venv/ with the pinned Python packages (pytest, confluent-kafka, kafka-python and its codecs)
+#   - the Java client tool (kafka-clients) and Apache Kafka's broker/tools classpath, via Maven
+#   - the Go client tool (franz-go)
+# Downloads land in ~/.m2, Go's module cache and .venv; build outputs in tests/e2e/.build. None is committed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+E2E="$ROOT/tests/e2e"
+BUILD="$E2E/.build"
+PYTHON="${PYTHON:-python3}"
+mkdir -p "$BUILD"
+
+need() {
+    command -v "$1" >/dev/null 2>&1 || { echo "install-test-deps: '$1' is required but not on PATH" >&2; exit 1; }
+}
+need "$PYTHON"
+need java
+need mvn
+need go
+
+echo "== python venv (.venv)"
+if [ ! -x "$ROOT/.venv/bin/python" ]; then
+    "$PYTHON" -m venv "$ROOT/.venv"
+fi
+# Reinstall only when the pins changed since the last successful install.
+stamp="$ROOT/.venv/.e2e-requirements"
+if ! cmp -s "$E2E/requirements.txt" "$stamp"; then
+    "$ROOT/.venv/bin/pip" install --disable-pip-version-check -q -r "$E2E/requirements.txt"
+    cp "$E2E/requirements.txt" "$stamp"
+fi
+# The confluent-kafka wheel must carry its own librdkafka; kafka-python must see every codec library.
+"$ROOT/.venv/bin/python" - <<'PY'
+import confluent_kafka, kafka.codec as c
+v = confluent_kafka.version()
+print(f"confluent-kafka {v[0] if isinstance(v, tuple) else v}, bundled librdkafka {confluent_kafka.libversion()[0]}")
+missing = [n for n, ok in [("snappy", c.has_snappy()), ("lz4", c.has_lz4()), ("zstd", c.has_zstd())] if not ok]
+if missing:
+    raise SystemExit(f"kafka-python cannot use codecs: {missing}")
+import kafka
+print(f"kafka-python {kafka.__version__} with gzip, snappy, lz4, zstd")
+PY
+
+MVN=(mvn -B -q --no-transfer-progress -Dstyle.color=never)
+
+echo "== java client tool (kafka-clients)"
+(cd "$E2E/clients/java" && "${MVN[@]}" package dependency:build-classpath \
+    -Dmdep.outputFile="$BUILD/java-client.classpath" -Dmdep.includeScope=runtime)
+test -s "$BUILD/java/java-client-tool-0.1.0.jar"
+
+echo "== apache kafka broker and tools classpath (kafka_2.13, kafka-tools)"
+(cd "$E2E/kafka-broker" && "${MVN[@]}" dependency:build-classpath \
+    -Dmdep.outputFile="$BUILD/kafka-broker.classpath" -Dmdep.includeScope=runtime)
+test -s "$BUILD/kafka-broker.classpath"
+
+echo "== go client tool (franz-go)"
+(cd "$E2E/clients/go" && go build -mod=readonly -o "$BUILD/franz-tool" .)
+
+echo "install-test-deps: ok"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The single test command: installs the e2e dependencies, builds, runs the Rust tests and then the
+# end-to-end suite with real Kafka clients. Exits non-zero on the first failure; pytest's summary is last.
+#
+# Environment:
+#   E2E_BROKER=fjord|kafka   broker under test for the e2e suite (default fjord: target/release/fjord)
+#   E2E_PYTEST_ARGS          extra pytest arguments, e.g. '-m "not slow"' for the quick subset
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+step() { echo; echo "==== $*"; }
+
+step "install test dependencies"
+scripts/install-test-deps.sh
+
+step "cargo build --release"
+cargo build --release
+
+# ---- HOOK: lint checks (cargo fmt --check, cargo clippy -- -D warnings) go here --------------------------
+
+step "cargo test --workspace"
+cargo test --workspace
+
+# ---- HOOK: bounded fuzz runs (fixed time/iteration budget per target) go here ---------------------------
+
+step "e2e (E2E_BROKER=${E2E_BROKER:-fjord})"
+# pytest prints its summary line last; its exit code is this script's.
+eval "exec .venv/bin/pytest tests/e2e -q ${E2E_PYTEST_ARGS:-}"
