@@ -13,6 +13,8 @@
 //! they load and report [`StorageError::Corrupt`], upon which the segment rebuilds them from the
 //! log.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -95,7 +97,11 @@ pub struct OffsetIndex {
 
 impl OffsetIndex {
     /// Creates an empty index, discarding whatever the file held.
-    pub fn create(path: &Path, base_offset: i64, max_index_bytes: u64) -> Result<Self, StorageError> {
+    pub fn create(
+        path: &Path,
+        base_offset: i64,
+        max_index_bytes: u64,
+    ) -> Result<Self, StorageError> {
         let file = open_rw(path, true)?;
         Ok(OffsetIndex {
             path: path.to_path_buf(),
@@ -132,11 +138,17 @@ impl OffsetIndex {
             let pos = u32::from_be_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]);
             if let Some(&(last_rel, last_pos)) = entries.last() {
                 if rel <= last_rel || pos < last_pos {
-                    return Err(StorageError::corrupt(path, "offset index entries do not ascend"));
+                    return Err(StorageError::corrupt(
+                        path,
+                        "offset index entries do not ascend",
+                    ));
                 }
             }
             if u64::from(pos) >= log_size || rel > i32::MAX as u32 {
-                return Err(StorageError::corrupt(path, "offset index entry outside the segment"));
+                return Err(StorageError::corrupt(
+                    path,
+                    "offset index entry outside the segment",
+                ));
             }
             entries.push((rel, pos));
         }
@@ -266,7 +278,11 @@ pub struct TimeIndex {
 
 impl TimeIndex {
     /// Creates an empty index, discarding whatever the file held.
-    pub fn create(path: &Path, base_offset: i64, max_index_bytes: u64) -> Result<Self, StorageError> {
+    pub fn create(
+        path: &Path,
+        base_offset: i64,
+        max_index_bytes: u64,
+    ) -> Result<Self, StorageError> {
         let file = open_rw(path, true)?;
         Ok(TimeIndex {
             path: path.to_path_buf(),
@@ -290,7 +306,12 @@ impl TimeIndex {
             .open(path)
             .at(path)?;
         let max_entries = max_entries(max_index_bytes, TIME_INDEX_ENTRY_SIZE);
-        let buf = read_index_file(&file, path, TIME_INDEX_ENTRY_SIZE, max_entries * TIME_INDEX_ENTRY_SIZE)?;
+        let buf = read_index_file(
+            &file,
+            path,
+            TIME_INDEX_ENTRY_SIZE,
+            max_entries * TIME_INDEX_ENTRY_SIZE,
+        )?;
         let mut entries: Vec<(i64, u32)> = Vec::with_capacity(buf.len() / TIME_INDEX_ENTRY_SIZE);
         for chunk in buf.chunks_exact(TIME_INDEX_ENTRY_SIZE) {
             let mut ts = [0u8; 8];
@@ -299,11 +320,17 @@ impl TimeIndex {
             let rel = u32::from_be_bytes([chunk[8], chunk[9], chunk[10], chunk[11]]);
             if let Some(&(last_ts, last_rel)) = entries.last() {
                 if ts <= last_ts || rel < last_rel {
-                    return Err(StorageError::corrupt(path, "time index entries do not ascend"));
+                    return Err(StorageError::corrupt(
+                        path,
+                        "time index entries do not ascend",
+                    ));
                 }
             }
             if base_offset + i64::from(rel) >= next_offset.max(base_offset + 1) {
-                return Err(StorageError::corrupt(path, "time index entry outside the segment"));
+                return Err(StorageError::corrupt(
+                    path,
+                    "time index entry outside the segment",
+                ));
             }
             entries.push((ts, rel));
         }
@@ -394,10 +421,12 @@ impl TimeIndex {
     }
 
     pub fn last_entry(&self) -> Option<TimestampOffset> {
-        self.entries.last().map(|&(timestamp, rel)| TimestampOffset {
-            timestamp,
-            offset: self.base_offset + i64::from(rel),
-        })
+        self.entries
+            .last()
+            .map(|&(timestamp, rel)| TimestampOffset {
+                timestamp,
+                offset: self.base_offset + i64::from(rel),
+            })
     }
 
     pub fn path(&self) -> &Path {
@@ -433,19 +462,79 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut idx = offset_index(dir.path(), 100);
         // Empty index: every lookup starts at the segment's beginning.
-        assert_eq!(idx.lookup(50), OffsetPosition { offset: 100, position: 0 });
-        assert_eq!(idx.lookup(1000), OffsetPosition { offset: 100, position: 0 });
+        assert_eq!(
+            idx.lookup(50),
+            OffsetPosition {
+                offset: 100,
+                position: 0
+            }
+        );
+        assert_eq!(
+            idx.lookup(1000),
+            OffsetPosition {
+                offset: 100,
+                position: 0
+            }
+        );
         idx.append(110, 400).unwrap();
         idx.append(120, 800).unwrap();
         idx.append(135, 1200).unwrap();
-        assert_eq!(idx.lookup(99), OffsetPosition { offset: 100, position: 0 });
-        assert_eq!(idx.lookup(109), OffsetPosition { offset: 100, position: 0 });
-        assert_eq!(idx.lookup(110), OffsetPosition { offset: 110, position: 400 });
-        assert_eq!(idx.lookup(119), OffsetPosition { offset: 110, position: 400 });
-        assert_eq!(idx.lookup(120), OffsetPosition { offset: 120, position: 800 });
-        assert_eq!(idx.lookup(134), OffsetPosition { offset: 120, position: 800 });
-        assert_eq!(idx.lookup(135), OffsetPosition { offset: 135, position: 1200 });
-        assert_eq!(idx.lookup(i64::MAX), OffsetPosition { offset: 135, position: 1200 });
+        assert_eq!(
+            idx.lookup(99),
+            OffsetPosition {
+                offset: 100,
+                position: 0
+            }
+        );
+        assert_eq!(
+            idx.lookup(109),
+            OffsetPosition {
+                offset: 100,
+                position: 0
+            }
+        );
+        assert_eq!(
+            idx.lookup(110),
+            OffsetPosition {
+                offset: 110,
+                position: 400
+            }
+        );
+        assert_eq!(
+            idx.lookup(119),
+            OffsetPosition {
+                offset: 110,
+                position: 400
+            }
+        );
+        assert_eq!(
+            idx.lookup(120),
+            OffsetPosition {
+                offset: 120,
+                position: 800
+            }
+        );
+        assert_eq!(
+            idx.lookup(134),
+            OffsetPosition {
+                offset: 120,
+                position: 800
+            }
+        );
+        assert_eq!(
+            idx.lookup(135),
+            OffsetPosition {
+                offset: 135,
+                position: 1200
+            }
+        );
+        assert_eq!(
+            idx.lookup(i64::MAX),
+            OffsetPosition {
+                offset: 135,
+                position: 1200
+            }
+        );
     }
 
     #[test]
@@ -472,7 +561,13 @@ mod tests {
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 80);
         let reopened = OffsetIndex::open(&path, 7, 1024, 10_000).unwrap();
         assert_eq!(reopened.len(), 10);
-        assert_eq!(reopened.lookup(20), OffsetPosition { offset: 19, position: 400 });
+        assert_eq!(
+            reopened.lookup(20),
+            OffsetPosition {
+                offset: 19,
+                position: 400
+            }
+        );
         // The log is shorter than the last entry's position: the index is stale.
         assert!(OffsetIndex::open(&path, 7, 1024, 1000).is_err());
         idx.truncate_to(19).unwrap();
@@ -482,7 +577,13 @@ mod tests {
         assert_eq!(idx.len(), 1);
         // Appends continue after truncation.
         idx.append(12, 150).unwrap();
-        assert_eq!(idx.lookup(100), OffsetPosition { offset: 12, position: 150 });
+        assert_eq!(
+            idx.lookup(100),
+            OffsetPosition {
+                offset: 12,
+                position: 150
+            }
+        );
     }
 
     #[test]
@@ -516,7 +617,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.timeindex");
         let mut idx = TimeIndex::create(&path, 50, 1024).unwrap();
-        assert_eq!(idx.lookup(5), TimestampOffset { timestamp: -1, offset: 50 });
+        assert_eq!(
+            idx.lookup(5),
+            TimestampOffset {
+                timestamp: -1,
+                offset: 50
+            }
+        );
         idx.maybe_append(1000, 55, false).unwrap();
         idx.maybe_append(1000, 58, false).unwrap(); // not larger: ignored
         idx.maybe_append(900, 59, false).unwrap(); // smaller: ignored
@@ -524,14 +631,50 @@ mod tests {
         idx.maybe_append(3000, 70, false).unwrap();
         assert_eq!(idx.len(), 3);
         assert!(idx.maybe_append(4000, 65, false).is_err());
-        assert_eq!(idx.lookup(999), TimestampOffset { timestamp: -1, offset: 50 });
-        assert_eq!(idx.lookup(1000), TimestampOffset { timestamp: 1000, offset: 55 });
-        assert_eq!(idx.lookup(1999), TimestampOffset { timestamp: 1000, offset: 55 });
-        assert_eq!(idx.lookup(2500), TimestampOffset { timestamp: 2000, offset: 60 });
-        assert_eq!(idx.lookup(i64::MAX), TimestampOffset { timestamp: 3000, offset: 70 });
+        assert_eq!(
+            idx.lookup(999),
+            TimestampOffset {
+                timestamp: -1,
+                offset: 50
+            }
+        );
+        assert_eq!(
+            idx.lookup(1000),
+            TimestampOffset {
+                timestamp: 1000,
+                offset: 55
+            }
+        );
+        assert_eq!(
+            idx.lookup(1999),
+            TimestampOffset {
+                timestamp: 1000,
+                offset: 55
+            }
+        );
+        assert_eq!(
+            idx.lookup(2500),
+            TimestampOffset {
+                timestamp: 2000,
+                offset: 60
+            }
+        );
+        assert_eq!(
+            idx.lookup(i64::MAX),
+            TimestampOffset {
+                timestamp: 3000,
+                offset: 70
+            }
+        );
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 36);
         let reopened = TimeIndex::open(&path, 50, 1024, 71).unwrap();
-        assert_eq!(reopened.last_entry(), Some(TimestampOffset { timestamp: 3000, offset: 70 }));
+        assert_eq!(
+            reopened.last_entry(),
+            Some(TimestampOffset {
+                timestamp: 3000,
+                offset: 70
+            })
+        );
         assert!(TimeIndex::open(&path, 50, 1024, 70).is_err());
         idx.truncate_to(60).unwrap();
         assert_eq!(idx.len(), 1);

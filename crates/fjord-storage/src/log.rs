@@ -4,6 +4,8 @@
 //! timestamp lookups, retention, truncation, the high watermark and recovery point, and crash
 //! recovery when it is opened. It is single-writer: the broker keeps it behind a mutex.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -49,7 +51,10 @@ impl TopicPartition {
     /// Parses a partition directory name; the partition is the part after the last `-`.
     pub fn from_dir_name(name: &str) -> Option<TopicPartition> {
         let (topic, partition) = name.rsplit_once('-')?;
-        if topic.is_empty() || partition.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
+        if topic.is_empty()
+            || partition.is_empty()
+            || !partition.bytes().all(|b| b.is_ascii_digit())
+        {
             return None;
         }
         Some(TopicPartition::new(topic, partition.parse().ok()?))
@@ -156,7 +161,9 @@ impl FlushTicket {
         for file in &self.files {
             file.sync_all().at(&self.dir)?;
         }
-        File::open(&self.dir).and_then(|d| d.sync_all()).at(&self.dir)
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .at(&self.dir)
     }
 
     pub fn up_to_offset(&self) -> i64 {
@@ -268,7 +275,9 @@ impl Log {
             high_watermark: 0,
             recovery_point: 0,
             first_unflushed_ms: None,
-            leader_epoch_cache: LeaderEpochCache::load(&dir.join(LEADER_EPOCH_CHECKPOINT_FILE_NAME))?,
+            leader_epoch_cache: LeaderEpochCache::load(
+                &dir.join(LEADER_EPOCH_CHECKPOINT_FILE_NAME),
+            )?,
             pending_deletes: Vec::new(),
             closed: false,
         };
@@ -289,7 +298,9 @@ impl Log {
         log.high_watermark = log.log_start_offset;
         // Epochs for offsets no longer in the log would answer OffsetsForLeaderEpoch wrongly.
         let end_changed = log.leader_epoch_cache.truncate_from_end(log.log_end_offset);
-        let start_changed = log.leader_epoch_cache.truncate_from_start(log.log_start_offset);
+        let start_changed = log
+            .leader_epoch_cache
+            .truncate_from_start(log.log_start_offset);
         if end_changed || start_changed {
             log.write_leader_epoch_cache()?;
         }
@@ -407,7 +418,10 @@ impl Log {
             segment.append(batch, header)?;
         }
         debug_assert!(next > self.log_end_offset, "offsets only grow");
-        if self.leader_epoch_cache.latest_epoch().is_none_or(|e| leader_epoch > e)
+        if self
+            .leader_epoch_cache
+            .latest_epoch()
+            .is_none_or(|e| leader_epoch > e)
             && self.leader_epoch_cache.assign(leader_epoch, first_offset)
         {
             self.write_leader_epoch_cache()?;
@@ -593,8 +607,10 @@ impl Log {
                 let Some(segment) = best else {
                     return Ok(None);
                 };
-                let found = segment
-                    .find_offset_by_timestamp(segment.max_timestamp_so_far(), self.log_start_offset)?;
+                let found = segment.find_offset_by_timestamp(
+                    segment.max_timestamp_so_far(),
+                    self.log_start_offset,
+                )?;
                 return Ok(found.map(|(timestamp, offset, epoch)| TimestampAndOffset {
                     timestamp,
                     offset,
@@ -664,7 +680,10 @@ impl Log {
             self.recovery_point = self.recovery_point.max(self.log_start_offset);
         }
         self.remove_due_deleted_files(now_ms)?;
-        if self.leader_epoch_cache.truncate_from_start(self.log_start_offset) {
+        if self
+            .leader_epoch_cache
+            .truncate_from_start(self.log_start_offset)
+        {
             self.write_leader_epoch_cache()?;
         }
         self.check_invariants();
@@ -714,7 +733,10 @@ impl Log {
         self.log_end_offset = self.active_segment().next_offset();
         self.high_watermark = self.high_watermark.min(self.log_end_offset);
         self.recovery_point = self.recovery_point.min(self.log_end_offset);
-        if self.leader_epoch_cache.truncate_from_end(self.log_end_offset) {
+        if self
+            .leader_epoch_cache
+            .truncate_from_end(self.log_end_offset)
+        {
             self.write_leader_epoch_cache()?;
         }
         self.check_invariants();
@@ -722,7 +744,11 @@ impl Log {
     }
 
     /// Drops every segment and starts an empty log at `offset`.
-    pub fn truncate_fully_and_start_at(&mut self, offset: i64, now_ms: i64) -> Result<(), StorageError> {
+    pub fn truncate_fully_and_start_at(
+        &mut self,
+        offset: i64,
+        now_ms: i64,
+    ) -> Result<(), StorageError> {
         for (_, segment) in std::mem::take(&mut self.segments) {
             delete_segment_files(segment)?;
         }
@@ -792,6 +818,11 @@ impl Log {
         self.topic_id
     }
 
+    /// Replaces the config (a topic's configs changed); takes effect from the next append.
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
     pub fn config(&self) -> &LogConfig {
         &self.config
     }
@@ -821,7 +852,10 @@ fn clean_dir_and_list_segments(dir: &Path) -> Result<Vec<i64>, StorageError> {
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
             continue;
         };
-        if name.ends_with(DELETED_FILE_SUFFIX) || name.ends_with(".cleaned") || name.ends_with(".swap") {
+        if name.ends_with(DELETED_FILE_SUFFIX)
+            || name.ends_with(".cleaned")
+            || name.ends_with(".swap")
+        {
             // A deletion or compaction that did not finish: the files are no longer wanted.
             std::fs::remove_file(&path).at(&path)?;
         } else if let Some(base) = parse_segment_file_name(&name, LOG_FILE_SUFFIX) {

@@ -6,6 +6,8 @@
 //! `log-start-offset-checkpoint`, `replication-offset-checkpoint` and the clean shutdown marker
 //! `.kafka_cleanshutdown`.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::collections::hash_map::RandomState;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -53,7 +55,9 @@ pub struct LogManager {
 /// A poisoned mutex only means another thread panicked while holding it; the log's own state
 /// is still consistent at every await-free step, so keep serving it.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn checkpoint_map(path: &Path) -> Result<BTreeMap<TopicPartition, i64>, StorageError> {
@@ -62,6 +66,9 @@ fn checkpoint_map(path: &Path) -> Result<BTreeMap<TopicPartition, i64>, StorageE
         .map(|(topic, partition, offset)| (TopicPartition { topic, partition }, offset))
         .collect())
 }
+
+/// Directory of the cluster metadata log inside a log dir; skipped when loading partitions.
+pub const METADATA_LOG_DIR_NAME: &str = "__cluster_metadata-0";
 
 impl LogManager {
     /// Loads every partition under `log_dirs`. See the module docs.
@@ -84,7 +91,8 @@ impl LogManager {
             }
             let recovery_points = checkpoint_map(&log_dir.join(RECOVERY_POINT_CHECKPOINT_FILE))?;
             let log_starts = checkpoint_map(&log_dir.join(LOG_START_OFFSET_CHECKPOINT_FILE))?;
-            let high_watermarks = checkpoint_map(&log_dir.join(REPLICATION_OFFSET_CHECKPOINT_FILE))?;
+            let high_watermarks =
+                checkpoint_map(&log_dir.join(REPLICATION_OFFSET_CHECKPOINT_FILE))?;
             let mut entries: Vec<_> = std::fs::read_dir(log_dir)
                 .at(log_dir)?
                 .collect::<Result<_, _>>()
@@ -101,6 +109,10 @@ impl LogManager {
                 if name.ends_with(DELETE_DIR_SUFFIX) {
                     std::fs::remove_dir_all(&path).at(&path)?;
                     report.deleted_dirs_removed += 1;
+                    continue;
+                }
+                // The metadata log (KRaft's name for it) is not a partition log.
+                if name == METADATA_LOG_DIR_NAME {
                     continue;
                 }
                 let Some(tp) = TopicPartition::from_dir_name(&name) else {
@@ -180,7 +192,10 @@ impl LogManager {
             .enumerate()
             .min_by_key(|(i, count)| (**count, *i))
             .map_or(0, |(i, _)| i);
-        let log_dir = self.log_dirs.get(dir_index).ok_or(StorageError::NoLogDirs)?;
+        let log_dir = self
+            .log_dirs
+            .get(dir_index)
+            .ok_or(StorageError::NoLogDirs)?;
         let dir = log_dir.join(tp.dir_name());
         std::fs::create_dir_all(&dir).at(&dir)?;
         write_partition_metadata(&dir, &topic_id).at(&dir)?;
@@ -207,7 +222,11 @@ impl LogManager {
         log.mark_closed();
         let dir = log.dir().to_path_buf();
         let parent = dir.parent().unwrap_or(Path::new("."));
-        let doomed = parent.join(format!("{}.{}{DELETE_DIR_SUFFIX}", tp.dir_name(), random_hex_id()));
+        let doomed = parent.join(format!(
+            "{}.{}{DELETE_DIR_SUFFIX}",
+            tp.dir_name(),
+            random_hex_id()
+        ));
         std::fs::rename(&dir, &doomed).at(&dir)?;
         drop(log);
         std::fs::remove_dir_all(&doomed).at(&doomed)

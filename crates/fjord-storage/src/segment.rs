@@ -6,6 +6,8 @@
 //!
 //! Reads use positional I/O only, so any number of readers can share the file handle.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -39,7 +41,10 @@ pub fn parse_segment_file_name(name: &str, suffix: &str) -> Option<i64> {
         return None;
     }
     // Far below i64::MAX so that base + any 32-bit relative offset cannot overflow.
-    digits.parse().ok().filter(|base: &i64| *base <= MAX_BASE_OFFSET)
+    digits
+        .parse()
+        .ok()
+        .filter(|base: &i64| *base <= MAX_BASE_OFFSET)
 }
 
 /// The largest base offset a segment file name may carry.
@@ -194,14 +199,14 @@ impl LogSegment {
                 OffsetIndex::create(&index_path, base_offset, index_bytes)?
             }
         };
-        let time_index =
-            match TimeIndex::open(&time_index_path, base_offset, index_bytes, i64::MAX) {
-                Ok(index) => index,
-                Err(_) => {
-                    needs_recovery = true;
-                    TimeIndex::create(&time_index_path, base_offset, index_bytes)?
-                }
-            };
+        let time_index = match TimeIndex::open(&time_index_path, base_offset, index_bytes, i64::MAX)
+        {
+            Ok(index) => index,
+            Err(_) => {
+                needs_recovery = true;
+                TimeIndex::create(&time_index_path, base_offset, index_bytes)?
+            }
+        };
         let mut segment = LogSegment {
             base_offset,
             log_path,
@@ -252,10 +257,16 @@ impl LogSegment {
                 self.offset_of_max_timestamp_so_far = self.base_offset;
             }
         }
-        self.next_offset = self.offset_index.last_entry().map_or(self.base_offset, |e| e.offset);
+        self.next_offset = self
+            .offset_index
+            .last_entry()
+            .map_or(self.base_offset, |e| e.offset);
         self.bytes_since_last_index_entry = self.size - u64::from(start);
         let mut next_offset = self.next_offset;
-        let mut max_ts = (self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far);
+        let mut max_ts = (
+            self.max_timestamp_so_far,
+            self.offset_of_max_timestamp_so_far,
+        );
         let end = self.scan_headers(u64::from(start), |_, header| {
             next_offset = header.last_offset() + 1;
             if header.max_timestamp > max_ts.0 {
@@ -266,11 +277,17 @@ impl LogSegment {
         if end != self.size {
             return Err(StorageError::corrupt(
                 &self.log_path,
-                format!("batches end at {end} but the file holds {} bytes", self.size),
+                format!(
+                    "batches end at {end} but the file holds {} bytes",
+                    self.size
+                ),
             ));
         }
         self.next_offset = next_offset;
-        (self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far) = max_ts;
+        (
+            self.max_timestamp_so_far,
+            self.offset_of_max_timestamp_so_far,
+        ) = max_ts;
         self.rolling_based_timestamp = if self.size > 0 {
             self.header_at(0)?.map(|h| h.max_timestamp)
         } else {
@@ -302,7 +319,9 @@ impl LogSegment {
             return Ok(Err(ScanStop::Torn));
         }
         let mut buf = [0u8; BATCH_HEADER_LEN];
-        self.log.read_exact_at(&mut buf, position).at(&self.log_path)?;
+        self.log
+            .read_exact_at(&mut buf, position)
+            .at(&self.log_path)?;
         let header = match BatchHeader::parse(&buf) {
             Ok(header) => header,
             Err(_) => return Ok(Err(ScanStop::Invalid)),
@@ -380,17 +399,16 @@ impl LogSegment {
         self.rolling_based_timestamp = None;
         let mut position = 0u64;
         let mut buf = Vec::new();
-        loop {
-            let header = match self.try_header_at(position)? {
-                Ok(Some(header)) => header,
-                Ok(None) | Err(_) => break,
-            };
+        // Stops at the end, a torn batch or an insane header alike.
+        while let Ok(Some(header)) = self.try_header_at(position)? {
             if header.base_offset < self.next_offset {
                 break;
             }
             // Bounded by the file size, checked in try_header_at.
             buf.resize(header.total_len(), 0);
-            self.log.read_exact_at(&mut buf, position).at(&self.log_path)?;
+            self.log
+                .read_exact_at(&mut buf, position)
+                .at(&self.log_path)?;
             if compute_crc(&buf) != header.crc {
                 break;
             }
@@ -513,7 +531,8 @@ impl LogSegment {
         let Some((position, header)) = found else {
             return Ok(None);
         };
-        let (ts, offset) = self.first_record_at_or_after(position, &header, timestamp, starting_offset)?;
+        let (ts, offset) =
+            self.first_record_at_or_after(position, &header, timestamp, starting_offset)?;
         Ok(Some((ts, offset, header.partition_leader_epoch)))
     }
 
@@ -527,14 +546,22 @@ impl LogSegment {
         timestamp: i64,
         starting_offset: i64,
     ) -> Result<(i64, i64), StorageError> {
-        let fallback = (header.max_timestamp, header.base_offset.max(starting_offset));
+        let fallback = (
+            header.max_timestamp,
+            header.base_offset.max(starting_offset),
+        );
         if header.compression() != 0 || header.is_log_append_time() {
             return Ok(fallback);
         }
         let mut buf = vec![0u8; header.total_len()];
-        self.log.read_exact_at(&mut buf, position).at(&self.log_path)?;
+        self.log
+            .read_exact_at(&mut buf, position)
+            .at(&self.log_path)?;
         let records = buf.get(BATCH_HEADER_LEN..).unwrap_or_default();
-        let mut cursor = RecordCursor { buf: records, at: 0 };
+        let mut cursor = RecordCursor {
+            buf: records,
+            at: 0,
+        };
         for _ in 0..header.record_count.max(0) {
             let Some((ts_delta, offset_delta, next)) = cursor.next_record() else {
                 break;

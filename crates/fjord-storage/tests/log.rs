@@ -22,7 +22,9 @@ fn append_and_read_across_rolls() {
     for i in 0..60 {
         let n = 1 + (i % 4) as usize;
         let ts: Vec<i64> = (0..n).map(|j| 10_000 + i * 10 + j as i64).collect();
-        let info = log.append_as_leader(vec![batch(&ts, 40)], 3, 5_000).unwrap();
+        let info = log
+            .append_as_leader(vec![batch(&ts, 40)], 3, 5_000)
+            .unwrap();
         assert_eq!(info.first_offset, log.log_end_offset() - n as i64);
         assert_eq!(info.record_count, n as i64);
         expected.push((info.first_offset, info.last_offset));
@@ -31,7 +33,11 @@ fn append_and_read_across_rolls() {
     assert_eq!(seg_files(dir.path(), "log").len(), log.num_segments());
     assert_eq!(batch_offsets(&log, 0), expected);
     // Each read stays within one segment.
-    let first = log.read(0, usize::MAX, i64::MAX, false).unwrap().records.unwrap();
+    let first = log
+        .read(0, usize::MAX, i64::MAX, false)
+        .unwrap()
+        .records
+        .unwrap();
     assert!(u64::from(first.len()) <= 2048);
     // max_offset is exclusive and cuts at batch boundaries.
     let (b, l) = expected[2];
@@ -46,7 +52,11 @@ fn append_and_read_across_rolls() {
     assert_eq!(batch_offsets_in(&one.read_to_bytes().unwrap()).len(), 1);
     // At the log end: empty; beyond it: out of range.
     let end = log.log_end_offset();
-    assert!(log.read(end, 1000, i64::MAX, true).unwrap().records.is_none());
+    assert!(log
+        .read(end, 1000, i64::MAX, true)
+        .unwrap()
+        .records
+        .is_none());
     let err = log.read(end + 1, 1000, i64::MAX, true).unwrap_err();
     assert!(matches!(err, StorageError::OffsetOutOfRange { .. }));
     assert_eq!(err.kafka_error_code(), 1);
@@ -69,17 +79,36 @@ fn batch_offsets_in(bytes: &[u8]) -> Vec<(i64, i64)> {
 fn read_inside_a_batch_returns_the_whole_batch() {
     let dir = tempfile::tempdir().unwrap();
     let (mut log, _) = open(dir.path(), LogConfig::default(), true, 0);
-    log.append_as_leader(vec![batch(&[1, 2, 3, 4, 5], 10)], 0, 0).unwrap();
-    log.append_as_leader(vec![batch(&[6, 7, 8], 10)], 0, 0).unwrap();
+    log.append_as_leader(vec![batch(&[1, 2, 3, 4, 5], 10)], 0, 0)
+        .unwrap();
+    log.append_as_leader(vec![batch(&[6, 7, 8], 10)], 0, 0)
+        .unwrap();
     for offset in 0..5 {
-        let bytes = log.read(offset, 1 << 20, i64::MAX, false).unwrap().records.unwrap();
-        assert_eq!(batch_offsets_in(&bytes.read_to_bytes().unwrap()), vec![(0, 4), (5, 7)]);
+        let bytes = log
+            .read(offset, 1 << 20, i64::MAX, false)
+            .unwrap()
+            .records
+            .unwrap();
+        assert_eq!(
+            batch_offsets_in(&bytes.read_to_bytes().unwrap()),
+            vec![(0, 4), (5, 7)]
+        );
     }
-    let bytes = log.read(6, 1 << 20, i64::MAX, false).unwrap().records.unwrap();
-    assert_eq!(batch_offsets_in(&bytes.read_to_bytes().unwrap()), vec![(5, 7)]);
+    let bytes = log
+        .read(6, 1 << 20, i64::MAX, false)
+        .unwrap()
+        .records
+        .unwrap();
+    assert_eq!(
+        batch_offsets_in(&bytes.read_to_bytes().unwrap()),
+        vec![(5, 7)]
+    );
     // The high watermark inside the second batch hides it.
     let bytes = log.read(0, 1 << 20, 6, false).unwrap().records.unwrap();
-    assert_eq!(batch_offsets_in(&bytes.read_to_bytes().unwrap()), vec![(0, 4)]);
+    assert_eq!(
+        batch_offsets_in(&bytes.read_to_bytes().unwrap()),
+        vec![(0, 4)]
+    );
 }
 
 #[test]
@@ -87,11 +116,21 @@ fn multiple_batches_in_one_append_get_consecutive_offsets_and_epoch() {
     let dir = tempfile::tempdir().unwrap();
     let (mut log, _) = open(dir.path(), LogConfig::default(), true, 0);
     let info = log
-        .append_as_leader(vec![batch(&[5, 9], 1), batch(&[7], 1), batch(&[8, 8, 8], 1)], 7, 0)
+        .append_as_leader(
+            vec![batch(&[5, 9], 1), batch(&[7], 1), batch(&[8, 8, 8], 1)],
+            7,
+            0,
+        )
         .unwrap();
     assert_eq!((info.first_offset, info.last_offset), (0, 5));
     assert_eq!((info.max_timestamp, info.offset_of_max_timestamp), (9, 1));
-    let bytes = log.read(0, 1 << 20, i64::MAX, false).unwrap().records.unwrap().read_to_bytes().unwrap();
+    let bytes = log
+        .read(0, 1 << 20, i64::MAX, false)
+        .unwrap()
+        .records
+        .unwrap()
+        .read_to_bytes()
+        .unwrap();
     let h = fjord_records::BatchHeader::parse(&bytes[..]).unwrap();
     assert_eq!(h.partition_leader_epoch, 7);
     assert_eq!(batch_offsets_in(&bytes), vec![(0, 1), (2, 2), (3, 5)]);
@@ -100,8 +139,18 @@ fn multiple_batches_in_one_append_get_consecutive_offsets_and_epoch() {
     bad.extend_from_slice(&[0]);
     assert!(log.append_as_leader(vec![bad], 7, 0).is_err());
     // A batch larger than a segment is refused with MESSAGE_TOO_LARGE.
-    let (mut tiny, _) = open(&dir.path().join("t"), LogConfig { segment_bytes: 100, ..LogConfig::default() }, true, 0);
-    let err = tiny.append_as_leader(vec![batch(&[1], 200)], 0, 0).unwrap_err();
+    let (mut tiny, _) = open(
+        &dir.path().join("t"),
+        LogConfig {
+            segment_bytes: 100,
+            ..LogConfig::default()
+        },
+        true,
+        0,
+    );
+    let err = tiny
+        .append_as_leader(vec![batch(&[1], 200)], 0, 0)
+        .unwrap_err();
     assert_eq!(err.kafka_error_code(), 10);
 }
 
@@ -112,10 +161,15 @@ fn lookups_by_timestamp() {
     // Batch i holds offsets 3i..3i+2 with timestamps 1000+100i + {0, 10, 20}.
     for i in 0..40i64 {
         let t = 1000 + 100 * i;
-        log.append_as_leader(vec![batch(&[t, t + 10, t + 20], 30)], 1, 0).unwrap();
+        log.append_as_leader(vec![batch(&[t, t + 10, t + 20], 30)], 1, 0)
+            .unwrap();
     }
     assert!(log.num_segments() > 2);
-    let at = |ts| log.fetch_offset_by_timestamp(ts).unwrap().map(|r| (r.timestamp, r.offset));
+    let at = |ts| {
+        log.fetch_offset_by_timestamp(ts)
+            .unwrap()
+            .map(|r| (r.timestamp, r.offset))
+    };
     assert_eq!(at(0), Some((1000, 0)));
     assert_eq!(at(1000), Some((1000, 0)));
     assert_eq!(at(1001), Some((1010, 1)));
@@ -127,7 +181,13 @@ fn lookups_by_timestamp() {
     assert_eq!(at(-1), Some((-1, 120)));
     assert_eq!(at(-2), Some((-1, 0)));
     assert_eq!(at(-3), Some((4920, 119)));
-    assert_eq!(log.fetch_offset_by_timestamp(-2).unwrap().unwrap().leader_epoch, Some(1));
+    assert_eq!(
+        log.fetch_offset_by_timestamp(-2)
+            .unwrap()
+            .unwrap()
+            .leader_epoch,
+        Some(1)
+    );
     // Every timestamp agrees with a linear answer.
     for ts in (900..5000).step_by(7) {
         let expected = (0..40i64)
@@ -142,7 +202,8 @@ fn lookups_by_timestamp() {
 fn write_batches(dir: &std::path::Path, n: i64) -> Vec<u64> {
     let (mut log, _) = open(dir, small_config(), true, 0);
     for i in 0..n {
-        log.append_as_leader(vec![batch(&[i, i + 1], 20 + (i as usize % 5) * 7)], 0, 0).unwrap();
+        log.append_as_leader(vec![batch(&[i, i + 1], 20 + (i as usize % 5) * 7)], 0, 0)
+            .unwrap();
     }
     log.close().unwrap();
     let last = seg_files(dir, "log").pop().unwrap();
@@ -150,7 +211,9 @@ fn write_batches(dir: &std::path::Path, n: i64) -> Vec<u64> {
     let mut bounds = vec![0];
     let mut at = 0;
     while at < bytes.len() {
-        at += fjord_records::BatchHeader::parse(&bytes[at..]).unwrap().total_len();
+        at += fjord_records::BatchHeader::parse(&bytes[at..])
+            .unwrap()
+            .total_len();
         bounds.push(at as u64);
     }
     bounds
@@ -173,7 +236,12 @@ fn recovery_truncates_torn_tail_at_every_byte() {
             let f = f.unwrap().path();
             std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
         }
-        OpenOptions::new().write(true).open(dir.path().join(&name)).unwrap().set_len(cut).unwrap();
+        OpenOptions::new()
+            .write(true)
+            .open(dir.path().join(&name))
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
         let (mut log, stats) = open(dir.path(), small_config(), false, 0);
         let complete = bounds.iter().filter(|b| **b <= cut).count() - 1;
         // Each batch holds two records.
@@ -186,7 +254,10 @@ fn recovery_truncates_torn_tail_at_every_byte() {
         assert_eq!(offsets.last().map_or(0, |o| o.1 + 1), expected_end);
         let info = log.append_as_leader(vec![batch(&[99], 5)], 0, 0).unwrap();
         assert_eq!(info.first_offset, expected_end);
-        assert_eq!(batch_offsets(&log, expected_end), vec![(expected_end, expected_end)]);
+        assert_eq!(
+            batch_offsets(&log, expected_end),
+            vec![(expected_end, expected_end)]
+        );
     }
 }
 
@@ -201,15 +272,22 @@ fn garbage_after_valid_data_is_cut_and_later_segments_dropped() {
     let mut bytes = std::fs::read(victim).unwrap();
     let mut at = 0;
     for _ in 0..2 {
-        at += fjord_records::BatchHeader::parse(&bytes[at..]).unwrap().total_len();
+        at += fjord_records::BatchHeader::parse(&bytes[at..])
+            .unwrap()
+            .total_len();
     }
     bytes[at + 70] ^= 0xff;
     std::fs::write(victim, &bytes).unwrap();
     // And plain garbage at the end of the last one.
-    let mut last = OpenOptions::new().append(true).open(logs.last().unwrap()).unwrap();
+    let mut last = OpenOptions::new()
+        .append(true)
+        .open(logs.last().unwrap())
+        .unwrap();
     std::io::Write::write_all(&mut last, &[0xab; 300]).unwrap();
     let (log, stats) = open(dir.path(), small_config(), false, 0);
-    let base: i64 = victim.file_name().unwrap().to_str().unwrap()[..20].parse().unwrap();
+    let base: i64 = victim.file_name().unwrap().to_str().unwrap()[..20]
+        .parse()
+        .unwrap();
     assert_eq!(log.log_end_offset(), base + 4);
     assert_eq!(log.num_segments(), 2);
     assert!(stats.segments_deleted >= 1);
@@ -220,7 +298,8 @@ fn garbage_after_valid_data_is_cut_and_later_segments_dropped() {
 fn garbage_only_appended_to_active_segment() {
     let dir = tempfile::tempdir().unwrap();
     let (mut log, _) = open(dir.path(), LogConfig::default(), true, 0);
-    log.append_as_leader(vec![batch(&[1, 2], 10)], 0, 0).unwrap();
+    log.append_as_leader(vec![batch(&[1, 2], 10)], 0, 0)
+        .unwrap();
     log.close().unwrap();
     let path = seg_files(dir.path(), "log").pop().unwrap();
     let len = std::fs::metadata(&path).unwrap().len();
@@ -238,18 +317,23 @@ fn garbage_only_appended_to_active_segment() {
 #[test]
 fn missing_or_corrupt_indexes_are_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig { segment_bytes: 1 << 20, index_interval_bytes: 100, ..LogConfig::default() };
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        index_interval_bytes: 100,
+        ..LogConfig::default()
+    };
     let (mut log, _) = open(dir.path(), config.clone(), true, 0);
     for i in 0..50 {
-        log.append_as_leader(vec![batch(&[i * 10, i * 10 + 5], 30)], 0, 0).unwrap();
+        log.append_as_leader(vec![batch(&[i * 10, i * 10 + 5], 30)], 0, 0)
+            .unwrap();
     }
     log.close().unwrap();
     let index = seg_files(dir.path(), "index").pop().unwrap();
     let timeindex = seg_files(dir.path(), "timeindex").pop().unwrap();
     let good_index = std::fs::read(&index).unwrap();
     let good_time = std::fs::read(&timeindex).unwrap();
-    assert!(good_index.len() >= 8 * 10 && good_index.len() % 8 == 0);
-    assert!(good_time.len() >= 12 * 10 && good_time.len() % 12 == 0);
+    assert!(good_index.len() >= 8 * 10 && good_index.len().is_multiple_of(8));
+    assert!(good_time.len() >= 12 * 10 && good_time.len().is_multiple_of(12));
     for damage in 0..4 {
         match damage {
             0 => std::fs::remove_file(&index).unwrap(),
@@ -265,10 +349,27 @@ fn missing_or_corrupt_indexes_are_rebuilt() {
         let (log, stats) = open(dir.path(), config.clone(), true, 0);
         assert!(stats.needed_recovery, "damage {damage}");
         assert_eq!(log.log_end_offset(), 100);
-        assert_eq!(std::fs::read(&index).unwrap(), good_index, "damage {damage}");
-        assert_eq!(std::fs::read(&timeindex).unwrap(), good_time, "damage {damage}");
-        assert_eq!(log.fetch_offset_by_timestamp(255).unwrap().unwrap().offset, 51);
-        assert_eq!(batch_offsets(&log, 77), vec![(76, 77)].into_iter().chain((39..50).map(|i| (2 * i, 2 * i + 1))).collect::<Vec<_>>());
+        assert_eq!(
+            std::fs::read(&index).unwrap(),
+            good_index,
+            "damage {damage}"
+        );
+        assert_eq!(
+            std::fs::read(&timeindex).unwrap(),
+            good_time,
+            "damage {damage}"
+        );
+        assert_eq!(
+            log.fetch_offset_by_timestamp(255).unwrap().unwrap().offset,
+            51
+        );
+        assert_eq!(
+            batch_offsets(&log, 77),
+            vec![(76, 77)]
+                .into_iter()
+                .chain((39..50).map(|i| (2 * i, 2 * i + 1)))
+                .collect::<Vec<_>>()
+        );
     }
 }
 
@@ -292,7 +393,12 @@ fn clean_shutdown_skips_recovery() {
 #[test]
 fn retention_by_size_and_time_keeps_active_segment() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig { retention_bytes: 4096, retention_ms: -1, file_delete_delay_ms: 0, ..small_config() };
+    let config = LogConfig {
+        retention_bytes: 4096,
+        retention_ms: -1,
+        file_delete_delay_ms: 0,
+        ..small_config()
+    };
     let (mut log, _) = open(dir.path(), config, true, 0);
     for i in 0..60 {
         log.append_as_leader(vec![batch(&[i], 100)], 0, 0).unwrap();
@@ -307,13 +413,26 @@ fn retention_by_size_and_time_keeps_active_segment() {
     assert!(log.size_in_bytes() <= 4096 + 2048);
     assert_eq!(log.log_start_offset(), log.segment_base_offsets()[0]);
     assert_eq!(seg_files(dir.path(), "log").len(), log.num_segments());
-    assert!(matches!(log.read(0, 100, i64::MAX, true), Err(StorageError::OffsetOutOfRange { .. })));
-    assert_eq!(batch_offsets(&log, log.log_start_offset()).last().unwrap().1, 59);
+    assert!(matches!(
+        log.read(0, 100, i64::MAX, true),
+        Err(StorageError::OffsetOutOfRange { .. })
+    ));
+    assert_eq!(
+        batch_offsets(&log, log.log_start_offset())
+            .last()
+            .unwrap()
+            .1,
+        59
+    );
     log.close().unwrap();
 
     // Time retention: batch timestamps are tiny, so everything but the active segment expires.
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig { retention_ms: 1000, file_delete_delay_ms: 50, ..small_config() };
+    let config = LogConfig {
+        retention_ms: 1000,
+        file_delete_delay_ms: 50,
+        ..small_config()
+    };
     let (mut log, _) = open(dir.path(), config, true, 0);
     for i in 0..60 {
         log.append_as_leader(vec![batch(&[i], 100)], 0, 0).unwrap();
@@ -335,7 +454,8 @@ fn truncation_and_epochs() {
     let dir = tempfile::tempdir().unwrap();
     let (mut log, _) = open(dir.path(), small_config(), true, 0);
     for i in 0..30 {
-        log.append_as_leader(vec![batch(&[i, i], 50)], (i / 10) as i32, 0).unwrap();
+        log.append_as_leader(vec![batch(&[i, i], 50)], (i / 10) as i32, 0)
+            .unwrap();
     }
     assert_eq!(log.end_offset_for_epoch(0), (0, 20));
     assert_eq!(log.end_offset_for_epoch(1), (1, 40));
@@ -358,13 +478,19 @@ fn truncation_and_epochs() {
 #[test]
 fn flush_policy_and_group_commit() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig { flush_interval_messages: Some(5), flush_interval_ms: Some(1000), ..LogConfig::default() };
+    let config = LogConfig {
+        flush_interval_messages: Some(5),
+        flush_interval_ms: Some(1000),
+        ..LogConfig::default()
+    };
     let (mut log, _) = open(dir.path(), config, true, 0);
     assert!(!log.needs_flush(10_000));
-    log.append_as_leader(vec![batch(&[1, 2], 1)], 0, 100).unwrap();
+    log.append_as_leader(vec![batch(&[1, 2], 1)], 0, 100)
+        .unwrap();
     assert!(!log.needs_flush(500));
     assert!(log.needs_flush(1100));
-    log.append_as_leader(vec![batch(&[1, 2, 3], 1)], 0, 200).unwrap();
+    log.append_as_leader(vec![batch(&[1, 2, 3], 1)], 0, 200)
+        .unwrap();
     assert!(log.needs_flush(201));
     let ticket = log.prepare_flush();
     assert_eq!(ticket.up_to_offset(), 5);

@@ -10,17 +10,30 @@ fn places_partitions_on_least_loaded_dir_and_reloads() {
     let (manager, report) = LogManager::open(&dirs, LogConfig::default(), 0).unwrap();
     assert_eq!(report.partitions_loaded, 0);
     for p in 0..4 {
-        let log = manager.create_log(TopicPartition::new("orders", p), [p as u8 + 1; 16], LogConfig::default(), 0).unwrap();
+        let log = manager
+            .create_log(
+                TopicPartition::new("orders", p),
+                [p as u8 + 1; 16],
+                LogConfig::default(),
+                0,
+            )
+            .unwrap();
         let mut log = log.lock().unwrap();
-        log.append_as_leader(vec![batch(&[1, 2, 3], 10)], 2, 0).unwrap();
+        log.append_as_leader(vec![batch(&[1, 2, 3], 10)], 2, 0)
+            .unwrap();
         log.set_high_watermark(2);
     }
     for d in &dirs {
-        let count = std::fs::read_dir(d).unwrap().filter(|e| e.as_ref().unwrap().path().is_dir()).count();
+        let count = std::fs::read_dir(d)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().is_dir())
+            .count();
         assert_eq!(count, 2, "{d:?}");
     }
     assert!(dirs[0].join("orders-0").join("partition.metadata").exists());
-    manager.delete_log(&TopicPartition::new("orders", 3)).unwrap();
+    manager
+        .delete_log(&TopicPartition::new("orders", 3))
+        .unwrap();
     assert!(manager.get(&TopicPartition::new("orders", 3)).is_none());
     assert!(!dirs[1].join("orders-3").exists());
     manager.shutdown().unwrap();
@@ -45,7 +58,14 @@ fn places_partitions_on_least_loaded_dir_and_reloads() {
         assert_eq!(log.latest_epoch(), Some(2));
     }
     // The next partition goes to the dir with fewer partitions ("b" holds one now).
-    manager.create_log(TopicPartition::new("orders", 5), [5; 16], LogConfig::default(), 0).unwrap();
+    manager
+        .create_log(
+            TopicPartition::new("orders", 5),
+            [5; 16],
+            LogConfig::default(),
+            0,
+        )
+        .unwrap();
     assert!(dirs[1].join("orders-5").exists());
     manager.checkpoint().unwrap();
     drop(manager);

@@ -66,7 +66,12 @@ pub fn small_config() -> LogConfig {
     }
 }
 
-pub fn open(dir: &Path, config: LogConfig, clean: bool, recovery_point: i64) -> (Log, RecoveryStats) {
+pub fn open(
+    dir: &Path,
+    config: LogConfig,
+    clean: bool,
+    recovery_point: i64,
+) -> (Log, RecoveryStats) {
     Log::open(dir, tp(), None, config, recovery_point, 0, clean, 1_000).unwrap()
 }
 
