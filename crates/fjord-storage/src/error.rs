@@ -8,6 +8,7 @@ use fjord_records::RecordsError;
 use crate::checkpoint::CheckpointError;
 use crate::leader_epoch::LeaderEpochError;
 use crate::partition_metadata::PartitionMetadataError;
+use crate::producer_state::ProducerStateError;
 
 /// Everything that can go wrong in segment, log and log-manager operations.
 #[derive(Debug, thiserror::Error)]
@@ -42,12 +43,16 @@ pub enum StorageError {
     LeaderEpoch(#[from] LeaderEpochError),
     #[error(transparent)]
     PartitionMetadata(#[from] PartitionMetadataError),
+    /// A sequence or epoch check refused the batch, or producer snapshots failed.
+    #[error(transparent)]
+    ProducerState(#[from] ProducerStateError),
 }
 
 impl StorageError {
     /// The Kafka protocol error code a client should see for this failure.
     pub fn kafka_error_code(&self) -> i16 {
         match self {
+            StorageError::ProducerState(e) => e.kafka_error_code(),
             // OFFSET_OUT_OF_RANGE
             StorageError::OffsetOutOfRange { .. } => 1,
             // CORRUPT_MESSAGE

@@ -17,6 +17,7 @@ use fjord_records::{BatchHeader, RecordsError};
 
 use crate::error::{IoResultExt, StorageError};
 use crate::leader_epoch::{LeaderEpochCache, LEADER_EPOCH_CHECKPOINT_FILE_NAME};
+use crate::producer_state::{ProducerStateManager, SequenceCheck};
 use crate::segment::{
     parse_segment_file_name, FileSlice, LogSegment, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
@@ -188,6 +189,8 @@ pub struct Log {
     first_unflushed_ms: Option<i64>,
     /// Which leader epoch started at which offset; persisted in `leader-epoch-checkpoint`.
     leader_epoch_cache: LeaderEpochCache,
+    /// Idempotent producers' recent batches, for duplicate and sequence checks.
+    producer_state: ProducerStateManager,
     /// `.deleted` files and when they may be removed.
     pending_deletes: Vec<(PathBuf, i64)>,
     closed: bool,
@@ -278,6 +281,7 @@ impl Log {
             leader_epoch_cache: LeaderEpochCache::load(
                 &dir.join(LEADER_EPOCH_CHECKPOINT_FILE_NAME),
             )?,
+            producer_state: ProducerStateManager::new(0),
             pending_deletes: Vec::new(),
             closed: false,
         };
@@ -304,8 +308,29 @@ impl Log {
         if end_changed || start_changed {
             log.write_leader_epoch_cache()?;
         }
+        log.reload_producer_state()?;
         log.check_invariants();
         Ok((log, stats))
+    }
+
+    /// Loads the newest producer snapshot at or below the log end and folds in the batches
+    /// after it, dropping snapshots the log no longer covers.
+    fn reload_producer_state(&mut self) -> Result<(), StorageError> {
+        self.producer_state.truncate_and_reload(
+            &self.dir,
+            self.log_start_offset,
+            self.log_end_offset,
+        )?;
+        let from = self.producer_state.last_mapped_offset();
+        let state = &mut self.producer_state;
+        for segment in self.segments.values() {
+            if segment.next_offset() > from {
+                segment.for_each_batch_from(from, |header| {
+                    state.record_append(header, header.max_timestamp)
+                })?;
+            }
+        }
+        Ok(())
     }
 
     fn new_segment(&self, base_offset: i64, now_ms: i64) -> Result<LogSegment, StorageError> {
@@ -368,6 +393,25 @@ impl Log {
             total_bytes += batch.len() as u64;
             headers.push(header);
         }
+        for header in &headers {
+            if let SequenceCheck::Duplicate {
+                base_offset,
+                last_offset,
+                max_timestamp,
+            } = self.producer_state.check(header)?
+            {
+                // A producer retry: answer with the original offsets and append nothing.
+                return Ok(AppendInfo {
+                    first_offset: base_offset,
+                    last_offset,
+                    max_timestamp,
+                    offset_of_max_timestamp: last_offset,
+                    log_start_offset: self.log_start_offset,
+                    duplicate: true,
+                    record_count: last_offset - base_offset + 1,
+                });
+            }
+        }
         if headers.is_empty() {
             return Ok(AppendInfo {
                 first_offset: -1,
@@ -417,6 +461,9 @@ impl Log {
         for (batch, header) in batches.iter().zip(headers.iter()) {
             segment.append(batch, header)?;
         }
+        for header in &headers {
+            self.producer_state.record_append(header, now_ms);
+        }
         debug_assert!(next > self.log_end_offset, "offsets only grow");
         if self
             .leader_epoch_cache
@@ -451,6 +498,8 @@ impl Log {
         self.active_segment_mut()?.on_become_inactive()?;
         let segment = self.new_segment(base, now_ms)?;
         self.segments.insert(base, segment);
+        // As Kafka does, snapshot producer state at each roll so recovery replays little.
+        self.producer_state.take_snapshot(&self.dir).at(&self.dir)?;
         Ok(())
     }
 
@@ -760,6 +809,9 @@ impl Log {
         self.recovery_point = offset;
         self.first_unflushed_ms = None;
         self.leader_epoch_cache.clear();
+        self.producer_state
+            .truncate_fully_and_start_at(&self.dir, offset)
+            .at(&self.dir)?;
         self.write_leader_epoch_cache()
     }
 
@@ -793,6 +845,7 @@ impl Log {
         let ticket = self.prepare_flush();
         ticket.sync()?;
         self.complete_flush(ticket.up_to_offset());
+        self.producer_state.take_snapshot(&self.dir).at(&self.dir)?;
         self.closed = true;
         Ok(())
     }

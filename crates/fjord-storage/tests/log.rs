@@ -499,3 +499,51 @@ fn flush_policy_and_group_commit() {
     assert_eq!(log.recovery_point(), 5);
     assert!(!log.needs_flush(1_000_000));
 }
+
+fn idempotent(mut b: bytes::BytesMut, producer_id: i64, sequence: i32) -> bytes::BytesMut {
+    b[43..51].copy_from_slice(&producer_id.to_be_bytes());
+    b[51..53].copy_from_slice(&0i16.to_be_bytes());
+    b[53..57].copy_from_slice(&sequence.to_be_bytes());
+    let crc = fjord_records::header::compute_crc(&b);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+#[test]
+fn producer_retries_are_deduplicated_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(dir.path(), small_config(), true, 0);
+    let first = log
+        .append_as_leader(vec![idempotent(batch(&[1, 2], 5), 42, 0)], 0, 0)
+        .unwrap();
+    let again = log
+        .append_as_leader(vec![idempotent(batch(&[1, 2], 5), 42, 0)], 0, 0)
+        .unwrap();
+    assert!(again.duplicate);
+    assert_eq!(
+        (again.first_offset, again.last_offset),
+        (first.first_offset, first.last_offset)
+    );
+    assert_eq!(log.log_end_offset(), 2);
+    let gap = log
+        .append_as_leader(vec![idempotent(batch(&[3], 5), 42, 5)], 0, 0)
+        .unwrap_err();
+    assert_eq!(gap.kafka_error_code(), 45);
+    log.append_as_leader(vec![idempotent(batch(&[3], 5), 42, 2)], 0, 0)
+        .unwrap();
+    drop(log);
+    // Unclean restart without any snapshot: state is rebuilt from the log.
+    let (mut log, _) = open(dir.path(), small_config(), false, 0);
+    let dup = log
+        .append_as_leader(vec![idempotent(batch(&[3], 5), 42, 2)], 0, 0)
+        .unwrap();
+    assert!(dup.duplicate);
+    assert_eq!(dup.first_offset, 2);
+    log.close().unwrap();
+    let (mut log, _) = open(dir.path(), small_config(), true, 0);
+    let next = log
+        .append_as_leader(vec![idempotent(batch(&[4], 5), 42, 3)], 0, 0)
+        .unwrap();
+    assert!(!next.duplicate);
+    assert_eq!(next.first_offset, 3);
+}
