@@ -157,17 +157,30 @@ fn read_bounded<R: Read>(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => return Err(RecordsError::DecompressionFailed("invalid compressed data")),
         };
-        let needed = out.len() + n;
-        if needed > max_out {
+        if out.len() + n > max_out {
             return Err(RecordsError::DecompressedTooLarge { max: max_out });
         }
-        if needed > out.capacity() {
-            // Grow geometrically for speed, but never past the bound.
-            let target = out.capacity().saturating_mul(2).max(needed).min(max_out);
-            out.reserve_exact(target - out.len());
+        let start = out.len();
+        grow_zeroed(&mut out, n, max_out);
+        if let (Some(dst), Some(src)) = (out.get_mut(start..), chunk.get(..n)) {
+            dst.copy_from_slice(src);
         }
-        out.extend_from_slice(chunk.get(..n).unwrap_or(&[]));
     }
+}
+
+/// Extends `out` by `additional` zeroed bytes, growing capacity geometrically but never past
+/// `max_out`, so the buffer's footprint stays within the decompression bound.
+fn grow_zeroed(out: &mut Vec<u8>, additional: usize, max_out: usize) {
+    let needed = out.len() + additional;
+    if needed > out.capacity() {
+        let target = out
+            .capacity()
+            .saturating_mul(2)
+            .max(needed)
+            .min(max_out.max(needed));
+        out.reserve_exact(target - out.len());
+    }
+    out.resize(needed, 0);
 }
 
 /// Smallest zstd window (log2) the decoder always accepts: Kafka's Java producer streams with
@@ -201,6 +214,9 @@ mod snappy {
     const XERIAL_COMPATIBLE_VERSION: i32 = 1;
     /// Uncompressed bytes per framed block; snappy-java's default.
     const XERIAL_BLOCK_SIZE: usize = 32 * 1024;
+    /// The densest snappy element is a three-byte copy of 64 bytes, so a block can never
+    /// expand by more than this factor; a larger declared length is corrupt.
+    const MAX_EXPANSION: usize = 22;
 
     pub(super) fn decompress(input: &[u8], max_out: usize) -> Result<Vec<u8>, RecordsError> {
         match input.strip_prefix(&XERIAL_MAGIC[..]) {
@@ -221,6 +237,11 @@ mod snappy {
     fn decompress_xerial(mut rest: &[u8], max_out: usize) -> Result<Vec<u8>, RecordsError> {
         let mut out = Vec::new();
         while !rest.is_empty() {
+            // snappy-java accepts concatenated streams, each starting with its own header.
+            if rest.len() >= XERIAL_HEADER_LEN && rest.starts_with(&XERIAL_MAGIC) {
+                rest = rest.get(XERIAL_HEADER_LEN..).unwrap_or(&[]);
+                continue;
+            }
             let (len_bytes, tail) =
                 rest.split_first_chunk::<4>()
                     .ok_or(RecordsError::DecompressionFailed(
@@ -248,8 +269,13 @@ mod snappy {
         if declared > max_out.saturating_sub(out.len()) {
             return Err(RecordsError::DecompressedTooLarge { max: max_out });
         }
+        if declared > block.len().saturating_mul(MAX_EXPANSION) {
+            return Err(RecordsError::DecompressionFailed(
+                "snappy length exceeds what the block can hold",
+            ));
+        }
         let start = out.len();
-        out.resize(start + declared, 0);
+        super::grow_zeroed(out, declared, max_out);
         let written = snap::raw::Decoder::new()
             .decompress(block, out.get_mut(start..).unwrap_or(&mut []))
             .map_err(|_| RecordsError::DecompressionFailed("invalid snappy block"))?;
@@ -383,7 +409,11 @@ mod lz4 {
                 if block.len() > room {
                     return Err(RecordsError::DecompressedTooLarge { max: max_out });
                 }
-                out.extend_from_slice(block);
+                let start = out.len();
+                super::grow_zeroed(&mut out, block.len(), max_out);
+                if let Some(dst) = out.get_mut(start..) {
+                    dst.copy_from_slice(block);
+                }
                 continue;
             }
             // Decode straight into the output's tail. The window is limited by the block maximum,
@@ -393,7 +423,7 @@ mod lz4 {
                 .min(block.len().saturating_mul(MAX_EXPANSION))
                 .min(room);
             let start = out.len();
-            out.resize(start + window, 0);
+            super::grow_zeroed(&mut out, window, max_out);
             let result =
                 lz4_flex::block::decompress_into(block, out.get_mut(start..).unwrap_or(&mut []));
             match result {
@@ -602,6 +632,31 @@ mod tests {
         let mut short = stream.clone();
         short.truncate(stream.len() - 1);
         assert!(decompress(Compression::Snappy, &short, 64).is_err());
+    }
+
+    #[test]
+    fn snappy_reads_concatenated_xerial_streams() {
+        let mut both = compress(Compression::Snappy, b"abc", None).unwrap();
+        both.extend(compress(Compression::Snappy, b"def", None).unwrap());
+        assert_eq!(
+            decompress(Compression::Snappy, &both, 6).unwrap(),
+            b"abcdef"
+        );
+    }
+
+    #[test]
+    fn output_capacity_stays_within_the_bound() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        for codec in Compression::ALL {
+            let packed = compress(codec, &data, None).unwrap();
+            let out = decompress(codec, &packed, data.len() + 10).unwrap();
+            assert_eq!(out, data, "{codec}");
+            assert!(
+                out.capacity() <= data.len() + 10,
+                "{codec}: capacity {}",
+                out.capacity()
+            );
+        }
     }
 
     #[test]
