@@ -71,7 +71,8 @@ pub struct ValidatedBatch {
     pub header: BatchHeader,
     pub compression: Compression,
     /// Largest record timestamp ([`NO_TIMESTAMP`] if none). For a CreateTime topic this is the
-    /// value Kafka stores as the batch's maxTimestamp (see [`crate::set_max_timestamp`]).
+    /// value Kafka stores as the batch's maxTimestamp (see [`crate::set_max_timestamp`]); for a
+    /// LogAppendTime topic the broker uses its append time instead ([`crate::set_log_append_time`]).
     pub max_timestamp: i64,
     /// Offset delta of the first record carrying `max_timestamp` (-1 if none).
     pub offset_delta_of_max_timestamp: i32,
@@ -279,7 +280,8 @@ pub fn split_batches(records: &Bytes) -> Result<Vec<Bytes>, RecordsError> {
 }
 
 /// The records of one batch (`batch` holds at least the whole batch), decompressing at most
-/// `max_decompressed` bytes. Uncompressed records share `batch`'s buffer.
+/// `max_decompressed` bytes. Uncompressed records share `batch`'s buffer. The CRC is not
+/// checked here: use it on batches already validated or read back from the log.
 pub fn records(batch: &Bytes, max_decompressed: usize) -> Result<Records, RecordsError> {
     let header = BatchHeader::parse(batch)?;
     let total = header.total_len();
