@@ -1,0 +1,268 @@
+//! The fjord broker: configuration, request dispatch, the partitions it hosts, group commit,
+//! and the network shell. `run` starts it all and returns after a clean shutdown.
+
+pub mod broker;
+pub mod config;
+pub mod controller;
+pub mod errors;
+mod fetch;
+pub mod fetch_session;
+pub mod flusher;
+pub mod network;
+mod produce;
+pub mod replica;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fjord_metadata::{BrokerEndpoint, MetadataQuorum, MetadataRecord, RegisterBrokerRecord};
+use fjord_storage::log::LogConfig;
+use fjord_storage::log_manager::LogManager;
+use fjord_storage::meta_properties::{MetaProperties, MetaPropertiesVersion};
+use tokio::sync::watch;
+
+use crate::broker::{now_ms, Broker, BrokerDispatch};
+use crate::config::BrokerConfig;
+use crate::network::NetworkConfig;
+
+/// The directory of the metadata log inside the metadata log dir, named as in KRaft.
+pub const METADATA_DIR_NAME: &str = "__cluster_metadata-0";
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("{0}")]
+    Startup(String),
+}
+
+fn startup(message: impl std::fmt::Display) -> BrokerError {
+    BrokerError::Startup(message.to_string())
+}
+
+/// Reads or creates `meta.properties` in every log dir, refusing a dir that belongs to another
+/// node or cluster. Returns the cluster id.
+fn check_log_dirs(config: &BrokerConfig) -> Result<String, BrokerError> {
+    let mut dirs: Vec<PathBuf> = config.log_dirs.clone();
+    if !dirs.contains(&config.metadata_log_dir) {
+        dirs.push(config.metadata_log_dir.clone());
+    }
+    let mut cluster_id: Option<String> = config.explicit.get("cluster.id").cloned();
+    let mut missing = Vec::new();
+    for dir in &dirs {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| startup(format!("cannot create log dir {}: {e}", dir.display())))?;
+        match MetaProperties::read(dir).map_err(startup)? {
+            Some(props) => {
+                props
+                    .check(cluster_id.as_deref(), config.node_id)
+                    .map_err(|e| startup(format!("{}: {e}", dir.display())))?;
+                cluster_id = Some(props.cluster_id);
+            }
+            None => missing.push(dir.clone()),
+        }
+    }
+    let cluster_id = cluster_id.unwrap_or_else(new_cluster_id);
+    for dir in missing {
+        let props = MetaProperties {
+            version: MetaPropertiesVersion::V1,
+            cluster_id: cluster_id.clone(),
+            node_id: config.node_id,
+            directory_id: Some(kafka_base64(uuid::Uuid::new_v4().as_bytes())),
+        };
+        MetaProperties::write(&dir, &props).map_err(|e| {
+            startup(format!(
+                "cannot write meta.properties in {}: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    Ok(cluster_id)
+}
+
+fn new_cluster_id() -> String {
+    kafka_base64(uuid::Uuid::new_v4().as_bytes())
+}
+
+/// Kafka's text form of a UUID: URL-safe base64 without padding.
+fn kafka_base64(bytes: &[u8; 16]) -> String {
+    fjord_storage::partition_metadata::uuid_to_string(bytes)
+}
+
+/// Runs the broker until `shutdown` turns true, then stops accepting, finishes in-flight
+/// requests, flushes every log, and marks the clean shutdown.
+pub async fn run(
+    config: BrokerConfig,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), BrokerError> {
+    let config = Arc::new(config);
+    let started = Instant::now();
+    let cluster_id = check_log_dirs(&config)?;
+    tracing::info!(node_id = config.node_id, %cluster_id, log_dirs = ?config.log_dirs, "starting fjord");
+
+    let load_started = Instant::now();
+    let (log_manager, report) =
+        LogManager::open(&config.log_dirs, LogConfig::default(), now_ms()).map_err(startup)?;
+    tracing::info!(
+        partitions = report.partitions_loaded,
+        recovered = report.partitions_recovered,
+        bytes_truncated = report.bytes_truncated,
+        clean_shutdown_dirs = report.clean_dirs,
+        elapsed_ms = load_started.elapsed().as_millis() as u64,
+        "logs loaded"
+    );
+
+    let metadata_dir = config.metadata_log_dir.join(METADATA_DIR_NAME);
+    let quorum = MetadataQuorum::start(&metadata_dir, config.node_id as u64, &cluster_id)
+        .await
+        .map_err(|e| startup(format!("metadata log at {}: {e}", metadata_dir.display())))?;
+    let quorum = Arc::new(quorum);
+    register_broker(&quorum, &config).await?;
+
+    let replicas = Arc::new(replica::ReplicaManager::new(
+        config.node_id,
+        config.clone(),
+        log_manager,
+    ));
+    replicas
+        .apply_image(&quorum.image(), now_ms())
+        .map_err(startup)?;
+
+    let (high_watermark_moved, _) = watch::channel(0u64);
+    let high_watermark_moved = Arc::new(high_watermark_moved);
+    let (flusher, flusher_task) = flusher::start(high_watermark_moved.clone());
+    let broker = Arc::new(Broker::new(
+        config.clone(),
+        cluster_id,
+        quorum.clone(),
+        replicas.clone(),
+        flusher.clone(),
+        high_watermark_moved,
+    ));
+
+    // Follow metadata changes (a single node applies its own proposals already; this keeps
+    // hosted partitions in line with any other writer, e.g. a future controller).
+    let mut images = quorum.subscribe();
+    let follower_replicas = replicas.clone();
+    let image_task = tokio::spawn(async move {
+        while images.changed().await.is_ok() {
+            let image = images.borrow_and_update().clone();
+            if let Err(error) = follower_replicas.apply_image(&image, now_ms()) {
+                tracing::error!(%error, "cannot apply a metadata change");
+            }
+        }
+    });
+    let housekeeping = tokio::spawn(housekeeping(
+        replicas.clone(),
+        config.clone(),
+        shutdown.clone(),
+    ));
+
+    let network_config = NetworkConfig {
+        socket_request_max_bytes: config.socket_request_max_bytes,
+        connections_max_idle_ms: config.connections_max_idle_ms,
+    };
+    let mut servers = Vec::new();
+    for listener in &config.listeners {
+        let address = format!("{}:{}", listener.host, listener.port);
+        let socket = tokio::net::TcpListener::bind(&address).await.map_err(|e| {
+            startup(format!(
+                "cannot listen on {} ({address}): {e}",
+                listener.name
+            ))
+        })?;
+        tracing::info!(listener = %listener.name, address = %socket.local_addr().map(|a| a.to_string()).unwrap_or(address), "listening");
+        servers.push(tokio::spawn(network::serve(
+            socket,
+            Arc::new(BrokerDispatch(broker.clone())),
+            network_config.clone(),
+            shutdown.clone(),
+        )));
+    }
+    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "started");
+
+    let _ = shutdown.wait_for(|stop| *stop).await;
+    tracing::info!("shutting down: no new connections; finishing in-flight requests");
+    for server in servers {
+        let _ = server.await;
+    }
+    let _ = housekeeping.await;
+    image_task.abort();
+    drop(broker);
+    drop(flusher);
+    let _ = tokio::time::timeout(Duration::from_secs(30), flusher_task).await;
+    replicas.log_manager().shutdown().map_err(startup)?;
+    drop(replicas);
+    match Arc::try_unwrap(quorum) {
+        Ok(quorum) => quorum.shutdown().await.map_err(startup)?,
+        Err(_) => tracing::warn!("metadata quorum still in use at shutdown"),
+    }
+    tracing::info!("clean shutdown complete");
+    Ok(())
+}
+
+/// Records this broker's endpoints in the metadata log, once per start.
+async fn register_broker(
+    quorum: &MetadataQuorum,
+    config: &BrokerConfig,
+) -> Result<(), BrokerError> {
+    let image = quorum.image();
+    let previous_epoch = image
+        .broker(config.node_id)
+        .map(|b| b.broker_epoch)
+        .unwrap_or(-1);
+    let record = RegisterBrokerRecord {
+        broker_id: config.node_id,
+        incarnation_id: *uuid::Uuid::new_v4().as_bytes(),
+        broker_epoch: previous_epoch + 1,
+        endpoints: config
+            .advertised_listeners
+            .iter()
+            .map(|l| BrokerEndpoint {
+                name: l.name.clone(),
+                host: l.host.clone(),
+                port: l.port,
+                security_protocol: 0,
+            })
+            .collect(),
+        rack: None,
+    };
+    quorum
+        .propose(vec![MetadataRecord::RegisterBroker(record)])
+        .await
+        .map(|_| ())
+        .map_err(|e| startup(format!("cannot register the broker: {e}")))
+}
+
+/// Periodic work: retention, offset checkpoints, producer-id expiry.
+async fn housekeeping(
+    replicas: Arc<replica::ReplicaManager>,
+    config: Arc<BrokerConfig>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let retention_every =
+        Duration::from_millis(config.log_retention_check_interval_ms.max(1000) as u64);
+    let checkpoint_every = Duration::from_secs(60);
+    let mut retention = tokio::time::interval(retention_every);
+    let mut checkpoint = tokio::time::interval(checkpoint_every);
+    retention.tick().await;
+    checkpoint.tick().await;
+    loop {
+        tokio::select! {
+            _ = retention.tick() => {
+                let now = now_ms();
+                for partition in replicas.all() {
+                    let result = partition.log.lock().map(|mut log| log.delete_old_segments(now));
+                    if let Ok(Err(error)) = result {
+                        tracing::warn!(tp = %partition.tp, %error, "retention failed");
+                    }
+                }
+            }
+            _ = checkpoint.tick() => {
+                if let Err(error) = replicas.log_manager().checkpoint() {
+                    tracing::warn!(%error, "offset checkpoint failed");
+                }
+            }
+            _ = shutdown.changed() => return,
+        }
+    }
+}

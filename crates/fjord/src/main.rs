@@ -1,1 +1,101 @@
-fn main() {}
+//! The `fjord` binary: the broker (`fjord server`) and, later, the operator CLI.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use fjord_broker::config::{parse_properties, BrokerConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "fjord",
+    version,
+    about = "A Kafka-compatible streaming platform"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a broker. With no FILE, a single node on 127.0.0.1:9092 storing data in ./fjord-data.
+    Server {
+        /// A Java properties file with Kafka's config names (server.properties).
+        file: Option<PathBuf>,
+        /// Set one config, after the file: KEY=VALUE. May be repeated.
+        #[arg(long = "override", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,openraft=warn".into()),
+        )
+        .with_target(false)
+        .init();
+    match cli.command {
+        Command::Server { file, overrides } => match server(file, overrides) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("fjord: {message}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn server(file: Option<PathBuf>, overrides: Vec<String>) -> Result<(), String> {
+    let mut props: BTreeMap<String, String> = match &file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+            parse_properties(&text)
+        }
+        None => BTreeMap::new(),
+    };
+    for item in overrides {
+        let (key, value) = item
+            .split_once('=')
+            .ok_or_else(|| format!("--override {item:?} is not KEY=VALUE"))?;
+        props.insert(key.trim().to_string(), value.trim().to_string());
+    }
+    // Every value is validated here, before any data directory is touched.
+    let (config, warnings) = BrokerConfig::from_properties(&props).map_err(|e| e.to_string())?;
+    for key in warnings.unknown_keys {
+        tracing::warn!(key, "unknown configuration key ignored");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("fjord")
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(async move {
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutdown requested");
+            let _ = shutdown_tx.send(true);
+        });
+        fjord_broker::run(config, shutdown_rx)
+            .await
+            .map_err(|e| e.to_string())
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,872 @@
+//! Request dispatch: decodes a frame's header and body, runs the handler for its API, and
+//! encodes the response. Handlers for admin APIs live here; produce and fetch in their modules.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use fjord_metadata::{MetadataQuorum, MetadataRecord, ProducerIdsRecord};
+use fjord_protocol::messages::api_versions_response::*;
+use fjord_protocol::messages::create_partitions_request::*;
+use fjord_protocol::messages::create_partitions_response::*;
+use fjord_protocol::messages::create_topics_request::*;
+use fjord_protocol::messages::create_topics_response::*;
+use fjord_protocol::messages::delete_topics_request::*;
+use fjord_protocol::messages::delete_topics_response::*;
+use fjord_protocol::messages::describe_cluster_request::*;
+use fjord_protocol::messages::describe_cluster_response::*;
+use fjord_protocol::messages::describe_configs_request::*;
+use fjord_protocol::messages::describe_configs_response::*;
+use fjord_protocol::messages::init_producer_id_request::*;
+use fjord_protocol::messages::init_producer_id_response::*;
+use fjord_protocol::messages::metadata_request::*;
+use fjord_protocol::messages::metadata_response::*;
+use fjord_protocol::{
+    decode_request_header, response_header_version, ApiKey, Decoder, Encodable, RequestBody,
+    ResponseBody, ResponseHeader, Uuid,
+};
+use tokio::sync::watch;
+
+use crate::config::{BrokerConfig, ConfigSource, TopicConfig, TOPIC_CONFIGS};
+use crate::controller::{self, CreateTopic};
+use crate::errors;
+use crate::fetch_session::FetchSessionCache;
+use crate::flusher::FlusherHandle;
+use crate::network::{Dispatch, Reply};
+use crate::replica::ReplicaManager;
+
+/// The API versions fjord implements and advertises: Kafka 4.x's minimums (KIP-896) up to the
+/// newest version tested here.
+pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 11),
+    (ApiKey::Fetch, 4, 16),
+    (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeCluster, 0, 1),
+];
+
+pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED_APIS
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, min, max)| (*min, *max))
+}
+
+/// Producer ids are reserved from the metadata log in blocks of this many.
+const PRODUCER_ID_BLOCK: i64 = 1000;
+
+struct ProducerIdBlock {
+    next: i64,
+    end: i64,
+}
+
+pub struct Broker {
+    pub config: Arc<BrokerConfig>,
+    pub cluster_id: String,
+    pub quorum: Arc<MetadataQuorum>,
+    pub replicas: Arc<ReplicaManager>,
+    pub flusher: FlusherHandle,
+    /// Bumped whenever a high watermark may have moved; long-polling fetches wait on it.
+    pub high_watermark_moved: Arc<watch::Sender<u64>>,
+    pub fetch_sessions: Mutex<FetchSessionCache>,
+    producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
+    /// Serializes controller decisions with their proposals, so two requests cannot both decide
+    /// on the same image (e.g. both create one topic).
+    controller_lock: tokio::sync::Mutex<()>,
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Encodes a response header and body into one frame body.
+pub fn encode_response(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseBody,
+) -> Option<Bytes> {
+    let mut out = BytesMut::with_capacity(256);
+    let header = ResponseHeader { correlation_id };
+    if let Err(error) = header.encode(&mut out, response_header_version(api, version)) {
+        tracing::error!(%error, "cannot encode a response header");
+        return None;
+    }
+    if let Err(error) = body.encode(&mut out, version) {
+        tracing::error!(api = api.name(), version, %error, "cannot encode a response");
+        return None;
+    }
+    Some(out.freeze())
+}
+
+impl Broker {
+    pub fn new(
+        config: Arc<BrokerConfig>,
+        cluster_id: String,
+        quorum: Arc<MetadataQuorum>,
+        replicas: Arc<ReplicaManager>,
+        flusher: FlusherHandle,
+        high_watermark_moved: Arc<watch::Sender<u64>>,
+    ) -> Self {
+        Broker {
+            config,
+            cluster_id,
+            quorum,
+            replicas,
+            flusher,
+            high_watermark_moved,
+            fetch_sessions: Mutex::new(FetchSessionCache::default()),
+            producer_ids: tokio::sync::Mutex::new(ProducerIdBlock { next: 0, end: 0 }),
+            controller_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn later<F>(self: &Arc<Self>, api: ApiKey, version: i16, correlation_id: i32, f: F) -> Reply
+    where
+        F: std::future::Future<Output = ResponseBody> + Send + 'static,
+    {
+        Reply::Later(Box::pin(async move {
+            let body = f.await;
+            encode_response(api, version, correlation_id, &body)
+        }))
+    }
+
+    fn handle(self: &Arc<Self>, frame: Bytes) -> Reply {
+        let mut input = Decoder::new(frame);
+        let header = match decode_request_header(&mut input) {
+            Ok(header) => header,
+            Err(error) => return Reply::Close(format!("unreadable request header: {error}")),
+        };
+        let correlation_id = header.correlation_id;
+        let version = header.request_api_version;
+        let Some(api) = ApiKey::from_i16(header.request_api_key) else {
+            return Reply::Close(format!("unknown API key {}", header.request_api_key));
+        };
+        let Some((min, max)) = supported_range(api) else {
+            return Reply::Close(format!("API {} is not supported", api.name()));
+        };
+        if version < min || version > max {
+            if api == ApiKey::ApiVersions {
+                // Kafka answers an ApiVersions it cannot parse with a v0 response carrying
+                // UNSUPPORTED_VERSION and the versions it does support, so the client can retry.
+                let body =
+                    ResponseBody::ApiVersions(api_versions_response(errors::UNSUPPORTED_VERSION));
+                return Reply::Now(encode_response(api, 0, correlation_id, &body));
+            }
+            return Reply::Close(format!("{} version {version} is not supported", api.name()));
+        }
+        let body = match RequestBody::decode(api, &mut input, version) {
+            Ok(body) => body,
+            Err(error) => {
+                return Reply::Close(format!(
+                    "malformed {} v{version} request: {error}",
+                    api.name()
+                ))
+            }
+        };
+        let now = now_ms();
+        let respond =
+            |body: ResponseBody| Reply::Now(encode_response(api, version, correlation_id, &body));
+        match body {
+            RequestBody::ApiVersions(_) => respond(ResponseBody::ApiVersions(
+                api_versions_response(errors::NONE),
+            )),
+            RequestBody::Metadata(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::Metadata(this.metadata(request, version).await)
+                })
+            }
+            RequestBody::DescribeCluster(request) => respond(ResponseBody::DescribeCluster(
+                self.describe_cluster(&request),
+            )),
+            RequestBody::CreateTopics(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::CreateTopics(this.create_topics(request, version).await)
+                })
+            }
+            RequestBody::DeleteTopics(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::DeleteTopics(this.delete_topics(request).await)
+                })
+            }
+            RequestBody::CreatePartitions(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::CreatePartitions(this.create_partitions(request).await)
+                })
+            }
+            RequestBody::DescribeConfigs(request) => respond(ResponseBody::DescribeConfigs(
+                self.describe_configs(&request),
+            )),
+            RequestBody::InitProducerId(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::InitProducerId(this.init_producer_id(request).await)
+                })
+            }
+            RequestBody::ListOffsets(request) => {
+                respond(ResponseBody::ListOffsets(self.list_offsets(&request)))
+            }
+            RequestBody::OffsetForLeaderEpoch(request) => respond(
+                ResponseBody::OffsetForLeaderEpoch(self.offset_for_leader_epoch(&request)),
+            ),
+            RequestBody::Produce(request) => {
+                self.produce(request, api, version, correlation_id, now)
+            }
+            RequestBody::Fetch(request) => self.fetch(request, api, version, correlation_id, now),
+            other => Reply::Close(format!("API {} is not supported", other.api_key().name())),
+        }
+    }
+
+    /// Node endpoint of this broker as clients should reach it.
+    pub fn advertised(&self) -> (String, i32) {
+        match self.config.advertised_listeners.first() {
+            Some(l) => (l.host.clone(), l.port as i32),
+            None => ("127.0.0.1".to_string(), 9092),
+        }
+    }
+
+    fn live_brokers(&self) -> Vec<i32> {
+        let image = self.quorum.image();
+        let mut ids: Vec<i32> = image.brokers().map(|b| b.broker_id).collect();
+        if ids.is_empty() {
+            ids.push(self.config.node_id);
+        }
+        ids
+    }
+
+    async fn propose(&self, records: Vec<MetadataRecord>) -> Result<(), String> {
+        self.quorum
+            .propose(records)
+            .await
+            .map_err(|e| e.to_string())?;
+        let image = self.quorum.image();
+        self.replicas.apply_image(&image, now_ms())
+    }
+
+    // ---- Metadata -------------------------------------------------------------------------
+
+    async fn metadata(self: Arc<Self>, request: MetadataRequest, version: i16) -> MetadataResponse {
+        let (host, port) = self.advertised();
+        let mut response = MetadataResponse {
+            brokers: vec![MetadataResponseBroker {
+                node_id: self.config.node_id,
+                host,
+                port,
+                rack: None,
+            }],
+            cluster_id: Some(self.cluster_id.clone()),
+            controller_id: self.config.node_id,
+            cluster_authorized_operations: i32::MIN,
+            ..Default::default()
+        };
+        // v0 asks for all topics with an empty list; later versions with null.
+        let requested: Option<Vec<MetadataRequestTopic>> = match request.topics {
+            Some(list) if list.is_empty() && version == 0 => None,
+            other => other,
+        };
+        let auto_create = self.config.auto_create_topics_enable
+            && (version < 4 || request.allow_auto_topic_creation);
+        let image = self.quorum.image();
+        let Some(requested) = requested else {
+            let mut names: Vec<String> = image.topics().map(|t| t.name.clone()).collect();
+            names.sort();
+            response.topics = names
+                .iter()
+                .map(|n| self.topic_metadata(&image, n))
+                .collect();
+            return response;
+        };
+        let mut to_create = Vec::new();
+        for topic in &requested {
+            if let Some(name) = &topic.name {
+                if image.topic(name).is_none()
+                    && auto_create
+                    && controller::validate_topic_name(name).is_ok()
+                {
+                    to_create.push(name.clone());
+                }
+            }
+        }
+        if !to_create.is_empty() {
+            let requests = to_create
+                .iter()
+                .map(|name| CreateTopic {
+                    name: name.clone(),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    assignments: BTreeMap::new(),
+                    configs: BTreeMap::new(),
+                })
+                .collect::<Vec<_>>();
+            for (name, outcome) in to_create
+                .iter()
+                .zip(self.create_many(&requests, false).await)
+            {
+                if let Err(refusal) = outcome {
+                    if refusal.error_code != errors::TOPIC_ALREADY_EXISTS {
+                        tracing::warn!(topic = %name, message = %refusal.message, "auto-creation refused");
+                    }
+                }
+            }
+        }
+        let image = self.quorum.image();
+        for topic in requested {
+            let entry = match (&topic.name, topic.topic_id) {
+                (Some(name), _) => {
+                    let mut entry = self.topic_metadata(&image, name);
+                    if entry.error_code == errors::UNKNOWN_TOPIC_OR_PARTITION
+                        && controller::validate_topic_name(name).is_err()
+                    {
+                        entry.error_code = errors::INVALID_TOPIC_EXCEPTION;
+                    }
+                    entry
+                }
+                (None, id) => match image.topic_by_id(&id.0) {
+                    Some(t) => self.topic_metadata(&image, &t.name.clone()),
+                    None => MetadataResponseTopic {
+                        error_code: errors::UNKNOWN_TOPIC_ID,
+                        name: None,
+                        topic_id: id,
+                        ..Default::default()
+                    },
+                },
+            };
+            response.topics.push(entry);
+        }
+        response
+    }
+
+    fn topic_metadata(
+        &self,
+        image: &fjord_metadata::MetadataImage,
+        name: &str,
+    ) -> MetadataResponseTopic {
+        let Some(topic) = image.topic(name) else {
+            return MetadataResponseTopic {
+                error_code: errors::UNKNOWN_TOPIC_OR_PARTITION,
+                name: Some(name.to_string()),
+                ..Default::default()
+            };
+        };
+        MetadataResponseTopic {
+            error_code: errors::NONE,
+            name: Some(topic.name.clone()),
+            topic_id: Uuid(topic.topic_id),
+            is_internal: topic.name.starts_with("__"),
+            partitions: topic
+                .partitions
+                .iter()
+                .enumerate()
+                .map(|(index, p)| MetadataResponsePartition {
+                    error_code: if p.leader < 0 {
+                        errors::LEADER_NOT_AVAILABLE
+                    } else {
+                        errors::NONE
+                    },
+                    partition_index: index as i32,
+                    leader_id: p.leader,
+                    leader_epoch: p.leader_epoch,
+                    replica_nodes: p.replicas.clone(),
+                    isr_nodes: p.isr.clone(),
+                    offline_replicas: Vec::new(),
+                })
+                .collect(),
+            topic_authorized_operations: i32::MIN,
+        }
+    }
+
+    fn describe_cluster(&self, _request: &DescribeClusterRequest) -> DescribeClusterResponse {
+        let (host, port) = self.advertised();
+        DescribeClusterResponse {
+            error_code: errors::NONE,
+            endpoint_type: 1,
+            cluster_id: self.cluster_id.clone(),
+            controller_id: self.config.node_id,
+            brokers: vec![DescribeClusterBroker {
+                broker_id: self.config.node_id,
+                host,
+                port,
+                rack: None,
+            }],
+            cluster_authorized_operations: i32::MIN,
+            ..Default::default()
+        }
+    }
+
+    // ---- Topics ---------------------------------------------------------------------------
+
+    /// Plans and (unless `validate_only`) commits several topic creations under the controller
+    /// lock. Results are in request order.
+    async fn create_many(
+        &self,
+        requests: &[CreateTopic],
+        validate_only: bool,
+    ) -> Vec<Result<controller::TopicPlan, controller::Refusal>> {
+        let _guard = self.controller_lock.lock().await;
+        let live = self.live_brokers();
+        let mut image = (*self.quorum.image()).clone();
+        let mut results = Vec::with_capacity(requests.len());
+        let mut records = Vec::new();
+        for request in requests {
+            let plan = controller::plan_create_topic(
+                &image,
+                request,
+                self.config.num_partitions,
+                self.config.default_replication_factor,
+                &live,
+                *uuid::Uuid::new_v4().as_bytes(),
+            );
+            if let Ok(plan) = &plan {
+                // Later entries of the same request see this topic (duplicates refused).
+                let mut delta = fjord_metadata::MetadataDelta::new(&image);
+                for record in &plan.records {
+                    let _ = delta.apply(record);
+                }
+                image = delta.finish(image.offset());
+                records.extend(plan.records.iter().cloned());
+            }
+            results.push(plan);
+        }
+        if !validate_only && !records.is_empty() {
+            if let Err(message) = self.propose(records).await {
+                return requests
+                    .iter()
+                    .map(|_| {
+                        Err(controller::Refusal {
+                            error_code: errors::UNKNOWN_SERVER_ERROR,
+                            message: message.clone(),
+                        })
+                    })
+                    .collect();
+            }
+        }
+        results
+    }
+
+    async fn create_topics(
+        self: Arc<Self>,
+        request: CreateTopicsRequest,
+        version: i16,
+    ) -> CreateTopicsResponse {
+        let mut seen = std::collections::HashSet::new();
+        let duplicates: std::collections::HashSet<String> = request
+            .topics
+            .iter()
+            .filter(|t| !seen.insert(t.name.clone()))
+            .map(|t| t.name.clone())
+            .collect();
+        let mut creates = Vec::new();
+        for topic in request
+            .topics
+            .iter()
+            .filter(|t| !duplicates.contains(&t.name))
+        {
+            let mut configs = BTreeMap::new();
+            for c in &topic.configs {
+                if let Some(v) = &c.value {
+                    configs.insert(c.name.clone(), v.clone());
+                }
+            }
+            creates.push(CreateTopic {
+                name: topic.name.clone(),
+                num_partitions: topic.num_partitions,
+                replication_factor: topic.replication_factor,
+                assignments: topic
+                    .assignments
+                    .iter()
+                    .map(|a| (a.partition_index, a.broker_ids.clone()))
+                    .collect(),
+                configs,
+            });
+        }
+        let outcomes = self.create_many(&creates, request.validate_only).await;
+        let image = self.quorum.image();
+        let mut results: Vec<CreatableTopicResult> = creates
+            .iter()
+            .zip(outcomes)
+            .map(|(create, outcome)| match outcome {
+                Ok(plan) => {
+                    let config = TopicConfig::resolve(&self.config, &create.configs);
+                    CreatableTopicResult {
+                        name: create.name.clone(),
+                        topic_id: if request.validate_only {
+                            Uuid::ZERO
+                        } else {
+                            Uuid(plan.topic_id)
+                        },
+                        error_code: errors::NONE,
+                        num_partitions: plan.num_partitions,
+                        replication_factor: plan.replication_factor,
+                        configs: (version >= 5).then(|| {
+                            config
+                                .entries()
+                                .map(|(name, value, source)| CreatableTopicConfigs {
+                                    name: name.to_string(),
+                                    value: Some(value.to_string()),
+                                    read_only: false,
+                                    config_source: source as i8,
+                                    is_sensitive: false,
+                                })
+                                .collect()
+                        }),
+                        ..Default::default()
+                    }
+                }
+                Err(refusal) => CreatableTopicResult {
+                    name: create.name.clone(),
+                    error_code: refusal.error_code,
+                    error_message: Some(refusal.message),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    topic_config_error_code: refusal.error_code,
+                    topic_id: image
+                        .topic(&create.name)
+                        .map(|t| Uuid(t.topic_id))
+                        .unwrap_or(Uuid::ZERO),
+                    configs: None,
+                    ..Default::default()
+                },
+            })
+            .collect();
+        for name in duplicates {
+            results.push(CreatableTopicResult {
+                name,
+                error_code: errors::INVALID_REQUEST,
+                error_message: Some("Duplicate topic name.".to_string()),
+                num_partitions: -1,
+                replication_factor: -1,
+                ..Default::default()
+            });
+        }
+        CreateTopicsResponse {
+            topics: results,
+            ..Default::default()
+        }
+    }
+
+    async fn delete_topics(self: Arc<Self>, request: DeleteTopicsRequest) -> DeleteTopicsResponse {
+        // v6+ names topics in `topics` (by name or id); older versions in `topic_names`.
+        let mut targets: Vec<(Option<String>, Uuid)> = request
+            .topic_names
+            .iter()
+            .map(|n| (Some(n.clone()), Uuid::ZERO))
+            .collect();
+        targets.extend(request.topics.iter().map(|t| (t.name.clone(), t.topic_id)));
+        let mut responses = Vec::new();
+        let _guard = self.controller_lock.lock().await;
+        for (name, id) in targets {
+            let image = self.quorum.image();
+            let resolved = match (&name, id) {
+                (Some(n), _) => Some(n.clone()),
+                (None, id) => image.topic_by_id(&id.0).map(|t| t.name.clone()),
+            };
+            let mut result = DeletableTopicResult {
+                name: name.clone(),
+                topic_id: id,
+                ..Default::default()
+            };
+            match resolved {
+                None => {
+                    result.error_code = errors::UNKNOWN_TOPIC_ID;
+                    result.error_message =
+                        Some("This server does not host this topic ID.".to_string());
+                }
+                Some(_) if !self.config.delete_topic_enable => {
+                    result.error_code = errors::TOPIC_DELETION_DISABLED;
+                }
+                Some(n) => match controller::plan_delete_topic(&image, &n) {
+                    Ok(records) => {
+                        result.topic_id = image.topic(&n).map(|t| Uuid(t.topic_id)).unwrap_or(id);
+                        result.name = Some(n);
+                        if let Err(message) = self.propose(records).await {
+                            result.error_code = errors::UNKNOWN_SERVER_ERROR;
+                            result.error_message = Some(message);
+                        }
+                    }
+                    Err(refusal) => {
+                        result.error_code = refusal.error_code;
+                        result.error_message = Some(refusal.message);
+                    }
+                },
+            }
+            responses.push(result);
+        }
+        DeleteTopicsResponse {
+            responses,
+            ..Default::default()
+        }
+    }
+
+    async fn create_partitions(
+        self: Arc<Self>,
+        request: CreatePartitionsRequest,
+    ) -> CreatePartitionsResponse {
+        let _guard = self.controller_lock.lock().await;
+        let live = self.live_brokers();
+        let mut results = Vec::new();
+        for topic in request.topics {
+            let image = self.quorum.image();
+            let assignments: Option<Vec<Vec<i32>>> = topic
+                .assignments
+                .as_ref()
+                .map(|a| a.iter().map(|x| x.broker_ids.clone()).collect());
+            let outcome = controller::plan_create_partitions(
+                &image,
+                &topic.name,
+                topic.count,
+                assignments.as_deref(),
+                &live,
+            );
+            let (error_code, error_message) = match outcome {
+                Ok(_) if request.validate_only => (errors::NONE, None),
+                Ok(records) => match self.propose(records).await {
+                    Ok(()) => (errors::NONE, None),
+                    Err(message) => (errors::UNKNOWN_SERVER_ERROR, Some(message)),
+                },
+                Err(refusal) => (refusal.error_code, Some(refusal.message)),
+            };
+            results.push(CreatePartitionsTopicResult {
+                name: topic.name,
+                error_code,
+                error_message,
+            });
+        }
+        CreatePartitionsResponse {
+            results,
+            ..Default::default()
+        }
+    }
+
+    fn describe_configs(&self, request: &DescribeConfigsRequest) -> DescribeConfigsResponse {
+        const TOPIC: i8 = 2;
+        const BROKER: i8 = 4;
+        let image = self.quorum.image();
+        let mut results = Vec::new();
+        for resource in &request.resources {
+            let wanted = |name: &str| {
+                resource
+                    .configuration_keys
+                    .as_ref()
+                    .is_none_or(|keys| keys.is_empty() || keys.iter().any(|k| k == name))
+            };
+            let mut result = DescribeConfigsResult {
+                resource_type: resource.resource_type,
+                resource_name: resource.resource_name.clone(),
+                ..Default::default()
+            };
+            match resource.resource_type {
+                TOPIC => {
+                    if image.topic(&resource.resource_name).is_none() {
+                        result.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION;
+                        result.error_message =
+                            Some(format!("Topic {} does not exist", resource.resource_name));
+                    } else {
+                        let config = self.replicas.topic_config(&image, &resource.resource_name);
+                        for (name, value, source) in config.entries() {
+                            if !wanted(name) {
+                                continue;
+                            }
+                            let def = TOPIC_CONFIGS.iter().find(|d| d.name == name);
+                            let mut synonyms = Vec::new();
+                            if request.include_synonyms {
+                                if source == ConfigSource::DynamicTopic {
+                                    synonyms.push(DescribeConfigsSynonym {
+                                        name: name.to_string(),
+                                        value: Some(value.to_string()),
+                                        source: source as i8,
+                                    });
+                                }
+                                if let Some(def) = def {
+                                    let (broker_value, broker_source) =
+                                        self.config.topic_default(def);
+                                    if let (Some(syn), ConfigSource::StaticBroker) =
+                                        (def.broker_synonym, broker_source)
+                                    {
+                                        synonyms.push(DescribeConfigsSynonym {
+                                            name: syn.to_string(),
+                                            value: Some(broker_value),
+                                            source: broker_source as i8,
+                                        });
+                                    }
+                                    synonyms.push(DescribeConfigsSynonym {
+                                        name: def.broker_synonym.unwrap_or(def.name).to_string(),
+                                        value: Some(def.default.to_string()),
+                                        source: ConfigSource::Default as i8,
+                                    });
+                                }
+                            }
+                            result.configs.push(DescribeConfigsResourceResult {
+                                name: name.to_string(),
+                                value: Some(value.to_string()),
+                                read_only: false,
+                                is_default: source == ConfigSource::Default,
+                                config_source: source as i8,
+                                is_sensitive: false,
+                                synonyms,
+                                config_type: def.map(|d| d.kind as i8).unwrap_or(0),
+                                documentation: None,
+                            });
+                        }
+                    }
+                }
+                BROKER => {
+                    let name_ok = resource.resource_name.is_empty()
+                        || resource.resource_name == self.config.node_id.to_string();
+                    if !name_ok {
+                        result.error_code = errors::INVALID_REQUEST;
+                        result.error_message = Some(format!(
+                            "Unexpected broker id, expected {}",
+                            self.config.node_id
+                        ));
+                    } else {
+                        for (name, value, kind, source) in self.config.describe() {
+                            if !wanted(&name) {
+                                continue;
+                            }
+                            let synonyms = if request.include_synonyms && value.is_some() {
+                                vec![DescribeConfigsSynonym {
+                                    name: name.clone(),
+                                    value: value.clone(),
+                                    source: source as i8,
+                                }]
+                            } else {
+                                Vec::new()
+                            };
+                            result.configs.push(DescribeConfigsResourceResult {
+                                name,
+                                value,
+                                read_only: true,
+                                is_default: source == ConfigSource::Default,
+                                config_source: source as i8,
+                                is_sensitive: false,
+                                synonyms,
+                                config_type: kind as i8,
+                                documentation: None,
+                            });
+                        }
+                    }
+                }
+                other => {
+                    result.error_code = errors::INVALID_REQUEST;
+                    result.error_message = Some(format!("Unsupported resource type {other}"));
+                }
+            }
+            results.push(result);
+        }
+        DescribeConfigsResponse {
+            results,
+            ..Default::default()
+        }
+    }
+
+    // ---- Producer ids ---------------------------------------------------------------------
+
+    async fn init_producer_id(
+        self: Arc<Self>,
+        request: InitProducerIdRequest,
+    ) -> InitProducerIdResponse {
+        if request.transactional_id.is_some() {
+            // Transactions are not implemented yet; a transactional producer must not proceed as
+            // if they were.
+            return InitProducerIdResponse {
+                error_code: errors::COORDINATOR_NOT_AVAILABLE,
+                producer_id: -1,
+                producer_epoch: -1,
+                ..Default::default()
+            };
+        }
+        // KIP-360: an idempotent producer may ask to bump its epoch after a sequence error.
+        if request.producer_id >= 0
+            && request.producer_epoch >= 0
+            && request.producer_epoch < i16::MAX - 1
+        {
+            return InitProducerIdResponse {
+                error_code: errors::NONE,
+                producer_id: request.producer_id,
+                producer_epoch: request.producer_epoch + 1,
+                ..Default::default()
+            };
+        }
+        match self.next_producer_id().await {
+            Ok(producer_id) => InitProducerIdResponse {
+                error_code: errors::NONE,
+                producer_id,
+                producer_epoch: 0,
+                ..Default::default()
+            },
+            Err(message) => {
+                tracing::warn!(%message, "cannot allocate a producer id");
+                InitProducerIdResponse {
+                    error_code: errors::COORDINATOR_NOT_AVAILABLE,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    ..Default::default()
+                }
+            }
+        }
+    }
+
+    /// Producer ids come from blocks reserved in the metadata log, so ids are never reused
+    /// across restarts.
+    async fn next_producer_id(&self) -> Result<i64, String> {
+        let mut block = self.producer_ids.lock().await;
+        if block.next >= block.end {
+            let _guard = self.controller_lock.lock().await;
+            let start = self.quorum.image().next_producer_id();
+            let end = start + PRODUCER_ID_BLOCK;
+            self.quorum
+                .propose(vec![MetadataRecord::ProducerIds(ProducerIdsRecord {
+                    broker_id: self.config.node_id,
+                    broker_epoch: 0,
+                    next_producer_id: end,
+                })])
+                .await
+                .map_err(|e| e.to_string())?;
+            block.next = start;
+            block.end = end;
+        }
+        let id = block.next;
+        block.next += 1;
+        Ok(id)
+    }
+}
+
+pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {
+    ApiVersionsResponse {
+        error_code,
+        api_keys: SUPPORTED_APIS
+            .iter()
+            .map(|(key, min, max)| ApiVersion {
+                api_key: *key as i16,
+                min_version: *min,
+                max_version: *max,
+            })
+            .collect(),
+        finalized_features_epoch: -1,
+        ..Default::default()
+    }
+}
+
+/// The network shell's handle on the broker.
+pub struct BrokerDispatch(pub Arc<Broker>);
+
+impl Dispatch for BrokerDispatch {
+    fn dispatch(&self, frame: Bytes, _peer: SocketAddr) -> Reply {
+        self.0.handle(frame)
+    }
+}

@@ -1,0 +1,1076 @@
+//! Broker and topic configuration under Kafka's own names, defaults and validation rules.
+//!
+//! Pure: takes key/value pairs (from a properties file, overrides, or a CreateTopics request) and
+//! returns typed configs or an error naming the key and value. Reading files is the server
+//! binary's job.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Kafka's config value types, numbered as DescribeConfigs (v3+) reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigType {
+    Boolean = 1,
+    String = 2,
+    Int = 3,
+    Short = 4,
+    Long = 5,
+    Double = 6,
+    List = 7,
+    Class = 8,
+    Password = 9,
+}
+
+/// Where a described config value came from, numbered as DescribeConfigs reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    DynamicTopic = 1,
+    DynamicBroker = 2,
+    DynamicDefaultBroker = 3,
+    StaticBroker = 4,
+    Default = 5,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid value {value:?} for configuration {key}: {reason}")]
+pub struct ConfigError {
+    pub key: String,
+    pub value: String,
+    pub reason: String,
+}
+
+fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.to_string(),
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// A value check, applied after the type parse.
+#[derive(Debug, Clone, Copy)]
+enum Check {
+    None,
+    AtLeast(i64),
+    Between(f64, f64),
+    OneOf(&'static [&'static str]),
+    /// A list whose every element is one of these.
+    ListOf(&'static [&'static str]),
+}
+
+/// One topic-level config: its name, the broker config that supplies its default, type,
+/// Kafka's default, and its check.
+#[derive(Debug, Clone, Copy)]
+pub struct TopicConfigDef {
+    pub name: &'static str,
+    pub broker_synonym: Option<&'static str>,
+    pub kind: ConfigType,
+    pub default: &'static str,
+    check: Check,
+}
+
+const COMPRESSION_TYPES: &[&str] = &["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"];
+const TIMESTAMP_TYPES: &[&str] = &["CreateTime", "LogAppendTime"];
+const CLEANUP_POLICIES: &[&str] = &["compact", "delete"];
+
+macro_rules! topic_config {
+    ($name:expr, $syn:expr, $kind:ident, $default:expr, $check:expr) => {
+        TopicConfigDef {
+            name: $name,
+            broker_synonym: $syn,
+            kind: ConfigType::$kind,
+            default: $default,
+            check: $check,
+        }
+    };
+}
+
+/// Every topic config fjord knows, with Kafka 4.x defaults.
+pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
+    topic_config!(
+        "cleanup.policy",
+        Some("log.cleanup.policy"),
+        List,
+        "delete",
+        Check::ListOf(CLEANUP_POLICIES)
+    ),
+    topic_config!(
+        "compression.type",
+        Some("compression.type"),
+        String,
+        "producer",
+        Check::OneOf(COMPRESSION_TYPES)
+    ),
+    topic_config!(
+        "compression.gzip.level",
+        Some("compression.gzip.level"),
+        Int,
+        "-1",
+        Check::None
+    ),
+    topic_config!(
+        "compression.lz4.level",
+        Some("compression.lz4.level"),
+        Int,
+        "9",
+        Check::AtLeast(1)
+    ),
+    topic_config!(
+        "compression.zstd.level",
+        Some("compression.zstd.level"),
+        Int,
+        "3",
+        Check::None
+    ),
+    topic_config!(
+        "delete.retention.ms",
+        Some("log.cleaner.delete.retention.ms"),
+        Long,
+        "86400000",
+        Check::AtLeast(0)
+    ),
+    topic_config!(
+        "file.delete.delay.ms",
+        Some("log.segment.delete.delay.ms"),
+        Long,
+        "60000",
+        Check::AtLeast(0)
+    ),
+    topic_config!(
+        "flush.messages",
+        Some("log.flush.interval.messages"),
+        Long,
+        "9223372036854775807",
+        Check::AtLeast(1)
+    ),
+    topic_config!(
+        "flush.ms",
+        Some("log.flush.interval.ms"),
+        Long,
+        "9223372036854775807",
+        Check::AtLeast(0)
+    ),
+    topic_config!(
+        "index.interval.bytes",
+        Some("log.index.interval.bytes"),
+        Int,
+        "4096",
+        Check::AtLeast(0)
+    ),
+    topic_config!(
+        "max.compaction.lag.ms",
+        Some("log.cleaner.max.compaction.lag.ms"),
+        Long,
+        "9223372036854775807",
+        Check::AtLeast(1)
+    ),
+    topic_config!(
+        "max.message.bytes",
+        Some("message.max.bytes"),
+        Int,
+        "1048588",
+        Check::AtLeast(0)
+    ),
+    topic_config!(
+        "message.timestamp.after.max.ms",
+        Some("log.message.timestamp.after.max.ms"),
+        Long,
+        "3600000",
+        Check::AtLeast(0)
+    ),
+    topic_config!(
+        "message.timestamp.before.max.ms",
+        Some("log.message.timestamp.before.max.ms"),
+        Long,
+        "9223372036854775807",
+        Check::AtLeast(0)
+    ),
+    topic_config!(
+        "message.timestamp.type",
+        Some("log.message.timestamp.type"),
+        String,
+        "CreateTime",
+        Check::OneOf(TIMESTAMP_TYPES)
+    ),
+    topic_config!(
+        "min.cleanable.dirty.ratio",
+        Some("log.cleaner.min.cleanable.ratio"),
+        Double,
+        "0.5",
+        Check::Between(0.0, 1.0)
+    ),
+    topic_config!(
+        "min.compaction.lag.ms",
+        Some("log.cleaner.min.compaction.lag.ms"),
+        Long,
+        "0",
+        Check::AtLeast(0)
+    ),
+    topic_config!(
+        "min.insync.replicas",
+        Some("min.insync.replicas"),
+        Int,
+        "1",
+        Check::AtLeast(1)
+    ),
+    topic_config!(
+        "preallocate",
+        Some("log.preallocate"),
+        Boolean,
+        "false",
+        Check::None
+    ),
+    topic_config!(
+        "retention.bytes",
+        Some("log.retention.bytes"),
+        Long,
+        "-1",
+        Check::None
+    ),
+    topic_config!(
+        "retention.ms",
+        Some("log.retention.ms"),
+        Long,
+        "604800000",
+        Check::AtLeast(-1)
+    ),
+    topic_config!(
+        "segment.bytes",
+        Some("log.segment.bytes"),
+        Int,
+        "1073741824",
+        Check::AtLeast(14)
+    ),
+    topic_config!(
+        "segment.index.bytes",
+        Some("log.index.size.max.bytes"),
+        Int,
+        "10485760",
+        Check::AtLeast(4)
+    ),
+    topic_config!(
+        "segment.jitter.ms",
+        Some("log.roll.jitter.ms"),
+        Long,
+        "0",
+        Check::AtLeast(0)
+    ),
+    topic_config!(
+        "segment.ms",
+        Some("log.roll.ms"),
+        Long,
+        "604800000",
+        Check::AtLeast(1)
+    ),
+    topic_config!(
+        "unclean.leader.election.enable",
+        Some("unclean.leader.election.enable"),
+        Boolean,
+        "false",
+        Check::None
+    ),
+];
+
+pub fn topic_config_def(name: &str) -> Option<&'static TopicConfigDef> {
+    TOPIC_CONFIGS.iter().find(|def| def.name == name)
+}
+
+fn check_value(key: &str, value: &str, kind: ConfigType, check: Check) -> Result<(), ConfigError> {
+    let as_long = || {
+        value
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| invalid(key, value, "expected an integer"))
+    };
+    match kind {
+        ConfigType::Boolean => {
+            if !value.trim().eq_ignore_ascii_case("true")
+                && !value.trim().eq_ignore_ascii_case("false")
+            {
+                return Err(invalid(key, value, "expected true or false"));
+            }
+        }
+        ConfigType::Int => {
+            let v = as_long()?;
+            if v < i32::MIN as i64 || v > i32::MAX as i64 {
+                return Err(invalid(key, value, "out of range for an int"));
+            }
+        }
+        ConfigType::Short => {
+            let v = as_long()?;
+            if v < i16::MIN as i64 || v > i16::MAX as i64 {
+                return Err(invalid(key, value, "out of range for a short"));
+            }
+        }
+        ConfigType::Long => {
+            as_long()?;
+        }
+        ConfigType::Double => {
+            value
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| invalid(key, value, "expected a number"))?;
+        }
+        ConfigType::String | ConfigType::List | ConfigType::Class | ConfigType::Password => {}
+    }
+    match check {
+        Check::None => Ok(()),
+        Check::AtLeast(min) => {
+            if as_long()? < min {
+                Err(invalid(key, value, format!("value must be at least {min}")))
+            } else {
+                Ok(())
+            }
+        }
+        Check::Between(lo, hi) => {
+            let v: f64 = value
+                .trim()
+                .parse()
+                .map_err(|_| invalid(key, value, "expected a number"))?;
+            if v < lo || v > hi {
+                Err(invalid(
+                    key,
+                    value,
+                    format!("value must be between {lo} and {hi}"),
+                ))
+            } else {
+                Ok(())
+            }
+        }
+        Check::OneOf(allowed) => {
+            if allowed.contains(&value.trim()) {
+                Ok(())
+            } else {
+                Err(invalid(
+                    key,
+                    value,
+                    format!("must be one of {}", allowed.join(", ")),
+                ))
+            }
+        }
+        Check::ListOf(allowed) => {
+            let items: Vec<&str> = split_list(value);
+            if items.is_empty() {
+                return Err(invalid(key, value, "must not be empty"));
+            }
+            match items.iter().find(|item| !allowed.contains(item)) {
+                Some(bad) => Err(invalid(
+                    key,
+                    value,
+                    format!("{bad:?} is not one of {}", allowed.join(", ")),
+                )),
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+fn split_list(value: &str) -> Vec<&str> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// Validates one topic-level config override (CreateTopics, AlterConfigs).
+pub fn validate_topic_config(name: &str, value: &str) -> Result<(), ConfigError> {
+    let def = topic_config_def(name).ok_or_else(|| invalid(name, value, "unknown topic config"))?;
+    check_value(name, value, def.kind, def.check)
+}
+
+/// A listener, `NAME://host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl Listener {
+    pub fn parse_list(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError> {
+        let mut listeners = Vec::new();
+        for item in split_list(value) {
+            let (name, rest) = item
+                .split_once("://")
+                .ok_or_else(|| invalid(key, value, format!("{item:?} is not NAME://host:port")))?;
+            let (host, port) = rest
+                .rsplit_once(':')
+                .ok_or_else(|| invalid(key, value, format!("{item:?} has no port")))?;
+            let port: u16 = port
+                .parse()
+                .map_err(|_| invalid(key, value, format!("{item:?} has an invalid port")))?;
+            let host = host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            if name.is_empty() {
+                return Err(invalid(key, value, "listener name must not be empty"));
+            }
+            if listeners.iter().any(|l: &Listener| l.name == name) {
+                return Err(invalid(
+                    key,
+                    value,
+                    format!("listener name {name} appears twice"),
+                ));
+            }
+            listeners.push(Listener {
+                name: name.to_string(),
+                host,
+                port,
+            });
+        }
+        if listeners.is_empty() {
+            return Err(invalid(key, value, "no listener given"));
+        }
+        Ok(listeners)
+    }
+}
+
+/// A broker config key fjord knows: type, Kafka's default (fjord's where it differs, said why),
+/// and its check. Keys not here but known to Kafka are accepted with a warning that fjord
+/// ignores them; unknown keys are warned about.
+struct BrokerConfigDef {
+    name: &'static str,
+    kind: ConfigType,
+    default: Option<&'static str>,
+    check: Check,
+}
+
+macro_rules! broker_config {
+    ($name:expr, $kind:ident, $default:expr, $check:expr) => {
+        BrokerConfigDef {
+            name: $name,
+            kind: ConfigType::$kind,
+            default: $default,
+            check: $check,
+        }
+    };
+}
+
+const BROKER_CONFIGS: &[BrokerConfigDef] = &[
+    broker_config!("node.id", Int, Some("1"), Check::AtLeast(0)),
+    broker_config!("broker.id", Int, None, Check::AtLeast(0)),
+    broker_config!(
+        "process.roles",
+        List,
+        Some("broker,controller"),
+        Check::ListOf(&["broker", "controller"])
+    ),
+    // fjord binds loopback by default so a bare `fjord server` is safe on any machine.
+    broker_config!(
+        "listeners",
+        List,
+        Some("PLAINTEXT://127.0.0.1:9092"),
+        Check::None
+    ),
+    broker_config!("advertised.listeners", List, None, Check::None),
+    broker_config!(
+        "listener.security.protocol.map",
+        List,
+        Some("PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"),
+        Check::None
+    ),
+    broker_config!("controller.listener.names", List, None, Check::None),
+    broker_config!("controller.quorum.voters", List, None, Check::None),
+    broker_config!(
+        "controller.quorum.bootstrap.servers",
+        List,
+        None,
+        Check::None
+    ),
+    broker_config!("inter.broker.listener.name", String, None, Check::None),
+    broker_config!("log.dir", String, Some("./fjord-data"), Check::None),
+    broker_config!("log.dirs", List, None, Check::None),
+    broker_config!("metadata.log.dir", String, None, Check::None),
+    broker_config!("num.partitions", Int, Some("1"), Check::AtLeast(1)),
+    broker_config!(
+        "default.replication.factor",
+        Int,
+        Some("1"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "auto.create.topics.enable",
+        Boolean,
+        Some("true"),
+        Check::None
+    ),
+    broker_config!("delete.topic.enable", Boolean, Some("true"), Check::None),
+    broker_config!("message.max.bytes", Int, Some("1048588"), Check::AtLeast(0)),
+    broker_config!(
+        "log.segment.bytes",
+        Int,
+        Some("1073741824"),
+        Check::AtLeast(14)
+    ),
+    broker_config!("log.roll.ms", Long, None, Check::AtLeast(1)),
+    broker_config!("log.roll.hours", Int, Some("168"), Check::AtLeast(1)),
+    broker_config!("log.roll.jitter.ms", Long, None, Check::AtLeast(0)),
+    broker_config!("log.roll.jitter.hours", Int, Some("0"), Check::AtLeast(0)),
+    broker_config!("log.retention.ms", Long, None, Check::AtLeast(-1)),
+    broker_config!("log.retention.minutes", Int, None, Check::AtLeast(-1)),
+    broker_config!("log.retention.hours", Int, Some("168"), Check::AtLeast(-1)),
+    broker_config!("log.retention.bytes", Long, Some("-1"), Check::None),
+    broker_config!(
+        "log.retention.check.interval.ms",
+        Long,
+        Some("300000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "log.cleanup.policy",
+        List,
+        Some("delete"),
+        Check::ListOf(CLEANUP_POLICIES)
+    ),
+    broker_config!(
+        "log.index.size.max.bytes",
+        Int,
+        Some("10485760"),
+        Check::AtLeast(4)
+    ),
+    broker_config!(
+        "log.index.interval.bytes",
+        Int,
+        Some("4096"),
+        Check::AtLeast(0)
+    ),
+    broker_config!("log.flush.interval.messages", Long, None, Check::AtLeast(1)),
+    broker_config!("log.flush.interval.ms", Long, None, Check::AtLeast(0)),
+    broker_config!(
+        "log.flush.scheduler.interval.ms",
+        Long,
+        Some("9223372036854775807"),
+        Check::None
+    ),
+    broker_config!(
+        "log.flush.offset.checkpoint.interval.ms",
+        Int,
+        Some("60000"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "log.segment.delete.delay.ms",
+        Long,
+        Some("60000"),
+        Check::AtLeast(0)
+    ),
+    broker_config!("log.preallocate", Boolean, Some("false"), Check::None),
+    broker_config!(
+        "log.message.timestamp.type",
+        String,
+        Some("CreateTime"),
+        Check::OneOf(TIMESTAMP_TYPES)
+    ),
+    broker_config!(
+        "log.message.timestamp.before.max.ms",
+        Long,
+        Some("9223372036854775807"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "log.message.timestamp.after.max.ms",
+        Long,
+        Some("3600000"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "log.cleaner.delete.retention.ms",
+        Long,
+        Some("86400000"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "log.cleaner.min.compaction.lag.ms",
+        Long,
+        Some("0"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "log.cleaner.max.compaction.lag.ms",
+        Long,
+        Some("9223372036854775807"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "log.cleaner.min.cleanable.ratio",
+        Double,
+        Some("0.5"),
+        Check::Between(0.0, 1.0)
+    ),
+    broker_config!(
+        "compression.type",
+        String,
+        Some("producer"),
+        Check::OneOf(COMPRESSION_TYPES)
+    ),
+    broker_config!("compression.gzip.level", Int, Some("-1"), Check::None),
+    broker_config!("compression.lz4.level", Int, Some("9"), Check::AtLeast(1)),
+    broker_config!("compression.zstd.level", Int, Some("3"), Check::None),
+    broker_config!("min.insync.replicas", Int, Some("1"), Check::AtLeast(1)),
+    broker_config!(
+        "unclean.leader.election.enable",
+        Boolean,
+        Some("false"),
+        Check::None
+    ),
+    broker_config!(
+        "socket.request.max.bytes",
+        Int,
+        Some("104857600"),
+        Check::AtLeast(1)
+    ),
+    broker_config!("socket.send.buffer.bytes", Int, Some("102400"), Check::None),
+    broker_config!(
+        "socket.receive.buffer.bytes",
+        Int,
+        Some("102400"),
+        Check::None
+    ),
+    broker_config!("connections.max.idle.ms", Long, Some("600000"), Check::None),
+    broker_config!("num.network.threads", Int, Some("3"), Check::AtLeast(1)),
+    broker_config!("num.io.threads", Int, Some("8"), Check::AtLeast(1)),
+    broker_config!(
+        "num.recovery.threads.per.data.dir",
+        Int,
+        Some("2"),
+        Check::AtLeast(1)
+    ),
+    broker_config!("queued.max.requests", Int, Some("500"), Check::AtLeast(1)),
+    broker_config!(
+        "producer.id.expiration.ms",
+        Int,
+        Some("86400000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "offsets.topic.num.partitions",
+        Int,
+        Some("50"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "offsets.topic.replication.factor",
+        Short,
+        Some("3"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "transaction.state.log.replication.factor",
+        Short,
+        Some("3"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "transaction.state.log.min.isr",
+        Int,
+        Some("2"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "group.initial.rebalance.delay.ms",
+        Int,
+        Some("3000"),
+        Check::None
+    ),
+    broker_config!("cluster.id", String, None, Check::None),
+];
+
+/// The typed broker configuration, built once at start-up and immutable after.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    pub listeners: Vec<Listener>,
+    pub advertised_listeners: Vec<Listener>,
+    pub log_dirs: Vec<PathBuf>,
+    pub metadata_log_dir: PathBuf,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub auto_create_topics_enable: bool,
+    pub delete_topic_enable: bool,
+    pub socket_request_max_bytes: usize,
+    pub connections_max_idle_ms: i64,
+    pub log_retention_check_interval_ms: i64,
+    pub producer_id_expiration_ms: i64,
+    /// Every key the operator set, after validation; topic defaults come from here.
+    pub explicit: BTreeMap<String, String>,
+}
+
+impl BrokerConfig {
+    /// The effective value of a broker key: explicit, else the default.
+    pub fn get(&self, key: &str) -> Option<String> {
+        if let Some(v) = self.explicit.get(key) {
+            return Some(v.clone());
+        }
+        BROKER_CONFIGS
+            .iter()
+            .find(|def| def.name == key)
+            .and_then(|def| def.default.map(str::to_string))
+    }
+
+    /// The broker-level default for a topic config and where it came from. Time configs have
+    /// several broker spellings (ms / minutes / hours); the most precise one set wins, as in Kafka.
+    pub fn topic_default(&self, def: &TopicConfigDef) -> (String, ConfigSource) {
+        let explicit = |key: &str| self.explicit.get(key).cloned();
+        let derived = match def.name {
+            "retention.ms" => explicit("log.retention.ms")
+                .or_else(|| explicit("log.retention.minutes").map(|m| scale(&m, 60_000)))
+                .or_else(|| explicit("log.retention.hours").map(|h| scale(&h, 3_600_000))),
+            "segment.ms" => explicit("log.roll.ms")
+                .or_else(|| explicit("log.roll.hours").map(|h| scale(&h, 3_600_000))),
+            "segment.jitter.ms" => explicit("log.roll.jitter.ms")
+                .or_else(|| explicit("log.roll.jitter.hours").map(|h| scale(&h, 3_600_000))),
+            "flush.ms" => explicit("log.flush.interval.ms"),
+            _ => def.broker_synonym.and_then(explicit),
+        };
+        match derived {
+            Some(value) => (value, ConfigSource::StaticBroker),
+            None => (def.default.to_string(), ConfigSource::Default),
+        }
+    }
+
+    /// True when the operator asked for Kafka's page-cache durability (flush by interval) rather
+    /// than fjord's default of fsync before acknowledging.
+    pub fn page_cache_flush(&self) -> bool {
+        self.explicit.contains_key("log.flush.interval.messages")
+            || self.explicit.contains_key("log.flush.interval.ms")
+    }
+
+    /// Broker config entries for DescribeConfigs on the broker resource: every known key with its
+    /// effective value and source.
+    pub fn describe(&self) -> Vec<(String, Option<String>, ConfigType, ConfigSource)> {
+        BROKER_CONFIGS
+            .iter()
+            .map(|def| {
+                let source = if self.explicit.contains_key(def.name) {
+                    ConfigSource::StaticBroker
+                } else {
+                    ConfigSource::Default
+                };
+                (def.name.to_string(), self.get(def.name), def.kind, source)
+            })
+            .collect()
+    }
+}
+
+fn scale(value: &str, factor: i64) -> String {
+    match value.trim().parse::<i64>() {
+        Ok(v) if v < 0 => "-1".to_string(),
+        Ok(v) => v.saturating_mul(factor).to_string(),
+        Err(_) => value.to_string(),
+    }
+}
+
+/// What `from_properties` noticed but did not reject.
+#[derive(Debug, Default)]
+pub struct ConfigWarnings {
+    pub unknown_keys: Vec<String>,
+}
+
+impl BrokerConfig {
+    /// Builds the broker config from key/value pairs. Every value is checked before anything is
+    /// touched; the first invalid one is returned.
+    pub fn from_properties(
+        props: &BTreeMap<String, String>,
+    ) -> Result<(BrokerConfig, ConfigWarnings), ConfigError> {
+        let mut warnings = ConfigWarnings::default();
+        for (key, value) in props {
+            match BROKER_CONFIGS.iter().find(|def| def.name == key) {
+                Some(def) => check_value(key, value, def.kind, def.check)?,
+                None => warnings.unknown_keys.push(key.clone()),
+            }
+        }
+        let get = |key: &str| -> String {
+            props.get(key).cloned().unwrap_or_else(|| {
+                BROKER_CONFIGS
+                    .iter()
+                    .find(|def| def.name == key)
+                    .and_then(|def| def.default)
+                    .unwrap_or_default()
+                    .to_string()
+            })
+        };
+        let parse_i64 = |key: &str| -> Result<i64, ConfigError> {
+            let v = get(key);
+            v.trim()
+                .parse()
+                .map_err(|_| invalid(key, &v, "expected an integer"))
+        };
+        let node_id = match props.get("broker.id") {
+            Some(b) if !props.contains_key("node.id") => b
+                .trim()
+                .parse()
+                .map_err(|_| invalid("broker.id", b, "expected an integer"))?,
+            _ => parse_i64("node.id")? as i32,
+        };
+        if let (Some(b), Some(n)) = (props.get("broker.id"), props.get("node.id")) {
+            if b.trim() != n.trim() {
+                return Err(invalid(
+                    "broker.id",
+                    b,
+                    format!("must equal node.id ({n}) when both are set"),
+                ));
+            }
+        }
+        let listeners = Listener::parse_list("listeners", &get("listeners"))?;
+        let advertised_listeners = match props.get("advertised.listeners") {
+            Some(v) => Listener::parse_list("advertised.listeners", v)?,
+            None => listeners.clone(),
+        };
+        for l in &advertised_listeners {
+            if l.host.is_empty() || l.host == "0.0.0.0" || l.host == "::" {
+                return Err(invalid(
+                    "advertised.listeners",
+                    &get("advertised.listeners"),
+                    format!("listener {} advertises the wildcard host {:?}; clients cannot connect to it", l.name, l.host),
+                ));
+            }
+        }
+        let log_dirs: Vec<PathBuf> = match props.get("log.dirs") {
+            Some(v) => split_list(v).into_iter().map(PathBuf::from).collect(),
+            None => vec![PathBuf::from(get("log.dir"))],
+        };
+        if log_dirs.is_empty() {
+            return Err(invalid("log.dirs", &get("log.dirs"), "no directory given"));
+        }
+        let metadata_log_dir = props
+            .get("metadata.log.dir")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| log_dirs[0].clone());
+        let default_replication_factor = parse_i64("default.replication.factor")?;
+        let config = BrokerConfig {
+            node_id,
+            listeners,
+            advertised_listeners,
+            log_dirs,
+            metadata_log_dir,
+            num_partitions: parse_i64("num.partitions")? as i32,
+            default_replication_factor: default_replication_factor.min(i16::MAX as i64) as i16,
+            auto_create_topics_enable: get("auto.create.topics.enable")
+                .trim()
+                .eq_ignore_ascii_case("true"),
+            delete_topic_enable: get("delete.topic.enable")
+                .trim()
+                .eq_ignore_ascii_case("true"),
+            socket_request_max_bytes: parse_i64("socket.request.max.bytes")? as usize,
+            connections_max_idle_ms: parse_i64("connections.max.idle.ms")?,
+            log_retention_check_interval_ms: parse_i64("log.retention.check.interval.ms")?,
+            producer_id_expiration_ms: parse_i64("producer.id.expiration.ms")?,
+            explicit: props.clone(),
+        };
+        Ok((config, warnings))
+    }
+}
+
+/// Parses Java properties text: `key=value` or `key: value` or `key value`, `#`/`!` comments,
+/// backslash line continuations and escapes.
+pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut logical = String::new();
+    for raw in text.lines() {
+        let line = if logical.is_empty() {
+            raw.trim_start()
+        } else {
+            raw.trim_start()
+        };
+        if logical.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with('!'))
+        {
+            continue;
+        }
+        let trailing_backslashes = line.chars().rev().take_while(|c| *c == '\\').count();
+        if trailing_backslashes % 2 == 1 {
+            logical.push_str(&line[..line.len() - 1]);
+            continue;
+        }
+        logical.push_str(line);
+        let (key, value) = split_property(&logical);
+        out.insert(key, value);
+        logical.clear();
+    }
+    if !logical.is_empty() {
+        let (key, value) = split_property(&logical);
+        out.insert(key, value);
+    }
+    out
+}
+
+fn split_property(line: &str) -> (String, String) {
+    let mut key = String::new();
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(next) = chars.next() {
+                    key.push(unescape(next));
+                }
+            }
+            '=' | ':' => break,
+            c if c.is_whitespace() => {
+                while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                    chars.next();
+                }
+                if chars.peek().is_some_and(|c| *c == '=' || *c == ':') {
+                    chars.next();
+                }
+                break;
+            }
+            c => key.push(c),
+        }
+    }
+    while chars.peek().is_some_and(|c| c.is_whitespace()) {
+        chars.next();
+    }
+    let mut value = String::new();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(next) = chars.next() {
+                value.push(unescape(next));
+            }
+        } else {
+            value.push(c);
+        }
+    }
+    (key, value)
+}
+
+fn unescape(c: char) -> char {
+    match c {
+        't' => '\t',
+        'n' => '\n',
+        'r' => '\r',
+        'f' => '\u{c}',
+        other => other,
+    }
+}
+
+/// The effective configs of one topic: its overrides over the broker's defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicConfig {
+    values: BTreeMap<&'static str, (String, ConfigSource)>,
+}
+
+impl TopicConfig {
+    pub fn resolve(broker: &BrokerConfig, overrides: &BTreeMap<String, String>) -> TopicConfig {
+        let values = TOPIC_CONFIGS
+            .iter()
+            .map(|def| {
+                let entry = match overrides.get(def.name) {
+                    Some(v) => (v.clone(), ConfigSource::DynamicTopic),
+                    None => broker.topic_default(def),
+                };
+                (def.name, entry)
+            })
+            .collect();
+        TopicConfig { values }
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = (&'static str, &str, ConfigSource)> + '_ {
+        self.values.iter().map(|(k, (v, s))| (*k, v.as_str(), *s))
+    }
+
+    pub fn get(&self, name: &str) -> &str {
+        self.values.get(name).map(|(v, _)| v.as_str()).unwrap_or("")
+    }
+
+    pub fn get_i64(&self, name: &str) -> i64 {
+        self.get(name).trim().parse().unwrap_or(0)
+    }
+
+    pub fn is_set(&self, name: &str) -> bool {
+        self.values
+            .get(name)
+            .is_some_and(|(_, s)| *s != ConfigSource::Default)
+    }
+
+    pub fn compacted(&self) -> bool {
+        split_list(self.get("cleanup.policy")).contains(&"compact")
+    }
+
+    pub fn log_append_time(&self) -> bool {
+        self.get("message.timestamp.type") == "LogAppendTime"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_a_single_loopback_node() {
+        let (config, warnings) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
+        assert_eq!(config.node_id, 1);
+        assert_eq!(config.listeners[0].host, "127.0.0.1");
+        assert_eq!(config.listeners[0].port, 9092);
+        assert_eq!(config.log_dirs, vec![PathBuf::from("./fjord-data")]);
+        assert!(warnings.unknown_keys.is_empty());
+        assert!(!config.page_cache_flush());
+    }
+
+    #[test]
+    fn invalid_values_name_key_and_value() {
+        let err = BrokerConfig::from_properties(&props(&[("num.partitions", "zero")])).unwrap_err();
+        assert_eq!(err.key, "num.partitions");
+        assert_eq!(err.value, "zero");
+        let err = BrokerConfig::from_properties(&props(&[("num.partitions", "0")])).unwrap_err();
+        assert!(err.reason.contains("at least 1"), "{err}");
+        let err =
+            BrokerConfig::from_properties(&props(&[("listeners", "127.0.0.1:9092")])).unwrap_err();
+        assert_eq!(err.key, "listeners");
+        let err = BrokerConfig::from_properties(&props(&[("log.cleanup.policy", "delete,shred")]))
+            .unwrap_err();
+        assert!(err.reason.contains("shred"));
+    }
+
+    #[test]
+    fn unknown_keys_warn() {
+        let (_, warnings) = BrokerConfig::from_properties(&props(&[("no.such.key", "1")])).unwrap();
+        assert_eq!(warnings.unknown_keys, vec!["no.such.key".to_string()]);
+    }
+
+    #[test]
+    fn topic_defaults_follow_broker_synonyms() {
+        let (config, _) = BrokerConfig::from_properties(&props(&[
+            ("log.retention.hours", "2"),
+            ("log.segment.bytes", "1048576"),
+        ]))
+        .unwrap();
+        let topic = TopicConfig::resolve(&config, &props(&[("cleanup.policy", "compact")]));
+        assert_eq!(topic.get("retention.ms"), "7200000");
+        assert_eq!(topic.get("segment.bytes"), "1048576");
+        assert!(topic.compacted());
+        let sources: BTreeMap<_, _> = topic.entries().map(|(k, _, s)| (k, s)).collect();
+        assert_eq!(sources["retention.ms"], ConfigSource::StaticBroker);
+        assert_eq!(sources["cleanup.policy"], ConfigSource::DynamicTopic);
+        assert_eq!(sources["max.message.bytes"], ConfigSource::Default);
+    }
+
+    #[test]
+    fn topic_config_validation() {
+        assert!(validate_topic_config("retention.ms", "-1").is_ok());
+        assert!(validate_topic_config("retention.ms", "-2").is_err());
+        assert!(validate_topic_config("compression.type", "brotli").is_err());
+        assert!(validate_topic_config("min.cleanable.dirty.ratio", "1.5").is_err());
+        assert!(validate_topic_config("no.such.config", "1").is_err());
+    }
+
+    #[test]
+    fn properties_syntax() {
+        let parsed = parse_properties(
+            "# comment\n! also\na=1\nb : 2\nc 3\nd=multi\\\n   line\ne=x\\=y\n  \n",
+        );
+        assert_eq!(parsed["a"], "1");
+        assert_eq!(parsed["b"], "2");
+        assert_eq!(parsed["c"], "3");
+        assert_eq!(parsed["d"], "multiline");
+        assert_eq!(parsed["e"], "x=y");
+        assert_eq!(parsed.len(), 5);
+    }
+}

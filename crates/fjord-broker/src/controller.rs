@@ -1,0 +1,462 @@
+//! The controller's decisions, sans-IO: given the current metadata image and a request, which
+//! metadata records to propose, or which Kafka error to answer with. The caller proposes the
+//! records through the metadata quorum; nothing here touches a socket, a file or the clock.
+
+use std::collections::BTreeMap;
+
+use fjord_metadata::{
+    ConfigRecord, MetadataImage, MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord,
+    CONFIG_RESOURCE_TOPIC,
+};
+
+use crate::config::validate_topic_config;
+use crate::errors;
+
+/// Longest legal topic name, as in Kafka.
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+/// Upper bound on partitions per topic: keeps one request from creating an unbounded number of
+/// directories and files.
+pub const MAX_PARTITIONS_PER_TOPIC: i32 = 100_000;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub error_code: i16,
+    pub message: String,
+}
+
+fn refuse(error_code: i16, message: impl Into<String>) -> Refusal {
+    Refusal {
+        error_code,
+        message: message.into(),
+    }
+}
+
+/// Kafka's topic name rules: 1..=249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), Refusal> {
+    if name.is_empty() {
+        return Err(refuse(
+            errors::INVALID_TOPIC_EXCEPTION,
+            "Topic name is illegal, it can't be empty",
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(refuse(
+            errors::INVALID_TOPIC_EXCEPTION,
+            "Topic name cannot be \".\" or \"..\"",
+        ));
+    }
+    if name.len() > MAX_TOPIC_NAME_LEN {
+        return Err(refuse(
+            errors::INVALID_TOPIC_EXCEPTION,
+            format!(
+                "Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LEN} characters"
+            ),
+        ));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '.' || *c == '_' || *c == '-'))
+    {
+        return Err(refuse(
+            errors::INVALID_TOPIC_EXCEPTION,
+            format!("Topic name {name:?} is illegal, it contains {bad:?}; legal characters are ASCII alphanumerics, '.', '_' and '-'"),
+        ));
+    }
+    Ok(())
+}
+
+/// '.' and '_' collide in metric names, so Kafka refuses a topic whose name differs from an
+/// existing one only by them.
+fn colliding_topic<'a>(image: &'a MetadataImage, name: &str) -> Option<&'a str> {
+    let normalized = name.replace('.', "_");
+    image
+        .topics()
+        .map(|t| t.name.as_str())
+        .find(|existing| *existing != name && existing.replace('.', "_") == normalized)
+}
+
+/// A topic creation as requested, after defaults are applied.
+#[derive(Debug, Clone)]
+pub struct CreateTopic {
+    pub name: String,
+    /// -1: the broker default.
+    pub num_partitions: i32,
+    /// -1: the broker default.
+    pub replication_factor: i16,
+    /// Explicit assignment: partition index → broker ids.
+    pub assignments: BTreeMap<i32, Vec<i32>>,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The plan for one topic: its id, partition count and replication factor, and the records.
+#[derive(Debug, Clone)]
+pub struct TopicPlan {
+    pub topic_id: [u8; 16],
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+    pub records: Vec<MetadataRecord>,
+}
+
+/// Decides a CreateTopics entry. `live_brokers` are the broker ids that can host replicas;
+/// `new_topic_id` is a fresh random id supplied by the caller.
+pub fn plan_create_topic(
+    image: &MetadataImage,
+    request: &CreateTopic,
+    default_partitions: i32,
+    default_replication_factor: i16,
+    live_brokers: &[i32],
+    new_topic_id: [u8; 16],
+) -> Result<TopicPlan, Refusal> {
+    validate_topic_name(&request.name)?;
+    if image.topic(&request.name).is_some() {
+        return Err(refuse(
+            errors::TOPIC_ALREADY_EXISTS,
+            format!("Topic '{}' already exists.", request.name),
+        ));
+    }
+    if let Some(existing) = colliding_topic(image, &request.name) {
+        return Err(refuse(
+            errors::INVALID_TOPIC_EXCEPTION,
+            format!(
+                "Topic '{}' collides with existing topic: {existing}",
+                request.name
+            ),
+        ));
+    }
+    for (key, value) in &request.configs {
+        validate_topic_config(key, value)
+            .map_err(|e| refuse(errors::INVALID_CONFIG, e.to_string()))?;
+    }
+    let replicas_by_partition: Vec<Vec<i32>> = if request.assignments.is_empty() {
+        let num_partitions = if request.num_partitions == -1 {
+            default_partitions
+        } else {
+            request.num_partitions
+        };
+        if num_partitions <= 0 || num_partitions > MAX_PARTITIONS_PER_TOPIC {
+            return Err(refuse(
+                errors::INVALID_PARTITIONS,
+                format!("Number of partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}; got {num_partitions}."),
+            ));
+        }
+        let replication_factor = if request.replication_factor == -1 {
+            default_replication_factor
+        } else {
+            request.replication_factor
+        };
+        if replication_factor <= 0 {
+            return Err(refuse(
+                errors::INVALID_REPLICATION_FACTOR,
+                "Replication factor must be larger than 0, or -1 to use the default value.",
+            ));
+        }
+        if replication_factor as usize > live_brokers.len() {
+            return Err(refuse(
+                errors::INVALID_REPLICATION_FACTOR,
+                format!(
+                    "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only {} broker(s) are registered.",
+                    live_brokers.len()
+                ),
+            ));
+        }
+        assign_round_robin(num_partitions, replication_factor, live_brokers)
+    } else {
+        if request.num_partitions != -1 || request.replication_factor != -1 {
+            return Err(refuse(
+                errors::INVALID_REQUEST,
+                "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.",
+            ));
+        }
+        let mut out = Vec::new();
+        for (expected, (index, brokers)) in request.assignments.iter().enumerate() {
+            if *index != expected as i32 {
+                return Err(refuse(
+                    errors::INVALID_REPLICA_ASSIGNMENT,
+                    "Partitions should be a consecutive 0-based integer sequence",
+                ));
+            }
+            check_assignment(brokers, live_brokers)?;
+            out.push(brokers.clone());
+        }
+        out
+    };
+    let replication_factor = replicas_by_partition.first().map(|r| r.len()).unwrap_or(0) as i16;
+    let mut records = vec![MetadataRecord::Topic(TopicRecord {
+        name: request.name.clone(),
+        topic_id: new_topic_id,
+    })];
+    for (key, value) in &request.configs {
+        records.push(MetadataRecord::Config(ConfigRecord {
+            resource_type: CONFIG_RESOURCE_TOPIC,
+            resource_name: request.name.clone(),
+            name: key.clone(),
+            value: Some(value.clone()),
+        }));
+    }
+    for (index, replicas) in replicas_by_partition.iter().enumerate() {
+        records.push(partition_record(new_topic_id, index as i32, replicas));
+    }
+    Ok(TopicPlan {
+        topic_id: new_topic_id,
+        num_partitions: replicas_by_partition.len() as i32,
+        replication_factor,
+        records,
+    })
+}
+
+fn partition_record(topic_id: [u8; 16], partition_id: i32, replicas: &[i32]) -> MetadataRecord {
+    MetadataRecord::Partition(PartitionRecord {
+        partition_id,
+        topic_id,
+        replicas: replicas.to_vec(),
+        isr: replicas.to_vec(),
+        leader: replicas
+            .first()
+            .copied()
+            .unwrap_or(fjord_metadata::NO_LEADER),
+        leader_epoch: 0,
+        partition_epoch: 0,
+    })
+}
+
+fn check_assignment(brokers: &[i32], live_brokers: &[i32]) -> Result<(), Refusal> {
+    if brokers.is_empty() {
+        return Err(refuse(
+            errors::INVALID_REPLICA_ASSIGNMENT,
+            "Replica assignment must not be empty",
+        ));
+    }
+    for (i, broker) in brokers.iter().enumerate() {
+        if brokers[..i].contains(broker) {
+            return Err(refuse(
+                errors::INVALID_REPLICA_ASSIGNMENT,
+                format!("Duplicate broker {broker} in replica assignment"),
+            ));
+        }
+        if !live_brokers.contains(broker) {
+            return Err(refuse(
+                errors::INVALID_REPLICA_ASSIGNMENT,
+                format!("Broker {broker} in the replica assignment is not registered"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Spreads leaders and followers over the brokers, starting each partition one broker further.
+fn assign_round_robin(
+    num_partitions: i32,
+    replication_factor: i16,
+    brokers: &[i32],
+) -> Vec<Vec<i32>> {
+    let mut sorted = brokers.to_vec();
+    sorted.sort_unstable();
+    (0..num_partitions as usize)
+        .map(|p| {
+            (0..replication_factor as usize)
+                .map(|r| sorted[(p + r) % sorted.len()])
+                .collect()
+        })
+        .collect()
+}
+
+/// Decides a DeleteTopics entry.
+pub fn plan_delete_topic(
+    image: &MetadataImage,
+    name: &str,
+) -> Result<Vec<MetadataRecord>, Refusal> {
+    let topic = image.topic(name).ok_or_else(|| {
+        refuse(
+            errors::UNKNOWN_TOPIC_OR_PARTITION,
+            "This server does not host this topic.",
+        )
+    })?;
+    Ok(vec![MetadataRecord::RemoveTopic(RemoveTopicRecord {
+        topic_id: topic.topic_id,
+    })])
+}
+
+/// Decides a CreatePartitions entry: grow `name` to `new_count` partitions.
+pub fn plan_create_partitions(
+    image: &MetadataImage,
+    name: &str,
+    new_count: i32,
+    assignments: Option<&[Vec<i32>]>,
+    live_brokers: &[i32],
+) -> Result<Vec<MetadataRecord>, Refusal> {
+    let topic = image.topic(name).ok_or_else(|| {
+        refuse(
+            errors::UNKNOWN_TOPIC_OR_PARTITION,
+            "This server does not host this topic.",
+        )
+    })?;
+    let current = topic.partitions.len() as i32;
+    if new_count < current {
+        return Err(refuse(
+            errors::INVALID_PARTITIONS,
+            format!("The topic {name} currently has {current} partition(s); {new_count} would not be an increase."),
+        ));
+    }
+    if new_count == current {
+        return Err(refuse(
+            errors::INVALID_PARTITIONS,
+            format!("Topic already has {current} partition(s)."),
+        ));
+    }
+    if new_count > MAX_PARTITIONS_PER_TOPIC {
+        return Err(refuse(
+            errors::INVALID_PARTITIONS,
+            format!("At most {MAX_PARTITIONS_PER_TOPIC} partitions per topic."),
+        ));
+    }
+    let replication_factor = topic
+        .partitions
+        .first()
+        .map(|p| p.replicas.len())
+        .unwrap_or(1) as i16;
+    let added = (new_count - current) as usize;
+    let replicas: Vec<Vec<i32>> = match assignments {
+        Some(given) => {
+            if given.len() != added {
+                return Err(refuse(
+                    errors::INVALID_REPLICA_ASSIGNMENT,
+                    format!("Increasing the number of partitions by {added} but {} assignments provided.", given.len()),
+                ));
+            }
+            for brokers in given {
+                check_assignment(brokers, live_brokers)?;
+            }
+            given.to_vec()
+        }
+        None => {
+            if replication_factor as usize > live_brokers.len() {
+                return Err(refuse(
+                    errors::INVALID_REPLICATION_FACTOR,
+                    "Not enough registered brokers for the topic's replication factor.",
+                ));
+            }
+            let all = assign_round_robin(new_count, replication_factor, live_brokers);
+            all[current as usize..].to_vec()
+        }
+    };
+    Ok(replicas
+        .iter()
+        .enumerate()
+        .map(|(i, r)| partition_record(topic.topic_id, current + i as i32, r))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(name: &str, partitions: i32, rf: i16) -> CreateTopic {
+        CreateTopic {
+            name: name.to_string(),
+            num_partitions: partitions,
+            replication_factor: rf,
+            assignments: BTreeMap::new(),
+            configs: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn topic_names() {
+        assert!(validate_topic_name("orders.v1_x-2").is_ok());
+        for bad in ["", ".", "..", "a b", "ü", &"x".repeat(250)] {
+            assert_eq!(
+                validate_topic_name(bad).unwrap_err().error_code,
+                errors::INVALID_TOPIC_EXCEPTION,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn create_uses_defaults_and_checks_replication_factor() {
+        let image = MetadataImage::empty();
+        let plan = plan_create_topic(&image, &request("t", -1, -1), 3, 1, &[1], [7; 16]).unwrap();
+        assert_eq!(plan.num_partitions, 3);
+        assert_eq!(plan.records.len(), 4);
+        let err = plan_create_topic(&image, &request("t", 1, 2), 3, 1, &[1], [7; 16]).unwrap_err();
+        assert_eq!(err.error_code, errors::INVALID_REPLICATION_FACTOR);
+        let err = plan_create_topic(&image, &request("t", 0, 1), 3, 1, &[1], [7; 16]).unwrap_err();
+        assert_eq!(err.error_code, errors::INVALID_PARTITIONS);
+    }
+
+    #[test]
+    fn create_refuses_existing_and_colliding_names() {
+        let plan = plan_create_topic(
+            &MetadataImage::empty(),
+            &request("a.b", 1, 1),
+            1,
+            1,
+            &[1],
+            [1; 16],
+        )
+        .unwrap();
+        let image = MetadataImage::from_records(1, &plan.records).unwrap();
+        assert_eq!(
+            plan_create_topic(&image, &request("a.b", 1, 1), 1, 1, &[1], [2; 16])
+                .unwrap_err()
+                .error_code,
+            errors::TOPIC_ALREADY_EXISTS
+        );
+        assert_eq!(
+            plan_create_topic(&image, &request("a_b", 1, 1), 1, 1, &[1], [2; 16])
+                .unwrap_err()
+                .error_code,
+            errors::INVALID_TOPIC_EXCEPTION
+        );
+    }
+
+    #[test]
+    fn create_refuses_bad_configs() {
+        let mut r = request("t", 1, 1);
+        r.configs.insert("retention.ms".into(), "soon".into());
+        assert_eq!(
+            plan_create_topic(&MetadataImage::empty(), &r, 1, 1, &[1], [1; 16])
+                .unwrap_err()
+                .error_code,
+            errors::INVALID_CONFIG
+        );
+    }
+
+    #[test]
+    fn partitions_only_grow() {
+        let plan = plan_create_topic(
+            &MetadataImage::empty(),
+            &request("t", 2, 1),
+            1,
+            1,
+            &[1],
+            [1; 16],
+        )
+        .unwrap();
+        let image = MetadataImage::from_records(1, &plan.records).unwrap();
+        assert_eq!(
+            plan_create_partitions(&image, "t", 2, None, &[1])
+                .unwrap_err()
+                .error_code,
+            errors::INVALID_PARTITIONS
+        );
+        assert_eq!(
+            plan_create_partitions(&image, "t", 1, None, &[1])
+                .unwrap_err()
+                .error_code,
+            errors::INVALID_PARTITIONS
+        );
+        assert_eq!(
+            plan_create_partitions(&image, "t", 5, None, &[1])
+                .unwrap()
+                .len(),
+            3
+        );
+        assert_eq!(
+            plan_create_partitions(&image, "nope", 5, None, &[1])
+                .unwrap_err()
+                .error_code,
+            errors::UNKNOWN_TOPIC_OR_PARTITION
+        );
+    }
+}

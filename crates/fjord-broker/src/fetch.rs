@@ -1,0 +1,464 @@
+//! The Fetch path (consumers), with min_bytes / max_wait long polling and incremental fetch
+//! sessions; plus ListOffsets and OffsetForLeaderEpoch, which read the same partition state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fjord_protocol::messages::fetch_request::FetchRequest;
+use fjord_protocol::messages::fetch_response::*;
+use fjord_protocol::messages::list_offsets_request::ListOffsetsRequest;
+use fjord_protocol::messages::list_offsets_response::*;
+use fjord_protocol::messages::offset_for_leader_epoch_request::OffsetForLeaderEpochRequest;
+use fjord_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset as LeaderEpochEndOffset, OffsetForLeaderEpochResponse,
+    OffsetForLeaderTopicResult,
+};
+use fjord_protocol::{ApiKey, ResponseBody, Uuid};
+use fjord_storage::error::StorageError;
+
+use crate::broker::{encode_response, now_ms, Broker};
+use crate::errors;
+use crate::fetch_session::{RequestedPartition, SessionDecision};
+use crate::network::Reply;
+use crate::replica::Partition;
+
+/// Longest a fetch may wait, whatever the client asks: bounds a parked request.
+const MAX_WAIT_CAP_MS: i64 = 30_000;
+
+/// One partition to read in this fetch.
+#[derive(Clone)]
+struct Target {
+    topic: String,
+    topic_id: Uuid,
+    partition: i32,
+    fetch_offset: i64,
+    partition_max_bytes: i32,
+    current_leader_epoch: i32,
+}
+
+/// Checks a client's view of the leader epoch against ours, as Kafka does.
+pub fn check_leader_epoch(partition: &Partition, current_leader_epoch: i32) -> Result<(), i16> {
+    if current_leader_epoch < 0 || current_leader_epoch == partition.leader_epoch {
+        Ok(())
+    } else if current_leader_epoch > partition.leader_epoch {
+        Err(errors::UNKNOWN_LEADER_EPOCH)
+    } else {
+        Err(errors::FENCED_LEADER_EPOCH)
+    }
+}
+
+impl Broker {
+    pub(crate) fn fetch(
+        self: &Arc<Self>,
+        request: FetchRequest,
+        api: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        now: i64,
+    ) -> Reply {
+        let image = self.quorum.image();
+        let uses_ids = version >= 13;
+        let name_of = |topic: &str, id: Uuid| -> Option<String> {
+            if uses_ids {
+                image.topic_by_id(&id.0).map(|t| t.name.clone())
+            } else {
+                Some(topic.to_string())
+            }
+        };
+        let mut unknown_ids: Vec<(Uuid, i32)> = Vec::new();
+        let mut requested = Vec::new();
+        for topic in &request.topics {
+            let Some(name) = name_of(&topic.topic, topic.topic_id) else {
+                unknown_ids.extend(
+                    topic
+                        .partitions
+                        .iter()
+                        .map(|p| (topic.topic_id, p.partition)),
+                );
+                continue;
+            };
+            for p in &topic.partitions {
+                requested.push(RequestedPartition {
+                    topic: name.clone(),
+                    partition: p.partition,
+                    fetch_offset: p.fetch_offset,
+                    partition_max_bytes: p.partition_max_bytes,
+                    current_leader_epoch: p.current_leader_epoch,
+                });
+            }
+        }
+        let forgotten: Vec<(String, i32)> = request
+            .forgotten_topics_data
+            .iter()
+            .filter_map(|t| name_of(&t.topic, t.topic_id).map(|n| (n, t)))
+            .flat_map(|(n, t)| t.partitions.iter().map(move |p| (n.clone(), *p)))
+            .collect();
+        let decision = match self.fetch_sessions.lock() {
+            Ok(mut cache) => {
+                cache.expire(now, 120_000);
+                cache.begin(
+                    request.session_id,
+                    request.session_epoch,
+                    &requested,
+                    &forgotten,
+                    now,
+                )
+            }
+            Err(_) => SessionDecision::Sessionless,
+        };
+        let topic_id_of = |name: &str| {
+            image
+                .topic(name)
+                .map(|t| Uuid(t.topic_id))
+                .unwrap_or(Uuid::ZERO)
+        };
+        let to_target = |topic: String,
+                         partition: i32,
+                         fetch_offset: i64,
+                         partition_max_bytes: i32,
+                         current_leader_epoch: i32| Target {
+            topic_id: topic_id_of(&topic),
+            topic,
+            partition,
+            fetch_offset,
+            partition_max_bytes,
+            current_leader_epoch,
+        };
+        let (session_id, incremental, targets): (i32, bool, Vec<Target>) = match decision {
+            SessionDecision::Error(code) => {
+                let body = ResponseBody::Fetch(FetchResponse {
+                    error_code: code,
+                    session_id: 0,
+                    ..Default::default()
+                });
+                return Reply::Now(encode_response(api, version, correlation_id, &body));
+            }
+            SessionDecision::Sessionless | SessionDecision::Full { .. } => {
+                let id = if let SessionDecision::Full { session_id } = decision {
+                    session_id
+                } else {
+                    0
+                };
+                let targets = requested
+                    .into_iter()
+                    .map(|p| {
+                        to_target(
+                            p.topic,
+                            p.partition,
+                            p.fetch_offset,
+                            p.partition_max_bytes,
+                            p.current_leader_epoch,
+                        )
+                    })
+                    .collect();
+                (id, false, targets)
+            }
+            SessionDecision::Incremental {
+                session_id,
+                partitions,
+            } => {
+                let targets = partitions
+                    .into_iter()
+                    .map(|((topic, partition), s)| {
+                        to_target(
+                            topic,
+                            partition,
+                            s.fetch_offset,
+                            s.partition_max_bytes,
+                            s.current_leader_epoch,
+                        )
+                    })
+                    .collect();
+                (session_id, true, targets)
+            }
+        };
+        let max_bytes = if request.max_bytes <= 0 {
+            i32::MAX
+        } else {
+            request.max_bytes
+        } as usize;
+        let min_bytes = request.min_bytes.max(0) as usize;
+        let max_wait_ms = (request.max_wait_ms as i64).clamp(0, MAX_WAIT_CAP_MS);
+        let this = self.clone();
+        let read_committed = request.isolation_level == 1;
+        let respond = move |this: &Broker, results: Vec<(Target, PartitionData)>| {
+            let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+            for (target, data) in results {
+                let key = (target.topic.clone(), target.partition);
+                if session_id != 0 {
+                    let has_records = data.records.as_ref().is_some_and(|r| !r.is_empty());
+                    let news = this
+                        .fetch_sessions
+                        .lock()
+                        .map(|mut c| {
+                            c.record_sent(
+                                session_id,
+                                &key,
+                                data.high_watermark,
+                                data.log_start_offset,
+                                has_records,
+                                data.error_code != 0,
+                            )
+                        })
+                        .unwrap_or(true);
+                    if incremental && !news {
+                        continue;
+                    }
+                }
+                match topics.last_mut() {
+                    Some(t) if t.topic == target.topic => t.partitions.push(data),
+                    _ => topics.push(FetchableTopicResponse {
+                        topic: if uses_ids {
+                            String::new()
+                        } else {
+                            target.topic.clone()
+                        },
+                        topic_id: target.topic_id,
+                        partitions: vec![data],
+                    }),
+                }
+            }
+            for (id, partition) in &unknown_ids {
+                topics.push(FetchableTopicResponse {
+                    topic: String::new(),
+                    topic_id: *id,
+                    partitions: vec![PartitionData {
+                        partition_index: *partition,
+                        error_code: errors::UNKNOWN_TOPIC_ID,
+                        high_watermark: -1,
+                        last_stable_offset: -1,
+                        log_start_offset: -1,
+                        preferred_read_replica: -1,
+                        records: Some(bytes::Bytes::new()),
+                        ..Default::default()
+                    }],
+                });
+            }
+            let body = ResponseBody::Fetch(FetchResponse {
+                error_code: errors::NONE,
+                session_id,
+                responses: topics,
+                ..Default::default()
+            });
+            encode_response(api, version, correlation_id, &body)
+        };
+        let (results, bytes_read, any_error) =
+            this.read_targets(&targets, max_bytes, read_committed);
+        if max_wait_ms == 0 || bytes_read >= min_bytes.max(1) || any_error || targets.is_empty() {
+            return Reply::Now(respond(&this, results));
+        }
+        let mut moved = self.high_watermark_moved.subscribe();
+        Reply::Later(Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(max_wait_ms as u64);
+            loop {
+                let woke = tokio::time::timeout_at(deadline, moved.changed()).await;
+                let (results, bytes_read, any_error) =
+                    this.read_targets(&targets, max_bytes, read_committed);
+                let timed_out = !matches!(woke, Ok(Ok(())));
+                if timed_out
+                    || bytes_read >= min_bytes.max(1)
+                    || any_error
+                    || tokio::time::Instant::now() >= deadline
+                {
+                    return respond(&this, results);
+                }
+            }
+        }))
+    }
+
+    /// Reads every target once. The first partition with data may return a batch larger than its
+    /// limits, so a consumer always makes progress (Kafka's "first batch even if larger").
+    fn read_targets(
+        &self,
+        targets: &[Target],
+        max_bytes: usize,
+        _read_committed: bool,
+    ) -> (Vec<(Target, PartitionData)>, usize, bool) {
+        let mut results = Vec::with_capacity(targets.len());
+        let mut total = 0usize;
+        let mut any_error = false;
+        for target in targets {
+            let mut data = PartitionData {
+                partition_index: target.partition,
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start_offset: -1,
+                preferred_read_replica: -1,
+                records: Some(bytes::Bytes::new()),
+                ..Default::default()
+            };
+            match self.replicas.get(&target.topic, target.partition) {
+                None => data.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(partition) => {
+                    if let Err(code) = check_leader_epoch(&partition, target.current_leader_epoch) {
+                        data.error_code = code;
+                    } else {
+                        let remaining = max_bytes.saturating_sub(total);
+                        let limit = (target.partition_max_bytes.max(0) as usize).min(remaining);
+                        let min_one_batch = total == 0;
+                        let read = partition.log.lock().map_err(|_| None).and_then(|log| {
+                            let hw = log.high_watermark();
+                            data.high_watermark = hw;
+                            data.last_stable_offset = hw;
+                            data.log_start_offset = log.log_start_offset();
+                            log.read(target.fetch_offset, limit, hw, min_one_batch)
+                                .map_err(Some)
+                        });
+                        match read {
+                            Ok(info) => {
+                                if let Some(slice) = info.records {
+                                    match slice.read_to_bytes() {
+                                        Ok(bytes) => {
+                                            total += bytes.len();
+                                            data.records = Some(bytes);
+                                        }
+                                        Err(error) => {
+                                            tracing::error!(%error, "segment read failed");
+                                            data.error_code = errors::KAFKA_STORAGE_ERROR;
+                                        }
+                                    }
+                                }
+                            }
+                            Err(Some(StorageError::OffsetOutOfRange { .. })) => {
+                                data.error_code = errors::OFFSET_OUT_OF_RANGE
+                            }
+                            Err(Some(error)) => {
+                                tracing::error!(%error, "fetch failed");
+                                data.error_code = error.kafka_error_code();
+                            }
+                            Err(None) => data.error_code = errors::KAFKA_STORAGE_ERROR,
+                        }
+                    }
+                    data.current_leader = LeaderIdAndEpoch {
+                        leader_id: self.config.node_id,
+                        leader_epoch: partition.leader_epoch,
+                    };
+                }
+            }
+            any_error |= data.error_code != errors::NONE;
+            results.push((target.clone(), data));
+        }
+        (results, total, any_error)
+    }
+
+    pub(crate) fn list_offsets(&self, request: &ListOffsetsRequest) -> ListOffsetsResponse {
+        let topics = request
+            .topics
+            .iter()
+            .map(|topic| ListOffsetsTopicResponse {
+                name: topic.name.clone(),
+                partitions: topic
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        self.list_offset(
+                            &topic.name,
+                            p.partition_index,
+                            p.current_leader_epoch,
+                            p.timestamp,
+                        )
+                    })
+                    .collect(),
+            })
+            .collect();
+        ListOffsetsResponse {
+            topics,
+            ..Default::default()
+        }
+    }
+
+    fn list_offset(
+        &self,
+        topic: &str,
+        partition_index: i32,
+        current_leader_epoch: i32,
+        timestamp: i64,
+    ) -> ListOffsetsPartitionResponse {
+        let mut out = ListOffsetsPartitionResponse {
+            partition_index,
+            timestamp: -1,
+            offset: -1,
+            leader_epoch: -1,
+            ..Default::default()
+        };
+        let Some(partition) = self.replicas.get(topic, partition_index) else {
+            out.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION;
+            return out;
+        };
+        if let Err(code) = check_leader_epoch(&partition, current_leader_epoch) {
+            out.error_code = code;
+            return out;
+        }
+        let Ok(log) = partition.log.lock() else {
+            out.error_code = errors::KAFKA_STORAGE_ERROR;
+            return out;
+        };
+        let high_watermark = log.high_watermark();
+        if timestamp == -1 {
+            // Latest: consumers may read up to the high watermark.
+            out.offset = high_watermark;
+            out.leader_epoch = partition.leader_epoch;
+            return out;
+        }
+        match log.fetch_offset_by_timestamp(timestamp) {
+            Ok(Some(found))
+                if found.offset < high_watermark || timestamp == -2 || timestamp == -4 =>
+            {
+                out.offset = found.offset;
+                out.timestamp = found.timestamp;
+                out.leader_epoch = found.leader_epoch.unwrap_or(-1);
+            }
+            Ok(_) => {}
+            Err(error) => out.error_code = error.kafka_error_code(),
+        }
+        out
+    }
+
+    pub(crate) fn offset_for_leader_epoch(
+        &self,
+        request: &OffsetForLeaderEpochRequest,
+    ) -> OffsetForLeaderEpochResponse {
+        let topics = request
+            .topics
+            .iter()
+            .map(|topic| OffsetForLeaderTopicResult {
+                topic: topic.topic.clone(),
+                partitions: topic
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let mut out = LeaderEpochEndOffset {
+                            partition: p.partition,
+                            leader_epoch: -1,
+                            end_offset: -1,
+                            ..Default::default()
+                        };
+                        match self.replicas.get(&topic.topic, p.partition) {
+                            None => out.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                            Some(partition) => {
+                                match check_leader_epoch(&partition, p.current_leader_epoch) {
+                                    Err(code) => out.error_code = code,
+                                    Ok(()) => match partition.log.lock() {
+                                        Ok(log) => {
+                                            let (epoch, end_offset) =
+                                                log.end_offset_for_epoch(p.leader_epoch);
+                                            out.leader_epoch = epoch;
+                                            out.end_offset = end_offset;
+                                        }
+                                        Err(_) => out.error_code = errors::KAFKA_STORAGE_ERROR,
+                                    },
+                                }
+                            }
+                        }
+                        out
+                    })
+                    .collect(),
+            })
+            .collect();
+        let _ = now_ms;
+        OffsetForLeaderEpochResponse {
+            topics,
+            ..Default::default()
+        }
+    }
+}

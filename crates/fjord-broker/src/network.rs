@@ -1,0 +1,173 @@
+//! The async shell around the request handler: accepts connections, frames requests, and writes
+//! responses back in request order.
+//!
+//! Per connection a reader loop reads size-prefixed frames and hands each to the dispatcher
+//! synchronously, in arrival order — that is what keeps appends from pipelined produce requests in
+//! order. The dispatcher's reply either is ready now or is a future (waiting for fsync, a
+//! long-poll fetch, a metadata commit); futures run concurrently as tasks, and a writer loop sends
+//! the replies in request order. At most `MAX_IN_FLIGHT_PER_CONNECTION` requests are outstanding per
+//! connection; past that the reader stops reading, which pushes back on the client.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+/// Requests a connection may have outstanding before the broker stops reading from it.
+pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
+
+pub type ReplyFuture = Pin<Box<dyn Future<Output = Option<Bytes>> + Send + 'static>>;
+
+/// What the dispatcher makes of one request frame.
+pub enum Reply {
+    /// The response bytes (response header + body), or None when the request gets no response
+    /// (a produce with acks=0).
+    Now(Option<Bytes>),
+    /// The response is produced later.
+    Later(ReplyFuture),
+    /// The frame cannot be answered (unparseable header, unknown API): close the connection, as
+    /// Kafka does.
+    Close(String),
+}
+
+/// The request handler the network shell drives.
+pub trait Dispatch: Send + Sync + 'static {
+    fn dispatch(&self, frame: Bytes, peer: SocketAddr) -> Reply;
+}
+
+#[derive(Debug, Clone)]
+pub struct NetworkConfig {
+    pub socket_request_max_bytes: usize,
+    pub connections_max_idle_ms: i64,
+}
+
+enum Outgoing {
+    Ready(Option<Bytes>),
+    Pending(JoinHandle<Option<Bytes>>),
+}
+
+/// Serves one bound listener until `shutdown` turns true. Returns when the accept loop has stopped
+/// and every connection has finished its in-flight requests.
+pub async fn serve<D: Dispatch>(
+    listener: TcpListener,
+    dispatcher: Arc<D>,
+    config: NetworkConfig,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut connections: Vec<JoinHandle<()>> = Vec::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let dispatcher = dispatcher.clone();
+                    let config = config.clone();
+                    let shutdown = shutdown.clone();
+                    connections.retain(|c| !c.is_finished());
+                    connections.push(tokio::spawn(async move {
+                        if let Err(reason) = serve_connection(stream, peer, dispatcher, config, shutdown).await {
+                            tracing::debug!(%peer, %reason, "connection closed");
+                        }
+                    }));
+                }
+                Err(error) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    for connection in connections {
+        let _ = connection.await;
+    }
+}
+
+async fn serve_connection<D: Dispatch>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    dispatcher: Arc<D>,
+    config: NetworkConfig,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let (mut reader, mut writer) = stream.into_split();
+    let (out_tx, mut out_rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT_PER_CONNECTION);
+
+    let writer_task = tokio::spawn(async move {
+        while let Some(outgoing) = out_rx.recv().await {
+            let response = match outgoing {
+                Outgoing::Ready(response) => response,
+                Outgoing::Pending(handle) => match handle.await {
+                    Ok(response) => response,
+                    Err(error) => return Err(format!("request task failed: {error}")),
+                },
+            };
+            if let Some(body) = response {
+                let size =
+                    u32::try_from(body.len()).map_err(|_| "response too large".to_string())?;
+                writer
+                    .write_all(&size.to_be_bytes())
+                    .await
+                    .map_err(|e| format!("write: {e}"))?;
+                writer
+                    .write_all(&body)
+                    .await
+                    .map_err(|e| format!("write: {e}"))?;
+            }
+        }
+        let _ = writer.shutdown().await;
+        Ok::<(), String>(())
+    });
+
+    let idle = if config.connections_max_idle_ms > 0 {
+        Duration::from_millis(config.connections_max_idle_ms as u64)
+    } else {
+        Duration::from_secs(u64::MAX / 4)
+    };
+    let result = loop {
+        let mut size_buf = [0u8; 4];
+        let read = tokio::select! {
+            r = tokio::time::timeout(idle, reader.read_exact(&mut size_buf)) => r,
+            _ = shutdown.changed() => break Ok(()),
+        };
+        match read {
+            Err(_) => break Err("idle timeout (connections.max.idle.ms)".to_string()),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => break Ok(()),
+            Ok(Err(e)) => break Err(format!("read: {e}")),
+            Ok(Ok(_)) => {}
+        }
+        let size = i32::from_be_bytes(size_buf);
+        if size < 0 || size as usize > config.socket_request_max_bytes {
+            break Err(format!(
+                "request size {size} is negative or larger than socket.request.max.bytes ({})",
+                config.socket_request_max_bytes
+            ));
+        }
+        // The frame buffer is bounded by socket.request.max.bytes, checked above.
+        let mut frame = BytesMut::zeroed(size as usize);
+        if let Err(e) = reader.read_exact(&mut frame).await {
+            break Err(format!("truncated frame: {e}"));
+        }
+        let outgoing = match dispatcher.dispatch(frame.freeze(), peer) {
+            Reply::Now(response) => Outgoing::Ready(response),
+            Reply::Later(future) => Outgoing::Pending(tokio::spawn(future)),
+            Reply::Close(reason) => break Err(reason),
+        };
+        if out_tx.send(outgoing).await.is_err() {
+            break Err("writer stopped".to_string());
+        }
+    };
+    drop(out_tx);
+    // Finish in-flight requests and flush their responses before the socket goes away.
+    let written = writer_task.await.map_err(|e| e.to_string())?;
+    result.and(written)
+}

@@ -1,0 +1,184 @@
+//! The Produce path: validate and append on the connection's reader (in request order), then
+//! wait for group commit before answering acks=1 / acks=all.
+
+use std::sync::Arc;
+
+use fjord_protocol::messages::produce_request::ProduceRequest;
+use fjord_protocol::messages::produce_response::*;
+use fjord_protocol::{ApiKey, ResponseBody};
+
+use crate::broker::{encode_response, Broker};
+use crate::errors;
+use crate::network::Reply;
+use crate::replica::PartitionError;
+
+/// What one partition's append left to do before it can be answered.
+struct PendingPartition {
+    topic_index: usize,
+    response: PartitionProduceResponse,
+    /// Log and offset to make durable before answering, if the partition is in fsync mode.
+    flush: Option<(Arc<std::sync::Mutex<fjord_storage::log::Log>>, i64)>,
+}
+
+impl Broker {
+    pub(crate) fn produce(
+        self: &Arc<Self>,
+        request: ProduceRequest,
+        api: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        now: i64,
+    ) -> Reply {
+        let acks = request.acks;
+        let mut topics: Vec<TopicProduceResponse> = Vec::with_capacity(request.topic_data.len());
+        let mut pending: Vec<PendingPartition> = Vec::new();
+        let mut any_error = false;
+        for (topic_index, topic) in request.topic_data.iter().enumerate() {
+            topics.push(TopicProduceResponse {
+                name: topic.name.clone(),
+                partition_responses: Vec::new(),
+            });
+            for data in &topic.partition_data {
+                let mut response = PartitionProduceResponse {
+                    index: data.index,
+                    base_offset: -1,
+                    log_append_time_ms: -1,
+                    log_start_offset: -1,
+                    ..Default::default()
+                };
+                let mut flush = None;
+                let outcome = if acks != 0 && acks != 1 && acks != -1 {
+                    Err(PartitionError::new(
+                        errors::INVALID_REQUIRED_ACKS,
+                        "acks must be -1, 0 or 1",
+                    ))
+                } else if request.transactional_id.is_some() {
+                    Err(PartitionError::new(
+                        errors::UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                        "transactional produce is not supported by this broker yet",
+                    ))
+                } else {
+                    match self.replicas.get(&topic.name, data.index) {
+                        None => Err(PartitionError::new(
+                            errors::UNKNOWN_TOPIC_OR_PARTITION,
+                            "This server does not host this topic-partition.",
+                        )),
+                        Some(partition) => match &data.records {
+                            None => Err(PartitionError::new(
+                                errors::INVALID_RECORD,
+                                "records are null",
+                            )),
+                            Some(records) => {
+                                self.replicas
+                                    .append(&partition, records, now)
+                                    .map(|appended| {
+                                        if partition.durable {
+                                            flush = Some((
+                                                partition.log.clone(),
+                                                appended.info.last_offset + 1,
+                                            ));
+                                        } else {
+                                            self.high_watermark_moved
+                                                .send_modify(|v| *v = v.wrapping_add(1));
+                                            self.flush_if_due(&partition, now);
+                                        }
+                                        appended
+                                    })
+                            }
+                        },
+                    }
+                };
+                match outcome {
+                    Ok(appended) => {
+                        response.base_offset = appended.info.first_offset;
+                        response.log_append_time_ms = appended.log_append_time_ms;
+                        response.log_start_offset = appended.info.log_start_offset;
+                    }
+                    Err(error) => {
+                        any_error = true;
+                        response.error_code = error.code;
+                        response.error_message = error.message;
+                        response.record_errors = error
+                            .record_errors
+                            .into_iter()
+                            .map(|(batch_index, message)| BatchIndexAndErrorMessage {
+                                batch_index,
+                                batch_index_error_message: Some(message),
+                            })
+                            .collect();
+                    }
+                }
+                pending.push(PendingPartition {
+                    topic_index,
+                    response,
+                    flush,
+                });
+            }
+        }
+        if acks == 0 {
+            // No response: an error can only be signalled by closing the connection, as Kafka does.
+            for p in &pending {
+                if let Some((log, offset)) = &p.flush {
+                    let flusher = self.flusher.clone();
+                    let (log, offset) = (log.clone(), *offset);
+                    tokio::spawn(async move {
+                        let _ = flusher.flush(log, offset).await;
+                    });
+                }
+            }
+            return if any_error {
+                Reply::Close("acks=0 produce failed".to_string())
+            } else {
+                Reply::Now(None)
+            };
+        }
+        let finish = move |topics: Vec<TopicProduceResponse>, pending: Vec<PendingPartition>| {
+            let mut topics = topics;
+            for p in pending {
+                if let Some(t) = topics.get_mut(p.topic_index) {
+                    t.partition_responses.push(p.response);
+                }
+            }
+            let body = ResponseBody::Produce(ProduceResponse {
+                responses: topics,
+                ..Default::default()
+            });
+            encode_response(api, version, correlation_id, &body)
+        };
+        if pending.iter().all(|p| p.flush.is_none()) {
+            return Reply::Now(finish(topics, pending));
+        }
+        let flusher = self.flusher.clone();
+        Reply::Later(Box::pin(async move {
+            let mut pending = pending;
+            for p in pending.iter_mut() {
+                if let Some((log, offset)) = p.flush.take() {
+                    if let Err(message) = flusher.flush(log, offset).await {
+                        tracing::error!(%message, "fsync failed; the write is not acknowledged");
+                        p.response.error_code = errors::KAFKA_STORAGE_ERROR;
+                        p.response.error_message = Some(message);
+                        p.response.base_offset = -1;
+                    }
+                }
+            }
+            finish(topics, pending)
+        }))
+    }
+
+    /// Page-cache mode: flush in the background when flush.messages / flush.ms say so.
+    fn flush_if_due(&self, partition: &crate::replica::Partition, now: i64) {
+        let due = partition
+            .log
+            .lock()
+            .map(|log| log.needs_flush(now))
+            .unwrap_or(false);
+        if due {
+            let flusher = self.flusher.clone();
+            let log = partition.log.clone();
+            let offset = log.lock().map(|l| l.log_end_offset()).unwrap_or(0);
+            tokio::spawn(async move {
+                let _ = flusher.flush(log, offset).await;
+            });
+        }
+    }
+}

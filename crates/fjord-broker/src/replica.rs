@@ -1,0 +1,296 @@
+//! The partitions this broker hosts and the produce/fetch operations on them.
+//!
+//! `ReplicaManager` follows the metadata image: when a partition led by this node appears it
+//! opens or creates its log, when a topic disappears it deletes the logs. Each `Partition` owns
+//! its log behind a mutex; only produce (append), the flusher (recovery point, high watermark)
+//! and retention mutate it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::{Bytes, BytesMut};
+use fjord_metadata::MetadataImage;
+use fjord_records::{Compression, TimestampType, ValidationConfig};
+use fjord_storage::log::{AppendInfo, Log, LogConfig, TopicPartition};
+use fjord_storage::log_manager::LogManager;
+
+use crate::config::{BrokerConfig, TopicConfig};
+use crate::errors;
+
+/// Largest records section accepted after decompression, per batch: bounds broker memory when a
+/// small compressed batch claims a huge payload.
+pub const MAX_DECOMPRESSED_BATCH_BYTES: usize = 256 * 1024 * 1024;
+
+/// One hosted partition. Created and replaced only by `ReplicaManager::apply_image`.
+pub struct Partition {
+    pub tp: TopicPartition,
+    pub topic_id: [u8; 16],
+    pub leader_epoch: i32,
+    pub log: Arc<Mutex<Log>>,
+    pub config: Arc<TopicConfig>,
+    /// fsync before acknowledging (fjord's default) rather than flush by interval.
+    pub durable: bool,
+}
+
+/// A produce failure for one partition: Kafka's error code and message.
+#[derive(Debug, Clone)]
+pub struct PartitionError {
+    pub code: i16,
+    pub message: Option<String>,
+    /// Per-record errors (batch index within the batch and message), for INVALID_RECORD.
+    pub record_errors: Vec<(i32, String)>,
+}
+
+impl PartitionError {
+    pub fn new(code: i16, message: impl Into<String>) -> Self {
+        PartitionError {
+            code,
+            message: Some(message.into()),
+            record_errors: Vec::new(),
+        }
+    }
+}
+
+pub struct Appended {
+    pub info: AppendInfo,
+    pub log_append_time_ms: i64,
+}
+
+pub struct ReplicaManager {
+    node_id: i32,
+    broker_config: Arc<BrokerConfig>,
+    log_manager: LogManager,
+    partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
+}
+
+fn lock_log(log: &Mutex<Log>) -> Result<std::sync::MutexGuard<'_, Log>, PartitionError> {
+    log.lock().map_err(|_| {
+        PartitionError::new(errors::KAFKA_STORAGE_ERROR, "partition log lock poisoned")
+    })
+}
+
+impl ReplicaManager {
+    pub fn new(node_id: i32, broker_config: Arc<BrokerConfig>, log_manager: LogManager) -> Self {
+        ReplicaManager {
+            node_id,
+            broker_config,
+            log_manager,
+            partitions: RwLock::new(HashMap::new()),
+        }
+    }
+
+    pub fn log_manager(&self) -> &LogManager {
+        &self.log_manager
+    }
+
+    pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        let key = TopicPartition::new(topic, partition);
+        self.partitions.read().ok()?.get(&key).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Partition>> {
+        self.partitions
+            .read()
+            .map(|p| p.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The topic config and log config a topic gets from its overrides in the image.
+    pub fn topic_config(&self, image: &MetadataImage, topic: &str) -> TopicConfig {
+        let empty = BTreeMap::new();
+        let overrides = image.topic_config(topic).unwrap_or(&empty);
+        TopicConfig::resolve(&self.broker_config, overrides)
+    }
+
+    /// Brings hosted partitions in line with the image: opens or creates logs for partitions this
+    /// node leads, refreshes configs and leader epochs, deletes logs of removed topics.
+    pub fn apply_image(&self, image: &MetadataImage, now_ms: i64) -> Result<(), String> {
+        let mut wanted: HashMap<TopicPartition, (Arc<TopicConfig>, [u8; 16], i32)> = HashMap::new();
+        for topic in image.topics() {
+            let config = Arc::new(self.topic_config(image, &topic.name));
+            for (index, partition) in topic.partitions.iter().enumerate() {
+                if partition.leader == self.node_id {
+                    wanted.insert(
+                        TopicPartition::new(topic.name.clone(), index as i32),
+                        (config.clone(), topic.topic_id, partition.leader_epoch),
+                    );
+                }
+            }
+        }
+        let mut partitions = self
+            .partitions
+            .write()
+            .map_err(|_| "partition map poisoned".to_string())?;
+        let removed: Vec<TopicPartition> = partitions
+            .keys()
+            .filter(|tp| !wanted.contains_key(*tp))
+            .cloned()
+            .collect();
+        for tp in removed {
+            partitions.remove(&tp);
+            if let Err(error) = self.log_manager.delete_log(&tp) {
+                tracing::warn!(%tp, %error, "could not delete the log of a removed partition");
+            }
+        }
+        // Logs on disk for partitions the image no longer has (a topic deleted while down).
+        for (tp, _) in self.log_manager.all_logs() {
+            if !wanted.contains_key(&tp) && !partitions.contains_key(&tp) {
+                if let Err(error) = self.log_manager.delete_log(&tp) {
+                    tracing::warn!(%tp, %error, "could not delete a stray log");
+                }
+            }
+        }
+        for (tp, (config, topic_id, leader_epoch)) in wanted {
+            let durable = !(config.is_set("flush.messages") || config.is_set("flush.ms"));
+            let log_config = log_config(&config, durable);
+            let log = match self.log_manager.get(&tp) {
+                Some(log) => log,
+                None => self
+                    .log_manager
+                    .create_log(tp.clone(), topic_id, log_config.clone(), now_ms)
+                    .map_err(|e| format!("cannot create the log of {tp}: {e}"))?,
+            };
+            if let Ok(mut guard) = log.lock() {
+                guard.set_config(log_config);
+            }
+            let unchanged = partitions.get(&tp).is_some_and(|p| {
+                p.leader_epoch == leader_epoch
+                    && p.topic_id == topic_id
+                    && Arc::ptr_eq(&p.log, &log)
+                    && *p.config == *config
+            });
+            if !unchanged {
+                partitions.insert(
+                    tp.clone(),
+                    Arc::new(Partition {
+                        tp,
+                        topic_id,
+                        leader_epoch,
+                        log,
+                        config,
+                        durable,
+                    }),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates and appends one partition's records from a produce request. Runs on the
+    /// connection's reader, in request order, so pipelined batches of one producer append in the
+    /// order they were sent.
+    pub fn append(
+        &self,
+        partition: &Partition,
+        records: &Bytes,
+        now_ms: i64,
+    ) -> Result<Appended, PartitionError> {
+        let config = &partition.config;
+        let batches = fjord_records::split_batches(records).map_err(|e| records_error(&e))?;
+        if batches.is_empty() {
+            return Err(PartitionError::new(
+                errors::INVALID_RECORD,
+                "produce request carried no record batch",
+            ));
+        }
+        let timestamp_type = if config.log_append_time() {
+            TimestampType::LogAppendTime
+        } else {
+            TimestampType::CreateTime
+        };
+        let validation = ValidationConfig {
+            max_batch_bytes: config.get_i64("max.message.bytes").max(0) as usize,
+            max_decompressed_bytes: MAX_DECOMPRESSED_BATCH_BYTES,
+            require_keys: config.compacted(),
+            timestamp_type,
+            now_ms,
+            timestamp_before_max_ms: config.get_i64("message.timestamp.before.max.ms"),
+            timestamp_after_max_ms: config.get_i64("message.timestamp.after.max.ms"),
+            origin: fjord_records::AppendOrigin::Client,
+        };
+        let target = match config.get("compression.type") {
+            "producer" => None,
+            name => Compression::from_config_name(name),
+        };
+        let mut owned = Vec::with_capacity(batches.len());
+        for batch in &batches {
+            let validated =
+                fjord_records::validate_batch(batch, &validation).map_err(|e| records_error(&e))?;
+            // The log rewrites offsets and the leader epoch in place, so it needs its own copy.
+            let mut buffer = match target {
+                Some(codec) if codec != validated.compression => {
+                    fjord_records::recompress(batch, codec, None, MAX_DECOMPRESSED_BATCH_BYTES)
+                        .map_err(|e| records_error(&e))?
+                }
+                _ => BytesMut::from(&batch[..]),
+            };
+            match timestamp_type {
+                TimestampType::LogAppendTime => {
+                    fjord_records::set_log_append_time(&mut buffer, now_ms)
+                }
+                TimestampType::CreateTime => fjord_records::set_max_timestamp(
+                    &mut buffer,
+                    TimestampType::CreateTime,
+                    validated.max_timestamp,
+                ),
+            }
+            .map_err(|e| records_error(&e))?;
+            owned.push(buffer);
+        }
+        let mut log = lock_log(&partition.log)?;
+        let info = log
+            .append_as_leader(owned, partition.leader_epoch, now_ms)
+            .map_err(|e| PartitionError::new(e.kafka_error_code(), e.to_string()))?;
+        if !partition.durable {
+            // Page-cache mode: acknowledged writes are visible at once, as in Kafka.
+            let leo = log.log_end_offset();
+            if leo > log.high_watermark() {
+                log.set_high_watermark(leo);
+            }
+        }
+        let log_append_time_ms = if timestamp_type == TimestampType::LogAppendTime {
+            now_ms
+        } else {
+            -1
+        };
+        Ok(Appended {
+            info,
+            log_append_time_ms,
+        })
+    }
+}
+
+fn records_error(error: &fjord_records::RecordsError) -> PartitionError {
+    let record_errors = match error {
+        fjord_records::RecordsError::RecordErrors(list) => list
+            .iter()
+            .map(|e| (e.batch_index, e.kind.message().to_string()))
+            .collect(),
+        _ => Vec::new(),
+    };
+    PartitionError {
+        code: error.kafka_error_code(),
+        message: Some(error.to_string()),
+        record_errors,
+    }
+}
+
+/// The storage settings a topic's config implies.
+pub fn log_config(config: &TopicConfig, durable: bool) -> LogConfig {
+    let positive = |name: &str| config.get_i64(name).max(0) as u64;
+    let optional = |name: &str| {
+        let v = config.get_i64(name);
+        (!durable && v != i64::MAX).then_some(v)
+    };
+    LogConfig {
+        segment_bytes: positive("segment.bytes"),
+        segment_ms: config.get_i64("segment.ms"),
+        segment_index_bytes: positive("segment.index.bytes"),
+        index_interval_bytes: positive("index.interval.bytes"),
+        retention_bytes: config.get_i64("retention.bytes"),
+        retention_ms: config.get_i64("retention.ms"),
+        flush_interval_messages: optional("flush.messages").map(|v| v.max(1) as u64),
+        flush_interval_ms: optional("flush.ms"),
+        file_delete_delay_ms: config.get_i64("file.delete.delay.ms"),
+    }
+}
