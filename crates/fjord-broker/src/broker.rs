@@ -539,7 +539,6 @@ impl Broker {
                         .map(|t| Uuid(t.topic_id))
                         .unwrap_or(Uuid::ZERO),
                     configs: None,
-                    ..Default::default()
                 },
             })
             .collect();

@@ -869,11 +869,7 @@ pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let mut logical = String::new();
     for raw in text.lines() {
-        let line = if logical.is_empty() {
-            raw.trim_start()
-        } else {
-            raw.trim_start()
-        };
+        let line = raw.trim_start();
         if logical.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with('!'))
         {
             continue;

@@ -16,7 +16,7 @@ use fjord_protocol::messages::offset_for_leader_epoch_response::{
 use fjord_protocol::{ApiKey, ResponseBody, Uuid};
 use fjord_storage::error::StorageError;
 
-use crate::broker::{encode_response, now_ms, Broker};
+use crate::broker::{encode_response, Broker};
 use crate::errors;
 use crate::fetch_session::{RequestedPartition, SessionDecision};
 use crate::network::Reply;
@@ -455,7 +455,6 @@ impl Broker {
                     .collect(),
             })
             .collect();
-        let _ = now_ms;
         OffsetForLeaderEpochResponse {
             topics,
             ..Default::default()

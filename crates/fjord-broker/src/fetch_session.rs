@@ -221,6 +221,10 @@ impl FetchSessionCache {
     pub fn len(&self) -> usize {
         self.sessions.len()
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
 }
 
 fn next_epoch(epoch: i32) -> i32 {

@@ -68,23 +68,21 @@ impl Broker {
                                 errors::INVALID_RECORD,
                                 "records are null",
                             )),
-                            Some(records) => {
-                                self.replicas
-                                    .append(&partition, records, now)
-                                    .map(|appended| {
-                                        if partition.durable {
-                                            flush = Some((
-                                                partition.log.clone(),
-                                                appended.info.last_offset + 1,
-                                            ));
-                                        } else {
-                                            self.high_watermark_moved
-                                                .send_modify(|v| *v = v.wrapping_add(1));
-                                            self.flush_if_due(&partition, now);
-                                        }
-                                        appended
-                                    })
-                            }
+                            Some(records) => self
+                                .replicas
+                                .append(&partition, records, now)
+                                .inspect(|appended| {
+                                    if partition.durable {
+                                        flush = Some((
+                                            partition.log.clone(),
+                                            appended.info.last_offset + 1,
+                                        ));
+                                    } else {
+                                        self.high_watermark_moved
+                                            .send_modify(|v| *v = v.wrapping_add(1));
+                                        self.flush_if_due(&partition, now);
+                                    }
+                                }),
                         },
                     }
                 };

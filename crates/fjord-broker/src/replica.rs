@@ -105,14 +105,20 @@ impl ReplicaManager {
     /// Brings hosted partitions in line with the image: opens or creates logs for partitions this
     /// node leads, refreshes configs and leader epochs, deletes logs of removed topics.
     pub fn apply_image(&self, image: &MetadataImage, now_ms: i64) -> Result<(), String> {
-        let mut wanted: HashMap<TopicPartition, (Arc<TopicConfig>, [u8; 16], i32)> = HashMap::new();
+        let mut wanted: HashMap<TopicPartition, (Arc<TopicConfig>, [u8; 16], i32, usize)> =
+            HashMap::new();
         for topic in image.topics() {
             let config = Arc::new(self.topic_config(image, &topic.name));
             for (index, partition) in topic.partitions.iter().enumerate() {
                 if partition.leader == self.node_id {
                     wanted.insert(
                         TopicPartition::new(topic.name.clone(), index as i32),
-                        (config.clone(), topic.topic_id, partition.leader_epoch),
+                        (
+                            config.clone(),
+                            topic.topic_id,
+                            partition.leader_epoch,
+                            partition.replicas.len(),
+                        ),
                     );
                 }
             }
@@ -140,7 +146,7 @@ impl ReplicaManager {
                 }
             }
         }
-        for (tp, (config, topic_id, leader_epoch)) in wanted {
+        for (tp, (config, topic_id, leader_epoch, replica_count)) in wanted {
             let durable = !(config.is_set("flush.messages") || config.is_set("flush.ms"));
             let log_config = log_config(&config, durable);
             let log = match self.log_manager.get(&tp) {
@@ -152,6 +158,14 @@ impl ReplicaManager {
             };
             if let Ok(mut guard) = log.lock() {
                 guard.set_config(log_config);
+                // A single-replica partition: everything that survived recovery is on disk, so
+                // after a crash the high watermark (possibly checkpointed lower) is the LEO.
+                if !partitions.contains_key(&tp) && replica_count == 1 {
+                    let leo = guard.log_end_offset();
+                    if guard.high_watermark() < leo {
+                        guard.set_high_watermark(leo);
+                    }
+                }
             }
             let unchanged = partitions.get(&tp).is_some_and(|p| {
                 p.leader_epoch == leader_epoch
