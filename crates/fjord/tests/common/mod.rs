@@ -1,0 +1,208 @@
+//! Shared harness for tests that run the real `fjord` binary on loopback.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use fjord_protocol::messages::RequestHeader;
+use fjord_protocol::{
+    request_header_version, response_header_version, ApiKey, Decodable, Decoder, Encodable,
+    RequestBody, ResponseBody, ResponseHeader,
+};
+
+/// A broker process with its own data dir on a free loopback port. Killed on drop.
+pub struct TestBroker {
+    pub child: Option<Child>,
+    pub addr: SocketAddr,
+    pub data: tempfile::TempDir,
+    pub extra: Vec<(String, String)>,
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+impl TestBroker {
+    pub fn start() -> TestBroker {
+        Self::start_with(&[])
+    }
+
+    /// Starts with extra `--override KEY=VALUE` settings.
+    pub fn start_with(extra: &[(&str, &str)]) -> TestBroker {
+        let data = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let mut broker = TestBroker {
+            child: None,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            data,
+            extra: extra
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        broker.spawn();
+        broker
+    }
+
+    pub fn log_dir(&self) -> PathBuf {
+        self.data.path().join("logs")
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+        cmd.arg("server")
+            .arg("--override")
+            .arg(format!("listeners=PLAINTEXT://{}", self.addr))
+            .arg("--override")
+            .arg(format!("log.dirs={}", self.log_dir().display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(self.data.path().join("broker.log")).expect("log file"),
+            ));
+        for (k, v) in &self.extra {
+            cmd.arg("--override").arg(format!("{k}={v}"));
+        }
+        self.child = Some(cmd.spawn().expect("spawn fjord"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if TcpStream::connect(self.addr).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("broker did not start; log:\n{}", self.log());
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data.path().join("broker.log")).unwrap_or_default()
+    }
+
+    /// SIGTERM and wait: a clean shutdown.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            unsafe_sigterm(child.id());
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// True while the process is running.
+    pub fn alive(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => c.try_wait().ok().flatten().is_none(),
+            None => false,
+        }
+    }
+
+    pub fn connect(&self) -> Client {
+        Client::connect(self.addr)
+    }
+
+    pub fn data_path(&self) -> &Path {
+        self.data.path()
+    }
+}
+
+fn unsafe_sigterm(pid: u32) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A blocking client speaking raw Kafka frames.
+pub struct Client {
+    pub stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        Client {
+            stream,
+            correlation_id: 0,
+        }
+    }
+
+    /// Sends `frame` (without the size prefix) as is.
+    pub fn send_raw(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(&(frame.len() as i32).to_be_bytes())?;
+        self.stream.write_all(frame)
+    }
+
+    /// Reads one response frame body (after the size prefix); Err when the broker closed.
+    pub fn read_frame(&mut self) -> std::io::Result<Bytes> {
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size)?;
+        let size = i32::from_be_bytes(size);
+        assert!(
+            (0..=256 * 1024 * 1024).contains(&size),
+            "response size {size}"
+        );
+        let mut body = vec![0u8; size as usize];
+        self.stream.read_exact(&mut body)?;
+        Ok(Bytes::from(body))
+    }
+
+    /// True if the broker closed the connection (EOF or reset) within the read timeout.
+    pub fn is_closed(&mut self) -> bool {
+        let mut buf = [0u8; 1];
+        matches!(self.stream.read(&mut buf), Ok(0) | Err(_))
+    }
+
+    pub fn encode_request(&mut self, api: ApiKey, version: i16, body: &RequestBody) -> BytesMut {
+        self.correlation_id += 1;
+        let header = RequestHeader {
+            request_api_key: api as i16,
+            request_api_version: version,
+            correlation_id: self.correlation_id,
+            client_id: Some("fjord-test".to_string()),
+        };
+        let mut out = BytesMut::new();
+        header
+            .encode(&mut out, request_header_version(api, version))
+            .expect("encode header");
+        body.encode(&mut out, version).expect("encode body");
+        out
+    }
+
+    /// Sends a request and decodes its response.
+    pub fn request(&mut self, version: i16, body: RequestBody) -> ResponseBody {
+        let api = body.api_key();
+        let frame = self.encode_request(api, version, &body);
+        self.send_raw(&frame).expect("send");
+        let response = self.read_frame().expect("response");
+        let mut decoder = Decoder::new(response);
+        let header = ResponseHeader::decode(&mut decoder, response_header_version(api, version))
+            .expect("response header");
+        assert_eq!(header.correlation_id, self.correlation_id, "correlation id");
+        ResponseBody::decode(api, &mut decoder, version).expect("response body")
+    }
+}
