@@ -1,0 +1,503 @@
+//! Protocol conformance of every API fjord advertises, against the real binary: each API at its
+//! lowest and highest advertised version and where Kafka's semantics change, asserting what a
+//! Kafka broker answers (KafkaApis, ReplicaManager, UnifiedLog and the message schemas).
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{Client, TestBroker};
+use fjord_broker::broker::SUPPORTED_APIS;
+use fjord_protocol::messages::api_versions_request::ApiVersionsRequest;
+use fjord_protocol::messages::create_partitions_request::*;
+use fjord_protocol::messages::create_partitions_response::*;
+use fjord_protocol::messages::create_topics_request::*;
+use fjord_protocol::messages::create_topics_response::*;
+use fjord_protocol::messages::delete_topics_request::*;
+use fjord_protocol::messages::delete_topics_response::*;
+use fjord_protocol::messages::describe_cluster_request::*;
+use fjord_protocol::messages::describe_cluster_response::*;
+use fjord_protocol::messages::describe_configs_request::*;
+use fjord_protocol::messages::describe_configs_response::*;
+use fjord_protocol::messages::fetch_request::*;
+use fjord_protocol::messages::fetch_response::*;
+use fjord_protocol::messages::init_producer_id_request::*;
+use fjord_protocol::messages::init_producer_id_response::*;
+use fjord_protocol::messages::list_offsets_request::*;
+use fjord_protocol::messages::list_offsets_response::*;
+use fjord_protocol::messages::metadata_request::*;
+use fjord_protocol::messages::metadata_response::*;
+use fjord_protocol::messages::offset_for_leader_epoch_request::*;
+use fjord_protocol::messages::offset_for_leader_epoch_response::*;
+use fjord_protocol::messages::produce_request::*;
+use fjord_protocol::messages::produce_response::*;
+use fjord_protocol::{ApiKey, RequestBody, ResponseBody, Uuid};
+use fjord_records::header::attributes::TIMESTAMP_TYPE_LOG_APPEND;
+use fjord_records::{BatchBuilder, BatchHeader, Compression};
+
+// Kafka error codes asserted below.
+const NONE: i16 = 0;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const INVALID_TOPIC_EXCEPTION: i16 = 17;
+const INVALID_REQUIRED_ACKS: i16 = 21;
+const UNSUPPORTED_VERSION: i16 = 35;
+const TOPIC_ALREADY_EXISTS: i16 = 36;
+const INVALID_PARTITIONS: i16 = 37;
+const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+const INVALID_REQUEST: i16 = 42;
+const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
+const UNKNOWN_LEADER_EPOCH: i16 = 75;
+const INVALID_RECORD: i16 = 87;
+const UNKNOWN_TOPIC_ID: i16 = 100;
+
+// DescribeConfigs config sources.
+const DYNAMIC_TOPIC_CONFIG: i8 = 1;
+const STATIC_BROKER_CONFIG: i8 = 4;
+const DEFAULT_CONFIG: i8 = 5;
+
+// ---- helpers ------------------------------------------------------------------------------
+
+/// Unwraps the expected response variant.
+macro_rules! expect {
+    ($body:expr, $variant:ident) => {
+        match $body {
+            ResponseBody::$variant(r) => r,
+            other => panic!(
+                "expected {} response, got {:?}",
+                stringify!($variant),
+                other.api_key()
+            ),
+        }
+    };
+}
+
+fn range(key: ApiKey) -> (i16, i16) {
+    SUPPORTED_APIS
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, min, max)| (*min, *max))
+        .unwrap_or_else(|| panic!("{} is not advertised", key.name()))
+}
+
+fn create_topics(
+    client: &mut Client,
+    version: i16,
+    topics: Vec<CreatableTopic>,
+    validate_only: bool,
+) -> CreateTopicsResponse {
+    expect!(
+        client.request(
+            version,
+            RequestBody::CreateTopics(CreateTopicsRequest {
+                topics,
+                timeout_ms: 10_000,
+                validate_only,
+            }),
+        ),
+        CreateTopics
+    )
+}
+
+fn topic(name: &str, partitions: i32, configs: &[(&str, &str)]) -> CreatableTopic {
+    CreatableTopic {
+        name: name.to_string(),
+        num_partitions: partitions,
+        replication_factor: 1,
+        assignments: Vec::new(),
+        configs: configs
+            .iter()
+            .map(|(k, v)| CreatableTopicConfig {
+                name: k.to_string(),
+                value: Some(v.to_string()),
+            })
+            .collect(),
+    }
+}
+
+/// Creates a topic at CreateTopics v7 and returns its id.
+fn create(client: &mut Client, name: &str, partitions: i32, configs: &[(&str, &str)]) -> Uuid {
+    let response = create_topics(client, 7, vec![topic(name, partitions, configs)], false);
+    let result = &response.topics[0];
+    assert_eq!(result.error_code, NONE, "create {name}: {result:?}");
+    assert_ne!(result.topic_id, Uuid::ZERO);
+    result.topic_id
+}
+
+fn metadata(client: &mut Client, version: i16, topics: Option<&[&str]>) -> MetadataResponse {
+    let request = MetadataRequest {
+        topics: topics.map(|names| {
+            names
+                .iter()
+                .map(|n| MetadataRequestTopic {
+                    topic_id: Uuid::ZERO,
+                    name: Some(n.to_string()),
+                })
+                .collect()
+        }),
+        allow_auto_topic_creation: version < 4,
+        ..Default::default()
+    };
+    expect!(client.request(version, RequestBody::Metadata(request)), Metadata)
+}
+
+/// One batch of `values`, the i-th record at `timestamp + i`.
+fn batch(values: &[&str], timestamp: i64) -> Bytes {
+    let mut builder = BatchBuilder::new(Compression::None);
+    for (i, v) in values.iter().enumerate() {
+        builder
+            .append(timestamp + i as i64, None, Some(v.as_bytes()), &[])
+            .expect("append");
+    }
+    builder.build().expect("build").freeze()
+}
+
+fn produce_request(acks: i16, topic: &str, partition: i32, records: Bytes) -> RequestBody {
+    RequestBody::Produce(ProduceRequest {
+        transactional_id: None,
+        acks,
+        timeout_ms: 10_000,
+        topic_data: vec![TopicProduceData {
+            name: topic.to_string(),
+            partition_data: vec![PartitionProduceData {
+                index: partition,
+                records: Some(records),
+            }],
+        }],
+    })
+}
+
+/// Produces one batch and returns the partition's response.
+fn produce(
+    client: &mut Client,
+    version: i16,
+    acks: i16,
+    topic: &str,
+    partition: i32,
+    records: Bytes,
+) -> PartitionProduceResponse {
+    let response = expect!(
+        client.request(version, produce_request(acks, topic, partition, records)),
+        Produce
+    );
+    assert_eq!(response.responses.len(), 1);
+    assert_eq!(response.responses[0].name, topic);
+    response.responses[0].partition_responses[0].clone()
+}
+
+fn produce_ok(client: &mut Client, topic: &str, partition: i32, values: &[&str]) -> i64 {
+    let r = produce(client, 11, -1, topic, partition, batch(values, 1_000));
+    assert_eq!(r.error_code, NONE, "{r:?}");
+    r.base_offset
+}
+
+/// A fetch of partitions by name (v < 13) or by id (v13+), no session.
+fn fetch_request(parts: &[(&str, Uuid, i32, i64)], partition_max_bytes: i32) -> FetchRequest {
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for (name, id, partition, offset) in parts {
+        let p = FetchPartition {
+            partition: *partition,
+            fetch_offset: *offset,
+            partition_max_bytes,
+            ..Default::default()
+        };
+        match topics.last_mut() {
+            Some(t) if t.topic == *name => t.partitions.push(p),
+            _ => topics.push(FetchTopic {
+                topic: name.to_string(),
+                topic_id: *id,
+                partitions: vec![p],
+            }),
+        }
+    }
+    FetchRequest {
+        max_wait_ms: 0,
+        min_bytes: 0,
+        topics,
+        ..Default::default()
+    }
+}
+
+fn fetch(client: &mut Client, version: i16, request: FetchRequest) -> FetchResponse {
+    expect!(client.request(version, RequestBody::Fetch(request)), Fetch)
+}
+
+/// The batches in a fetched records section: header and record values.
+fn batches(records: &Option<Bytes>) -> Vec<(BatchHeader, Vec<String>)> {
+    let Some(records) = records else {
+        return Vec::new();
+    };
+    fjord_records::split_batches(records)
+        .expect("whole batches")
+        .into_iter()
+        .map(|b| {
+            let header = BatchHeader::parse(&b).expect("header");
+            let values = fjord_records::records(&b, 1 << 20)
+                .expect("records")
+                .map(|r| {
+                    let r = r.expect("record");
+                    String::from_utf8_lossy(r.value.as_deref().unwrap_or(b"")).into_owned()
+                })
+                .collect();
+            (header, values)
+        })
+        .collect()
+}
+
+/// Every value in a partition from offset 0, read in one fetch.
+fn read_all(client: &mut Client, topic: &str, partition: i32) -> Vec<String> {
+    let response = fetch(
+        client,
+        12,
+        fetch_request(&[(topic, Uuid::ZERO, partition, 0)], 64 << 20),
+    );
+    let data = &response.responses[0].partitions[0];
+    assert_eq!(data.error_code, NONE, "{data:?}");
+    batches(&data.records)
+        .into_iter()
+        .flat_map(|(_, v)| v)
+        .collect()
+}
+
+fn partition_of<'a>(response: &'a FetchResponse, topic_index: usize) -> &'a PartitionData {
+    &response.responses[topic_index].partitions[0]
+}
+
+// ---- ApiVersions --------------------------------------------------------------------------
+
+#[test]
+fn api_versions_lowest_highest_and_unsupported() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    let (min, max) = range(ApiKey::ApiVersions);
+    for version in [min, max] {
+        let r = expect!(
+            client.request(
+                version,
+                RequestBody::ApiVersions(ApiVersionsRequest {
+                    client_software_name: "fjord-test".into(),
+                    client_software_version: "1".into(),
+                }),
+            ),
+            ApiVersions
+        );
+        assert_eq!(r.error_code, NONE);
+        let advertised: Vec<(i16, i16, i16)> = r
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, k.min_version, k.max_version))
+            .collect();
+        let expected: Vec<(i16, i16, i16)> = SUPPORTED_APIS
+            .iter()
+            .map(|(k, min, max)| (*k as i16, *min, *max))
+            .collect();
+        assert_eq!(advertised, expected, "v{version}");
+    }
+    // A version newer than the broker knows: a v0 response with UNSUPPORTED_VERSION and the
+    // supported ranges, so the client can pick one (KIP-511).
+    let mut frame = client
+        .encode_request(
+            ApiKey::ApiVersions,
+            max,
+            &RequestBody::ApiVersions(ApiVersionsRequest::default()),
+        )
+        .to_vec();
+    frame[2..4].copy_from_slice(&(max + 1).to_be_bytes());
+    client.send_raw(&frame).expect("send");
+    let body = client.read_frame().expect("answer");
+    let mut decoder = fjord_protocol::Decoder::new(body);
+    let _header =
+        <fjord_protocol::ResponseHeader as fjord_protocol::Decodable>::decode(&mut decoder, 0)
+            .expect("header");
+    let r = expect!(
+        ResponseBody::decode(ApiKey::ApiVersions, &mut decoder, 0).expect("v0 body"),
+        ApiVersions
+    );
+    assert_eq!(r.error_code, UNSUPPORTED_VERSION);
+    assert_eq!(r.api_keys.len(), SUPPORTED_APIS.len());
+}
+
+// ---- Metadata -----------------------------------------------------------------------------
+
+#[test]
+fn metadata_all_topics_vs_named() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    let a = create(&mut client, "meta-a", 2, &[]);
+    create(&mut client, "meta-b", 1, &[]);
+    let (min, max) = range(ApiKey::Metadata);
+    assert_eq!(min, 0);
+    // v0: an empty list means every topic.
+    let all = metadata(&mut client, 0, Some(&[]));
+    let names: Vec<_> = all.topics.iter().filter_map(|t| t.name.clone()).collect();
+    assert_eq!(names, ["meta-a", "meta-b"]);
+    for version in [1, max] {
+        // v1+: null means every topic, an empty list none.
+        let all = metadata(&mut client, version, None);
+        assert_eq!(all.topics.len(), 2, "v{version}");
+        let none = metadata(&mut client, version, Some(&[]));
+        assert!(none.topics.is_empty(), "v{version}");
+        let named = metadata(&mut client, version, Some(&["meta-a"]));
+        assert_eq!(named.topics.len(), 1);
+        let t = &named.topics[0];
+        assert_eq!((t.error_code, t.name.as_deref()), (NONE, Some("meta-a")));
+        assert_eq!(t.partitions.len(), 2);
+        assert!(!t.is_internal);
+        if version >= 10 {
+            assert_eq!(t.topic_id, a, "v10+ carries topic ids");
+        }
+    }
+    // v0 reports neither controller nor cluster id; v1 the controller, v2+ the cluster id.
+    let v1 = metadata(&mut client, 1, Some(&[]));
+    let v12 = metadata(&mut client, max, Some(&[]));
+    assert_eq!(v1.brokers.len(), 1);
+    let node = v1.brokers[0].node_id;
+    assert_eq!(v1.brokers[0].port, i32::from(broker.addr.port()));
+    assert_eq!(v1.controller_id, node);
+    assert_eq!(v12.controller_id, node);
+    let cluster_id = v12.cluster_id.clone().expect("cluster id");
+    assert!(!cluster_id.is_empty());
+    let cluster = expect!(
+        client.request(
+            1,
+            RequestBody::DescribeCluster(DescribeClusterRequest {
+                endpoint_type: 1,
+                ..Default::default()
+            })
+        ),
+        DescribeCluster
+    );
+    assert_eq!(cluster.cluster_id, cluster_id);
+}
+
+#[test]
+fn metadata_partitions_leaders_epochs_and_ids() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    let id = create(&mut client, "epochs", 3, &[]);
+    let (_, max) = range(ApiKey::Metadata);
+    for version in [0, 7, 9, 10, max] {
+        let m = metadata(&mut client, version, Some(&["epochs"]));
+        let node = m.brokers[0].node_id;
+        let t = &m.topics[0];
+        assert_eq!(t.error_code, NONE);
+        let indexes: Vec<i32> = t.partitions.iter().map(|p| p.partition_index).collect();
+        assert_eq!(indexes, [0, 1, 2]);
+        for p in &t.partitions {
+            assert_eq!(p.error_code, NONE);
+            assert_eq!(p.leader_id, node);
+            assert_eq!(p.replica_nodes, [node]);
+            assert_eq!(p.isr_nodes, [node]);
+            if version >= 7 {
+                assert!(p.leader_epoch >= 0, "v7+ leader epoch: {p:?}");
+            } else {
+                assert_eq!(p.leader_epoch, -1, "not on the wire before v7");
+            }
+        }
+        if version >= 10 {
+            assert_eq!(t.topic_id, id);
+        } else {
+            assert_eq!(t.topic_id, Uuid::ZERO, "not on the wire before v10");
+        }
+    }
+    // v12 names topics by id; an unknown id answers UNKNOWN_TOPIC_ID with a null name.
+    let by_id = expect!(
+        client.request(
+            max,
+            RequestBody::Metadata(MetadataRequest {
+                topics: Some(vec![
+                    MetadataRequestTopic {
+                        topic_id: id,
+                        name: None,
+                    },
+                    MetadataRequestTopic {
+                        topic_id: Uuid([7; 16]),
+                        name: None,
+                    },
+                ]),
+                allow_auto_topic_creation: false,
+                ..Default::default()
+            })
+        ),
+        Metadata
+    );
+    let found = by_id
+        .topics
+        .iter()
+        .find(|t| t.topic_id == id)
+        .expect("known id");
+    assert_eq!(
+        (found.error_code, found.name.as_deref()),
+        (NONE, Some("epochs"))
+    );
+    let unknown = by_id
+        .topics
+        .iter()
+        .find(|t| t.topic_id == Uuid([7; 16]))
+        .expect("unknown id");
+    assert_eq!(unknown.error_code, UNKNOWN_TOPIC_ID);
+    assert_eq!(unknown.name, None);
+}
+
+#[test]
+fn metadata_auto_creation() {
+    let broker = TestBroker::start_with(&[("num.partitions", "2")]);
+    let mut client = broker.connect();
+    // Before v4 every Metadata request may auto-create.
+    let m = metadata(&mut client, 3, Some(&["auto-v3"]));
+    assert!(matches!(m.topics[0].error_code, NONE | 5), "{m:?}");
+    // v4+ only when the client allows it.
+    let refused = expect!(
+        client.request(
+            12,
+            RequestBody::Metadata(MetadataRequest {
+                topics: Some(vec![MetadataRequestTopic {
+                    topic_id: Uuid::ZERO,
+                    name: Some("auto-no".into()),
+                }]),
+                allow_auto_topic_creation: false,
+                ..Default::default()
+            })
+        ),
+        Metadata
+    );
+    assert_eq!(refused.topics[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
+    let allowed = expect!(
+        client.request(
+            12,
+            RequestBody::Metadata(MetadataRequest {
+                topics: Some(vec![MetadataRequestTopic {
+                    topic_id: Uuid::ZERO,
+                    name: Some("auto-yes".into()),
+                }]),
+                allow_auto_topic_creation: true,
+                ..Default::default()
+            })
+        ),
+        Metadata
+    );
+    assert!(matches!(allowed.topics[0].error_code, NONE | 5));
+    // An invalid name is never created.
+    let bad = metadata(&mut client, 3, Some(&["bad name!"]));
+    assert_eq!(bad.topics[0].error_code, INVALID_TOPIC_EXCEPTION);
+    // Auto-created topics get num.partitions partitions.
+    let all = metadata(&mut client, 12, None);
+    let mut names: Vec<(String, usize)> = all
+        .topics
+        .iter()
+        .map(|t| (t.name.clone().unwrap_or_default(), t.partitions.len()))
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [("auto-v3".to_string(), 2), ("auto-yes".to_string(), 2)]
+    );
+
+    // auto.create.topics.enable=false wins over the client.
+    let off = TestBroker::start_with(&[("auto.create.topics.enable", "false")]);
+    let mut client = off.connect();
+    let m = metadata(&mut client, 3, Some(&["never"]));
+    assert_eq!(m.topics[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
+    assert!(metadata(&mut client, 12, None).topics.is_empty());
+}
