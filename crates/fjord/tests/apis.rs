@@ -125,6 +125,8 @@ fn create(client: &mut Client, name: &str, partitions: i32, configs: &[(&str, &s
     result.topic_id
 }
 
+/// Metadata for `topics` (None: all). Below v4 requests always allow auto-creation; from v4 on
+/// this helper never does.
 fn metadata(client: &mut Client, version: i16, topics: Option<&[&str]>) -> MetadataResponse {
     let request = MetadataRequest {
         topics: topics.map(|names| {
@@ -500,4 +502,315 @@ fn metadata_auto_creation() {
     let m = metadata(&mut client, 3, Some(&["never"]));
     assert_eq!(m.topics[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
     assert!(metadata(&mut client, 12, None).topics.is_empty());
+}
+
+// ---- CreateTopics / DeleteTopics / CreatePartitions ---------------------------------------
+
+#[test]
+fn create_topics_defaults_assignments_and_configs() {
+    let broker = TestBroker::start_with(&[("num.partitions", "3")]);
+    let mut client = broker.connect();
+    let (min, max) = range(ApiKey::CreateTopics);
+    let node = metadata(&mut client, 1, Some(&[])).brokers[0].node_id;
+    // Lowest version: explicit counts.
+    let r = create_topics(&mut client, min, vec![topic("ct-min", 2, &[])], false);
+    assert_eq!(r.topics[0].name, "ct-min");
+    assert_eq!(r.topics[0].error_code, NONE);
+    assert_eq!(metadata(&mut client, 1, Some(&["ct-min"])).topics[0].partitions.len(), 2);
+    // v4+: -1/-1 take num.partitions and default.replication.factor.
+    let mut defaults = topic("ct-defaults", -1, &[]);
+    defaults.replication_factor = -1;
+    let r = create_topics(&mut client, max, vec![defaults], false);
+    let t = &r.topics[0];
+    assert_eq!(t.error_code, NONE, "{t:?}");
+    assert_eq!((t.num_partitions, t.replication_factor), (3, 1));
+    assert_ne!(t.topic_id, Uuid::ZERO, "v7 returns the topic id");
+    let m = metadata(&mut client, 12, Some(&["ct-defaults"]));
+    assert_eq!(m.topics[0].topic_id, t.topic_id);
+    assert_eq!(m.topics[0].partitions.len(), 3);
+    // Explicit assignments: -1/-1 and one broker list per partition.
+    let assigned = CreatableTopic {
+        name: "ct-assigned".into(),
+        num_partitions: -1,
+        replication_factor: -1,
+        assignments: (0..2)
+            .map(|i| CreatableReplicaAssignment {
+                partition_index: i,
+                broker_ids: vec![node],
+            })
+            .collect(),
+        configs: Vec::new(),
+    };
+    let r = create_topics(&mut client, max, vec![assigned], false);
+    let t = &r.topics[0];
+    assert_eq!(t.error_code, NONE, "{t:?}");
+    assert_eq!((t.num_partitions, t.replication_factor), (2, 1));
+    let m = metadata(&mut client, 12, Some(&["ct-assigned"]));
+    assert!(m.topics[0].partitions.iter().all(|p| p.replica_nodes == [node]));
+    // Assignments naming a broker that does not exist.
+    let bad = CreatableTopic {
+        name: "ct-bad-assignment".into(),
+        num_partitions: -1,
+        replication_factor: -1,
+        assignments: vec![CreatableReplicaAssignment {
+            partition_index: 0,
+            broker_ids: vec![node + 100],
+        }],
+        configs: Vec::new(),
+    };
+    let r = create_topics(&mut client, max, vec![bad], false);
+    assert_eq!(r.topics[0].error_code, INVALID_REPLICA_ASSIGNMENT);
+    // v5+ echoes the effective configs with their sources.
+    for version in [5, max] {
+        let name = format!("ct-configs-{version}");
+        let r = create_topics(
+            &mut client,
+            version,
+            vec![topic(&name, 1, &[("retention.ms", "12345")])],
+            false,
+        );
+        let t = &r.topics[0];
+        assert_eq!(t.error_code, NONE);
+        let configs = t.configs.as_ref().expect("configs echoed at v5+");
+        let by_name: BTreeMap<&str, (&Option<String>, i8)> = configs
+            .iter()
+            .map(|c| (c.name.as_str(), (&c.value, c.config_source)))
+            .collect();
+        assert_eq!(
+            by_name.get("retention.ms"),
+            Some(&(&Some("12345".to_string()), DYNAMIC_TOPIC_CONFIG))
+        );
+        assert_eq!(
+            by_name.get("cleanup.policy"),
+            Some(&(&Some("delete".to_string()), DEFAULT_CONFIG))
+        );
+    }
+    // Invalid config value.
+    let r = create_topics(
+        &mut client,
+        max,
+        vec![topic("ct-bad-config", 1, &[("cleanup.policy", "sometimes")])],
+        false,
+    );
+    assert_eq!(r.topics[0].error_code, 40, "INVALID_CONFIG");
+}
+
+#[test]
+fn create_topics_validate_only_duplicates_and_existing() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    let (min, max) = range(ApiKey::CreateTopics);
+    for version in [min, max] {
+        // validate_only answers as a creation would, and creates nothing.
+        let name = format!("vo-{version}");
+        let r = create_topics(&mut client, version, vec![topic(&name, 4, &[])], true);
+        assert_eq!(r.topics[0].error_code, NONE);
+        let m = metadata(&mut client, 12, Some(&[name.as_str()]));
+        assert_eq!(m.topics[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
+        // Existing topic.
+        let r = create_topics(&mut client, version, vec![topic(&name, 1, &[])], false);
+        assert_eq!(r.topics[0].error_code, NONE);
+        let r = create_topics(&mut client, version, vec![topic(&name, 1, &[])], false);
+        assert_eq!(r.topics[0].error_code, TOPIC_ALREADY_EXISTS);
+        assert!(r.topics[0].error_message.is_some());
+        // The same name twice in one request: INVALID_REQUEST for that name, others proceed.
+        let dup = format!("dup-{version}");
+        let other = format!("other-{version}");
+        let r = create_topics(
+            &mut client,
+            version,
+            vec![topic(&dup, 1, &[]), topic(&other, 1, &[]), topic(&dup, 2, &[])],
+            false,
+        );
+        let results: BTreeMap<&str, i16> = r
+            .topics
+            .iter()
+            .map(|t| (t.name.as_str(), t.error_code))
+            .collect();
+        assert_eq!(
+            results,
+            BTreeMap::from([(dup.as_str(), INVALID_REQUEST), (other.as_str(), NONE)])
+        );
+        let m = metadata(&mut client, 12, Some(&[dup.as_str()]));
+        assert_eq!(m.topics[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
+    }
+    // Zero partitions and an invalid name.
+    let r = create_topics(
+        &mut client,
+        max,
+        vec![topic("zero", 0, &[]), topic("bad/name", 1, &[])],
+        false,
+    );
+    assert_eq!(r.topics[0].error_code, INVALID_PARTITIONS);
+    assert_eq!(r.topics[1].error_code, INVALID_TOPIC_EXCEPTION);
+}
+
+fn delete_topics(
+    client: &mut Client,
+    version: i16,
+    names: &[&str],
+    ids: &[Uuid],
+) -> DeleteTopicsResponse {
+    let request = if version >= 6 {
+        DeleteTopicsRequest {
+            topics: names
+                .iter()
+                .map(|n| DeleteTopicState {
+                    name: Some(n.to_string()),
+                    topic_id: Uuid::ZERO,
+                })
+                .chain(ids.iter().map(|id| DeleteTopicState {
+                    name: None,
+                    topic_id: *id,
+                }))
+                .collect(),
+            topic_names: Vec::new(),
+            timeout_ms: 10_000,
+        }
+    } else {
+        DeleteTopicsRequest {
+            topics: Vec::new(),
+            topic_names: names.iter().map(|n| n.to_string()).collect(),
+            timeout_ms: 10_000,
+        }
+    };
+    expect!(
+        client.request(version, RequestBody::DeleteTopics(request)),
+        DeleteTopics
+    )
+}
+
+#[test]
+fn delete_topics_by_name_and_by_id() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    let (min, max) = range(ApiKey::DeleteTopics);
+    let first_id = create(&mut client, "del-name", 2, &[]);
+    let by_id = create(&mut client, "del-id", 1, &[]);
+    produce_ok(&mut client, "del-name", 0, &["x"]);
+    let log_dir = broker.log_dir();
+    assert!(log_dir.join("del-name-0").is_dir());
+    assert!(log_dir.join("del-id-0").is_dir());
+
+    let r = delete_topics(&mut client, min, &["del-name", "del-never"], &[]);
+    let codes: BTreeMap<Option<String>, i16> = r
+        .responses
+        .iter()
+        .map(|t| (t.name.clone(), t.error_code))
+        .collect();
+    assert_eq!(
+        codes,
+        BTreeMap::from([
+            (Some("del-name".to_string()), NONE),
+            (Some("del-never".to_string()), UNKNOWN_TOPIC_OR_PARTITION)
+        ])
+    );
+    let r = delete_topics(&mut client, max, &[], &[by_id, Uuid([9; 16])]);
+    let known = r
+        .responses
+        .iter()
+        .find(|t| t.topic_id == by_id)
+        .expect("known id");
+    assert_eq!(known.error_code, NONE);
+    assert_eq!(known.name.as_deref(), Some("del-id"), "the name is resolved");
+    let unknown = r
+        .responses
+        .iter()
+        .find(|t| t.topic_id == Uuid([9; 16]))
+        .expect("unknown id");
+    assert_eq!(unknown.error_code, UNKNOWN_TOPIC_ID);
+
+    // Gone from metadata, from the data dir, and not fetchable.
+    let m = metadata(&mut client, 12, None);
+    assert!(m.topics.is_empty(), "{m:?}");
+    for dir in ["del-name-0", "del-name-1", "del-id-0"] {
+        assert!(!log_dir.join(dir).exists(), "{dir} still exists");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(&log_dir)
+        .expect("log dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("del-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let f = fetch(
+        &mut client,
+        12,
+        fetch_request(&[("del-name", Uuid::ZERO, 0, 0)], 1024),
+    );
+    assert_eq!(partition_of(&f, 0).error_code, UNKNOWN_TOPIC_OR_PARTITION);
+
+    // Re-created with the same name: a new id and an empty log.
+    let second_id = create(&mut client, "del-name", 1, &[]);
+    assert_ne!(second_id, first_id);
+    assert!(read_all(&mut client, "del-name", 0).is_empty());
+}
+
+fn create_partitions(
+    client: &mut Client,
+    version: i16,
+    name: &str,
+    count: i32,
+    assignments: Option<Vec<Vec<i32>>>,
+    validate_only: bool,
+) -> CreatePartitionsTopicResult {
+    let r = expect!(
+        client.request(
+            version,
+            RequestBody::CreatePartitions(CreatePartitionsRequest {
+                topics: vec![CreatePartitionsTopic {
+                    name: name.to_string(),
+                    count,
+                    assignments: assignments.map(|a| a
+                        .into_iter()
+                        .map(|broker_ids| CreatePartitionsAssignment { broker_ids })
+                        .collect()),
+                }],
+                timeout_ms: 10_000,
+                validate_only,
+            })
+        ),
+        CreatePartitions
+    );
+    assert_eq!(r.results.len(), 1);
+    r.results[0].clone()
+}
+
+#[test]
+fn create_partitions_growth_and_errors() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    let (min, max) = range(ApiKey::CreatePartitions);
+    let node = metadata(&mut client, 1, Some(&[])).brokers[0].node_id;
+    create(&mut client, "grow", 1, &[]);
+    let count = |client: &mut Client| {
+        metadata(client, 1, Some(&["grow"])).topics[0]
+            .partitions
+            .len()
+    };
+    // validate_only changes nothing.
+    let r = create_partitions(&mut client, min, "grow", 3, None, true);
+    assert_eq!(r.error_code, NONE);
+    assert_eq!(count(&mut client), 1);
+    let r = create_partitions(&mut client, min, "grow", 3, None, false);
+    assert_eq!(r.error_code, NONE, "{r:?}");
+    assert_eq!(count(&mut client), 3);
+    let r = create_partitions(&mut client, max, "grow", 4, Some(vec![vec![node]]), false);
+    assert_eq!(r.error_code, NONE, "{r:?}");
+    assert_eq!(count(&mut client), 4);
+    // The new partitions take writes.
+    assert_eq!(produce_ok(&mut client, "grow", 3, &["new"]), 0);
+    // Errors: no growth, shrink, unknown topic, wrong assignment count, unknown broker.
+    let r = create_partitions(&mut client, max, "grow", 4, None, false);
+    assert_eq!(r.error_code, INVALID_PARTITIONS);
+    assert!(r.error_message.is_some());
+    let r = create_partitions(&mut client, max, "grow", 2, None, false);
+    assert_eq!(r.error_code, INVALID_PARTITIONS);
+    let r = create_partitions(&mut client, max, "no-such-topic", 2, None, false);
+    assert_eq!(r.error_code, UNKNOWN_TOPIC_OR_PARTITION);
+    let r = create_partitions(&mut client, max, "grow", 6, Some(vec![vec![node]]), false);
+    assert_eq!(r.error_code, INVALID_REPLICA_ASSIGNMENT);
+    let r = create_partitions(&mut client, max, "grow", 5, Some(vec![vec![node + 100]]), false);
+    assert_eq!(r.error_code, INVALID_REPLICA_ASSIGNMENT);
+    assert_eq!(count(&mut client), 4);
 }
