@@ -29,6 +29,20 @@ def dump(files, *flags) -> str:
     return proc.stdout
 
 
+def by_file(output: str) -> dict:
+    """Splits DumpLogSegments output into {file path: its lines}, keyed by the "Dumping <path>" headers."""
+    sections = {}
+    current = None
+    for line in output.splitlines():
+        if line.startswith("Dumping "):
+            current = sections.setdefault(line[len("Dumping ") :].strip(), [])
+        elif current is not None:
+            current.append(line)
+        else:
+            raise AssertionError(f"DumpLogSegments output before any file header: {line[:300]}")
+    return sections
+
+
 def metadata_part(line: str) -> str:
     """A record line without its key and payload, whose random bytes could spell anything."""
     return line.split(" key: ", 1)[0].split(" payload: ", 1)[0]
@@ -58,35 +72,47 @@ def test_dump_log(broker, tmp_path):
     # A clean stop makes the broker settle its segment and index files.
     broker.stop()
 
-    for topic, (codec, acks) in topics.items():
+    segments = {}  # partition dir -> segment files
+    indexes = {}
+    for topic in topics:
         dirs = broker.partition_dirs(topic)
         assert [d.name for d in dirs] == [f"{topic}-{p}" for p in range(PARTITIONS)]
         for d in dirs:
-            p = int(d.name.rsplit("-", 1)[1])
-            produced = sum(1 for _, (ap, _) in acks.items() if ap == p)
-            logs = sorted(d.glob("*.log"))
-            assert logs, f"no segment files in {d}"
+            segments[d] = sorted(d.glob("*.log"))
+            assert segments[d], f"no segment files in {d}"
+            indexes[d] = sorted(d.glob("*.index")) + sorted(d.glob("*.timeindex"))
+            assert len(indexes[d]) == 2 * len(segments[d]), f"{d.name}: want an offset and a time index per segment"
 
-            batch_records = 0
-            record_offsets = []
-            for line in dump(logs, "--deep-iteration", "--print-data-log").splitlines():
+    # One JVM per kind of file keeps the test quick; the output is split back up per file.
+    log_dump = by_file(dump([f for fs in segments.values() for f in fs], "--deep-iteration", "--print-data-log"))
+    index_dump = by_file(dump([f for fs in indexes.values() for f in fs], "--deep-iteration"))
+
+    for d, files in segments.items():
+        topic, p = d.name.rsplit("-", 1)
+        codec, acks = topics[topic]
+        produced = sum(1 for ap, _ in acks.values() if ap == int(p))
+        batch_records = 0
+        record_offsets = []
+        for f in files:
+            assert str(f) in log_dump, f"DumpLogSegments skipped {f}"
+            for line in log_dump[str(f)]:
                 assert not TROUBLE.search(metadata_part(line)), f"{d.name}: {line[:300]}"
                 if m := BATCH.match(line):
                     base, last, count, batch_codec, valid = m.groups()
                     assert valid == "true", f"{d.name}: {line[:300]}"
                     assert batch_codec == codec, f"{d.name}: batch compressed with {batch_codec}, sent {codec}"
-                    assert int(last) - int(base) + 1 == int(count)
+                    assert int(last) - int(base) + 1 == int(count), f"{d.name}: {line[:300]}"
                     batch_records += int(count)
                 elif m := RECORD.match(line):
                     record_offsets.append(int(m.group(1)))
-            assert batch_records == produced, f"{d.name}: batches count {batch_records} records, produced {produced}"
-            assert record_offsets == list(range(produced)), f"{d.name}: record offsets are not 0..{produced - 1}"
+        assert batch_records == produced, f"{d.name}: batches count {batch_records} records, produced {produced}"
+        assert record_offsets == list(range(produced)), f"{d.name}: record offsets are not 0..{produced - 1}"
 
-            indexes = sorted(d.glob("*.index")) + sorted(d.glob("*.timeindex"))
-            assert len(indexes) == 2 * len(logs), f"{d.name}: expected an offset and a time index per segment"
-            out = dump(indexes, "--deep-iteration")
-            for line in out.splitlines():
-                assert not TROUBLE.search(line), f"{d.name}: {line[:300]}"
+        for f in indexes[d]:
+            assert str(f) in index_dump, f"DumpLogSegments skipped {f}"
+            lines = index_dump[str(f)]
+            for line in lines:
+                assert not TROUBLE.search(line), f"{f}: {line[:300]}"
             # Each segment is far larger than the default index interval, so both indexes have entries.
-            assert any(INDEX_ENTRY.match(line) for line in out.splitlines()), f"{d.name}: empty offset index"
-            assert any(TIMEINDEX_ENTRY.match(line) for line in out.splitlines()), f"{d.name}: empty time index"
+            entry = INDEX_ENTRY if f.suffix == ".index" else TIMEINDEX_ENTRY
+            assert any(entry.match(line) for line in lines), f"{f}: no index entries"
