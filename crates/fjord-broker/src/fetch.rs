@@ -183,7 +183,11 @@ impl Broker {
         let read_committed = request.isolation_level == 1;
         let respond = move |this: &Broker, results: Vec<(Target, PartitionData)>| {
             let mut topics: Vec<FetchableTopicResponse> = Vec::new();
-            for (target, data) in results {
+            for (target, mut data) in results {
+                if version < 16 {
+                    // Only v16+ carries the leader hint (KIP-951); older encoders refuse it.
+                    data.current_leader = LeaderIdAndEpoch::default();
+                }
                 let key = (target.topic.clone(), target.partition);
                 if session_id != 0 {
                     let has_records = data.records.as_ref().is_some_and(|r| !r.is_empty());
@@ -329,10 +333,14 @@ impl Broker {
                             Err(None) => data.error_code = errors::KAFKA_STORAGE_ERROR,
                         }
                     }
-                    data.current_leader = LeaderIdAndEpoch {
-                        leader_id: self.config.node_id,
-                        leader_epoch: partition.leader_epoch,
-                    };
+                    // KIP-951: the current leader is only news to a client that used a stale
+                    // epoch; other partitions leave the field at its default.
+                    if data.error_code == errors::FENCED_LEADER_EPOCH {
+                        data.current_leader = LeaderIdAndEpoch {
+                            leader_id: self.config.node_id,
+                            leader_epoch: partition.leader_epoch,
+                        };
+                    }
                 }
             }
             any_error |= data.error_code != errors::NONE;

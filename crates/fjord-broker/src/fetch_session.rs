@@ -98,9 +98,6 @@ impl FetchSessionCache {
         if session.next_epoch != epoch {
             return SessionDecision::Error(errors::INVALID_FETCH_SESSION_EPOCH);
         }
-        for key in forgotten {
-            session.partitions.remove(key);
-        }
         for p in partitions {
             let key = (p.topic.clone(), p.partition);
             let last_sent = session.partitions.get(&key).and_then(|s| s.last_sent);
@@ -118,6 +115,10 @@ impl FetchSessionCache {
                     last_sent,
                 },
             );
+        }
+        // After the updates, as Kafka does: a partition both sent and forgotten is forgotten.
+        for key in forgotten {
+            session.partitions.remove(key);
         }
         session.next_epoch = next_epoch(session.next_epoch);
         session.last_used_ms = now_ms;
