@@ -141,7 +141,10 @@ fn metadata(client: &mut Client, version: i16, topics: Option<&[&str]>) -> Metad
         allow_auto_topic_creation: version < 4,
         ..Default::default()
     };
-    expect!(client.request(version, RequestBody::Metadata(request)), Metadata)
+    expect!(
+        client.request(version, RequestBody::Metadata(request)),
+        Metadata
+    )
 }
 
 /// One batch of `values`, the i-th record at `timestamp + i`.
@@ -516,7 +519,12 @@ fn create_topics_defaults_assignments_and_configs() {
     let r = create_topics(&mut client, min, vec![topic("ct-min", 2, &[])], false);
     assert_eq!(r.topics[0].name, "ct-min");
     assert_eq!(r.topics[0].error_code, NONE);
-    assert_eq!(metadata(&mut client, 1, Some(&["ct-min"])).topics[0].partitions.len(), 2);
+    assert_eq!(
+        metadata(&mut client, 1, Some(&["ct-min"])).topics[0]
+            .partitions
+            .len(),
+        2
+    );
     // v4+: -1/-1 take num.partitions and default.replication.factor.
     let mut defaults = topic("ct-defaults", -1, &[]);
     defaults.replication_factor = -1;
@@ -546,7 +554,10 @@ fn create_topics_defaults_assignments_and_configs() {
     assert_eq!(t.error_code, NONE, "{t:?}");
     assert_eq!((t.num_partitions, t.replication_factor), (2, 1));
     let m = metadata(&mut client, 12, Some(&["ct-assigned"]));
-    assert!(m.topics[0].partitions.iter().all(|p| p.replica_nodes == [node]));
+    assert!(m.topics[0]
+        .partitions
+        .iter()
+        .all(|p| p.replica_nodes == [node]));
     // Assignments naming a broker that does not exist.
     let bad = CreatableTopic {
         name: "ct-bad-assignment".into(),
@@ -589,7 +600,11 @@ fn create_topics_defaults_assignments_and_configs() {
     let r = create_topics(
         &mut client,
         max,
-        vec![topic("ct-bad-config", 1, &[("cleanup.policy", "sometimes")])],
+        vec![topic(
+            "ct-bad-config",
+            1,
+            &[("cleanup.policy", "sometimes")],
+        )],
         false,
     );
     assert_eq!(r.topics[0].error_code, 40, "INVALID_CONFIG");
@@ -619,7 +634,11 @@ fn create_topics_validate_only_duplicates_and_existing() {
         let r = create_topics(
             &mut client,
             version,
-            vec![topic(&dup, 1, &[]), topic(&other, 1, &[]), topic(&dup, 2, &[])],
+            vec![
+                topic(&dup, 1, &[]),
+                topic(&other, 1, &[]),
+                topic(&dup, 2, &[]),
+            ],
             false,
         );
         let results: BTreeMap<&str, i16> = r
@@ -712,7 +731,11 @@ fn delete_topics_by_name_and_by_id() {
         .find(|t| t.topic_id == by_id)
         .expect("known id");
     assert_eq!(known.error_code, NONE);
-    assert_eq!(known.name.as_deref(), Some("del-id"), "the name is resolved");
+    assert_eq!(
+        known.name.as_deref(),
+        Some("del-id"),
+        "the name is resolved"
+    );
     let unknown = r
         .responses
         .iter()
@@ -810,7 +833,409 @@ fn create_partitions_growth_and_errors() {
     assert_eq!(r.error_code, UNKNOWN_TOPIC_OR_PARTITION);
     let r = create_partitions(&mut client, max, "grow", 6, Some(vec![vec![node]]), false);
     assert_eq!(r.error_code, INVALID_REPLICA_ASSIGNMENT);
-    let r = create_partitions(&mut client, max, "grow", 5, Some(vec![vec![node + 100]]), false);
+    let r = create_partitions(
+        &mut client,
+        max,
+        "grow",
+        5,
+        Some(vec![vec![node + 100]]),
+        false,
+    );
     assert_eq!(r.error_code, INVALID_REPLICA_ASSIGNMENT);
     assert_eq!(count(&mut client), 4);
+}
+
+// ---- Produce ------------------------------------------------------------------------------
+
+#[test]
+fn produce_acks_at_lowest_and_highest_versions() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    create(&mut client, "acks", 1, &[]);
+    let (min, max) = range(ApiKey::Produce);
+    let mut expected = Vec::new();
+    let mut next_offset = 0;
+    for version in [min, max] {
+        for acks in [1, -1] {
+            let value = format!("v{version}-acks{acks}");
+            let r = produce(
+                &mut client,
+                version,
+                acks,
+                "acks",
+                0,
+                batch(&[&value, "b"], 1_000),
+            );
+            assert_eq!(r.error_code, NONE, "{r:?}");
+            assert_eq!(r.base_offset, next_offset);
+            assert_eq!(r.log_append_time_ms, -1, "CreateTime topic");
+            if version >= 5 {
+                assert_eq!(r.log_start_offset, 0);
+            }
+            next_offset += 2;
+            expected.extend([value, "b".to_string()]);
+        }
+        // acks=0: no response at all; the next request's answer is the next frame.
+        let value = format!("v{version}-acks0");
+        let frame = client.encode_request(
+            ApiKey::Produce,
+            version,
+            &produce_request(0, "acks", 0, batch(&[&value], 1_000)),
+        );
+        client.send_raw(&frame).expect("send");
+        next_offset += 1;
+        expected.push(value);
+        let m = metadata(&mut client, 1, Some(&[]));
+        assert_eq!(
+            m.brokers.len(),
+            1,
+            "the frame after acks=0 is the metadata answer"
+        );
+    }
+    assert_eq!(read_all(&mut client, "acks", 0), expected);
+    // Invalid acks, unknown topic and unknown partition.
+    let r = produce(&mut client, max, 2, "acks", 0, batch(&["x"], 1_000));
+    assert_eq!(r.error_code, INVALID_REQUIRED_ACKS);
+    let r = produce(
+        &mut client,
+        max,
+        -1,
+        "acks-missing",
+        0,
+        batch(&["x"], 1_000),
+    );
+    assert_eq!(r.error_code, UNKNOWN_TOPIC_OR_PARTITION);
+    let r = produce(&mut client, min, -1, "acks", 7, batch(&["x"], 1_000));
+    assert_eq!(r.error_code, UNKNOWN_TOPIC_OR_PARTITION);
+    assert_eq!(read_all(&mut client, "acks", 0).len(), expected.len());
+}
+
+#[test]
+fn produce_record_errors_from_v8() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    create(
+        &mut client,
+        "compacted",
+        1,
+        &[("cleanup.policy", "compact")],
+    );
+    // A null key on a compacted topic: INVALID_RECORD, and from v8 the record's index.
+    let mut builder = BatchBuilder::new(Compression::None);
+    builder
+        .append(1_000, Some(b"k"), Some(b"v"), &[])
+        .expect("append");
+    builder
+        .append(1_001, None, Some(b"v"), &[])
+        .expect("append");
+    let keyless = builder.build().expect("build").freeze();
+    let r = produce(&mut client, 8, -1, "compacted", 0, keyless.clone());
+    assert_eq!(r.error_code, INVALID_RECORD);
+    assert_eq!(r.base_offset, -1);
+    assert_eq!(r.record_errors.len(), 1, "{r:?}");
+    assert_eq!(r.record_errors[0].batch_index, 1);
+    assert!(r.error_message.is_some());
+    // Before v8 the response has no room for record errors.
+    let r = produce(&mut client, 7, -1, "compacted", 0, keyless);
+    assert_ne!(r.error_code, NONE);
+    assert!(r.record_errors.is_empty());
+    assert!(read_all(&mut client, "compacted", 0).is_empty());
+}
+
+#[test]
+fn log_append_time_topic_rewrites_timestamps() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    create(
+        &mut client,
+        "lat",
+        1,
+        &[("message.timestamp.type", "LogAppendTime")],
+    );
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let r = produce(&mut client, 11, -1, "lat", 0, batch(&["a", "b"], 5));
+    let after = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    assert_eq!(r.error_code, NONE);
+    assert!(
+        (before..=after).contains(&r.log_append_time_ms),
+        "{before} <= {} <= {after}",
+        r.log_append_time_ms
+    );
+    let f = fetch(
+        &mut client,
+        12,
+        fetch_request(&[("lat", Uuid::ZERO, 0, 0)], 1 << 20),
+    );
+    let got = batches(&partition_of(&f, 0).records);
+    assert_eq!(got.len(), 1);
+    let header = &got[0].0;
+    assert_ne!(header.attributes & TIMESTAMP_TYPE_LOG_APPEND, 0);
+    assert_eq!(header.max_timestamp, r.log_append_time_ms);
+    // Timestamp lookups see the append time, not the producer's.
+    let l = list_offsets(&mut client, 8, "lat", 0, r.log_append_time_ms);
+    assert_eq!((l.offset, l.timestamp), (0, r.log_append_time_ms));
+}
+
+// ---- Fetch --------------------------------------------------------------------------------
+
+#[test]
+fn fetch_lowest_highest_and_topic_ids_from_v13() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    let id = create(&mut client, "f", 1, &[]);
+    produce_ok(&mut client, "f", 0, &["a", "b", "c"]);
+    let (min, max) = range(ApiKey::Fetch);
+    for version in [min, 12] {
+        let f = fetch(
+            &mut client,
+            version,
+            fetch_request(&[("f", Uuid::ZERO, 0, 1)], 1 << 20),
+        );
+        assert_eq!(f.error_code, NONE);
+        assert_eq!(f.responses[0].topic, "f");
+        let p = partition_of(&f, 0);
+        assert_eq!(p.error_code, NONE);
+        assert_eq!(p.high_watermark, 3);
+        assert_eq!(p.last_stable_offset, 3);
+        if version >= 5 {
+            assert_eq!(p.log_start_offset, 0);
+        }
+        // Offset 1 is inside the batch: the whole batch comes back.
+        let got = batches(&p.records);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0.base_offset, 0);
+        assert_eq!(got[0].1, ["a", "b", "c"]);
+    }
+    for version in [13, max] {
+        let f = fetch(
+            &mut client,
+            version,
+            fetch_request(&[("", id, 0, 0)], 1 << 20),
+        );
+        assert_eq!(f.responses[0].topic_id, id);
+        let p = partition_of(&f, 0);
+        assert_eq!(p.error_code, NONE, "v{version}");
+        assert_eq!(batches(&p.records)[0].1, ["a", "b", "c"]);
+        // An id the broker does not know.
+        let f = fetch(
+            &mut client,
+            version,
+            fetch_request(&[("", Uuid([3; 16]), 0, 0)], 1 << 20),
+        );
+        assert_eq!(f.responses[0].topic_id, Uuid([3; 16]));
+        assert_eq!(partition_of(&f, 0).error_code, UNKNOWN_TOPIC_ID);
+    }
+    // Past the log end: OFFSET_OUT_OF_RANGE; the log end itself: empty.
+    let f = fetch(
+        &mut client,
+        12,
+        fetch_request(&[("f", Uuid::ZERO, 0, 99)], 1024),
+    );
+    assert_eq!(partition_of(&f, 0).error_code, 1, "OFFSET_OUT_OF_RANGE");
+    let f = fetch(
+        &mut client,
+        12,
+        fetch_request(&[("f", Uuid::ZERO, 0, 3)], 1024),
+    );
+    assert_eq!(partition_of(&f, 0).error_code, NONE);
+    assert!(batches(&partition_of(&f, 0).records).is_empty());
+}
+
+#[test]
+fn fetch_long_polling() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    create(&mut client, "poll", 1, &[]);
+    // Nothing arrives: the answer comes after max_wait, empty.
+    let mut request = fetch_request(&[("poll", Uuid::ZERO, 0, 0)], 1 << 20);
+    request.max_wait_ms = 400;
+    request.min_bytes = 1;
+    let start = Instant::now();
+    let f = fetch(&mut client, 12, request.clone());
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(380), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert!(batches(&partition_of(&f, 0).records).is_empty());
+    // A produce during the wait answers the fetch at once.
+    request.max_wait_ms = 10_000;
+    let addr = broker.addr;
+    let producer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut client = Client::connect(addr);
+        produce_ok(&mut client, "poll", 0, &["wake"]);
+    });
+    let start = Instant::now();
+    let f = fetch(&mut client, 12, request);
+    let waited = start.elapsed();
+    producer.join().expect("producer");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert_eq!(batches(&partition_of(&f, 0).records)[0].1, ["wake"]);
+}
+
+#[test]
+fn fetch_size_limits_return_whole_batches() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    create(&mut client, "sizes", 2, &[]);
+    let big = "x".repeat(1000);
+    for i in 0..3 {
+        produce_ok(&mut client, "sizes", 0, &[&big, &format!("p0-{i}")]);
+        produce_ok(&mut client, "sizes", 1, &[&big, &format!("p1-{i}")]);
+    }
+    let one = fetch(
+        &mut client,
+        12,
+        fetch_request(&[("sizes", Uuid::ZERO, 0, 0)], 1 << 20),
+    );
+    let all = batches(&partition_of(&one, 0).records);
+    assert_eq!(all.len(), 3);
+    let batch_len = partition_of(&one, 0)
+        .records
+        .as_ref()
+        .map(|r| r.len() / 3)
+        .unwrap_or(0);
+    // partition_max_bytes smaller than a batch: the first batch anyway.
+    let f = fetch(
+        &mut client,
+        12,
+        fetch_request(&[("sizes", Uuid::ZERO, 0, 0)], 10),
+    );
+    assert_eq!(batches(&partition_of(&f, 0).records).len(), 1);
+    // Room for two and a half batches: two.
+    let f = fetch(
+        &mut client,
+        12,
+        fetch_request(&[("sizes", Uuid::ZERO, 0, 0)], (batch_len * 5 / 2) as i32),
+    );
+    assert_eq!(batches(&partition_of(&f, 0).records).len(), 2);
+    // Response max_bytes smaller than a batch: the first partition's first batch, nothing else.
+    for version in [4, 12] {
+        let mut request = fetch_request(
+            &[("sizes", Uuid::ZERO, 0, 0), ("sizes", Uuid::ZERO, 1, 0)],
+            1 << 20,
+        );
+        request.max_bytes = 10;
+        let f = fetch(&mut client, version, request);
+        let parts = &f.responses[0].partitions;
+        assert_eq!(parts.len(), 2);
+        assert_eq!(batches(&parts[0].records).len(), 1, "v{version}");
+        assert!(batches(&parts[1].records).is_empty(), "v{version}");
+        assert_eq!(parts[1].error_code, NONE);
+        assert_eq!(parts[1].high_watermark, 6);
+    }
+}
+
+fn session_fetch(
+    client: &mut Client,
+    session_id: i32,
+    epoch: i32,
+    parts: &[(i32, i64)],
+    forget: &[i32],
+) -> FetchResponse {
+    let mut request = fetch_request(
+        &parts
+            .iter()
+            .map(|(p, o)| ("sess", Uuid::ZERO, *p, *o))
+            .collect::<Vec<_>>(),
+        1 << 20,
+    );
+    request.session_id = session_id;
+    request.session_epoch = epoch;
+    if !forget.is_empty() {
+        request.forgotten_topics_data = vec![ForgottenTopic {
+            topic: "sess".into(),
+            topic_id: Uuid::ZERO,
+            partitions: forget.to_vec(),
+        }];
+    }
+    fetch(client, 12, request)
+}
+
+fn partitions_in(response: &FetchResponse) -> Vec<i32> {
+    response
+        .responses
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| p.partition_index))
+        .collect()
+}
+
+#[test]
+fn incremental_fetch_sessions() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    create(&mut client, "sess", 2, &[]);
+    produce_ok(&mut client, "sess", 0, &["a"]);
+    // Epoch 0 without a session: a new session, every partition answered.
+    let full = session_fetch(&mut client, 0, 0, &[(0, 0), (1, 0)], &[]);
+    assert_eq!(full.error_code, NONE);
+    let id = full.session_id;
+    assert!(id > 0, "a session id is assigned");
+    assert_eq!(partitions_in(&full), [0, 1]);
+    // Epoch 1, nothing new: no partitions.
+    let r = session_fetch(&mut client, id, 1, &[(0, 1)], &[]);
+    assert_eq!((r.error_code, r.session_id), (NONE, id));
+    assert!(partitions_in(&r).is_empty(), "{r:?}");
+    // New data on partition 1 only.
+    produce_ok(&mut client, "sess", 1, &["b"]);
+    let r = session_fetch(&mut client, id, 2, &[], &[]);
+    assert_eq!(partitions_in(&r), [1]);
+    assert_eq!(batches(&partition_of(&r, 0).records)[0].1, ["b"]);
+    // A wrong epoch and an unknown session id.
+    let r = session_fetch(&mut client, id, 7, &[], &[]);
+    assert_eq!(r.error_code, INVALID_FETCH_SESSION_EPOCH);
+    assert!(r.responses.is_empty());
+    let r = session_fetch(&mut client, id + 1000, 1, &[], &[]);
+    assert_eq!(r.error_code, FETCH_SESSION_ID_NOT_FOUND);
+    // The session survived the wrong epoch: epoch 3 is next. Forget partition 1 (moving on to
+    // its offset 1), then data on it is not reported.
+    let r = session_fetch(&mut client, id, 3, &[(1, 1)], &[1]);
+    assert_eq!(r.error_code, NONE);
+    assert!(partitions_in(&r).is_empty(), "{r:?}");
+    produce_ok(&mut client, "sess", 1, &["c"]);
+    produce_ok(&mut client, "sess", 0, &["d"]);
+    let r = session_fetch(&mut client, id, 4, &[], &[]);
+    assert_eq!(partitions_in(&r), [0]);
+    // Epoch -1 closes the session; it is then unknown.
+    let r = session_fetch(&mut client, id, -1, &[(0, 0)], &[]);
+    assert_eq!((r.error_code, r.session_id), (NONE, 0));
+    let r = session_fetch(&mut client, id, 5, &[], &[]);
+    assert_eq!(r.error_code, FETCH_SESSION_ID_NOT_FOUND);
+}
+
+// ---- ListOffsets / OffsetForLeaderEpoch ---------------------------------------------------
+
+fn list_offsets(
+    client: &mut Client,
+    version: i16,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+) -> ListOffsetsPartitionResponse {
+    let r = expect!(
+        client.request(
+            version,
+            RequestBody::ListOffsets(ListOffsetsRequest {
+                replica_id: -1,
+                isolation_level: 0,
+                topics: vec![ListOffsetsTopic {
+                    name: topic.to_string(),
+                    partitions: vec![ListOffsetsPartition {
+                        partition_index: partition,
+                        current_leader_epoch: -1,
+                        timestamp,
+                        max_num_offsets: 1,
+                    }],
+                }],
+                timeout_ms: 10_000,
+            })
+        ),
+        ListOffsets
+    );
+    r.topics[0].partitions[0].clone()
 }
