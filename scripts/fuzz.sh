@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target for a bounded time each (default 20 s; `scripts/fuzz.sh 600` for a long run).
+# Installs the nightly toolchain and cargo-fuzz when missing. Exits non-zero if any target finds a crash.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SECONDS_PER_TARGET="${1:-20}"
+
+if ! rustup toolchain list | grep -q '^nightly'; then
+  rustup toolchain install nightly --profile minimal
+fi
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+  cargo install cargo-fuzz --locked
+fi
+
+# One target dir for all fuzz workspaces, so shared dependencies build once.
+export CARGO_TARGET_DIR="$ROOT/target/fuzz"
+for crate in fjord-protocol fjord-records fjord-storage; do
+  dir="$ROOT/crates/$crate/fuzz"
+  for target in $(cd "$dir" && cargo +nightly fuzz list); do
+    echo "== fuzz $crate/$target for ${SECONDS_PER_TARGET}s"
+    corpus="$ROOT/target/fuzz-corpus/$crate-$target"
+    mkdir -p "$corpus"
+    log="$ROOT/target/fuzz-$crate-$target.log"
+    if ! (cd "$dir" && cargo +nightly fuzz run "$target" "$corpus" -- \
+        -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1) >"$log" 2>&1; then
+      tail -n 60 "$log"
+      echo "fuzz: $crate/$target FAILED (full log: $log)"
+      exit 1
+    fi
+    grep -E "^(Done|stat::number_of_executed_units)" "$log" || true
+  done
+done
+echo "fuzz: all targets ran without a crash"
