@@ -43,14 +43,16 @@ print(f"kafka-python {kafka.__version__} with gzip, snappy, lz4, zstd")
 PY
 
 MVN=(mvn -B -q --no-transfer-progress -Dstyle.color=never)
+# Maven 3.8 still writes colour resets in quiet batch mode; strip them so logs stay readable.
+mvn_run() { "${MVN[@]}" "$@" 2>&1 | sed 's/\x1b\[[0-9;]*m//g'; }
 
 echo "== java client tool (kafka-clients)"
-(cd "$E2E/clients/java" && "${MVN[@]}" package dependency:build-classpath \
+(cd "$E2E/clients/java" && mvn_run package dependency:build-classpath \
     -Dmdep.outputFile="$BUILD/java-client.classpath" -Dmdep.includeScope=runtime)
 test -s "$BUILD/java/java-client-tool-0.1.0.jar"
 
 echo "== apache kafka broker and tools classpath (kafka_2.13, kafka-tools)"
-(cd "$E2E/kafka-broker" && "${MVN[@]}" dependency:build-classpath \
+(cd "$E2E/kafka-broker" && mvn_run dependency:build-classpath \
     -Dmdep.outputFile="$BUILD/kafka-broker.classpath" -Dmdep.includeScope=runtime)
 test -s "$BUILD/kafka-broker.classpath"
 
