@@ -1,0 +1,65 @@
+//! The group coordinator, sans-IO: classic consumer groups (JoinGroup/SyncGroup/Heartbeat/
+//! LeaveGroup), KIP-848 consumer groups (ConsumerGroupHeartbeat), and committed offsets.
+//!
+//! One `GroupCoordinatorShard` per `__consumer_offsets` partition. The broker feeds it requests
+//! and the clock; it answers with `Effects`: records to append to its `__consumer_offsets`
+//! partition and responses that may be sent once those records are durable. Loading a shard is
+//! replaying its partition's records. No sockets, threads, files or wall clock in here.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use fjord_protocol::ResponseBody;
+
+pub mod assignor;
+pub mod consumer_group;
+
+/// Chosen by the broker per request so deferred responses (a JoinGroup waiting for the
+/// rebalance) can be matched to their connection.
+pub type RequestId = u64;
+
+/// One record of `__consumer_offsets` in Kafka's key/value format; `value: None` is a tombstone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoordinatorRecord {
+    pub key: Bytes,
+    pub value: Option<Bytes>,
+}
+
+/// What handling an input produced. The broker appends `records` to the shard's partition and
+/// sends `responses` only after the append is durable.
+#[derive(Debug, Default)]
+pub struct Effects {
+    pub records: Vec<CoordinatorRecord>,
+    pub responses: Vec<(RequestId, ResponseBody)>,
+}
+
+impl Effects {
+    pub fn merge(&mut self, other: Effects) {
+        self.records.extend(other.records);
+        self.responses.extend(other.responses);
+    }
+}
+
+/// A topic as the coordinator needs to know it (from the broker's metadata image).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub name: String,
+    pub topic_id: [u8; 16],
+    pub partitions: i32,
+}
+
+/// The cluster's topics, by name, as of the call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Topics {
+    pub by_name: BTreeMap<String, TopicInfo>,
+}
+
+impl Topics {
+    pub fn get(&self, name: &str) -> Option<&TopicInfo> {
+        self.by_name.get(name)
+    }
+
+    pub fn by_id(&self, topic_id: &[u8; 16]) -> Option<&TopicInfo> {
+        self.by_name.values().find(|t| &t.topic_id == topic_id)
+    }
+}
