@@ -789,18 +789,8 @@ impl Broker {
                 ..Default::default()
             };
         }
-        // KIP-360: an idempotent producer may ask to bump its epoch after a sequence error.
-        if request.producer_id >= 0
-            && request.producer_epoch >= 0
-            && request.producer_epoch < i16::MAX - 1
-        {
-            return InitProducerIdResponse {
-                error_code: errors::NONE,
-                producer_id: request.producer_id,
-                producer_epoch: request.producer_epoch + 1,
-                ..Default::default()
-            };
-        }
+        // Without a transactional id Kafka ignores the producer id and epoch in the request and
+        // always hands out a fresh id at epoch 0; idempotent producers bump epochs locally.
         match self.next_producer_id().await {
             Ok(producer_id) => InitProducerIdResponse {
                 error_code: errors::NONE,

@@ -207,6 +207,14 @@ impl ReplicaManager {
                 "produce request carried no record batch",
             ));
         }
+        // Produce v3+ (all fjord accepts) carries exactly one batch per partition, as Kafka
+        // enforces; a client sending more is broken, not batching.
+        if batches.len() > 1 {
+            return Err(PartitionError::new(
+                errors::INVALID_RECORD,
+                "a produce request may carry only one record batch per partition",
+            ));
+        }
         let timestamp_type = if config.log_append_time() {
             TimestampType::LogAppendTime
         } else {
