@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -92,6 +92,33 @@ pub async fn serve<D: Dispatch>(
     }
 }
 
+/// First allocation for a frame body; later growth follows the bytes that arrive.
+const INITIAL_FRAME_CAPACITY: usize = 64 * 1024;
+
+/// Reads a frame body of `size` bytes (at most socket.request.max.bytes, checked by the
+/// caller). The buffer grows with the bytes actually received, at most doubling, so a size
+/// prefix alone cannot make the broker reserve memory for a body that never comes.
+async fn read_frame_body<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    size: usize,
+) -> std::io::Result<BytesMut> {
+    let mut frame = BytesMut::with_capacity(size.min(INITIAL_FRAME_CAPACITY));
+    while frame.len() < size {
+        let missing = size - frame.len();
+        if frame.len() == frame.capacity() {
+            frame.reserve(missing.min(frame.len().max(INITIAL_FRAME_CAPACITY)));
+        }
+        let read = (&mut *reader)
+            .take(missing as u64)
+            .read_buf(&mut frame)
+            .await?;
+        if read == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(frame)
+}
+
 async fn serve_connection<D: Dispatch>(
     stream: TcpStream,
     peer: SocketAddr,
@@ -152,11 +179,10 @@ async fn serve_connection<D: Dispatch>(
                 config.socket_request_max_bytes
             ));
         }
-        // The frame buffer is bounded by socket.request.max.bytes, checked above.
-        let mut frame = BytesMut::zeroed(size as usize);
-        if let Err(e) = reader.read_exact(&mut frame).await {
-            break Err(format!("truncated frame: {e}"));
-        }
+        let frame = match read_frame_body(&mut reader, size as usize).await {
+            Ok(frame) => frame,
+            Err(e) => break Err(format!("truncated frame: {e}")),
+        };
         let outgoing = match dispatcher.dispatch(frame.freeze(), peer) {
             Reply::Now(response) => Outgoing::Ready(response),
             Reply::Later(future) => Outgoing::Pending(tokio::spawn(future)),

@@ -1087,3 +1087,43 @@ fn idempotent_duplicates_gaps_and_fenced_epochs() {
     assert_eq!(data.high_watermark, 6);
     assert_healthy(&mut broker);
 }
+
+/// Heap and other private mappings of the broker in KiB: counts memory reserved but never
+/// touched, which VmRSS does not.
+fn vm_data_kib(broker: &TestBroker) -> u64 {
+    let pid = broker.child.as_ref().expect("running").id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmData:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmData")
+}
+
+#[test]
+fn size_prefixes_alone_reserve_no_memory() {
+    let mut broker = TestBroker::start();
+    let before = vm_data_kib(&broker);
+    // 100 connections each announce a frame just under socket.request.max.bytes (100 MiB by
+    // default) and send a few bytes of it: 10 GiB promised, under 2 KiB delivered.
+    let streams: Vec<TcpStream> = (0..100)
+        .map(|_| {
+            let mut stream = raw_connect(&broker);
+            stream
+                .write_all(&(100 * 1024 * 1024 - 1i32).to_be_bytes())
+                .expect("size");
+            stream.write_all(&[0, 3, 0, 12]).expect("a little body");
+            stream
+        })
+        .collect();
+    // Give every connection's reader time to act on its size prefix.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_healthy(&mut broker);
+    let after = vm_data_kib(&broker);
+    assert!(
+        after < before + 1024 * 1024,
+        "VmData grew from {before} KiB to {after} KiB"
+    );
+    drop(streams);
+    assert_healthy(&mut broker);
+}
