@@ -218,9 +218,9 @@ impl Broker {
                     ResponseBody::InitProducerId(this.init_producer_id(request).await)
                 })
             }
-            RequestBody::ListOffsets(request) => {
-                respond(ResponseBody::ListOffsets(self.list_offsets(&request)))
-            }
+            RequestBody::ListOffsets(request) => respond(ResponseBody::ListOffsets(
+                self.list_offsets(&request, version),
+            )),
             RequestBody::OffsetForLeaderEpoch(request) => respond(
                 ResponseBody::OffsetForLeaderEpoch(self.offset_for_leader_epoch(&request)),
             ),
@@ -390,7 +390,28 @@ impl Broker {
         }
     }
 
-    fn describe_cluster(&self, _request: &DescribeClusterRequest) -> DescribeClusterResponse {
+    fn describe_cluster(&self, request: &DescribeClusterRequest) -> DescribeClusterResponse {
+        // Endpoint types as KIP-919 numbers them; a broker describes only brokers.
+        const BROKER: i8 = 1;
+        const CONTROLLER: i8 = 2;
+        if request.endpoint_type != BROKER {
+            let (error_code, message) = if request.endpoint_type == CONTROLLER {
+                (
+                    errors::MISMATCHED_ENDPOINT_TYPE,
+                    "This is a broker endpoint; controllers are not described here.".to_string(),
+                )
+            } else {
+                (
+                    errors::UNSUPPORTED_ENDPOINT_TYPE,
+                    format!("Unsupported endpoint type {}", request.endpoint_type),
+                )
+            };
+            return DescribeClusterResponse {
+                error_code,
+                error_message: Some(message),
+                ..Default::default()
+            };
+        }
         let (host, port) = self.advertised();
         DescribeClusterResponse {
             error_code: errors::NONE,
@@ -713,7 +734,8 @@ impl Broker {
                                 name: name.to_string(),
                                 value: Some(value.to_string()),
                                 read_only: false,
-                                is_default: source == ConfigSource::Default,
+                                // A v0-only field (fjord starts at v1); config_source carries it.
+                                is_default: false,
                                 config_source: source as i8,
                                 is_sensitive: false,
                                 synonyms,
@@ -750,7 +772,8 @@ impl Broker {
                                 name,
                                 value,
                                 read_only: true,
-                                is_default: source == ConfigSource::Default,
+                                // A v0-only field (fjord starts at v1); config_source carries it.
+                                is_default: false,
                                 config_source: source as i8,
                                 is_sensitive: false,
                                 synonyms,

@@ -349,7 +349,11 @@ impl Broker {
         (results, total, any_error)
     }
 
-    pub(crate) fn list_offsets(&self, request: &ListOffsetsRequest) -> ListOffsetsResponse {
+    pub(crate) fn list_offsets(
+        &self,
+        request: &ListOffsetsRequest,
+        version: i16,
+    ) -> ListOffsetsResponse {
         let topics = request
             .topics
             .iter()
@@ -359,12 +363,17 @@ impl Broker {
                     .partitions
                     .iter()
                     .map(|p| {
-                        self.list_offset(
+                        let mut out = self.list_offset(
                             &topic.name,
                             p.partition_index,
                             p.current_leader_epoch,
                             p.timestamp,
-                        )
+                        );
+                        if version < 4 {
+                            // Not on the wire before v4; the encoder refuses a set value.
+                            out.leader_epoch = -1;
+                        }
+                        out
                     })
                     .collect(),
             })
