@@ -17,7 +17,6 @@ use fjord_protocol::messages::create_topics_response::*;
 use fjord_protocol::messages::delete_topics_request::*;
 use fjord_protocol::messages::delete_topics_response::*;
 use fjord_protocol::messages::describe_cluster_request::*;
-use fjord_protocol::messages::describe_cluster_response::*;
 use fjord_protocol::messages::describe_configs_request::*;
 use fjord_protocol::messages::describe_configs_response::*;
 use fjord_protocol::messages::fetch_request::*;
@@ -29,7 +28,6 @@ use fjord_protocol::messages::list_offsets_response::*;
 use fjord_protocol::messages::metadata_request::*;
 use fjord_protocol::messages::metadata_response::*;
 use fjord_protocol::messages::offset_for_leader_epoch_request::*;
-use fjord_protocol::messages::offset_for_leader_epoch_response::*;
 use fjord_protocol::messages::produce_request::*;
 use fjord_protocol::messages::produce_response::*;
 use fjord_protocol::{ApiKey, RequestBody, ResponseBody, Uuid};
@@ -265,7 +263,7 @@ fn read_all(client: &mut Client, topic: &str, partition: i32) -> Vec<String> {
         .collect()
 }
 
-fn partition_of<'a>(response: &'a FetchResponse, topic_index: usize) -> &'a PartitionData {
+fn partition_of(response: &FetchResponse, topic_index: usize) -> &PartitionData {
     &response.responses[topic_index].partitions[0]
 }
 
@@ -1238,4 +1236,431 @@ fn list_offsets(
         ListOffsets
     );
     r.topics[0].partitions[0].clone()
+}
+
+#[test]
+fn list_offsets_earliest_latest_timestamps_and_max() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    create(&mut client, "lo", 1, &[]);
+    let (min, max) = range(ApiKey::ListOffsets);
+    // Offsets 0..=2 at 1000, 2000, 3000; then one batch with 3 at 5000 and 4 at 4000.
+    for ts in [1_000, 2_000, 3_000] {
+        let r = produce(&mut client, 11, -1, "lo", 0, batch(&["x"], ts));
+        assert_eq!(r.error_code, NONE);
+    }
+    let mut builder = BatchBuilder::new(Compression::None);
+    builder
+        .append(5_000, None, Some(b"y"), &[])
+        .expect("append");
+    builder
+        .append(4_000, None, Some(b"z"), &[])
+        .expect("append");
+    let r = produce(
+        &mut client,
+        11,
+        -1,
+        "lo",
+        0,
+        builder.build().expect("build").freeze(),
+    );
+    assert_eq!(r.error_code, NONE);
+    let epoch = metadata(&mut client, 12, Some(&["lo"])).topics[0].partitions[0].leader_epoch;
+    for version in [min, max] {
+        let at = |client: &mut Client, ts| {
+            let r = list_offsets(client, version, "lo", 0, ts);
+            assert_eq!(r.error_code, NONE, "v{version} ts {ts}: {r:?}");
+            (r.offset, r.timestamp)
+        };
+        assert_eq!(at(&mut client, -2), (0, -1), "earliest");
+        assert_eq!(at(&mut client, -1), (5, -1), "latest");
+        // The first offset whose timestamp is at or after the target.
+        assert_eq!(at(&mut client, 2_000), (1, 2_000));
+        assert_eq!(at(&mut client, 2_500), (2, 3_000));
+        assert_eq!(at(&mut client, 4_000), (3, 5_000));
+        assert_eq!(at(&mut client, 6_000), (-1, -1), "after every record");
+        let latest = list_offsets(&mut client, version, "lo", 0, -1);
+        if version >= 4 {
+            assert_eq!(latest.leader_epoch, epoch);
+            assert_eq!(
+                list_offsets(&mut client, version, "lo", 0, 2_000).leader_epoch,
+                epoch
+            );
+        } else {
+            assert_eq!(latest.leader_epoch, -1, "not on the wire before v4");
+        }
+    }
+    // v7+: the record with the largest timestamp.
+    for version in [7, max] {
+        let r = list_offsets(&mut client, version, "lo", 0, -3);
+        assert_eq!((r.error_code, r.offset, r.timestamp), (NONE, 3, 5_000));
+    }
+    // An empty partition: latest and earliest are 0, by timestamp nothing.
+    create(&mut client, "lo-empty", 1, &[]);
+    for (ts, offset) in [(-2, 0), (-1, 0), (1_000, -1)] {
+        let r = list_offsets(&mut client, max, "lo-empty", 0, ts);
+        assert_eq!((r.error_code, r.offset), (NONE, offset), "ts {ts}");
+    }
+    let r = list_offsets(&mut client, max, "lo-missing", 0, -1);
+    assert_eq!(r.error_code, UNKNOWN_TOPIC_OR_PARTITION);
+}
+
+fn offset_for_epoch(
+    client: &mut Client,
+    version: i16,
+    topic: &str,
+    current_leader_epoch: i32,
+    leader_epoch: i32,
+) -> fjord_protocol::messages::offset_for_leader_epoch_response::EpochEndOffset {
+    let r = expect!(
+        client.request(
+            version,
+            RequestBody::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest {
+                replica_id: -1,
+                topics: vec![OffsetForLeaderTopic {
+                    topic: topic.to_string(),
+                    partitions: vec![OffsetForLeaderPartition {
+                        partition: 0,
+                        current_leader_epoch,
+                        leader_epoch,
+                    }],
+                }],
+            })
+        ),
+        OffsetForLeaderEpoch
+    );
+    r.topics[0].partitions[0].clone()
+}
+
+#[test]
+fn offset_for_leader_epoch_current_and_unknown() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    create(&mut client, "ofle", 1, &[]);
+    let epoch = metadata(&mut client, 12, Some(&["ofle"])).topics[0].partitions[0].leader_epoch;
+    produce_ok(&mut client, "ofle", 0, &["a", "b", "c"]);
+    let (min, max) = range(ApiKey::OffsetForLeaderEpoch);
+    for version in [min, max] {
+        // The current epoch ends at the log end offset.
+        let r = offset_for_epoch(&mut client, version, "ofle", -1, epoch);
+        assert_eq!(
+            (r.error_code, r.leader_epoch, r.end_offset),
+            (NONE, epoch, 3)
+        );
+        let r = offset_for_epoch(&mut client, version, "ofle", epoch, epoch);
+        assert_eq!(
+            (r.error_code, r.leader_epoch, r.end_offset),
+            (NONE, epoch, 3)
+        );
+        // An epoch after every known one: undefined epoch and offset.
+        let r = offset_for_epoch(&mut client, version, "ofle", -1, epoch + 5);
+        assert_eq!((r.error_code, r.leader_epoch, r.end_offset), (NONE, -1, -1));
+        // A client ahead of the leader's epoch.
+        let r = offset_for_epoch(&mut client, version, "ofle", epoch + 1, epoch);
+        assert_eq!(r.error_code, UNKNOWN_LEADER_EPOCH);
+        let r = offset_for_epoch(&mut client, version, "ofle-missing", -1, 0);
+        assert_eq!(r.error_code, UNKNOWN_TOPIC_OR_PARTITION);
+    }
+}
+
+// ---- InitProducerId / DescribeCluster / DescribeConfigs -----------------------------------
+
+fn init_producer_id(
+    client: &mut Client,
+    version: i16,
+    id: i64,
+    epoch: i16,
+) -> InitProducerIdResponse {
+    expect!(
+        client.request(
+            version,
+            RequestBody::InitProducerId(InitProducerIdRequest {
+                transactional_id: None,
+                transaction_timeout_ms: 60_000,
+                producer_id: id,
+                producer_epoch: epoch,
+            })
+        ),
+        InitProducerId
+    )
+}
+
+#[test]
+fn init_producer_id_unique_across_restarts() {
+    let mut broker = TestBroker::start();
+    let (min, max) = range(ApiKey::InitProducerId);
+    let mut ids = Vec::new();
+    let mut client = broker.connect();
+    for version in [min, max, min, max] {
+        let r = init_producer_id(&mut client, version, -1, -1);
+        assert_eq!((r.error_code, r.producer_epoch), (NONE, 0));
+        ids.push(r.producer_id);
+    }
+    // Without a transactional id, an existing id and epoch (v3+) still get a fresh id, as the
+    // transaction coordinator hands out for every idempotent producer.
+    let r = init_producer_id(&mut client, max, ids[0], 0);
+    assert_eq!((r.error_code, r.producer_epoch), (NONE, 0));
+    assert!(!ids.contains(&r.producer_id));
+    ids.push(r.producer_id);
+    for restart in 0..2 {
+        if restart == 0 {
+            broker.restart();
+        } else {
+            broker.kill9();
+            broker.restart();
+        }
+        let mut client = broker.connect();
+        let r = init_producer_id(&mut client, max, -1, -1);
+        assert_eq!(r.error_code, NONE);
+        ids.push(r.producer_id);
+    }
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+}
+
+#[test]
+fn describe_cluster_lowest_and_highest() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    let m = metadata(&mut client, 12, Some(&[]));
+    let (min, max) = range(ApiKey::DescribeCluster);
+    for version in [min, max] {
+        let r = expect!(
+            client.request(
+                version,
+                RequestBody::DescribeCluster(DescribeClusterRequest {
+                    include_cluster_authorized_operations: false,
+                    endpoint_type: 1,
+                })
+            ),
+            DescribeCluster
+        );
+        assert_eq!(r.error_code, NONE);
+        assert_eq!(Some(r.cluster_id.clone()), m.cluster_id);
+        assert_eq!(r.controller_id, m.controller_id);
+        assert_eq!(r.endpoint_type, 1);
+        let brokers: Vec<(i32, i32)> = r.brokers.iter().map(|b| (b.broker_id, b.port)).collect();
+        assert_eq!(
+            brokers,
+            [(m.brokers[0].node_id, i32::from(broker.addr.port()))]
+        );
+    }
+    // v1 asks for an endpoint type: a broker answers only for brokers (1).
+    for (endpoint_type, error) in [(2, 114), (9, 115)] {
+        let r = expect!(
+            client.request(
+                max,
+                RequestBody::DescribeCluster(DescribeClusterRequest {
+                    include_cluster_authorized_operations: false,
+                    endpoint_type,
+                })
+            ),
+            DescribeCluster
+        );
+        assert_eq!(r.error_code, error, "endpoint type {endpoint_type}");
+        assert!(r.brokers.is_empty());
+    }
+}
+
+fn describe_configs(
+    client: &mut Client,
+    version: i16,
+    resource_type: i8,
+    name: &str,
+    keys: Option<&[&str]>,
+    include_synonyms: bool,
+) -> DescribeConfigsResult {
+    let r = expect!(
+        client.request(
+            version,
+            RequestBody::DescribeConfigs(DescribeConfigsRequest {
+                resources: vec![DescribeConfigsResource {
+                    resource_type,
+                    resource_name: name.to_string(),
+                    configuration_keys: keys.map(|k| k.iter().map(|s| s.to_string()).collect()),
+                }],
+                include_synonyms,
+                include_documentation: false,
+            })
+        ),
+        DescribeConfigs
+    );
+    assert_eq!(r.results.len(), 1);
+    r.results[0].clone()
+}
+
+#[test]
+fn describe_configs_topic_and_broker() {
+    let broker = TestBroker::start_with(&[("log.segment.bytes", "2097152")]);
+    let mut client = broker.connect();
+    create(&mut client, "dc", 1, &[("retention.ms", "7777")]);
+    let node = metadata(&mut client, 1, Some(&[])).brokers[0]
+        .node_id
+        .to_string();
+    let (min, max) = range(ApiKey::DescribeConfigs);
+    for version in [min, max] {
+        let all = describe_configs(&mut client, version, 2, "dc", None, false);
+        assert_eq!(all.error_code, NONE);
+        let by_name: BTreeMap<&str, &DescribeConfigsResourceResult> =
+            all.configs.iter().map(|c| (c.name.as_str(), c)).collect();
+        let entry = |name: &str| {
+            let c = by_name
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} missing"));
+            (c.value.clone().unwrap_or_default(), c.config_source)
+        };
+        assert_eq!(entry("retention.ms"), ("7777".into(), DYNAMIC_TOPIC_CONFIG));
+        assert_eq!(
+            entry("segment.bytes"),
+            ("2097152".into(), STATIC_BROKER_CONFIG)
+        );
+        assert_eq!(entry("cleanup.policy"), ("delete".into(), DEFAULT_CONFIG));
+        assert_eq!(
+            entry("max.message.bytes"),
+            ("1048588".into(), DEFAULT_CONFIG)
+        );
+        assert!(all
+            .configs
+            .iter()
+            .all(|c| c.value.is_some() && c.synonyms.is_empty()));
+        if version >= 3 {
+            let t = by_name.get("retention.ms").map(|c| c.config_type);
+            assert_eq!(t, Some(5), "LONG");
+        }
+        // configuration_keys picks entries.
+        let some = describe_configs(
+            &mut client,
+            version,
+            2,
+            "dc",
+            Some(&["segment.bytes", "retention.ms"]),
+            true,
+        );
+        let mut names: Vec<&str> = some.configs.iter().map(|c| c.name.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["retention.ms", "segment.bytes"]);
+        // Synonyms, most specific first.
+        for c in &some.configs {
+            let synonyms: Vec<(String, Option<String>, i8)> = c
+                .synonyms
+                .iter()
+                .map(|s| (s.name.clone(), s.value.clone(), s.source))
+                .collect();
+            if c.name == "segment.bytes" {
+                assert_eq!(
+                    synonyms,
+                    [
+                        (
+                            "log.segment.bytes".into(),
+                            Some("2097152".into()),
+                            STATIC_BROKER_CONFIG
+                        ),
+                        (
+                            "log.segment.bytes".into(),
+                            Some("1073741824".into()),
+                            DEFAULT_CONFIG
+                        ),
+                    ]
+                );
+            } else {
+                assert_eq!(
+                    synonyms.first(),
+                    Some(&(
+                        "retention.ms".into(),
+                        Some("7777".into()),
+                        DYNAMIC_TOPIC_CONFIG
+                    ))
+                );
+                assert_eq!(synonyms.last().map(|s| s.2), Some(DEFAULT_CONFIG));
+            }
+        }
+        let missing = describe_configs(&mut client, version, 2, "dc-missing", None, false);
+        assert_eq!(missing.error_code, UNKNOWN_TOPIC_OR_PARTITION);
+        // The broker resource, by this broker's id.
+        let b = describe_configs(&mut client, version, 4, &node, None, false);
+        assert_eq!(b.error_code, NONE);
+        let segment = b
+            .configs
+            .iter()
+            .find(|c| c.name == "log.segment.bytes")
+            .expect("log.segment.bytes");
+        assert_eq!(segment.value.as_deref(), Some("2097152"));
+        assert_eq!(segment.config_source, STATIC_BROKER_CONFIG);
+        let partitions = b
+            .configs
+            .iter()
+            .find(|c| c.name == "num.partitions")
+            .expect("num.partitions");
+        assert_eq!(partitions.value.as_deref(), Some("1"));
+        assert_eq!(partitions.config_source, DEFAULT_CONFIG);
+        let filtered = describe_configs(
+            &mut client,
+            version,
+            4,
+            &node,
+            Some(&["num.partitions"]),
+            false,
+        );
+        assert_eq!(filtered.configs.len(), 1);
+        let other = describe_configs(&mut client, version, 4, "12345", None, false);
+        assert_eq!(other.error_code, INVALID_REQUEST);
+    }
+}
+
+// ---- Restarts -----------------------------------------------------------------------------
+
+#[test]
+fn data_and_topics_survive_sigterm_and_kill9() {
+    let mut broker = TestBroker::start();
+    let mut client = broker.connect();
+    let ids = [
+        create(&mut client, "keep-a", 2, &[]),
+        create(&mut client, "keep-b", 1, &[("retention.ms", "99999999")]),
+    ];
+    let mut expected: BTreeMap<(&str, i32), Vec<String>> = BTreeMap::new();
+    let mut write = |client: &mut Client, round: usize| {
+        for (topic, partition) in [("keep-a", 0), ("keep-a", 1), ("keep-b", 0)] {
+            for i in 0..5 {
+                let value = format!("{topic}-{partition}-{round}-{i}");
+                let r = produce(client, 11, -1, topic, partition, batch(&[&value], 1_000));
+                assert_eq!(r.error_code, NONE);
+                expected.entry((topic, partition)).or_default().push(value);
+            }
+        }
+        expected.clone()
+    };
+    let check = |client: &mut Client, expected: &BTreeMap<(&str, i32), Vec<String>>| {
+        let m = metadata(client, 12, None);
+        let found: Vec<(Option<String>, Uuid, usize)> = m
+            .topics
+            .iter()
+            .map(|t| (t.name.clone(), t.topic_id, t.partitions.len()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (Some("keep-a".to_string()), ids[0], 2),
+                (Some("keep-b".to_string()), ids[1], 1)
+            ]
+        );
+        for ((topic, partition), values) in expected {
+            assert_eq!(
+                &read_all(client, topic, *partition),
+                values,
+                "{topic}-{partition}"
+            );
+        }
+        let c = describe_configs(client, 4, 2, "keep-b", Some(&["retention.ms"]), false);
+        assert_eq!(c.configs[0].value.as_deref(), Some("99999999"));
+    };
+    let snapshot = write(&mut client, 0);
+    broker.restart();
+    let mut client = broker.connect();
+    check(&mut client, &snapshot);
+    let snapshot = write(&mut client, 1);
+    broker.kill9();
+    broker.restart();
+    let mut client = broker.connect();
+    check(&mut client, &snapshot);
+    // Appends continue at the right offsets.
+    assert_eq!(produce_ok(&mut client, "keep-b", 0, &["after"]), 10);
 }
