@@ -1664,3 +1664,152 @@ fn data_and_topics_survive_sigterm_and_kill9() {
     // Appends continue at the right offsets.
     assert_eq!(produce_ok(&mut client, "keep-b", 0, &["after"]), 10);
 }
+
+// ---- Every version ------------------------------------------------------------------------
+
+/// Every advertised version of every API gets an answer that decodes at that version: a response
+/// the broker cannot encode would otherwise leave the client waiting.
+#[test]
+fn every_advertised_version_answers() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    client
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let id = create(&mut client, "every", 1, &[]);
+    produce_ok(&mut client, "every", 0, &["a", "b"]);
+    let node = metadata(&mut client, 1, Some(&[])).brokers[0].node_id;
+    for (api, min, max) in SUPPORTED_APIS {
+        for version in *min..=*max {
+            let fresh = format!("every-{}-{version}", api.name());
+            let body = match api {
+                ApiKey::Produce => produce_request(1, "every", 0, batch(&["v"], 1_000)),
+                ApiKey::Fetch => {
+                    let name = if version >= 13 { "" } else { "every" };
+                    let mut request = fetch_request(&[(name, id, 0, 0)], 1 << 20);
+                    if version >= 7 {
+                        request.session_epoch = 0;
+                    }
+                    RequestBody::Fetch(request)
+                }
+                ApiKey::ListOffsets => RequestBody::ListOffsets(ListOffsetsRequest {
+                    replica_id: -1,
+                    isolation_level: 0,
+                    topics: vec![ListOffsetsTopic {
+                        name: "every".into(),
+                        partitions: [-2, -1, 1_000]
+                            .into_iter()
+                            .map(|timestamp| ListOffsetsPartition {
+                                partition_index: 0,
+                                current_leader_epoch: -1,
+                                timestamp,
+                                max_num_offsets: 1,
+                            })
+                            .collect(),
+                    }],
+                    timeout_ms: 1_000,
+                }),
+                ApiKey::Metadata => RequestBody::Metadata(MetadataRequest {
+                    topics: Some(vec![MetadataRequestTopic {
+                        topic_id: Uuid::ZERO,
+                        name: Some("every".into()),
+                    }]),
+                    allow_auto_topic_creation: true,
+                    ..Default::default()
+                }),
+                ApiKey::ApiVersions => RequestBody::ApiVersions(ApiVersionsRequest::default()),
+                ApiKey::CreateTopics => RequestBody::CreateTopics(CreateTopicsRequest {
+                    topics: vec![topic(&fresh, 1, &[("retention.ms", "1000000")])],
+                    timeout_ms: 1_000,
+                    validate_only: false,
+                }),
+                ApiKey::DeleteTopics => {
+                    create(&mut client, &fresh, 1, &[]);
+                    if version >= 6 {
+                        RequestBody::DeleteTopics(DeleteTopicsRequest {
+                            topics: vec![DeleteTopicState {
+                                name: Some(fresh.clone()),
+                                topic_id: Uuid::ZERO,
+                            }],
+                            topic_names: Vec::new(),
+                            timeout_ms: 1_000,
+                        })
+                    } else {
+                        RequestBody::DeleteTopics(DeleteTopicsRequest {
+                            topics: Vec::new(),
+                            topic_names: vec![fresh.clone()],
+                            timeout_ms: 1_000,
+                        })
+                    }
+                }
+                ApiKey::InitProducerId => RequestBody::InitProducerId(InitProducerIdRequest {
+                    transactional_id: None,
+                    transaction_timeout_ms: 60_000,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                }),
+                ApiKey::OffsetForLeaderEpoch => {
+                    RequestBody::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest {
+                        replica_id: -1,
+                        topics: vec![OffsetForLeaderTopic {
+                            topic: "every".into(),
+                            partitions: vec![OffsetForLeaderPartition {
+                                partition: 0,
+                                current_leader_epoch: -1,
+                                leader_epoch: 0,
+                            }],
+                        }],
+                    })
+                }
+                ApiKey::DescribeConfigs => RequestBody::DescribeConfigs(DescribeConfigsRequest {
+                    resources: vec![
+                        DescribeConfigsResource {
+                            resource_type: 2,
+                            resource_name: "every".into(),
+                            configuration_keys: None,
+                        },
+                        DescribeConfigsResource {
+                            resource_type: 4,
+                            resource_name: node.to_string(),
+                            configuration_keys: None,
+                        },
+                    ],
+                    include_synonyms: true,
+                    include_documentation: version >= 3,
+                }),
+                ApiKey::CreatePartitions => {
+                    create(&mut client, &fresh, 1, &[]);
+                    RequestBody::CreatePartitions(CreatePartitionsRequest {
+                        topics: vec![CreatePartitionsTopic {
+                            name: fresh.clone(),
+                            count: 2,
+                            assignments: None,
+                        }],
+                        timeout_ms: 1_000,
+                        validate_only: false,
+                    })
+                }
+                ApiKey::DescribeCluster => RequestBody::DescribeCluster(DescribeClusterRequest {
+                    include_cluster_authorized_operations: false,
+                    endpoint_type: 1,
+                }),
+                other => panic!("no request built for {}", other.name()),
+            };
+            let frame = client.encode_request(*api, version, &body);
+            client.send_raw(&frame).expect("send");
+            let answer = client
+                .read_frame()
+                .unwrap_or_else(|e| panic!("{} v{version} got no answer: {e}", api.name()));
+            let mut decoder = fjord_protocol::Decoder::new(answer);
+            <fjord_protocol::ResponseHeader as fjord_protocol::Decodable>::decode(
+                &mut decoder,
+                fjord_protocol::response_header_version(*api, version),
+            )
+            .expect("response header");
+            let response = ResponseBody::decode(*api, &mut decoder, version)
+                .unwrap_or_else(|e| panic!("{} v{version}: {e}", api.name()));
+            assert_eq!(response.api_key(), *api);
+        }
+    }
+}
