@@ -13,6 +13,10 @@ use fjord_protocol::ResponseBody;
 
 pub mod assignor;
 pub mod consumer_group;
+mod error;
+pub mod records;
+
+pub use error::GroupError;
 
 /// Chosen by the broker per request so deferred responses (a JoinGroup waiting for the
 /// rebalance) can be matched to their connection.
