@@ -33,7 +33,7 @@ use crate::controller::{self, CreateTopic};
 use crate::errors;
 use crate::fetch_session::FetchSessionCache;
 use crate::flusher::FlusherHandle;
-use crate::network::{Dispatch, Reply};
+use crate::network::{Dispatch, Reply, Response};
 use crate::replica::ReplicaManager;
 
 /// The API versions fjord implements and advertises: Kafka 4.x's minimums (KIP-896) up to the
@@ -90,24 +90,28 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Encodes a response header and body into one frame body.
+/// Encodes a response header and body into one frame body. A response that cannot be encoded
+/// is a broker bug; closing the connection tells the client at once instead of leaving it waiting.
 pub fn encode_response(
     api: ApiKey,
     version: i16,
     correlation_id: i32,
     body: &ResponseBody,
-) -> Option<Bytes> {
+) -> Response {
     let mut out = BytesMut::with_capacity(256);
     let header = ResponseHeader { correlation_id };
     if let Err(error) = header.encode(&mut out, response_header_version(api, version)) {
         tracing::error!(%error, "cannot encode a response header");
-        return None;
+        return Response::Close(format!("cannot encode a response header: {error}"));
     }
     if let Err(error) = body.encode(&mut out, version) {
         tracing::error!(api = api.name(), version, %error, "cannot encode a response");
-        return None;
+        return Response::Close(format!(
+            "cannot encode a {} v{version} response: {error}",
+            api.name()
+        ));
     }
-    Some(out.freeze())
+    Response::Send(out.freeze())
 }
 
 impl Broker {

@@ -23,13 +23,24 @@ use tokio::task::JoinHandle;
 /// Requests a connection may have outstanding before the broker stops reading from it.
 pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
 
-pub type ReplyFuture = Pin<Box<dyn Future<Output = Option<Bytes>> + Send + 'static>>;
+pub type ReplyFuture = Pin<Box<dyn Future<Output = Response> + Send + 'static>>;
+
+/// What goes back for one request.
+#[derive(Debug)]
+pub enum Response {
+    /// Response header + body, sent size-prefixed.
+    Send(Bytes),
+    /// No response: a produce with acks=0.
+    Nothing,
+    /// Close the connection instead of answering (an acks=0 produce failed, or the response could
+    /// not be encoded): the client learns the request failed rather than waiting.
+    Close(String),
+}
 
 /// What the dispatcher makes of one request frame.
 pub enum Reply {
-    /// The response bytes (response header + body), or None when the request gets no response
-    /// (a produce with acks=0).
-    Now(Option<Bytes>),
+    /// The response is ready.
+    Now(Response),
     /// The response is produced later.
     Later(ReplyFuture),
     /// The frame cannot be answered (unparseable header, unknown API): close the connection, as
@@ -49,8 +60,8 @@ pub struct NetworkConfig {
 }
 
 enum Outgoing {
-    Ready(Option<Bytes>),
-    Pending(JoinHandle<Option<Bytes>>),
+    Ready(Response),
+    Pending(JoinHandle<Response>),
 }
 
 /// Serves one bound listener until `shutdown` turns true. Returns when the accept loop has stopped
@@ -138,17 +149,21 @@ async fn serve_connection<D: Dispatch>(
                     Err(error) => return Err(format!("request task failed: {error}")),
                 },
             };
-            if let Some(body) = response {
-                let size =
-                    u32::try_from(body.len()).map_err(|_| "response too large".to_string())?;
-                writer
-                    .write_all(&size.to_be_bytes())
-                    .await
-                    .map_err(|e| format!("write: {e}"))?;
-                writer
-                    .write_all(&body)
-                    .await
-                    .map_err(|e| format!("write: {e}"))?;
+            match response {
+                Response::Send(body) => {
+                    let size =
+                        u32::try_from(body.len()).map_err(|_| "response too large".to_string())?;
+                    writer
+                        .write_all(&size.to_be_bytes())
+                        .await
+                        .map_err(|e| format!("write: {e}"))?;
+                    writer
+                        .write_all(&body)
+                        .await
+                        .map_err(|e| format!("write: {e}"))?;
+                }
+                Response::Nothing => {}
+                Response::Close(reason) => return Err(reason),
             }
         }
         let _ = writer.shutdown().await;

@@ -9,7 +9,7 @@ use fjord_protocol::{ApiKey, ResponseBody};
 
 use crate::broker::{encode_response, Broker};
 use crate::errors;
-use crate::network::Reply;
+use crate::network::{Reply, Response};
 use crate::replica::PartitionError;
 
 /// What one partition's append left to do before it can be answered.
@@ -127,7 +127,7 @@ impl Broker {
             return if any_error {
                 Reply::Close("acks=0 produce failed".to_string())
             } else {
-                Reply::Now(None)
+                Reply::Now(Response::Nothing)
             };
         }
         let finish = move |topics: Vec<TopicProduceResponse>, pending: Vec<PendingPartition>| {
