@@ -160,6 +160,9 @@ impl ReplicaManager {
                 guard.set_config(log_config);
                 // A single-replica partition: everything that survived recovery is on disk, so
                 // after a crash the high watermark (possibly checkpointed lower) is the LEO.
+                if let Err(error) = guard.become_leader(leader_epoch) {
+                    tracing::warn!(%tp, %error, "cannot record the leader epoch start");
+                }
                 if !partitions.contains_key(&tp) && replica_count == 1 {
                     let leo = guard.log_end_offset();
                     if guard.high_watermark() < leo {

@@ -822,6 +822,24 @@ impl Log {
 
     /// OffsetsForLeaderEpoch: the largest epoch ≤ `epoch` and the offset where it ended
     /// (the log end for the latest epoch), or (-1, -1) when unknown.
+    /// This replica became leader at `leader_epoch`: the epoch starts at the current LEO, as
+    /// Kafka records on becoming leader, so OffsetForLeaderEpoch answers for it before any append.
+    pub fn become_leader(&mut self, leader_epoch: i32) -> Result<(), StorageError> {
+        self.ensure_open()?;
+        let newer = self
+            .leader_epoch_cache
+            .latest_epoch()
+            .is_none_or(|e| leader_epoch > e);
+        if newer
+            && self
+                .leader_epoch_cache
+                .assign(leader_epoch, self.log_end_offset)
+        {
+            self.write_leader_epoch_cache()?;
+        }
+        Ok(())
+    }
+
     pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
         self.leader_epoch_cache
             .end_offset_for(epoch, self.log_end_offset)

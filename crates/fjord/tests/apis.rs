@@ -1813,3 +1813,13 @@ fn every_advertised_version_answers() {
         }
     }
 }
+
+#[test]
+fn offset_for_leader_epoch_on_an_empty_partition() {
+    // A new leader records where its epoch starts, so the answer exists before any append.
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    create(&mut client, "ofle-empty", 1, &[]);
+    let r = offset_for_epoch(&mut client, 4, "ofle-empty", -1, 0);
+    assert_eq!((r.error_code, r.leader_epoch, r.end_offset), (NONE, 0, 0));
+}
