@@ -12,11 +12,19 @@ use bytes::Bytes;
 use fjord_protocol::ResponseBody;
 
 pub mod assignor;
+mod classic;
+mod config;
 pub mod consumer_group;
 mod error;
+pub mod errors;
 pub mod records;
+mod shard;
+mod subscription;
 
+pub use classic::GroupState;
+pub use config::{partition_for, GroupConfig};
 pub use error::GroupError;
+pub use shard::{ClientInfo, CommittedOffset, GroupCoordinatorShard, MAX_MEMBER_METADATA_BYTES};
 
 /// Chosen by the broker per request so deferred responses (a JoinGroup waiting for the
 /// rebalance) can be matched to their connection.

@@ -1,0 +1,1786 @@
+//! `GroupCoordinatorShard`: everything one `__consumer_offsets` partition owns — its classic
+//! groups and committed offsets — driven by requests, the clock and replayed records.
+//!
+//! Offsets change only by replaying the records a handler emits, so loading a partition
+//! rebuilds exactly the state its handlers produced.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use fjord_protocol::messages::delete_groups_response::{
+    DeletableGroupResult, DeleteGroupsResponse,
+};
+use fjord_protocol::messages::describe_groups_response::{
+    DescribeGroupsResponse, DescribedGroup, DescribedGroupMember,
+};
+use fjord_protocol::messages::heartbeat_response::HeartbeatResponse;
+use fjord_protocol::messages::join_group_request::JoinGroupRequest;
+use fjord_protocol::messages::join_group_response::{JoinGroupResponse, JoinGroupResponseMember};
+use fjord_protocol::messages::leave_group_request::LeaveGroupRequest;
+use fjord_protocol::messages::leave_group_response::{LeaveGroupResponse, MemberResponse};
+use fjord_protocol::messages::list_groups_response::{ListGroupsResponse, ListedGroup};
+use fjord_protocol::messages::offset_commit_request::OffsetCommitRequest;
+use fjord_protocol::messages::offset_commit_response::{
+    OffsetCommitResponse, OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use fjord_protocol::messages::offset_delete_request::OffsetDeleteRequest;
+use fjord_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponse, OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use fjord_protocol::messages::offset_fetch_request::OffsetFetchRequest;
+use fjord_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
+    OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use fjord_protocol::messages::sync_group_request::SyncGroupRequest;
+use fjord_protocol::messages::sync_group_response::SyncGroupResponse;
+use fjord_protocol::messages::{
+    consumer_group_describe_response, consumer_group_heartbeat_response,
+};
+use fjord_protocol::{RequestBody, ResponseBody};
+
+use crate::classic::{ClassicGroup, GroupState, JoinTimer, Member, Parked};
+use crate::errors::*;
+use crate::records::group_metadata_value::MemberMetadata;
+use crate::records::{
+    self, GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, RecordKey,
+    RecordValue,
+};
+use crate::{CoordinatorRecord, Effects, GroupConfig, GroupError, RequestId, Topics};
+
+/// How long a member that joined but never completed a join phase may stay (Kafka's
+/// new-member join timeout, 5 minutes).
+const NEW_MEMBER_JOIN_TIMEOUT_MS: i64 = 300_000;
+
+/// The most protocol metadata one JoinGroup may carry. Kafka has no such limit; fjord has one
+/// so that a group's memory stays bounded per member (a real subscription is a few hundred
+/// bytes, large regex subscriptions a few KiB).
+pub const MAX_MEMBER_METADATA_BYTES: usize = 1 << 20;
+
+/// Who sent a request, for DescribeGroups' member listing (Kafka takes these from the
+/// request header and the connection).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientInfo {
+    pub client_id: String,
+    pub client_host: String,
+}
+
+/// A committed offset as the coordinator keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_timestamp_ms: i64,
+    /// Only from records written for OffsetCommit v1-v4 requests with a retention time.
+    pub expire_timestamp_ms: Option<i64>,
+}
+
+/// One topic's fetched partitions: index and committed offset, if any.
+type FetchedPartitions<'a> = Vec<(i32, Option<&'a CommittedOffset>)>;
+
+pub struct GroupCoordinatorShard {
+    config: GroupConfig,
+    groups: BTreeMap<String, ClassicGroup>,
+    offsets: BTreeMap<String, BTreeMap<(String, i32), CommittedOffset>>,
+    /// Loaded members have no session timer until the first call that knows the time.
+    timers_unarmed: bool,
+    next_offset_expiry_ms: Option<i64>,
+    member_id_counter: u64,
+}
+
+fn is_static(m: &Member) -> bool {
+    m.group_instance_id.is_some()
+}
+
+fn protocols_of(request: &JoinGroupRequest) -> Vec<(String, Bytes)> {
+    request
+        .protocols
+        .iter()
+        .map(|p| (p.name.clone(), p.metadata.clone()))
+        .collect()
+}
+
+fn join_error(version: i16, member_id: &str, error_code: i16) -> JoinGroupResponse {
+    JoinGroupResponse {
+        error_code,
+        generation_id: -1,
+        member_id: member_id.to_string(),
+        // Non-nullable before v7: Kafka sends an empty name there.
+        protocol_name: if version >= 7 {
+            None
+        } else {
+            Some(String::new())
+        },
+        ..JoinGroupResponse::default()
+    }
+}
+
+fn sync_response(
+    error_code: i16,
+    group: Option<&ClassicGroup>,
+    assignment: Bytes,
+    version: i16,
+) -> SyncGroupResponse {
+    let (protocol_type, protocol_name) = match (group, version >= 5) {
+        (Some(g), true) if error_code == NONE => (g.protocol_type.clone(), g.protocol_name.clone()),
+        _ => (None, None),
+    };
+    SyncGroupResponse {
+        error_code,
+        protocol_type,
+        protocol_name,
+        assignment,
+        ..SyncGroupResponse::default()
+    }
+}
+
+impl GroupCoordinatorShard {
+    pub fn new(config: GroupConfig) -> Self {
+        GroupCoordinatorShard {
+            config,
+            groups: BTreeMap::new(),
+            offsets: BTreeMap::new(),
+            timers_unarmed: false,
+            next_offset_expiry_ms: None,
+            member_id_counter: 0,
+        }
+    }
+
+    /// Applies one record of this shard's partition, in log order, while loading. Tombstones
+    /// delete. Records of types this coordinator does not know are skipped, as Kafka does.
+    pub fn replay(&mut self, record: &CoordinatorRecord) -> Result<(), GroupError> {
+        let (key, value) = match records::decode(record) {
+            Err(GroupError::UnknownRecordType(_)) => return Ok(()),
+            other => other?,
+        };
+        match (key, value) {
+            (RecordKey::OffsetCommit(k), Some(RecordValue::OffsetCommit(v))) => {
+                self.groups
+                    .entry(k.group.clone())
+                    .or_insert_with(|| ClassicGroup::new(&k.group));
+                self.offsets.entry(k.group).or_default().insert(
+                    (k.topic, k.partition),
+                    CommittedOffset {
+                        offset: v.offset,
+                        leader_epoch: v.leader_epoch,
+                        metadata: v.metadata,
+                        commit_timestamp_ms: v.commit_timestamp,
+                        expire_timestamp_ms: (v.expire_timestamp >= 0)
+                            .then_some(v.expire_timestamp),
+                    },
+                );
+            }
+            (RecordKey::OffsetCommit(k), None) => {
+                if let Some(offsets) = self.offsets.get_mut(&k.group) {
+                    offsets.remove(&(k.topic, k.partition));
+                    if offsets.is_empty() {
+                        self.offsets.remove(&k.group);
+                    }
+                }
+            }
+            (RecordKey::GroupMetadata(k), Some(RecordValue::GroupMetadata(v))) => {
+                let group = group_from_record(&k.group, v);
+                self.timers_unarmed |= !group.members.is_empty();
+                self.groups.insert(k.group, group);
+            }
+            (RecordKey::GroupMetadata(k), None) => {
+                self.groups.remove(&k.group);
+            }
+            // KIP-848 records (types 3-8): dispatched to ConsumerGroups::replay once that
+            // lands in consumer_group.rs (the KIP-848 engineer's call site).
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `handle_from` for a client whose id and host are not known.
+    pub fn handle(
+        &mut self,
+        now_ms: i64,
+        request_id: RequestId,
+        version: i16,
+        request: RequestBody,
+        topics: &Topics,
+    ) -> Effects {
+        self.handle_from(
+            now_ms,
+            request_id,
+            version,
+            request,
+            topics,
+            &ClientInfo::default(),
+        )
+    }
+
+    /// Handles one group request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+    /// OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups,
+    /// ConsumerGroupHeartbeat, ConsumerGroupDescribe; other APIs get no response). Responses for this or earlier parked requests come out in
+    /// `Effects`, each with its request id; the records must be appended (durably) before the
+    /// responses are sent.
+    pub fn handle_from(
+        &mut self,
+        now_ms: i64,
+        request_id: RequestId,
+        version: i16,
+        request: RequestBody,
+        topics: &Topics,
+        client: &ClientInfo,
+    ) -> Effects {
+        let mut fx = Effects::default();
+        self.arm_loaded_timers(now_ms);
+        let response = match request {
+            RequestBody::JoinGroup(r) => {
+                self.join_group(now_ms, (request_id, version), r, client, &mut fx)
+            }
+            RequestBody::SyncGroup(r) => self.sync_group(now_ms, (request_id, version), r, &mut fx),
+            RequestBody::Heartbeat(r) => Some(ResponseBody::Heartbeat(HeartbeatResponse {
+                error_code: self.heartbeat(
+                    now_ms,
+                    &r.group_id,
+                    &r.member_id,
+                    r.group_instance_id.as_deref(),
+                    r.generation_id,
+                    &mut fx,
+                ),
+                ..HeartbeatResponse::default()
+            })),
+            RequestBody::LeaveGroup(r) => Some(self.leave_group(now_ms, version, r, &mut fx)),
+            RequestBody::OffsetCommit(r) => {
+                Some(self.offset_commit(now_ms, version, r, topics, &mut fx))
+            }
+            RequestBody::OffsetFetch(r) => Some(self.offset_fetch(version, r)),
+            RequestBody::OffsetDelete(r) => Some(self.offset_delete(r, &mut fx)),
+            RequestBody::ListGroups(r) => Some(self.list_groups(&r.states_filter, &r.types_filter)),
+            RequestBody::DescribeGroups(r) => Some(self.describe_groups(version, &r.groups)),
+            RequestBody::DeleteGroups(r) => {
+                Some(self.delete_groups(now_ms, &r.groups_names, &mut fx))
+            }
+            // KIP-848: these go to ConsumerGroups (consumer_group.rs) once it lands; until
+            // then the shard answers as a Kafka broker without the consumer protocol enabled.
+            RequestBody::ConsumerGroupHeartbeat(_) => Some(ResponseBody::ConsumerGroupHeartbeat(
+                consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse {
+                    error_code: UNSUPPORTED_VERSION,
+                    ..Default::default()
+                },
+            )),
+            RequestBody::ConsumerGroupDescribe(r) => Some(ResponseBody::ConsumerGroupDescribe(
+                consumer_group_describe_response::ConsumerGroupDescribeResponse {
+                    groups: r
+                        .group_ids
+                        .iter()
+                        .map(|g| consumer_group_describe_response::DescribedGroup {
+                            group_id: g.clone(),
+                            error_code: UNSUPPORTED_VERSION,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                },
+            )),
+            // Not a group API: the broker routes only the APIs above to a shard.
+            _ => None,
+        };
+        if let Some(response) = response {
+            fx.responses.push((request_id, response));
+        }
+        fx
+    }
+
+    /// Fires every timer due at `now_ms`: pending-member and session expiry, the join phase
+    /// (initial delay, rebalance timeout), the sync deadline and offset retention.
+    pub fn tick(&mut self, now_ms: i64) -> Effects {
+        let mut fx = Effects::default();
+        self.arm_loaded_timers(now_ms);
+        let ids: Vec<String> = self.groups.keys().cloned().collect();
+        for id in ids {
+            self.tick_group(now_ms, &id, &mut fx);
+        }
+        if self.next_offset_expiry_ms.is_none_or(|t| t <= now_ms) {
+            self.expire_offsets(now_ms, &mut fx);
+            self.next_offset_expiry_ms =
+                Some(now_ms.saturating_add(self.config.offsets_retention_check_interval_ms.max(1)));
+        }
+        fx
+    }
+
+    /// The earliest time `tick` has something to do.
+    pub fn next_deadline(&self) -> Option<i64> {
+        let mut next = self.next_offset_expiry_ms;
+        let mut consider = |t: Option<i64>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        for g in self.groups.values() {
+            consider(g.join_deadline.map(|(t, _)| t));
+            consider(g.sync_deadline.map(|(t, _)| t));
+            for &t in g.pending_join.values() {
+                consider(Some(t));
+            }
+            for m in g.members.values() {
+                consider(m.heartbeat_deadline);
+            }
+        }
+        next
+    }
+
+    /// The committed offsets of a group (for the broker's tools and tests).
+    pub fn committed_offsets(
+        &self,
+        group_id: &str,
+    ) -> Option<&BTreeMap<(String, i32), CommittedOffset>> {
+        self.offsets.get(group_id)
+    }
+
+    /// A group's state, or `None` when this shard has no such group.
+    pub fn group_state(&self, group_id: &str) -> Option<GroupState> {
+        self.groups.get(group_id).map(|g| g.state)
+    }
+
+    // ----- timers ---------------------------------------------------------------------------
+
+    fn arm_loaded_timers(&mut self, now_ms: i64) {
+        if !self.timers_unarmed {
+            return;
+        }
+        self.timers_unarmed = false;
+        for g in self.groups.values_mut() {
+            for m in g.members.values_mut() {
+                if m.heartbeat_deadline.is_none() {
+                    m.heartbeat_deadline =
+                        Some(now_ms.saturating_add(i64::from(m.session_timeout_ms)));
+                }
+            }
+        }
+    }
+
+    fn tick_group(&mut self, now_ms: i64, group_id: &str, fx: &mut Effects) {
+        let Some(mut group) = self.groups.remove(group_id) else {
+            return;
+        };
+        let expired_pending: Vec<String> = group
+            .pending_join
+            .iter()
+            .filter(|(_, &t)| t <= now_ms)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired_pending {
+            group.pending_join.remove(&id);
+            if group.state == GroupState::PreparingRebalance && group.has_all_members_joined() {
+                self.complete_join(now_ms, &mut group, fx);
+            }
+        }
+        let due: Vec<String> = group
+            .members
+            .values()
+            .filter(|m| m.heartbeat_deadline.is_some_and(|t| t <= now_ms))
+            .map(|m| m.member_id.clone())
+            .collect();
+        for id in due {
+            let satisfied = match group.members.get_mut(&id) {
+                Some(m) => {
+                    m.heartbeat_deadline = None;
+                    m.has_satisfied_heartbeat()
+                }
+                None => continue,
+            };
+            if !satisfied {
+                self.remove_member_and_update(now_ms, &mut group, &id, fx);
+            }
+        }
+        if let Some((t, timer)) = group.join_deadline {
+            if t <= now_ms {
+                group.join_deadline = None;
+                match timer {
+                    JoinTimer::Initial {
+                        delay_ms,
+                        remaining_ms,
+                    } if group.new_member_added && remaining_ms > 0 => {
+                        group.new_member_added = false;
+                        let next_delay = i64::from(self.config.group_initial_rebalance_delay_ms)
+                            .min(remaining_ms);
+                        let next_remaining = (remaining_ms - delay_ms).max(0);
+                        group.join_deadline = Some((
+                            now_ms.saturating_add(next_delay),
+                            JoinTimer::Initial {
+                                delay_ms: next_delay,
+                                remaining_ms: next_remaining,
+                            },
+                        ));
+                    }
+                    _ => self.complete_join(now_ms, &mut group, fx),
+                }
+            }
+        }
+        if let Some((t, generation)) = group.sync_deadline {
+            if t <= now_ms {
+                group.sync_deadline = None;
+                if generation == group.generation_id
+                    && matches!(
+                        group.state,
+                        GroupState::CompletingRebalance | GroupState::Stable
+                    )
+                    && !group.pending_sync.is_empty()
+                {
+                    let laggards: Vec<String> = group.pending_sync.iter().cloned().collect();
+                    for id in laggards {
+                        self.respond_removed(&mut group, &id, fx);
+                        group.remove_member(&id);
+                    }
+                    self.prepare_rebalance(now_ms, &mut group, fx);
+                }
+            }
+        }
+        self.groups.insert(group_id.to_string(), group);
+    }
+
+    // ----- the classic protocol -------------------------------------------------------------
+
+    fn new_member_id(&mut self, now_ms: i64, prefix: &str, group: &ClassicGroup) -> String {
+        loop {
+            self.member_id_counter = self.member_id_counter.wrapping_add(1);
+            let seed = (now_ms as u64) ^ self.member_id_counter.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let (a, b) = (splitmix(seed), splitmix(seed ^ 0xD1B5_4A32_D192_ED03));
+            let id = format!(
+                "{prefix}-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+                a >> 32,
+                (a >> 16) & 0xffff,
+                a & 0xffff,
+                b >> 48,
+                b & 0xffff_ffff_ffff
+            );
+            if !group.members.contains_key(&id) && !group.pending_join.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    fn join_group(
+        &mut self,
+        now_ms: i64,
+        parked: Parked,
+        request: JoinGroupRequest,
+        client: &ClientInfo,
+        fx: &mut Effects,
+    ) -> Option<ResponseBody> {
+        let version = parked.1;
+        let error = |code: i16| {
+            Some(ResponseBody::JoinGroup(join_error(
+                version,
+                &request.member_id,
+                code,
+            )))
+        };
+        if request.group_id.is_empty() {
+            return error(INVALID_GROUP_ID);
+        }
+        if request.session_timeout_ms < self.config.group_min_session_timeout_ms
+            || request.session_timeout_ms > self.config.group_max_session_timeout_ms
+        {
+            return error(INVALID_SESSION_TIMEOUT);
+        }
+        let metadata_bytes: usize = request
+            .protocols
+            .iter()
+            .map(|p| p.metadata.len() + p.name.len())
+            .sum();
+        if metadata_bytes > MAX_MEMBER_METADATA_BYTES {
+            return error(INVALID_REQUEST);
+        }
+        let known_member = !request.member_id.is_empty();
+        if known_member && !self.groups.contains_key(&request.group_id) {
+            return error(UNKNOWN_MEMBER_ID);
+        }
+        let mut group = self
+            .groups
+            .remove(&request.group_id)
+            .unwrap_or_else(|| ClassicGroup::new(&request.group_id));
+        let response = self.join_group_in(now_ms, parked, &request, client, &mut group, fx);
+        // A group that a failed first join created is not kept.
+        if !(group.members.is_empty()
+            && group.pending_join.is_empty()
+            && group.generation_id == 0
+            && group.state == GroupState::Empty
+            && !self.offsets.contains_key(&request.group_id))
+        {
+            self.groups.insert(request.group_id.clone(), group);
+        }
+        response.map(ResponseBody::JoinGroup)
+    }
+
+    fn join_group_in(
+        &mut self,
+        now_ms: i64,
+        parked: Parked,
+        request: &JoinGroupRequest,
+        client: &ClientInfo,
+        group: &mut ClassicGroup,
+        fx: &mut Effects,
+    ) -> Option<JoinGroupResponse> {
+        let version = parked.1;
+        let protocols = protocols_of(request);
+        let rebalance_timeout_ms = if request.rebalance_timeout_ms < 0 {
+            request.session_timeout_ms
+        } else {
+            request.rebalance_timeout_ms
+        };
+        if group.state == GroupState::Dead {
+            return Some(join_error(
+                version,
+                &request.member_id,
+                COORDINATOR_NOT_AVAILABLE,
+            ));
+        }
+        let is_known = group.members.contains_key(&request.member_id)
+            || group.pending_join.contains_key(&request.member_id);
+        let group_full = !is_known
+            && i64::try_from(group.members.len()).unwrap_or(i64::MAX)
+                >= i64::from(self.config.group_max_size)
+            && !(request
+                .group_instance_id
+                .as_ref()
+                .is_some_and(|i| group.static_members.contains_key(i)));
+        if group_full {
+            return Some(join_error(
+                version,
+                &request.member_id,
+                GROUP_MAX_SIZE_REACHED,
+            ));
+        }
+        if !group.supports_protocols(&request.protocol_type, &protocols) {
+            return Some(join_error(
+                version,
+                &request.member_id,
+                INCONSISTENT_GROUP_PROTOCOL,
+            ));
+        }
+        let new_member = |member_id: String| Member {
+            member_id,
+            group_instance_id: request.group_instance_id.clone(),
+            client_id: client.client_id.clone(),
+            client_host: client.client_host.clone(),
+            rebalance_timeout_ms,
+            session_timeout_ms: request.session_timeout_ms,
+            protocols: protocols.clone(),
+            assignment: Bytes::new(),
+            awaiting_join: Some(parked),
+            awaiting_sync: None,
+            is_new: true,
+            heartbeat_deadline: Some(now_ms.saturating_add(NEW_MEMBER_JOIN_TIMEOUT_MS)),
+        };
+
+        if request.member_id.is_empty() {
+            let prefix = request
+                .group_instance_id
+                .as_deref()
+                .unwrap_or(&client.client_id);
+            let member_id = self.new_member_id(now_ms, prefix, group);
+            if let Some(instance) = &request.group_instance_id {
+                if let Some(old_id) = group.static_members.get(instance).cloned() {
+                    return self.replace_static_member(
+                        now_ms,
+                        parked,
+                        group,
+                        &old_id,
+                        member_id,
+                        request,
+                        protocols,
+                        rebalance_timeout_ms,
+                        fx,
+                    );
+                }
+                self.add_member_and_rebalance(
+                    now_ms,
+                    group,
+                    new_member(member_id),
+                    &request.protocol_type,
+                    fx,
+                );
+                return None;
+            }
+            if version >= 4 {
+                // KIP-394: the member must come back with this id before it is counted.
+                group.pending_join.insert(
+                    member_id.clone(),
+                    now_ms.saturating_add(i64::from(request.session_timeout_ms)),
+                );
+                return Some(join_error(version, &member_id, MEMBER_ID_REQUIRED));
+            }
+            self.add_member_and_rebalance(
+                now_ms,
+                group,
+                new_member(member_id),
+                &request.protocol_type,
+                fx,
+            );
+            return None;
+        }
+
+        if group.pending_join.contains_key(&request.member_id) {
+            if let Some(instance) = &request.group_instance_id {
+                if group.static_members.contains_key(instance) {
+                    return Some(join_error(version, &request.member_id, FENCED_INSTANCE_ID));
+                }
+            }
+            self.add_member_and_rebalance(
+                now_ms,
+                group,
+                new_member(request.member_id.clone()),
+                &request.protocol_type,
+                fx,
+            );
+            return None;
+        }
+        if let Some(code) =
+            group.validate_member(&request.member_id, request.group_instance_id.as_deref())
+        {
+            return Some(join_error(version, &request.member_id, code));
+        }
+        let Some(member) = group.members.get(&request.member_id) else {
+            return Some(join_error(version, &request.member_id, UNKNOWN_MEMBER_ID));
+        };
+        let same = member.same_protocols(&protocols);
+        let is_leader = group.is_leader(&request.member_id);
+        match group.state {
+            GroupState::CompletingRebalance if same => {
+                Some(self.current_join_response(group, &request.member_id, version, false))
+            }
+            GroupState::Stable if same && !is_leader => {
+                Some(self.current_join_response(group, &request.member_id, version, false))
+            }
+            GroupState::PreparingRebalance
+            | GroupState::CompletingRebalance
+            | GroupState::Stable => {
+                if let Some(m) = group.members.get_mut(&request.member_id) {
+                    if let Some(old) = m.awaiting_join.replace(parked) {
+                        // A retried join supersedes the parked one.
+                        fx.responses.push((
+                            old.0,
+                            ResponseBody::JoinGroup(join_error(
+                                old.1,
+                                &request.member_id,
+                                UNKNOWN_MEMBER_ID,
+                            )),
+                        ));
+                    }
+                    m.protocols = protocols;
+                    m.rebalance_timeout_ms = rebalance_timeout_ms;
+                    m.session_timeout_ms = request.session_timeout_ms;
+                }
+                self.rebalance_or_complete_join(now_ms, group, fx);
+                None
+            }
+            GroupState::Empty | GroupState::Dead => {
+                Some(join_error(version, &request.member_id, UNKNOWN_MEMBER_ID))
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn replace_static_member(
+        &mut self,
+        now_ms: i64,
+        parked: Parked,
+        group: &mut ClassicGroup,
+        old_id: &str,
+        new_id: String,
+        request: &JoinGroupRequest,
+        protocols: Vec<(String, Bytes)>,
+        rebalance_timeout_ms: i32,
+        fx: &mut Effects,
+    ) -> Option<JoinGroupResponse> {
+        let version = parked.1;
+        let Some(mut member) = group.members.remove(old_id) else {
+            return Some(join_error(version, "", UNKNOWN_MEMBER_ID));
+        };
+        // The old incarnation's parked requests are fenced.
+        if let Some((id, v)) = member.awaiting_join.take() {
+            fx.responses.push((
+                id,
+                ResponseBody::JoinGroup(join_error(v, old_id, FENCED_INSTANCE_ID)),
+            ));
+        }
+        if let Some((id, v)) = member.awaiting_sync.take() {
+            fx.responses.push((
+                id,
+                ResponseBody::SyncGroup(sync_response(FENCED_INSTANCE_ID, None, Bytes::new(), v)),
+            ));
+        }
+        let was_leader = group.is_leader(old_id);
+        let same = member.same_protocols(&protocols);
+        let old_member = member.clone();
+        member.member_id = new_id.clone();
+        member.client_id = old_member.client_id.clone();
+        member.session_timeout_ms = request.session_timeout_ms;
+        member.rebalance_timeout_ms = rebalance_timeout_ms;
+        member.heartbeat_deadline =
+            Some(now_ms.saturating_add(i64::from(request.session_timeout_ms)));
+        if group.pending_sync.remove(old_id) {
+            group.pending_sync.insert(new_id.clone());
+        }
+        if let Some(instance) = &member.group_instance_id {
+            group
+                .static_members
+                .insert(instance.clone(), new_id.clone());
+        }
+        if was_leader {
+            group.leader_id = Some(new_id.clone());
+        }
+        match group.state {
+            GroupState::Stable if same => {
+                // Nothing changes but the member id: keep the assignment, persist, answer.
+                group.members.insert(new_id.clone(), member);
+                match group_metadata_record(group) {
+                    Ok(record) => fx.records.push(record),
+                    Err(_) => return Some(join_error(version, "", UNKNOWN_MEMBER_ID)),
+                }
+                Some(self.current_join_response(group, &new_id, version, was_leader))
+            }
+            _ => {
+                member.protocols = protocols;
+                member.awaiting_join = Some(parked);
+                group.members.insert(new_id, member);
+                self.rebalance_or_complete_join(now_ms, group, fx);
+                None
+            }
+        }
+    }
+
+    fn current_join_response(
+        &self,
+        group: &ClassicGroup,
+        member_id: &str,
+        version: i16,
+        skip_assignment: bool,
+    ) -> JoinGroupResponse {
+        let members = if group.is_leader(member_id) {
+            self.member_list(group, version)
+        } else {
+            Vec::new()
+        };
+        JoinGroupResponse {
+            error_code: NONE,
+            generation_id: group.generation_id,
+            protocol_type: if version >= 7 {
+                group.protocol_type.clone()
+            } else {
+                None
+            },
+            protocol_name: match (&group.protocol_name, version >= 7) {
+                (Some(p), _) => Some(p.clone()),
+                (None, true) => None,
+                (None, false) => Some(String::new()),
+            },
+            leader: group.leader_id.clone().unwrap_or_default(),
+            skip_assignment: skip_assignment && version >= 9,
+            member_id: member_id.to_string(),
+            members,
+            ..JoinGroupResponse::default()
+        }
+    }
+
+    fn member_list(&self, group: &ClassicGroup, version: i16) -> Vec<JoinGroupResponseMember> {
+        let protocol = group.protocol_name.as_deref().unwrap_or("");
+        group
+            .members
+            .values()
+            .map(|m| JoinGroupResponseMember {
+                member_id: m.member_id.clone(),
+                group_instance_id: if version >= 5 {
+                    m.group_instance_id.clone()
+                } else {
+                    None
+                },
+                metadata: m.metadata(protocol).cloned().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    fn add_member_and_rebalance(
+        &mut self,
+        now_ms: i64,
+        group: &mut ClassicGroup,
+        member: Member,
+        protocol_type: &str,
+        fx: &mut Effects,
+    ) {
+        if group.state == GroupState::PreparingRebalance
+            && group.previous_state == GroupState::Empty
+        {
+            group.new_member_added = true;
+        }
+        group.add_member(member, protocol_type);
+        self.rebalance_or_complete_join(now_ms, group, fx);
+    }
+
+    fn rebalance_or_complete_join(
+        &mut self,
+        now_ms: i64,
+        group: &mut ClassicGroup,
+        fx: &mut Effects,
+    ) {
+        if group.can_rebalance() {
+            self.prepare_rebalance(now_ms, group, fx);
+        } else if group.state == GroupState::PreparingRebalance
+            && group.previous_state != GroupState::Empty
+            && group.has_all_members_joined()
+        {
+            self.complete_join(now_ms, group, fx);
+        }
+    }
+
+    fn prepare_rebalance(&mut self, now_ms: i64, group: &mut ClassicGroup, fx: &mut Effects) {
+        if group.state == GroupState::CompletingRebalance {
+            // Members waiting for the leader's assignment must rejoin instead.
+            for m in group.members.values_mut() {
+                m.assignment = Bytes::new();
+                if let Some((id, v)) = m.awaiting_sync.take() {
+                    fx.responses.push((
+                        id,
+                        ResponseBody::SyncGroup(sync_response(
+                            REBALANCE_IN_PROGRESS,
+                            None,
+                            Bytes::new(),
+                            v,
+                        )),
+                    ));
+                }
+            }
+        }
+        group.sync_deadline = None;
+        let initial = group.state == GroupState::Empty;
+        group.transition(GroupState::PreparingRebalance, now_ms);
+        if initial {
+            let delay = i64::from(self.config.group_initial_rebalance_delay_ms);
+            let remaining = (group.rebalance_timeout_ms() - delay).max(0);
+            group.join_deadline = Some((
+                now_ms.saturating_add(delay),
+                JoinTimer::Initial {
+                    delay_ms: delay,
+                    remaining_ms: remaining,
+                },
+            ));
+        } else if group.has_all_members_joined() {
+            self.complete_join(now_ms, group, fx);
+        } else {
+            group.join_deadline = Some((
+                now_ms.saturating_add(group.rebalance_timeout_ms()),
+                JoinTimer::Rebalance,
+            ));
+        }
+    }
+
+    fn complete_join(&mut self, now_ms: i64, group: &mut ClassicGroup, fx: &mut Effects) {
+        group.join_deadline = None;
+        let laggards: Vec<String> = group
+            .members
+            .values()
+            .filter(|m| m.awaiting_join.is_none() && !is_static(m))
+            .map(|m| m.member_id.clone())
+            .collect();
+        for id in laggards {
+            self.respond_removed(group, &id, fx);
+            group.remove_member(&id);
+        }
+        if group.state == GroupState::Dead {
+            return;
+        }
+        if !group.maybe_elect_new_joined_leader() && !group.members.is_empty() {
+            // Only static members that have not rejoined remain: wait for them (or their
+            // session expiry) one more rebalance timeout.
+            group.join_deadline = Some((
+                now_ms.saturating_add(group.rebalance_timeout_ms()),
+                JoinTimer::Rebalance,
+            ));
+            return;
+        }
+        group.generation_id = group.generation_id.wrapping_add(1);
+        group.pending_sync.clear();
+        if group.members.is_empty() {
+            group.protocol_name = None;
+            group.leader_id = None;
+            group.transition(GroupState::Empty, now_ms);
+            if let Ok(record) = group_metadata_record(group) {
+                fx.records.push(record);
+            }
+            return;
+        }
+        group.protocol_name = group.select_protocol();
+        group.transition(GroupState::CompletingRebalance, now_ms);
+        let ids: Vec<String> = group.members.keys().cloned().collect();
+        for id in ids {
+            let parked = group.members.get(&id).and_then(|m| m.awaiting_join);
+            if let Some((request_id, version)) = parked {
+                let response = self.current_join_response(group, &id, version, false);
+                fx.responses
+                    .push((request_id, ResponseBody::JoinGroup(response)));
+            }
+            if let Some(m) = group.members.get_mut(&id) {
+                m.awaiting_join = None;
+                m.is_new = false;
+                m.heartbeat_deadline = Some(now_ms.saturating_add(i64::from(m.session_timeout_ms)));
+            }
+            group.pending_sync.insert(id);
+        }
+        group.sync_deadline = Some((
+            now_ms.saturating_add(group.rebalance_timeout_ms()),
+            group.generation_id,
+        ));
+    }
+
+    /// Answers a member's parked requests before it is removed, so the client retries.
+    fn respond_removed(&mut self, group: &mut ClassicGroup, member_id: &str, fx: &mut Effects) {
+        if let Some(m) = group.members.get_mut(member_id) {
+            if let Some((id, v)) = m.awaiting_join.take() {
+                fx.responses.push((
+                    id,
+                    ResponseBody::JoinGroup(join_error(v, "", UNKNOWN_MEMBER_ID)),
+                ));
+            }
+            if let Some((id, v)) = m.awaiting_sync.take() {
+                fx.responses.push((
+                    id,
+                    ResponseBody::SyncGroup(sync_response(
+                        UNKNOWN_MEMBER_ID,
+                        None,
+                        Bytes::new(),
+                        v,
+                    )),
+                ));
+            }
+        }
+    }
+
+    fn remove_member_and_update(
+        &mut self,
+        now_ms: i64,
+        group: &mut ClassicGroup,
+        member_id: &str,
+        fx: &mut Effects,
+    ) {
+        self.respond_removed(group, member_id, fx);
+        group.remove_member(member_id);
+        match group.state {
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                self.prepare_rebalance(now_ms, group, fx)
+            }
+            GroupState::PreparingRebalance
+                if group.has_all_members_joined() && group.previous_state != GroupState::Empty =>
+            {
+                self.complete_join(now_ms, group, fx)
+            }
+            _ => {}
+        }
+    }
+
+    fn sync_group(
+        &mut self,
+        now_ms: i64,
+        parked: Parked,
+        request: SyncGroupRequest,
+        fx: &mut Effects,
+    ) -> Option<ResponseBody> {
+        let version = parked.1;
+        let reply = |code: i16| {
+            Some(ResponseBody::SyncGroup(sync_response(
+                code,
+                None,
+                Bytes::new(),
+                version,
+            )))
+        };
+        if request.group_id.is_empty() {
+            return reply(INVALID_GROUP_ID);
+        }
+        let Some(mut group) = self.groups.remove(&request.group_id) else {
+            return reply(UNKNOWN_MEMBER_ID);
+        };
+        let response = self.sync_group_in(now_ms, parked, &request, &mut group, fx);
+        self.groups.insert(request.group_id.clone(), group);
+        response.map(ResponseBody::SyncGroup)
+    }
+
+    fn sync_group_in(
+        &mut self,
+        now_ms: i64,
+        parked: Parked,
+        request: &SyncGroupRequest,
+        group: &mut ClassicGroup,
+        fx: &mut Effects,
+    ) -> Option<SyncGroupResponse> {
+        let version = parked.1;
+        let reply = |code: i16| Some(sync_response(code, None, Bytes::new(), version));
+        if group.state == GroupState::Dead {
+            return reply(COORDINATOR_NOT_AVAILABLE);
+        }
+        if let Some(code) =
+            group.validate_member(&request.member_id, request.group_instance_id.as_deref())
+        {
+            return reply(code);
+        }
+        if request.generation_id != group.generation_id {
+            return reply(ILLEGAL_GENERATION);
+        }
+        let type_mismatch = request
+            .protocol_type
+            .as_ref()
+            .is_some_and(|t| group.protocol_type.as_ref() != Some(t));
+        let name_mismatch = request
+            .protocol_name
+            .as_ref()
+            .is_some_and(|n| group.protocol_name.as_ref() != Some(n));
+        if type_mismatch || name_mismatch {
+            return reply(INCONSISTENT_GROUP_PROTOCOL);
+        }
+        match group.state {
+            GroupState::Empty | GroupState::Dead => reply(UNKNOWN_MEMBER_ID),
+            GroupState::PreparingRebalance => reply(REBALANCE_IN_PROGRESS),
+            GroupState::CompletingRebalance => {
+                group.pending_sync.remove(&request.member_id);
+                if let Some(m) = group.members.get_mut(&request.member_id) {
+                    m.awaiting_sync = Some(parked);
+                    m.heartbeat_deadline =
+                        Some(now_ms.saturating_add(i64::from(m.session_timeout_ms)));
+                }
+                if group.is_leader(&request.member_id) {
+                    // Members the leader left out get an empty assignment.
+                    let mut assignments: BTreeMap<&str, &Bytes> = BTreeMap::new();
+                    for a in &request.assignments {
+                        assignments.insert(&a.member_id, &a.assignment);
+                    }
+                    for m in group.members.values_mut() {
+                        m.assignment = assignments
+                            .get(m.member_id.as_str())
+                            .map(|b| (*b).clone())
+                            .unwrap_or_default();
+                    }
+                    match group_metadata_record(group) {
+                        Ok(record) => fx.records.push(record),
+                        Err(_) => {
+                            self.prepare_rebalance(now_ms, group, fx);
+                            return None;
+                        }
+                    }
+                    for m in group.members.values_mut() {
+                        if let Some((id, v)) = m.awaiting_sync.take() {
+                            fx.responses.push((
+                                id,
+                                ResponseBody::SyncGroup(sync_response(
+                                    NONE,
+                                    None,
+                                    m.assignment.clone(),
+                                    v,
+                                )),
+                            ));
+                            m.heartbeat_deadline =
+                                Some(now_ms.saturating_add(i64::from(m.session_timeout_ms)));
+                        }
+                    }
+                    group.transition(GroupState::Stable, now_ms);
+                    // Fill in protocol type/name for v5+ now that the group is stable.
+                    for (_, response) in fx.responses.iter_mut() {
+                        if let ResponseBody::SyncGroup(r) = response {
+                            if r.error_code == NONE && r.protocol_type.is_none() && version >= 5 {
+                                r.protocol_type = group.protocol_type.clone();
+                                r.protocol_name = group.protocol_name.clone();
+                            }
+                        }
+                    }
+                }
+                None
+            }
+            GroupState::Stable => {
+                group.pending_sync.remove(&request.member_id);
+                let assignment = match group.members.get_mut(&request.member_id) {
+                    Some(m) => {
+                        m.heartbeat_deadline =
+                            Some(now_ms.saturating_add(i64::from(m.session_timeout_ms)));
+                        m.assignment.clone()
+                    }
+                    None => Bytes::new(),
+                };
+                Some(sync_response(NONE, Some(group), assignment, version))
+            }
+        }
+    }
+
+    fn heartbeat(
+        &mut self,
+        now_ms: i64,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        _fx: &mut Effects,
+    ) -> i16 {
+        if group_id.is_empty() {
+            return INVALID_GROUP_ID;
+        }
+        let Some(group) = self.groups.get_mut(group_id) else {
+            return UNKNOWN_MEMBER_ID;
+        };
+        if group.state == GroupState::Dead {
+            return COORDINATOR_NOT_AVAILABLE;
+        }
+        if let Some(code) = group.validate_member(member_id, instance_id) {
+            return code;
+        }
+        if generation_id != group.generation_id {
+            return ILLEGAL_GENERATION;
+        }
+        if group.state == GroupState::Empty {
+            return UNKNOWN_MEMBER_ID;
+        }
+        if let Some(m) = group.members.get_mut(member_id) {
+            m.heartbeat_deadline = Some(now_ms.saturating_add(i64::from(m.session_timeout_ms)));
+        }
+        if group.state == GroupState::PreparingRebalance {
+            REBALANCE_IN_PROGRESS
+        } else {
+            NONE
+        }
+    }
+
+    fn leave_group(
+        &mut self,
+        now_ms: i64,
+        version: i16,
+        request: LeaveGroupRequest,
+        fx: &mut Effects,
+    ) -> ResponseBody {
+        let identities: Vec<(String, Option<String>)> = if version >= 3 {
+            request
+                .members
+                .iter()
+                .map(|m| (m.member_id.clone(), m.group_instance_id.clone()))
+                .collect()
+        } else {
+            vec![(request.member_id.clone(), None)]
+        };
+        let top = |code: i16| {
+            ResponseBody::LeaveGroup(LeaveGroupResponse {
+                error_code: code,
+                ..LeaveGroupResponse::default()
+            })
+        };
+        if request.group_id.is_empty() {
+            return top(INVALID_GROUP_ID);
+        }
+        let Some(mut group) = self.groups.remove(&request.group_id) else {
+            return top(UNKNOWN_MEMBER_ID);
+        };
+        if group.state == GroupState::Dead {
+            self.groups.insert(request.group_id.clone(), group);
+            return top(COORDINATOR_NOT_AVAILABLE);
+        }
+        let mut results = Vec::new();
+        for (member_id, instance_id) in identities {
+            let code = match &instance_id {
+                Some(instance) => match group.static_members.get(instance).cloned() {
+                    None => UNKNOWN_MEMBER_ID,
+                    Some(existing) if !member_id.is_empty() && existing != member_id => {
+                        FENCED_INSTANCE_ID
+                    }
+                    Some(existing) => {
+                        self.remove_member_and_update(now_ms, &mut group, &existing, fx);
+                        NONE
+                    }
+                },
+                None if group.pending_join.remove(&member_id).is_some() => {
+                    if group.state == GroupState::PreparingRebalance
+                        && group.previous_state != GroupState::Empty
+                        && group.has_all_members_joined()
+                    {
+                        self.complete_join(now_ms, &mut group, fx);
+                    }
+                    NONE
+                }
+                None if group.members.contains_key(&member_id) => {
+                    self.remove_member_and_update(now_ms, &mut group, &member_id, fx);
+                    NONE
+                }
+                None => UNKNOWN_MEMBER_ID,
+            };
+            results.push(MemberResponse {
+                member_id,
+                group_instance_id: instance_id,
+                error_code: code,
+            });
+        }
+        self.groups.insert(request.group_id.clone(), group);
+        if version >= 3 {
+            ResponseBody::LeaveGroup(LeaveGroupResponse {
+                error_code: NONE,
+                members: results,
+                ..LeaveGroupResponse::default()
+            })
+        } else {
+            top(results.first().map_or(NONE, |r| r.error_code))
+        }
+    }
+
+    // ----- offsets --------------------------------------------------------------------------
+
+    fn offset_commit(
+        &mut self,
+        now_ms: i64,
+        version: i16,
+        request: OffsetCommitRequest,
+        topics: &Topics,
+        fx: &mut Effects,
+    ) -> ResponseBody {
+        let group_error = self.validate_offset_commit(version, &request);
+        let mut response = OffsetCommitResponse::default();
+        let mut records = Vec::new();
+        for t in &request.topics {
+            let topic = topics.get(&t.name);
+            let mut out = OffsetCommitResponseTopic {
+                name: t.name.clone(),
+                ..Default::default()
+            };
+            for p in &t.partitions {
+                let metadata = p.committed_metadata.clone().unwrap_or_default();
+                let code = if let Some(code) = group_error {
+                    code
+                } else if !topic.is_some_and(|info| {
+                    p.partition_index >= 0 && p.partition_index < info.partitions
+                }) {
+                    UNKNOWN_TOPIC_OR_PARTITION
+                } else if metadata.len()
+                    > usize::try_from(self.config.offset_metadata_max_bytes).unwrap_or(0)
+                {
+                    OFFSET_METADATA_TOO_LARGE
+                } else {
+                    let expire = (request.retention_time_ms >= 0 && (2..=4).contains(&version))
+                        .then(|| now_ms.saturating_add(request.retention_time_ms));
+                    let key = RecordKey::OffsetCommit(OffsetCommitKey {
+                        group: request.group_id.clone(),
+                        topic: t.name.clone(),
+                        partition: p.partition_index,
+                    });
+                    let value = RecordValue::OffsetCommit(OffsetCommitValue {
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata,
+                        commit_timestamp: now_ms,
+                        expire_timestamp: expire.unwrap_or(-1),
+                    });
+                    match records::encode(&key, Some(&value)) {
+                        Ok(record) => {
+                            records.push(record);
+                            NONE
+                        }
+                        Err(_) => INVALID_REQUEST,
+                    }
+                };
+                out.partitions.push(OffsetCommitResponsePartition {
+                    partition_index: p.partition_index,
+                    error_code: code,
+                });
+            }
+            response.topics.push(out);
+        }
+        for record in records {
+            // The shard's own records always decode.
+            let _ = self.replay(&record);
+            fx.records.push(record);
+        }
+        ResponseBody::OffsetCommit(response)
+    }
+
+    fn validate_offset_commit(
+        &mut self,
+        version: i16,
+        request: &OffsetCommitRequest,
+    ) -> Option<i16> {
+        if request.group_id.is_empty() {
+            return Some(INVALID_GROUP_ID);
+        }
+        let generation = request.generation_id_or_member_epoch;
+        let Some(group) = self.groups.get(&request.group_id) else {
+            if generation < 0 {
+                // A simple (group-less) consumer: the group comes into being with its offsets.
+                return None;
+            }
+            return Some(if version >= 9 {
+                GROUP_ID_NOT_FOUND
+            } else {
+                ILLEGAL_GENERATION
+            });
+        };
+        if group.state == GroupState::Dead {
+            return Some(COORDINATOR_NOT_AVAILABLE);
+        }
+        if generation < 0 && group.state == GroupState::Empty {
+            return None;
+        }
+        if generation >= 0 || !request.member_id.is_empty() || request.group_instance_id.is_some() {
+            if let Some(code) =
+                group.validate_member(&request.member_id, request.group_instance_id.as_deref())
+            {
+                return Some(code);
+            }
+            if generation != group.generation_id {
+                return Some(ILLEGAL_GENERATION);
+            }
+        } else if group.state != GroupState::Empty {
+            return Some(UNKNOWN_MEMBER_ID);
+        }
+        if group.state == GroupState::CompletingRebalance {
+            return Some(REBALANCE_IN_PROGRESS);
+        }
+        None
+    }
+
+    fn fetch_group(
+        &self,
+        group_id: &str,
+        requested: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Vec<(String, FetchedPartitions<'_>)> {
+        let offsets = self.offsets.get(group_id);
+        match requested {
+            Some(topics) => topics
+                .into_iter()
+                .map(|(name, partitions)| {
+                    let parts = partitions
+                        .into_iter()
+                        .map(|p| (p, offsets.and_then(|o| o.get(&(name.clone(), p)))))
+                        .collect();
+                    (name, parts)
+                })
+                .collect(),
+            None => {
+                let mut by_topic: BTreeMap<String, Vec<(i32, Option<&CommittedOffset>)>> =
+                    BTreeMap::new();
+                for ((topic, partition), committed) in offsets.into_iter().flatten() {
+                    by_topic
+                        .entry(topic.clone())
+                        .or_default()
+                        .push((*partition, Some(committed)));
+                }
+                by_topic.into_iter().collect()
+            }
+        }
+    }
+
+    fn offset_fetch(&self, version: i16, request: OffsetFetchRequest) -> ResponseBody {
+        let mut response = OffsetFetchResponse::default();
+        if version >= 8 {
+            for g in request.groups {
+                let topics = g.topics.map(|ts| {
+                    ts.into_iter()
+                        .map(|t| (t.name, t.partition_indexes))
+                        .collect()
+                });
+                let error_code = if g.group_id.is_empty() {
+                    INVALID_GROUP_ID
+                } else {
+                    NONE
+                };
+                let topics = self
+                    .fetch_group(&g.group_id, topics)
+                    .into_iter()
+                    .map(|(name, parts)| OffsetFetchResponseTopics {
+                        name,
+                        partitions: parts
+                            .into_iter()
+                            .map(|(p, c)| OffsetFetchResponsePartitions {
+                                partition_index: p,
+                                committed_offset: c.map_or(-1, |c| c.offset),
+                                committed_leader_epoch: c.map_or(-1, |c| c.leader_epoch),
+                                metadata: Some(c.map(|c| c.metadata.clone()).unwrap_or_default()),
+                                error_code: NONE,
+                            })
+                            .collect(),
+                    })
+                    .collect();
+                response.groups.push(OffsetFetchResponseGroup {
+                    group_id: g.group_id,
+                    topics,
+                    error_code,
+                });
+            }
+        } else {
+            let topics = request.topics.map(|ts| {
+                ts.into_iter()
+                    .map(|t| (t.name, t.partition_indexes))
+                    .collect()
+            });
+            response.topics = self
+                .fetch_group(&request.group_id, topics)
+                .into_iter()
+                .map(|(name, parts)| OffsetFetchResponseTopic {
+                    name,
+                    partitions: parts
+                        .into_iter()
+                        .map(|(p, c)| OffsetFetchResponsePartition {
+                            partition_index: p,
+                            committed_offset: c.map_or(-1, |c| c.offset),
+                            committed_leader_epoch: if version >= 5 {
+                                c.map_or(-1, |c| c.leader_epoch)
+                            } else {
+                                -1
+                            },
+                            metadata: Some(c.map(|c| c.metadata.clone()).unwrap_or_default()),
+                            error_code: NONE,
+                        })
+                        .collect(),
+                })
+                .collect();
+            if request.group_id.is_empty() && version >= 2 {
+                response.error_code = INVALID_GROUP_ID;
+            }
+        }
+        ResponseBody::OffsetFetch(response)
+    }
+
+    fn offset_delete(&mut self, request: OffsetDeleteRequest, fx: &mut Effects) -> ResponseBody {
+        let top = |code: i16| {
+            ResponseBody::OffsetDelete(OffsetDeleteResponse {
+                error_code: code,
+                ..Default::default()
+            })
+        };
+        if request.group_id.is_empty() {
+            return top(INVALID_GROUP_ID);
+        }
+        let Some(group) = self.groups.get(&request.group_id) else {
+            return top(GROUP_ID_NOT_FOUND);
+        };
+        if group.state == GroupState::Dead {
+            return top(GROUP_ID_NOT_FOUND);
+        }
+        let active = group.state != GroupState::Empty;
+        if active && group.protocol_type.as_deref() != Some("consumer") {
+            return top(NON_EMPTY_GROUP);
+        }
+        let subscribed = if active {
+            group.subscribed_topics()
+        } else {
+            Some(Default::default())
+        };
+        let mut response = OffsetDeleteResponse::default();
+        let mut records = Vec::new();
+        for t in &request.topics {
+            // Unknown subscriptions count as subscribed to everything, to be safe.
+            let in_use = subscribed.as_ref().is_none_or(|s| s.contains(&t.name));
+            let mut out = OffsetDeleteResponseTopic {
+                name: t.name.clone(),
+                ..Default::default()
+            };
+            for p in &t.partitions {
+                let code = if in_use {
+                    GROUP_SUBSCRIBED_TO_TOPIC
+                } else {
+                    let exists = self
+                        .offsets
+                        .get(&request.group_id)
+                        .is_some_and(|o| o.contains_key(&(t.name.clone(), p.partition_index)));
+                    if exists {
+                        let key = RecordKey::OffsetCommit(OffsetCommitKey {
+                            group: request.group_id.clone(),
+                            topic: t.name.clone(),
+                            partition: p.partition_index,
+                        });
+                        if let Ok(record) = records::encode(&key, None) {
+                            records.push(record);
+                        }
+                    }
+                    NONE
+                };
+                out.partitions.push(OffsetDeleteResponsePartition {
+                    partition_index: p.partition_index,
+                    error_code: code,
+                });
+            }
+            response.topics.push(out);
+        }
+        for record in records {
+            let _ = self.replay(&record);
+            fx.records.push(record);
+        }
+        ResponseBody::OffsetDelete(response)
+    }
+
+    fn expire_offsets(&mut self, now_ms: i64, fx: &mut Effects) {
+        let retention = self.config.offsets_retention_ms();
+        let ids: Vec<String> = self.groups.keys().cloned().collect();
+        for id in ids {
+            let Some(group) = self.groups.get(&id) else {
+                continue;
+            };
+            if group.state != GroupState::Empty {
+                continue;
+            }
+            let base = group.current_state_timestamp;
+            let mut records = Vec::new();
+            for ((topic, partition), c) in self.offsets.get(&id).into_iter().flatten() {
+                let expired = match c.expire_timestamp_ms {
+                    Some(t) => now_ms >= t,
+                    None => {
+                        now_ms.saturating_sub(base.unwrap_or(c.commit_timestamp_ms)) >= retention
+                    }
+                };
+                if expired {
+                    let key = RecordKey::OffsetCommit(OffsetCommitKey {
+                        group: id.clone(),
+                        topic: topic.clone(),
+                        partition: *partition,
+                    });
+                    if let Ok(record) = records::encode(&key, None) {
+                        records.push(record);
+                    }
+                }
+            }
+            for record in records {
+                let _ = self.replay(&record);
+                fx.records.push(record);
+            }
+            let no_offsets = !self.offsets.contains_key(&id);
+            let empty = self.groups.get(&id).is_some_and(|g| {
+                g.state == GroupState::Empty && g.members.is_empty() && g.pending_join.is_empty()
+            });
+            if no_offsets && empty {
+                self.groups.remove(&id);
+                if let Ok(record) = records::encode(
+                    &RecordKey::GroupMetadata(GroupMetadataKey { group: id.clone() }),
+                    None,
+                ) {
+                    fx.records.push(record);
+                }
+            }
+        }
+    }
+
+    // ----- listing, describing, deleting ----------------------------------------------------
+
+    fn list_groups(&self, states: &[String], types: &[String]) -> ResponseBody {
+        let state_ok = |s: GroupState| {
+            states.is_empty() || states.iter().any(|f| f.eq_ignore_ascii_case(s.as_str()))
+        };
+        let type_ok = types.is_empty() || types.iter().any(|t| t.eq_ignore_ascii_case("classic"));
+        let groups = self
+            .groups
+            .values()
+            .filter(|g| g.state != GroupState::Dead && type_ok && state_ok(g.state))
+            .map(|g| ListedGroup {
+                group_id: g.group_id.clone(),
+                protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                group_state: g.state.as_str().to_string(),
+                group_type: "classic".to_string(),
+            })
+            .collect();
+        ResponseBody::ListGroups(ListGroupsResponse {
+            groups,
+            ..Default::default()
+        })
+    }
+
+    fn describe_groups(&self, version: i16, ids: &[String]) -> ResponseBody {
+        let groups = ids
+            .iter()
+            .map(|id| match self.groups.get(id) {
+                None => DescribedGroup {
+                    error_code: if id.is_empty() {
+                        INVALID_GROUP_ID
+                    } else {
+                        NONE
+                    },
+                    group_id: id.clone(),
+                    group_state: GroupState::Dead.as_str().to_string(),
+                    ..Default::default()
+                },
+                Some(g) => {
+                    let stable = g.state == GroupState::Stable;
+                    let protocol = g.protocol_name.clone().unwrap_or_default();
+                    DescribedGroup {
+                        error_code: NONE,
+                        group_id: id.clone(),
+                        group_state: g.state.as_str().to_string(),
+                        protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                        protocol_data: if stable {
+                            protocol.clone()
+                        } else {
+                            String::new()
+                        },
+                        members: g
+                            .members
+                            .values()
+                            .map(|m| DescribedGroupMember {
+                                member_id: m.member_id.clone(),
+                                group_instance_id: if version >= 4 {
+                                    m.group_instance_id.clone()
+                                } else {
+                                    None
+                                },
+                                client_id: m.client_id.clone(),
+                                client_host: m.client_host.clone(),
+                                member_metadata: if stable {
+                                    m.metadata(&protocol).cloned().unwrap_or_default()
+                                } else {
+                                    Bytes::new()
+                                },
+                                member_assignment: if stable {
+                                    m.assignment.clone()
+                                } else {
+                                    Bytes::new()
+                                },
+                            })
+                            .collect(),
+                        ..Default::default()
+                    }
+                }
+            })
+            .collect();
+        ResponseBody::DescribeGroups(DescribeGroupsResponse {
+            groups,
+            ..Default::default()
+        })
+    }
+
+    fn delete_groups(&mut self, _now_ms: i64, ids: &[String], fx: &mut Effects) -> ResponseBody {
+        let mut results = Vec::new();
+        for id in ids {
+            let code = match self.groups.get(id) {
+                _ if id.is_empty() => INVALID_GROUP_ID,
+                None => GROUP_ID_NOT_FOUND,
+                Some(g) if g.state == GroupState::Dead => GROUP_ID_NOT_FOUND,
+                Some(g) if g.state != GroupState::Empty || !g.pending_join.is_empty() => {
+                    NON_EMPTY_GROUP
+                }
+                Some(_) => {
+                    let keys: Vec<(String, i32)> = self
+                        .offsets
+                        .get(id)
+                        .into_iter()
+                        .flat_map(|o| o.keys().cloned())
+                        .collect();
+                    for (topic, partition) in keys {
+                        let key = RecordKey::OffsetCommit(OffsetCommitKey {
+                            group: id.clone(),
+                            topic,
+                            partition,
+                        });
+                        if let Ok(record) = records::encode(&key, None) {
+                            let _ = self.replay(&record);
+                            fx.records.push(record);
+                        }
+                    }
+                    if let Ok(record) = records::encode(
+                        &RecordKey::GroupMetadata(GroupMetadataKey { group: id.clone() }),
+                        None,
+                    ) {
+                        let _ = self.replay(&record);
+                        fx.records.push(record);
+                    }
+                    NONE
+                }
+            };
+            results.push(DeletableGroupResult {
+                group_id: id.clone(),
+                error_code: code,
+            });
+        }
+        ResponseBody::DeleteGroups(DeleteGroupsResponse {
+            results,
+            ..Default::default()
+        })
+    }
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The GroupMetadata record for a group's current generation (empty groups included).
+fn group_metadata_record(group: &ClassicGroup) -> Result<CoordinatorRecord, GroupError> {
+    let protocol = group.protocol_name.clone();
+    let members = group
+        .members
+        .values()
+        .map(|m| MemberMetadata {
+            member_id: m.member_id.clone(),
+            group_instance_id: m.group_instance_id.clone(),
+            client_id: m.client_id.clone(),
+            client_host: m.client_host.clone(),
+            rebalance_timeout: m.rebalance_timeout_ms,
+            session_timeout: m.session_timeout_ms,
+            subscription: protocol
+                .as_deref()
+                .and_then(|p| m.metadata(p))
+                .cloned()
+                .unwrap_or_default(),
+            assignment: m.assignment.clone(),
+        })
+        .collect();
+    let value = GroupMetadataValue {
+        protocol_type: if group.members.is_empty() {
+            String::new()
+        } else {
+            group.protocol_type.clone().unwrap_or_default()
+        },
+        generation: group.generation_id,
+        protocol,
+        leader: group.leader_id.clone(),
+        current_state_timestamp: group.current_state_timestamp.unwrap_or(-1),
+        members,
+    };
+    records::encode(
+        &RecordKey::GroupMetadata(GroupMetadataKey {
+            group: group.group_id.clone(),
+        }),
+        Some(&RecordValue::GroupMetadata(value)),
+    )
+}
+
+/// A group as loaded from its last GroupMetadata record: Empty without members, otherwise
+/// Stable with the recorded assignment. Session timers start at the first call after loading.
+fn group_from_record(group_id: &str, v: GroupMetadataValue) -> ClassicGroup {
+    let mut group = ClassicGroup::new(group_id);
+    group.generation_id = v.generation;
+    group.current_state_timestamp =
+        (v.current_state_timestamp >= 0).then_some(v.current_state_timestamp);
+    let protocol = v.protocol.clone().unwrap_or_default();
+    for m in v.members {
+        if let Some(instance) = &m.group_instance_id {
+            group
+                .static_members
+                .insert(instance.clone(), m.member_id.clone());
+        }
+        group.members.insert(
+            m.member_id.clone(),
+            Member {
+                member_id: m.member_id,
+                group_instance_id: m.group_instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                rebalance_timeout_ms: if m.rebalance_timeout < 0 {
+                    m.session_timeout
+                } else {
+                    m.rebalance_timeout
+                },
+                session_timeout_ms: m.session_timeout,
+                protocols: vec![(protocol.clone(), m.subscription)],
+                assignment: m.assignment,
+                awaiting_join: None,
+                awaiting_sync: None,
+                is_new: false,
+                heartbeat_deadline: None,
+            },
+        );
+    }
+    if !group.members.is_empty() {
+        group.state = GroupState::Stable;
+        group.protocol_type = Some(v.protocol_type);
+        group.protocol_name = v.protocol;
+        group.leader_id = v
+            .leader
+            .filter(|l| group.members.contains_key(l))
+            .or_else(|| group.members.keys().next().cloned());
+    }
+    group
+}
