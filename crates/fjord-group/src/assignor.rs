@@ -217,7 +217,7 @@ fn uniform(
     for (i, m) in order.iter().enumerate() {
         let mut a = Assignment::new();
         for &(t, p) in &owned[i] {
-            a.entry(t).or_insert_with(BTreeSet::new).insert(p);
+            a.entry(t).or_default().insert(p);
         }
         result.insert(m.member_id.clone(), a);
     }
