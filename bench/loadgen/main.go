@@ -1,0 +1,374 @@
+// Command loadgen is the benchmark's second load generator, built on franz-go so that no conclusion
+// rests on the Java client alone. Each subcommand prints one JSON object on stdout:
+//
+//	create-topics --bootstrap B --prefix P --topics N --partitions P
+//	produce       --bootstrap B --topic T --records N --size S --acks all|1 --codec C [--rate R]
+//	consume       --bootstrap B --topic T --partitions P --records N
+//	e2e           --bootstrap B --topic T --records N --size S --rate R
+//
+// produce reports throughput and send-to-acknowledgement latency; consume reads every partition from
+// the start without a consumer group; e2e sends timestamped records to a one-partition topic and
+// measures send-to-receipt latency in the same process (one clock).
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fail(errors.New("usage: loadgen create-topics|produce|consume|e2e [flags]"))
+	}
+	var err error
+	switch os.Args[1] {
+	case "create-topics":
+		err = createTopics(os.Args[2:])
+	case "produce":
+		err = produce(os.Args[2:])
+	case "consume":
+		err = consume(os.Args[2:])
+	case "e2e":
+		err = endToEnd(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
+	}
+	if err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "loadgen:", err)
+	os.Exit(1)
+}
+
+func emit(v map[string]any) error {
+	return json.NewEncoder(os.Stdout).Encode(v)
+}
+
+func codecOf(name string) (kgo.CompressionCodec, error) {
+	switch name {
+	case "none":
+		return kgo.NoCompression(), nil
+	case "lz4":
+		return kgo.Lz4Compression(), nil
+	case "zstd":
+		return kgo.ZstdCompression(), nil
+	case "gzip":
+		return kgo.GzipCompression(), nil
+	case "snappy":
+		return kgo.SnappyCompression(), nil
+	}
+	return kgo.NoCompression(), fmt.Errorf("unknown codec %q", name)
+}
+
+// payloads returns a pool of distinct random-letter values, so compressed rows compress like text
+// rather than like one repeated buffer.
+func payloads(size int) [][]byte {
+	rng := rand.New(rand.NewSource(42))
+	pool := make([][]byte, 64)
+	for i := range pool {
+		p := make([]byte, size)
+		for j := range p {
+			p[j] = byte('A' + rng.Intn(26))
+		}
+		pool[i] = p
+	}
+	return pool
+}
+
+// pacer spaces sends evenly at rate records per second; rate 0 means as fast as the client accepts.
+type pacer struct {
+	start time.Time
+	rate  float64
+}
+
+func (p pacer) wait(i int) {
+	if p.rate <= 0 {
+		return
+	}
+	due := p.start.Add(time.Duration(float64(i) / p.rate * float64(time.Second)))
+	if d := time.Until(due); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+// percentiles of latencies in microseconds, reported in milliseconds.
+func percentiles(us []int64) map[string]any {
+	if len(us) == 0 {
+		return map[string]any{}
+	}
+	sort.Slice(us, func(a, b int) bool { return us[a] < us[b] })
+	at := func(q float64) float64 {
+		i := int(q * float64(len(us)-1))
+		return float64(us[i]) / 1000
+	}
+	var sum int64
+	for _, v := range us {
+		sum += v
+	}
+	return map[string]any{
+		"avg_ms":  float64(sum) / float64(len(us)) / 1000,
+		"p50_ms":  at(0.50),
+		"p99_ms":  at(0.99),
+		"p999_ms": at(0.999),
+		"max_ms":  float64(us[len(us)-1]) / 1000,
+	}
+}
+
+func createTopics(args []string) error {
+	fs := flag.NewFlagSet("create-topics", flag.ExitOnError)
+	bootstrap := fs.String("bootstrap", "", "bootstrap servers")
+	prefix := fs.String("prefix", "t", "topic name prefix")
+	topics := fs.Int("topics", 1, "number of topics")
+	partitions := fs.Int("partitions", 1, "partitions per topic")
+	_ = fs.Parse(args)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(*bootstrap), kgo.RequestTimeoutOverhead(120*time.Second))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	adm.SetTimeoutMillis(120_000)
+	start := time.Now()
+	// Batches of topics per CreateTopics request keep each request bounded.
+	const perRequest = 50
+	for first := 0; first < *topics; first += perRequest {
+		var names []string
+		for i := first; i < first+perRequest && i < *topics; i++ {
+			names = append(names, fmt.Sprintf("%s-%d", *prefix, i))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
+		resp, err := adm.CreateTopics(ctx, int32(*partitions), 1, nil, names...)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if err := resp.Error(); err != nil {
+			return err
+		}
+	}
+	return emit(map[string]any{"topics": *topics, "partitions": *topics * *partitions, "seconds": time.Since(start).Seconds()})
+}
+
+func produce(args []string) error {
+	fs := flag.NewFlagSet("produce", flag.ExitOnError)
+	bootstrap := fs.String("bootstrap", "", "bootstrap servers")
+	topic := fs.String("topic", "", "topic")
+	records := fs.Int("records", 100000, "records to send")
+	size := fs.Int("size", 100, "value size in bytes")
+	acks := fs.String("acks", "1", "all or 1")
+	codecName := fs.String("codec", "none", "none, lz4, zstd, gzip, snappy")
+	rate := fs.Float64("rate", 0, "records per second; 0 for unlimited")
+	_ = fs.Parse(args)
+	codec, err := codecOf(*codecName)
+	if err != nil {
+		return err
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(*bootstrap),
+		kgo.DefaultProduceTopic(*topic),
+		kgo.ProducerBatchCompression(codec),
+		// The Java producer's default linger, so batching is comparable.
+		kgo.ProducerLinger(5 * time.Millisecond),
+	}
+	switch *acks {
+	case "all", "-1":
+		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
+	case "1":
+		opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
+	default:
+		return fmt.Errorf("acks must be all or 1, not %q", *acks)
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	pool := payloads(*size)
+	lat := make([]int64, *records)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	wg.Add(*records)
+	p := pacer{start: time.Now(), rate: *rate}
+	start := p.start
+	for i := 0; i < *records; i++ {
+		p.wait(i)
+		sent := time.Now()
+		idx := i
+		cl.Produce(context.Background(), &kgo.Record{Value: pool[i%len(pool)]}, func(_ *kgo.Record, err error) {
+			lat[idx] = time.Since(sent).Microseconds()
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	if firstErr != nil {
+		return firstErr
+	}
+	out := percentiles(lat)
+	out["records"] = *records
+	out["seconds"] = elapsed
+	out["records_per_s"] = float64(*records) / elapsed
+	out["mb_per_s"] = float64(*records) * float64(*size) / elapsed / 1e6
+	return emit(out)
+}
+
+func consume(args []string) error {
+	fs := flag.NewFlagSet("consume", flag.ExitOnError)
+	bootstrap := fs.String("bootstrap", "", "bootstrap servers")
+	topic := fs.String("topic", "", "topic")
+	partitions := fs.Int("partitions", 1, "partitions to read")
+	records := fs.Int("records", 0, "records to read before stopping")
+	timeout := fs.Duration("timeout", 120*time.Second, "give up after this long")
+	_ = fs.Parse(args)
+	offsets := map[int32]kgo.Offset{}
+	for p := 0; p < *partitions; p++ {
+		offsets[int32(p)] = kgo.NewOffset().AtStart()
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(*bootstrap),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{*topic: offsets}),
+	)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	var n, bytes int
+	start := time.Now()
+	for n < *records {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return fmt.Errorf("read %d of %d records before the timeout", n, *records)
+		}
+		if errs := fetches.Errors(); len(errs) > 0 {
+			return errs[0].Err
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			n++
+			bytes += len(r.Value) + len(r.Key)
+		})
+	}
+	elapsed := time.Since(start).Seconds()
+	return emit(map[string]any{
+		"records":       n,
+		"seconds":       elapsed,
+		"records_per_s": float64(n) / elapsed,
+		"mb_per_s":      float64(bytes) / elapsed / 1e6,
+	})
+}
+
+func endToEnd(args []string) error {
+	fs := flag.NewFlagSet("e2e", flag.ExitOnError)
+	bootstrap := fs.String("bootstrap", "", "bootstrap servers")
+	topic := fs.String("topic", "", "topic with one partition, empty")
+	records := fs.Int("records", 10000, "records to send")
+	size := fs.Int("size", 100, "value size in bytes (at least 8)")
+	rate := fs.Float64("rate", 1000, "records per second")
+	timeout := fs.Duration("timeout", 120*time.Second, "give up after this long")
+	_ = fs.Parse(args)
+	if *size < 8 {
+		return errors.New("size must be at least 8 to hold the send timestamp")
+	}
+	consumer, err := kgo.NewClient(
+		kgo.SeedBrokers(*bootstrap),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{*topic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchMaxWait(500*time.Millisecond),
+	)
+	if err != nil {
+		return err
+	}
+	defer consumer.Close()
+	producer, err := kgo.NewClient(
+		kgo.SeedBrokers(*bootstrap),
+		kgo.DefaultProduceTopic(*topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// One record per batch at these rates: latency, not batching, is measured.
+		kgo.ProducerLinger(0),
+	)
+	if err != nil {
+		return err
+	}
+	defer producer.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+
+	lat := make([]int64, 0, *records)
+	done := make(chan error, 1)
+	go func() {
+		for len(lat) < *records {
+			fetches := consumer.PollFetches(ctx)
+			if ctx.Err() != nil {
+				done <- fmt.Errorf("received %d of %d records before the timeout", len(lat), *records)
+				return
+			}
+			if errs := fetches.Errors(); len(errs) > 0 {
+				done <- errs[0].Err
+				return
+			}
+			now := time.Now().UnixNano()
+			fetches.EachRecord(func(r *kgo.Record) {
+				if len(r.Value) >= 8 {
+					lat = append(lat, (now-int64(binary.BigEndian.Uint64(r.Value)))/1000)
+				}
+			})
+		}
+		done <- nil
+	}()
+	pad := payloads(*size)[0]
+	p := pacer{start: time.Now(), rate: *rate}
+	var sendErr error
+	var mu sync.Mutex
+	for i := 0; i < *records; i++ {
+		p.wait(i)
+		v := make([]byte, *size)
+		copy(v, pad)
+		binary.BigEndian.PutUint64(v, uint64(time.Now().UnixNano()))
+		producer.Produce(ctx, &kgo.Record{Value: v}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				sendErr = err
+				mu.Unlock()
+			}
+		})
+	}
+	if err := <-done; err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sendErr != nil {
+		return sendErr
+	}
+	// The first records include connection set-up and metadata lookups.
+	skip := len(lat) / 100
+	if skip < 10 && len(lat) > 20 {
+		skip = 10
+	}
+	out := percentiles(lat[skip:])
+	out["records"] = len(lat)
+	return emit(out)
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One command for the fjord vs Apache Kafka benchmark (see BENCHMARKS.md).
+#   bench/run.sh           full run (~25 min on 2 cores): writes bench/results/<date>.{md,json}, updates BENCHMARKS.md
+#   bench/run.sh --smoke   seconds-long run that checks the harness end to end; results go to bench/.work/results
+# Needs: java 17+, mvn, go, cargo, python3; iperf3 and fio (Debian packages; installed here when apt-get can).
+# Downloads land in ~/.m2 and Go's module cache; build outputs in bench/.build (not committed).
+set -euo pipefail
+
+BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(dirname "$BENCH")"
+BUILD="$BENCH/.build"
+mkdir -p "$BUILD"
+
+need() {
+    command -v "$1" >/dev/null 2>&1 || { echo "bench: '$1' is required but not on PATH" >&2; exit 1; }
+}
+for tool in java mvn go cargo python3; do need "$tool"; done
+if ! command -v iperf3 >/dev/null 2>&1 || ! command -v fio >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q iperf3 fio >/dev/null
+    fi
+fi
+need iperf3
+need fio
+
+# Apache Kafka's broker and tools classpath from Maven Central; re-resolved only when the pom changes.
+if [ ! -s "$BUILD/kafka.classpath" ] || [ "$BENCH/kafka/pom.xml" -nt "$BUILD/kafka.classpath" ]; then
+    echo "== resolving Apache Kafka (kafka_2.13, kafka-tools) via Maven"
+    (cd "$BENCH/kafka" && mvn -B -q --no-transfer-progress -Dstyle.color=never dependency:build-classpath \
+        -Dmdep.outputFile="$BUILD/kafka.classpath" -Dmdep.includeScope=runtime 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
+fi
+test -s "$BUILD/kafka.classpath"
+
+echo "== building the franz-go load generator"
+(cd "$BENCH/loadgen" && go build -mod=readonly -o "$BUILD/loadgen" .)
+
+if [ -z "${FJORD_BIN:-}" ]; then
+    echo "== cargo build --release -p fjord"
+    (cd "$ROOT" && cargo build --release -q -p fjord)
+    # A private copy, so a concurrent rebuild of target/ cannot swap the binary mid-run.
+    cp "$ROOT/target/release/fjord" "$BUILD/fjord"
+    export FJORD_BIN="$BUILD/fjord"
+fi
+
+exec python3 "$BENCH/bench.py" --command "bench/run.sh $*" "$@"
