@@ -451,6 +451,28 @@ impl ConsumerGroups {
         Ok(())
     }
 
+    /// Whether a member of the group follows `topic`, by name or through its regex: such
+    /// offsets are neither expired nor deletable with OffsetDelete.
+    pub fn is_subscribed_to_topic(&mut self, group_id: &str, topic: &str) -> bool {
+        let Some(group) = self.groups.get(group_id) else {
+            return false;
+        };
+        let name = topic.to_string();
+        group.members.values().any(|m| {
+            !m.subscribed_in(std::iter::once(&name), &mut self.regexes)
+                .is_empty()
+        })
+    }
+
+    /// The checks ConsumerGroupHeartbeat makes before looking at any group, so a caller that
+    /// must refuse the group id still answers malformed requests as Kafka does.
+    pub fn validate_heartbeat(
+        &self,
+        request: &ConsumerGroupHeartbeatRequest,
+    ) -> Result<(), (i16, String)> {
+        validate_request(request, &self.config).map_err(|Reject(code, message)| (code, message))
+    }
+
     /// DeleteGroups: only an empty group may go. Returns the tombstones that delete it, already
     /// applied.
     pub fn delete_group(&mut self, group_id: &str) -> Result<Vec<CoordinatorRecord>, i16> {

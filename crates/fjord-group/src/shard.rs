@@ -1,12 +1,15 @@
 //! `GroupCoordinatorShard`: everything one `__consumer_offsets` partition owns — its classic
-//! groups and committed offsets — driven by requests, the clock and replayed records.
+//! groups, its KIP-848 consumer groups and committed offsets — driven by requests, the clock and
+//! replayed records.
 //!
 //! Offsets change only by replaying the records a handler emits, so loading a partition
-//! rebuilds exactly the state its handlers produced.
+//! rebuilds exactly the state its handlers produced. A group id names at most one group: a
+//! classic group or a consumer group, never both.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use fjord_protocol::messages::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
 use fjord_protocol::messages::delete_groups_response::{
     DeletableGroupResult, DeleteGroupsResponse,
 };
@@ -39,7 +42,9 @@ use fjord_protocol::messages::{
 };
 use fjord_protocol::{RequestBody, ResponseBody};
 
+use crate::assignor::ServerAssignor;
 use crate::classic::{ClassicGroup, GroupState, JoinTimer, Member, Parked};
+use crate::consumer_group::{self, ConsumerGroupConfig, ConsumerGroups};
 use crate::errors::*;
 use crate::records::group_metadata_value::MemberMetadata;
 use crate::records::{
@@ -82,6 +87,8 @@ type FetchedPartitions<'a> = Vec<(i32, Option<&'a CommittedOffset>)>;
 pub struct GroupCoordinatorShard {
     config: GroupConfig,
     groups: BTreeMap<String, ClassicGroup>,
+    /// KIP-848 groups; their ids never also name a classic group in `groups`.
+    consumer: ConsumerGroups,
     offsets: BTreeMap<String, BTreeMap<(String, i32), CommittedOffset>>,
     /// Loaded members have no session timer until the first call that knows the time.
     timers_unarmed: bool,
@@ -135,9 +142,45 @@ fn sync_response(
     }
 }
 
+/// The `group.consumer.*` settings in the form `ConsumerGroups` takes. Assignor names it does
+/// not know are left out (an empty list falls back to its default).
+fn consumer_group_config(config: &GroupConfig) -> ConsumerGroupConfig {
+    ConsumerGroupConfig {
+        session_timeout_ms: config.group_consumer_session_timeout_ms,
+        heartbeat_interval_ms: config.group_consumer_heartbeat_interval_ms,
+        max_size: usize::try_from(config.group_consumer_max_size).unwrap_or(0),
+        assignors: config
+            .group_consumer_assignors
+            .iter()
+            .filter_map(|name| ServerAssignor::from_name(name))
+            .collect(),
+        min_session_timeout_ms: config.group_consumer_min_session_timeout_ms,
+        max_session_timeout_ms: config.group_consumer_max_session_timeout_ms,
+    }
+}
+
+/// The tombstone of a classic group's GroupMetadata record.
+fn group_tombstone(group_id: &str) -> Option<CoordinatorRecord> {
+    records::encode(
+        &RecordKey::GroupMetadata(GroupMetadataKey {
+            group: group_id.to_string(),
+        }),
+        None,
+    )
+    .ok()
+}
+
+/// Kafka's list filters: states compared case-insensitively (trimmed), types by name.
+fn listed(states: &[String], types: &[String], state: &str, group_type: &str) -> bool {
+    let state_ok = states.is_empty() || states.iter().any(|f| f.trim().eq_ignore_ascii_case(state));
+    let type_ok = types.is_empty() || types.iter().any(|t| t.eq_ignore_ascii_case(group_type));
+    state_ok && type_ok
+}
+
 impl GroupCoordinatorShard {
     pub fn new(config: GroupConfig) -> Self {
         GroupCoordinatorShard {
+            consumer: ConsumerGroups::new(consumer_group_config(&config)),
             config,
             groups: BTreeMap::new(),
             offsets: BTreeMap::new(),
@@ -156,9 +199,13 @@ impl GroupCoordinatorShard {
         };
         match (key, value) {
             (RecordKey::OffsetCommit(k), Some(RecordValue::OffsetCommit(v))) => {
-                self.groups
-                    .entry(k.group.clone())
-                    .or_insert_with(|| ClassicGroup::new(&k.group));
+                // Offsets without a group make a simple classic group, unless a consumer group
+                // owns them.
+                if !self.consumer.contains(&k.group) {
+                    self.groups
+                        .entry(k.group.clone())
+                        .or_insert_with(|| ClassicGroup::new(&k.group));
+                }
                 self.offsets.entry(k.group).or_default().insert(
                     (k.topic, k.partition),
                     CommittedOffset {
@@ -180,6 +227,17 @@ impl GroupCoordinatorShard {
                 }
             }
             (RecordKey::GroupMetadata(k), Some(RecordValue::GroupMetadata(v))) => {
+                // The later record wins a group id: a consumer group of the same id was
+                // deleted before this classic group was written (its tombstones come first in
+                // a log Kafka or fjord wrote; this keeps any other log loadable).
+                if self.consumer.contains(&k.group) {
+                    self.consumer.replay(
+                        &RecordKey::ConsumerGroupMetadata(records::ConsumerGroupMetadataKey {
+                            group_id: k.group.clone(),
+                        }),
+                        None,
+                    );
+                }
                 let group = group_from_record(&k.group, v);
                 self.timers_unarmed |= !group.members.is_empty();
                 self.groups.insert(k.group, group);
@@ -187,9 +245,30 @@ impl GroupCoordinatorShard {
             (RecordKey::GroupMetadata(k), None) => {
                 self.groups.remove(&k.group);
             }
-            // KIP-848 records (types 3-8): dispatched to ConsumerGroups::replay once that
-            // lands in consumer_group.rs (the KIP-848 engineer's call site).
-            _ => {}
+            (key, value) => {
+                let group_id = match &key {
+                    RecordKey::ConsumerGroupMetadata(k) => &k.group_id,
+                    RecordKey::ConsumerGroupPartitionMetadata(k) => &k.group_id,
+                    RecordKey::ConsumerGroupMemberMetadata(k) => &k.group_id,
+                    RecordKey::ConsumerGroupTargetAssignmentMetadata(k) => &k.group_id,
+                    RecordKey::ConsumerGroupTargetAssignmentMember(k) => &k.group_id,
+                    RecordKey::ConsumerGroupCurrentMemberAssignment(k) => &k.group_id,
+                    // A key whose value is of another type: nothing to apply.
+                    _ => return Ok(()),
+                };
+                if value.is_some() {
+                    // The consumer group replaces the classic group of the same id (the simple
+                    // group its offsets created, or a classic group converted while empty).
+                    self.groups.remove(group_id);
+                }
+                if matches!(
+                    (&key, &value),
+                    (RecordKey::ConsumerGroupMemberMetadata(_), Some(_))
+                ) {
+                    self.timers_unarmed = true;
+                }
+                self.consumer.replay(&key, value.as_ref());
+            }
         }
         Ok(())
     }
@@ -256,28 +335,12 @@ impl GroupCoordinatorShard {
             RequestBody::DeleteGroups(r) => {
                 Some(self.delete_groups(now_ms, &r.groups_names, &mut fx))
             }
-            // KIP-848: these go to ConsumerGroups (consumer_group.rs) once it lands; until
-            // then the shard answers as a Kafka broker without the consumer protocol enabled.
-            RequestBody::ConsumerGroupHeartbeat(_) => Some(ResponseBody::ConsumerGroupHeartbeat(
-                consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse {
-                    error_code: UNSUPPORTED_VERSION,
-                    ..Default::default()
-                },
-            )),
-            RequestBody::ConsumerGroupDescribe(r) => Some(ResponseBody::ConsumerGroupDescribe(
-                consumer_group_describe_response::ConsumerGroupDescribeResponse {
-                    groups: r
-                        .group_ids
-                        .iter()
-                        .map(|g| consumer_group_describe_response::DescribedGroup {
-                            group_id: g.clone(),
-                            error_code: UNSUPPORTED_VERSION,
-                            ..Default::default()
-                        })
-                        .collect(),
-                    ..Default::default()
-                },
-            )),
+            RequestBody::ConsumerGroupHeartbeat(r) => {
+                Some(self.consumer_group_heartbeat(now_ms, &r, topics, client, &mut fx))
+            }
+            RequestBody::ConsumerGroupDescribe(r) => {
+                Some(self.consumer_group_describe(&r.group_ids, topics))
+            }
             // Not a group API: the broker routes only the APIs above to a shard.
             _ => None,
         };
@@ -296,6 +359,8 @@ impl GroupCoordinatorShard {
         for id in ids {
             self.tick_group(now_ms, &id, &mut fx);
         }
+        // Consumer group records are already applied to its state.
+        fx.records.extend(self.consumer.tick(now_ms));
         if self.next_offset_expiry_ms.is_none_or(|t| t <= now_ms) {
             self.expire_offsets(now_ms, &mut fx);
             self.next_offset_expiry_ms =
@@ -307,6 +372,9 @@ impl GroupCoordinatorShard {
     /// The earliest time `tick` has something to do.
     pub fn next_deadline(&self) -> Option<i64> {
         let mut next = self.next_offset_expiry_ms;
+        if let Some(t) = self.consumer.next_deadline() {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
         let mut consider = |t: Option<i64>| {
             if let Some(t) = t {
                 next = Some(next.map_or(t, |n| n.min(t)));
@@ -333,9 +401,15 @@ impl GroupCoordinatorShard {
         self.offsets.get(group_id)
     }
 
-    /// A group's state, or `None` when this shard has no such group.
+    /// A classic group's state, or `None` when this shard has no such classic group.
     pub fn group_state(&self, group_id: &str) -> Option<GroupState> {
         self.groups.get(group_id).map(|g| g.state)
+    }
+
+    /// A KIP-848 consumer group's state as Kafka names it ("Empty", "Assigning",
+    /// "Reconciling", "Stable"), or `None` when this shard has no such consumer group.
+    pub fn consumer_group_state(&self, group_id: &str) -> Option<&'static str> {
+        self.consumer.group_state(group_id)
     }
 
     // ----- timers ---------------------------------------------------------------------------
@@ -345,6 +419,7 @@ impl GroupCoordinatorShard {
             return;
         }
         self.timers_unarmed = false;
+        self.consumer.on_loaded(now_ms);
         for g in self.groups.values_mut() {
             for m in g.members.values_mut() {
                 if m.heartbeat_deadline.is_none() {
@@ -435,6 +510,82 @@ impl GroupCoordinatorShard {
         self.groups.insert(group_id.to_string(), group);
     }
 
+    // ----- the consumer protocol (KIP-848) ----------------------------------------------------
+
+    fn consumer_group_heartbeat(
+        &mut self,
+        now_ms: i64,
+        request: &ConsumerGroupHeartbeatRequest,
+        topics: &Topics,
+        client: &ClientInfo,
+        fx: &mut Effects,
+    ) -> ResponseBody {
+        let error = |code: i16, message: String| {
+            ResponseBody::ConsumerGroupHeartbeat(
+                consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse {
+                    error_code: code,
+                    error_message: Some(message),
+                    ..Default::default()
+                },
+            )
+        };
+        if let Err((code, message)) = self.consumer.validate_heartbeat(request) {
+            return error(code, message);
+        }
+        let mut replaced_classic = None;
+        if let Some(group) = self.groups.get(&request.group_id) {
+            // Kafka replaces an empty classic group with a consumer group when a member joins
+            // (epoch 0). A non-empty one it would upgrade online; fjord refuses that with the
+            // answer Kafka gives when an upgrade is not possible.
+            if request.member_epoch != 0 || group.state != GroupState::Empty {
+                return error(
+                    GROUP_ID_NOT_FOUND,
+                    format!("Group {} is not a consumer group.", request.group_id),
+                );
+            }
+            replaced_classic = group_tombstone(&request.group_id);
+        }
+        let info = consumer_group::ClientInfo {
+            client_id: client.client_id.clone(),
+            client_host: client.client_host.clone(),
+        };
+        let (response, records) =
+            self.consumer
+                .heartbeat_from(now_ms, Some(&info), request, topics);
+        if response.error_code == NONE {
+            if let Some(tombstone) = replaced_classic {
+                let _ = self.replay(&tombstone);
+                fx.records.push(tombstone);
+            }
+            // Already applied by `heartbeat_from`.
+            fx.records.extend(records);
+        }
+        ResponseBody::ConsumerGroupHeartbeat(response)
+    }
+
+    fn consumer_group_describe(&self, ids: &[String], topics: &Topics) -> ResponseBody {
+        // A classic group is not a consumer group: `describe` answers GROUP_ID_NOT_FOUND for
+        // every id it does not own, as Kafka does.
+        let groups = self
+            .consumer
+            .describe(ids, topics)
+            .into_iter()
+            .map(|mut g| {
+                if g.group_id.is_empty() {
+                    g.error_code = INVALID_GROUP_ID;
+                    g.error_message = None;
+                }
+                g
+            })
+            .collect();
+        ResponseBody::ConsumerGroupDescribe(
+            consumer_group_describe_response::ConsumerGroupDescribeResponse {
+                groups,
+                ..Default::default()
+            },
+        )
+    }
+
     // ----- the classic protocol -------------------------------------------------------------
 
     fn new_member_id(&mut self, now_ms: i64, prefix: &str, group: &ClassicGroup) -> String {
@@ -489,6 +640,23 @@ impl GroupCoordinatorShard {
             return error(INVALID_REQUEST);
         }
         let known_member = !request.member_id.is_empty();
+        if self.consumer.contains(&request.group_id) {
+            // Kafka lets classic-protocol members join a non-empty consumer group (KIP-848
+            // interoperability); fjord does not, and answers as Kafka does for protocols the
+            // consumer group cannot take.
+            if !self.consumer.is_empty(&request.group_id) {
+                return error(INCONSISTENT_GROUP_PROTOCOL);
+            }
+            if known_member {
+                return error(UNKNOWN_MEMBER_ID);
+            }
+            // An empty consumer group gives way to the classic group this join creates; its
+            // offsets stay.
+            match self.consumer.delete_group(&request.group_id) {
+                Ok(tombstones) => fx.records.extend(tombstones),
+                Err(code) => return error(code),
+            }
+        }
         if known_member && !self.groups.contains_key(&request.group_id) {
             return error(UNKNOWN_MEMBER_ID);
         }
@@ -1298,6 +1466,20 @@ impl GroupCoordinatorShard {
             return Some(INVALID_GROUP_ID);
         }
         let generation = request.generation_id_or_member_epoch;
+        if self.consumer.contains(&request.group_id) {
+            let group_id = &request.group_id;
+            let result =
+                self.consumer
+                    .validate_offset_commit(group_id, &request.member_id, generation);
+            let by_admin = generation < 0 && self.consumer.is_empty(group_id);
+            return match result {
+                Err(code) if code == UNKNOWN_MEMBER_ID || code == GROUP_ID_NOT_FOUND => Some(code),
+                // Consumer-protocol members must commit with OffsetCommit v9+.
+                _ if version < 9 && !by_admin => Some(UNSUPPORTED_VERSION),
+                Err(code) => Some(code),
+                Ok(()) => None,
+            };
+        }
         let Some(group) = self.groups.get(&request.group_id) else {
             if generation < 0 {
                 // A simple (group-less) consumer: the group comes into being with its offsets.
@@ -1375,9 +1557,27 @@ impl GroupCoordinatorShard {
                 });
                 let error_code = if g.group_id.is_empty() {
                     INVALID_GROUP_ID
+                } else if self.consumer.contains(&g.group_id) {
+                    match self.consumer.validate_offset_fetch(
+                        &g.group_id,
+                        g.member_id.as_deref(),
+                        g.member_epoch,
+                    ) {
+                        Ok(()) => NONE,
+                        Err(code) => code,
+                    }
                 } else {
                     NONE
                 };
+                if error_code != NONE && error_code != INVALID_GROUP_ID {
+                    // A member that failed validation learns nothing of the offsets.
+                    response.groups.push(OffsetFetchResponseGroup {
+                        group_id: g.group_id,
+                        topics: Vec::new(),
+                        error_code,
+                    });
+                    continue;
+                }
                 let topics = self
                     .fetch_group(&g.group_id, topics)
                     .into_iter()
@@ -1445,26 +1645,42 @@ impl GroupCoordinatorShard {
         if request.group_id.is_empty() {
             return top(INVALID_GROUP_ID);
         }
-        let Some(group) = self.groups.get(&request.group_id) else {
-            return top(GROUP_ID_NOT_FOUND);
-        };
-        if group.state == GroupState::Dead {
-            return top(GROUP_ID_NOT_FOUND);
-        }
-        let active = group.state != GroupState::Empty;
-        if active && group.protocol_type.as_deref() != Some("consumer") {
-            return top(NON_EMPTY_GROUP);
-        }
-        let subscribed = if active {
-            group.subscribed_topics()
+        // Per requested topic: whether the group still consumes it.
+        let in_use: Vec<bool> = if self.consumer.contains(&request.group_id) {
+            request
+                .topics
+                .iter()
+                .map(|t| {
+                    self.consumer
+                        .is_subscribed_to_topic(&request.group_id, &t.name)
+                })
+                .collect()
         } else {
-            Some(Default::default())
+            let Some(group) = self.groups.get(&request.group_id) else {
+                return top(GROUP_ID_NOT_FOUND);
+            };
+            if group.state == GroupState::Dead {
+                return top(GROUP_ID_NOT_FOUND);
+            }
+            let active = group.state != GroupState::Empty;
+            if active && group.protocol_type.as_deref() != Some("consumer") {
+                return top(NON_EMPTY_GROUP);
+            }
+            let subscribed = if active {
+                group.subscribed_topics()
+            } else {
+                Some(Default::default())
+            };
+            request
+                .topics
+                .iter()
+                // Unknown subscriptions count as subscribed to everything, to be safe.
+                .map(|t| subscribed.as_ref().is_none_or(|s| s.contains(&t.name)))
+                .collect()
         };
         let mut response = OffsetDeleteResponse::default();
         let mut records = Vec::new();
-        for t in &request.topics {
-            // Unknown subscriptions count as subscribed to everything, to be safe.
-            let in_use = subscribed.as_ref().is_none_or(|s| s.contains(&t.name));
+        for (t, &in_use) in request.topics.iter().zip(&in_use) {
             let mut out = OffsetDeleteResponseTopic {
                 name: t.name.clone(),
                 ..Default::default()
@@ -1503,7 +1719,51 @@ impl GroupCoordinatorShard {
         ResponseBody::OffsetDelete(response)
     }
 
+    /// Kafka's retention for consumer groups: offsets of topics no member follows expire by
+    /// commit time; an empty group whose offsets are all gone is deleted.
+    fn expire_consumer_group_offsets(&mut self, now_ms: i64, fx: &mut Effects) {
+        let retention = self.config.offsets_retention_ms();
+        let ids: Vec<String> = self.consumer.list().into_iter().map(|(id, _)| id).collect();
+        for id in ids {
+            let committed: Vec<((String, i32), bool)> = self
+                .offsets
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .map(|(tp, c)| {
+                    let expired = match c.expire_timestamp_ms {
+                        Some(t) => now_ms >= t,
+                        None => now_ms.saturating_sub(c.commit_timestamp_ms) >= retention,
+                    };
+                    (tp.clone(), expired)
+                })
+                .collect();
+            let mut all_expired = true;
+            for ((topic, partition), expired) in committed {
+                if !expired || self.consumer.is_subscribed_to_topic(&id, &topic) {
+                    all_expired = false;
+                    continue;
+                }
+                let key = RecordKey::OffsetCommit(OffsetCommitKey {
+                    group: id.clone(),
+                    topic,
+                    partition,
+                });
+                if let Ok(record) = records::encode(&key, None) {
+                    let _ = self.replay(&record);
+                    fx.records.push(record);
+                }
+            }
+            if all_expired && self.consumer.is_empty(&id) {
+                if let Ok(tombstones) = self.consumer.delete_group(&id) {
+                    fx.records.extend(tombstones);
+                }
+            }
+        }
+    }
+
     fn expire_offsets(&mut self, now_ms: i64, fx: &mut Effects) {
+        self.expire_consumer_group_offsets(now_ms, fx);
         let retention = self.config.offsets_retention_ms();
         let ids: Vec<String> = self.groups.keys().cloned().collect();
         for id in ids {
@@ -1556,21 +1816,31 @@ impl GroupCoordinatorShard {
     // ----- listing, describing, deleting ----------------------------------------------------
 
     fn list_groups(&self, states: &[String], types: &[String]) -> ResponseBody {
-        let state_ok = |s: GroupState| {
-            states.is_empty() || states.iter().any(|f| f.eq_ignore_ascii_case(s.as_str()))
-        };
-        let type_ok = types.is_empty() || types.iter().any(|t| t.eq_ignore_ascii_case("classic"));
-        let groups = self
+        let classic = self
             .groups
             .values()
-            .filter(|g| g.state != GroupState::Dead && type_ok && state_ok(g.state))
+            .filter(|g| {
+                g.state != GroupState::Dead && listed(states, types, g.state.as_str(), "classic")
+            })
             .map(|g| ListedGroup {
                 group_id: g.group_id.clone(),
                 protocol_type: g.protocol_type.clone().unwrap_or_default(),
                 group_state: g.state.as_str().to_string(),
                 group_type: "classic".to_string(),
-            })
-            .collect();
+            });
+        let consumer = self
+            .consumer
+            .list()
+            .into_iter()
+            .filter(|(_, state)| listed(states, types, state, "consumer"))
+            .map(|(group_id, state)| ListedGroup {
+                group_id,
+                protocol_type: "consumer".to_string(),
+                group_state: state.to_string(),
+                group_type: "consumer".to_string(),
+            });
+        let mut groups: Vec<ListedGroup> = classic.chain(consumer).collect();
+        groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         ResponseBody::ListGroups(ListGroupsResponse {
             groups,
             ..Default::default()
@@ -1639,11 +1909,40 @@ impl GroupCoordinatorShard {
         })
     }
 
+    /// Deletes an empty consumer group: its offsets' tombstones, then the group's.
+    fn delete_consumer_group(&mut self, group_id: &str, fx: &mut Effects) -> i16 {
+        let group_records = match self.consumer.delete_group(group_id) {
+            Ok(records) => records,
+            Err(code) => return code,
+        };
+        let keys: Vec<(String, i32)> = self
+            .offsets
+            .get(group_id)
+            .into_iter()
+            .flat_map(|o| o.keys().cloned())
+            .collect();
+        for (topic, partition) in keys {
+            let key = RecordKey::OffsetCommit(OffsetCommitKey {
+                group: group_id.to_string(),
+                topic,
+                partition,
+            });
+            if let Ok(record) = records::encode(&key, None) {
+                let _ = self.replay(&record);
+                fx.records.push(record);
+            }
+        }
+        // Already applied by `delete_group`.
+        fx.records.extend(group_records);
+        NONE
+    }
+
     fn delete_groups(&mut self, _now_ms: i64, ids: &[String], fx: &mut Effects) -> ResponseBody {
         let mut results = Vec::new();
         for id in ids {
             let code = match self.groups.get(id) {
                 _ if id.is_empty() => INVALID_GROUP_ID,
+                None if self.consumer.contains(id) => self.delete_consumer_group(id, fx),
                 None => GROUP_ID_NOT_FOUND,
                 Some(g) if g.state == GroupState::Dead => GROUP_ID_NOT_FOUND,
                 Some(g) if g.state != GroupState::Empty || !g.pending_join.is_empty() => {
