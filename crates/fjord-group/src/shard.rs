@@ -268,6 +268,15 @@ impl GroupCoordinatorShard {
                     self.timers_unarmed = true;
                 }
                 self.consumer.replay(&key, value.as_ref());
+                // Offsets outlive a consumer group replaced by a classic one; like any
+                // offsets without a group they belong to a simple classic group.
+                if matches!((&key, &value), (RecordKey::ConsumerGroupMetadata(_), None))
+                    && self.offsets.contains_key(group_id)
+                    && !self.groups.contains_key(group_id)
+                {
+                    self.groups
+                        .insert(group_id.clone(), ClassicGroup::new(group_id));
+                }
             }
         }
         Ok(())
