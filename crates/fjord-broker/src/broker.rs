@@ -33,6 +33,7 @@ use crate::controller::{self, CreateTopic};
 use crate::errors;
 use crate::fetch_session::FetchSessionCache;
 use crate::flusher::FlusherHandle;
+use crate::group_runtime::GroupRuntime;
 use crate::network::{Dispatch, Reply, Response};
 use crate::replica::ReplicaManager;
 
@@ -51,6 +52,19 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 2, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 0),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -81,6 +95,8 @@ pub struct Broker {
     /// Serializes controller decisions with their proposals, so two requests cannot both decide
     /// on the same image (e.g. both create one topic).
     controller_lock: tokio::sync::Mutex<()>,
+    /// The group coordinator shards this broker hosts.
+    pub groups: Arc<GroupRuntime>,
 }
 
 pub fn now_ms() -> i64 {
@@ -122,6 +138,7 @@ impl Broker {
         replicas: Arc<ReplicaManager>,
         flusher: FlusherHandle,
         high_watermark_moved: Arc<watch::Sender<u64>>,
+        groups: Arc<GroupRuntime>,
     ) -> Self {
         Broker {
             config,
@@ -133,6 +150,7 @@ impl Broker {
             fetch_sessions: Mutex::new(FetchSessionCache::default()),
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock { next: 0, end: 0 }),
             controller_lock: tokio::sync::Mutex::new(()),
+            groups,
         }
     }
 
@@ -146,7 +164,7 @@ impl Broker {
         }))
     }
 
-    fn handle(self: &Arc<Self>, frame: Bytes) -> Reply {
+    fn handle(self: &Arc<Self>, frame: Bytes, peer: SocketAddr) -> Reply {
         let mut input = Decoder::new(frame);
         let header = match decode_request_header(&mut input) {
             Ok(header) => header,
@@ -232,6 +250,31 @@ impl Broker {
                 self.produce(request, api, version, correlation_id, now)
             }
             RequestBody::Fetch(request) => self.fetch(request, api, version, correlation_id, now),
+            RequestBody::FindCoordinator(request) => {
+                let answer = self.find_coordinator(request, version);
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::FindCoordinator(answer.await)
+                })
+            }
+            body @ (RequestBody::JoinGroup(_)
+            | RequestBody::SyncGroup(_)
+            | RequestBody::Heartbeat(_)
+            | RequestBody::LeaveGroup(_)
+            | RequestBody::OffsetCommit(_)
+            | RequestBody::OffsetFetch(_)
+            | RequestBody::OffsetDelete(_)
+            | RequestBody::ListGroups(_)
+            | RequestBody::DescribeGroups(_)
+            | RequestBody::DeleteGroups(_)
+            | RequestBody::ConsumerGroupHeartbeat(_)
+            | RequestBody::ConsumerGroupDescribe(_)) => self.group_request(
+                body,
+                api,
+                version,
+                correlation_id,
+                header.client_id.clone(),
+                peer,
+            ),
             other => Reply::Close(format!("API {} is not supported", other.api_key().name())),
         }
     }
@@ -242,6 +285,10 @@ impl Broker {
             Some(l) => (l.host.clone(), l.port as i32),
             None => ("127.0.0.1".to_string(), 9092),
         }
+    }
+
+    pub(crate) fn live_broker_count(&self) -> usize {
+        self.live_brokers().len()
     }
 
     fn live_brokers(&self) -> Vec<i32> {
@@ -437,7 +484,7 @@ impl Broker {
 
     /// Plans and (unless `validate_only`) commits several topic creations under the controller
     /// lock. Results are in request order.
-    async fn create_many(
+    pub(crate) async fn create_many(
         &self,
         requests: &[CreateTopic],
         validate_only: bool,
@@ -882,7 +929,7 @@ pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {
 pub struct BrokerDispatch(pub Arc<Broker>);
 
 impl Dispatch for BrokerDispatch {
-    fn dispatch(&self, frame: Bytes, _peer: SocketAddr) -> Reply {
-        self.0.handle(frame)
+    fn dispatch(&self, frame: Bytes, peer: SocketAddr) -> Reply {
+        self.0.handle(frame, peer)
     }
 }

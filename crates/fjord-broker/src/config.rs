@@ -674,6 +674,97 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
         Some("3000"),
         Check::None
     ),
+    broker_config!(
+        "group.min.session.timeout.ms",
+        Int,
+        Some("6000"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "group.max.session.timeout.ms",
+        Int,
+        Some("1800000"),
+        Check::AtLeast(0)
+    ),
+    broker_config!("group.max.size", Int, Some("2147483647"), Check::AtLeast(1)),
+    broker_config!(
+        "group.coordinator.rebalance.protocols",
+        List,
+        Some("classic,consumer"),
+        Check::ListOf(&["classic", "consumer", "share", "streams"])
+    ),
+    broker_config!(
+        "group.consumer.session.timeout.ms",
+        Int,
+        Some("45000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "group.consumer.min.session.timeout.ms",
+        Int,
+        Some("45000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "group.consumer.max.session.timeout.ms",
+        Int,
+        Some("60000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "group.consumer.heartbeat.interval.ms",
+        Int,
+        Some("5000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "group.consumer.min.heartbeat.interval.ms",
+        Int,
+        Some("5000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "group.consumer.max.heartbeat.interval.ms",
+        Int,
+        Some("15000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "group.consumer.max.size",
+        Int,
+        Some("2147483647"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "group.consumer.assignors",
+        List,
+        Some("uniform,range"),
+        Check::ListOf(&["uniform", "range"])
+    ),
+    broker_config!(
+        "offsets.retention.minutes",
+        Int,
+        Some("10080"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "offsets.retention.check.interval.ms",
+        Long,
+        Some("600000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "offset.metadata.max.bytes",
+        Int,
+        Some("4096"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "offsets.topic.segment.bytes",
+        Int,
+        Some("104857600"),
+        Check::AtLeast(1)
+    ),
     broker_config!("cluster.id", String, None, Check::None),
 ];
 

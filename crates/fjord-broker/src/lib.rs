@@ -8,6 +8,8 @@ pub mod errors;
 mod fetch;
 pub mod fetch_session;
 pub mod flusher;
+pub mod group_runtime;
+mod groups;
 pub mod network;
 mod produce;
 pub mod replica;
@@ -130,6 +132,24 @@ pub async fn run(
     let (high_watermark_moved, _) = watch::channel(0u64);
     let high_watermark_moved = Arc::new(high_watermark_moved);
     let (flusher, flusher_task) = flusher::start(high_watermark_moved.clone());
+    let offsets_partitions: i32 = config
+        .get("offsets.topic.num.partitions")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let groups = Arc::new(group_runtime::GroupRuntime::new(
+        group_config(&config),
+        offsets_partitions,
+        replicas.clone(),
+        flusher.clone(),
+    ));
+    // Groups and offsets committed before a restart are back before the first request.
+    let groups_started = Instant::now();
+    groups.load_hosted().await.map_err(startup)?;
+    tracing::info!(
+        elapsed_ms = groups_started.elapsed().as_millis() as u64,
+        "group coordinators loaded"
+    );
+    let group_timers = tokio::spawn(groups.clone().run_timers(shutdown.clone()));
     let broker = Arc::new(Broker::new(
         config.clone(),
         cluster_id,
@@ -137,6 +157,7 @@ pub async fn run(
         replicas.clone(),
         flusher.clone(),
         high_watermark_moved,
+        groups.clone(),
     ));
 
     // Follow metadata changes (a single node applies its own proposals already; this keeps
@@ -186,6 +207,8 @@ pub async fn run(
         let _ = server.await;
     }
     let _ = housekeeping.await;
+    let _ = group_timers.await;
+    drop(groups);
     image_task.abort();
     drop(broker);
     drop(flusher);
@@ -198,6 +221,71 @@ pub async fn run(
     }
     tracing::info!("clean shutdown complete");
     Ok(())
+}
+
+/// The group coordinator's settings from the broker config (Kafka's names and defaults).
+fn group_config(config: &BrokerConfig) -> fjord_group::GroupConfig {
+    let mut group = fjord_group::GroupConfig::default();
+    let int = |key: &str, default: i32| {
+        config
+            .get(key)
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(default)
+    };
+    group.group_min_session_timeout_ms = int(
+        "group.min.session.timeout.ms",
+        group.group_min_session_timeout_ms,
+    );
+    group.group_max_session_timeout_ms = int(
+        "group.max.session.timeout.ms",
+        group.group_max_session_timeout_ms,
+    );
+    group.group_initial_rebalance_delay_ms = int(
+        "group.initial.rebalance.delay.ms",
+        group.group_initial_rebalance_delay_ms,
+    );
+    group.group_max_size = int("group.max.size", group.group_max_size);
+    group.offsets_retention_minutes =
+        int("offsets.retention.minutes", group.offsets_retention_minutes);
+    group.offsets_retention_check_interval_ms = config
+        .get("offsets.retention.check.interval.ms")
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(group.offsets_retention_check_interval_ms);
+    group.offset_metadata_max_bytes =
+        int("offset.metadata.max.bytes", group.offset_metadata_max_bytes);
+    group.group_consumer_session_timeout_ms = int(
+        "group.consumer.session.timeout.ms",
+        group.group_consumer_session_timeout_ms,
+    );
+    group.group_consumer_min_session_timeout_ms = int(
+        "group.consumer.min.session.timeout.ms",
+        group.group_consumer_min_session_timeout_ms,
+    );
+    group.group_consumer_max_session_timeout_ms = int(
+        "group.consumer.max.session.timeout.ms",
+        group.group_consumer_max_session_timeout_ms,
+    );
+    group.group_consumer_heartbeat_interval_ms = int(
+        "group.consumer.heartbeat.interval.ms",
+        group.group_consumer_heartbeat_interval_ms,
+    );
+    group.group_consumer_min_heartbeat_interval_ms = int(
+        "group.consumer.min.heartbeat.interval.ms",
+        group.group_consumer_min_heartbeat_interval_ms,
+    );
+    group.group_consumer_max_heartbeat_interval_ms = int(
+        "group.consumer.max.heartbeat.interval.ms",
+        group.group_consumer_max_heartbeat_interval_ms,
+    );
+    group.group_consumer_max_size = int("group.consumer.max.size", group.group_consumer_max_size);
+    if let Some(assignors) = config.get("group.consumer.assignors") {
+        group.group_consumer_assignors = assignors
+            .split(',')
+            .map(|a| a.trim().to_string())
+            .filter(|a| !a.is_empty())
+            .collect();
+    }
+    group
 }
 
 /// Records this broker's endpoints in the metadata log, once per start.

@@ -1794,6 +1794,126 @@ fn every_advertised_version_answers() {
                     include_cluster_authorized_operations: false,
                     endpoint_type: 1,
                 }),
+                ApiKey::FindCoordinator => {
+                    RequestBody::FindCoordinator(fjord_protocol::messages::find_coordinator_request::FindCoordinatorRequest {
+                        key: if version < 4 { "every-group".into() } else { String::new() },
+                        key_type: 0,
+                        coordinator_keys: if version >= 4 { vec!["every-group".into()] } else { Vec::new() },
+                    })
+                }
+                // Unknown members get an immediate error, so no request waits for a rebalance.
+                ApiKey::JoinGroup => RequestBody::JoinGroup(fjord_protocol::messages::join_group_request::JoinGroupRequest {
+                    group_id: "every-group".into(),
+                    session_timeout_ms: 10_000,
+                    rebalance_timeout_ms: 10_000,
+                    member_id: "unknown-member".into(),
+                    protocol_type: "consumer".into(),
+                    protocols: vec![fjord_protocol::messages::join_group_request::JoinGroupRequestProtocol {
+                        name: "range".into(),
+                        metadata: Bytes::from_static(b"\0\0\0\0\0\0"),
+                    }],
+                    ..Default::default()
+                }),
+                ApiKey::SyncGroup => RequestBody::SyncGroup(fjord_protocol::messages::sync_group_request::SyncGroupRequest {
+                    group_id: "every-group".into(),
+                    generation_id: 1,
+                    member_id: "unknown-member".into(),
+                    protocol_type: (version >= 5).then(|| "consumer".to_string()),
+                    protocol_name: (version >= 5).then(|| "range".to_string()),
+                    ..Default::default()
+                }),
+                ApiKey::Heartbeat => RequestBody::Heartbeat(fjord_protocol::messages::heartbeat_request::HeartbeatRequest {
+                    group_id: "every-group".into(),
+                    generation_id: 1,
+                    member_id: "unknown-member".into(),
+                    group_instance_id: None,
+                }),
+                ApiKey::LeaveGroup => RequestBody::LeaveGroup(fjord_protocol::messages::leave_group_request::LeaveGroupRequest {
+                    group_id: "every-group".into(),
+                    member_id: if version < 3 { "unknown-member".into() } else { String::new() },
+                    members: if version >= 3 {
+                        vec![fjord_protocol::messages::leave_group_request::MemberIdentity {
+                            member_id: "unknown-member".into(),
+                            ..Default::default()
+                        }]
+                    } else {
+                        Vec::new()
+                    },
+                }),
+                ApiKey::OffsetCommit => RequestBody::OffsetCommit(fjord_protocol::messages::offset_commit_request::OffsetCommitRequest {
+                    group_id: format!("every-simple-{version}"),
+                    generation_id_or_member_epoch: -1,
+                    member_id: String::new(),
+                    retention_time_ms: -1,
+                    topics: vec![fjord_protocol::messages::offset_commit_request::OffsetCommitRequestTopic {
+                        name: "every".into(),
+                        partitions: vec![fjord_protocol::messages::offset_commit_request::OffsetCommitRequestPartition {
+                            partition_index: 0,
+                            committed_offset: 1,
+                            committed_leader_epoch: -1,
+                            commit_timestamp: -1,
+                            committed_metadata: Some("m".into()),
+                        }],
+                    }],
+                    ..Default::default()
+                }),
+                ApiKey::OffsetFetch => {
+                    use fjord_protocol::messages::offset_fetch_request::*;
+                    RequestBody::OffsetFetch(if version >= 8 {
+                        OffsetFetchRequest {
+                            groups: vec![OffsetFetchRequestGroup {
+                                group_id: "every-simple-2".into(),
+                                member_id: None,
+                                member_epoch: -1,
+                                topics: None,
+                            }],
+                            ..Default::default()
+                        }
+                    } else {
+                        OffsetFetchRequest {
+                            group_id: "every-simple-2".into(),
+                            topics: Some(vec![OffsetFetchRequestTopic {
+                                name: "every".into(),
+                                partition_indexes: vec![0],
+                            }]),
+                            ..Default::default()
+                        }
+                    })
+                }
+                ApiKey::ListGroups => RequestBody::ListGroups(Default::default()),
+                ApiKey::DescribeGroups => RequestBody::DescribeGroups(fjord_protocol::messages::describe_groups_request::DescribeGroupsRequest {
+                    groups: vec!["every-simple-2".into(), "no-such-group".into()],
+                    include_authorized_operations: false,
+                }),
+                ApiKey::DeleteGroups => RequestBody::DeleteGroups(fjord_protocol::messages::delete_groups_request::DeleteGroupsRequest {
+                    groups_names: vec!["no-such-group".into()],
+                }),
+                ApiKey::OffsetDelete => RequestBody::OffsetDelete(fjord_protocol::messages::offset_delete_request::OffsetDeleteRequest {
+                    group_id: "every-simple-2".into(),
+                    topics: vec![fjord_protocol::messages::offset_delete_request::OffsetDeleteRequestTopic {
+                        name: "every".into(),
+                        partitions: vec![fjord_protocol::messages::offset_delete_request::OffsetDeleteRequestPartition {
+                            partition_index: 0,
+                        }],
+                    }],
+                }),
+                ApiKey::ConsumerGroupHeartbeat => RequestBody::ConsumerGroupHeartbeat(
+                    fjord_protocol::messages::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest {
+                        group_id: format!("every-cg-{version}"),
+                        member_id: format!("every-member-{version}"),
+                        member_epoch: 0,
+                        rebalance_timeout_ms: 10_000,
+                        subscribed_topic_names: Some(vec!["every".into()]),
+                        topic_partitions: Some(Vec::new()),
+                        ..Default::default()
+                    },
+                ),
+                ApiKey::ConsumerGroupDescribe => RequestBody::ConsumerGroupDescribe(
+                    fjord_protocol::messages::consumer_group_describe_request::ConsumerGroupDescribeRequest {
+                        group_ids: vec!["every-cg-0".into(), "no-such-group".into()],
+                        include_authorized_operations: false,
+                    },
+                ),
                 other => panic!("no request built for {}", other.name()),
             };
             let frame = client.encode_request(*api, version, &body);

@@ -1,0 +1,482 @@
+//! The async shell around the group coordinator shards (`fjord-group`).
+//!
+//! One `GroupCoordinatorShard` per `__consumer_offsets` partition this broker leads. A group
+//! request goes to the shard of `partition_for(group_id)`; the shard answers with `Effects`: records
+//! to append to its partition and responses, possibly for requests parked earlier (a JoinGroup
+//! waiting for the rest of the group). Records are appended under the shard's lock, so the log
+//! holds them in the order the shard produced them; responses are released only after the
+//! append is durable. A timer task ticks shards at their deadlines. Loading a shard replays its
+//! partition from the log start.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use fjord_group::{
+    partition_for, ClientInfo, CoordinatorRecord, Effects, GroupConfig, GroupCoordinatorShard,
+    RequestId, TopicInfo, Topics,
+};
+use fjord_metadata::MetadataImage;
+use fjord_protocol::messages::consumer_group_describe_request::ConsumerGroupDescribeRequest;
+use fjord_protocol::messages::consumer_group_describe_response::ConsumerGroupDescribeResponse;
+use fjord_protocol::messages::delete_groups_request::DeleteGroupsRequest;
+use fjord_protocol::messages::delete_groups_response::DeleteGroupsResponse;
+use fjord_protocol::messages::describe_groups_request::DescribeGroupsRequest;
+use fjord_protocol::messages::describe_groups_response::DescribeGroupsResponse;
+use fjord_protocol::messages::list_groups_response::ListGroupsResponse;
+use fjord_protocol::messages::offset_fetch_request::OffsetFetchRequest;
+use fjord_protocol::messages::offset_fetch_response::OffsetFetchResponse;
+use fjord_protocol::{RequestBody, ResponseBody};
+use fjord_records::{BatchBuilder, Compression};
+use fjord_storage::log::Log;
+use tokio::sync::{oneshot, Notify};
+
+use crate::broker::now_ms;
+use crate::flusher::FlusherHandle;
+use crate::replica::ReplicaManager;
+
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Longest a parked group request may wait for its answer (a JoinGroup waits at most its
+/// rebalance timeout; this bounds a lost wake-up).
+const MAX_PARK_MS: u64 = 30 * 60 * 1000;
+
+struct Shard {
+    core: GroupCoordinatorShard,
+    log: Arc<Mutex<Log>>,
+    leader_epoch: i32,
+}
+
+pub struct GroupRuntime {
+    config: GroupConfig,
+    num_partitions: i32,
+    replicas: Arc<ReplicaManager>,
+    flusher: FlusherHandle,
+    shards: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<Shard>>>>,
+    parked: Mutex<HashMap<RequestId, oneshot::Sender<ResponseBody>>>,
+    next_request_id: AtomicU64,
+    /// Wakes the timer task when a shard's deadline may have moved earlier.
+    deadline_moved: Notify,
+}
+
+/// The cluster's topics as the coordinator sees them.
+pub fn topics_view(image: &MetadataImage) -> Topics {
+    Topics {
+        by_name: image
+            .topics()
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    TopicInfo {
+                        name: t.name.clone(),
+                        topic_id: t.topic_id,
+                        partitions: t.partitions.len() as i32,
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+impl GroupRuntime {
+    pub fn new(
+        config: GroupConfig,
+        num_partitions: i32,
+        replicas: Arc<ReplicaManager>,
+        flusher: FlusherHandle,
+    ) -> Self {
+        GroupRuntime {
+            config,
+            num_partitions,
+            replicas,
+            flusher,
+            shards: Mutex::new(HashMap::new()),
+            parked: Mutex::new(HashMap::new()),
+            next_request_id: AtomicU64::new(1),
+            deadline_moved: Notify::new(),
+        }
+    }
+
+    pub fn num_partitions(&self) -> i32 {
+        self.num_partitions
+    }
+
+    pub fn partition_of(&self, group_id: &str) -> i32 {
+        partition_for(group_id, self.num_partitions)
+    }
+
+    /// Loads every `__consumer_offsets` partition this broker hosts that is not loaded yet.
+    pub async fn load_hosted(&self) -> Result<(), String> {
+        for partition in 0..self.num_partitions {
+            if self.shard(partition).is_none() {
+                if let Some(hosted) = self.replicas.get(OFFSETS_TOPIC, partition) {
+                    let started = std::time::Instant::now();
+                    let shard = load_shard(&self.config, hosted.log.clone(), hosted.leader_epoch)?;
+                    if let Ok(mut shards) = self.shards.lock() {
+                        shards
+                            .entry(partition)
+                            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(shard)));
+                    }
+                    tracing::debug!(
+                        partition,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "group coordinator shard loaded"
+                    );
+                }
+            }
+        }
+        self.deadline_moved.notify_one();
+        Ok(())
+    }
+
+    fn shard(&self, partition: i32) -> Option<Arc<tokio::sync::Mutex<Shard>>> {
+        self.shards.lock().ok()?.get(&partition).cloned()
+    }
+
+    fn all_shards(&self) -> Vec<(i32, Arc<tokio::sync::Mutex<Shard>>)> {
+        self.shards
+            .lock()
+            .map(|s| s.iter().map(|(p, s)| (*p, s.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Runs one request on one shard and waits for its answer.
+    pub async fn call(
+        &self,
+        partition: i32,
+        version: i16,
+        request: RequestBody,
+        topics: &Topics,
+        client: &ClientInfo,
+    ) -> Result<ResponseBody, String> {
+        let shard = self.shard(partition).ok_or_else(|| {
+            format!("group coordinator for {OFFSETS_TOPIC}-{partition} is not loaded")
+        })?;
+        let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = oneshot::channel();
+        if let Ok(mut parked) = self.parked.lock() {
+            parked.insert(request_id, sender);
+        }
+        let flush = {
+            let mut guard = shard.lock().await;
+            let effects =
+                guard
+                    .core
+                    .handle_from(now_ms(), request_id, version, request, topics, client);
+            self.persist_and_release(&mut guard, effects)
+        };
+        self.await_durable_and_release(flush).await;
+        self.deadline_moved.notify_one();
+        match tokio::time::timeout(Duration::from_millis(MAX_PARK_MS), receiver).await {
+            Ok(Ok(response)) => Ok(response),
+            _ => {
+                if let Ok(mut parked) = self.parked.lock() {
+                    parked.remove(&request_id);
+                }
+                Err("group request got no answer".to_string())
+            }
+        }
+    }
+
+    /// Appends the effects' records under the shard lock; returns what must be flushed and the
+    /// responses to release after the flush.
+    fn persist_and_release(&self, shard: &mut Shard, effects: Effects) -> Pending {
+        let mut pending = Pending {
+            flush: None,
+            responses: effects.responses,
+            failed: None,
+        };
+        if effects.records.is_empty() {
+            return pending;
+        }
+        match append_records(shard, &effects.records) {
+            Ok(end_offset) => pending.flush = Some((shard.log.clone(), end_offset)),
+            Err(error) => {
+                tracing::error!(%error, "cannot append group coordinator records");
+                pending.failed = Some(error);
+            }
+        }
+        pending
+    }
+
+    async fn await_durable_and_release(&self, pending: Pending) {
+        let mut failed = pending.failed;
+        if let Some((log, end_offset)) = pending.flush {
+            if let Err(error) = self.flusher.flush(log, end_offset).await {
+                failed = Some(error);
+            }
+        }
+        if let Some(error) = failed {
+            // The state change is not durable: the clients get no answer and retry after their
+            // request timeout, finding the coordinator reloaded or failed over.
+            tracing::error!(%error, "group coordinator write failed; responses withheld");
+            if let Ok(mut parked) = self.parked.lock() {
+                for (id, _) in &pending.responses {
+                    parked.remove(id);
+                }
+            }
+            return;
+        }
+        let mut parked = match self.parked.lock() {
+            Ok(p) => p,
+            Err(_) => return,
+        };
+        for (id, response) in pending.responses {
+            if let Some(sender) = parked.remove(&id) {
+                let _ = sender.send(response);
+            }
+        }
+    }
+
+    /// Drives shard timers until the broker stops.
+    pub async fn run_timers(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            let now = now_ms();
+            let mut next: Option<i64> = None;
+            for (_, shard) in self.all_shards() {
+                let flush = {
+                    let mut guard = shard.lock().await;
+                    let due = guard.core.next_deadline().is_some_and(|d| d <= now);
+                    let pending = if due {
+                        let effects = guard.core.tick(now);
+                        Some(self.persist_and_release(&mut guard, effects))
+                    } else {
+                        None
+                    };
+                    if let Some(d) = guard.core.next_deadline() {
+                        next = Some(next.map_or(d, |n: i64| n.min(d)));
+                    }
+                    pending
+                };
+                if let Some(pending) = flush {
+                    self.await_durable_and_release(pending).await;
+                }
+            }
+            // Sleep to the earliest deadline, at most a second (new work may arm earlier ones).
+            let wait_ms = next.map(|d| (d - now_ms()).clamp(1, 1000)).unwrap_or(1000) as u64;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+                _ = self.deadline_moved.notified() => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+
+    /// ListGroups over every shard.
+    pub async fn list_groups(
+        &self,
+        version: i16,
+        request: RequestBody,
+        topics: &Topics,
+    ) -> ResponseBody {
+        let mut merged = ListGroupsResponse::default();
+        for (partition, _) in self.all_shards() {
+            match self
+                .call(
+                    partition,
+                    version,
+                    request.clone(),
+                    topics,
+                    &ClientInfo::default(),
+                )
+                .await
+            {
+                Ok(ResponseBody::ListGroups(r)) => {
+                    if r.error_code != 0 {
+                        merged.error_code = r.error_code;
+                    }
+                    merged.groups.extend(r.groups);
+                }
+                Ok(_) | Err(_) => merged.error_code = crate::errors::COORDINATOR_NOT_AVAILABLE,
+            }
+        }
+        merged.groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        ResponseBody::ListGroups(merged)
+    }
+
+    /// Requests naming several groups are split by shard and their answers merged.
+    pub async fn multi_group(
+        &self,
+        version: i16,
+        request: RequestBody,
+        topics: &Topics,
+        client: &ClientInfo,
+    ) -> Result<ResponseBody, String> {
+        match request {
+            RequestBody::DescribeGroups(r) => {
+                let mut merged = DescribeGroupsResponse::default();
+                for (partition, groups) in self.split(&r.groups) {
+                    let part = RequestBody::DescribeGroups(DescribeGroupsRequest {
+                        groups,
+                        ..r.clone()
+                    });
+                    if let ResponseBody::DescribeGroups(answer) =
+                        self.call(partition, version, part, topics, client).await?
+                    {
+                        merged.groups.extend(answer.groups);
+                    }
+                }
+                Ok(ResponseBody::DescribeGroups(merged))
+            }
+            RequestBody::DeleteGroups(r) => {
+                let mut merged = DeleteGroupsResponse::default();
+                for (partition, groups_names) in self.split(&r.groups_names) {
+                    let part = RequestBody::DeleteGroups(DeleteGroupsRequest { groups_names });
+                    if let ResponseBody::DeleteGroups(answer) =
+                        self.call(partition, version, part, topics, client).await?
+                    {
+                        merged.results.extend(answer.results);
+                    }
+                }
+                Ok(ResponseBody::DeleteGroups(merged))
+            }
+            RequestBody::ConsumerGroupDescribe(r) => {
+                let mut merged = ConsumerGroupDescribeResponse::default();
+                for (partition, group_ids) in self.split(&r.group_ids) {
+                    let part = RequestBody::ConsumerGroupDescribe(ConsumerGroupDescribeRequest {
+                        group_ids,
+                        ..r.clone()
+                    });
+                    if let ResponseBody::ConsumerGroupDescribe(answer) =
+                        self.call(partition, version, part, topics, client).await?
+                    {
+                        merged.groups.extend(answer.groups);
+                    }
+                }
+                Ok(ResponseBody::ConsumerGroupDescribe(merged))
+            }
+            RequestBody::OffsetFetch(r) if version >= 8 => {
+                let mut merged = OffsetFetchResponse::default();
+                let ids: Vec<String> = r.groups.iter().map(|g| g.group_id.clone()).collect();
+                for (partition, group_ids) in self.split(&ids) {
+                    let groups = r
+                        .groups
+                        .iter()
+                        .filter(|g| group_ids.contains(&g.group_id))
+                        .cloned()
+                        .collect();
+                    let part = RequestBody::OffsetFetch(OffsetFetchRequest {
+                        groups,
+                        ..r.clone()
+                    });
+                    if let ResponseBody::OffsetFetch(answer) =
+                        self.call(partition, version, part, topics, client).await?
+                    {
+                        merged.groups.extend(answer.groups);
+                    }
+                }
+                Ok(ResponseBody::OffsetFetch(merged))
+            }
+            other => Err(format!(
+                "{} is not a multi-group request",
+                other.api_key().name()
+            )),
+        }
+    }
+
+    fn split(&self, groups: &[String]) -> BTreeMap<i32, Vec<String>> {
+        let mut by_partition: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+        for g in groups {
+            by_partition
+                .entry(self.partition_of(g))
+                .or_default()
+                .push(g.clone());
+        }
+        by_partition
+    }
+}
+
+struct Pending {
+    flush: Option<(Arc<Mutex<Log>>, i64)>,
+    responses: Vec<(RequestId, ResponseBody)>,
+    failed: Option<String>,
+}
+
+/// Appends coordinator records as one uncompressed batch; returns the end offset (exclusive).
+fn append_records(shard: &mut Shard, records: &[CoordinatorRecord]) -> Result<i64, String> {
+    let now = now_ms();
+    let mut builder = BatchBuilder::new(Compression::None);
+    for record in records {
+        builder
+            .append(now, Some(&record.key[..]), record.value.as_deref(), &[])
+            .map_err(|e| e.to_string())?;
+    }
+    let batch = builder.build().map_err(|e| e.to_string())?;
+    let mut log = shard
+        .log
+        .lock()
+        .map_err(|_| "offsets log lock poisoned".to_string())?;
+    let info = log
+        .append_as_leader(vec![batch], shard.leader_epoch, now)
+        .map_err(|e| e.to_string())?;
+    Ok(info.last_offset + 1)
+}
+
+/// Replays one `__consumer_offsets` partition into a fresh shard.
+fn load_shard(
+    config: &GroupConfig,
+    log: Arc<Mutex<Log>>,
+    leader_epoch: i32,
+) -> Result<Shard, String> {
+    let mut core = GroupCoordinatorShard::new(config.clone());
+    let (mut offset, end) = {
+        let guard = log
+            .lock()
+            .map_err(|_| "offsets log lock poisoned".to_string())?;
+        (guard.log_start_offset(), guard.log_end_offset())
+    };
+    let mut replayed = 0usize;
+    while offset < end {
+        let slice = {
+            let guard = log
+                .lock()
+                .map_err(|_| "offsets log lock poisoned".to_string())?;
+            guard
+                .read(offset, 1024 * 1024, end, true)
+                .map_err(|e| e.to_string())?
+                .records
+        };
+        let Some(slice) = slice else { break };
+        let bytes = slice.read_to_bytes().map_err(|e| e.to_string())?;
+        let mut position = 0usize;
+        let mut progressed = false;
+        while position < bytes.len() {
+            let header =
+                fjord_records::BatchHeader::parse(&bytes[position..]).map_err(|e| e.to_string())?;
+            let end_of_batch = position + header.total_len();
+            if end_of_batch > bytes.len() {
+                break;
+            }
+            let batch: Bytes = bytes.slice(position..end_of_batch);
+            position = end_of_batch;
+            offset = header.last_offset() + 1;
+            progressed = true;
+            if header.is_control() {
+                continue;
+            }
+            let records =
+                fjord_records::records(&batch, 256 * 1024 * 1024).map_err(|e| e.to_string())?;
+            for record in records {
+                let record = record.map_err(|e| e.to_string())?;
+                let Some(key) = record.key else { continue };
+                core.replay(&CoordinatorRecord {
+                    key,
+                    value: record.value,
+                })
+                .map_err(|e| e.to_string())?;
+                replayed += 1;
+            }
+        }
+        if !progressed {
+            break;
+        }
+    }
+    tracing::debug!(replayed, "coordinator records replayed");
+    Ok(Shard {
+        core,
+        log,
+        leader_epoch,
+    })
+}

@@ -1,0 +1,214 @@
+//! Group APIs at the broker: FindCoordinator, and routing every group request to the
+//! coordinator shard that owns its group (see `group_runtime`). The internal topic
+//! `__consumer_offsets` is created on first use, as in Kafka.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use fjord_group::ClientInfo;
+use fjord_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
+use fjord_protocol::messages::find_coordinator_response::{Coordinator, FindCoordinatorResponse};
+use fjord_protocol::{ApiKey, RequestBody};
+
+use crate::broker::{encode_response, Broker};
+use crate::controller::CreateTopic;
+use crate::errors;
+use crate::group_runtime::{topics_view, OFFSETS_TOPIC};
+use crate::network::{Reply, Response};
+
+/// FindCoordinator key types.
+const KEY_TYPE_GROUP: i8 = 0;
+
+impl Broker {
+    /// Creates `__consumer_offsets` if missing and loads the coordinator shards this broker hosts.
+    pub(crate) async fn ensure_group_coordinator(&self) -> Result<(), String> {
+        if self.quorum.image().topic(OFFSETS_TOPIC).is_none() {
+            let partitions = self
+                .config
+                .get("offsets.topic.num.partitions")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(50);
+            let wanted_rf: i16 = self
+                .config
+                .get("offsets.topic.replication.factor")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(3);
+            // Like Kafka, a cluster smaller than the configured factor gets what it can hold.
+            let replication_factor = wanted_rf.min(self.live_broker_count() as i16).max(1);
+            let mut configs = BTreeMap::new();
+            configs.insert("cleanup.policy".to_string(), "compact".to_string());
+            configs.insert("compression.type".to_string(), "producer".to_string());
+            configs.insert(
+                "segment.bytes".to_string(),
+                self.config
+                    .get("offsets.topic.segment.bytes")
+                    .unwrap_or_else(|| "104857600".to_string()),
+            );
+            let request = CreateTopic {
+                name: OFFSETS_TOPIC.to_string(),
+                num_partitions: partitions,
+                replication_factor,
+                assignments: BTreeMap::new(),
+                configs,
+            };
+            for outcome in self.create_many(&[request], false).await {
+                if let Err(refusal) = outcome {
+                    if refusal.error_code != errors::TOPIC_ALREADY_EXISTS {
+                        return Err(format!(
+                            "cannot create {OFFSETS_TOPIC}: {}",
+                            refusal.message
+                        ));
+                    }
+                }
+            }
+        }
+        self.groups.load_hosted().await
+    }
+
+    pub(crate) fn find_coordinator(
+        self: &Arc<Self>,
+        request: FindCoordinatorRequest,
+        version: i16,
+    ) -> impl std::future::Future<Output = FindCoordinatorResponse> + Send + 'static {
+        let this = self.clone();
+        async move {
+            let keys: Vec<String> = if version >= 4 {
+                request.coordinator_keys.clone()
+            } else {
+                vec![request.key.clone()]
+            };
+            let ready = if request.key_type == KEY_TYPE_GROUP {
+                this.ensure_group_coordinator().await
+            } else {
+                Ok(())
+            };
+            let (host, port) = this.advertised();
+            let coordinators: Vec<Coordinator> = keys
+                .iter()
+                .map(|key| {
+                    let (error_code, error_message) = match (&ready, request.key_type) {
+                        (Ok(()), KEY_TYPE_GROUP) => (errors::NONE, None),
+                        (Err(message), KEY_TYPE_GROUP) => {
+                            (errors::COORDINATOR_NOT_AVAILABLE, Some(message.clone()))
+                        }
+                        // Transaction (1) and share (2) coordinators are not implemented yet.
+                        (_, 1) | (_, 2) => (
+                            errors::COORDINATOR_NOT_AVAILABLE,
+                            Some("this broker has no such coordinator yet".to_string()),
+                        ),
+                        _ => (
+                            errors::INVALID_REQUEST,
+                            Some(format!("unknown key type {}", request.key_type)),
+                        ),
+                    };
+                    let ok = error_code == errors::NONE;
+                    Coordinator {
+                        key: key.clone(),
+                        node_id: if ok { this.config.node_id } else { -1 },
+                        host: if ok { host.clone() } else { String::new() },
+                        port: if ok { port } else { -1 },
+                        error_code,
+                        error_message,
+                    }
+                })
+                .collect();
+            if version >= 4 {
+                FindCoordinatorResponse {
+                    coordinators,
+                    ..Default::default()
+                }
+            } else {
+                let c = coordinators.into_iter().next().unwrap_or_default();
+                FindCoordinatorResponse {
+                    error_code: c.error_code,
+                    error_message: c.error_message,
+                    node_id: c.node_id,
+                    host: c.host,
+                    port: c.port,
+                    ..Default::default()
+                }
+            }
+        }
+    }
+
+    /// Routes a group request to its shard; the reply comes when the shard answers (after its
+    /// records are durable).
+    pub(crate) fn group_request(
+        self: &Arc<Self>,
+        body: RequestBody,
+        api: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        client_id: Option<String>,
+        peer: SocketAddr,
+    ) -> Reply {
+        let this = self.clone();
+        Reply::Later(Box::pin(async move {
+            if let Err(message) = this.ensure_group_coordinator().await {
+                return Response::Close(message);
+            }
+            let topics = topics_view(&this.quorum.image());
+            let client = ClientInfo {
+                client_id: client_id.unwrap_or_default(),
+                client_host: format!("/{}", peer.ip()),
+            };
+            let single = |group_id: &str| this.groups.partition_of(group_id);
+            let outcome = match &body {
+                RequestBody::JoinGroup(r) => {
+                    this.groups
+                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
+                        .await
+                }
+                RequestBody::SyncGroup(r) => {
+                    this.groups
+                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
+                        .await
+                }
+                RequestBody::Heartbeat(r) => {
+                    this.groups
+                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
+                        .await
+                }
+                RequestBody::LeaveGroup(r) => {
+                    this.groups
+                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
+                        .await
+                }
+                RequestBody::OffsetCommit(r) => {
+                    this.groups
+                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
+                        .await
+                }
+                RequestBody::OffsetDelete(r) => {
+                    this.groups
+                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
+                        .await
+                }
+                RequestBody::ConsumerGroupHeartbeat(r) => {
+                    this.groups
+                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
+                        .await
+                }
+                RequestBody::OffsetFetch(r) if version < 8 => {
+                    this.groups
+                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
+                        .await
+                }
+                RequestBody::ListGroups(_) => Ok(this
+                    .groups
+                    .list_groups(version, body.clone(), &topics)
+                    .await),
+                _ => {
+                    this.groups
+                        .multi_group(version, body.clone(), &topics, &client)
+                        .await
+                }
+            };
+            match outcome {
+                Ok(response) => encode_response(api, version, correlation_id, &response),
+                Err(message) => Response::Close(message),
+            }
+        }))
+    }
+}
