@@ -641,7 +641,7 @@ class Bench:
     def latency_rows(self, b: Broker, rnd: int, mode: str, kind: str) -> None:
         kafka_max = self.latency_rate.get((rnd, mode))
         if kafka_max is None:
-            self.results.skipped.append(f"{kind} {mode} round {rnd}: no Kafka max rate, latency rows skipped")
+            self.results.failures.append(f"{kind} {mode} round {rnd}: no Kafka max rate, latency rows not run")
             return
         size, acks, codec, parts, extra = self.p.latency_reference()
         rid = row_id(size, acks, codec, parts, extra)
@@ -861,7 +861,7 @@ def update_benchmarks_md(table_md: str, rel_json: str) -> None:
     if begin not in text or end not in text:
         log("BENCHMARKS.md has no latest-run markers; not updated")
         return
-    body = table_md.replace("\n# ", "\n### ").split("\n", 1)
+    body = table_md.replace("\n## ", "\n#### ").split("\n", 1)
     block = f"{begin}\n### {body[0].lstrip('# ')}\n{body[1]}\nMachine-readable: `{rel_json}`.\n{end}"
     path.write_text(text[: text.index(begin)] + block + text[text.index(end) + len(end):])
 

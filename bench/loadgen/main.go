@@ -161,7 +161,42 @@ func createTopics(args []string) error {
 			return err
 		}
 	}
-	return emit(map[string]any{"topics": *topics, "partitions": *topics * *partitions, "seconds": time.Since(start).Seconds()})
+	created := time.Since(start).Seconds()
+	// Measurements start only once every partition has a leader in the broker's metadata, so no tool
+	// pays for metadata retries and backoff on a topic that is still being set up.
+	var names []string
+	for i := 0; i < *topics; i++ {
+		names = append(names, fmt.Sprintf("%s-%d", *prefix, i))
+	}
+	deadline := time.Now().Add(120 * time.Second)
+	for !allLeaders(adm, names, *partitions) {
+		if time.Now().After(deadline) {
+			return errors.New("partitions still without a leader after 120 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return emit(map[string]any{"topics": *topics, "partitions": *topics * *partitions, "seconds": created})
+}
+
+func allLeaders(adm *kadm.Client, names []string, partitions int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	details, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		return false
+	}
+	for _, name := range names {
+		t, ok := details[name]
+		if !ok || t.Err != nil || len(t.Partitions) != partitions {
+			return false
+		}
+		for _, p := range t.Partitions {
+			if p.Err != nil || p.Leader < 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func produce(args []string) error {
