@@ -38,6 +38,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info,openraft=warn".into()),
         )
         .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.command {
         Command::Server { file, overrides } => match server(file, overrides) {

@@ -62,7 +62,11 @@ impl TestBroker {
             .arg(format!("log.dirs={}", self.log_dir().display()))
             .stdout(Stdio::null())
             .stderr(Stdio::from(
-                std::fs::File::create(self.data.path().join("broker.log")).expect("log file"),
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.data.path().join("broker.log"))
+                    .expect("log file"),
             ));
         for (k, v) in &self.extra {
             cmd.arg("--override").arg(format!("{k}={v}"));
