@@ -34,6 +34,8 @@ BUILD = BENCH / ".build"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 KIB = 1024
+# Value size of the warm-up records; the e2e tool ignores records of any size but its own.
+WARMUP_SIZE = 16
 # The same segment size for both brokers (Kafka's default).
 SEGMENT_BYTES = 1 << 30
 TOOL_JVM = ["-Xmx512M", "-XX:+UseG1GC"]
@@ -435,7 +437,12 @@ def create_topics(bootstrap: str, prefix: str, topics: int, partitions: int, tim
 def create_topic(bootstrap: str, prefix: str, partitions: int) -> str:
     """Creates one topic; returns its name (create-topics names topics PREFIX-INDEX)."""
     create_topics(bootstrap, prefix, 1, partitions, 120)
-    return f"{prefix}-0"
+    topic = f"{prefix}-0"
+    # The first produce to a freshly created Kafka partition stalls for seconds (the client backs off and
+    # retries); a few small records first keep that one-time cost out of every measurement, for both brokers.
+    loadgen(["produce", "--bootstrap", bootstrap, "--topic", topic, "--records", str(20 * partitions),
+             "--size", str(WARMUP_SIZE), "--acks", "1", "--codec", "none"], 120)
+    return topic
 
 
 def drop_from_page_cache(data_dir: Path, topic: str) -> None:
