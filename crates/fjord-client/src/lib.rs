@@ -1,0 +1,21 @@
+//! An async Kafka client built on `fjord-protocol`: connections that negotiate API versions,
+//! cluster metadata, coordinator discovery, the admin calls for consumer groups and offsets,
+//! and the consumer protocol's Subscription/Assignment formats.
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
+mod client;
+mod connection;
+pub mod consumer_protocol;
+mod error;
+
+pub use client::{
+    Broker, Client, ClusterMetadata, GroupDescription, GroupKind, GroupListing, ListedOffset,
+    MemberDescription, OffsetAndMetadata, OffsetSpec, PartitionMetadata, TopicMetadata,
+    TopicPartition,
+};
+pub use connection::{ClientConfig, Connection};
+pub use error::{codes, error_name, is_retriable, ClientError};
