@@ -633,7 +633,8 @@ impl Client {
                 Ok(RequestBody::OffsetFetch(if version >= 8 {
                     OffsetFetchRequest {
                         group_id: String::new(),
-                        topics: None,
+                        // The v0-7 field keeps its default; v8+ lists topics per group.
+                        topics: Some(Vec::new()),
                         groups: vec![OffsetFetchRequestGroup {
                             group_id: group_id.to_string(),
                             member_id: None,

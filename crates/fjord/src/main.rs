@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use fjord_broker::config::{parse_properties, BrokerConfig};
 
+mod cli;
+
 #[derive(Parser)]
 #[command(
     name = "fjord",
@@ -28,6 +30,8 @@ enum Command {
         #[arg(long = "override", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
     },
+    /// List, describe, reset the offsets of and delete consumer groups.
+    Group(cli::group::GroupArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +50,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(message) => {
                 eprintln!("fjord: {message}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Group(args) => match cli::group::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("Error: {message}");
                 ExitCode::FAILURE
             }
         },

@@ -1,0 +1,3 @@
+//! The operator CLI's subcommands, one module each.
+
+pub mod group;
