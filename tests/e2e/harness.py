@@ -28,6 +28,20 @@ CLIENTS = ["java", "go", "confluent", "kafka-python"]
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
+_last_seed = 0
+
+
+def fresh_seed() -> int:
+    """A generator seed that is also the records' base timestamp: the wall clock in ms, unique per call.
+
+    Record timestamps must be recent: Kafka drops an idempotent producer's state on restart when its last
+    record timestamp is older than producer.id.expiration.ms, and retention deletes old segments.
+    """
+    global _last_seed
+    _last_seed = max(_last_seed + 1, int(time.time() * 1000))
+    return _last_seed
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -189,8 +203,6 @@ class KafkaBroker(Broker):
                 "offsets.topic.num.partitions": "1",
                 "transaction.state.log.num.partitions": "1",
                 "share.coordinator.state.topic.num.partitions": "1",
-                # Generated timestamps are from 2023; keep retention from deleting them.
-                "log.retention.ms": "-1",
             },
         )
         log4j = workdir / "log4j2.properties"

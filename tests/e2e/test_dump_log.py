@@ -3,7 +3,7 @@
 import re
 import subprocess
 
-from harness import CODECS, check_acks, java_bin, read_acks, read_classpath, run_tool
+from harness import CODECS, check_acks, fresh_seed, java_bin, read_acks, read_classpath, run_tool
 
 PARTITIONS = 3
 COUNT = 10_000
@@ -50,7 +50,7 @@ def metadata_part(line: str) -> str:
 
 def test_dump_log(broker, tmp_path):
     topics = {}
-    for n, codec in enumerate(CODECS):
+    for codec in CODECS:
         topic = f"dump-{codec}"
         run_tool(CLIENT, "create-topic", bootstrap=broker.bootstrap, topic=topic, partitions=PARTITIONS)
         out = tmp_path / f"{topic}.out"
@@ -62,7 +62,7 @@ def test_dump_log(broker, tmp_path):
             count=COUNT,
             codec=codec,
             acks="all",
-            seed=900 + n,
+            seed=fresh_seed(),
             out=out,
         )
         acks = read_acks(out)

@@ -20,8 +20,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-const baseTimestampMs = 1_700_000_000_000
-
 type genRecord struct {
 	key       []byte
 	value     []byte
@@ -58,7 +56,7 @@ func generate(seed, i int64) genRecord {
 			{Key: "idx", Value: []byte(strconv.FormatInt(i, 10))},
 			{Key: "bin", Value: bin},
 		},
-		timestamp: baseTimestampMs + i,
+		timestamp: seed + i,
 	}
 }
 
@@ -148,8 +146,8 @@ func produce(o options) error {
 		kgo.DefaultProduceTopic(o.topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchCompression(codec),
-		// No RecordDeliveryTimeout: franz-go measures it from Record.Timestamp, which the generator sets
-		// years in the past, so every record would expire at once. produceCtx bounds the run instead.
+		// No RecordDeliveryTimeout: franz-go measures it from Record.Timestamp, which here is the
+		// generator's and not the enqueue time. produceCtx bounds the run instead.
 		kgo.ProduceRequestTimeout(15 * time.Second),
 		kgo.ProducerLinger(5 * time.Millisecond),
 	}

@@ -6,9 +6,6 @@ The definition is in tests/e2e/README.md; the Java and Go tools implement the sa
 import hashlib
 from typing import List, NamedTuple, Optional, Tuple
 
-BASE_TIMESTAMP_MS = 1_700_000_000_000
-
-
 class GenRecord(NamedTuple):
     key: Optional[bytes]
     value: bytes
@@ -35,7 +32,7 @@ def generate(seed: int, i: int) -> GenRecord:
     key = None if i % 17 == 5 else f"key-{seed}-{i}".encode("ascii")
     bin_len = 1 + h0[2] % 16
     headers = [("idx", str(i).encode("ascii")), ("bin", h0[3 : 3 + bin_len])]
-    return GenRecord(key, value, headers, BASE_TIMESTAMP_MS + i)
+    return GenRecord(key, value, headers, seed + i)
 
 
 def _hex_or_dash(b: Optional[bytes]) -> str:

@@ -9,8 +9,6 @@ import java.security.NoSuchAlgorithmException;
  * definition all three languages implement byte for byte).
  */
 final class RecordGen {
-    static final long BASE_TIMESTAMP_MS = 1_700_000_000_000L;
-
     final byte[] key;
     final byte[] value;
     final String[] headerKeys;
@@ -60,6 +58,6 @@ final class RecordGen {
                 value,
                 new String[] {"idx", "bin"},
                 new byte[][] {Long.toString(i).getBytes(StandardCharsets.US_ASCII), bin},
-                BASE_TIMESTAMP_MS + i);
+                seed + i);
     }
 }
