@@ -89,7 +89,11 @@ fn a_node_refuses_another_nodes_data() {
 
 /// The "logs loaded" line of the broker's latest start.
 fn last_load_line(log: &str) -> String {
-    log.lines().rev().find(|l| l.contains("logs loaded")).unwrap_or_default().to_string()
+    log.lines()
+        .rev()
+        .find(|l| l.contains("logs loaded"))
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[test]
