@@ -18,12 +18,18 @@ scripts/install-test-deps.sh
 step "cargo build --release"
 cargo build --release
 
-# ---- HOOK: lint checks (cargo fmt --check, cargo clippy -- -D warnings) go here --------------------------
+step "lint: cargo fmt --check, cargo clippy -D warnings"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo test --workspace"
 cargo test --workspace
 
-# ---- HOOK: bounded fuzz runs (fixed time/iteration budget per target) go here ---------------------------
+step "fuzz: every target, bounded (long runs: scripts/fuzz.sh 600)"
+scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
+
+step "benchmark harness, smoke mode (the full comparison: bench/run.sh)"
+bench/run.sh --smoke
 
 step "e2e (E2E_BROKER=${E2E_BROKER:-fjord})"
 # pytest prints its summary line last; its exit code is this script's.
