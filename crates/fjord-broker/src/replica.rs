@@ -8,9 +8,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use fjord_metadata::MetadataImage;
-use fjord_records::{Compression, TimestampType, ValidationConfig};
+use fjord_records::{AppendBatch, Compression, TimestampType, ValidationConfig};
 use fjord_storage::log::{AppendInfo, Log, LogConfig, TopicPartition};
 use fjord_storage::log_manager::LogManager;
 
@@ -238,29 +238,27 @@ impl ReplicaManager {
             name => Compression::from_config_name(name),
         };
         let mut owned = Vec::with_capacity(batches.len());
-        for batch in &batches {
-            let validated =
-                fjord_records::validate_batch(batch, &validation).map_err(|e| records_error(&e))?;
-            // The log rewrites offsets and the leader epoch in place, so it needs its own copy.
-            let mut buffer = match target {
+        for batch in batches {
+            let validated = fjord_records::validate_batch(&batch, &validation)
+                .map_err(|e| records_error(&e))?;
+            // Only the header is copied for the log's rewrites; the records stay in the frame
+            // unless the topic's codec differs, which needs a real rewrite.
+            let batch = match target {
                 Some(codec) if codec != validated.compression => {
-                    fjord_records::recompress(batch, codec, None, MAX_DECOMPRESSED_BATCH_BYTES)
+                    fjord_records::recompress(&batch, codec, None, MAX_DECOMPRESSED_BATCH_BYTES)
                         .map_err(|e| records_error(&e))?
+                        .freeze()
                 }
-                _ => BytesMut::from(&batch[..]),
+                _ => batch,
             };
+            let mut batch = AppendBatch::new(batch).map_err(|e| records_error(&e))?;
             match timestamp_type {
-                TimestampType::LogAppendTime => {
-                    fjord_records::set_log_append_time(&mut buffer, now_ms)
+                TimestampType::LogAppendTime => batch.set_log_append_time(now_ms),
+                TimestampType::CreateTime => {
+                    batch.set_max_timestamp(TimestampType::CreateTime, validated.max_timestamp)
                 }
-                TimestampType::CreateTime => fjord_records::set_max_timestamp(
-                    &mut buffer,
-                    TimestampType::CreateTime,
-                    validated.max_timestamp,
-                ),
             }
-            .map_err(|e| records_error(&e))?;
-            owned.push(buffer);
+            owned.push(batch);
         }
         let mut log = lock_log(&partition.log)?;
         let info = log

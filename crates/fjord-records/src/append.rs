@@ -1,13 +1,16 @@
 //! In-place rewrites the leader makes to a validated batch when appending it: offsets, leader
 //! epoch and timestamps, and rebuilding it under the topic's `compression.type`.
+//!
+//! [`AppendBatch`] makes the same rewrites without copying the batch: only its 61-byte header is
+//! owned and patched, the records section stays a slice of the request frame.
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::compression::{compress, decompress, Compression};
 use crate::header::{
     attributes, compute_crc, set_base_offset, set_partition_leader_epoch, BatchHeader,
-    BATCH_HEADER_LEN, CRC_COVERED_FROM, OFFSET_ATTRIBUTES, OFFSET_BATCH_LENGTH, OFFSET_CRC,
-    OFFSET_MAX_TIMESTAMP,
+    BATCH_HEADER_LEN, CRC_COVERED_FROM, OFFSET_ATTRIBUTES, OFFSET_BASE_OFFSET, OFFSET_BATCH_LENGTH,
+    OFFSET_CRC, OFFSET_MAX_TIMESTAMP, OFFSET_PARTITION_LEADER_EPOCH,
 };
 use crate::validate::TimestampType;
 use crate::RecordsError;
@@ -104,4 +107,125 @@ pub fn recompress(
     let crc = crc32c::crc32c(out.get(CRC_COVERED_FROM..).unwrap_or(&[]));
     write_at(&mut out, OFFSET_CRC, &crc.to_be_bytes())?;
     Ok(out)
+}
+
+/// A whole batch on its way into a log: an owned copy of its header, which the leader rewrites
+/// (offsets, leader epoch, timestamps, CRC), and its records section, shared with the buffer the
+/// batch arrived in. Writing the header and then the records gives the rewritten batch.
+#[derive(Debug, Clone)]
+pub struct AppendBatch {
+    header_bytes: [u8; BATCH_HEADER_LEN],
+    header: BatchHeader,
+    records: Bytes,
+}
+
+impl AppendBatch {
+    /// Takes a buffer holding exactly one batch; its header must parse and its length match.
+    pub fn new(batch: Bytes) -> Result<AppendBatch, RecordsError> {
+        let header = BatchHeader::parse(&batch)?;
+        if header.total_len() != batch.len() || header.last_offset_delta < 0 {
+            return Err(RecordsError::Corrupt(
+                "batch length does not match its buffer",
+            ));
+        }
+        let header_bytes = batch
+            .get(..BATCH_HEADER_LEN)
+            .and_then(|h| <[u8; BATCH_HEADER_LEN]>::try_from(h).ok())
+            .ok_or(RecordsError::Truncated)?;
+        let mut records = batch;
+        // `parse` checked the buffer holds the whole header, so this split is in bounds.
+        let records = records.split_off(BATCH_HEADER_LEN);
+        Ok(AppendBatch {
+            header_bytes,
+            header,
+            records,
+        })
+    }
+
+    /// The header as it stands, rewrites included.
+    pub fn header(&self) -> &BatchHeader {
+        &self.header
+    }
+
+    /// The header's 61 bytes as they go to disk.
+    pub fn header_bytes(&self) -> &[u8; BATCH_HEADER_LEN] {
+        &self.header_bytes
+    }
+
+    /// Everything after the header, untouched.
+    pub fn records(&self) -> &Bytes {
+        &self.records
+    }
+
+    /// Bytes of the whole batch.
+    pub fn len(&self) -> usize {
+        BATCH_HEADER_LEN + self.records.len()
+    }
+
+    /// Never true: a batch has at least its header.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    fn write(&mut self, at: usize, bytes: &[u8]) {
+        if let Some(field) = self.header_bytes.get_mut(at..at + bytes.len()) {
+            field.copy_from_slice(bytes);
+        }
+    }
+
+    /// Stamps `baseOffset` and `partitionLeaderEpoch`; the CRC does not cover them.
+    pub fn assign_offsets(&mut self, base_offset: i64, partition_leader_epoch: i32) {
+        self.write(OFFSET_BASE_OFFSET, &base_offset.to_be_bytes());
+        self.write(
+            OFFSET_PARTITION_LEADER_EPOCH,
+            &partition_leader_epoch.to_be_bytes(),
+        );
+        self.header.base_offset = base_offset;
+        self.header.partition_leader_epoch = partition_leader_epoch;
+    }
+
+    /// The copy-free form of [`set_max_timestamp`]: the CRC is computed over the patched header
+    /// and extended over the unchanged records, and skipped when nothing changes.
+    pub fn set_max_timestamp(&mut self, timestamp_type: TimestampType, max_timestamp: i64) {
+        let log_append = timestamp_type == TimestampType::LogAppendTime;
+        if self.header.is_log_append_time() == log_append
+            && self.header.max_timestamp == max_timestamp
+        {
+            return;
+        }
+        let attrs = if log_append {
+            self.header.attributes | attributes::TIMESTAMP_TYPE_LOG_APPEND
+        } else {
+            self.header.attributes & !attributes::TIMESTAMP_TYPE_LOG_APPEND
+        };
+        self.write(OFFSET_ATTRIBUTES, &attrs.to_be_bytes());
+        self.write(OFFSET_MAX_TIMESTAMP, &max_timestamp.to_be_bytes());
+        let covered = self.header_bytes.get(CRC_COVERED_FROM..).unwrap_or(&[]);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(covered), &self.records);
+        self.write(OFFSET_CRC, &crc.to_be_bytes());
+        self.header.attributes = attrs;
+        self.header.max_timestamp = max_timestamp;
+        self.header.crc = crc;
+    }
+
+    /// The copy-free form of [`set_log_append_time`].
+    pub fn set_log_append_time(&mut self, now_ms: i64) {
+        self.set_max_timestamp(TimestampType::LogAppendTime, now_ms);
+    }
+}
+
+impl TryFrom<Bytes> for AppendBatch {
+    type Error = RecordsError;
+
+    fn try_from(batch: Bytes) -> Result<AppendBatch, RecordsError> {
+        AppendBatch::new(batch)
+    }
+}
+
+impl TryFrom<BytesMut> for AppendBatch {
+    type Error = RecordsError;
+
+    fn try_from(batch: BytesMut) -> Result<AppendBatch, RecordsError> {
+        AppendBatch::new(batch.freeze())
+    }
 }

@@ -25,7 +25,7 @@ pub mod record;
 pub mod validate;
 pub mod varint;
 
-pub use append::{assign_offsets, recompress, set_log_append_time, set_max_timestamp};
+pub use append::{assign_offsets, recompress, set_log_append_time, set_max_timestamp, AppendBatch};
 pub use builder::BatchBuilder;
 pub use compression::{compress, decompress, Compression};
 pub use header::{BatchHeader, BATCH_HEADER_LEN, LOG_OVERHEAD};

@@ -6,8 +6,8 @@ use fjord_records::header::{self, compute_crc, OFFSET_CRC};
 use fjord_records::record::encode_record;
 use fjord_records::{
     assign_offsets, recompress, records, set_log_append_time, set_max_timestamp, split_batches,
-    validate_batch, AppendOrigin, BatchBuilder, BatchHeader, Compression, Header, Record,
-    RecordErrorKind, RecordsError, TimestampType, ValidationConfig,
+    validate_batch, AppendBatch, AppendOrigin, BatchBuilder, BatchHeader, Compression, Header,
+    Record, RecordErrorKind, RecordsError, TimestampType, ValidationConfig,
 };
 use proptest::prelude::*;
 
@@ -479,6 +479,62 @@ fn set_max_timestamp_is_a_no_op_when_unchanged() {
     let h2 = BatchHeader::parse(&batch).unwrap();
     assert_eq!(h2.max_timestamp, h.max_timestamp + 1);
     assert_eq!(compute_crc(&batch), h2.crc);
+}
+
+/// The batch an `AppendBatch` writes: its header followed by its records.
+fn joined(batch: &AppendBatch) -> Vec<u8> {
+    let mut out = batch.header_bytes().to_vec();
+    out.extend_from_slice(batch.records());
+    out
+}
+
+proptest! {
+    /// The copy-free rewrites give byte-for-byte what the in-place ones give.
+    #[test]
+    fn append_batch_rewrites_match_in_place_rewrites(
+        codec in 0usize..5,
+        n in 1i32..20,
+        base_offset in 0i64..i64::MAX / 4,
+        epoch in 0i32..1000,
+        log_append in any::<bool>(),
+        max_ts_shift in -5i64..5,
+    ) {
+        let mut expected = simple_batch(Compression::ALL[codec], n);
+        let mut batch = AppendBatch::new(expected.clone().freeze()).unwrap();
+        let original_max = BatchHeader::parse(&expected).unwrap().max_timestamp;
+        assign_offsets(&mut expected, base_offset, epoch).unwrap();
+        batch.assign_offsets(base_offset, epoch);
+        if log_append {
+            set_log_append_time(&mut expected, NOW + max_ts_shift).unwrap();
+            batch.set_log_append_time(NOW + max_ts_shift);
+        } else {
+            let ts = original_max + max_ts_shift;
+            set_max_timestamp(&mut expected, TimestampType::CreateTime, ts).unwrap();
+            batch.set_max_timestamp(TimestampType::CreateTime, ts);
+        }
+        prop_assert_eq!(joined(&batch), expected.to_vec());
+        prop_assert_eq!(*batch.header(), BatchHeader::parse(&expected).unwrap());
+        prop_assert_eq!(batch.len(), expected.len());
+        let mut replica = cfg();
+        replica.origin = AppendOrigin::Replication;
+        prop_assert!(validate_batch(&Bytes::from(joined(&batch)), &replica).is_ok());
+    }
+}
+
+#[test]
+fn append_batch_refuses_what_is_not_one_batch() {
+    let batch = simple_batch(Compression::None, 2).freeze();
+    let mut two = BytesMut::from(&batch[..]);
+    two.extend_from_slice(&batch);
+    assert!(AppendBatch::new(two.freeze()).is_err());
+    assert_eq!(
+        AppendBatch::new(batch.slice(..40)).unwrap_err(),
+        RecordsError::Truncated
+    );
+    assert!(AppendBatch::new(batch.slice(..batch.len() - 1)).is_err());
+    // The records are shared with the input, not copied.
+    let appended = AppendBatch::new(batch.clone()).unwrap();
+    assert_eq!(appended.records().as_ptr(), batch[61..].as_ptr());
 }
 
 #[test]

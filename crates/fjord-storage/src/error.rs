@@ -48,6 +48,13 @@ pub enum StorageError {
     ProducerState(#[from] ProducerStateError),
 }
 
+/// Lets `Log::append_as_leader` take batches whose conversion cannot fail.
+impl From<std::convert::Infallible> for StorageError {
+    fn from(never: std::convert::Infallible) -> StorageError {
+        match never {}
+    }
+}
+
 impl StorageError {
     /// The Kafka protocol error code a client should see for this failure.
     pub fn kafka_error_code(&self) -> i16 {

@@ -2,6 +2,7 @@
 
 // Owned by the log engineer: segment files, indexes, the partition log and the log manager.
 pub mod error;
+pub mod file_io;
 pub mod index;
 pub mod log;
 pub mod log_manager;

@@ -11,9 +11,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::BytesMut;
-use fjord_records::header::{set_base_offset, set_partition_leader_epoch};
-use fjord_records::{BatchHeader, RecordsError};
+use fjord_records::AppendBatch;
 
 use crate::error::{IoResultExt, StorageError};
 use crate::leader_epoch::{LeaderEpochCache, LEADER_EPOCH_CHECKPOINT_FILE_NAME};
@@ -375,30 +373,34 @@ impl Log {
     }
 
     /// Appends validated batches as the partition leader: assigns offsets from the log end,
-    /// stamps `leader_epoch`, rolls the active segment first if it is full or old.
-    pub fn append_as_leader(
+    /// stamps `leader_epoch`, rolls the active segment first if it is full or old. Each batch is
+    /// anything that converts to an [`AppendBatch`] (which checks it is exactly one batch); only
+    /// its header is rewritten, the records are written from the caller's buffer.
+    pub fn append_as_leader<B>(
         &mut self,
-        mut batches: Vec<BytesMut>,
+        input: Vec<B>,
         leader_epoch: i32,
         now_ms: i64,
-    ) -> Result<AppendInfo, StorageError> {
+    ) -> Result<AppendInfo, StorageError>
+    where
+        B: TryInto<AppendBatch>,
+        StorageError: From<B::Error>,
+    {
         self.ensure_open()?;
-        let mut headers = Vec::with_capacity(batches.len());
+        let mut batches: Vec<AppendBatch> = Vec::with_capacity(input.len());
+        for batch in input {
+            batches.push(batch.try_into()?);
+        }
         let mut total_bytes: u64 = 0;
         for batch in &batches {
-            let header = BatchHeader::parse(batch)?;
-            if header.total_len() != batch.len() || header.last_offset_delta < 0 {
-                return Err(RecordsError::Corrupt("batch length does not match its buffer").into());
-            }
             total_bytes += batch.len() as u64;
-            headers.push(header);
         }
-        for header in &headers {
+        for batch in &batches {
             if let SequenceCheck::Duplicate {
                 base_offset,
                 last_offset,
                 max_timestamp,
-            } = self.producer_state.check(header)?
+            } = self.producer_state.check(batch.header())?
             {
                 // A producer retry: answer with the original offsets and append nothing.
                 return Ok(AppendInfo {
@@ -412,7 +414,7 @@ impl Log {
                 });
             }
         }
-        if headers.is_empty() {
+        if batches.is_empty() {
             return Ok(AppendInfo {
                 first_offset: -1,
                 last_offset: -1,
@@ -434,11 +436,9 @@ impl Log {
         let mut max_timestamp = -1;
         let mut offset_of_max_timestamp = first_offset;
         let mut record_count: i64 = 0;
-        for (batch, header) in batches.iter_mut().zip(headers.iter_mut()) {
-            set_base_offset(batch, next);
-            set_partition_leader_epoch(batch, leader_epoch);
-            header.base_offset = next;
-            header.partition_leader_epoch = leader_epoch;
+        for batch in batches.iter_mut() {
+            batch.assign_offsets(next, leader_epoch);
+            let header = batch.header();
             next = header.last_offset() + 1;
             record_count += i64::from(header.record_count);
             if header.max_timestamp > max_timestamp {
@@ -458,11 +458,11 @@ impl Log {
             self.roll(now_ms)?;
         }
         let segment = self.active_segment_mut()?;
-        for (batch, header) in batches.iter().zip(headers.iter()) {
-            segment.append(batch, header)?;
+        for batch in &batches {
+            segment.append(batch)?;
         }
-        for header in &headers {
-            self.producer_state.record_append(header, now_ms);
+        for batch in &batches {
+            self.producer_state.record_append(batch.header(), now_ms);
         }
         debug_assert!(next > self.log_end_offset, "offsets only grow");
         if self

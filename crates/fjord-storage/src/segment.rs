@@ -18,9 +18,10 @@ use std::time::UNIX_EPOCH;
 
 use bytes::{Bytes, BytesMut};
 use fjord_records::header::compute_crc;
-use fjord_records::{BatchHeader, BATCH_HEADER_LEN};
+use fjord_records::{AppendBatch, BatchHeader, BATCH_HEADER_LEN};
 
 use crate::error::{IoResultExt, StorageError};
+use crate::file_io;
 use crate::index::{OffsetIndex, TimeIndex, TimestampOffset};
 
 pub const LOG_FILE_SUFFIX: &str = ".log";
@@ -448,8 +449,9 @@ impl LogSegment {
         Ok(())
     }
 
-    /// Appends one batch whose offsets were assigned by the log. `header` describes `batch`.
-    pub fn append(&mut self, batch: &[u8], header: &BatchHeader) -> Result<(), StorageError> {
+    /// Appends one batch whose offsets were assigned by the log.
+    pub fn append(&mut self, batch: &AppendBatch) -> Result<(), StorageError> {
+        let header = batch.header();
         if header.base_offset < self.next_offset || batch.len() != header.total_len() {
             return Err(StorageError::corrupt(
                 &self.log_path,
@@ -463,7 +465,14 @@ impl LogSegment {
             .ok()
             .filter(|p| u64::from(*p) + batch.len() as u64 <= u64::from(u32::MAX))
             .ok_or_else(|| StorageError::corrupt(&self.log_path, "segment beyond 4 GiB"))?;
-        self.log.write_all_at(batch, self.size).at(&self.log_path)?;
+        // The rewritten header and the caller's records go down in one write, never joined in
+        // memory first.
+        file_io::write_all_vectored_at(
+            &self.log,
+            &[batch.header_bytes(), batch.records()],
+            self.size,
+        )
+        .at(&self.log_path)?;
         self.size += batch.len() as u64;
         self.index_batch(position, header)
     }
