@@ -1,5 +1,5 @@
-// Command franztool is the e2e client tool for franz-go: create-topic, produce and consume with the
-// suite's common CLI (see tests/e2e/README.md).
+// Command franztool is the e2e client tool for franz-go: create-topic, produce, consume and group-consume
+// with the suite's common CLI (see tests/e2e/README.md).
 package main
 
 import (
@@ -297,10 +297,21 @@ func consume(o options) error {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: create-topic|produce|consume --bootstrap B --topic T ...")
+		fmt.Fprintln(os.Stderr, "usage: create-topic|produce|consume|group-consume --bootstrap B ...")
 		os.Exit(64)
 	}
 	cmd := os.Args[1]
+	if cmd == "group-consume" {
+		o, err := parseGroup(os.Args[2:])
+		if err != nil {
+			os.Exit(64)
+		}
+		if err := groupConsume(o); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", cmd, err)
+			os.Exit(1)
+		}
+		return
+	}
 	o, err := parse(cmd, os.Args[2:])
 	if err != nil {
 		os.Exit(64)

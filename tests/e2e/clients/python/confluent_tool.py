@@ -1,4 +1,4 @@
-"""The e2e client tool for confluent-kafka (librdkafka): create-topic, produce and consume."""
+"""The e2e client tool for confluent-kafka (librdkafka): create-topic, produce, consume and group-consume."""
 
 import os
 import sys
@@ -7,6 +7,7 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from grouplog import GroupLog, Stop, group_flags, idle_expired, record_index
 from recordgen import consume_line, generate, parse_flags
 
 
@@ -119,10 +120,117 @@ def consume(a: dict) -> int:
     return 0
 
 
+def group_consume(a: dict) -> int:
+    o = group_flags(a)
+    log = GroupLog(o["out"])
+    stop = Stop()
+    conf = {
+        "bootstrap.servers": o["bootstrap"],
+        "group.id": o["group"],
+        "group.protocol": o["protocol"],
+        "auto.offset.reset": "earliest",
+        # Offsets are stored only after a record is processed, so autocommit never covers an unprocessed one.
+        "enable.auto.offset.store": False,
+        "enable.auto.commit": o["commit"] == "auto",
+        "auto.commit.interval.ms": 500,
+        "max.poll.interval.ms": o["max_poll_interval_ms"],
+        # A topic created after a regex subscription is seen within seconds.
+        "topic.metadata.refresh.interval.ms": 2000,
+    }
+    if o["protocol"] == "classic":
+        # With the consumer protocol the broker owns timeouts and assignment; librdkafka rejects these.
+        conf["session.timeout.ms"] = o["session_timeout_ms"]
+        conf["heartbeat.interval.ms"] = max(100, o["session_timeout_ms"] // 4)
+        conf["partition.assignment.strategy"] = o["assignor"]
+    consumer = Consumer(conf)
+    state = {"processed": {}, "active_since": None}
+
+    def who():
+        return consumer.memberid() or "-"
+
+    def commit_processed(tps=None):
+        offsets = [
+            TopicPartition(t, p, off)
+            for (t, p), off in sorted(state["processed"].items())
+            if tps is None or (t, p) in tps
+        ]
+        for tp in offsets:
+            del state["processed"][(tp.topic, tp.partition)]
+        if not offsets:
+            return
+        try:
+            result = consumer.commit(offsets=offsets, asynchronous=False)
+            errors = [tp for tp in result or [] if tp.error is not None]
+            if errors:
+                raise KafkaException(errors[0].error)
+            log.line("commit " + ",".join(sorted(f"{tp.topic}:{tp.partition}={tp.offset}" for tp in offsets)))
+        except KafkaException as e:
+            # A member removed from the group cannot commit; the next owner reprocesses.
+            log.line(f"commit-failed {str(e.args[0]).replace(chr(10), ' ')}")
+
+    def on_assign(_c, parts):
+        log.event("assign", [(tp.topic, tp.partition) for tp in parts], who(), -1)
+        state["active_since"] = time.monotonic()
+
+    def on_revoke(_c, parts):
+        tps = {(tp.topic, tp.partition) for tp in parts}
+        log.event("revoke", tps, who(), -1)
+        if o["commit"] != "auto":
+            commit_processed(tps)
+
+    def on_lost(_c, parts):
+        tps = {(tp.topic, tp.partition) for tp in parts}
+        log.event("lost", tps, who(), -1)
+        for tp in tps:
+            state["processed"].pop(tp, None)
+
+    subscription = ["^" + o["pattern"]] if o["pattern"] else o["topics"]
+    consumer.subscribe(subscription, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    count = 0
+    stalled = False
+    try:
+        while (o["stop_after"] < 0 or count < o["stop_after"]) and not stop.requested:
+            msgs = consumer.consume(num_messages=100, timeout=0.2)
+            n = 0
+            for msg in msgs:
+                if msg.error() is not None:
+                    if msg.error().fatal():
+                        raise KafkaException(msg.error())
+                    log.line(f"error {msg.error()}")
+                    continue
+                log.record(msg.topic(), msg.partition(), msg.offset(), record_index(msg.headers()), who(), -1)
+                state["processed"][(msg.topic(), msg.partition())] = msg.offset() + 1
+                if o["commit"] == "auto":
+                    consumer.store_offsets(message=msg)
+                count += 1
+                n += 1
+            if n:
+                state["active_since"] = time.monotonic()
+                if o["commit"] == "sync-after-processing":
+                    commit_processed()
+            elif idle_expired(o["idle_s"], state["active_since"], time.monotonic()):
+                break
+            if not stalled and 0 <= o["stall_after"] <= count:
+                stalled = True
+                log.line(f"stall {o['stall_s']}")
+                time.sleep(o["stall_s"])
+                log.line("resume")
+        if stop.requested:
+            log.line("wakeup")
+        if o["commit"] != "auto":
+            commit_processed()
+    finally:
+        # close() revokes (running on_revoke) and leaves the group; autocommit commits stored offsets first.
+        consumer.close()
+        log.line(f"closed {count}")
+        log.close()
+    return 0
+
+
 def main() -> int:
     if len(sys.argv) < 2:
         raise SystemExit("usage: create-topic|produce|consume --bootstrap B --topic T ...")
-    commands = {"create-topic": create_topic, "produce": produce, "consume": consume}
+    commands = {"create-topic": create_topic, "produce": produce, "consume": consume, "group-consume": group_consume}
     cmd = commands.get(sys.argv[1])
     if cmd is None:
         raise SystemExit(f"unknown command {sys.argv[1]}")

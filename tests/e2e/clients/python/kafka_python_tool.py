@@ -1,11 +1,25 @@
-"""The e2e client tool for kafka-python: create-topic, produce and consume."""
+"""The e2e client tool for kafka-python: create-topic, produce, consume and group-consume."""
 
 import sys
 import time
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
 
+from grouplog import GroupLog, Stop, group_flags, idle_expired, record_index
 from recordgen import consume_line, generate, parse_flags
+
+ASSIGNORS = {
+    "range": RangePartitionAssignor,
+    "roundrobin": RoundRobinPartitionAssignor,
+    "sticky": StickyPartitionAssignor,
+    "cooperative-sticky": CooperativeStickyAssignor,
+}
 
 
 def create_topic(a: dict) -> int:
@@ -86,10 +100,108 @@ def consume(a: dict) -> int:
     return 0
 
 
+def group_consume(a: dict) -> int:
+    o = group_flags(a)
+    if o["protocol"] != "classic":
+        raise SystemExit("kafka-python speaks only the classic group protocol")
+    log = GroupLog(o["out"])
+    stop = Stop()
+    consumer = KafkaConsumer(
+        bootstrap_servers=o["bootstrap"],
+        group_id=o["group"],
+        auto_offset_reset="earliest",
+        enable_auto_commit=o["commit"] == "auto",
+        auto_commit_interval_ms=500,
+        partition_assignment_strategy=[ASSIGNORS[o["assignor"]]],
+        session_timeout_ms=o["session_timeout_ms"],
+        heartbeat_interval_ms=max(100, o["session_timeout_ms"] // 4),
+        max_poll_interval_ms=o["max_poll_interval_ms"],
+        # A topic created after a regex subscription is seen within seconds.
+        metadata_max_age_ms=2000,
+    )
+    state = {"processed": {}, "active_since": None}
+
+    def who():
+        md = consumer.group_metadata()
+        return md.member_id or "-", md.generation_id
+
+    def commit_processed(tps=None):
+        offsets = {
+            tp: OffsetAndMetadata(off, "", -1)
+            for tp, off in state["processed"].items()
+            if tps is None or tp in tps
+        }
+        for tp in offsets:
+            del state["processed"][tp]
+        if not offsets:
+            return
+        try:
+            consumer.commit(offsets)
+            log.line("commit " + ",".join(sorted(f"{tp.topic}:{tp.partition}={om.offset}" for tp, om in offsets.items())))
+        except KafkaError as e:
+            # A member removed from the group cannot commit; the next owner reprocesses.
+            log.line(f"commit-failed {type(e).__name__}")
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked):
+            tps = {TopicPartition(tp.topic, tp.partition) for tp in revoked}
+            log.event("revoke", [(tp.topic, tp.partition) for tp in tps], *who())
+            if o["commit"] != "auto":
+                commit_processed(tps)
+
+        def on_partitions_assigned(self, assigned):
+            log.event("assign", [(tp.topic, tp.partition) for tp in assigned], *who())
+            state["active_since"] = time.monotonic()
+
+        def on_partitions_lost(self, lost):
+            log.event("lost", [(tp.topic, tp.partition) for tp in lost], *who())
+            for tp in lost:
+                state["processed"].pop(TopicPartition(tp.topic, tp.partition), None)
+
+    if o["pattern"]:
+        consumer.subscribe(pattern="^" + o["pattern"], listener=Listener())
+    else:
+        consumer.subscribe(topics=o["topics"], listener=Listener())
+    count = 0
+    stalled = False
+    try:
+        while (o["stop_after"] < 0 or count < o["stop_after"]) and not stop.requested:
+            batches = consumer.poll(timeout_ms=200, max_records=100)
+            n = 0
+            member, generation = who()
+            for records in batches.values():
+                for r in records:
+                    log.record(r.topic, r.partition, r.offset, record_index(r.headers), member, generation)
+                    state["processed"][TopicPartition(r.topic, r.partition)] = r.offset + 1
+                    count += 1
+                    n += 1
+            if n:
+                state["active_since"] = time.monotonic()
+                if o["commit"] == "sync-after-processing":
+                    commit_processed()
+            elif idle_expired(o["idle_s"], state["active_since"], time.monotonic()):
+                break
+            if not stalled and 0 <= o["stall_after"] <= count:
+                stalled = True
+                log.line(f"stall {o['stall_s']}")
+                time.sleep(o["stall_s"])
+                log.line("resume")
+        if stop.requested:
+            log.line("wakeup")
+        if o["commit"] != "auto":
+            commit_processed()
+    finally:
+        # close() commits (autocommit) and leaves the group.
+        consumer.close()
+        log.line(f"closed {count}")
+        log.close()
+    return 0
+
+
 def main() -> int:
     if len(sys.argv) < 2:
         raise SystemExit("usage: create-topic|produce|consume --bootstrap B --topic T ...")
-    commands = {"create-topic": create_topic, "produce": produce, "consume": consume}
+    commands = {"create-topic": create_topic, "produce": produce, "consume": consume, "group-consume": group_consume}
     cmd = commands.get(sys.argv[1])
     if cmd is None:
         raise SystemExit(f"unknown command {sys.argv[1]}")

@@ -37,7 +37,7 @@ public final class ClientTool {
 
     public static void main(String[] argv) throws Exception {
         if (argv.length < 1) {
-            System.err.println("usage: create-topic|produce|consume --bootstrap B --topic T ...");
+            System.err.println("usage: create-topic|produce|consume|group-consume --bootstrap B ...");
             System.exit(64);
         }
         Map<String, String> args = parseFlags(argv);
@@ -46,6 +46,7 @@ public final class ClientTool {
             case "create-topic" -> rc = createTopic(args);
             case "produce" -> rc = produce(args);
             case "consume" -> rc = consume(args);
+            case "group-consume" -> rc = GroupConsume.run(args);
             default -> {
                 System.err.println("unknown command " + argv[0]);
                 rc = 64;
