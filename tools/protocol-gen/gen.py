@@ -505,8 +505,11 @@ def write_elem(msg, elem, compact, out, value):
         return f"{{ {out}.{put}(*{value}); Ok(()) }}"
     if elem == "string":
         return f"put_string({out}, {value}, {compact})"
-    if elem in ("bytes", "records"):
+    if elem == "bytes":
         return f"put_bytes({out}, {value}, {compact})"
+    if elem == "records":
+        # Through put_records, so an encoding may leave the record batches out (deferred parts).
+        return f"put_records({out}, {value}, {compact})"
     return f"{value}.encode({out}, version)"
 
 
@@ -543,13 +546,19 @@ def write_field(msg, st, f, compact, out, tagged=False):
             f"put_nullable_string({out}, {this}.as_deref(), {compact})?;",
             f"put_string({out}, v, {compact})?;",
         )
-    if f.elem in ("bytes", "records") and f.is_option():
+    if f.elem == "bytes" and f.is_option():
         return write_option(
             msg, f, label,
             f"put_nullable_bytes({out}, {this}.as_deref(), {compact})?;",
             f"put_bytes({out}, v, {compact})?;",
         )
-    if f.elem in ("string", "bytes"):
+    if f.elem == "records" and f.is_option():
+        return write_option(
+            msg, f, label,
+            f"put_nullable_records({out}, {this}.as_ref(), {compact})?;",
+            f"put_records({out}, v, {compact})?;",
+        )
+    if f.elem in ("string", "bytes", "records"):
         return write_elem(msg, f.elem, compact, out, f"&{this}") + "?;"
     if f.elem == "bool":
         return f"{out}.put_u8(u8::from({this}));"
@@ -759,7 +768,8 @@ def imports(code):
     groups = [
         (PATHS["decoder"], ["read_array", "read_nullable_array"]),
         (PATHS["encoder"], ["put_array", "put_bytes", "put_nullable_array", "put_nullable_bytes",
-                            "put_nullable_string", "put_string", "TaggedFields"]),
+                            "put_nullable_records", "put_nullable_string", "put_records",
+                            "put_string", "TaggedFields"]),
         (PATHS["varint"], ["put_unsigned_varint"]),
         (PATHS["root"], ["DecodeError", "Decodable", "Decoder", "Encodable", "EncodeError", "Uuid"]),
     ]

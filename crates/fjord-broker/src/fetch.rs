@@ -13,17 +13,40 @@ use fjord_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset as LeaderEpochEndOffset, OffsetForLeaderEpochResponse,
     OffsetForLeaderTopicResult,
 };
-use fjord_protocol::{ApiKey, ResponseBody, Uuid};
+use fjord_protocol::{
+    encode_deferring_records, response_header_version, ApiKey, Encodable, ResponseBody,
+    ResponseHeader, Uuid,
+};
 use fjord_storage::error::StorageError;
 
 use crate::broker::{encode_response, Broker};
 use crate::errors;
 use crate::fetch_session::{RequestedPartition, SessionDecision};
-use crate::network::Reply;
+use crate::network::{Reply, Response};
 use crate::replica::Partition;
 
 /// Longest a fetch may wait, whatever the client asks: bounds a parked request.
 const MAX_WAIT_CAP_MS: i64 = 30_000;
+
+/// Encodes a fetch response as parts: the encoded header and fields interleaved with the record
+/// batches read from the segments, which go to the socket from their own buffers (one vectored
+/// write) instead of being copied into the message.
+fn encode_fetch_response(version: i16, correlation_id: i32, body: &FetchResponse) -> Response {
+    let header_version = response_header_version(ApiKey::Fetch, version);
+    let encoded = encode_deferring_records(bytes::BytesMut::with_capacity(256), |out| {
+        ResponseHeader { correlation_id }.encode(out, header_version)?;
+        body.encode(out, version)
+    });
+    match encoded {
+        Ok(parts) => Response::SendParts(parts),
+        Err(error) => {
+            tracing::error!(version, %error, "cannot encode a fetch response");
+            Response::Close(format!(
+                "cannot encode a Fetch v{version} response: {error}"
+            ))
+        }
+    }
+}
 
 /// One partition to read in this fetch.
 #[derive(Clone)]
@@ -238,13 +261,13 @@ impl Broker {
                     }],
                 });
             }
-            let body = ResponseBody::Fetch(FetchResponse {
+            let body = FetchResponse {
                 error_code: errors::NONE,
                 session_id,
                 responses: topics,
                 ..Default::default()
-            });
-            encode_response(api, version, correlation_id, &body)
+            };
+            encode_fetch_response(version, correlation_id, &body)
         };
         let (results, bytes_read, any_error) =
             this.read_targets(&targets, max_bytes, read_committed);

@@ -8,14 +8,16 @@
 //! the replies in request order. At most `MAX_IN_FLIGHT_PER_CONNECTION` requests are outstanding per
 //! connection; past that the reader stops reading, which pushes back on the client.
 
+use std::collections::VecDeque;
 use std::future::Future;
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -30,6 +32,9 @@ pub type ReplyFuture = Pin<Box<dyn Future<Output = Response> + Send + 'static>>;
 pub enum Response {
     /// Response header + body, sent size-prefixed.
     Send(Bytes),
+    /// Response header + body as parts sent in order with vectored writes, size-prefixed by
+    /// their total: a fetch response's record batches stay in their own buffers.
+    SendParts(Vec<Bytes>),
     /// No response: a produce with acks=0.
     Nothing,
     /// Close the connection instead of answering (an acks=0 produce failed, or the response could
@@ -130,6 +135,50 @@ async fn read_frame_body<R: AsyncRead + Unpin>(
     Ok(frame)
 }
 
+/// Most buffers handed to one vectored write; the kernel takes at most IOV_MAX (1024) anyway.
+const MAX_WRITE_PARTS: usize = 64;
+
+/// Writes one response frame: the 4-byte size, then `parts` in order, with vectored writes that
+/// send the parts from their own buffers and resume after partial writes.
+async fn write_frame<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    parts: Vec<Bytes>,
+) -> Result<(), String> {
+    let total: usize = parts.iter().map(Bytes::len).sum();
+    let size = u32::try_from(total).map_err(|_| "response too large".to_string())?;
+    let mut queue: VecDeque<Bytes> = VecDeque::with_capacity(parts.len() + 1);
+    queue.push_back(Bytes::copy_from_slice(&size.to_be_bytes()));
+    queue.extend(parts.into_iter().filter(|p| !p.is_empty()));
+    while !queue.is_empty() {
+        let slices: Vec<IoSlice<'_>> = queue
+            .iter()
+            .take(MAX_WRITE_PARTS)
+            .map(|p| IoSlice::new(p))
+            .collect();
+        let mut written = writer
+            .write_vectored(&slices)
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        drop(slices);
+        if written == 0 {
+            return Err("write: connection closed".to_string());
+        }
+        while written > 0 {
+            let Some(front) = queue.front_mut() else {
+                break;
+            };
+            if written >= front.len() {
+                written -= front.len();
+                queue.pop_front();
+            } else {
+                front.advance(written);
+                written = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn serve_connection<D: Dispatch>(
     stream: TcpStream,
     peer: SocketAddr,
@@ -150,18 +199,8 @@ async fn serve_connection<D: Dispatch>(
                 },
             };
             match response {
-                Response::Send(body) => {
-                    let size =
-                        u32::try_from(body.len()).map_err(|_| "response too large".to_string())?;
-                    writer
-                        .write_all(&size.to_be_bytes())
-                        .await
-                        .map_err(|e| format!("write: {e}"))?;
-                    writer
-                        .write_all(&body)
-                        .await
-                        .map_err(|e| format!("write: {e}"))?;
-                }
+                Response::Send(body) => write_frame(&mut writer, vec![body]).await?,
+                Response::SendParts(parts) => write_frame(&mut writer, parts).await?,
                 Response::Nothing => {}
                 Response::Close(reason) => return Err(reason),
             }

@@ -1,7 +1,11 @@
 //! Writers for the protocol's composite types (strings, bytes, arrays, tagged fields), in both
-//! the classic and the flexible-version ("compact") encodings.
+//! the classic and the flexible-version ("compact") encodings, and the deferred encoding of
+//! `records` fields ([`encode_deferring_records`]) that lets a response's record batches go to
+//! the socket from their own buffers instead of being copied into the encoded message.
 
-use bytes::{BufMut, BytesMut};
+use std::cell::RefCell;
+
+use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::varint::put_unsigned_varint;
 use crate::EncodeError;
@@ -80,6 +84,89 @@ pub fn put_nullable_bytes(
     }
 }
 
+/// Where record batches are being deferred on this thread: the identity (address) of the
+/// buffer the message is encoded into, and each deferred batch with its position in that buffer.
+struct Deferred {
+    buffer: usize,
+    parts: Vec<(usize, Bytes)>,
+}
+
+thread_local! {
+    // Set only for the duration of one synchronous `encode_deferring_records` call.
+    static DEFERRED: RefCell<Option<Deferred>> = const { RefCell::new(None) };
+}
+
+/// Writes a non-null `records` field: the length, then the bytes — or, inside
+/// [`encode_deferring_records`] and written straight into its buffer, only the length, with the
+/// bytes remembered as a part to send after the encoded bytes before that point.
+pub fn put_records(out: &mut BytesMut, value: &Bytes, compact: bool) -> Result<(), EncodeError> {
+    put_length(out, value.len(), compact, false)?;
+    let identity = out as *const BytesMut as usize;
+    let deferred = DEFERRED.with(|deferred| match deferred.borrow_mut().as_mut() {
+        // A nested buffer (a tagged field's) is not the message: its bytes must stay inline.
+        Some(d) if d.buffer == identity && !value.is_empty() => {
+            d.parts.push((out.len(), value.clone()));
+            true
+        }
+        _ => false,
+    });
+    if !deferred {
+        out.put_slice(value);
+    }
+    Ok(())
+}
+
+/// Writes a `records` field that may be null.
+pub fn put_nullable_records(
+    out: &mut BytesMut,
+    value: Option<&Bytes>,
+    compact: bool,
+) -> Result<(), EncodeError> {
+    match value {
+        Some(value) => put_records(out, value, compact),
+        None => {
+            put_null(out, compact, false);
+            Ok(())
+        }
+    }
+}
+
+/// Runs `encode` into `out` with `records` fields deferred, and returns the message as parts to
+/// send in order: encoded bytes interleaved with the record batches, which are the caller's own
+/// `Bytes` (shared, not copied). Concatenated, the parts are exactly what `encode` alone writes.
+pub fn encode_deferring_records(
+    mut out: BytesMut,
+    encode: impl FnOnce(&mut BytesMut) -> Result<(), EncodeError>,
+) -> Result<Vec<Bytes>, EncodeError> {
+    let identity = &out as *const BytesMut as usize;
+    let previous = DEFERRED.with(|deferred| {
+        deferred.borrow_mut().replace(Deferred {
+            buffer: identity,
+            parts: Vec::new(),
+        })
+    });
+    let result = encode(&mut out);
+    let deferred =
+        DEFERRED.with(|deferred| std::mem::replace(&mut *deferred.borrow_mut(), previous));
+    result?;
+    let records = deferred.map(|d| d.parts).unwrap_or_default();
+    let mut parts = Vec::with_capacity(records.len() * 2 + 1);
+    let mut consumed = 0;
+    for (position, batch) in records {
+        // Positions ascend and lie within the buffer, as put_records recorded them.
+        let head = out.split_to(position.saturating_sub(consumed).min(out.len()));
+        consumed += head.len();
+        if !head.is_empty() {
+            parts.push(head.freeze());
+        }
+        parts.push(batch);
+    }
+    if !out.is_empty() {
+        parts.push(out.freeze());
+    }
+    Ok(parts)
+}
+
 /// Writes a non-null array, each element written by `put_element`.
 pub fn put_array<T>(
     out: &mut BytesMut,
@@ -132,5 +219,68 @@ impl TaggedFields {
     pub fn finish(self, out: &mut BytesMut) {
         put_unsigned_varint(out, self.count);
         out.put_slice(&self.fields);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn concat(parts: &[Bytes]) -> Vec<u8> {
+        parts.iter().flat_map(|p| p.iter().copied()).collect()
+    }
+
+    #[test]
+    fn deferred_records_concatenate_to_the_inline_encoding() {
+        let batches = [
+            Bytes::from_static(b"first batch"),
+            Bytes::from_static(b"second"),
+        ];
+        let write = |out: &mut BytesMut| -> Result<(), EncodeError> {
+            out.put_i32(7);
+            put_records(out, &batches[0], true)?;
+            put_nullable_records(out, None, true)?;
+            put_records(out, &Bytes::new(), false)?;
+            put_nullable_records(out, Some(&batches[1]), false)?;
+            out.put_i16(-1);
+            Ok(())
+        };
+        let mut inline = BytesMut::new();
+        write(&mut inline).unwrap();
+        let parts = encode_deferring_records(BytesMut::new(), write).unwrap();
+        assert_eq!(concat(&parts), inline.to_vec());
+        // The batches are the caller's buffers, not copies.
+        assert!(parts.iter().any(|p| p.as_ptr() == batches[0].as_ptr()));
+        assert!(parts.iter().any(|p| p.as_ptr() == batches[1].as_ptr()));
+        // Outside a deferred encoding, records are written inline again.
+        let mut after = BytesMut::new();
+        put_records(&mut after, &batches[0], false).unwrap();
+        assert_eq!(&after[4..], &batches[0][..]);
+    }
+
+    #[test]
+    fn records_in_a_nested_buffer_stay_inline() {
+        let batch = Bytes::from_static(b"tagged");
+        let parts = encode_deferring_records(BytesMut::new(), |out| {
+            let mut nested = BytesMut::new();
+            put_records(&mut nested, &batch, true)?;
+            out.put_slice(&nested);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(parts.len(), 1);
+        assert_eq!(&parts[0][1..], &batch[..]);
+    }
+
+    #[test]
+    fn a_failed_encoding_defers_nothing_afterwards() {
+        let result = encode_deferring_records(BytesMut::new(), |out| {
+            put_records(out, &Bytes::from_static(b"x"), true)?;
+            Err(EncodeError::TooLong(0))
+        });
+        assert!(result.is_err());
+        let mut out = BytesMut::new();
+        put_records(&mut out, &Bytes::from_static(b"y"), true).unwrap();
+        assert_eq!(&out[..], &[2, b'y']);
     }
 }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use fjord_records::header::compute_crc;
 use fjord_records::{AppendBatch, BatchHeader, BATCH_HEADER_LEN};
 
@@ -62,11 +62,10 @@ pub struct FileSlice {
 }
 
 impl FileSlice {
-    /// Copies the slice into memory with a positional read.
+    /// Copies the slice into memory with a positional read, into a buffer that is not
+    /// zero-filled first.
     pub fn read_to_bytes(&self) -> io::Result<Bytes> {
-        let mut buf = BytesMut::zeroed(self.len as usize);
-        self.file.read_exact_at(&mut buf, self.position)?;
-        Ok(buf.freeze())
+        file_io::read_exact_at_uninit(&self.file, self.len as usize, self.position)
     }
 
     /// The descriptor to hand to `sendfile`.

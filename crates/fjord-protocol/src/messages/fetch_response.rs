@@ -16,7 +16,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::decoder::{read_array, read_nullable_array};
 use crate::encoder::{
-    put_array, put_nullable_array, put_nullable_bytes, put_nullable_string, put_string,
+    put_array, put_nullable_array, put_nullable_records, put_nullable_string, put_string,
     TaggedFields,
 };
 use crate::varint::put_unsigned_varint;
@@ -458,7 +458,7 @@ impl Encodable for PartitionData {
                 version,
             });
         }
-        put_nullable_bytes(out, self.records.as_deref(), flexible)?;
+        put_nullable_records(out, self.records.as_ref(), flexible)?;
         if version >= 12 {
             let mut tagged = TaggedFields::default();
             if version >= 12 && self.diverging_epoch != EpochEndOffset::default() {

@@ -15,7 +15,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::decoder::read_array;
-use crate::encoder::{put_array, put_nullable_bytes, put_nullable_string, put_string};
+use crate::encoder::{put_array, put_nullable_records, put_nullable_string, put_string};
 use crate::varint::put_unsigned_varint;
 use crate::{Decodable, DecodeError, Decoder, Encodable, EncodeError};
 
@@ -207,7 +207,7 @@ impl Encodable for PartitionProduceData {
     fn encode(&self, out: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         out.put_i32(self.index);
-        put_nullable_bytes(out, self.records.as_deref(), flexible)?;
+        put_nullable_records(out, self.records.as_ref(), flexible)?;
         if version >= 9 {
             put_unsigned_varint(out, 0);
         }
