@@ -155,6 +155,9 @@ final class GroupConsume {
             write("commit " + offsets.entrySet().stream()
                     .map(e -> e.getKey().topic() + ":" + e.getKey().partition() + "=" + e.getValue().offset())
                     .sorted().collect(Collectors.joining(",")));
+        } catch (WakeupException e) {
+            // SIGTERM arrived during the commit: let the poll loop see it and close.
+            throw e;
         } catch (RuntimeException e) {
             // A member that was removed from the group cannot commit; its records go to the next owner.
             offsets.keySet().forEach(processed::remove);
