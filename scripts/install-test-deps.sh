@@ -59,4 +59,12 @@ test -s "$BUILD/kafka-broker.classpath"
 echo "== go client tool (franz-go)"
 (cd "$E2E/clients/go" && go build -mod=readonly -o "$BUILD/franz-tool" .)
 
+echo "== franz-go module source (its pkg/kgo group tests run from Go's module cache against the broker)"
+franz_version="$(sed -n 's#^[[:space:]]*github.com/twmb/franz-go \(v[^ ]*\)$#\1#p' "$E2E/clients/go/go.mod")"
+test -n "$franz_version"
+(cd "$E2E/clients/go" && go mod download "github.com/twmb/franz-go@$franz_version")
+# kafka-consumer-groups (ConsumerGroupCommand), VerifiableConsumer and VerifiableProducer come from the
+# kafka-tools jar on the Kafka classpath resolved above.
+grep -q "kafka-tools-" "$BUILD/kafka-broker.classpath"
+
 echo "install-test-deps: ok"

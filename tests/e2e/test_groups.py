@@ -84,6 +84,9 @@ class Member:
 
     def assigned(self) -> bool:
         """Whether the member has been assigned partitions (cooperative members may first get none)."""
+        if self.proc.poll() is not None:
+            log = (self.out.parent / f"{self.name}.log").read_text(errors="replace")
+            raise AssertionError(f"{self.name} exited {self.proc.returncode} before it got partitions:\n{log[-2000:]}")
         return any(line.startswith("assign ") and line.split(" ")[1] != "-" for line in self.lines())
 
     def terminate(self) -> None:
@@ -167,6 +170,7 @@ def group_args(gbroker: Broker, group: str, topic: str, assignor: str, protocol:
 
 
 # (client, assignor, protocol): Java with every classic assignor and with KIP-848; one each for the others.
+# The quick subset (-m "not slow") keeps the first.
 MATRIX = [
     ("java", "range", "classic"),
     ("java", "roundrobin", "classic"),
@@ -177,9 +181,12 @@ MATRIX = [
     ("go", "sticky", "classic"),
     ("kafka-python", "roundrobin", "classic"),
 ]
+MATRIX_PARAMS = [
+    pytest.param(*m, id="-".join(m), marks=() if i == 0 else pytest.mark.slow) for i, m in enumerate(MATRIX)
+]
 
 
-@pytest.mark.parametrize("client,assignor,protocol", MATRIX, ids=["-".join(m) for m in MATRIX])
+@pytest.mark.parametrize("client,assignor,protocol", MATRIX_PARAMS)
 def test_group_churn(gbroker: Broker, tmp_path: Path, client: str, assignor: str, protocol: str):
     """Two groups consume one topic while it is produced to.
 
@@ -197,7 +204,9 @@ def test_group_churn(gbroker: Broker, tmp_path: Path, client: str, assignor: str
     started = time.monotonic()
 
     a = [Member(client, tmp_path, "alo-a", **alo), Member(client, tmp_path, "alo-b", **alo),
-         Member(client, tmp_path, "alo-c", **{**alo, "stall_after": 300, "stall_s": 9, "max_poll_interval_ms": 4000})]
+         Member(client, tmp_path, "alo-c", **{**alo, "stall_after": 300, "stall_s": 10,
+                                                 # librdkafka wants max.poll.interval.ms >= session.timeout.ms.
+                                                 "max_poll_interval_ms": SESSION_TIMEOUT_MS})]
     o = [Member(client, tmp_path, "once-a", **once)]
     members = a + o
 
@@ -210,7 +219,7 @@ def test_group_churn(gbroker: Broker, tmp_path: Path, client: str, assignor: str
 
     producer.start()
     try:
-        wait_until("first members to get partitions", lambda: all(m.assigned() for m in members), 90, members)
+        wait_until("first members to get partitions", lambda: all([m.assigned() for m in members]), 90, members)
         join(o, once, "once-b")
         a[1].kill()  # its session must expire
         join(a, alo, "alo-d")
@@ -273,7 +282,11 @@ def test_group_broker_restart(gbroker: Broker, tmp_path: Path):
     assert any(line.startswith("assign ") and topic in line for line in late.lines()), "the late member got no assignment"
 
 
-@pytest.mark.parametrize("client,protocol", [("java", "classic"), ("java", "consumer"), ("go", "classic")])
+@pytest.mark.parametrize(
+    "client,protocol",
+    [("java", "classic"), pytest.param("java", "consumer", marks=pytest.mark.slow),
+     pytest.param("go", "classic", marks=pytest.mark.slow)],
+)
 def test_group_regex(gbroker: Broker, tmp_path: Path, client: str, protocol: str):
     """A regex subscription picks up a matching topic created after the member joined."""
     prefix = unique("rx")

@@ -110,7 +110,7 @@ def json_events(out: str) -> List[dict]:
     return events
 
 
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@pytest.mark.parametrize("protocol", ["classic", pytest.param("consumer", marks=pytest.mark.slow)])
 def test_verifiable_consumer(gbroker: Broker, protocol: str):
     """VerifiableProducer then VerifiableConsumer (manual sync commits): consumed and committed add up."""
     topic, group, count = unique("verifiable"), unique("verifiable"), 3000
@@ -174,6 +174,7 @@ def franz_go_dir() -> Path:
     return Path(json.loads(out.stdout)["Dir"])
 
 
+@pytest.mark.slow
 def test_franz_go_group_tests(gbroker: Broker, tmp_path: Path):
     """franz-go's own pkg/kgo group tests, from the module cache, with KGO_SEEDS pointing at the broker."""
     env = dict(os.environ, KGO_SEEDS=gbroker.bootstrap, KGO_TEST_RF="1", KGO_TEST_RECORDS="20000")

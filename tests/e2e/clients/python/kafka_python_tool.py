@@ -3,7 +3,7 @@
 import sys
 import time
 
-from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import AsyncConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
@@ -125,7 +125,7 @@ def group_consume(a: dict) -> int:
         md = consumer.group_metadata()
         return md.member_id or "-", md.generation_id
 
-    def commit_processed(tps=None):
+    def take_processed(tps=None) -> dict:
         offsets = {
             tp: OffsetAndMetadata(off, "", -1)
             for tp, off in state["processed"].items()
@@ -133,27 +133,41 @@ def group_consume(a: dict) -> int:
         }
         for tp in offsets:
             del state["processed"][tp]
+        return offsets
+
+    def log_commit(offsets: dict) -> None:
+        log.line("commit " + ",".join(sorted(f"{tp.topic}:{tp.partition}={om.offset}" for tp, om in offsets.items())))
+
+    def commit_processed() -> None:
+        offsets = take_processed()
         if not offsets:
             return
         try:
             consumer.commit(offsets)
-            log.line("commit " + ",".join(sorted(f"{tp.topic}:{tp.partition}={om.offset}" for tp, om in offsets.items())))
+            log_commit(offsets)
         except KafkaError as e:
             # A member removed from the group cannot commit; the next owner reprocesses.
             log.line(f"commit-failed {type(e).__name__}")
 
-    class Listener(ConsumerRebalanceListener):
-        def on_partitions_revoked(self, revoked):
+    class Listener(AsyncConsumerRebalanceListener):
+        # kafka-python 3 runs listeners on its IO loop, where the blocking commit() is refused; the
+        # coordinator's awaitable synchronous commit is what commit() itself runs.
+        async def on_partitions_revoked(self, revoked):
             tps = {TopicPartition(tp.topic, tp.partition) for tp in revoked}
             log.event("revoke", [(tp.topic, tp.partition) for tp in tps], *who())
-            if o["commit"] != "auto":
-                commit_processed(tps)
+            offsets = take_processed(tps) if o["commit"] != "auto" else {}
+            if offsets:
+                try:
+                    await consumer._coordinator._commit_offsets_sync_async(offsets, timeout_ms=15000)
+                    log_commit(offsets)
+                except KafkaError as e:
+                    log.line(f"commit-failed {type(e).__name__}")
 
-        def on_partitions_assigned(self, assigned):
+        async def on_partitions_assigned(self, assigned):
             log.event("assign", [(tp.topic, tp.partition) for tp in assigned], *who())
             state["active_since"] = time.monotonic()
 
-        def on_partitions_lost(self, lost):
+        async def on_partitions_lost(self, lost):
             log.event("lost", [(tp.topic, tp.partition) for tp in lost], *who())
             for tp in lost:
                 state["processed"].pop(TopicPartition(tp.topic, tp.partition), None)
