@@ -127,7 +127,7 @@ def test_verifiable_consumer(gbroker: Broker, protocol: str):
                                     gbroker.bootstrap, "--topic", topic, "--group-id", group, "--group-protocol",
                                     protocol, "--max-messages", str(count), "--reset-policy", "earliest"))
     names = [e["name"] for e in events]
-    assert "partitions_assigned" in names and names[-1] == "shutdown_complete", names[-5:]
+    assert "partitions_assigned" in names and "shutdown_complete" in names, names[-5:]
     consumed = 0
     next_offset: Dict[int, int] = {}
     committed: Dict[int, int] = {}

@@ -247,7 +247,23 @@ async fn serve_connection<D: Dispatch>(
         }
     };
     drop(out_tx);
-    // Finish in-flight requests and flush their responses before the socket goes away.
-    let written = writer_task.await.map_err(|e| e.to_string())?;
+    // Finish in-flight requests and flush their responses before the socket goes away. At shutdown
+    // the wait is bounded: a request parked in the group coordinator (a JoinGroup waiting for its
+    // rebalance) only completes on a timer, and the timers stop with the broker.
+    let mut writer_task = writer_task;
+    let written = if *shutdown.borrow() {
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut writer_task).await {
+            Ok(joined) => joined.map_err(|e| e.to_string())?,
+            Err(_) => {
+                writer_task.abort();
+                Err("shutdown: parked requests left unanswered".to_string())
+            }
+        }
+    } else {
+        writer_task.await.map_err(|e| e.to_string())?
+    };
     result.and(written)
 }
+
+/// How long a connection may take to answer its in-flight requests once shutdown begins.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
