@@ -131,6 +131,14 @@ impl GroupRuntime {
         Ok(())
     }
 
+    /// True once every `__consumer_offsets` partition has a loaded shard.
+    pub fn all_loaded(&self) -> bool {
+        self.shards
+            .lock()
+            .map(|s| s.len() >= self.num_partitions.max(0) as usize)
+            .unwrap_or(false)
+    }
+
     fn shard(&self, partition: i32) -> Option<Arc<tokio::sync::Mutex<Shard>>> {
         self.shards.lock().ok()?.get(&partition).cloned()
     }

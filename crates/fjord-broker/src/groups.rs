@@ -63,6 +63,12 @@ impl Broker {
                 }
             }
         }
+        if !self.groups.all_loaded() {
+            // Another request may have committed the topic a moment ago and not yet opened its
+            // partitions: bring them in line with the image before loading the shards.
+            self.replicas
+                .apply_image(&self.quorum.image(), crate::broker::now_ms())?;
+        }
         self.groups.load_hosted().await
     }
 

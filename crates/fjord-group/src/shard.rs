@@ -177,6 +177,32 @@ fn listed(states: &[String], types: &[String], state: &str, group_type: &str) ->
     state_ok && type_ok
 }
 
+/// Kafka's admission rule for group.max.size: an empty group takes anyone; while preparing a
+/// rebalance, members already waiting are kept and new ones are taken while fewer than the maximum
+/// are waiting (so a shrunk maximum trims the group); otherwise members stay and new ones are taken
+/// while the group is below the maximum.
+fn accept_joining_member(group: &ClassicGroup, member_id: &str, max_size: i32) -> bool {
+    let max = usize::try_from(max_size).unwrap_or(0);
+    match group.state {
+        GroupState::Empty | GroupState::Dead => true,
+        GroupState::PreparingRebalance => {
+            let awaiting = group
+                .members
+                .values()
+                .filter(|m| m.awaiting_join.is_some())
+                .count();
+            group
+                .members
+                .get(member_id)
+                .is_some_and(|m| m.awaiting_join.is_some())
+                || awaiting < max
+        }
+        GroupState::CompletingRebalance | GroupState::Stable => {
+            group.members.contains_key(member_id) || group.members.len() < max
+        }
+    }
+}
+
 impl GroupCoordinatorShard {
     pub fn new(config: GroupConfig) -> Self {
         GroupCoordinatorShard {
@@ -709,21 +735,13 @@ impl GroupCoordinatorShard {
                 COORDINATOR_NOT_AVAILABLE,
             ));
         }
-        let is_known = group.members.contains_key(&request.member_id)
-            || group.pending_join.contains_key(&request.member_id);
-        let group_full = !is_known
-            && i64::try_from(group.members.len()).unwrap_or(i64::MAX)
-                >= i64::from(self.config.group_max_size)
-            && !(request
-                .group_instance_id
-                .as_ref()
-                .is_some_and(|i| group.static_members.contains_key(i)));
-        if group_full {
-            return Some(join_error(
-                version,
-                &request.member_id,
-                GROUP_MAX_SIZE_REACHED,
-            ));
+        if !accept_joining_member(group, &request.member_id, self.config.group_max_size) {
+            // As Kafka: the refused member is forgotten (pending or not), and told the group is full.
+            group.pending_join.remove(&request.member_id);
+            if group.state == GroupState::PreparingRebalance {
+                group.remove_member(&request.member_id);
+            }
+            return Some(join_error(version, "", GROUP_MAX_SIZE_REACHED));
         }
         if !group.supports_protocols(&request.protocol_type, &protocols) {
             return Some(join_error(
