@@ -178,6 +178,7 @@ MATRIX = [
     ("java", "cooperative-sticky", "classic"),
     ("java", "uniform", "consumer"),
     ("confluent", "cooperative-sticky", "classic"),
+    ("confluent", "uniform", "consumer"),
     ("go", "sticky", "classic"),
     ("kafka-python", "roundrobin", "classic"),
 ]
