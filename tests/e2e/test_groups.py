@@ -9,6 +9,7 @@ The broker here is this module's own (fjord or Kafka per E2E_BROKER) with short 
 settings, so a killed consumer-protocol member expires in seconds as a classic one does.
 """
 
+import os
 import subprocess
 import threading
 import time
@@ -23,8 +24,9 @@ from harness import Broker, make_broker, run_tool, start_tool, fresh_seed
 
 PARTITIONS = 12
 # Records are produced in chunks while the members churn: CHUNKS x CHUNK records, one chunk per second.
+# E2E_GROUP_RECORDS sets the total (default 100k, as the consumer-group issue asks).
 CHUNKS = 10
-CHUNK = 1200
+CHUNK = int(os.environ.get("E2E_GROUP_RECORDS", "100000")) // CHUNKS
 SESSION_TIMEOUT_MS = 6000
 
 # Short group timeouts for both brokers. Kafka also needs its minimums lowered to accept them.
