@@ -287,12 +287,7 @@ def test_group_broker_restart(gbroker: Broker, tmp_path: Path):
 
 @pytest.mark.parametrize(
     "client,protocol",
-    [("java", "classic"),
-     # Known gap: a Java consumer-protocol member subscribed by a client-side Pattern may send its first
-     # heartbeat before its metadata resolved any topic; Kafka's rule (which fjord keeps) refuses that empty
-     # subscription with INVALID_REQUEST, and the Java client then stops. Tracked in the issue notes.
-     pytest.param("java", "consumer", marks=[pytest.mark.slow, pytest.mark.xfail(
-         reason="Java consumer-protocol Pattern subscription races its metadata (known gap)", strict=False)]),
+    [("java", "classic"), pytest.param("java", "consumer", marks=pytest.mark.slow),
      pytest.param("go", "classic", marks=pytest.mark.slow)],
 )
 def test_group_regex(gbroker: Broker, tmp_path: Path, client: str, protocol: str):

@@ -377,7 +377,13 @@ impl Broker {
         }
         let image = self.quorum.image();
         for topic in requested {
-            let entry = match (&topic.name, topic.topic_id) {
+            // As Kafka: a non-zero topic id wins; clients send it with a null or an empty name.
+            let by_name = if topic.topic_id == Uuid::ZERO {
+                topic.name.as_ref()
+            } else {
+                None
+            };
+            let entry = match (by_name, topic.topic_id) {
                 (Some(name), _) => {
                     let mut entry = self.topic_metadata(&image, name);
                     if entry.error_code == errors::UNKNOWN_TOPIC_OR_PARTITION

@@ -24,6 +24,7 @@ import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.consumer.RangeAssignor;
 import org.apache.kafka.clients.consumer.RoundRobinAssignor;
 import org.apache.kafka.clients.consumer.StickyAssignor;
+import org.apache.kafka.clients.consumer.SubscriptionPattern;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.header.Header;
@@ -188,7 +189,10 @@ final class GroupConsume {
                 tps.forEach(processed::remove);
             }
         };
-        if (args.containsKey("pattern")) {
+        if (args.containsKey("pattern") && "consumer".equals(args.getOrDefault("protocol", "classic"))) {
+            // KIP-848: the broker resolves the regex (RE2/J syntax), as the consumer protocol intends.
+            consumer.subscribe(new SubscriptionPattern(args.get("pattern")), listener);
+        } else if (args.containsKey("pattern")) {
             consumer.subscribe(Pattern.compile(args.get("pattern")), listener);
         } else {
             consumer.subscribe(List.of(args.get("topics").split(",")), listener);
