@@ -149,20 +149,39 @@ pub struct TimestampAndOffset {
 /// by [`Log::prepare_flush`]; [`FlushTicket::sync`] runs without it.
 #[derive(Debug)]
 pub struct FlushTicket {
-    files: Vec<Arc<File>>,
+    /// Files whose data (and size) must reach the disk: every segment's `.log` from the one
+    /// holding the recovery point on.
+    data_files: Vec<Arc<File>>,
+    /// Index files of sealed segments at or after the recovery point's segment. The active
+    /// segment's indexes are left out: recovery rebuilds them, because the recovery point always
+    /// lies in the active segment once this ticket completes.
+    index_files: Vec<Arc<File>>,
     dir: PathBuf,
+    /// Set when a segment file was created since the directory was last synced.
+    sync_dir: bool,
+    dir_version: u64,
+    /// The active segment when the ticket was taken.
+    active_base: i64,
     up_to_offset: i64,
 }
 
 impl FlushTicket {
-    /// fsyncs every file, then the directory (so newly rolled segments are durable too).
+    /// Makes the covered appends durable: fdatasync for the logs (their data and size, not
+    /// their timestamps), fsync for sealed indexes, and the directory only when it gained a
+    /// segment since its last sync.
     pub fn sync(&self) -> Result<(), StorageError> {
-        for file in &self.files {
-            file.sync_all().at(&self.dir)?;
+        for file in &self.data_files {
+            file.sync_data().at(&self.dir)?;
         }
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .at(&self.dir)
+        for file in &self.index_files {
+            file.sync_data().at(&self.dir)?;
+        }
+        if self.sync_dir {
+            File::open(&self.dir)
+                .and_then(|d| d.sync_all())
+                .at(&self.dir)?;
+        }
+        Ok(())
     }
 
     pub fn up_to_offset(&self) -> i64 {
@@ -183,6 +202,10 @@ pub struct Log {
     log_end_offset: i64,
     high_watermark: i64,
     recovery_point: i64,
+    /// Bumped whenever a segment file is created; the directory is durable up to
+    /// `dir_synced_version`.
+    dir_version: u64,
+    dir_synced_version: u64,
     /// When the oldest append not yet covered by the recovery point happened.
     first_unflushed_ms: Option<i64>,
     /// Which leader epoch started at which offset; persisted in `leader-epoch-checkpoint`.
@@ -275,6 +298,9 @@ impl Log {
             log_end_offset: 0,
             high_watermark: 0,
             recovery_point: 0,
+            // A freshly created directory and segment are not known to be durable yet.
+            dir_version: 1,
+            dir_synced_version: 0,
             first_unflushed_ms: None,
             leader_epoch_cache: LeaderEpochCache::load(
                 &dir.join(LEADER_EPOCH_CHECKPOINT_FILE_NAME),
@@ -331,7 +357,8 @@ impl Log {
         Ok(())
     }
 
-    fn new_segment(&self, base_offset: i64, now_ms: i64) -> Result<LogSegment, StorageError> {
+    fn new_segment(&mut self, base_offset: i64, now_ms: i64) -> Result<LogSegment, StorageError> {
+        self.dir_version += 1;
         LogSegment::create(
             &self.dir,
             base_offset,
@@ -584,27 +611,45 @@ impl Log {
             .range(..=self.recovery_point)
             .next_back()
             .map_or(i64::MIN, |(base, _)| *base);
-        let files = self
-            .segments
-            .range(from..)
-            .flat_map(|(_, segment)| segment.files())
-            .collect();
+        let active = self.active_segment().base_offset();
+        let mut data_files = Vec::new();
+        let mut index_files = Vec::new();
+        for (&base, segment) in self.segments.range(from..) {
+            data_files.push(Arc::clone(segment.log_file()));
+            if base != active {
+                index_files.extend(segment.index_files());
+            }
+        }
         FlushTicket {
-            files,
+            data_files,
+            index_files,
             dir: self.dir.clone(),
+            sync_dir: self.dir_version > self.dir_synced_version,
+            dir_version: self.dir_version,
+            active_base: active,
             up_to_offset: self.log_end_offset,
         }
     }
 
-    /// Records that a [`FlushTicket`] for `up_to_offset` has been synced.
-    pub fn complete_flush(&mut self, up_to_offset: i64) {
-        let up_to = up_to_offset.min(self.log_end_offset);
+    /// Records that `ticket` has been synced; returns the offset below which the log is now
+    /// durable.
+    pub fn complete_flush(&mut self, ticket: &FlushTicket) -> i64 {
+        let durable = ticket.up_to_offset.min(self.log_end_offset);
+        let mut up_to = durable;
+        // A roll after the ticket was taken sealed a segment whose indexes it did not sync: the
+        // recovery point stays inside that segment, so a crash rebuilds them, until a later
+        // flush syncs them.
+        if let Some((&next_base, _)) = self.segments.range(ticket.active_base + 1..).next() {
+            up_to = up_to.min(next_base - 1);
+        }
         if up_to > self.recovery_point {
             self.recovery_point = up_to;
         }
+        self.dir_synced_version = self.dir_synced_version.max(ticket.dir_version);
         if self.recovery_point >= self.log_end_offset {
             self.first_unflushed_ms = None;
         }
+        durable
     }
 
     /// Whether flush.messages or flush.ms calls for a flush now.
@@ -862,7 +907,11 @@ impl Log {
         self.active_segment_mut()?.on_become_inactive()?;
         let ticket = self.prepare_flush();
         ticket.sync()?;
-        self.complete_flush(ticket.up_to_offset());
+        // The next start skips recovery, so the active segment's indexes must be durable too.
+        for file in self.active_segment().index_files() {
+            file.sync_data().at(&self.dir)?;
+        }
+        self.complete_flush(&ticket);
         self.producer_state.take_snapshot(&self.dir).at(&self.dir)?;
         self.closed = true;
         Ok(())

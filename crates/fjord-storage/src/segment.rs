@@ -637,10 +637,14 @@ impl LogSegment {
         self.time_index.file().sync_all().at(self.time_index.path())
     }
 
-    /// The open files whose contents a flush must make durable.
-    pub fn files(&self) -> [Arc<File>; 3] {
+    /// The `.log` file.
+    pub fn log_file(&self) -> &Arc<File> {
+        &self.log
+    }
+
+    /// The offset and time index files.
+    pub fn index_files(&self) -> [Arc<File>; 2] {
         [
-            Arc::clone(&self.log),
             Arc::clone(self.offset_index.file()),
             Arc::clone(self.time_index.file()),
         ]

@@ -495,9 +495,32 @@ fn flush_policy_and_group_commit() {
     let ticket = log.prepare_flush();
     assert_eq!(ticket.up_to_offset(), 5);
     ticket.sync().unwrap();
-    log.complete_flush(ticket.up_to_offset());
+    assert_eq!(log.complete_flush(&ticket), 5);
     assert_eq!(log.recovery_point(), 5);
     assert!(!log.needs_flush(1_000_000));
+}
+
+#[test]
+fn a_roll_during_a_flush_keeps_the_recovery_point_in_the_sealed_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(dir.path(), LogConfig::default(), true, 0);
+    log.append_as_leader(vec![batch(&[1, 2, 3], 1)], 0, 100)
+        .unwrap();
+    // Taken while segment 0 is active: it syncs segment 0's data but not its indexes.
+    let ticket = log.prepare_flush();
+    log.roll(200).unwrap();
+    log.append_as_leader(vec![batch(&[4], 1)], 0, 300).unwrap();
+    ticket.sync().unwrap();
+    // Offsets 0..3 are durable (the high watermark may move there) ...
+    assert_eq!(log.complete_flush(&ticket), 3);
+    // ... but a crash must still recover segment 0, whose indexes were never synced.
+    assert_eq!(log.recovery_point(), 2);
+    assert!(log.recovery_point() <= log.log_end_offset());
+    // The next flush covers segment 0 as a sealed segment and reaches the log end.
+    let ticket = log.prepare_flush();
+    ticket.sync().unwrap();
+    assert_eq!(log.complete_flush(&ticket), 4);
+    assert_eq!(log.recovery_point(), 4);
 }
 
 fn idempotent(mut b: bytes::BytesMut, producer_id: i64, sequence: i32) -> bytes::BytesMut {
