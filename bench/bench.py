@@ -81,7 +81,7 @@ class Profile:
         # ProducerPerformance rows: (size, acks, codec, partitions, extra producer props).
         if smoke:
             self.pp_rows = [(100, "1", "none", 1, {}), (KIB, "all", "lz4", 4, {})]
-            self.franz_rows = [(KIB, "1", "none", 8)]
+            self.franz_rows = [(KIB, "1", "none", 8, {})]
         else:
             self.pp_rows = [
                 (100, "1", "none", 1, {}),
@@ -96,7 +96,13 @@ class Profile:
                 # Large batches: how close each broker gets to the loopback / disk limit.
                 (KIB, "1", "none", 8, {"batch.size": "1048576", "linger.ms": "20"}),
             ]
-            self.franz_rows = [(100, "1", "none", 8), (KIB, "all", "none", 8), (KIB, "1", "zstd", 8)]
+            self.franz_rows = [
+                (100, "1", "none", 8, {}),
+                (KIB, "all", "none", 8, {}),
+                (KIB, "1", "zstd", 8, {}),
+                # Large batches from the faster client: how close the broker gets to the limits.
+                (KIB, "all", "none", 8, {"batch-bytes": "1048576", "linger": "20ms"}),
+            ]
         # Fixed-rate latency runs: fractions of Kafka's max rate for the reference row, seconds each.
         self.latency_fractions = [0.5] if smoke else [0.25, 0.5, 0.75]
         self.latency_seconds = 2 if smoke else 10
@@ -352,7 +358,10 @@ class KafkaBroker(Broker):
             "appender.file.layout.type=PatternLayout\n"
             "appender.file.layout.pattern=[%d] %p %m (%c)%n\n"
         )
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        # As Kafka's own generator does: an id starting with '-' would read as an option.
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
         subprocess.run(
             self.jvm(TOOL_JVM)
             + ["kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(self.config)],
@@ -475,6 +484,7 @@ class Results:
                               "samples": {"kafka": [], "fjord": []}}
             self.order.append(key)
         self.rows[key]["samples"][broker].append(value)
+        log(f"  {broker}: {section} / {name}: {fmt(value)} {unit}")
 
     def fail(self, what: str, error: Exception) -> None:
         msg = f"{what}: {str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__}"
@@ -632,14 +642,15 @@ class Bench:
 
     def franz_rows(self, b: Broker, mode: str, kind: str) -> None:
         section = f"produce throughput, franz-go ({mode})"
-        for size, acks, codec, parts in self.p.franz_rows:
-            rid = row_id(size, acks, codec, parts, {})
+        for size, acks, codec, parts, extra in self.p.franz_rows:
+            rid = row_id(size, acks, codec, parts, extra)
             topic = "franz-" + topic_name(rid)
             try:
                 topic = create_topic(b.bootstrap, topic, parts)
                 r = loadgen(["produce", "--bootstrap", b.bootstrap, "--topic", topic,
                              "--records", str(self.records_for(mode, size)), "--size", str(size),
-                             "--acks", acks, "--codec", codec], self.p.tool_timeout)
+                             "--acks", acks, "--codec", codec]
+                            + [arg for k, v in extra.items() for arg in (f"--{k}", v)], self.p.tool_timeout)
             except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
                 self.results.fail(f"{kind} {mode} franz-go produce {rid}", e)
                 continue
@@ -712,6 +723,9 @@ class Bench:
                 self.results.fail(f"{kind} {mode} consume {label}", e)
                 continue
             self.results.add(section, label, "MB/s", "higher", kind, r["mb_per_s"])
+            if r.get("client_cpu_s"):
+                self.results.add("cpu", f"franz-go consumer's own CPU s per GB, {label} ({mode})", "s/GB", "lower",
+                                 kind, r["client_cpu_s"] / (r["records"] * size / 1e9))
             if not cold:
                 gb = records * size / 1e9
                 self.results.add("cpu", f"broker CPU s per GB consumed, {rid} ({mode})", "s/GB", "lower", kind, cpu / gb)
@@ -820,11 +834,14 @@ def goals(rows: List[dict], limits: Dict[str, float]) -> List[tuple]:
                 cross.append(r["fjord"] / pc["kafka"])
     check("fjord durable ≥ 1.0× Kafka page-cache (produce)", cross, 1.0, True)
     limit = min([v for k, v in limits.items() if k.startswith(("loopback", "sequential write 1 MiB"))], default=None)
-    big = [r for r in rows if r["name"].endswith("large-batch") and "(page-cache)" in r["section"]]
-    if limit and big and big[0]["fjord"]:
-        frac = big[0]["fjord"] / limit
-        out.append(("large-batch produce ≥ 70% of min(loopback, fdatasync disk)", f"{frac:.0%} of {limit:.0f} MB/s",
-                    frac >= 0.7))
+    for mode in ("page-cache", "fsync"):
+        # The best large-batch figure of either client.
+        big = [r["fjord"] for r in rows if r["name"].endswith("large-batch") and f"({mode})" in r["section"]
+               and r["fjord"]]
+        if limit and big:
+            frac = max(big) / limit
+            out.append((f"large-batch produce ≥ 70% of min(loopback, fdatasync disk) ({mode})",
+                        f"{frac:.0%} of {limit:.0f} MB/s", frac >= 0.7))
     return out
 
 
@@ -917,7 +934,7 @@ def main() -> int:
          "skipped": bench.results.skipped,
          "goals": [{"goal": g, "measured": v, "met": ok} for g, v, ok in goals(rows, bench.limits)]}, indent=1))
     if not args.smoke:
-        update_benchmarks_md(md, str(base.with_suffix(".json").relative_to(ROOT)))
+        update_benchmarks_md(md, os.path.relpath(base.with_suffix(".json"), ROOT))
     shutil.rmtree(work, ignore_errors=True)
     print(md)
     log(f"wrote {base}.md and .json in {meta['seconds']} s")

@@ -22,6 +22,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -208,6 +209,8 @@ func produce(args []string) error {
 	acks := fs.String("acks", "1", "all or 1")
 	codecName := fs.String("codec", "none", "none, lz4, zstd, gzip, snappy")
 	rate := fs.Float64("rate", 0, "records per second; 0 for unlimited")
+	batchBytes := fs.Int("batch-bytes", 0, "largest batch in bytes; 0 for franz-go's default")
+	linger := fs.Duration("linger", 5*time.Millisecond, "how long a batch waits to fill")
 	_ = fs.Parse(args)
 	codec, err := codecOf(*codecName)
 	if err != nil {
@@ -217,8 +220,11 @@ func produce(args []string) error {
 		kgo.SeedBrokers(*bootstrap),
 		kgo.DefaultProduceTopic(*topic),
 		kgo.ProducerBatchCompression(codec),
-		// The Java producer's default linger, so batching is comparable.
-		kgo.ProducerLinger(5 * time.Millisecond),
+		// Default: the Java producer's linger, so batching is comparable.
+		kgo.ProducerLinger(*linger),
+	}
+	if *batchBytes > 0 {
+		opts = append(opts, kgo.ProducerBatchMaxBytes(int32(*batchBytes)))
 	}
 	switch *acks {
 	case "all", "-1":
@@ -313,7 +319,18 @@ func consume(args []string) error {
 		"seconds":       elapsed,
 		"records_per_s": float64(n) / elapsed,
 		"mb_per_s":      float64(bytes) / elapsed / 1e6,
+		// The consumer's own CPU time (whole process): on a small machine the client, not the
+		// broker, can be what limits consume throughput.
+		"client_cpu_s": processCPUSeconds(),
 	})
+}
+
+func processCPUSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 func endToEnd(args []string) error {

@@ -146,6 +146,7 @@ impl ReplicaManager {
                 }
             }
         }
+        let mut placed = Vec::with_capacity(wanted.len());
         for (tp, (config, topic_id, leader_epoch, replica_count)) in wanted {
             let durable = !(config.is_set("flush.messages") || config.is_set("flush.ms"));
             let log_config = log_config(&config, durable);
@@ -156,20 +157,53 @@ impl ReplicaManager {
                     .create_log(tp.clone(), topic_id, log_config.clone(), now_ms)
                     .map_err(|e| format!("cannot create the log of {tp}: {e}"))?,
             };
-            if let Ok(mut guard) = log.lock() {
-                guard.set_config(log_config);
-                // A single-replica partition: everything that survived recovery is on disk, so
-                // after a crash the high watermark (possibly checkpointed lower) is the LEO.
-                if let Err(error) = guard.become_leader(leader_epoch) {
-                    tracing::warn!(%tp, %error, "cannot record the leader epoch start");
-                }
-                if !partitions.contains_key(&tp) && replica_count == 1 {
-                    let leo = guard.log_end_offset();
-                    if guard.high_watermark() < leo {
-                        guard.set_high_watermark(leo);
+            let known = partitions.contains_key(&tp);
+            placed.push((
+                tp,
+                config,
+                topic_id,
+                leader_epoch,
+                replica_count,
+                durable,
+                log_config,
+                log,
+                known,
+            ));
+        }
+        // Recording a new leader epoch fsyncs a checkpoint per partition: at start-up, when
+        // every partition gets one, they go to the disk side by side.
+        let placed = fjord_storage::parallel::map(
+            placed,
+            fjord_storage::parallel::DISK_THREADS,
+            |(
+                tp,
+                config,
+                topic_id,
+                leader_epoch,
+                replica_count,
+                durable,
+                log_config,
+                log,
+                known,
+            )| {
+                if let Ok(mut guard) = log.lock() {
+                    guard.set_config(log_config);
+                    if let Err(error) = guard.become_leader(leader_epoch) {
+                        tracing::warn!(%tp, %error, "cannot record the leader epoch start");
+                    }
+                    // A single-replica partition: everything that survived recovery is on disk,
+                    // so after a crash the high watermark (possibly checkpointed lower) is the LEO.
+                    if !known && replica_count == 1 {
+                        let leo = guard.log_end_offset();
+                        if guard.high_watermark() < leo {
+                            guard.set_high_watermark(leo);
+                        }
                     }
                 }
-            }
+                (tp, config, topic_id, leader_epoch, durable, log)
+            },
+        );
+        for (tp, config, topic_id, leader_epoch, durable, log) in placed {
             let unchanged = partitions.get(&tp).is_some_and(|p| {
                 p.leader_epoch == leader_epoch
                     && p.topic_id == topic_id

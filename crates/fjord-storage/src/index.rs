@@ -39,6 +39,33 @@ pub struct TimestampOffset {
     pub offset: i64,
 }
 
+/// An index file's descriptor, opened on the first write. An index that is only read (every
+/// sealed segment after a restart, every new segment before its first entry) holds none, so a
+/// broker needs about one descriptor per segment at rest — its `.log` — rather than three.
+#[derive(Debug, Default)]
+struct WriteHandle(Option<Arc<File>>);
+
+impl WriteHandle {
+    fn get(&mut self, path: &Path) -> Result<&Arc<File>, StorageError> {
+        match &mut self.0 {
+            Some(file) => Ok(file),
+            slot => Ok(slot.insert(Arc::new(open_rw(path, false)?))),
+        }
+    }
+
+    /// Closes the descriptor; the next write reopens it. Only for an index whose writes have
+    /// been synced.
+    fn release(&mut self) {
+        self.0 = None;
+    }
+
+    /// The open descriptor, if the index was written since it was loaded or created: only
+    /// then can it hold data a flush must sync.
+    fn written(&self) -> Option<&Arc<File>> {
+        self.0.as_ref()
+    }
+}
+
 fn open_rw(path: &Path, truncate: bool) -> Result<File, StorageError> {
     OpenOptions::new()
         .read(true)
@@ -88,7 +115,7 @@ fn relative(base_offset: i64, offset: i64, path: &Path) -> Result<u32, StorageEr
 #[derive(Debug)]
 pub struct OffsetIndex {
     path: PathBuf,
-    file: Arc<File>,
+    file: WriteHandle,
     base_offset: i64,
     max_entries: usize,
     /// (relative offset, position), strictly ascending in offset, non-decreasing in position.
@@ -102,10 +129,10 @@ impl OffsetIndex {
         base_offset: i64,
         max_index_bytes: u64,
     ) -> Result<Self, StorageError> {
-        let file = open_rw(path, true)?;
+        open_rw(path, true)?;
         Ok(OffsetIndex {
             path: path.to_path_buf(),
-            file: Arc::new(file),
+            file: WriteHandle::default(),
             base_offset,
             max_entries: max_entries(max_index_bytes, OFFSET_INDEX_ENTRY_SIZE),
             entries: Vec::new(),
@@ -120,11 +147,7 @@ impl OffsetIndex {
         max_index_bytes: u64,
         log_size: u64,
     ) -> Result<Self, StorageError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .at(path)?;
+        let file = OpenOptions::new().read(true).open(path).at(path)?;
         let max_entries = max_entries(max_index_bytes, OFFSET_INDEX_ENTRY_SIZE);
         let buf = read_index_file(
             &file,
@@ -154,7 +177,7 @@ impl OffsetIndex {
         }
         Ok(OffsetIndex {
             path: path.to_path_buf(),
-            file: Arc::new(file),
+            file: WriteHandle::default(),
             base_offset,
             max_entries,
             entries,
@@ -179,7 +202,10 @@ impl OffsetIndex {
         entry[..4].copy_from_slice(&rel.to_be_bytes());
         entry[4..].copy_from_slice(&position.to_be_bytes());
         let at = (self.entries.len() * OFFSET_INDEX_ENTRY_SIZE) as u64;
-        self.file.write_all_at(&entry, at).at(&self.path)?;
+        self.file
+            .get(&self.path)?
+            .write_all_at(&entry, at)
+            .at(&self.path)?;
         self.entries.push((rel, position));
         Ok(())
     }
@@ -223,6 +249,7 @@ impl OffsetIndex {
     fn truncate_entries(&mut self, keep: usize) -> Result<(), StorageError> {
         self.entries.truncate(keep);
         self.file
+            .get(&self.path)?
             .set_len((keep * OFFSET_INDEX_ENTRY_SIZE) as u64)
             .at(&self.path)
     }
@@ -256,8 +283,14 @@ impl OffsetIndex {
         &self.path
     }
 
-    pub(crate) fn file(&self) -> &Arc<File> {
-        &self.file
+    /// The descriptor to sync, if the index was written since it was loaded or created.
+    pub(crate) fn written_file(&self) -> Option<&Arc<File>> {
+        self.file.written()
+    }
+
+    /// Closes the descriptor after a sync (see [`WriteHandle`]).
+    pub(crate) fn release_file(&mut self) {
+        self.file.release();
     }
 
     pub(crate) fn set_path(&mut self, path: PathBuf) {
@@ -269,7 +302,7 @@ impl OffsetIndex {
 #[derive(Debug)]
 pub struct TimeIndex {
     path: PathBuf,
-    file: Arc<File>,
+    file: WriteHandle,
     base_offset: i64,
     max_entries: usize,
     /// (timestamp, relative offset), timestamps strictly ascending, offsets non-decreasing.
@@ -283,10 +316,10 @@ impl TimeIndex {
         base_offset: i64,
         max_index_bytes: u64,
     ) -> Result<Self, StorageError> {
-        let file = open_rw(path, true)?;
+        open_rw(path, true)?;
         Ok(TimeIndex {
             path: path.to_path_buf(),
-            file: Arc::new(file),
+            file: WriteHandle::default(),
             base_offset,
             max_entries: max_entries(max_index_bytes, TIME_INDEX_ENTRY_SIZE),
             entries: Vec::new(),
@@ -300,11 +333,7 @@ impl TimeIndex {
         max_index_bytes: u64,
         next_offset: i64,
     ) -> Result<Self, StorageError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .at(path)?;
+        let file = OpenOptions::new().read(true).open(path).at(path)?;
         let max_entries = max_entries(max_index_bytes, TIME_INDEX_ENTRY_SIZE);
         let buf = read_index_file(
             &file,
@@ -336,7 +365,7 @@ impl TimeIndex {
         }
         Ok(TimeIndex {
             path: path.to_path_buf(),
-            file: Arc::new(file),
+            file: WriteHandle::default(),
             base_offset,
             max_entries,
             entries,
@@ -371,7 +400,10 @@ impl TimeIndex {
         entry[..8].copy_from_slice(&timestamp.to_be_bytes());
         entry[8..].copy_from_slice(&rel.to_be_bytes());
         let at = (self.entries.len() * TIME_INDEX_ENTRY_SIZE) as u64;
-        self.file.write_all_at(&entry, at).at(&self.path)?;
+        self.file
+            .get(&self.path)?
+            .write_all_at(&entry, at)
+            .at(&self.path)?;
         self.entries.push((timestamp, rel));
         Ok(())
     }
@@ -399,6 +431,7 @@ impl TimeIndex {
             .partition_point(|&(_, rel)| self.base_offset + i64::from(rel) < offset);
         self.entries.truncate(keep);
         self.file
+            .get(&self.path)?
             .set_len((keep * TIME_INDEX_ENTRY_SIZE) as u64)
             .at(&self.path)
     }
@@ -433,8 +466,14 @@ impl TimeIndex {
         &self.path
     }
 
-    pub(crate) fn file(&self) -> &Arc<File> {
-        &self.file
+    /// The descriptor to sync, if the index was written since it was loaded or created.
+    pub(crate) fn written_file(&self) -> Option<&Arc<File>> {
+        self.file.written()
+    }
+
+    /// Closes the descriptor after a sync (see [`WriteHandle`]).
+    pub(crate) fn release_file(&mut self) {
+        self.file.release();
     }
 
     pub(crate) fn set_path(&mut self, path: PathBuf) {
@@ -455,6 +494,33 @@ mod tests {
 
     fn offset_index(dir: &Path, base: i64) -> OffsetIndex {
         OffsetIndex::create(&dir.join("0.index"), base, 1024).unwrap()
+    }
+
+    #[test]
+    fn descriptors_are_opened_by_the_first_write_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut idx = offset_index(dir.path(), 0);
+        assert!(
+            idx.written_file().is_none(),
+            "a new index holds no descriptor"
+        );
+        idx.append(5, 100).unwrap();
+        assert!(idx.written_file().is_some());
+        let reopened = OffsetIndex::open(&dir.path().join("0.index"), 0, 1024, 200).unwrap();
+        assert!(
+            reopened.written_file().is_none(),
+            "a loaded index holds no descriptor"
+        );
+        assert_eq!(reopened.lookup(7).offset, 5);
+
+        let mut time = TimeIndex::create(&dir.path().join("0.timeindex"), 0, 1024).unwrap();
+        assert!(time.written_file().is_none());
+        time.maybe_append(1_000, 3, false).unwrap();
+        assert!(time.written_file().is_some());
+        time.release_file();
+        time.maybe_append(2_000, 4, false).unwrap();
+        let reopened = TimeIndex::open(&dir.path().join("0.timeindex"), 0, 1024, 10).unwrap();
+        assert_eq!(reopened.len(), 2, "a write after release reopens the file");
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod file_io;
 pub mod index;
 pub mod log;
 pub mod log_manager;
+pub mod parallel;
 pub mod segment;
 
 // Owned by the storage-support engineer: small files and state kept beside the log.

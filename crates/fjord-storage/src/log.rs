@@ -210,6 +210,8 @@ pub struct Log {
     first_unflushed_ms: Option<i64>,
     /// Which leader epoch started at which offset; persisted in `leader-epoch-checkpoint`.
     leader_epoch_cache: LeaderEpochCache,
+    /// What `leader-epoch-checkpoint` holds: a write that would not change it is skipped.
+    persisted_leader_epochs: LeaderEpochCache,
     /// Idempotent producers' recent batches, for duplicate and sequence checks.
     producer_state: ProducerStateManager,
     /// `.deleted` files and when they may be removed.
@@ -269,7 +271,7 @@ impl Log {
                 stats.needed_recovery = true;
                 stats.segments_recovered += 1;
                 let truncated = segment.recover()?;
-                segment.flush()?;
+                segment.flush_and_release()?;
                 stats.bytes_truncated += truncated;
                 if truncated > 0 {
                     cut_at = Some(base + 1);
@@ -302,7 +304,8 @@ impl Log {
             dir_version: 1,
             dir_synced_version: 0,
             first_unflushed_ms: None,
-            leader_epoch_cache: LeaderEpochCache::load(
+            leader_epoch_cache: LeaderEpochCache::default(),
+            persisted_leader_epochs: LeaderEpochCache::load(
                 &dir.join(LEADER_EPOCH_CHECKPOINT_FILE_NAME),
             )?,
             producer_state: ProducerStateManager::new(0),
@@ -325,13 +328,14 @@ impl Log {
         log.recovery_point = log.log_end_offset;
         log.high_watermark = log.log_start_offset;
         // Epochs for offsets no longer in the log would answer OffsetsForLeaderEpoch wrongly.
-        let end_changed = log.leader_epoch_cache.truncate_from_end(log.log_end_offset);
-        let start_changed = log
-            .leader_epoch_cache
+        // The truncated cache is written with the next epoch change, or at close: until then a
+        // crash leaves the old file, which the next load truncates the same way. (An empty log
+        // loses its one entry here and gets it back when it becomes leader again, so a restart
+        // rewrites nothing.)
+        log.leader_epoch_cache = log.persisted_leader_epochs.clone();
+        log.leader_epoch_cache.truncate_from_end(log.log_end_offset);
+        log.leader_epoch_cache
             .truncate_from_start(log.log_start_offset);
-        if end_changed || start_changed {
-            log.write_leader_epoch_cache()?;
-        }
         log.reload_producer_state()?;
         log.check_invariants();
         Ok((log, stats))
@@ -860,9 +864,14 @@ impl Log {
         self.write_leader_epoch_cache()
     }
 
-    fn write_leader_epoch_cache(&self) -> Result<(), StorageError> {
+    fn write_leader_epoch_cache(&mut self) -> Result<(), StorageError> {
+        if self.leader_epoch_cache == self.persisted_leader_epochs {
+            return Ok(());
+        }
         let path = self.dir.join(LEADER_EPOCH_CHECKPOINT_FILE_NAME);
-        self.leader_epoch_cache.write(&path).at(&path)
+        self.leader_epoch_cache.write(&path).at(&path)?;
+        self.persisted_leader_epochs = self.leader_epoch_cache.clone();
+        Ok(())
     }
 
     /// OffsetsForLeaderEpoch: the largest epoch ≤ `epoch` and the offset where it ended
@@ -907,6 +916,7 @@ impl Log {
         self.active_segment_mut()?.on_become_inactive()?;
         let ticket = self.prepare_flush();
         ticket.sync()?;
+        self.write_leader_epoch_cache()?;
         // The next start skips recovery, so the active segment's indexes must be durable too.
         for file in self.active_segment().index_files() {
             file.sync_data().at(&self.dir)?;

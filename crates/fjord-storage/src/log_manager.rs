@@ -98,6 +98,8 @@ impl LogManager {
                 .collect::<Result<_, _>>()
                 .at(log_dir)?;
             entries.sort_by_key(|e| e.file_name());
+            let mut to_open = Vec::new();
+            let mut seen = std::collections::HashSet::new();
             for entry in entries {
                 let path = entry.path();
                 if !entry.file_type().at(&path)?.is_dir() {
@@ -118,26 +120,34 @@ impl LogManager {
                 let Some(tp) = TopicPartition::from_dir_name(&name) else {
                     continue;
                 };
-                if logs.contains_key(&tp) {
+                if logs.contains_key(&tp) || !seen.insert(tp.clone()) {
                     return Err(StorageError::InvalidPartitionDir(format!(
                         "{} (the partition exists in more than one log dir)",
                         path.display()
                     )));
                 }
-                let topic_id = read_partition_metadata(&path)?;
-                let (mut log, stats) = Log::open(
-                    &path,
-                    tp.clone(),
-                    topic_id,
-                    default_config.clone(),
-                    recovery_points.get(&tp).copied().unwrap_or(0),
-                    log_starts.get(&tp).copied().unwrap_or(0),
-                    clean,
-                    now_ms,
-                )?;
-                if let Some(&hw) = high_watermarks.get(&tp) {
-                    log.restore_high_watermark(hw);
-                }
+                to_open.push((tp, path));
+            }
+            let opened =
+                crate::parallel::map(to_open, crate::parallel::DISK_THREADS, |(tp, path)| {
+                    let topic_id = read_partition_metadata(&path)?;
+                    let (mut log, stats) = Log::open(
+                        &path,
+                        tp.clone(),
+                        topic_id,
+                        default_config.clone(),
+                        recovery_points.get(&tp).copied().unwrap_or(0),
+                        log_starts.get(&tp).copied().unwrap_or(0),
+                        clean,
+                        now_ms,
+                    )?;
+                    if let Some(&hw) = high_watermarks.get(&tp) {
+                        log.restore_high_watermark(hw);
+                    }
+                    Ok::<_, StorageError>((tp, log, stats))
+                });
+            for result in opened {
+                let (tp, log, stats) = result?;
                 report.partitions_loaded += 1;
                 if stats.needed_recovery {
                     report.partitions_recovered += 1;

@@ -630,11 +630,19 @@ impl LogSegment {
     /// fsyncs the log and both indexes.
     pub fn flush(&self) -> Result<(), StorageError> {
         self.log.sync_all().at(&self.log_path)?;
-        self.offset_index
-            .file()
-            .sync_all()
-            .at(self.offset_index.path())?;
-        self.time_index.file().sync_all().at(self.time_index.path())
+        for file in self.index_files() {
+            file.sync_all().at(&self.log_path)?;
+        }
+        Ok(())
+    }
+
+    /// fsyncs like [`Self::flush`], then closes the index descriptors until the next write, so
+    /// that recovering many partitions does not hold three descriptors for each.
+    pub fn flush_and_release(&mut self) -> Result<(), StorageError> {
+        self.flush()?;
+        self.offset_index.release_file();
+        self.time_index.release_file();
+        Ok(())
     }
 
     /// The `.log` file.
@@ -642,12 +650,17 @@ impl LogSegment {
         &self.log
     }
 
-    /// The offset and time index files.
-    pub fn index_files(&self) -> [Arc<File>; 2] {
+    /// The index files written since they were loaded or created (the others hold nothing a
+    /// flush must sync).
+    pub fn index_files(&self) -> Vec<Arc<File>> {
         [
-            Arc::clone(self.offset_index.file()),
-            Arc::clone(self.time_index.file()),
+            self.offset_index.written_file(),
+            self.time_index.written_file(),
         ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect()
     }
 
     /// Renames the three files with the `.deleted` suffix; returns the new paths.

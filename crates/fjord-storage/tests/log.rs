@@ -523,6 +523,27 @@ fn a_roll_during_a_flush_keeps_the_recovery_point_in_the_sealed_segment() {
     assert_eq!(log.recovery_point(), 4);
 }
 
+#[test]
+fn a_clean_restart_rewrites_no_leader_epoch_checkpoint() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join("leader-epoch-checkpoint");
+    let (mut log, _) = open(dir.path(), LogConfig::default(), true, 0);
+    log.become_leader(3).unwrap();
+    let written = std::fs::metadata(&checkpoint).unwrap().ino();
+    log.close().unwrap();
+    // The empty log's entry (3, 0) starts at its end: loading drops it, becoming leader at the
+    // same epoch restores it, and the file (replaced by a rename whenever written) stays.
+    let (mut log, _) = open(dir.path(), LogConfig::default(), true, 0);
+    log.become_leader(3).unwrap();
+    assert_eq!(std::fs::metadata(&checkpoint).unwrap().ino(), written);
+    assert_eq!(log.end_offset_for_epoch(3), (3, 0));
+    // A new epoch is written.
+    log.become_leader(4).unwrap();
+    assert_ne!(std::fs::metadata(&checkpoint).unwrap().ino(), written);
+    log.close().unwrap();
+}
+
 fn idempotent(mut b: bytes::BytesMut, producer_id: i64, sequence: i32) -> bytes::BytesMut {
     b[43..51].copy_from_slice(&producer_id.to_be_bytes());
     b[51..53].copy_from_slice(&0i16.to_be_bytes());
