@@ -211,6 +211,7 @@ func produce(args []string) error {
 	rate := fs.Float64("rate", 0, "records per second; 0 for unlimited")
 	batchBytes := fs.Int("batch-bytes", 0, "largest batch in bytes; 0 for franz-go's default")
 	linger := fs.Duration("linger", 5*time.Millisecond, "how long a batch waits to fill")
+	warmup := fs.Int("warmup", 0, "records sent first and left out of the latency percentiles")
 	_ = fs.Parse(args)
 	codec, err := codecOf(*codecName)
 	if err != nil {
@@ -268,7 +269,10 @@ func produce(args []string) error {
 	if firstErr != nil {
 		return firstErr
 	}
-	out := percentiles(lat)
+	if *warmup >= len(lat) {
+		return fmt.Errorf("--warmup %d leaves no records to measure", *warmup)
+	}
+	out := percentiles(lat[*warmup:])
 	out["records"] = *records
 	out["seconds"] = elapsed
 	out["records_per_s"] = float64(*records) / elapsed
