@@ -14,30 +14,52 @@ use fjord_protocol::messages::offset_for_leader_epoch_response::{
     OffsetForLeaderTopicResult,
 };
 use fjord_protocol::{
-    encode_deferring_records, response_header_version, ApiKey, Encodable, ResponseBody,
-    ResponseHeader, Uuid,
+    encode_with_external_records, response_header_version, ApiKey, Encodable, EncodeError,
+    ExternalRecords, Part, ResponseBody, ResponseHeader, Uuid,
 };
 use fjord_storage::error::StorageError;
+use fjord_storage::FileSlice;
 
 use crate::broker::{encode_response, Broker};
 use crate::errors;
 use crate::fetch_session::{RequestedPartition, SessionDecision};
-use crate::network::{Reply, Response};
+use crate::network::{OutPart, Reply, Response};
 use crate::replica::Partition;
 
 /// Longest a fetch may wait, whatever the client asks: bounds a parked request.
 const MAX_WAIT_CAP_MS: i64 = 30_000;
 
 /// Encodes a fetch response as parts: the encoded header and fields interleaved with the record
-/// batches read from the segments, which go to the socket from their own buffers (one vectored
-/// write) instead of being copied into the message.
-fn encode_fetch_response(version: i16, correlation_id: i32, body: &FetchResponse) -> Response {
+/// batches, which stay in their segment files (`slices`, announced in `body` by the stand-ins of
+/// `externals`) and go to the socket with `sendfile` instead of through the message.
+fn encode_fetch_response(
+    version: i16,
+    correlation_id: i32,
+    body: &FetchResponse,
+    externals: &[ExternalRecords],
+    slices: Vec<FileSlice>,
+) -> Response {
     let header_version = response_header_version(ApiKey::Fetch, version);
-    let encoded = encode_deferring_records(bytes::BytesMut::with_capacity(256), |out| {
-        ResponseHeader { correlation_id }.encode(out, header_version)?;
-        body.encode(out, version)
+    let encoded =
+        encode_with_external_records(bytes::BytesMut::with_capacity(256), externals, |out| {
+            ResponseHeader { correlation_id }.encode(out, header_version)?;
+            body.encode(out, version)
+        });
+    let mut slices: Vec<Option<FileSlice>> = slices.into_iter().map(Some).collect();
+    let parts = encoded.and_then(|parts| {
+        parts
+            .into_iter()
+            .map(|part| match part {
+                Part::Bytes(bytes) => Ok(OutPart::Bytes(bytes)),
+                Part::External(id) => slices
+                    .get_mut(id as usize)
+                    .and_then(Option::take)
+                    .map(OutPart::File)
+                    .ok_or(EncodeError::ExternalRecordsNotPlaced(id)),
+            })
+            .collect::<Result<Vec<_>, _>>()
     });
-    match encoded {
+    match parts {
         Ok(parts) => Response::SendParts(parts),
         Err(error) => {
             tracing::error!(version, %error, "cannot encode a fetch response");
@@ -47,6 +69,23 @@ fn encode_fetch_response(version: i16, correlation_id: i32, body: &FetchResponse
         }
     }
 }
+
+/// A partition's response before anything is known: offsets unknown, no records.
+fn no_data(partition_index: i32) -> PartitionData {
+    PartitionData {
+        partition_index,
+        high_watermark: -1,
+        last_stable_offset: -1,
+        log_start_offset: -1,
+        preferred_read_replica: -1,
+        records: Some(bytes::Bytes::new()),
+        ..Default::default()
+    }
+}
+
+/// What one partition's read produced: its response fields (records still empty) and the
+/// segment range to send as its records, if any.
+type PartitionRead = (Target, PartitionData, Option<FileSlice>);
 
 /// One partition to read in this fetch.
 #[derive(Clone)]
@@ -204,71 +243,75 @@ impl Broker {
         let max_wait_ms = (request.max_wait_ms as i64).clamp(0, MAX_WAIT_CAP_MS);
         let this = self.clone();
         let read_committed = request.isolation_level == 1;
-        let respond = move |this: &Broker, results: Vec<(Target, PartitionData)>| {
-            let mut topics: Vec<FetchableTopicResponse> = Vec::new();
-            for (target, mut data) in results {
-                if version < 16 {
-                    // Only v16+ carries the leader hint (KIP-951); older encoders refuse it.
-                    data.current_leader = LeaderIdAndEpoch::default();
-                }
-                let key = (target.topic.clone(), target.partition);
-                if session_id != 0 {
-                    let has_records = data.records.as_ref().is_some_and(|r| !r.is_empty());
-                    let news = this
-                        .fetch_sessions
-                        .lock()
-                        .map(|mut c| {
-                            c.record_sent(
-                                session_id,
-                                &key,
-                                data.high_watermark,
-                                data.log_start_offset,
-                                has_records,
-                                data.error_code != 0,
-                            )
-                        })
-                        .unwrap_or(true);
-                    if incremental && !news {
-                        continue;
+        let respond =
+            move |this: &Broker, results: Vec<(Target, PartitionData, Option<FileSlice>)>| {
+                let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+                let mut externals: Vec<ExternalRecords> = Vec::new();
+                let mut slices: Vec<FileSlice> = Vec::new();
+                for (target, mut data, file) in results {
+                    if version < 16 {
+                        // Only v16+ carries the leader hint (KIP-951); older encoders refuse it.
+                        data.current_leader = LeaderIdAndEpoch::default();
+                    }
+                    let key = (target.topic.clone(), target.partition);
+                    if session_id != 0 {
+                        let has_records = file.is_some();
+                        let news = this
+                            .fetch_sessions
+                            .lock()
+                            .map(|mut c| {
+                                c.record_sent(
+                                    session_id,
+                                    &key,
+                                    data.high_watermark,
+                                    data.log_start_offset,
+                                    has_records,
+                                    data.error_code != 0,
+                                )
+                            })
+                            .unwrap_or(true);
+                        if incremental && !news {
+                            continue;
+                        }
+                    }
+                    if let Some(slice) = file {
+                        let external =
+                            ExternalRecords::new(slices.len() as u32, slice.len() as usize);
+                        data.records = Some(external.stand_in());
+                        externals.push(external);
+                        slices.push(slice);
+                    }
+                    match topics.last_mut() {
+                        Some(t) if t.topic == target.topic => t.partitions.push(data),
+                        _ => topics.push(FetchableTopicResponse {
+                            topic: if uses_ids {
+                                String::new()
+                            } else {
+                                target.topic.clone()
+                            },
+                            topic_id: target.topic_id,
+                            partitions: vec![data],
+                        }),
                     }
                 }
-                match topics.last_mut() {
-                    Some(t) if t.topic == target.topic => t.partitions.push(data),
-                    _ => topics.push(FetchableTopicResponse {
-                        topic: if uses_ids {
-                            String::new()
-                        } else {
-                            target.topic.clone()
-                        },
-                        topic_id: target.topic_id,
-                        partitions: vec![data],
-                    }),
+                for (id, partition) in &unknown_ids {
+                    topics.push(FetchableTopicResponse {
+                        topic: String::new(),
+                        topic_id: *id,
+                        partitions: vec![PartitionData {
+                            error_code: errors::UNKNOWN_TOPIC_ID,
+                            ..no_data(*partition)
+                        }],
+                    });
                 }
-            }
-            for (id, partition) in &unknown_ids {
-                topics.push(FetchableTopicResponse {
-                    topic: String::new(),
-                    topic_id: *id,
-                    partitions: vec![PartitionData {
-                        partition_index: *partition,
-                        error_code: errors::UNKNOWN_TOPIC_ID,
-                        high_watermark: -1,
-                        last_stable_offset: -1,
-                        log_start_offset: -1,
-                        preferred_read_replica: -1,
-                        records: Some(bytes::Bytes::new()),
-                        ..Default::default()
-                    }],
-                });
-            }
-            let body = FetchResponse {
-                error_code: errors::NONE,
-                session_id,
-                responses: topics,
-                ..Default::default()
+                let body = FetchResponse {
+                    error_code: errors::NONE,
+                    session_id,
+                    responses: topics,
+                    ..Default::default()
+                };
+                encode_fetch_response(version, correlation_id, &body, &externals, slices)
             };
-            encode_fetch_response(version, correlation_id, &body)
-        };
         let (results, bytes_read, any_error) =
             this.read_targets(&targets, max_bytes, read_committed);
         if max_wait_ms == 0 || bytes_read >= min_bytes.max(1) || any_error || targets.is_empty() {
@@ -300,20 +343,13 @@ impl Broker {
         targets: &[Target],
         max_bytes: usize,
         _read_committed: bool,
-    ) -> (Vec<(Target, PartitionData)>, usize, bool) {
+    ) -> (Vec<PartitionRead>, usize, bool) {
         let mut results = Vec::with_capacity(targets.len());
         let mut total = 0usize;
         let mut any_error = false;
         for target in targets {
-            let mut data = PartitionData {
-                partition_index: target.partition,
-                high_watermark: -1,
-                last_stable_offset: -1,
-                log_start_offset: -1,
-                preferred_read_replica: -1,
-                records: Some(bytes::Bytes::new()),
-                ..Default::default()
-            };
+            let mut file = None;
+            let mut data = no_data(target.partition);
             match self.replicas.get(&target.topic, target.partition) {
                 None => data.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
                 Some(partition) => {
@@ -333,17 +369,10 @@ impl Broker {
                         });
                         match read {
                             Ok(info) => {
+                                // The bytes stay in the segment file until the writer sends them.
                                 if let Some(slice) = info.records {
-                                    match slice.read_to_bytes() {
-                                        Ok(bytes) => {
-                                            total += bytes.len();
-                                            data.records = Some(bytes);
-                                        }
-                                        Err(error) => {
-                                            tracing::error!(%error, "segment read failed");
-                                            data.error_code = errors::KAFKA_STORAGE_ERROR;
-                                        }
-                                    }
+                                    total += slice.len() as usize;
+                                    file = Some(slice);
                                 }
                             }
                             Err(Some(StorageError::OffsetOutOfRange { .. })) => {
@@ -367,7 +396,7 @@ impl Broker {
                 }
             }
             any_error |= data.error_code != errors::NONE;
-            results.push((target.clone(), data));
+            results.push((target.clone(), data, file));
         }
         (results, total, any_error)
     }

@@ -12,12 +12,15 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::io::IoSlice;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use fjord_storage::FileSlice;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -32,14 +35,32 @@ pub type ReplyFuture = Pin<Box<dyn Future<Output = Response> + Send + 'static>>;
 pub enum Response {
     /// Response header + body, sent size-prefixed.
     Send(Bytes),
-    /// Response header + body as parts sent in order with vectored writes, size-prefixed by
-    /// their total: a fetch response's record batches stay in their own buffers.
-    SendParts(Vec<Bytes>),
+    /// Response header + body as parts sent in order, size-prefixed by their total: encoded
+    /// bytes with vectored writes, a fetch response's record batches straight from their
+    /// segment files with `sendfile`.
+    SendParts(Vec<OutPart>),
     /// No response: a produce with acks=0.
     Nothing,
     /// Close the connection instead of answering (an acks=0 produce failed, or the response could
     /// not be encoded): the client learns the request failed rather than waiting.
     Close(String),
+}
+
+/// One piece of a response sent with [`Response::SendParts`].
+#[derive(Debug)]
+pub enum OutPart {
+    Bytes(Bytes),
+    /// A range of a segment file, sent by the kernel from the page cache.
+    File(FileSlice),
+}
+
+impl OutPart {
+    fn len(&self) -> usize {
+        match self {
+            OutPart::Bytes(bytes) => bytes.len(),
+            OutPart::File(slice) => slice.len() as usize,
+        }
+    }
 }
 
 /// What the dispatcher makes of one request frame.
@@ -138,22 +159,28 @@ async fn read_frame_body<R: AsyncRead + Unpin>(
 /// Most buffers handed to one vectored write; the kernel takes at most IOV_MAX (1024) anyway.
 const MAX_WRITE_PARTS: usize = 64;
 
-/// Writes one response frame: the 4-byte size, then `parts` in order, with vectored writes that
-/// send the parts from their own buffers and resume after partial writes.
-async fn write_frame<W: AsyncWrite + Unpin>(
-    writer: &mut W,
-    parts: Vec<Bytes>,
-) -> Result<(), String> {
-    let total: usize = parts.iter().map(Bytes::len).sum();
+/// Writes one response frame: the 4-byte size, then `parts` in order — runs of bytes with
+/// vectored writes that send them from their own buffers, file ranges with `sendfile` — resuming
+/// after partial writes.
+async fn write_frame(writer: &mut OwnedWriteHalf, parts: Vec<OutPart>) -> Result<(), String> {
+    let total: usize = parts.iter().map(OutPart::len).sum();
     let size = u32::try_from(total).map_err(|_| "response too large".to_string())?;
-    let mut queue: VecDeque<Bytes> = VecDeque::with_capacity(parts.len() + 1);
-    queue.push_back(Bytes::copy_from_slice(&size.to_be_bytes()));
-    queue.extend(parts.into_iter().filter(|p| !p.is_empty()));
-    while !queue.is_empty() {
+    let mut queue: VecDeque<OutPart> = VecDeque::with_capacity(parts.len() + 1);
+    queue.push_back(OutPart::Bytes(Bytes::copy_from_slice(&size.to_be_bytes())));
+    queue.extend(parts.into_iter().filter(|p| p.len() > 0));
+    while let Some(front) = queue.front() {
+        if let OutPart::File(slice) = front {
+            send_file_slice(writer, slice).await?;
+            queue.pop_front();
+            continue;
+        }
         let slices: Vec<IoSlice<'_>> = queue
             .iter()
             .take(MAX_WRITE_PARTS)
-            .map(|p| IoSlice::new(p))
+            .map_while(|p| match p {
+                OutPart::Bytes(bytes) => Some(IoSlice::new(bytes)),
+                OutPart::File(_) => None,
+            })
             .collect();
         let mut written = writer
             .write_vectored(&slices)
@@ -164,7 +191,7 @@ async fn write_frame<W: AsyncWrite + Unpin>(
             return Err("write: connection closed".to_string());
         }
         while written > 0 {
-            let Some(front) = queue.front_mut() else {
+            let Some(OutPart::Bytes(front)) = queue.front_mut() else {
                 break;
             };
             if written >= front.len() {
@@ -174,6 +201,25 @@ async fn write_frame<W: AsyncWrite + Unpin>(
                 front.advance(written);
                 written = 0;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Sends a whole segment-file range to the socket with `sendfile`, waiting for room as needed.
+async fn send_file_slice(writer: &mut OwnedWriteHalf, slice: &FileSlice) -> Result<(), String> {
+    let stream: &TcpStream = writer.as_ref();
+    let mut done: u32 = 0;
+    while done < slice.len() {
+        stream.writable().await.map_err(|e| format!("write: {e}"))?;
+        match stream.try_io(Interest::WRITABLE, || slice.send_to(stream.as_fd(), done)) {
+            // The size prefix promised these bytes; the client cannot be answered any more.
+            Ok(0) => {
+                return Err("sendfile: segment file shorter than the fetched range".to_string())
+            }
+            Ok(sent) => done = done.saturating_add(u32::try_from(sent).unwrap_or(u32::MAX)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(format!("sendfile: {e}")),
         }
     }
     Ok(())
@@ -199,7 +245,9 @@ async fn serve_connection<D: Dispatch>(
                 },
             };
             match response {
-                Response::Send(body) => write_frame(&mut writer, vec![body]).await?,
+                Response::Send(body) => {
+                    write_frame(&mut writer, vec![OutPart::Bytes(body)]).await?
+                }
                 Response::SendParts(parts) => write_frame(&mut writer, parts).await?,
                 Response::Nothing => {}
                 Response::Close(reason) => return Err(reason),

@@ -84,34 +84,94 @@ pub fn put_nullable_bytes(
     }
 }
 
+/// One piece of a message encoded as parts ([`encode_with_external_records`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    /// Bytes to send as they are: encoded fields, or record batches held in memory.
+    Bytes(Bytes),
+    /// The record batches of the [`ExternalRecords`] with this id, which the caller sends itself.
+    External(u32),
+}
+
+/// Record batches that a `records` field announces but the encoder never holds: their bytes stay
+/// where they are (a segment file) and the network layer sends them itself, with `sendfile`.
+/// Put [`ExternalRecords::stand_in`] in the field and pass this to
+/// [`encode_with_external_records`]: the message gets the batches' length and, where their
+/// bytes go, a [`Part::External`] with this id.
+#[derive(Debug)]
+pub struct ExternalRecords {
+    id: u32,
+    len: usize,
+    /// A one-byte buffer of its own: its address identifies this entry while encoding.
+    stand_in: Bytes,
+}
+
+impl ExternalRecords {
+    pub fn new(id: u32, len: usize) -> Self {
+        ExternalRecords {
+            id,
+            len,
+            stand_in: Bytes::from(vec![0u8]),
+        }
+    }
+
+    /// The value to put in the `records` field.
+    pub fn stand_in(&self) -> Bytes {
+        self.stand_in.clone()
+    }
+}
+
 /// Where record batches are being deferred on this thread: the identity (address) of the
-/// buffer the message is encoded into, and each deferred batch with its position in that buffer.
+/// buffer the message is encoded into, each deferred part with its position in that buffer, and
+/// the external records (stand-in address, id, length) the message may contain.
 struct Deferred {
     buffer: usize,
-    parts: Vec<(usize, Bytes)>,
+    parts: Vec<(usize, Part)>,
+    externals: Vec<(usize, u32, usize)>,
 }
 
 thread_local! {
-    // Set only for the duration of one synchronous `encode_deferring_records` call.
+    // Set only for the duration of one synchronous `encode_with_external_records` call.
     static DEFERRED: RefCell<Option<Deferred>> = const { RefCell::new(None) };
 }
 
 /// Writes a non-null `records` field: the length, then the bytes — or, inside
-/// [`encode_deferring_records`] and written straight into its buffer, only the length, with the
-/// bytes remembered as a part to send after the encoded bytes before that point.
+/// [`encode_with_external_records`] and written straight into its buffer, only the length, with
+/// the bytes (or the external records a stand-in names) remembered as a part to send after the
+/// encoded bytes before that point.
 pub fn put_records(out: &mut BytesMut, value: &Bytes, compact: bool) -> Result<(), EncodeError> {
-    put_length(out, value.len(), compact, false)?;
     let identity = out as *const BytesMut as usize;
-    let deferred = DEFERRED.with(|deferred| match deferred.borrow_mut().as_mut() {
+    let deferred = DEFERRED.with(|deferred| match deferred.borrow().as_ref() {
         // A nested buffer (a tagged field's) is not the message: its bytes must stay inline.
         Some(d) if d.buffer == identity && !value.is_empty() => {
-            d.parts.push((out.len(), value.clone()));
-            true
+            let address = value.as_ptr() as usize;
+            Some(
+                match d
+                    .externals
+                    .iter()
+                    .find(|(stand_in, _, _)| *stand_in == address)
+                {
+                    Some(&(_, id, len)) => (len, Part::External(id)),
+                    None => (value.len(), Part::Bytes(value.clone())),
+                },
+            )
         }
-        _ => false,
+        _ => None,
     });
-    if !deferred {
-        out.put_slice(value);
+    match deferred {
+        Some((len, part)) => {
+            put_length(out, len, compact, false)?;
+            let position = out.len();
+            DEFERRED.with(|deferred| {
+                if let Some(d) = deferred.borrow_mut().as_mut() {
+                    d.parts.push((position, part));
+                }
+            });
+        }
+        None => {
+            put_length(out, value.len(), compact, false)?;
+            out.put_slice(value);
+        }
     }
     Ok(())
 }
@@ -132,17 +192,24 @@ pub fn put_nullable_records(
 }
 
 /// Runs `encode` into `out` with `records` fields deferred, and returns the message as parts to
-/// send in order: encoded bytes interleaved with the record batches, which are the caller's own
-/// `Bytes` (shared, not copied). Concatenated, the parts are exactly what `encode` alone writes.
-pub fn encode_deferring_records(
+/// send in order: encoded bytes interleaved with the record batches — the caller's own `Bytes`
+/// (shared, not copied), or [`Part::External`] for each of `externals` whose stand-in a field
+/// held. Every external must be placed exactly once. Concatenated, with the externals' bytes in
+/// their places, the parts are exactly what `encode` alone writes with the real batches.
+pub fn encode_with_external_records(
     mut out: BytesMut,
+    externals: &[ExternalRecords],
     encode: impl FnOnce(&mut BytesMut) -> Result<(), EncodeError>,
-) -> Result<Vec<Bytes>, EncodeError> {
+) -> Result<Vec<Part>, EncodeError> {
     let identity = &out as *const BytesMut as usize;
     let previous = DEFERRED.with(|deferred| {
         deferred.borrow_mut().replace(Deferred {
             buffer: identity,
             parts: Vec::new(),
+            externals: externals
+                .iter()
+                .map(|e| (e.stand_in.as_ptr() as usize, e.id, e.len))
+                .collect(),
         })
     });
     let result = encode(&mut out);
@@ -150,6 +217,15 @@ pub fn encode_deferring_records(
         DEFERRED.with(|deferred| std::mem::replace(&mut *deferred.borrow_mut(), previous));
     result?;
     let records = deferred.map(|d| d.parts).unwrap_or_default();
+    for external in externals {
+        let placed = records
+            .iter()
+            .filter(|(_, part)| *part == Part::External(external.id))
+            .count();
+        if placed != 1 {
+            return Err(EncodeError::ExternalRecordsNotPlaced(external.id));
+        }
+    }
     let mut parts = Vec::with_capacity(records.len() * 2 + 1);
     let mut consumed = 0;
     for (position, batch) in records {
@@ -157,14 +233,28 @@ pub fn encode_deferring_records(
         let head = out.split_to(position.saturating_sub(consumed).min(out.len()));
         consumed += head.len();
         if !head.is_empty() {
-            parts.push(head.freeze());
+            parts.push(Part::Bytes(head.freeze()));
         }
         parts.push(batch);
     }
     if !out.is_empty() {
-        parts.push(out.freeze());
+        parts.push(Part::Bytes(out.freeze()));
     }
     Ok(parts)
+}
+
+/// [`encode_with_external_records`] without externals: every part is bytes.
+pub fn encode_deferring_records(
+    out: BytesMut,
+    encode: impl FnOnce(&mut BytesMut) -> Result<(), EncodeError>,
+) -> Result<Vec<Bytes>, EncodeError> {
+    Ok(encode_with_external_records(out, &[], encode)?
+        .into_iter()
+        .filter_map(|part| match part {
+            Part::Bytes(bytes) => Some(bytes),
+            Part::External(_) => None,
+        })
+        .collect())
 }
 
 /// Writes a non-null array, each element written by `put_element`.
@@ -270,6 +360,48 @@ mod tests {
         .unwrap();
         assert_eq!(parts.len(), 1);
         assert_eq!(&parts[0][1..], &batch[..]);
+    }
+
+    #[test]
+    fn external_records_leave_their_length_and_a_part() {
+        let in_memory = Bytes::from_static(b"held");
+        let file_batches = b"batches from a file";
+        let external = ExternalRecords::new(7, file_batches.len());
+        let write = |out: &mut BytesMut, records: &Bytes| -> Result<(), EncodeError> {
+            out.put_i32(1);
+            put_records(out, &in_memory, true)?;
+            put_records(out, records, true)?;
+            out.put_i16(2);
+            Ok(())
+        };
+        let mut inline = BytesMut::new();
+        write(&mut inline, &Bytes::from_static(file_batches)).unwrap();
+        let stand_in = external.stand_in();
+        let parts =
+            encode_with_external_records(BytesMut::new(), &[external], |out| write(out, &stand_in))
+                .unwrap();
+        assert!(parts.contains(&Part::External(7)));
+        let joined: Vec<u8> = parts
+            .iter()
+            .flat_map(|p| match p {
+                Part::Bytes(b) => b.to_vec(),
+                Part::External(_) => file_batches.to_vec(),
+            })
+            .collect();
+        assert_eq!(joined, inline.to_vec());
+    }
+
+    #[test]
+    fn an_external_left_out_of_the_message_is_an_error() {
+        let external = ExternalRecords::new(3, 10);
+        let result = encode_with_external_records(BytesMut::new(), &[external], |out| {
+            out.put_i32(0);
+            Ok(())
+        });
+        assert!(matches!(
+            result,
+            Err(EncodeError::ExternalRecordsNotPlaced(3))
+        ));
     }
 
     #[test]

@@ -37,4 +37,6 @@ pub enum EncodeError {
     FieldNotSupported { field: &'static str, version: i16 },
     #[error("length {0} does not fit the field's length prefix")]
     TooLong(usize),
+    #[error("external records {0} were not placed in the message exactly once")]
+    ExternalRecordsNotPlaced(u32),
 }

@@ -25,8 +25,9 @@ pub mod varint;
 pub use api_key::ApiKey;
 pub use decoder::{read_array, read_nullable_array, Decoder};
 pub use encoder::{
-    encode_deferring_records, put_array, put_bytes, put_nullable_array, put_nullable_bytes,
-    put_nullable_records, put_nullable_string, put_records, put_string, TaggedFields,
+    encode_deferring_records, encode_with_external_records, put_array, put_bytes,
+    put_nullable_array, put_nullable_bytes, put_nullable_records, put_nullable_string, put_records,
+    put_string, ExternalRecords, Part, TaggedFields,
 };
 pub use error::{DecodeError, EncodeError};
 pub use header::{decode_request_header, request_header_version, response_header_version};

@@ -10,7 +10,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -68,13 +68,20 @@ impl FileSlice {
         file_io::read_exact_at_uninit(&self.file, self.len as usize, self.position)
     }
 
-    /// The descriptor to hand to `sendfile`.
-    pub fn raw_fd(&self) -> RawFd {
-        self.file.as_raw_fd()
-    }
-
-    pub fn file(&self) -> &Arc<File> {
-        &self.file
+    /// Sends the slice's bytes from `done` on to `socket` with `sendfile`; returns how many went.
+    /// 0 before the end means the file is shorter than the slice (truncated meanwhile): the
+    /// caller must not wait for more.
+    pub fn send_to(&self, socket: BorrowedFd<'_>, done: u32) -> io::Result<usize> {
+        let remaining = self.len.saturating_sub(done) as usize;
+        if remaining == 0 {
+            return Ok(0);
+        }
+        file_io::send_file(
+            socket,
+            &self.file,
+            self.position + u64::from(done),
+            remaining,
+        )
     }
 
     pub fn position(&self) -> u64 {
