@@ -1,5 +1,6 @@
 //! Encoding a FetchResponse of 8 partitions with 64 KiB of records each: copied into the message
-//! (`encode`) and left as parts (`encode_deferring_records`, the broker's fetch path).
+//! (`encode`) and left as parts (`encode_deferring_records`; the broker's fetch path goes one step
+//! further and leaves them in their segment files, `encode_with_external_records`).
 
 use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
