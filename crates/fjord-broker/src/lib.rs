@@ -336,19 +336,30 @@ async fn housekeeping(
     checkpoint.tick().await;
     loop {
         tokio::select! {
+            // Both touch the disk (renames, fsyncs): off the runtime's worker threads, so that a
+            // slow disk stalls this task and not the connections sharing a worker with it.
             _ = retention.tick() => {
-                let now = now_ms();
-                for partition in replicas.all() {
-                    let result = partition.log.lock().map(|mut log| log.delete_old_segments(now));
-                    if let Ok(Err(error)) = result {
-                        tracing::warn!(tp = %partition.tp, %error, "retention failed");
+                let replicas = replicas.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    let now = now_ms();
+                    for partition in replicas.all() {
+                        let result =
+                            partition.log.lock().map(|mut log| log.delete_old_segments(now));
+                        if let Ok(Err(error)) = result {
+                            tracing::warn!(tp = %partition.tp, %error, "retention failed");
+                        }
                     }
-                }
+                })
+                .await;
             }
             _ = checkpoint.tick() => {
-                if let Err(error) = replicas.log_manager().checkpoint() {
-                    tracing::warn!(%error, "offset checkpoint failed");
-                }
+                let replicas = replicas.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    if let Err(error) = replicas.log_manager().checkpoint() {
+                        tracing::warn!(%error, "offset checkpoint failed");
+                    }
+                })
+                .await;
             }
             _ = shutdown.changed() => return,
         }
