@@ -146,6 +146,18 @@ impl ReplicaManager {
                 }
             }
         }
+        /// A partition this broker leads, with its log found or created.
+        struct Placed {
+            tp: TopicPartition,
+            config: Arc<TopicConfig>,
+            topic_id: [u8; 16],
+            leader_epoch: i32,
+            replica_count: usize,
+            durable: bool,
+            log_config: LogConfig,
+            log: Arc<Mutex<Log>>,
+            known: bool,
+        }
         let mut placed = Vec::with_capacity(wanted.len());
         for (tp, (config, topic_id, leader_epoch, replica_count)) in wanted {
             let durable = !(config.is_set("flush.messages") || config.is_set("flush.ms"));
@@ -158,7 +170,7 @@ impl ReplicaManager {
                     .map_err(|e| format!("cannot create the log of {tp}: {e}"))?,
             };
             let known = partitions.contains_key(&tp);
-            placed.push((
+            placed.push(Placed {
                 tp,
                 config,
                 topic_id,
@@ -168,42 +180,40 @@ impl ReplicaManager {
                 log_config,
                 log,
                 known,
-            ));
+            });
         }
         // Recording a new leader epoch fsyncs a checkpoint per partition: at start-up, when
         // every partition gets one, they go to the disk side by side.
-        let placed = fjord_storage::parallel::map(
-            placed,
+        fjord_storage::parallel::map(
+            placed.iter().collect(),
             fjord_storage::parallel::DISK_THREADS,
-            |(
-                tp,
-                config,
-                topic_id,
-                leader_epoch,
-                replica_count,
-                durable,
-                log_config,
-                log,
-                known,
-            )| {
-                if let Ok(mut guard) = log.lock() {
-                    guard.set_config(log_config);
-                    if let Err(error) = guard.become_leader(leader_epoch) {
-                        tracing::warn!(%tp, %error, "cannot record the leader epoch start");
+            |p: &Placed| {
+                if let Ok(mut guard) = p.log.lock() {
+                    guard.set_config(p.log_config.clone());
+                    if let Err(error) = guard.become_leader(p.leader_epoch) {
+                        tracing::warn!(tp = %p.tp, %error, "cannot record the leader epoch start");
                     }
                     // A single-replica partition: everything that survived recovery is on disk,
                     // so after a crash the high watermark (possibly checkpointed lower) is the LEO.
-                    if !known && replica_count == 1 {
+                    if !p.known && p.replica_count == 1 {
                         let leo = guard.log_end_offset();
                         if guard.high_watermark() < leo {
                             guard.set_high_watermark(leo);
                         }
                     }
                 }
-                (tp, config, topic_id, leader_epoch, durable, log)
             },
         );
-        for (tp, config, topic_id, leader_epoch, durable, log) in placed {
+        for Placed {
+            tp,
+            config,
+            topic_id,
+            leader_epoch,
+            durable,
+            log,
+            ..
+        } in placed
+        {
             let unchanged = partitions.get(&tp).is_some_and(|p| {
                 p.leader_epoch == leader_epoch
                     && p.topic_id == topic_id
