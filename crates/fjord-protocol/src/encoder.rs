@@ -4,6 +4,7 @@
 //! the socket from their own buffers instead of being copied into the encoded message.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -127,7 +128,8 @@ impl ExternalRecords {
 struct Deferred {
     buffer: usize,
     parts: Vec<(usize, Part)>,
-    externals: Vec<(usize, u32, usize)>,
+    /// Stand-in address → (id, length): one lookup per `records` field, however many there are.
+    externals: HashMap<usize, (u32, usize)>,
 }
 
 thread_local! {
@@ -145,16 +147,10 @@ pub fn put_records(out: &mut BytesMut, value: &Bytes, compact: bool) -> Result<(
         // A nested buffer (a tagged field's) is not the message: its bytes must stay inline.
         Some(d) if d.buffer == identity && !value.is_empty() => {
             let address = value.as_ptr() as usize;
-            Some(
-                match d
-                    .externals
-                    .iter()
-                    .find(|(stand_in, _, _)| *stand_in == address)
-                {
-                    Some(&(_, id, len)) => (len, Part::External(id)),
-                    None => (value.len(), Part::Bytes(value.clone())),
-                },
-            )
+            Some(match d.externals.get(&address) {
+                Some(&(id, len)) => (len, Part::External(id)),
+                None => (value.len(), Part::Bytes(value.clone())),
+            })
         }
         _ => None,
     });
@@ -208,7 +204,7 @@ pub fn encode_with_external_records(
             parts: Vec::new(),
             externals: externals
                 .iter()
-                .map(|e| (e.stand_in.as_ptr() as usize, e.id, e.len))
+                .map(|e| (e.stand_in.as_ptr() as usize, (e.id, e.len)))
                 .collect(),
         })
     });
@@ -217,14 +213,17 @@ pub fn encode_with_external_records(
         DEFERRED.with(|deferred| std::mem::replace(&mut *deferred.borrow_mut(), previous));
     result?;
     let records = deferred.map(|d| d.parts).unwrap_or_default();
-    for external in externals {
-        let placed = records
-            .iter()
-            .filter(|(_, part)| *part == Part::External(external.id))
-            .count();
-        if placed != 1 {
-            return Err(EncodeError::ExternalRecordsNotPlaced(external.id));
+    let mut placed: HashMap<u32, usize> = HashMap::with_capacity(externals.len());
+    for (_, part) in &records {
+        if let Part::External(id) = part {
+            *placed.entry(*id).or_default() += 1;
         }
+    }
+    if let Some(external) = externals
+        .iter()
+        .find(|e| placed.get(&e.id).copied().unwrap_or(0) != 1)
+    {
+        return Err(EncodeError::ExternalRecordsNotPlaced(external.id));
     }
     let mut parts = Vec::with_capacity(records.len() * 2 + 1);
     let mut consumed = 0;
