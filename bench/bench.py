@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -113,6 +113,7 @@ class Profile:
         self.startup_partitions = [0] if smoke else [0, 1000, 10000]
         self.iperf_seconds = 1 if smoke else 5
         self.fio_size = "32M" if smoke else "1G"
+        self.fsync_probe_seconds = 1 if smoke else 30
         self.tool_timeout = 120 if smoke else 600
 
     # The reference row for fixed-rate latency: 1 KiB, acks=all, no compression, 1 partition; in smoke
@@ -251,15 +252,22 @@ class Broker:
     def command(self) -> List[str]:
         raise NotImplementedError
 
+    def env(self) -> Dict[str, str]:
+        return {}
+
+    def output(self) -> Path:
+        return self.workdir / f"process-{self.starts}.out"
+
     def serving(self) -> bool:
         return api_versions(self.port, 0.5) is not None
 
     def start(self, timeout_s: float = 180) -> float:
         """Starts the process; returns seconds until ApiVersions is answered (then waits until serving)."""
         self.starts += 1
-        out = open(self.workdir / f"process-{self.starts}.out", "wb")
+        out = open(self.output(), "wb")
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir)
+        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
+                                     env={**os.environ, **self.env()})
         out.close()
         answered = None
         deadline = t0 + timeout_s
@@ -312,6 +320,22 @@ class FjordBroker(Broker):
 
     def command(self) -> List[str]:
         return [str(self.binary), "server", str(self.config)]
+
+    def env(self) -> Dict[str, str]:
+        # Flush rounds of 10 ms or more are logged at debug level; the latency rows report them.
+        return {"RUST_LOG": "info,openraft=warn,fjord_broker::flusher=debug"}
+
+    def slow_flush_rounds(self, since: int) -> Tuple[int, List[float]]:
+        """(new offset, round_ms of each slow flush round logged after byte `since` of the output)."""
+        try:
+            with open(self.output(), "rb") as f:
+                f.seek(since)
+                text = f.read()
+        except OSError:
+            return since, []
+        # A round is also logged when only its waiters queued long; those count under the round before.
+        rounds = [float(m.group(1)) for m in re.finditer(rb"round_ms=(\d+)", text) if int(m.group(1)) >= 10]
+        return since + len(text), rounds
 
 
 class KafkaBroker(Broker):
@@ -567,6 +591,23 @@ class Bench:
                     self.limits["fdatasync'd writes per second at 16 KiB (fio)"] = job["iops"]
             except (OSError, ValueError, KeyError, IndexError, subprocess.TimeoutExpired) as e:
                 self.results.fail(f"fio {bs}", e)
+        # The disk's own fdatasync latency at a steady, modest rate: the floor (and the tail) under any
+        # durable acknowledgement, fjord's or Kafka's fsync mode.
+        secs = self.p.fsync_probe_seconds
+        label = f"fdatasync latency, 4 KiB appends at 1,000/s for {secs} s (fio)"
+        try:
+            out = subprocess.run(
+                ["fio", "--name=fsync-latency", f"--directory={disk}", "--rw=write", "--bs=4k", "--size=1G",
+                 "--fdatasync=1", "--ioengine=sync", "--rate_iops=1000", f"--runtime={secs}", "--time_based",
+                 "--output-format=json"],
+                capture_output=True, text=True, timeout=secs + 120)
+            lat = json.loads(out.stdout)["jobs"][0]["sync"]["lat_ns"]
+            for q, key in (("p50", "50.000000"), ("p99", "99.000000"), ("p99.9", "99.900000"),
+                           ("p99.99", "99.990000")):
+                self.limits[f"{label}: {q}, ms"] = lat["percentile"][key] / 1e6
+            self.limits[f"{label}: max, ms"] = lat["max"] / 1e6
+        except (OSError, ValueError, KeyError, IndexError, subprocess.TimeoutExpired) as e:
+            self.results.fail("fio fdatasync latency", e)
         shutil.rmtree(disk, ignore_errors=True)
 
     def start(self, kind: str, workdir: Path, overrides: Dict[str, str]) -> Broker:
@@ -662,6 +703,23 @@ class Bench:
                 continue
             self.results.add(section, rid, "MB/s", "higher", kind, r["mb_per_s"])
 
+    def flush_mark(self, b: Broker) -> int:
+        """Where fjord's output stands before a latency window (see `flush_rounds`)."""
+        try:
+            return b.output().stat().st_size if isinstance(b, FjordBroker) else 0
+        except OSError:
+            return 0
+
+    def flush_rounds(self, b: Broker, mode: str, window: str, mark: int) -> None:
+        """fjord acknowledges after its group-commit fsync: the flush rounds of 10 ms or more that it
+        logged during a latency window (warm-up included) tell disk stalls from broker stalls."""
+        if not isinstance(b, FjordBroker) or mode != "fsync":
+            return
+        _, rounds = b.slow_flush_rounds(mark)
+        section = f"fjord's flush rounds of 10 ms or more during latency windows ({mode}, diagnostic)"
+        self.results.add(section, f"{window}: rounds", "count", "lower", "fjord", len(rounds))
+        self.results.add(section, f"{window}: slowest", "ms", "lower", "fjord", max(rounds, default=0.0))
+
     def latency_rows(self, b: Broker, rnd: int, mode: str, kind: str) -> None:
         kafka_max = self.latency_rate.get((rnd, mode))
         if kafka_max is None:
@@ -676,6 +734,7 @@ class Bench:
             warmup = rate * self.p.latency_warmup_seconds
             try:
                 topic = create_topic(b.bootstrap, topic, parts)
+                mark = self.flush_mark(b)
                 # linger.ms=0 (both clients, both brokers): a batch goes out as soon as the
                 # previous request allows, so the figure is the broker's time and not mostly
                 # the client's batching wait (5 ms by default).
@@ -687,9 +746,11 @@ class Bench:
                 continue
             for q in ("p50", "p99", "p999"):
                 self.results.add(section, f"{q} ({rate} rec/s)", "ms", "lower", kind, r[f"{q}_ms"])
+            self.flush_rounds(b, mode, f"ProducerPerformance at {int(frac * 100)}%", mark)
             # The same rate from franz-go, timed in microseconds (ProducerPerformance prints whole ms).
             try:
                 topic = create_topic(b.bootstrap, topic + "-franz", parts)
+                mark = self.flush_mark(b)
                 r = loadgen(["produce", "--bootstrap", b.bootstrap, "--topic", topic,
                              "--records", str(rate * self.p.latency_seconds + warmup), "--warmup", str(warmup),
                              "--size", str(size), "--acks", acks, "--codec", codec, "--rate", str(rate),
@@ -700,16 +761,19 @@ class Bench:
                 continue
             for q in ("p50", "p99", "p999"):
                 self.results.add(section, f"{q}, franz-go ({rate} rec/s)", "ms", "lower", kind, r[f"{q}_ms"])
+            self.flush_rounds(b, mode, f"franz-go at {int(frac * 100)}%", mark)
         # End-to-end: franz-go at half of Kafka's max, one clock for send and receipt.
         rate = max(10, int(kafka_max * 0.5))
         section = f"end-to-end latency at 50% of Kafka's max ({size} B, acks=all, 1p) ({mode})"
         try:
             topic = create_topic(b.bootstrap, "e2e-franz", 1)
+            mark = self.flush_mark(b)
             r = loadgen(["e2e", "--bootstrap", b.bootstrap, "--topic", topic,
                          "--records", str(rate * self.p.e2e_seconds), "--size", str(size), "--rate", str(rate)],
                         self.p.tool_timeout)
             for q in ("p50", "p99", "p999"):
                 self.results.add(section, f"{q}, franz-go ({rate} rec/s)", "ms", "lower", kind, r[f"{q}_ms"])
+            self.flush_rounds(b, mode, "end-to-end franz-go", mark)
         except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
             self.results.fail(f"{kind} {mode} franz-go e2e", e)
         # Kafka's EndToEndLatency sends one record at a time and commits offsets, so it needs groups.
@@ -878,7 +942,7 @@ def markdown(meta: dict, rows: List[dict], limits: Dict[str, float], results: Re
         "",
         f"Command: `{meta['command']}` (fjord {meta['fjord_rev']}). Machine: {m['cores']} cores ({m['cpu']}), "
         f"{m['memory_gib']} GiB, disk {m['disk']}, kernel {m['kernel']}; load average at start "
-        f"{m['load_avg_at_start']:.2f}. Rounds: {profile.rounds} (Kafka, fjord alternating); each figure is the "
+        f"{m['load_avg_at_start']:.2f}. Rounds: {meta.get('rounds', profile.rounds)} (Kafka, fjord alternating); each figure is the "
         "median over rounds. Ratio = fjord / Kafka; 'better' says which direction wins.",
         "",
         "## Physical limits (same run)",
@@ -940,15 +1004,32 @@ def main() -> int:
     ap.add_argument("--render", type=Path, metavar="JSON",
                     help="run nothing: re-render a results JSON (its .md, goals and, for a full run, "
                          "BENCHMARKS.md) with this version of the report code")
+    ap.add_argument("--modes", help="comma-separated subset of the flush modes to run (page-cache,fsync); "
+                                    "a partial run's results do not update BENCHMARKS.md")
+    ap.add_argument("--rounds", type=int, help="rounds to run (default 2, smoke 1)")
     args = ap.parse_args()
     if args.render:
         return render(args.render)
     profile = Profile(args.smoke)
+    partial = False
+    if args.modes:
+        modes = args.modes.split(",")
+        unknown = [m for m in modes if m not in MODES]
+        if unknown:
+            ap.error(f"unknown mode(s) {unknown}; known: {list(MODES)}")
+        partial = modes != profile.modes
+        profile.modes = modes
+    if args.rounds is not None:
+        if args.rounds < 1:
+            ap.error("--rounds must be at least 1")
+        partial = partial or args.rounds != profile.rounds
+        profile.rounds = args.rounds
     stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
     work = BENCH / ".work" / stamp
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    out_dir = args.out or (BENCH / ".work" / "results" if args.smoke else BENCH / "results")
+    # Smoke and partial runs go under .work unless --out says otherwise: only full runs are kept.
+    out_dir = args.out or (BENCH / ".work" / "results" if args.smoke or partial else BENCH / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
     bench = Bench(profile, work)
 
@@ -961,7 +1042,9 @@ def main() -> int:
     t0 = time.monotonic()
     meta = {
         "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        "mode": "smoke" if args.smoke else "full",
+        "mode": "smoke" if args.smoke else "partial" if partial else "full",
+        "rounds": profile.rounds,
+        "modes": profile.modes,
         "command": args.command,
         "fjord_rev": git_rev(),
         "kafka_version": re.search(r"kafka_2\.13-([\d.]+)\.jar", (BUILD / "kafka.classpath").read_text()).group(1),
@@ -980,7 +1063,7 @@ def main() -> int:
         {"meta": meta, "limits": bench.limits, "rows": rows, "failures": bench.results.failures,
          "skipped": bench.results.skipped,
          "goals": [{"goal": g, "measured": v, "met": ok} for g, v, ok in goals(rows, bench.limits)]}, indent=1))
-    if not args.smoke:
+    if meta["mode"] == "full":
         update_benchmarks_md(md, os.path.relpath(base.with_suffix(".json"), ROOT))
     shutil.rmtree(work, ignore_errors=True)
     print(md)

@@ -1,25 +1,39 @@
-//! Group commit: one fsync covers every append that arrived while the previous fsync ran.
+//! Group commit: one round of fsyncs covers every append that arrived while the previous round ran.
 //!
-//! Produce handlers append to a partition's log (page cache only) and then ask the flusher to make
-//! the log durable up to the offset they wrote. The flusher drains every waiting request, takes a
-//! flush ticket per distinct partition under its lock, fsyncs outside the lock on its own thread,
-//! then advances each log's recovery point and high watermark and wakes the waiters. Under load
-//! many produce requests — across connections and partitions — share each fsync.
+//! Produce handlers append to their partitions' logs (page cache only) and then hand the flusher
+//! every partition they wrote, with the offset each must be durable below, as one request. The
+//! flusher drains every waiting request, takes a flush ticket per distinct log under its lock,
+//! fsyncs the tickets side by side outside the locks, then advances each log's recovery point and
+//! high watermark and answers the waiters. Under load many produce requests — across connections
+//! and partitions — share each round.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use fjord_storage::log::Log;
+use fjord_storage::parallel;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// Bound on queued flush requests; producers wait for room rather than queue without limit.
 pub const FLUSH_QUEUE_CAPACITY: usize = 4096;
 
-pub struct FlushRequest {
-    pub log: Arc<Mutex<Log>>,
-    /// Durable up to here (exclusive) is what the waiter needs.
-    pub up_to_offset: i64,
-    pub done: oneshot::Sender<Result<(), String>>,
+/// A round this slow, or a waiter that queued this long before its round, is logged at debug
+/// level: acknowledgements wait for it (a healthy SSD fsyncs in well under a millisecond).
+const SLOW_ROUND: Duration = Duration::from_millis(10);
+/// From this long a round is logged as a warning: the disk is stalling.
+const STALLED_ROUND: Duration = Duration::from_secs(1);
+
+/// A log and the offset below which it must be durable.
+pub type FlushTarget = (Arc<Mutex<Log>>, i64);
+
+/// What a waiter hands the flusher: every target of one produce request, so that one round
+/// covers them all.
+struct FlushRequest {
+    targets: Vec<FlushTarget>,
+    /// One result per target, in order.
+    done: oneshot::Sender<Vec<Result<(), String>>>,
+    queued_at: Instant,
 }
 
 #[derive(Clone)]
@@ -28,22 +42,39 @@ pub struct FlusherHandle {
 }
 
 impl FlusherHandle {
-    /// Waits until `log` is durable up to `up_to_offset`.
+    /// Waits until `log` is durable below `up_to_offset`.
     pub async fn flush(&self, log: Arc<Mutex<Log>>, up_to_offset: i64) -> Result<(), String> {
-        // A round that started after this append already covered it.
-        if already_durable(&log, up_to_offset) {
-            return Ok(());
+        self.flush_all(vec![(log, up_to_offset)])
+            .await
+            .pop()
+            .unwrap_or_else(|| Err("flusher answered nothing".to_string()))
+    }
+
+    /// Waits until every target is durable; one result per target, in order. The targets travel
+    /// as one request, so a produce request to many partitions waits for one round, not one
+    /// round per partition.
+    pub async fn flush_all(&self, targets: Vec<FlushTarget>) -> Vec<Result<(), String>> {
+        let count = targets.len();
+        // Rounds that started after these appends already covered them.
+        if targets
+            .iter()
+            .all(|(log, up_to_offset)| already_durable(log, *up_to_offset))
+        {
+            return vec![Ok(()); count];
         }
         let (done, wait) = oneshot::channel();
-        self.sender
-            .send(FlushRequest {
-                log,
-                up_to_offset,
-                done,
-            })
-            .await
-            .map_err(|_| "broker is shutting down".to_string())?;
-        wait.await.map_err(|_| "flusher stopped".to_string())?
+        let request = FlushRequest {
+            targets,
+            done,
+            queued_at: Instant::now(),
+        };
+        if self.sender.send(request).await.is_err() {
+            return vec![Err("broker is shutting down".to_string()); count];
+        }
+        match wait.await {
+            Ok(results) if results.len() == count => results,
+            _ => vec![Err("flusher stopped".to_string()); count],
+        }
     }
 }
 
@@ -76,20 +107,23 @@ fn already_durable(log: &Mutex<Log>, up_to_offset: i64) -> bool {
         .unwrap_or(false)
 }
 
-/// One group commit: a ticket per distinct log, fsynced in turn (on ext4 the first fsync's
-/// journal commit already carries the others' metadata), then every waiter answered.
+/// One group commit: a ticket per distinct log, the tickets fsynced side by side (concurrent
+/// fsyncs share the filesystem's journal commits, so several logs cost little more than one), then
+/// every waiter answered.
 fn run_round(round: Vec<FlushRequest>) {
-    // One ticket per distinct log, keyed by the Arc's address, covering its furthest request.
+    let started = Instant::now();
+    // One ticket per distinct log, keyed by the Arc's address, covering its furthest target.
     let mut logs: HashMap<usize, (Arc<Mutex<Log>>, i64)> = HashMap::new();
-    for request in &round {
+    for (log, up_to_offset) in round.iter().flat_map(|request| &request.targets) {
         let entry = logs
-            .entry(Arc::as_ptr(&request.log) as usize)
-            .or_insert_with(|| (request.log.clone(), request.up_to_offset));
-        entry.1 = entry.1.max(request.up_to_offset);
+            .entry(log_key(log))
+            .or_insert_with(|| (log.clone(), *up_to_offset));
+        entry.1 = entry.1.max(*up_to_offset);
     }
     let mut results: HashMap<usize, Result<(), String>> = HashMap::new();
+    let mut tickets = Vec::new();
     for (key, (log, furthest)) in logs {
-        // Requests that queued while the previous round ran may all be covered by it already.
+        // Targets that queued while the previous round ran may all be covered by it already.
         if already_durable(&log, furthest) {
             results.insert(key, Ok(()));
             continue;
@@ -101,7 +135,14 @@ fn run_round(round: Vec<FlushRequest>) {
                 continue;
             }
         };
+        tickets.push((key, log, ticket));
+    }
+    let synced = tickets.len();
+    let outcomes = parallel::map(tickets, parallel::DISK_THREADS, |(key, log, ticket)| {
         let outcome = ticket.sync().map_err(|e| e.to_string());
+        (key, log, ticket, outcome)
+    });
+    for (key, log, ticket, outcome) in outcomes {
         if outcome.is_ok() {
             if let Ok(mut guard) = log.lock() {
                 let durable = guard.complete_flush(&ticket);
@@ -112,13 +153,117 @@ fn run_round(round: Vec<FlushRequest>) {
         }
         results.insert(key, outcome);
     }
+    log_if_slow(&round, started, synced);
     for request in round {
-        let key = Arc::as_ptr(&request.log) as usize;
-        let outcome = results
-            .get(&key)
-            .cloned()
-            .unwrap_or_else(|| Err("fsync did not run".to_string()));
         // A flush covers everything appended before its ticket, so an earlier offset is covered too.
-        let _ = request.done.send(outcome);
+        let answers = request
+            .targets
+            .iter()
+            .map(|(log, _)| {
+                results
+                    .get(&log_key(log))
+                    .cloned()
+                    .unwrap_or_else(|| Err("fsync did not run".to_string()))
+            })
+            .collect();
+        let _ = request.done.send(answers);
+    }
+}
+
+fn log_key(log: &Arc<Mutex<Log>>) -> usize {
+    Arc::as_ptr(log) as usize
+}
+
+/// Logs a round that kept its waiters long: its own fsyncs (`round_ms`, lock waits included) or the
+/// oldest waiter's queueing before it began (`queued_ms`: the rounds before, or a flusher thread
+/// that did not get a core).
+fn log_if_slow(round: &[FlushRequest], started: Instant, logs: usize) {
+    let took = started.elapsed();
+    let queued = round
+        .iter()
+        .map(|r| started.saturating_duration_since(r.queued_at))
+        .max()
+        .unwrap_or_default();
+    if took < SLOW_ROUND && queued < SLOW_ROUND {
+        return;
+    }
+    let round_ms = took.as_millis() as u64;
+    let queued_ms = queued.as_millis() as u64;
+    let waiters = round.len();
+    if took >= STALLED_ROUND {
+        tracing::warn!(
+            round_ms,
+            queued_ms,
+            logs,
+            waiters,
+            "slow fsync: acknowledgements wait for the disk"
+        );
+    } else {
+        tracing::debug!(round_ms, queued_ms, logs, waiters, "slow flush round");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fjord_records::{BatchBuilder, Compression};
+    use fjord_storage::{LogConfig, TopicPartition};
+
+    fn open_log(dir: &std::path::Path, partition: i32) -> Arc<Mutex<Log>> {
+        let tp = TopicPartition::new("events", partition);
+        let (log, _) = Log::open(
+            &dir.join(format!("events-{partition}")),
+            tp,
+            None,
+            LogConfig::default(),
+            0,
+            0,
+            true,
+            1_000,
+        )
+        .unwrap();
+        Arc::new(Mutex::new(log))
+    }
+
+    /// Appends `records` one-record batches; returns the log end offset.
+    fn append(log: &Mutex<Log>, records: usize) -> i64 {
+        let mut log = log.lock().unwrap();
+        for _ in 0..records {
+            let mut builder = BatchBuilder::new(Compression::None);
+            builder.append(1_000, None, Some(b"value"), &[]).unwrap();
+            log.append_as_leader(vec![builder.build().unwrap()], 0, 1_000)
+                .unwrap();
+        }
+        log.log_end_offset()
+    }
+
+    #[tokio::test]
+    async fn one_request_makes_every_partition_durable_and_answers_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let (moved, mut moved_rx) = watch::channel(0u64);
+        let (flusher, task) = start(Arc::new(moved));
+        let logs: Vec<_> = (0..5).map(|p| open_log(dir.path(), p)).collect();
+        let mut targets = Vec::new();
+        for (i, log) in logs.iter().enumerate() {
+            let end = append(log, i + 1);
+            targets.push((log.clone(), end));
+        }
+        // The same log twice (two batches of one request) is one ticket covering both.
+        targets.push((logs[0].clone(), 1));
+        let results = flusher.flush_all(targets).await;
+        assert_eq!(results.len(), 6);
+        assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+        for (i, log) in logs.iter().enumerate() {
+            let log = log.lock().unwrap();
+            assert_eq!(log.recovery_point(), i as i64 + 1, "partition {i}");
+            assert_eq!(log.high_watermark(), i as i64 + 1, "partition {i}");
+        }
+        assert!(*moved_rx.borrow_and_update() >= 1);
+        // Already durable: answered without a round.
+        let again = flusher.flush_all(vec![(logs[4].clone(), 5)]).await;
+        assert_eq!(again, vec![Ok(())]);
+        assert_eq!(flusher.flush_all(Vec::new()).await, Vec::new());
+        drop(flusher);
+        task.await.unwrap();
     }
 }

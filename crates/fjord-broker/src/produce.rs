@@ -149,14 +149,22 @@ impl Broker {
         let flusher = self.flusher.clone();
         Reply::Later(Box::pin(async move {
             let mut pending = pending;
-            for p in pending.iter_mut() {
-                if let Some((log, offset)) = p.flush.take() {
-                    if let Err(message) = flusher.flush(log, offset).await {
-                        tracing::error!(%message, "fsync failed; the write is not acknowledged");
-                        p.response.error_code = errors::KAFKA_STORAGE_ERROR;
-                        p.response.error_message = Some(message);
-                        p.response.base_offset = -1;
-                    }
+            // Every partition's flush goes to the flusher at once: one round covers them all.
+            let waiting: Vec<usize> = (0..pending.len())
+                .filter(|&i| pending[i].flush.is_some())
+                .collect();
+            let targets = waiting
+                .iter()
+                .filter_map(|&i| pending[i].flush.take())
+                .collect();
+            let outcomes = flusher.flush_all(targets).await;
+            for (i, outcome) in waiting.into_iter().zip(outcomes) {
+                if let Err(message) = outcome {
+                    tracing::error!(%message, "fsync failed; the write is not acknowledged");
+                    let p = &mut pending[i];
+                    p.response.error_code = errors::KAFKA_STORAGE_ERROR;
+                    p.response.error_message = Some(message);
+                    p.response.base_offset = -1;
                 }
             }
             finish(topics, pending)
