@@ -110,7 +110,7 @@ class Profile:
         self.latency_warmup_seconds = 1 if smoke else 5
         self.e2e_seconds = 2 if smoke else 10
         self.consume_passes = 1 if smoke else 5
-        self.e2e_java_records = 200 if smoke else 3000
+        self.e2e_java_records = 200 if smoke else 10000
         self.startup_partitions = [0] if smoke else [0, 1000, 10000]
         self.iperf_seconds = 1 if smoke else 5
         self.fio_size = "32M" if smoke else "1G"
