@@ -107,9 +107,9 @@ fn already_durable(log: &Mutex<Log>, up_to_offset: i64) -> bool {
         .unwrap_or(false)
 }
 
-/// One group commit: a ticket per distinct log, the tickets fsynced side by side (concurrent
-/// fsyncs share the filesystem's journal commits, so several logs cost little more than one), then
-/// every waiter answered.
+/// One group commit: a ticket per distinct log, the tickets fsynced side by side (the disk
+/// overlaps concurrent writes and cache flushes, and a journaling filesystem folds them into
+/// shared commits, so several logs cost little more than one), then every waiter answered.
 fn run_round(round: Vec<FlushRequest>) {
     let started = Instant::now();
     // One ticket per distinct log, keyed by the Arc's address, covering its furthest target.
