@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -328,17 +328,17 @@ class FjordBroker(Broker):
         # Flush rounds of 10 ms or more are logged at debug level; the latency rows report them.
         return {"RUST_LOG": "info,openraft=warn,fjord_broker::flusher=debug"}
 
-    def slow_flush_rounds(self, since: int) -> Tuple[int, List[float]]:
-        """(new offset, round_ms of each slow flush round logged after byte `since` of the output)."""
+    def slow_flush_rounds(self, since: int) -> List[float]:
+        """round_ms of each slow flush round logged after byte `since` of the output."""
         try:
             with open(self.output(), "rb") as f:
                 f.seek(since)
                 text = f.read()
         except OSError:
-            return since, []
-        # A round is also logged when only its waiters queued long; those count under the round before.
-        rounds = [float(m.group(1)) for m in re.finditer(rb"round_ms=(\d+)", text) if int(m.group(1)) >= 10]
-        return since + len(text), rounds
+            return []
+        # A round is also logged when only its waiters queued long (round_ms under fjord's 10 ms
+        # threshold); those count under the round before.
+        return [float(m.group(1)) for m in re.finditer(rb"round_ms=(\d+)", text) if int(m.group(1)) >= 10]
 
 
 class KafkaBroker(Broker):
@@ -726,7 +726,7 @@ class Bench:
         logged during a latency window (warm-up included) tell disk stalls from broker stalls."""
         if not isinstance(b, FjordBroker) or mode != "fsync":
             return
-        _, rounds = b.slow_flush_rounds(mark)
+        rounds = b.slow_flush_rounds(mark)
         section = f"fjord's flush rounds of 10 ms or more during latency windows ({mode}, diagnostic: worst round)"
         self.results.add(section, f"{window}: rounds", "count", "lower", "fjord", len(rounds))
         self.results.add(section, f"{window}: slowest", "ms", "lower", "fjord", max(rounds, default=0.0))

@@ -243,75 +243,73 @@ impl Broker {
         let max_wait_ms = (request.max_wait_ms as i64).clamp(0, MAX_WAIT_CAP_MS);
         let this = self.clone();
         let read_committed = request.isolation_level == 1;
-        let respond =
-            move |this: &Broker, results: Vec<(Target, PartitionData, Option<FileSlice>)>| {
-                let mut topics: Vec<FetchableTopicResponse> = Vec::new();
-                let mut externals: Vec<ExternalRecords> = Vec::new();
-                let mut slices: Vec<FileSlice> = Vec::new();
-                for (target, mut data, file) in results {
-                    if version < 16 {
-                        // Only v16+ carries the leader hint (KIP-951); older encoders refuse it.
-                        data.current_leader = LeaderIdAndEpoch::default();
-                    }
-                    let key = (target.topic.clone(), target.partition);
-                    if session_id != 0 {
-                        let has_records = file.is_some();
-                        let news = this
-                            .fetch_sessions
-                            .lock()
-                            .map(|mut c| {
-                                c.record_sent(
-                                    session_id,
-                                    &key,
-                                    data.high_watermark,
-                                    data.log_start_offset,
-                                    has_records,
-                                    data.error_code != 0,
-                                )
-                            })
-                            .unwrap_or(true);
-                        if incremental && !news {
-                            continue;
-                        }
-                    }
-                    if let Some(slice) = file {
-                        let external =
-                            ExternalRecords::new(slices.len() as u32, slice.len() as usize);
-                        data.records = Some(external.stand_in());
-                        externals.push(external);
-                        slices.push(slice);
-                    }
-                    match topics.last_mut() {
-                        Some(t) if t.topic == target.topic => t.partitions.push(data),
-                        _ => topics.push(FetchableTopicResponse {
-                            topic: if uses_ids {
-                                String::new()
-                            } else {
-                                target.topic.clone()
-                            },
-                            topic_id: target.topic_id,
-                            partitions: vec![data],
-                        }),
+        let respond = move |this: &Broker, results: Vec<PartitionRead>| {
+            let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+            let mut externals: Vec<ExternalRecords> = Vec::new();
+            let mut slices: Vec<FileSlice> = Vec::new();
+            for (target, mut data, file) in results {
+                if version < 16 {
+                    // Only v16+ carries the leader hint (KIP-951); older encoders refuse it.
+                    data.current_leader = LeaderIdAndEpoch::default();
+                }
+                let key = (target.topic.clone(), target.partition);
+                if session_id != 0 {
+                    let has_records = file.is_some();
+                    let news = this
+                        .fetch_sessions
+                        .lock()
+                        .map(|mut c| {
+                            c.record_sent(
+                                session_id,
+                                &key,
+                                data.high_watermark,
+                                data.log_start_offset,
+                                has_records,
+                                data.error_code != 0,
+                            )
+                        })
+                        .unwrap_or(true);
+                    if incremental && !news {
+                        continue;
                     }
                 }
-                for (id, partition) in &unknown_ids {
-                    topics.push(FetchableTopicResponse {
-                        topic: String::new(),
-                        topic_id: *id,
-                        partitions: vec![PartitionData {
-                            error_code: errors::UNKNOWN_TOPIC_ID,
-                            ..no_data(*partition)
-                        }],
-                    });
+                if let Some(slice) = file {
+                    let external = ExternalRecords::new(slices.len() as u32, slice.len() as usize);
+                    data.records = Some(external.stand_in());
+                    externals.push(external);
+                    slices.push(slice);
                 }
-                let body = FetchResponse {
-                    error_code: errors::NONE,
-                    session_id,
-                    responses: topics,
-                    ..Default::default()
-                };
-                encode_fetch_response(version, correlation_id, &body, &externals, slices)
+                match topics.last_mut() {
+                    Some(t) if t.topic == target.topic => t.partitions.push(data),
+                    _ => topics.push(FetchableTopicResponse {
+                        topic: if uses_ids {
+                            String::new()
+                        } else {
+                            target.topic.clone()
+                        },
+                        topic_id: target.topic_id,
+                        partitions: vec![data],
+                    }),
+                }
+            }
+            for (id, partition) in &unknown_ids {
+                topics.push(FetchableTopicResponse {
+                    topic: String::new(),
+                    topic_id: *id,
+                    partitions: vec![PartitionData {
+                        error_code: errors::UNKNOWN_TOPIC_ID,
+                        ..no_data(*partition)
+                    }],
+                });
+            }
+            let body = FetchResponse {
+                error_code: errors::NONE,
+                session_id,
+                responses: topics,
+                ..Default::default()
             };
+            encode_fetch_response(version, correlation_id, &body, &externals, slices)
+        };
         let (results, bytes_read, any_error) =
             this.read_targets(&targets, max_bytes, read_committed);
         if max_wait_ms == 0 || bytes_read >= min_bytes.max(1) || any_error || targets.is_empty() {

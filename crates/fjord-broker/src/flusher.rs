@@ -79,8 +79,8 @@ impl FlusherHandle {
 }
 
 /// Starts the flusher. `high_watermark_moved` is bumped after each round so long-polling
-/// fetches re-check. The flusher is one thread of its own that fsyncs and then answers the
-/// waiters itself: no task hand-offs between a finished fsync and the next one, which on a busy
+/// fetches re-check. The flusher is one thread of its own (with helper threads for a round's
+/// fsyncs) that answers the waiters itself: no task hand-offs between a finished fsync and the next one, which on a busy
 /// machine cost more than the fsync.
 pub fn start(
     high_watermark_moved: Arc<watch::Sender<u64>>,

@@ -9,6 +9,7 @@ use fjord_protocol::{ApiKey, ResponseBody};
 
 use crate::broker::{encode_response, Broker};
 use crate::errors;
+use crate::flusher::FlushTarget;
 use crate::network::{Reply, Response};
 use crate::replica::PartitionError;
 
@@ -17,7 +18,7 @@ struct PendingPartition {
     topic_index: usize,
     response: PartitionProduceResponse,
     /// Log and offset to make durable before answering, if the partition is in fsync mode.
-    flush: Option<(Arc<std::sync::Mutex<fjord_storage::log::Log>>, i64)>,
+    flush: Option<FlushTarget>,
 }
 
 impl Broker {
@@ -115,14 +116,13 @@ impl Broker {
         }
         if acks == 0 {
             // No response: an error can only be signalled by closing the connection, as Kafka does.
-            for p in &pending {
-                if let Some((log, offset)) = &p.flush {
-                    let flusher = self.flusher.clone();
-                    let (log, offset) = (log.clone(), *offset);
-                    tokio::spawn(async move {
-                        let _ = flusher.flush(log, offset).await;
-                    });
-                }
+            let targets: Vec<FlushTarget> =
+                pending.iter().filter_map(|p| p.flush.clone()).collect();
+            if !targets.is_empty() {
+                let flusher = self.flusher.clone();
+                tokio::spawn(async move {
+                    let _ = flusher.flush_all(targets).await;
+                });
             }
             return if any_error {
                 Reply::Close("acks=0 produce failed".to_string())
@@ -150,13 +150,11 @@ impl Broker {
         Reply::Later(Box::pin(async move {
             let mut pending = pending;
             // Every partition's flush goes to the flusher at once: one round covers them all.
-            let waiting: Vec<usize> = (0..pending.len())
-                .filter(|&i| pending[i].flush.is_some())
-                .collect();
-            let targets = waiting
-                .iter()
-                .filter_map(|&i| pending[i].flush.take())
-                .collect();
+            let (waiting, targets): (Vec<usize>, Vec<FlushTarget>) = pending
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, p)| p.flush.take().map(|target| (i, target)))
+                .unzip();
             let outcomes = flusher.flush_all(targets).await;
             for (i, outcome) in waiting.into_iter().zip(outcomes) {
                 if let Err(message) = outcome {

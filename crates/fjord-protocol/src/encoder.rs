@@ -143,33 +143,24 @@ thread_local! {
 /// encoded bytes before that point.
 pub fn put_records(out: &mut BytesMut, value: &Bytes, compact: bool) -> Result<(), EncodeError> {
     let identity = out as *const BytesMut as usize;
-    let deferred = DEFERRED.with(|deferred| match deferred.borrow().as_ref() {
-        // A nested buffer (a tagged field's) is not the message: its bytes must stay inline.
-        Some(d) if d.buffer == identity && !value.is_empty() => {
-            let address = value.as_ptr() as usize;
-            Some(match d.externals.get(&address) {
-                Some(&(id, len)) => (len, Part::External(id)),
-                None => (value.len(), Part::Bytes(value.clone())),
-            })
+    DEFERRED.with(|deferred| {
+        match deferred.borrow_mut().as_mut() {
+            // A nested buffer (a tagged field's) is not the message: its bytes must stay inline.
+            Some(d) if d.buffer == identity && !value.is_empty() => {
+                let (len, part) = match d.externals.get(&(value.as_ptr() as usize)) {
+                    Some(&(id, len)) => (len, Part::External(id)),
+                    None => (value.len(), Part::Bytes(value.clone())),
+                };
+                put_length(out, len, compact, false)?;
+                d.parts.push((out.len(), part));
+            }
+            _ => {
+                put_length(out, value.len(), compact, false)?;
+                out.put_slice(value);
+            }
         }
-        _ => None,
-    });
-    match deferred {
-        Some((len, part)) => {
-            put_length(out, len, compact, false)?;
-            let position = out.len();
-            DEFERRED.with(|deferred| {
-                if let Some(d) = deferred.borrow_mut().as_mut() {
-                    d.parts.push((position, part));
-                }
-            });
-        }
-        None => {
-            put_length(out, value.len(), compact, false)?;
-            out.put_slice(value);
-        }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Writes a `records` field that may be null.
