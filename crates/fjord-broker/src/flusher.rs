@@ -258,7 +258,14 @@ mod tests {
             assert_eq!(log.recovery_point(), i as i64 + 1, "partition {i}");
             assert_eq!(log.high_watermark(), i as i64 + 1, "partition {i}");
         }
-        assert!(*moved_rx.borrow_and_update() >= 1);
+        // The bump follows the answers (the round answers its waiters first), so wait for it.
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            moved_rx.wait_for(|v| *v >= 1),
+        )
+        .await
+        .expect("the round bumped high_watermark_moved")
+        .unwrap();
         // Already durable: answered without a round.
         let again = flusher.flush_all(vec![(logs[4].clone(), 5)]).await;
         assert_eq!(again, vec![Ok(())]);
