@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the fjord vs Apache Kafka benchmark (see BENCHMARKS.md).
-#   bench/run.sh           full run (~25 min on 2 cores): writes bench/results/<date>.{md,json}, updates BENCHMARKS.md
+#   bench/run.sh           full run (about an hour on 2 cores): writes bench/results/<date>.{md,json}, updates BENCHMARKS.md
 #   bench/run.sh --smoke   seconds-long run that checks the harness end to end; results go to bench/.work/results
 # Needs: java 17+, mvn, go, cargo, python3; iperf3 and fio (Debian packages; installed here when apt-get can).
 # Downloads land in ~/.m2 and Go's module cache; build outputs in bench/.build (not committed).
