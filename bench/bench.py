@@ -679,16 +679,14 @@ class Bench:
     def records_for(self, mode: str, size: int) -> int:
         return max(1000, self.p.row_bytes[mode] // size)
 
-    def settle(self, b: Broker, topic: str, row) -> None:
-        """Writes back and evicts a finished row's topic (the consume rows' source excepted), so every row
-        starts from the same page cache. On this VM the page cache holds about 12 GB: once full, buffered
+    def settle(self, b: Broker, topic: str) -> None:
+        """Writes back and evicts a finished row's topic, so every row starts from the same page cache. On this VM the page cache holds about 12 GB: once full, buffered
         writes wait for writeback and reclaim (dd: 2 GB/s, then about 430 MB/s), and a row's figure would
         depend on how many gigabytes the rows before it wrote."""
-        if row != self.p.consume_source():
-            try:
-                drop_from_page_cache(b.data_dir, topic)
-            except OSError as e:
-                log(f"could not evict {topic}: {e}")
+        try:
+            drop_from_page_cache(b.data_dir, topic)
+        except OSError as e:
+            log(f"could not evict {topic}: {e}")
 
     def produce_rows(self, b: Broker, rnd: int, mode: str, kind: str, sampler: Sampler) -> None:
         section = f"produce throughput, ProducerPerformance ({mode})"
@@ -706,7 +704,8 @@ class Bench:
             except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
                 self.results.fail(f"{kind} {mode} ProducerPerformance {rid}", e)
                 continue
-            self.settle(b, topic, row)
+            if row != self.p.consume_source():  # the consume rows read it back from the cache
+                self.settle(b, topic)
             self.results.add(section, rid, "MB/s", "higher", kind, r["mb_per_s"])
             if row == self.p.consume_source():
                 gb = records * size / 1e9
@@ -729,7 +728,7 @@ class Bench:
             except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
                 self.results.fail(f"{kind} {mode} franz-go produce {rid}", e)
                 continue
-            self.settle(b, topic, None)
+            self.settle(b, topic)
             self.results.add(section, rid, "MB/s", "higher", kind, r["mb_per_s"])
 
     def flush_mark(self, b: Broker) -> int:
