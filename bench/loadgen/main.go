@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"syscall"
@@ -32,6 +33,12 @@ import (
 func main() {
 	if len(os.Args) < 2 {
 		fail(errors.New("usage: loadgen create-topics|produce|consume|e2e [flags]"))
+	}
+	if os.Getenv("GOGC") == "" {
+		// The load generator's own garbage collection shows in what it measures: with Go's default
+		// (100) its pauses added about 1 ms to the end-to-end p99 at 34,000 records/s, and 10-20 % to
+		// its CPU per GB consumed. Collecting less often keeps the figures the broker's.
+		debug.SetGCPercent(400)
 	}
 	var err error
 	switch os.Args[1] {
