@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -158,6 +159,13 @@ def proc_cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's finished children: a load tool's own CPU is the difference
+    across its run (brokers are children too, but only stop between workloads)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def proc_rss_bytes(pid: int) -> int:
@@ -667,7 +675,7 @@ class Bench:
         self.coordinator[kind] = 10 in versions  # FindCoordinator: needed by the group-based Kafka tools
         try:
             self.produce_rows(b, rnd, mode, kind, sampler)
-            self.franz_rows(b, mode, kind)
+            self.franz_rows(b, mode, kind, sampler)
             self.latency_rows(b, rnd, mode, kind)
             self.consume_rows(b, mode, kind, sampler)
             self.results.add("memory", f"RSS peak under load ({mode})", "MB", "lower", kind, sampler.peak / 1e6)
@@ -697,16 +705,18 @@ class Bench:
             records = self.records_for(mode, size)
             try:
                 topic = create_topic(b.bootstrap, topic, parts)
-                cpu0 = sampler.begin()
+                cpu0, client0, t0 = sampler.begin(), children_cpu_seconds(), time.monotonic()
                 r = producer_performance(b.bootstrap, topic, records, size, acks, codec, extra, -1,
                                          self.p.tool_timeout)
                 cpu, rss = sampler.end(cpu0)
             except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
                 self.results.fail(f"{kind} {mode} ProducerPerformance {rid}", e)
                 continue
+            client, seconds = children_cpu_seconds() - client0, time.monotonic() - t0
             if row != self.p.consume_source():  # the consume rows read it back from the cache
                 self.settle(b, topic)
             self.results.add(section, rid, "MB/s", "higher", kind, r["mb_per_s"])
+            self.cores_used(mode, kind, f"{rid}, ProducerPerformance", client, cpu, seconds)
             if row == self.p.consume_source():
                 gb = records * size / 1e9
                 self.results.add("cpu", f"broker CPU s per GB produced, {rid} ({mode})", "s/GB", "lower", kind, cpu / gb)
@@ -714,13 +724,14 @@ class Bench:
             if row == self.p.latency_reference() and kind == "kafka":
                 self.latency_rate[(rnd, mode)] = r["records_per_s"]
 
-    def franz_rows(self, b: Broker, mode: str, kind: str) -> None:
+    def franz_rows(self, b: Broker, mode: str, kind: str, sampler: Sampler) -> None:
         section = f"produce throughput, franz-go ({mode})"
         for size, acks, codec, parts, extra in self.p.franz_rows:
             rid = row_id(size, acks, codec, parts, extra)
             topic = "franz-" + topic_name(rid)
             try:
                 topic = create_topic(b.bootstrap, topic, parts)
+                cpu0, client0, t0 = sampler.begin(), children_cpu_seconds(), time.monotonic()
                 r = loadgen(["produce", "--bootstrap", b.bootstrap, "--topic", topic,
                              "--records", str(self.records_for(mode, size)), "--size", str(size),
                              "--acks", acks, "--codec", codec]
@@ -728,8 +739,22 @@ class Bench:
             except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
                 self.results.fail(f"{kind} {mode} franz-go produce {rid}", e)
                 continue
+            cpu, _rss = sampler.end(cpu0)
+            client, seconds = children_cpu_seconds() - client0, time.monotonic() - t0
             self.settle(b, topic)
             self.results.add(section, rid, "MB/s", "higher", kind, r["mb_per_s"])
+            self.cores_used(mode, kind, f"{rid}, franz-go", client, cpu, seconds)
+
+    def cores_used(self, mode: str, kind: str, row: str, client_cpu: float, broker_cpu: float,
+                   seconds: float) -> None:
+        """How many of the machine's cores the load tool and the broker kept busy during a produce row:
+        when the two add up to all of them, the row measures who needs less CPU, and the client's
+        share is what no broker can win back."""
+        if seconds <= 0:
+            return
+        section = f"cores busy during produce rows, of {os.cpu_count()} ({mode})"
+        self.results.add(section, f"{row}: the client", "cores", "—", kind, client_cpu / seconds)
+        self.results.add(section, f"{row}: the broker", "cores", "lower", kind, broker_cpu / seconds)
 
     def flush_mark(self, b: Broker) -> int:
         """Where fjord's output stands before a latency window (see `flush_rounds`)."""
