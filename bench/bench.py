@@ -204,6 +204,15 @@ class Sampler:
         self.stop_flag.set()
 
 
+def measured(sampler: "Sampler", run):
+    """Runs one load tool: (its result, broker CPU seconds, broker peak RSS, the tool's own CPU
+    seconds, wall seconds)."""
+    cpu0, client0, t0 = sampler.begin(), children_cpu_seconds(), time.monotonic()
+    result = run()
+    cpu, rss = sampler.end(cpu0)
+    return result, cpu, rss, children_cpu_seconds() - client0, time.monotonic() - t0
+
+
 # ---------------------------------------------------------------------------------------------------
 # Brokers.
 
@@ -705,14 +714,11 @@ class Bench:
             records = self.records_for(mode, size)
             try:
                 topic = create_topic(b.bootstrap, topic, parts)
-                cpu0, client0, t0 = sampler.begin(), children_cpu_seconds(), time.monotonic()
-                r = producer_performance(b.bootstrap, topic, records, size, acks, codec, extra, -1,
-                                         self.p.tool_timeout)
-                cpu, rss = sampler.end(cpu0)
+                r, cpu, rss, client, seconds = measured(sampler, lambda: producer_performance(
+                    b.bootstrap, topic, records, size, acks, codec, extra, -1, self.p.tool_timeout))
             except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
                 self.results.fail(f"{kind} {mode} ProducerPerformance {rid}", e)
                 continue
-            client, seconds = children_cpu_seconds() - client0, time.monotonic() - t0
             if row != self.p.consume_source():  # the consume rows read it back from the cache
                 self.settle(b, topic)
             self.results.add(section, rid, "MB/s", "higher", kind, r["mb_per_s"])
@@ -731,16 +737,14 @@ class Bench:
             topic = "franz-" + topic_name(rid)
             try:
                 topic = create_topic(b.bootstrap, topic, parts)
-                cpu0, client0, t0 = sampler.begin(), children_cpu_seconds(), time.monotonic()
-                r = loadgen(["produce", "--bootstrap", b.bootstrap, "--topic", topic,
-                             "--records", str(self.records_for(mode, size)), "--size", str(size),
-                             "--acks", acks, "--codec", codec]
-                            + [arg for k, v in extra.items() for arg in (f"--{k}", v)], self.p.tool_timeout)
+                args = (["produce", "--bootstrap", b.bootstrap, "--topic", topic,
+                         "--records", str(self.records_for(mode, size)), "--size", str(size),
+                         "--acks", acks, "--codec", codec]
+                        + [arg for k, v in extra.items() for arg in (f"--{k}", v)])
+                r, cpu, _rss, client, seconds = measured(sampler, lambda: loadgen(args, self.p.tool_timeout))
             except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
                 self.results.fail(f"{kind} {mode} franz-go produce {rid}", e)
                 continue
-            cpu, _rss = sampler.end(cpu0)
-            client, seconds = children_cpu_seconds() - client0, time.monotonic() - t0
             self.settle(b, topic)
             self.results.add(section, rid, "MB/s", "higher", kind, r["mb_per_s"])
             self.cores_used(mode, kind, f"{rid}, franz-go", client, cpu, seconds)
