@@ -34,7 +34,7 @@ use crate::errors;
 use crate::fetch_session::FetchSessionCache;
 use crate::flusher::FlusherHandle;
 use crate::group_runtime::GroupRuntime;
-use crate::network::{Dispatch, Reply, Response};
+use crate::network::{Dispatch, Reply, Response, Sequencing};
 use crate::replica::ReplicaManager;
 
 /// The API versions fjord implements and advertises: Kafka 4.x's minimums (KIP-896) up to the
@@ -73,6 +73,11 @@ pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
         .find(|(k, _, _)| *k == key)
         .map(|(_, min, max)| (*min, *max))
 }
+
+/// Request lanes (`network::Sequencing::Lane`): requests that take effect at dispatch and may
+/// overlap earlier requests of the same lane on their connection.
+const PRODUCE_LANE: u8 = 1;
+const GROUP_LANE: u8 = 2;
 
 /// Producer ids are reserved from the metadata log in blocks of this many.
 const PRODUCER_ID_BLOCK: i64 = 1000;
@@ -164,7 +169,36 @@ impl Broker {
         }))
     }
 
-    fn handle(self: &Arc<Self>, frame: Bytes, peer: SocketAddr) -> Reply {
+    /// How a request may overlap its connection's earlier requests (see `network::Sequencing`):
+    /// produce appends, and group requests once the coordinator is loaded, take effect at
+    /// dispatch and only wait afterwards, so each kind pipelines with itself. Everything else —
+    /// and anything read after a write of another kind — waits for the connection's earlier
+    /// requests, as in Kafka.
+    pub fn sequencing(&self, frame: &Bytes) -> Sequencing {
+        let api = frame
+            .get(0..2)
+            .and_then(|b| ApiKey::from_i16(i16::from_be_bytes([b[0], b[1]])));
+        match api {
+            Some(ApiKey::Produce) => Sequencing::Lane(PRODUCE_LANE),
+            Some(
+                ApiKey::JoinGroup
+                | ApiKey::SyncGroup
+                | ApiKey::Heartbeat
+                | ApiKey::LeaveGroup
+                | ApiKey::OffsetCommit
+                | ApiKey::OffsetFetch
+                | ApiKey::OffsetDelete
+                | ApiKey::ListGroups
+                | ApiKey::DescribeGroups
+                | ApiKey::DeleteGroups
+                | ApiKey::ConsumerGroupHeartbeat
+                | ApiKey::ConsumerGroupDescribe,
+            ) if self.groups.all_loaded() => Sequencing::Lane(GROUP_LANE),
+            _ => Sequencing::AfterAll,
+        }
+    }
+
+    fn handle(self: &Arc<Self>, frame: Bytes, peer: SocketAddr, listener: &str) -> Reply {
         let mut input = Decoder::new(frame);
         let header = match decode_request_header(&mut input) {
             Ok(header) => header,
@@ -206,12 +240,13 @@ impl Broker {
             )),
             RequestBody::Metadata(request) => {
                 let this = self.clone();
+                let endpoint = self.advertised(listener);
                 self.later(api, version, correlation_id, async move {
-                    ResponseBody::Metadata(this.metadata(request, version).await)
+                    ResponseBody::Metadata(this.metadata(request, version, endpoint).await)
                 })
             }
             RequestBody::DescribeCluster(request) => respond(ResponseBody::DescribeCluster(
-                self.describe_cluster(&request),
+                self.describe_cluster(&request, self.advertised(listener)),
             )),
             RequestBody::CreateTopics(request) => {
                 let this = self.clone();
@@ -251,7 +286,7 @@ impl Broker {
             }
             RequestBody::Fetch(request) => self.fetch(request, api, version, correlation_id, now),
             RequestBody::FindCoordinator(request) => {
-                let answer = self.find_coordinator(request, version);
+                let answer = self.find_coordinator(request, version, self.advertised(listener));
                 self.later(api, version, correlation_id, async move {
                     ResponseBody::FindCoordinator(answer.await)
                 })
@@ -279,12 +314,11 @@ impl Broker {
         }
     }
 
-    /// Node endpoint of this broker as clients should reach it.
-    pub fn advertised(&self) -> (String, i32) {
-        match self.config.advertised_listeners.first() {
-            Some(l) => (l.host.clone(), l.port as i32),
-            None => ("127.0.0.1".to_string(), 9092),
-        }
+    /// This broker's endpoint as clients of `listener` reach it: that listener's advertised
+    /// address, as Kafka answers each connection for the listener it came in on.
+    pub fn advertised(&self, listener: &str) -> (String, i32) {
+        let advertised = self.config.advertised_listener(listener);
+        (advertised.host.clone(), advertised.port as i32)
     }
 
     pub(crate) fn live_broker_count(&self) -> usize {
@@ -311,8 +345,12 @@ impl Broker {
 
     // ---- Metadata -------------------------------------------------------------------------
 
-    async fn metadata(self: Arc<Self>, request: MetadataRequest, version: i16) -> MetadataResponse {
-        let (host, port) = self.advertised();
+    async fn metadata(
+        self: Arc<Self>,
+        request: MetadataRequest,
+        version: i16,
+        (host, port): (String, i32),
+    ) -> MetadataResponse {
         let mut response = MetadataResponse {
             brokers: vec![MetadataResponseBroker {
                 node_id: self.config.node_id,
@@ -447,7 +485,11 @@ impl Broker {
         }
     }
 
-    fn describe_cluster(&self, request: &DescribeClusterRequest) -> DescribeClusterResponse {
+    fn describe_cluster(
+        &self,
+        request: &DescribeClusterRequest,
+        (host, port): (String, i32),
+    ) -> DescribeClusterResponse {
         // Endpoint types as KIP-919 numbers them; a broker describes only brokers.
         const BROKER: i8 = 1;
         const CONTROLLER: i8 = 2;
@@ -469,7 +511,6 @@ impl Broker {
                 ..Default::default()
             };
         }
-        let (host, port) = self.advertised();
         DescribeClusterResponse {
             error_code: errors::NONE,
             endpoint_type: 1,
@@ -931,11 +972,19 @@ pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {
     }
 }
 
-/// The network shell's handle on the broker.
-pub struct BrokerDispatch(pub Arc<Broker>);
+/// The network shell's handle on the broker, for the connections of one listener.
+pub struct BrokerDispatch {
+    pub broker: Arc<Broker>,
+    /// The name of the listener these connections came in on.
+    pub listener: String,
+}
 
 impl Dispatch for BrokerDispatch {
+    fn sequencing(&self, frame: &Bytes) -> Sequencing {
+        self.broker.sequencing(frame)
+    }
+
     fn dispatch(&self, frame: Bytes, peer: SocketAddr) -> Reply {
-        self.0.handle(frame, peer)
+        self.broker.handle(frame, peer, &self.listener)
     }
 }

@@ -379,16 +379,101 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), ConfigError>
     check_value(name, value, def.kind, def.check)
 }
 
-/// A listener, `NAME://host:port`.
+/// Kafka's security protocols, numbered as broker registrations carry them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext = 0,
+    Ssl = 1,
+    SaslPlaintext = 2,
+    SaslSsl = 3,
+}
+
+impl SecurityProtocol {
+    pub fn parse(name: &str) -> Option<SecurityProtocol> {
+        match name.trim().to_ascii_uppercase().as_str() {
+            "PLAINTEXT" => Some(SecurityProtocol::Plaintext),
+            "SSL" => Some(SecurityProtocol::Ssl),
+            "SASL_PLAINTEXT" => Some(SecurityProtocol::SaslPlaintext),
+            "SASL_SSL" => Some(SecurityProtocol::SaslSsl),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+}
+
+/// `listener.security.protocol.map`: listener name → security protocol. As in Kafka, names
+/// compare case-insensitively, and when the map is not set explicitly the controller listeners
+/// (`controller.listener.names`, and `CONTROLLER`) that are not protocol names speak PLAINTEXT.
+fn security_protocol_map(
+    props: &BTreeMap<String, String>,
+    value: &str,
+) -> Result<BTreeMap<String, SecurityProtocol>, ConfigError> {
+    const KEY: &str = "listener.security.protocol.map";
+    let mut map = BTreeMap::new();
+    for item in split_list(value) {
+        let (name, protocol) = item
+            .split_once(':')
+            .ok_or_else(|| invalid(KEY, value, format!("{item:?} is not NAME:PROTOCOL")))?;
+        let protocol = SecurityProtocol::parse(protocol).ok_or_else(|| {
+            invalid(
+                KEY,
+                value,
+                format!(
+                    "{protocol:?} is not a security protocol \
+                     (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)"
+                ),
+            )
+        })?;
+        if map
+            .insert(name.trim().to_ascii_uppercase(), protocol)
+            .is_some()
+        {
+            return Err(invalid(
+                KEY,
+                value,
+                format!("listener {name} appears twice"),
+            ));
+        }
+    }
+    if !props.contains_key(KEY) {
+        let controllers = props
+            .get("controller.listener.names")
+            .map(|v| split_list(v))
+            .unwrap_or_default();
+        for name in controllers.into_iter().chain(["CONTROLLER"]) {
+            let name = name.to_ascii_uppercase();
+            if SecurityProtocol::parse(&name).is_none() {
+                map.entry(name).or_insert(SecurityProtocol::Plaintext);
+            }
+        }
+    }
+    Ok(map)
+}
+
+/// A listener, `NAME://host:port`, with the security protocol its name maps to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {
     pub name: String,
     pub host: String,
     pub port: u16,
+    pub security_protocol: SecurityProtocol,
 }
 
 impl Listener {
-    pub fn parse_list(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError> {
+    /// Parses a listener list; every name must have a security protocol in `protocols`.
+    pub fn parse_list(
+        key: &str,
+        value: &str,
+        protocols: &BTreeMap<String, SecurityProtocol>,
+    ) -> Result<Vec<Listener>, ConfigError> {
         let mut listeners = Vec::new();
         for item in split_list(value) {
             let (name, rest) = item
@@ -414,10 +499,22 @@ impl Listener {
                     format!("listener name {name} appears twice"),
                 ));
             }
+            let security_protocol =
+                *protocols.get(&name.to_ascii_uppercase()).ok_or_else(|| {
+                    invalid(
+                        key,
+                        value,
+                        format!(
+                            "no security protocol defined for listener {name} \
+                         (listener.security.protocol.map)"
+                        ),
+                    )
+                })?;
             listeners.push(Listener {
                 name: name.to_string(),
                 host,
                 port,
+                security_protocol,
             });
         }
         if listeners.is_empty() {
@@ -468,7 +565,7 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
     broker_config!(
         "listener.security.protocol.map",
         List,
-        Some("PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"),
+        Some("SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"),
         Check::None
     ),
     broker_config!("controller.listener.names", List, None, Check::None),
@@ -773,6 +870,8 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
 pub struct BrokerConfig {
     pub node_id: i32,
     pub listeners: Vec<Listener>,
+    /// One per listener, in the same order: its `advertised.listeners` entry, or the listener
+    /// itself when it has none.
     pub advertised_listeners: Vec<Listener>,
     pub log_dirs: Vec<PathBuf>,
     pub metadata_log_dir: PathBuf,
@@ -789,6 +888,15 @@ pub struct BrokerConfig {
 }
 
 impl BrokerConfig {
+    /// The advertised endpoint of the listener named `name` (the first listener's for a name
+    /// this broker does not listen on).
+    pub fn advertised_listener(&self, name: &str) -> &Listener {
+        self.advertised_listeners
+            .iter()
+            .find(|l| l.name == name)
+            .unwrap_or(&self.advertised_listeners[0])
+    }
+
     /// The effective value of a broker key: explicit, else the default.
     pub fn get(&self, key: &str) -> Option<String> {
         if let Some(v) = self.explicit.get(key) {
@@ -904,11 +1012,49 @@ impl BrokerConfig {
                 ));
             }
         }
-        let listeners = Listener::parse_list("listeners", &get("listeners"))?;
-        let advertised_listeners = match props.get("advertised.listeners") {
-            Some(v) => Listener::parse_list("advertised.listeners", v)?,
-            None => listeners.clone(),
+        let protocols = security_protocol_map(props, &get("listener.security.protocol.map"))?;
+        let listeners = Listener::parse_list("listeners", &get("listeners"), &protocols)?;
+        // Until fjord has TLS and SASL, a listener configured as secure must not start at all:
+        // serving it in plaintext without authentication would betray its configuration.
+        if let Some(l) = listeners
+            .iter()
+            .find(|l| l.security_protocol != SecurityProtocol::Plaintext)
+        {
+            return Err(invalid(
+                "listeners",
+                &get("listeners"),
+                format!(
+                    "listener {} uses security protocol {}, which fjord does not implement yet \
+                     (only PLAINTEXT listeners can be served)",
+                    l.name,
+                    l.security_protocol.name()
+                ),
+            ));
+        }
+        let advertised = match props.get("advertised.listeners") {
+            Some(v) => Listener::parse_list("advertised.listeners", v, &protocols)?,
+            None => Vec::new(),
         };
+        if let Some(stray) = advertised
+            .iter()
+            .find(|a| !listeners.iter().any(|l| l.name == a.name))
+        {
+            return Err(invalid(
+                "advertised.listeners",
+                &get("advertised.listeners"),
+                format!("listener {} is not in listeners", stray.name),
+            ));
+        }
+        let advertised_listeners: Vec<Listener> = listeners
+            .iter()
+            .map(|l| {
+                advertised
+                    .iter()
+                    .find(|a| a.name == l.name)
+                    .unwrap_or(l)
+                    .clone()
+            })
+            .collect();
         for l in &advertised_listeners {
             if l.host.is_empty() || l.host == "0.0.0.0" || l.host == "::" {
                 return Err(invalid(
@@ -1114,6 +1260,117 @@ mod tests {
         let err = BrokerConfig::from_properties(&props(&[("log.cleanup.policy", "delete,shred")]))
             .unwrap_err();
         assert!(err.reason.contains("shred"));
+    }
+
+    #[test]
+    fn secure_listeners_are_refused_until_implemented() {
+        for (listeners, map, protocol) in [
+            ("SSL://127.0.0.1:9093", None, "SSL"),
+            ("SASL_SSL://127.0.0.1:9093", None, "SASL_SSL"),
+            ("SASL_PLAINTEXT://127.0.0.1:9093", None, "SASL_PLAINTEXT"),
+            (
+                "PLAINTEXT://127.0.0.1:9092,CLIENT://127.0.0.1:9093",
+                Some("PLAINTEXT:PLAINTEXT,CLIENT:SASL_SSL"),
+                "SASL_SSL",
+            ),
+        ] {
+            let mut pairs = vec![("listeners", listeners)];
+            if let Some(map) = map {
+                pairs.push(("listener.security.protocol.map", map));
+            }
+            let err = BrokerConfig::from_properties(&props(&pairs)).unwrap_err();
+            assert_eq!(err.key, "listeners", "{err}");
+            assert!(err.reason.contains(protocol), "{err}");
+            let name = if map.is_some() { "CLIENT" } else { protocol };
+            assert!(err.reason.contains(&format!("listener {name} ")), "{err}");
+        }
+    }
+
+    #[test]
+    fn listener_names_map_to_protocols() {
+        // A name mapped to PLAINTEXT is served; names compare case-insensitively.
+        let (config, _) = BrokerConfig::from_properties(&props(&[
+            (
+                "listeners",
+                "client://127.0.0.1:9092,REPLICATION://127.0.0.1:9093",
+            ),
+            (
+                "listener.security.protocol.map",
+                "CLIENT:PLAINTEXT,replication:plaintext",
+            ),
+        ]))
+        .unwrap();
+        assert!(config
+            .listeners
+            .iter()
+            .all(|l| l.security_protocol == SecurityProtocol::Plaintext));
+        // A name missing from an explicit map has no protocol: refused, as Kafka refuses it.
+        let err = BrokerConfig::from_properties(&props(&[
+            ("listeners", "CLIENT://127.0.0.1:9092"),
+            ("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT"),
+        ]))
+        .unwrap_err();
+        assert!(err
+            .reason
+            .contains("no security protocol defined for listener CLIENT"));
+        // Without an explicit map, controller listeners speak PLAINTEXT.
+        let (config, _) = BrokerConfig::from_properties(&props(&[
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092,CTL://127.0.0.1:9093",
+            ),
+            ("controller.listener.names", "CTL"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            config.listeners[1].security_protocol,
+            SecurityProtocol::Plaintext
+        );
+        let err = BrokerConfig::from_properties(&props(&[(
+            "listener.security.protocol.map",
+            "PLAINTEXT:TLS",
+        )]))
+        .unwrap_err();
+        assert_eq!(err.key, "listener.security.protocol.map");
+    }
+
+    #[test]
+    fn each_listener_has_its_advertised_endpoint() {
+        let (config, _) = BrokerConfig::from_properties(&props(&[
+            (
+                "listeners",
+                "INSIDE://127.0.0.1:9092,OUTSIDE://0.0.0.0:9093",
+            ),
+            (
+                "listener.security.protocol.map",
+                "INSIDE:PLAINTEXT,OUTSIDE:PLAINTEXT",
+            ),
+            ("advertised.listeners", "OUTSIDE://broker.example:19093"),
+        ]))
+        .unwrap();
+        let inside = config.advertised_listener("INSIDE");
+        assert_eq!((inside.host.as_str(), inside.port), ("127.0.0.1", 9092));
+        let outside = config.advertised_listener("OUTSIDE");
+        assert_eq!(
+            (outside.host.as_str(), outside.port),
+            ("broker.example", 19093)
+        );
+        // An advertised name that is not a listener, or a wildcard left unadvertised, is refused.
+        for advertised in ["OTHER://h:1", "INSIDE://127.0.0.1:9092"] {
+            let err = BrokerConfig::from_properties(&props(&[
+                (
+                    "listeners",
+                    "INSIDE://127.0.0.1:9092,OUTSIDE://0.0.0.0:9093",
+                ),
+                (
+                    "listener.security.protocol.map",
+                    "INSIDE:PLAINTEXT,OUTSIDE:PLAINTEXT,OTHER:PLAINTEXT",
+                ),
+                ("advertised.listeners", advertised),
+            ]))
+            .unwrap_err();
+            assert_eq!(err.key, "advertised.listeners", "{err}");
+        }
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! partition from the log start.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -54,7 +56,8 @@ pub struct GroupRuntime {
     num_partitions: i32,
     replicas: Arc<ReplicaManager>,
     flusher: FlusherHandle,
-    shards: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<Shard>>>>,
+    /// Locked only for a request's (or a timer's) synchronous run: state change and append.
+    shards: Mutex<HashMap<i32, Arc<Mutex<Shard>>>>,
     parked: Mutex<HashMap<RequestId, oneshot::Sender<ResponseBody>>>,
     next_request_id: AtomicU64,
     /// Wakes the timer task when a shard's deadline may have moved earlier.
@@ -117,7 +120,7 @@ impl GroupRuntime {
                     if let Ok(mut shards) = self.shards.lock() {
                         shards
                             .entry(partition)
-                            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(shard)));
+                            .or_insert_with(|| Arc::new(Mutex::new(shard)));
                     }
                     tracing::debug!(
                         partition,
@@ -139,26 +142,54 @@ impl GroupRuntime {
             .unwrap_or(false)
     }
 
-    fn shard(&self, partition: i32) -> Option<Arc<tokio::sync::Mutex<Shard>>> {
+    fn shard(&self, partition: i32) -> Option<Arc<Mutex<Shard>>> {
         self.shards.lock().ok()?.get(&partition).cloned()
     }
 
-    fn all_shards(&self) -> Vec<(i32, Arc<tokio::sync::Mutex<Shard>>)> {
+    fn all_shards(&self) -> Vec<(i32, Arc<Mutex<Shard>>)> {
         self.shards
             .lock()
             .map(|s| s.iter().map(|(p, s)| (*p, s.clone())).collect())
             .unwrap_or_default()
     }
 
-    /// Runs one request on one shard and waits for its answer.
-    pub async fn call(
+    /// Runs one request on its shard now — the state change is made and its records appended
+    /// before this returns, so requests started in turn take effect in turn — and returns the
+    /// wait for its answer (after the records are durable, or when a parked request completes).
+    pub fn start(
+        self: &Arc<Self>,
+        partition: i32,
+        version: i16,
+        request: RequestBody,
+        topics: &Topics,
+        client: &ClientInfo,
+    ) -> GroupAnswer {
+        let started = self.run_on_shard(partition, version, request, topics, client);
+        let this = self.clone();
+        Box::pin(async move {
+            let (request_id, receiver, pending) = started?;
+            this.await_durable_and_release(pending).await;
+            this.deadline_moved.notify_one();
+            match tokio::time::timeout(Duration::from_millis(MAX_PARK_MS), receiver).await {
+                Ok(Ok(response)) => Ok(response),
+                _ => {
+                    if let Ok(mut parked) = this.parked.lock() {
+                        parked.remove(&request_id);
+                    }
+                    Err("group request got no answer".to_string())
+                }
+            }
+        })
+    }
+
+    fn run_on_shard(
         &self,
         partition: i32,
         version: i16,
         request: RequestBody,
         topics: &Topics,
         client: &ClientInfo,
-    ) -> Result<ResponseBody, String> {
+    ) -> Result<(RequestId, oneshot::Receiver<ResponseBody>, Pending), String> {
         let shard = self.shard(partition).ok_or_else(|| {
             format!("group coordinator for {OFFSETS_TOPIC}-{partition} is not loaded")
         })?;
@@ -167,25 +198,15 @@ impl GroupRuntime {
         if let Ok(mut parked) = self.parked.lock() {
             parked.insert(request_id, sender);
         }
-        let flush = {
-            let mut guard = shard.lock().await;
-            let effects =
-                guard
-                    .core
-                    .handle_from(now_ms(), request_id, version, request, topics, client);
-            self.persist_and_release(&mut guard, effects)
-        };
-        self.await_durable_and_release(flush).await;
-        self.deadline_moved.notify_one();
-        match tokio::time::timeout(Duration::from_millis(MAX_PARK_MS), receiver).await {
-            Ok(Ok(response)) => Ok(response),
-            _ => {
-                if let Ok(mut parked) = self.parked.lock() {
-                    parked.remove(&request_id);
-                }
-                Err("group request got no answer".to_string())
-            }
-        }
+        let mut guard = shard
+            .lock()
+            .map_err(|_| format!("group coordinator for {OFFSETS_TOPIC}-{partition} failed"))?;
+        let effects =
+            guard
+                .core
+                .handle_from(now_ms(), request_id, version, request, topics, client);
+        let pending = self.persist_and_release(&mut guard, effects);
+        Ok((request_id, receiver, pending))
     }
 
     /// Appends the effects' records under the shard lock; returns what must be flushed and the
@@ -245,7 +266,9 @@ impl GroupRuntime {
             let mut next: Option<i64> = None;
             for (_, shard) in self.all_shards() {
                 let flush = {
-                    let mut guard = shard.lock().await;
+                    let Ok(mut guard) = shard.lock() else {
+                        continue;
+                    };
                     let due = guard.core.next_deadline().is_some_and(|d| d <= now);
                     let pending = if due {
                         let effects = guard.core.tick(now);
@@ -272,116 +295,145 @@ impl GroupRuntime {
         }
     }
 
-    /// ListGroups over every shard.
-    pub async fn list_groups(
-        &self,
+    /// ListGroups over every shard: each shard is asked now, the answers merged when they come.
+    pub fn list_groups(
+        self: &Arc<Self>,
         version: i16,
         request: RequestBody,
         topics: &Topics,
-    ) -> ResponseBody {
-        let mut merged = ListGroupsResponse::default();
-        for (partition, _) in self.all_shards() {
-            match self
-                .call(
+    ) -> GroupAnswer {
+        let answers: Vec<GroupAnswer> = self
+            .all_shards()
+            .into_iter()
+            .map(|(partition, _)| {
+                self.start(
                     partition,
                     version,
                     request.clone(),
                     topics,
                     &ClientInfo::default(),
                 )
-                .await
-            {
-                Ok(ResponseBody::ListGroups(r)) => {
-                    if r.error_code != 0 {
-                        merged.error_code = r.error_code;
+            })
+            .collect();
+        Box::pin(async move {
+            let mut merged = ListGroupsResponse::default();
+            for answer in answers {
+                match answer.await {
+                    Ok(ResponseBody::ListGroups(r)) => {
+                        if r.error_code != 0 {
+                            merged.error_code = r.error_code;
+                        }
+                        merged.groups.extend(r.groups);
                     }
-                    merged.groups.extend(r.groups);
+                    Ok(_) | Err(_) => merged.error_code = crate::errors::COORDINATOR_NOT_AVAILABLE,
                 }
-                Ok(_) | Err(_) => merged.error_code = crate::errors::COORDINATOR_NOT_AVAILABLE,
             }
-        }
-        merged.groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
-        ResponseBody::ListGroups(merged)
+            merged.groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+            Ok(ResponseBody::ListGroups(merged))
+        })
     }
 
-    /// Requests naming several groups are split by shard and their answers merged.
-    pub async fn multi_group(
-        &self,
+    /// Requests naming several groups are split by shard, each part started now, and their
+    /// answers merged.
+    pub fn multi_group(
+        self: &Arc<Self>,
         version: i16,
         request: RequestBody,
         topics: &Topics,
         client: &ClientInfo,
-    ) -> Result<ResponseBody, String> {
-        match request {
-            RequestBody::DescribeGroups(r) => {
-                let mut merged = DescribeGroupsResponse::default();
-                for (partition, groups) in self.split(&r.groups) {
-                    let part = RequestBody::DescribeGroups(DescribeGroupsRequest {
+    ) -> GroupAnswer {
+        let parts: Vec<(i32, RequestBody)> = match &request {
+            RequestBody::DescribeGroups(r) => self
+                .split(&r.groups)
+                .into_iter()
+                .map(|(partition, groups)| {
+                    let part = DescribeGroupsRequest {
                         groups,
                         ..r.clone()
-                    });
-                    if let ResponseBody::DescribeGroups(answer) =
-                        self.call(partition, version, part, topics, client).await?
-                    {
-                        merged.groups.extend(answer.groups);
-                    }
-                }
-                Ok(ResponseBody::DescribeGroups(merged))
-            }
-            RequestBody::DeleteGroups(r) => {
-                let mut merged = DeleteGroupsResponse::default();
-                for (partition, groups_names) in self.split(&r.groups_names) {
-                    let part = RequestBody::DeleteGroups(DeleteGroupsRequest { groups_names });
-                    if let ResponseBody::DeleteGroups(answer) =
-                        self.call(partition, version, part, topics, client).await?
-                    {
-                        merged.results.extend(answer.results);
-                    }
-                }
-                Ok(ResponseBody::DeleteGroups(merged))
-            }
-            RequestBody::ConsumerGroupDescribe(r) => {
-                let mut merged = ConsumerGroupDescribeResponse::default();
-                for (partition, group_ids) in self.split(&r.group_ids) {
-                    let part = RequestBody::ConsumerGroupDescribe(ConsumerGroupDescribeRequest {
+                    };
+                    (partition, RequestBody::DescribeGroups(part))
+                })
+                .collect(),
+            RequestBody::DeleteGroups(r) => self
+                .split(&r.groups_names)
+                .into_iter()
+                .map(|(partition, groups_names)| {
+                    let part = DeleteGroupsRequest { groups_names };
+                    (partition, RequestBody::DeleteGroups(part))
+                })
+                .collect(),
+            RequestBody::ConsumerGroupDescribe(r) => self
+                .split(&r.group_ids)
+                .into_iter()
+                .map(|(partition, group_ids)| {
+                    let part = ConsumerGroupDescribeRequest {
                         group_ids,
                         ..r.clone()
-                    });
-                    if let ResponseBody::ConsumerGroupDescribe(answer) =
-                        self.call(partition, version, part, topics, client).await?
-                    {
-                        merged.groups.extend(answer.groups);
-                    }
-                }
-                Ok(ResponseBody::ConsumerGroupDescribe(merged))
-            }
+                    };
+                    (partition, RequestBody::ConsumerGroupDescribe(part))
+                })
+                .collect(),
             RequestBody::OffsetFetch(r) if version >= 8 => {
-                let mut merged = OffsetFetchResponse::default();
                 let ids: Vec<String> = r.groups.iter().map(|g| g.group_id.clone()).collect();
-                for (partition, group_ids) in self.split(&ids) {
-                    let groups = r
-                        .groups
-                        .iter()
-                        .filter(|g| group_ids.contains(&g.group_id))
-                        .cloned()
-                        .collect();
-                    let part = RequestBody::OffsetFetch(OffsetFetchRequest {
-                        groups,
-                        ..r.clone()
-                    });
-                    if let ResponseBody::OffsetFetch(answer) =
-                        self.call(partition, version, part, topics, client).await?
-                    {
-                        merged.groups.extend(answer.groups);
-                    }
-                }
-                Ok(ResponseBody::OffsetFetch(merged))
+                self.split(&ids)
+                    .into_iter()
+                    .map(|(partition, group_ids)| {
+                        let groups = r
+                            .groups
+                            .iter()
+                            .filter(|g| group_ids.contains(&g.group_id))
+                            .cloned()
+                            .collect();
+                        let part = OffsetFetchRequest {
+                            groups,
+                            ..r.clone()
+                        };
+                        (partition, RequestBody::OffsetFetch(part))
+                    })
+                    .collect()
             }
-            other => Err(format!(
-                "{} is not a multi-group request",
-                other.api_key().name()
-            )),
-        }
+            other => {
+                let message = format!("{} is not a multi-group request", other.api_key().name());
+                return Box::pin(async move { Err(message) });
+            }
+        };
+        let answers: Vec<GroupAnswer> = parts
+            .into_iter()
+            .map(|(partition, part)| self.start(partition, version, part, topics, client))
+            .collect();
+        Box::pin(async move {
+            let mut merged = match request {
+                RequestBody::DescribeGroups(_) => {
+                    ResponseBody::DescribeGroups(DescribeGroupsResponse::default())
+                }
+                RequestBody::DeleteGroups(_) => {
+                    ResponseBody::DeleteGroups(DeleteGroupsResponse::default())
+                }
+                RequestBody::ConsumerGroupDescribe(_) => {
+                    ResponseBody::ConsumerGroupDescribe(ConsumerGroupDescribeResponse::default())
+                }
+                _ => ResponseBody::OffsetFetch(OffsetFetchResponse::default()),
+            };
+            for answer in answers {
+                match (&mut merged, answer.await?) {
+                    (ResponseBody::DescribeGroups(m), ResponseBody::DescribeGroups(a)) => {
+                        m.groups.extend(a.groups)
+                    }
+                    (ResponseBody::DeleteGroups(m), ResponseBody::DeleteGroups(a)) => {
+                        m.results.extend(a.results)
+                    }
+                    (
+                        ResponseBody::ConsumerGroupDescribe(m),
+                        ResponseBody::ConsumerGroupDescribe(a),
+                    ) => m.groups.extend(a.groups),
+                    (ResponseBody::OffsetFetch(m), ResponseBody::OffsetFetch(a)) => {
+                        m.groups.extend(a.groups)
+                    }
+                    _ => {}
+                }
+            }
+            Ok(merged)
+        })
     }
 
     fn split(&self, groups: &[String]) -> BTreeMap<i32, Vec<String>> {
@@ -395,6 +447,9 @@ impl GroupRuntime {
         by_partition
     }
 }
+
+/// The answer to a group request started on its shard.
+pub type GroupAnswer = Pin<Box<dyn Future<Output = Result<ResponseBody, String>> + Send + 'static>>;
 
 struct Pending {
     flush: Option<(Arc<Mutex<Log>>, i64)>,

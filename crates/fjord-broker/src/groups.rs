@@ -9,12 +9,12 @@ use std::sync::Arc;
 use fjord_group::ClientInfo;
 use fjord_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
 use fjord_protocol::messages::find_coordinator_response::{Coordinator, FindCoordinatorResponse};
-use fjord_protocol::{ApiKey, RequestBody};
+use fjord_protocol::{ApiKey, RequestBody, ResponseBody};
 
 use crate::broker::{encode_response, Broker};
 use crate::controller::CreateTopic;
 use crate::errors;
-use crate::group_runtime::{topics_view, OFFSETS_TOPIC};
+use crate::group_runtime::{topics_view, GroupAnswer, OFFSETS_TOPIC};
 use crate::network::{Reply, Response};
 
 /// FindCoordinator key types.
@@ -76,6 +76,7 @@ impl Broker {
         self: &Arc<Self>,
         request: FindCoordinatorRequest,
         version: i16,
+        (host, port): (String, i32),
     ) -> impl std::future::Future<Output = FindCoordinatorResponse> + Send + 'static {
         let this = self.clone();
         async move {
@@ -89,7 +90,6 @@ impl Broker {
             } else {
                 Ok(())
             };
-            let (host, port) = this.advertised();
             let coordinators: Vec<Coordinator> = keys
                 .iter()
                 .map(|key| {
@@ -138,8 +138,11 @@ impl Broker {
         }
     }
 
-    /// Routes a group request to its shard; the reply comes when the shard answers (after its
-    /// records are durable).
+    /// Routes a group request to its shard. Once the coordinator is loaded the request runs on
+    /// its shard at dispatch (so a connection's group requests take effect in arrival order) and
+    /// the reply waits for the shard's answer, after its records are durable. Before that — the
+    /// first group request creates `__consumer_offsets` — everything happens in the reply, and the
+    /// request is sequenced after all earlier ones (see `Broker::sequencing`).
     pub(crate) fn group_request(
         self: &Arc<Self>,
         body: RequestBody,
@@ -149,72 +152,54 @@ impl Broker {
         client_id: Option<String>,
         peer: SocketAddr,
     ) -> Reply {
+        let client = ClientInfo {
+            client_id: client_id.unwrap_or_default(),
+            client_host: format!("/{}", peer.ip()),
+        };
+        let respond = move |outcome: Result<ResponseBody, String>| match outcome {
+            Ok(response) => encode_response(api, version, correlation_id, &response),
+            Err(message) => Response::Close(message),
+        };
+        if self.groups.all_loaded() {
+            let answer = self.start_group_request(body, version, &client);
+            return Reply::Later(Box::pin(async move { respond(answer.await) }));
+        }
         let this = self.clone();
         Reply::Later(Box::pin(async move {
             if let Err(message) = this.ensure_group_coordinator().await {
                 return Response::Close(message);
             }
-            let topics = topics_view(&this.quorum.image());
-            let client = ClientInfo {
-                client_id: client_id.unwrap_or_default(),
-                client_host: format!("/{}", peer.ip()),
-            };
-            let single = |group_id: &str| this.groups.partition_of(group_id);
-            let outcome = match &body {
-                RequestBody::JoinGroup(r) => {
-                    this.groups
-                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
-                        .await
-                }
-                RequestBody::SyncGroup(r) => {
-                    this.groups
-                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
-                        .await
-                }
-                RequestBody::Heartbeat(r) => {
-                    this.groups
-                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
-                        .await
-                }
-                RequestBody::LeaveGroup(r) => {
-                    this.groups
-                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
-                        .await
-                }
-                RequestBody::OffsetCommit(r) => {
-                    this.groups
-                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
-                        .await
-                }
-                RequestBody::OffsetDelete(r) => {
-                    this.groups
-                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
-                        .await
-                }
-                RequestBody::ConsumerGroupHeartbeat(r) => {
-                    this.groups
-                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
-                        .await
-                }
-                RequestBody::OffsetFetch(r) if version < 8 => {
-                    this.groups
-                        .call(single(&r.group_id), version, body.clone(), &topics, &client)
-                        .await
-                }
-                RequestBody::ListGroups(_) => Ok(this
-                    .groups
-                    .list_groups(version, body.clone(), &topics)
-                    .await),
-                _ => {
-                    this.groups
-                        .multi_group(version, body.clone(), &topics, &client)
-                        .await
-                }
-            };
-            match outcome {
-                Ok(response) => encode_response(api, version, correlation_id, &response),
-                Err(message) => Response::Close(message),
-            }
+            let answer = this.start_group_request(body, version, &client);
+            respond(answer.await)
         }))
+    }
+
+    /// Starts a group request on the shard(s) owning its group(s).
+    fn start_group_request(
+        &self,
+        body: RequestBody,
+        version: i16,
+        client: &ClientInfo,
+    ) -> GroupAnswer {
+        let topics = topics_view(&self.quorum.image());
+        let group_id = match &body {
+            RequestBody::JoinGroup(r) => Some(&r.group_id),
+            RequestBody::SyncGroup(r) => Some(&r.group_id),
+            RequestBody::Heartbeat(r) => Some(&r.group_id),
+            RequestBody::LeaveGroup(r) => Some(&r.group_id),
+            RequestBody::OffsetCommit(r) => Some(&r.group_id),
+            RequestBody::OffsetDelete(r) => Some(&r.group_id),
+            RequestBody::ConsumerGroupHeartbeat(r) => Some(&r.group_id),
+            RequestBody::OffsetFetch(r) if version < 8 => Some(&r.group_id),
+            _ => None,
+        };
+        let partition = group_id.map(|g| self.groups.partition_of(g));
+        match partition {
+            Some(partition) => self.groups.start(partition, version, body, &topics, client),
+            None if matches!(body, RequestBody::ListGroups(_)) => {
+                self.groups.list_groups(version, body, &topics)
+            }
+            None => self.groups.multi_group(version, body, &topics, client),
+        }
     }
 }

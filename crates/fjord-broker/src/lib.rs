@@ -194,7 +194,10 @@ pub async fn run(
         tracing::info!(listener = %listener.name, address = %socket.local_addr().map(|a| a.to_string()).unwrap_or(address), "listening");
         servers.push(tokio::spawn(network::serve(
             socket,
-            Arc::new(BrokerDispatch(broker.clone())),
+            Arc::new(BrokerDispatch {
+                broker: broker.clone(),
+                listener: listener.name.clone(),
+            }),
             network_config.clone(),
             shutdown.clone(),
         )));
@@ -309,7 +312,7 @@ async fn register_broker(
                 name: l.name.clone(),
                 host: l.host.clone(),
                 port: l.port,
-                security_protocol: 0,
+                security_protocol: l.security_protocol as i16,
             })
             .collect(),
         rack: None,

@@ -7,6 +7,13 @@
 //! long-poll fetch, a metadata commit); futures run concurrently as tasks, and a writer loop sends
 //! the replies in request order. At most `MAX_IN_FLIGHT_PER_CONNECTION` requests are outstanding per
 //! connection; past that the reader stops reading, which pushes back on the client.
+//!
+//! Ordering: every request observes the effects of every earlier request of its connection, as
+//! in Kafka, which handles one request per connection at a time. A request is dispatched only
+//! once the earlier ones whose futures are still running have finished, unless the dispatcher
+//! puts both in one [`Sequencing::Lane`]: requests that apply their effects at dispatch, in
+//! arrival order, and whose futures only wait (produce appends waiting for group commit). Those
+//! overlap, which is what keeps pipelined produce requests sharing fsyncs.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -74,8 +81,25 @@ pub enum Reply {
     Close(String),
 }
 
+/// How a request may overlap the earlier requests of its connection whose replies are still
+/// futures (waiting for an fsync, a long poll, a metadata commit, a rebalance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sequencing {
+    /// Dispatched only once every earlier request of the connection has finished: it sees all
+    /// their effects, as a request does in Kafka, where a connection is muted until its request
+    /// is answered.
+    AfterAll,
+    /// Requests of one lane apply their effects at dispatch, in arrival order, and their futures
+    /// only wait: a request of the lane may be dispatched while earlier requests of the same lane
+    /// are still waiting (their effects are already in place), but not while any other is.
+    Lane(u8),
+}
+
 /// The request handler the network shell drives.
 pub trait Dispatch: Send + Sync + 'static {
+    /// How the request in `frame` may overlap earlier requests of its connection; asked before
+    /// `dispatch`, from the frame alone.
+    fn sequencing(&self, frame: &Bytes) -> Sequencing;
     fn dispatch(&self, frame: Bytes, peer: SocketAddr) -> Reply;
 }
 
@@ -257,6 +281,10 @@ async fn serve_connection<D: Dispatch>(
         Ok::<(), String>(())
     });
 
+    // Requests dispatched whose futures have not finished, and the lane they share (all of them
+    // do: a request outside their lane waits for them first).
+    let running = Arc::new(watch::Sender::new(0usize));
+    let mut running_lane = Sequencing::AfterAll;
     let idle = if config.connections_max_idle_ms > 0 {
         Duration::from_millis(config.connections_max_idle_ms as u64)
     } else {
@@ -285,9 +313,27 @@ async fn serve_connection<D: Dispatch>(
             Ok(frame) => frame,
             Err(e) => break Err(format!("truncated frame: {e}")),
         };
-        let outgoing = match dispatcher.dispatch(frame.freeze(), peer) {
+        let frame = frame.freeze();
+        let sequencing = dispatcher.sequencing(&frame);
+        let overlaps = matches!(sequencing, Sequencing::Lane(_)) && sequencing == running_lane;
+        if !overlaps && *running.borrow() > 0 {
+            let mut finished = running.subscribe();
+            tokio::select! {
+                _ = finished.wait_for(|n| *n == 0) => {}
+                _ = shutdown.changed() => break Ok(()),
+            }
+        }
+        let outgoing = match dispatcher.dispatch(frame, peer) {
             Reply::Now(response) => Outgoing::Ready(response),
-            Reply::Later(future) => Outgoing::Pending(tokio::spawn(future)),
+            Reply::Later(future) => {
+                running_lane = sequencing;
+                let guard = Running::enter(running.clone());
+                Outgoing::Pending(tokio::spawn(async move {
+                    let response = future.await;
+                    drop(guard);
+                    response
+                }))
+            }
             Reply::Close(reason) => break Err(reason),
         };
         if out_tx.send(outgoing).await.is_err() {
@@ -311,6 +357,23 @@ async fn serve_connection<D: Dispatch>(
         writer_task.await.map_err(|e| e.to_string())?
     };
     result.and(written)
+}
+
+/// Counts one running request future of a connection, until dropped (also when its task is
+/// aborted or panics, so the connection's later requests never wait for a future that is gone).
+struct Running(Arc<watch::Sender<usize>>);
+
+impl Running {
+    fn enter(count: Arc<watch::Sender<usize>>) -> Running {
+        count.send_modify(|n| *n += 1);
+        Running(count)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 /// How long a connection may take to answer its in-flight requests once shutdown begins.

@@ -116,19 +116,28 @@ impl Broker {
         }
         if acks == 0 {
             // No response: an error can only be signalled by closing the connection, as Kafka does.
+            // The flush still runs as the request's future, so the connection's next request
+            // (not another produce) sees these records below the high watermark.
             let targets: Vec<FlushTarget> =
                 pending.iter().filter_map(|p| p.flush.clone()).collect();
-            if !targets.is_empty() {
-                let flusher = self.flusher.clone();
-                tokio::spawn(async move {
-                    let _ = flusher.flush_all(targets).await;
-                });
+            let failed = || Reply::Close("acks=0 produce failed".to_string());
+            if targets.is_empty() {
+                return if any_error {
+                    failed()
+                } else {
+                    Reply::Now(Response::Nothing)
+                };
             }
-            return if any_error {
-                Reply::Close("acks=0 produce failed".to_string())
-            } else {
-                Reply::Now(Response::Nothing)
+            let flusher = self.flusher.clone();
+            let flushed = async move {
+                let _ = flusher.flush_all(targets).await;
+                Response::Nothing
             };
+            if any_error {
+                tokio::spawn(flushed);
+                return failed();
+            }
+            return Reply::Later(Box::pin(flushed));
         }
         let finish = move |topics: Vec<TopicProduceResponse>, pending: Vec<PendingPartition>| {
             let mut topics = topics;

@@ -1,6 +1,7 @@
 //! Protocol conformance of every API fjord advertises, against the real binary: each API at its
 //! lowest and highest advertised version and where Kafka's semantics change, asserting what a
 //! Kafka broker answers (KafkaApis, ReplicaManager, UnifiedLog and the message schemas).
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -56,20 +57,6 @@ const STATIC_BROKER_CONFIG: i8 = 4;
 const DEFAULT_CONFIG: i8 = 5;
 
 // ---- helpers ------------------------------------------------------------------------------
-
-/// Unwraps the expected response variant.
-macro_rules! expect {
-    ($body:expr, $variant:ident) => {
-        match $body {
-            ResponseBody::$variant(r) => r,
-            other => panic!(
-                "expected {} response, got {:?}",
-                stringify!($variant),
-                other.api_key()
-            ),
-        }
-    };
-}
 
 fn range(key: ApiKey) -> (i16, i16) {
     SUPPORTED_APIS

@@ -1,6 +1,7 @@
 //! `fjord group` against the real binary: list, describe with lag, every reset mode (dry run
 //! and --execute), the refusals for groups with members, and delete, checked against what
 //! Kafka's `kafka-consumer-groups` prints.
+#[macro_use]
 mod common;
 
 use std::process::Command;
@@ -18,19 +19,6 @@ use fjord_protocol::messages::produce_request::*;
 use fjord_protocol::messages::sync_group_request::*;
 use fjord_protocol::{RequestBody, ResponseBody};
 use fjord_records::{BatchBuilder, Compression};
-
-macro_rules! expect {
-    ($body:expr, $variant:ident) => {
-        match $body {
-            ResponseBody::$variant(r) => r,
-            other => panic!(
-                "expected {} response, got {:?}",
-                stringify!($variant),
-                other.api_key()
-            ),
-        }
-    };
-}
 
 fn start() -> TestBroker {
     TestBroker::start_with(&[("group.initial.rebalance.delay.ms", "0")])

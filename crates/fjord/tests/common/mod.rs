@@ -14,6 +14,21 @@ use fjord_protocol::{
     RequestBody, ResponseBody, ResponseHeader,
 };
 
+/// Unwraps the expected response variant (`ResponseBody` must be in scope).
+#[allow(unused_macros)]
+macro_rules! expect {
+    ($body:expr, $variant:ident) => {
+        match $body {
+            ResponseBody::$variant(r) => r,
+            other => panic!(
+                "expected {} response, got {:?}",
+                stringify!($variant),
+                other.api_key()
+            ),
+        }
+    };
+}
+
 /// A broker process with its own data dir on a free loopback port. Killed on drop.
 pub struct TestBroker {
     pub child: Option<Child>,
@@ -22,7 +37,7 @@ pub struct TestBroker {
     pub extra: Vec<(String, String)>,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
 }
@@ -34,11 +49,15 @@ impl TestBroker {
 
     /// Starts with extra `--override KEY=VALUE` settings.
     pub fn start_with(extra: &[(&str, &str)]) -> TestBroker {
+        Self::start_at(SocketAddr::from(([127, 0, 0, 1], free_port())), extra)
+    }
+
+    /// Starts listening on `addr` (and on any further listeners `extra` sets).
+    pub fn start_at(addr: SocketAddr, extra: &[(&str, &str)]) -> TestBroker {
         let data = tempfile::tempdir().expect("tempdir");
-        let port = free_port();
         let mut broker = TestBroker {
             child: None,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            addr,
             data,
             extra: extra
                 .iter()

@@ -1,0 +1,154 @@
+//! Listeners and their security protocols, against the real binary: a listener configured as
+//! secure never serves plaintext (the broker refuses to start, before touching any data), and
+//! each connection is answered with the advertised address of the listener it came in on.
+mod common;
+
+use std::net::SocketAddr;
+use std::process::Command;
+
+use common::{free_port, Client, TestBroker};
+use fjord_protocol::messages::describe_cluster_request::DescribeClusterRequest;
+use fjord_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
+use fjord_protocol::messages::metadata_request::MetadataRequest;
+use fjord_protocol::{RequestBody, ResponseBody};
+
+/// Runs `fjord server` with these overrides, expecting it to refuse to start; returns stderr.
+fn refused(data: &std::path::Path, overrides: &[(&str, String)]) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+    cmd.arg("server")
+        .arg("--override")
+        .arg(format!("log.dirs={}", data.join("logs").display()));
+    for (key, value) in overrides {
+        cmd.arg("--override").arg(format!("{key}={value}"));
+    }
+    let output = cmd.output().expect("run fjord");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "fjord started with {overrides:?}");
+    assert!(
+        !data.join("logs").exists(),
+        "the refused broker touched its log dir"
+    );
+    stderr
+}
+
+#[test]
+fn secure_listeners_stop_the_broker_before_it_touches_data() {
+    let data = tempfile::tempdir().expect("tempdir");
+    for protocol in ["SSL", "SASL_SSL", "SASL_PLAINTEXT"] {
+        let port = free_port();
+        let stderr = refused(
+            data.path(),
+            &[("listeners", format!("{protocol}://127.0.0.1:{port}"))],
+        );
+        assert!(
+            stderr.contains(&format!(
+                "listener {protocol} uses security protocol {protocol}"
+            )),
+            "{stderr}"
+        );
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "{protocol}: something listens"
+        );
+    }
+    // A listener name mapped to a secure protocol, beside a plaintext one.
+    let stderr = refused(
+        data.path(),
+        &[
+            (
+                "listeners",
+                format!(
+                    "PLAINTEXT://127.0.0.1:{},CLIENT://127.0.0.1:{}",
+                    free_port(),
+                    free_port()
+                ),
+            ),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,CLIENT:SSL".to_string(),
+            ),
+        ],
+    );
+    assert!(
+        stderr.contains("listener CLIENT uses security protocol SSL"),
+        "{stderr}"
+    );
+    // A name the explicit map does not know.
+    let stderr = refused(
+        data.path(),
+        &[
+            ("listeners", format!("CLIENT://127.0.0.1:{}", free_port())),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT".to_string(),
+            ),
+        ],
+    );
+    assert!(
+        stderr.contains("no security protocol defined for listener CLIENT"),
+        "{stderr}"
+    );
+}
+
+fn endpoint_seen(addr: SocketAddr) -> Vec<(String, i32)> {
+    let mut client = Client::connect(addr);
+    let metadata = match client.request(12, RequestBody::Metadata(MetadataRequest::default())) {
+        ResponseBody::Metadata(m) => m,
+        other => panic!("{:?}", other.api_key()),
+    };
+    let cluster = match client.request(
+        1,
+        RequestBody::DescribeCluster(DescribeClusterRequest {
+            endpoint_type: 1,
+            ..Default::default()
+        }),
+    ) {
+        ResponseBody::DescribeCluster(c) => c,
+        other => panic!("{:?}", other.api_key()),
+    };
+    let coordinator = match client.request(
+        3,
+        RequestBody::FindCoordinator(FindCoordinatorRequest {
+            key: "listeners-group".to_string(),
+            key_type: 0,
+            coordinator_keys: Vec::new(),
+        }),
+    ) {
+        ResponseBody::FindCoordinator(c) => c,
+        other => panic!("{:?}", other.api_key()),
+    };
+    assert_eq!(metadata.brokers.len(), 1);
+    assert_eq!(cluster.brokers.len(), 1);
+    vec![
+        (metadata.brokers[0].host.clone(), metadata.brokers[0].port),
+        (cluster.brokers[0].host.clone(), cluster.brokers[0].port),
+        (coordinator.host.clone(), coordinator.port),
+    ]
+}
+
+#[test]
+fn each_connection_is_told_its_own_listener() {
+    let external_port = free_port();
+    let internal = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let listeners = format!("PLAINTEXT://{internal},EXTERNAL://127.0.0.2:{external_port}");
+    let advertised = format!("PLAINTEXT://{internal},EXTERNAL://localhost:{external_port}");
+    let _broker = TestBroker::start_at(
+        internal,
+        &[
+            ("listeners", listeners.as_str()),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT",
+            ),
+            ("advertised.listeners", advertised.as_str()),
+        ],
+    );
+    let internal_port = i32::from(internal.port());
+    for seen in endpoint_seen(internal) {
+        assert_eq!(seen, ("127.0.0.1".to_string(), internal_port));
+    }
+    let external: SocketAddr = format!("127.0.0.2:{external_port}").parse().expect("addr");
+    for seen in endpoint_seen(external) {
+        assert_eq!(seen, ("localhost".to_string(), i32::from(external_port)));
+    }
+}
