@@ -4,7 +4,8 @@
 //!
 //! Each test writes a burst of requests in one go, then reads every answer. Run against the real
 //! binary by default; with `FJORD_TEST_BOOTSTRAP=host:port` against any broker already running
-//! there (the e2e suite runs them so against fjord and against Apache Kafka).
+//! there (the e2e suite runs them so against fjord and against Apache Kafka, setting
+//! `FJORD_TEST_BROKER_KIND` to `fjord` or `kafka`).
 #[macro_use]
 mod common;
 
@@ -30,6 +31,7 @@ use fjord_protocol::{
 use fjord_records::{BatchBuilder, Compression};
 
 const NONE: i16 = 0;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const LATEST_TIMESTAMP: i64 = -1;
 
 // Versions every broker under test serves (Kafka 4.x's minimums are lower, fjord's maximums
@@ -413,6 +415,16 @@ fn pipelined_acks0_produces_then_list_offsets_and_fetch_see_them() {
     produce_then_read(0);
 }
 
+/// True when the broker under test is Apache Kafka (`FJORD_TEST_BROKER_KIND=kafka`).
+fn against_kafka() -> bool {
+    std::env::var("FJORD_TEST_BROKER_KIND").is_ok_and(|kind| kind == "kafka")
+}
+
+/// fjord goes beyond Kafka here. A KRaft broker answers CreateTopics once the controller has
+/// committed the topic, before its own metadata cache has it, so a Metadata right behind may
+/// still say UNKNOWN_TOPIC_OR_PARTITION; fjord answers CreateTopics only after the topic is in the
+/// image it serves Metadata from. Against Kafka the test checks the weaker promise: the topic
+/// is either unknown yet or complete.
 #[test]
 fn create_topics_then_metadata_sees_the_topic() {
     let target = target();
@@ -431,6 +443,9 @@ fn create_topics_then_metadata_sees_the_topic() {
         assert_eq!(created.topics[0].error_code, NONE, "{created:?}");
         let described = expect!(answers.next().expect("metadata answer"), Metadata);
         let t = &described.topics[0];
+        if against_kafka() && t.error_code == UNKNOWN_TOPIC_OR_PARTITION {
+            continue;
+        }
         assert_eq!(t.error_code, NONE, "round {round}: {t:?}");
         assert_eq!(t.partitions.len(), 3, "round {round}: {t:?}");
     }
