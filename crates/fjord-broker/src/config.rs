@@ -1220,6 +1220,11 @@ impl TopicConfig {
         split_list(self.get("cleanup.policy")).contains(&"compact")
     }
 
+    /// `cleanup.policy` includes `delete`: retention by time and size applies.
+    pub fn cleanup_policy_delete(&self) -> bool {
+        split_list(self.get("cleanup.policy")).contains(&"delete")
+    }
+
     pub fn log_append_time(&self) -> bool {
         self.get("message.timestamp.type") == "LogAppendTime"
     }

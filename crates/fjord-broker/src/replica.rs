@@ -359,5 +359,6 @@ pub fn log_config(config: &TopicConfig, durable: bool) -> LogConfig {
         flush_interval_messages: optional("flush.messages").map(|v| v.max(1) as u64),
         flush_interval_ms: optional("flush.ms"),
         file_delete_delay_ms: config.get_i64("file.delete.delay.ms"),
+        cleanup_policy_delete: config.cleanup_policy_delete(),
     }
 }

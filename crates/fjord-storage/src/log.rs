@@ -87,6 +87,10 @@ pub struct LogConfig {
     pub flush_interval_ms: Option<i64>,
     /// file.delete.delay.ms: how long deleted segments linger as `.deleted` files.
     pub file_delete_delay_ms: i64,
+    /// `cleanup.policy` includes `delete`: retention by time and size trims the log. Without it
+    /// (a compact-only topic) retention never deletes data; only segments wholly below the log
+    /// start offset go.
+    pub cleanup_policy_delete: bool,
 }
 
 impl Default for LogConfig {
@@ -101,6 +105,7 @@ impl Default for LogConfig {
             flush_interval_messages: None,
             flush_interval_ms: None,
             file_delete_delay_ms: 60_000,
+            cleanup_policy_delete: true,
         }
     }
 }
@@ -737,33 +742,17 @@ impl Log {
         Ok(None)
     }
 
-    /// Deletes segments past retention.ms / retention.bytes or wholly below the log start
-    /// offset. Only segments entirely below the high watermark qualify, never the active one.
-    /// Returns how many were deleted.
+    /// Deletes segments past retention.ms / retention.bytes (when the cleanup policy includes
+    /// `delete`) or wholly below the log start offset. Only segments entirely below the high
+    /// watermark qualify; an expired active segment is deleted after rolling a new one, as Kafka
+    /// does for an idle topic. Returns how many were deleted.
     pub fn delete_old_segments(&mut self, now_ms: i64) -> Result<usize, StorageError> {
         self.remove_due_deleted_files(now_ms)?;
-        let mut remaining: u64 = self.segments.values().map(LogSegment::size).sum();
-        let bases: Vec<i64> = self.segments.keys().copied().collect();
-        let mut doomed = Vec::new();
-        for pair in bases.windows(2) {
-            let [base, next_base] = [pair[0], pair[1]];
-            let Some(segment) = self.segments.get(&base) else {
-                break;
-            };
-            if next_base > self.high_watermark {
-                break;
-            }
-            let by_time = self.config.retention_ms >= 0
-                && now_ms.saturating_sub(segment.largest_timestamp()) > self.config.retention_ms;
-            let by_size = self.config.retention_bytes >= 0
-                && remaining.saturating_sub(segment.size()) >= self.config.retention_bytes as u64
-                && remaining > self.config.retention_bytes as u64;
-            let by_start = next_base <= self.log_start_offset;
-            if !(by_time || by_size || by_start) {
-                break;
-            }
-            remaining -= segment.size();
-            doomed.push(base);
+        let doomed = self.segments_past_retention(now_ms);
+        if !doomed.is_empty() && doomed.len() == self.segments.len() {
+            // As Kafka does, an expired active segment goes too: a log always keeps one segment, so
+            // roll an empty one at the log end first, where the log then starts.
+            self.roll(now_ms)?;
         }
         for base in &doomed {
             if let Some(mut segment) = self.segments.remove(base) {
@@ -786,6 +775,38 @@ impl Log {
         }
         self.check_invariants();
         Ok(doomed.len())
+    }
+
+    /// The segments retention deletes, oldest first: each wholly below the high watermark (so
+    /// the log start never passes it) and past `retention.ms` or beyond `retention.bytes` (when
+    /// the cleanup policy includes `delete`), or wholly below the log start offset. The first
+    /// segment kept stops the scan; an empty active segment is always kept.
+    fn segments_past_retention(&self, now_ms: i64) -> Vec<i64> {
+        let retention = self.config.cleanup_policy_delete;
+        let mut remaining: u64 = self.segments.values().map(LogSegment::size).sum();
+        let mut doomed = Vec::new();
+        let mut segments = self.segments.iter().peekable();
+        while let Some((&base, segment)) = segments.next() {
+            let next_base = segments.peek().map(|(&next, _)| next);
+            let end = next_base.unwrap_or(self.log_end_offset);
+            if end > self.high_watermark || (next_base.is_none() && segment.size() == 0) {
+                break;
+            }
+            let by_time = retention
+                && self.config.retention_ms >= 0
+                && now_ms.saturating_sub(segment.largest_timestamp()) > self.config.retention_ms;
+            let by_size = retention
+                && self.config.retention_bytes >= 0
+                && remaining.saturating_sub(segment.size()) >= self.config.retention_bytes as u64
+                && remaining > self.config.retention_bytes as u64;
+            let by_start = next_base.is_some_and(|next| next <= self.log_start_offset);
+            if !(by_time || by_size || by_start) {
+                break;
+            }
+            remaining -= segment.size();
+            doomed.push(base);
+        }
+        doomed
     }
 
     fn remove_due_deleted_files(&mut self, now_ms: i64) -> Result<(), StorageError> {

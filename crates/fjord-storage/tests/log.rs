@@ -391,7 +391,7 @@ fn clean_shutdown_skips_recovery() {
 }
 
 #[test]
-fn retention_by_size_and_time_keeps_active_segment() {
+fn retention_by_size_and_time() {
     let dir = tempfile::tempdir().unwrap();
     let config = LogConfig {
         retention_bytes: 4096,
@@ -437,9 +437,10 @@ fn retention_by_size_and_time_keeps_active_segment() {
     for i in 0..60 {
         log.append_as_leader(vec![batch(&[i], 100)], 0, 0).unwrap();
     }
-    log.set_high_watermark(60);
+    log.set_high_watermark(59);
     assert_eq!(log.delete_old_segments(500).unwrap(), 0);
     let n = log.num_segments();
+    // The active segment holds an offset above the high watermark: it stays.
     assert_eq!(log.delete_old_segments(5_000).unwrap(), n - 1);
     assert_eq!(log.num_segments(), 1);
     // Deleted files linger for file.delete.delay.ms.
@@ -447,6 +448,52 @@ fn retention_by_size_and_time_keeps_active_segment() {
     log.delete_old_segments(5_100).unwrap();
     assert!(seg_files(dir.path(), "deleted").is_empty());
     assert_eq!(log.log_start_offset(), log.segment_base_offsets()[0]);
+    // Idle and wholly below the high watermark, the expired active segment goes too (as in
+    // Kafka): an empty segment is rolled at the log end, where the log now starts.
+    log.set_high_watermark(60);
+    assert_eq!(log.delete_old_segments(5_200).unwrap(), 1);
+    assert_eq!(log.segment_base_offsets(), vec![60]);
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (60, 60));
+    assert_eq!(
+        log.delete_old_segments(9_000).unwrap(),
+        0,
+        "an empty active segment stays"
+    );
+    assert_eq!(
+        log.append_as_leader(vec![batch(&[60], 100)], 0, 9_000)
+            .unwrap()
+            .first_offset,
+        60
+    );
+}
+
+#[test]
+fn retention_never_deletes_a_compact_only_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        retention_ms: 1000,
+        retention_bytes: 1,
+        cleanup_policy_delete: false,
+        file_delete_delay_ms: 0,
+        ..small_config()
+    };
+    let (mut log, _) = open(dir.path(), config.clone(), true, 0);
+    for i in 0..60 {
+        log.append_as_leader(vec![batch(&[i], 100)], 0, 0).unwrap();
+    }
+    log.set_high_watermark(60);
+    let segments = log.num_segments();
+    assert!(segments > 4);
+    assert_eq!(log.delete_old_segments(i64::MAX / 2).unwrap(), 0);
+    assert_eq!(log.num_segments(), segments);
+    assert_eq!(log.log_start_offset(), 0);
+    // compact,delete: retention applies.
+    log.set_config(LogConfig {
+        cleanup_policy_delete: true,
+        ..config
+    });
+    assert_eq!(log.delete_old_segments(i64::MAX / 2).unwrap(), segments);
+    assert_eq!(log.log_start_offset(), 60);
 }
 
 #[test]
