@@ -216,7 +216,9 @@ class KafkaBroker(Broker):
             "appender.file.layout.pattern=[%d] %p %m (%c)%n\n"
         )
         self.jvm = [java_bin(), "-Xms512m", "-Xmx1g", f"-Dlog4j2.configurationFile={log4j}", "-cp", self.classpath]
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # StorageTool would read a leading '-' as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
         subprocess.run(
             self.jvm
             + ["kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(self.config)],

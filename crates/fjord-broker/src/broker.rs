@@ -43,6 +43,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 11),
     (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
@@ -278,6 +279,12 @@ impl Broker {
             RequestBody::ListOffsets(request) => respond(ResponseBody::ListOffsets(
                 self.list_offsets(&request, version),
             )),
+            RequestBody::DeleteRecords(request) => {
+                let answer = self.delete_records(request, now);
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::DeleteRecords(answer.await)
+                })
+            }
             RequestBody::OffsetForLeaderEpoch(request) => respond(
                 ResponseBody::OffsetForLeaderEpoch(self.offset_for_leader_epoch(&request)),
             ),

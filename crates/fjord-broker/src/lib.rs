@@ -10,6 +10,7 @@ pub mod fetch_session;
 pub mod flusher;
 pub mod group_runtime;
 mod groups;
+mod log_admin;
 pub mod network;
 mod produce;
 pub mod replica;

@@ -747,8 +747,14 @@ impl Log {
     /// watermark qualify; an expired active segment is deleted after rolling a new one, as Kafka
     /// does for an idle topic. Returns how many were deleted.
     pub fn delete_old_segments(&mut self, now_ms: i64) -> Result<usize, StorageError> {
+        let doomed = self.segments_past_retention(now_ms, self.config.cleanup_policy_delete);
+        self.delete_segments(doomed, now_ms)
+    }
+
+    /// Deletes the `doomed` segments (the oldest ones, in order), rolling first if that is all of
+    /// them, and moves the log start offset to the first segment left.
+    fn delete_segments(&mut self, doomed: Vec<i64>, now_ms: i64) -> Result<usize, StorageError> {
         self.remove_due_deleted_files(now_ms)?;
-        let doomed = self.segments_past_retention(now_ms);
         if !doomed.is_empty() && doomed.len() == self.segments.len() {
             // As Kafka does, an expired active segment goes too: a log always keeps one segment, so
             // roll an empty one at the log end first, where the log then starts.
@@ -777,12 +783,35 @@ impl Log {
         Ok(doomed.len())
     }
 
+    /// Moves the log start offset up to `offset` (DeleteRecords): records below it are no longer
+    /// served, and segments wholly below it are deleted.
+    /// Never beyond the high watermark, never back. Returns the log start offset afterwards.
+    pub fn increment_log_start_offset(
+        &mut self,
+        offset: i64,
+        now_ms: i64,
+    ) -> Result<i64, StorageError> {
+        self.ensure_open()?;
+        if offset > self.high_watermark {
+            return Err(StorageError::OffsetOutOfRange {
+                requested: offset,
+                log_start: self.log_start_offset,
+                log_end: self.high_watermark,
+            });
+        }
+        if offset > self.log_start_offset {
+            self.log_start_offset = offset;
+            let doomed = self.segments_past_retention(now_ms, false);
+            self.delete_segments(doomed, now_ms)?;
+        }
+        Ok(self.log_start_offset)
+    }
+
     /// The segments retention deletes, oldest first: each wholly below the high watermark (so
     /// the log start never passes it) and past `retention.ms` or beyond `retention.bytes` (when
-    /// the cleanup policy includes `delete`), or wholly below the log start offset. The first
-    /// segment kept stops the scan; an empty active segment is always kept.
-    fn segments_past_retention(&self, now_ms: i64) -> Vec<i64> {
-        let retention = self.config.cleanup_policy_delete;
+    /// `retention` applies), or wholly below the log start offset. The first segment kept stops
+    /// the scan; an empty active segment is always kept.
+    fn segments_past_retention(&self, now_ms: i64, retention: bool) -> Vec<i64> {
         let mut remaining: u64 = self.segments.values().map(LogSegment::size).sum();
         let mut doomed = Vec::new();
         let mut segments = self.segments.iter().peekable();

@@ -15,6 +15,8 @@ use fjord_protocol::messages::create_partitions_request::*;
 use fjord_protocol::messages::create_partitions_response::*;
 use fjord_protocol::messages::create_topics_request::*;
 use fjord_protocol::messages::create_topics_response::*;
+use fjord_protocol::messages::delete_records_request::*;
+use fjord_protocol::messages::delete_records_response::*;
 use fjord_protocol::messages::delete_topics_request::*;
 use fjord_protocol::messages::delete_topics_response::*;
 use fjord_protocol::messages::describe_cluster_request::*;
@@ -37,10 +39,12 @@ use fjord_records::{BatchBuilder, BatchHeader, Compression};
 
 // Kafka error codes asserted below.
 const NONE: i16 = 0;
+const OFFSET_OUT_OF_RANGE: i16 = 1;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const INVALID_TOPIC_EXCEPTION: i16 = 17;
 const INVALID_REQUIRED_ACKS: i16 = 21;
 const UNSUPPORTED_VERSION: i16 = 35;
+const POLICY_VIOLATION: i16 = 44;
 const TOPIC_ALREADY_EXISTS: i16 = 36;
 const INVALID_PARTITIONS: i16 = 37;
 const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
@@ -143,6 +147,17 @@ fn batch(values: &[&str], timestamp: i64) -> Bytes {
     builder.build().expect("build").freeze()
 }
 
+/// One batch of records keyed by `keys` (compacted topics refuse null keys).
+fn keyed_batch(keys: &[&str], timestamp: i64) -> Bytes {
+    let mut builder = BatchBuilder::new(Compression::None);
+    for (i, k) in keys.iter().enumerate() {
+        builder
+            .append(timestamp + i as i64, Some(k.as_bytes()), Some(b"v"), &[])
+            .expect("append");
+    }
+    builder.build().expect("build").freeze()
+}
+
 fn produce_request(acks: i16, topic: &str, partition: i32, records: Bytes) -> RequestBody {
     RequestBody::Produce(ProduceRequest {
         transactional_id: None,
@@ -237,10 +252,24 @@ fn batches(records: &Option<Bytes>) -> Vec<(BatchHeader, Vec<String>)> {
 
 /// Every value in a partition from offset 0, read in one fetch.
 fn read_all(client: &mut Client, topic: &str, partition: i32) -> Vec<String> {
+    read_partition_from(client, topic, partition, 0)
+}
+
+/// Every value of partition 0 from the batch holding `offset` on.
+fn read_all_from(client: &mut Client, topic: &str, offset: i64) -> Vec<String> {
+    read_partition_from(client, topic, 0, offset)
+}
+
+fn read_partition_from(
+    client: &mut Client,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Vec<String> {
     let response = fetch(
         client,
         12,
-        fetch_request(&[(topic, Uuid::ZERO, partition, 0)], 64 << 20),
+        fetch_request(&[(topic, Uuid::ZERO, partition, offset)], 64 << 20),
     );
     let data = &response.responses[0].partitions[0];
     assert_eq!(data.error_code, NONE, "{data:?}");
@@ -1656,6 +1685,124 @@ fn data_and_topics_survive_sigterm_and_kill9() {
     assert_eq!(produce_ok(&mut client, "keep-b", 0, &["after"]), 10);
 }
 
+// ---- DeleteRecords ------------------------------------------------------------------------
+
+fn delete_records(
+    client: &mut Client,
+    version: i16,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> DeleteRecordsPartitionResult {
+    let r = expect!(
+        client.request(
+            version,
+            RequestBody::DeleteRecords(DeleteRecordsRequest {
+                topics: vec![DeleteRecordsTopic {
+                    name: topic.to_string(),
+                    partitions: vec![DeleteRecordsPartition {
+                        partition_index: partition,
+                        offset,
+                    }],
+                }],
+                timeout_ms: 10_000,
+            })
+        ),
+        DeleteRecords
+    );
+    assert_eq!(r.topics[0].name, topic);
+    r.topics[0].partitions[0].clone()
+}
+
+fn log_files(broker: &TestBroker, topic: &str) -> usize {
+    std::fs::read_dir(broker.log_dir().join(format!("{topic}-0")))
+        .expect("partition dir")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        })
+        .count()
+}
+
+#[test]
+fn delete_records_moves_the_log_start_offset() {
+    let mut broker = TestBroker::start_with(&[("log.segment.delete.delay.ms", "0")]);
+    let mut client = broker.connect();
+    create(
+        &mut client,
+        "trim",
+        1,
+        &[("segment.bytes", "200"), ("file.delete.delay.ms", "0")],
+    );
+    for i in 0..30 {
+        produce_ok(&mut client, "trim", 0, &[&format!("value-{i}")]);
+    }
+    let segments = log_files(&broker, "trim");
+    assert!(segments > 5, "{segments} segments");
+    for version in [0, 2] {
+        let offset = 10 + version as i64;
+        let r = delete_records(&mut client, version, "trim", 0, offset);
+        assert_eq!(
+            (r.error_code, r.low_watermark),
+            (NONE, offset),
+            "v{version}"
+        );
+        assert_eq!(list_offsets(&mut client, 7, "trim", 0, -2).offset, offset);
+    }
+    // Whole segments below the log start are gone; below it a fetch is out of range.
+    assert!(log_files(&broker, "trim") < segments);
+    let response = fetch(
+        &mut client,
+        12,
+        fetch_request(&[("trim", Uuid::ZERO, 0, 5)], 1 << 20),
+    );
+    assert_eq!(partition_of(&response, 0).error_code, OFFSET_OUT_OF_RANGE);
+    assert_eq!(partition_of(&response, 0).log_start_offset, 12);
+    assert_eq!(read_all_from(&mut client, "trim", 12)[0], "value-12");
+    // Never back; -1 means the high watermark; beyond it is out of range.
+    let r = delete_records(&mut client, 2, "trim", 0, 3);
+    assert_eq!((r.error_code, r.low_watermark), (NONE, 12));
+    let r = delete_records(&mut client, 2, "trim", 0, 31);
+    assert_eq!((r.error_code, r.low_watermark), (OFFSET_OUT_OF_RANGE, -1));
+    let r = delete_records(&mut client, 2, "trim", 0, -5);
+    assert_eq!(r.error_code, OFFSET_OUT_OF_RANGE);
+    let r = delete_records(&mut client, 2, "nosuch", 0, 1);
+    assert_eq!(r.error_code, UNKNOWN_TOPIC_OR_PARTITION);
+    let r = delete_records(&mut client, 2, "trim", 0, 20);
+    assert_eq!((r.error_code, r.low_watermark), (NONE, 20));
+    // The log start survives a crash: it was checkpointed before the answer.
+    broker.kill9();
+    broker.restart();
+    let mut client = broker.connect();
+    assert_eq!(list_offsets(&mut client, 7, "trim", 0, -2).offset, 20);
+    assert_eq!(read_all_from(&mut client, "trim", 20)[0], "value-20");
+    let r = delete_records(&mut client, 1, "trim", 0, -1);
+    assert_eq!((r.error_code, r.low_watermark), (NONE, 30));
+    assert_eq!(list_offsets(&mut client, 7, "trim", 0, -2).offset, 30);
+    assert_eq!(produce_ok(&mut client, "trim", 0, &["after"]), 30);
+    // A compact-only topic refuses it (compact,delete does not).
+    create(
+        &mut client,
+        "trim-compact",
+        1,
+        &[("cleanup.policy", "compact")],
+    );
+    create(
+        &mut client,
+        "trim-both",
+        1,
+        &[("cleanup.policy", "compact,delete")],
+    );
+    for topic in ["trim-compact", "trim-both"] {
+        let r = produce(&mut client, 11, -1, topic, 0, keyed_batch(&["k"], 1_000));
+        assert_eq!(r.error_code, NONE, "{r:?}");
+    }
+    let r = delete_records(&mut client, 2, "trim-compact", 0, 1);
+    assert_eq!((r.error_code, r.low_watermark), (POLICY_VIOLATION, -1));
+    let r = delete_records(&mut client, 2, "trim-both", 0, 1);
+    assert_eq!((r.error_code, r.low_watermark), (NONE, 1));
+}
+
 // ---- Every version ------------------------------------------------------------------------
 
 /// Every advertised version of every API gets an answer that decodes at that version: a response
@@ -1698,6 +1845,16 @@ fn every_advertised_version_answers() {
                                 max_num_offsets: 1,
                             })
                             .collect(),
+                    }],
+                    timeout_ms: 1_000,
+                }),
+                ApiKey::DeleteRecords => RequestBody::DeleteRecords(DeleteRecordsRequest {
+                    topics: vec![DeleteRecordsTopic {
+                        name: "every".into(),
+                        partitions: vec![DeleteRecordsPartition {
+                            partition_index: 0,
+                            offset: 0,
+                        }],
                     }],
                     timeout_ms: 1_000,
                 }),

@@ -1,0 +1,43 @@
+"""Kafka's own log tools against the broker: kafka-delete-records (DeleteRecordsCommand, kafka-tools)."""
+
+import json
+import re
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from harness import Broker, fresh_seed, run_tool
+from test_groups_tools import kafka_tool
+
+
+def watermarks(b: Broker, topic: str, partition: int):
+    consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "log-tools-probe"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+    finally:
+        consumer.close()
+
+
+def test_kafka_delete_records(broker: Broker, tmp_path: Path):
+    topic = f"delete-records-{uuid.uuid4().hex[:8]}"
+    run_tool("go", "create-topic", bootstrap=broker.bootstrap, topic=topic, partitions=2)
+    run_tool("go", "produce", bootstrap=broker.bootstrap, topic=topic, count=200, codec="none", acks="all",
+             seed=fresh_seed(), out=tmp_path / "produce.out")
+    plan = tmp_path / "offsets.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "offset": 40},
+        {"topic": topic, "partition": 1, "offset": -1},  # up to the high watermark
+    ]}))
+    out = kafka_tool("org.apache.kafka.tools.DeleteRecordsCommand", "--bootstrap-server", broker.bootstrap,
+                     "--offset-json-file", str(plan))
+    lows = {int(p): int(low) for p, low in re.findall(rf"partition: {re.escape(topic)}-(\d+)\s+low_watermark: (\d+)", out)}
+    assert lows == {0: 40, 1: 100}, out
+    assert watermarks(broker, topic, 0) == (40, 100)
+    assert watermarks(broker, topic, 1) == (100, 100)
+    # Beyond the high watermark: the tool reports the partition's error.
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "offset": 1000}]}))
+    out = kafka_tool("org.apache.kafka.tools.DeleteRecordsCommand", "--bootstrap-server", broker.bootstrap,
+                     "--offset-json-file", str(plan))
+    assert "OffsetOutOfRangeException" in out or "out of range" in out.lower(), out
+    assert watermarks(broker, topic, 0) == (40, 100)
