@@ -742,6 +742,12 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
         Check::AtLeast(1)
     ),
     broker_config!(
+        "producer.id.expiration.check.interval.ms",
+        Int,
+        Some("600000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
         "offsets.topic.num.partitions",
         Int,
         Some("50"),
@@ -883,6 +889,7 @@ pub struct BrokerConfig {
     pub connections_max_idle_ms: i64,
     pub log_retention_check_interval_ms: i64,
     pub producer_id_expiration_ms: i64,
+    pub producer_id_expiration_check_interval_ms: i64,
     /// Every key the operator set, after validation; topic defaults come from here.
     pub explicit: BTreeMap<String, String>,
 }
@@ -1094,6 +1101,9 @@ impl BrokerConfig {
             connections_max_idle_ms: parse_i64("connections.max.idle.ms")?,
             log_retention_check_interval_ms: parse_i64("log.retention.check.interval.ms")?,
             producer_id_expiration_ms: parse_i64("producer.id.expiration.ms")?,
+            producer_id_expiration_check_interval_ms: parse_i64(
+                "producer.id.expiration.check.interval.ms",
+            )?,
             explicit: props.clone(),
         };
         Ok((config, warnings))

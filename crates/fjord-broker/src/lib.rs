@@ -325,7 +325,8 @@ async fn register_broker(
         .map_err(|e| startup(format!("cannot register the broker: {e}")))
 }
 
-/// Periodic work: retention, offset checkpoints, producer-id expiry.
+/// Periodic work: retention, offset checkpoints, producer-id expiry
+/// (`producer.id.expiration.check.interval.ms`).
 async fn housekeeping(
     replicas: Arc<replica::ReplicaManager>,
     config: Arc<BrokerConfig>,
@@ -334,8 +335,13 @@ async fn housekeeping(
     let retention_every =
         Duration::from_millis(config.log_retention_check_interval_ms.max(1000) as u64);
     let checkpoint_every = Duration::from_secs(60);
+    let producer_expiry_every =
+        Duration::from_millis(config.producer_id_expiration_check_interval_ms.max(1) as u64);
     let mut retention = tokio::time::interval(retention_every);
     let mut checkpoint = tokio::time::interval(checkpoint_every);
+    // Its first tick is now: producers that expired while the broker was down go at start, as
+    // Kafka drops them when it loads producer state.
+    let mut producer_expiry = tokio::time::interval(producer_expiry_every);
     retention.tick().await;
     checkpoint.tick().await;
     loop {
@@ -355,6 +361,14 @@ async fn housekeeping(
                     }
                 })
                 .await;
+            }
+            _ = producer_expiry.tick() => {
+                let now = now_ms();
+                for partition in replicas.all() {
+                    if let Ok(mut log) = partition.log.lock() {
+                        log.remove_expired_producers(now, config.producer_id_expiration_ms);
+                    }
+                }
             }
             _ = checkpoint.tick() => {
                 let replicas = replicas.clone();

@@ -783,6 +783,14 @@ impl Log {
         Ok(doomed.len())
     }
 
+    /// Forgets idempotent producers whose last batch is `producer_id_expiration_ms` older than
+    /// `now_ms` (by its timestamp, as Kafka judges it), so the producer state stays bounded. A
+    /// forgotten producer's next batch is accepted as from a new producer.
+    pub fn remove_expired_producers(&mut self, now_ms: i64, producer_id_expiration_ms: i64) {
+        self.producer_state
+            .remove_expired_producers(now_ms, producer_id_expiration_ms);
+    }
+
     /// Moves the log start offset up to `offset` (DeleteRecords): records below it are no longer
     /// served, and segments wholly below it are deleted.
     /// Never beyond the high watermark, never back. Returns the log start offset afterwards.

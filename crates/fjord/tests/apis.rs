@@ -1685,6 +1685,43 @@ fn data_and_topics_survive_sigterm_and_kill9() {
     assert_eq!(produce_ok(&mut client, "keep-b", 0, &["after"]), 10);
 }
 
+#[test]
+fn idle_producers_expire() {
+    let mut broker = TestBroker::start_with(&[
+        ("producer.id.expiration.ms", "1500"),
+        ("producer.id.expiration.check.interval.ms", "200"),
+    ]);
+    let mut client = broker.connect();
+    create(&mut client, "expiry", 1, &[]);
+    let producer_id = init_producer_id(&mut client, 4, -1, -1).producer_id;
+    let idempotent = |sequence: i32| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis() as i64;
+        let mut builder = BatchBuilder::new(Compression::None).producer(producer_id, 0, sequence);
+        builder.append(now, None, Some(b"v"), &[]).expect("append");
+        builder.build().expect("build").freeze()
+    };
+    let send = |client: &mut Client, batch: Bytes| {
+        let r = produce(client, 11, -1, "expiry", 0, batch);
+        assert_eq!(r.error_code, NONE, "{r:?}");
+        r.base_offset
+    };
+    let first = idempotent(0);
+    assert_eq!(send(&mut client, first.clone()), 0);
+    // A retry within producer.id.expiration.ms is a duplicate: answered with its offset, not stored.
+    assert_eq!(send(&mut client, first.clone()), 0);
+    assert_eq!(send(&mut client, idempotent(1)), 1);
+    // Idle past it, the producer is forgotten: the same batch is now a new producer's first.
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert_eq!(send(&mut client, first.clone()), 2);
+    // State loaded from the log at start expires at once: `first` (offset 2) is long idle.
+    broker.restart();
+    let mut client = broker.connect();
+    assert_eq!(send(&mut client, first), 3);
+}
+
 // ---- DeleteRecords ------------------------------------------------------------------------
 
 fn delete_records(
