@@ -80,6 +80,25 @@ pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
 const PRODUCE_LANE: u8 = 1;
 const GROUP_LANE: u8 = 2;
 
+/// The APIs the group coordinator answers (routed by `Broker::group_request`).
+fn is_group_api(api: ApiKey) -> bool {
+    matches!(
+        api,
+        ApiKey::JoinGroup
+            | ApiKey::SyncGroup
+            | ApiKey::Heartbeat
+            | ApiKey::LeaveGroup
+            | ApiKey::OffsetCommit
+            | ApiKey::OffsetFetch
+            | ApiKey::OffsetDelete
+            | ApiKey::ListGroups
+            | ApiKey::DescribeGroups
+            | ApiKey::DeleteGroups
+            | ApiKey::ConsumerGroupHeartbeat
+            | ApiKey::ConsumerGroupDescribe
+    )
+}
+
 /// Producer ids are reserved from the metadata log in blocks of this many.
 const PRODUCER_ID_BLOCK: i64 = 1000;
 
@@ -181,20 +200,9 @@ impl Broker {
             .and_then(|b| ApiKey::from_i16(i16::from_be_bytes([b[0], b[1]])));
         match api {
             Some(ApiKey::Produce) => Sequencing::Lane(PRODUCE_LANE),
-            Some(
-                ApiKey::JoinGroup
-                | ApiKey::SyncGroup
-                | ApiKey::Heartbeat
-                | ApiKey::LeaveGroup
-                | ApiKey::OffsetCommit
-                | ApiKey::OffsetFetch
-                | ApiKey::OffsetDelete
-                | ApiKey::ListGroups
-                | ApiKey::DescribeGroups
-                | ApiKey::DeleteGroups
-                | ApiKey::ConsumerGroupHeartbeat
-                | ApiKey::ConsumerGroupDescribe,
-            ) if self.groups.all_loaded() => Sequencing::Lane(GROUP_LANE),
+            Some(api) if is_group_api(api) && self.groups.all_loaded() => {
+                Sequencing::Lane(GROUP_LANE)
+            }
             _ => Sequencing::AfterAll,
         }
     }
@@ -298,18 +306,7 @@ impl Broker {
                     ResponseBody::FindCoordinator(answer.await)
                 })
             }
-            body @ (RequestBody::JoinGroup(_)
-            | RequestBody::SyncGroup(_)
-            | RequestBody::Heartbeat(_)
-            | RequestBody::LeaveGroup(_)
-            | RequestBody::OffsetCommit(_)
-            | RequestBody::OffsetFetch(_)
-            | RequestBody::OffsetDelete(_)
-            | RequestBody::ListGroups(_)
-            | RequestBody::DescribeGroups(_)
-            | RequestBody::DeleteGroups(_)
-            | RequestBody::ConsumerGroupHeartbeat(_)
-            | RequestBody::ConsumerGroupDescribe(_)) => self.group_request(
+            body if is_group_api(api) => self.group_request(
                 body,
                 api,
                 version,

@@ -193,14 +193,14 @@ impl GroupRuntime {
         let shard = self.shard(partition).ok_or_else(|| {
             format!("group coordinator for {OFFSETS_TOPIC}-{partition} is not loaded")
         })?;
+        let mut guard = shard
+            .lock()
+            .map_err(|_| format!("group coordinator for {OFFSETS_TOPIC}-{partition} failed"))?;
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let (sender, receiver) = oneshot::channel();
         if let Ok(mut parked) = self.parked.lock() {
             parked.insert(request_id, sender);
         }
-        let mut guard = shard
-            .lock()
-            .map_err(|_| format!("group coordinator for {OFFSETS_TOPIC}-{partition} failed"))?;
         let effects =
             guard
                 .core
