@@ -1,4 +1,5 @@
-"""Kafka's own log tools against the broker: kafka-delete-records (DeleteRecordsCommand, kafka-tools)."""
+"""Kafka's own log tools against the broker: kafka-delete-records (DeleteRecordsCommand) and kafka-log-dirs
+(LogDirsCommand), both from kafka-tools."""
 
 import json
 import re
@@ -41,3 +42,22 @@ def test_kafka_delete_records(broker: Broker, tmp_path: Path):
                      "--offset-json-file", str(plan))
     assert "OffsetOutOfRangeException" in out or "out of range" in out.lower(), out
     assert watermarks(broker, topic, 0) == (40, 100)
+
+
+def test_kafka_log_dirs_describe(broker: Broker, tmp_path: Path):
+    topic = f"log-dirs-{uuid.uuid4().hex[:8]}"
+    run_tool("go", "create-topic", bootstrap=broker.bootstrap, topic=topic, partitions=2)
+    run_tool("go", "produce", bootstrap=broker.bootstrap, topic=topic, count=100, codec="none", acks="all",
+             seed=fresh_seed(), out=tmp_path / "produce.out")
+    out = kafka_tool("org.apache.kafka.tools.LogDirsCommand", "--bootstrap-server", broker.bootstrap, "--describe",
+                     "--topic-list", topic)
+    report = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    (only_broker,) = report["brokers"]
+    (log_dir,) = only_broker["logDirs"]
+    assert log_dir["error"] is None, log_dir
+    assert Path(log_dir["logDir"]).resolve() == broker.data_dir.resolve()
+    partitions = {p["partition"]: p for p in log_dir["partitions"]}
+    assert set(partitions) == {f"{topic}-0", f"{topic}-1"}, partitions
+    for p in partitions.values():
+        # Each partition holds 50 records of at least 10 bytes each.
+        assert p["size"] > 50 * 10 and p["offsetLag"] == 0 and p["isFuture"] is False, p

@@ -51,6 +51,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::FindCoordinator, 0, 6),
@@ -291,6 +292,12 @@ impl Broker {
                 let answer = self.delete_records(request, now);
                 self.later(api, version, correlation_id, async move {
                     ResponseBody::DeleteRecords(answer.await)
+                })
+            }
+            RequestBody::DescribeLogDirs(request) => {
+                let answer = self.describe_log_dirs(request);
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::DescribeLogDirs(answer.await)
                 })
             }
             RequestBody::OffsetForLeaderEpoch(request) => respond(

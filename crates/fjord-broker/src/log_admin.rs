@@ -1,10 +1,18 @@
-//! Admin APIs on partition logs: DeleteRecords, which moves log start offsets.
+//! Admin APIs on partition logs: DeleteRecords, which moves log start offsets, and
+//! DescribeLogDirs, which reports each log dir's partitions and space.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use fjord_metadata::MetadataImage;
 use fjord_protocol::messages::delete_records_request::DeleteRecordsRequest;
 use fjord_protocol::messages::delete_records_response::*;
+use fjord_protocol::messages::describe_log_dirs_request::{
+    DescribableLogDirTopic, DescribeLogDirsRequest,
+};
+use fjord_protocol::messages::describe_log_dirs_response::*;
+use fjord_storage::file_io::volume_space;
+use fjord_storage::LogManager;
 
 use crate::broker::Broker;
 use crate::errors;
@@ -119,4 +127,97 @@ impl Broker {
             .map_err(|error| error.kafka_error_code())?;
         Ok((after, after != before))
     }
+}
+
+impl Broker {
+    /// DescribeLogDirs: every log dir with the partitions it holds (all, or those asked for),
+    /// their sizes, and the dir's filesystem size and usable space. Off the runtime's threads:
+    /// `statvfs` on a hung disk must not stall connections.
+    pub(crate) fn describe_log_dirs(
+        self: &Arc<Self>,
+        request: DescribeLogDirsRequest,
+    ) -> impl std::future::Future<Output = DescribeLogDirsResponse> + Send + 'static {
+        let replicas = self.replicas.clone();
+        async move {
+            let results = tokio::task::spawn_blocking(move || {
+                describe_dirs(replicas.log_manager(), request.topics.as_deref())
+            })
+            .await;
+            match results {
+                Ok(results) => DescribeLogDirsResponse {
+                    results,
+                    ..Default::default()
+                },
+                Err(error) => {
+                    tracing::error!(%error, "describing log dirs failed");
+                    DescribeLogDirsResponse {
+                        error_code: errors::UNKNOWN_SERVER_ERROR,
+                        ..Default::default()
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn describe_dirs(
+    logs: &LogManager,
+    wanted: Option<&[DescribableLogDirTopic]>,
+) -> Vec<DescribeLogDirsResult> {
+    let is_wanted = |topic: &str, partition: i32| {
+        wanted.is_none_or(|topics| {
+            topics
+                .iter()
+                .any(|t| t.topic == topic && t.partitions.contains(&partition))
+        })
+    };
+    logs.logs_by_dir()
+        .into_iter()
+        .map(|(dir, dir_logs)| {
+            let mut topics: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
+            for (tp, log) in dir_logs {
+                if !is_wanted(&tp.topic, tp.partition) {
+                    continue;
+                }
+                let Ok(log) = log.lock() else { continue };
+                topics
+                    .entry(tp.topic.clone())
+                    .or_default()
+                    .push(DescribeLogDirsPartition {
+                        partition_index: tp.partition,
+                        partition_size: i64::try_from(log.size_in_bytes()).unwrap_or(i64::MAX),
+                        // As Kafka reports a current (not future) replica: how far the high
+                        // watermark is past this log's end, which a leader's never is.
+                        offset_lag: (log.high_watermark() - log.log_end_offset()).max(0),
+                        is_future_key: false,
+                    });
+            }
+            let (total_bytes, usable_bytes) = match volume_space(&dir) {
+                Ok((total, usable)) => (
+                    i64::try_from(total).unwrap_or(i64::MAX),
+                    i64::try_from(usable).unwrap_or(i64::MAX),
+                ),
+                Err(error) => {
+                    tracing::warn!(dir = %dir.display(), %error, "cannot read the log dir's space");
+                    (-1, -1)
+                }
+            };
+            DescribeLogDirsResult {
+                error_code: errors::NONE,
+                log_dir: std::path::absolute(&dir)
+                    .unwrap_or(dir)
+                    .display()
+                    .to_string(),
+                topics: topics
+                    .into_iter()
+                    .map(|(name, mut partitions)| {
+                        partitions.sort_by_key(|p| p.partition_index);
+                        DescribeLogDirsTopic { name, partitions }
+                    })
+                    .collect(),
+                total_bytes,
+                usable_bytes,
+            }
+        })
+        .collect()
 }

@@ -78,6 +78,7 @@ api_keys! {
     OffsetForLeaderEpoch = 23 => OffsetForLeaderEpochRequest,
     DescribeConfigs = 32 => DescribeConfigsRequest,
     AlterConfigs = 33 => AlterConfigsRequest,
+    DescribeLogDirs = 35 => DescribeLogDirsRequest,
     SaslAuthenticate = 36 => SaslAuthenticateRequest,
     CreatePartitions = 37 => CreatePartitionsRequest,
     DeleteGroups = 42 => DeleteGroupsRequest,

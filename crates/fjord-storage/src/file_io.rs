@@ -1,13 +1,17 @@
 //! File I/O that std does not offer on stable: a vectored positional write (a batch's rewritten
 //! header and its untouched records in one system call, no copy joining them), a positional read
 //! into uninitialised memory (no zero-fill before the kernel overwrites it), and `sendfile` from
-//! a segment to a socket (fetch responses without a copy through user space).
+//! a segment to a socket (fetch responses without a copy through user space), and the size and
+//! free space of a log dir's filesystem (`statvfs`).
 //!
 //! The crate's only `unsafe` lives here; each block says why it is sound.
 
+use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use bytes::{Bytes, BytesMut};
 
@@ -128,6 +132,26 @@ pub fn send_file(
     }
 }
 
+/// The size of the filesystem holding `path` and the bytes an unprivileged writer may still use
+/// there (`statvfs`: blocks and available blocks, times the fragment size).
+pub fn volume_space(path: &Path) -> io::Result<(u64, u64)> {
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c_path` is a NUL-terminated string that outlives the call, and `stats` points to
+    // writable memory of the size statvfs fills.
+    let result = unsafe { libc::statvfs(c_path.as_ptr(), stats.as_mut_ptr()) };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it initialised the whole struct.
+    let stats = unsafe { stats.assume_init() };
+    Ok((
+        stats.f_blocks.saturating_mul(stats.f_frsize),
+        stats.f_bavail.saturating_mul(stats.f_frsize),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +219,13 @@ mod tests {
         let mut got = Vec::new();
         b.read_to_end(&mut got).unwrap();
         assert_eq!(got, b"234567");
+    }
+
+    #[test]
+    fn volume_space_of_a_temp_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let (total, usable) = volume_space(dir.path()).unwrap();
+        assert!(total > 0 && usable <= total, "{total} {usable}");
+        assert!(volume_space(&dir.path().join("missing")).is_err());
     }
 }

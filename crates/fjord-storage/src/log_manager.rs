@@ -67,6 +67,9 @@ fn checkpoint_map(path: &Path) -> Result<BTreeMap<TopicPartition, i64>, StorageE
         .collect())
 }
 
+/// Partition logs with their names.
+pub type PartitionLogs = Vec<(TopicPartition, Arc<Mutex<Log>>)>;
+
 /// Directory of the cluster metadata log inside a log dir; skipped when loading partitions.
 pub const METADATA_LOG_DIR_NAME: &str = "__cluster_metadata-0";
 
@@ -296,11 +299,27 @@ impl LogManager {
         Ok(())
     }
 
-    pub fn all_logs(&self) -> Vec<(TopicPartition, Arc<Mutex<Log>>)> {
+    pub fn all_logs(&self) -> PartitionLogs {
         lock(&self.logs)
             .iter()
             .map(|(tp, m)| (tp.clone(), Arc::clone(&m.log)))
             .collect()
+    }
+
+    /// Every partition log grouped by the log dir holding it, in `log.dirs` order (empty dirs
+    /// included).
+    pub fn logs_by_dir(&self) -> Vec<(PathBuf, PartitionLogs)> {
+        let mut dirs: Vec<(PathBuf, PartitionLogs)> = self
+            .log_dirs
+            .iter()
+            .map(|dir| (dir.clone(), Vec::new()))
+            .collect();
+        for (tp, managed) in lock(&self.logs).iter() {
+            if let Some((_, logs)) = dirs.get_mut(managed.dir_index) {
+                logs.push((tp.clone(), Arc::clone(&managed.log)));
+            }
+        }
+        dirs
     }
 
     pub fn log_dirs(&self) -> &[PathBuf] {

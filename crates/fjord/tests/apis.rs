@@ -22,6 +22,7 @@ use fjord_protocol::messages::delete_topics_response::*;
 use fjord_protocol::messages::describe_cluster_request::*;
 use fjord_protocol::messages::describe_configs_request::*;
 use fjord_protocol::messages::describe_configs_response::*;
+use fjord_protocol::messages::describe_log_dirs_request::*;
 use fjord_protocol::messages::fetch_request::*;
 use fjord_protocol::messages::fetch_response::*;
 use fjord_protocol::messages::init_producer_id_request::*;
@@ -1840,6 +1841,85 @@ fn delete_records_moves_the_log_start_offset() {
     assert_eq!((r.error_code, r.low_watermark), (NONE, 1));
 }
 
+#[test]
+fn describe_log_dirs_sizes_and_filters() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    create(&mut client, "dirs-a", 2, &[]);
+    create(&mut client, "dirs-b", 1, &[]);
+    for i in 0..10 {
+        produce_ok(&mut client, "dirs-a", 1, &[&format!("value-{i}")]);
+    }
+    let describe =
+        |client: &mut Client, version: i16, topics: Option<Vec<DescribableLogDirTopic>>| {
+            expect!(
+                client.request(
+                    version,
+                    RequestBody::DescribeLogDirs(DescribeLogDirsRequest { topics })
+                ),
+                DescribeLogDirs
+            )
+        };
+    for version in [1, 4] {
+        let r = describe(&mut client, version, None);
+        assert_eq!(r.results.len(), 1);
+        let dir = &r.results[0];
+        assert_eq!(dir.error_code, NONE);
+        let expected = std::fs::canonicalize(broker.log_dir()).expect("log dir");
+        assert_eq!(
+            std::fs::canonicalize(&dir.log_dir).expect("reported dir"),
+            expected
+        );
+        let sizes: BTreeMap<(String, i32), i64> = dir
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| ((t.name.clone(), p.partition_index), p.partition_size))
+            })
+            .collect();
+        assert_eq!(sizes.get(&("dirs-a".to_string(), 0)), Some(&0));
+        assert!(sizes[&("dirs-a".to_string(), 1)] > 10 * 60, "{sizes:?}");
+        assert_eq!(sizes.get(&("dirs-b".to_string(), 0)), Some(&0));
+        assert!(dir
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .all(|p| p.offset_lag == 0 && !p.is_future_key));
+        if version >= 4 {
+            assert!(
+                dir.total_bytes > 0 && dir.usable_bytes > 0 && dir.usable_bytes <= dir.total_bytes
+            );
+        }
+    }
+    // Only the partitions asked for; unknown ones are left out.
+    let r = describe(
+        &mut client,
+        4,
+        Some(vec![
+            DescribableLogDirTopic {
+                topic: "dirs-a".into(),
+                partitions: vec![1, 7],
+            },
+            DescribableLogDirTopic {
+                topic: "nosuch".into(),
+                partitions: vec![0],
+            },
+        ]),
+    );
+    let listed: Vec<(String, i32)> = r.results[0]
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.name.clone(), p.partition_index))
+        })
+        .collect();
+    assert_eq!(listed, vec![("dirs-a".to_string(), 1)]);
+}
+
 // ---- Every version ------------------------------------------------------------------------
 
 /// Every advertised version of every API gets an answer that decodes at that version: a response
@@ -1884,6 +1964,9 @@ fn every_advertised_version_answers() {
                             .collect(),
                     }],
                     timeout_ms: 1_000,
+                }),
+                ApiKey::DescribeLogDirs => RequestBody::DescribeLogDirs(DescribeLogDirsRequest {
+                    topics: None,
                 }),
                 ApiKey::DeleteRecords => RequestBody::DeleteRecords(DeleteRecordsRequest {
                     topics: vec![DeleteRecordsTopic {

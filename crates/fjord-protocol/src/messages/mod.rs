@@ -31,6 +31,8 @@ pub mod describe_configs_request;
 pub mod describe_configs_response;
 pub mod describe_groups_request;
 pub mod describe_groups_response;
+pub mod describe_log_dirs_request;
+pub mod describe_log_dirs_response;
 pub mod fetch_request;
 pub mod fetch_response;
 pub mod find_coordinator_request;
@@ -94,6 +96,8 @@ pub use describe_configs_request::DescribeConfigsRequest;
 pub use describe_configs_response::DescribeConfigsResponse;
 pub use describe_groups_request::DescribeGroupsRequest;
 pub use describe_groups_response::DescribeGroupsResponse;
+pub use describe_log_dirs_request::DescribeLogDirsRequest;
+pub use describe_log_dirs_response::DescribeLogDirsResponse;
 pub use fetch_request::FetchRequest;
 pub use fetch_response::FetchResponse;
 pub use find_coordinator_request::FindCoordinatorRequest;
@@ -159,6 +163,7 @@ pub enum RequestBody {
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
     DescribeConfigs(DescribeConfigsRequest),
     AlterConfigs(AlterConfigsRequest),
+    DescribeLogDirs(DescribeLogDirsRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
     CreatePartitions(CreatePartitionsRequest),
     DeleteGroups(DeleteGroupsRequest),
@@ -227,6 +232,9 @@ impl RequestBody {
             ApiKey::AlterConfigs => {
                 RequestBody::AlterConfigs(AlterConfigsRequest::decode(input, version)?)
             }
+            ApiKey::DescribeLogDirs => {
+                RequestBody::DescribeLogDirs(DescribeLogDirsRequest::decode(input, version)?)
+            }
             ApiKey::SaslAuthenticate => {
                 RequestBody::SaslAuthenticate(SaslAuthenticateRequest::decode(input, version)?)
             }
@@ -279,6 +287,7 @@ impl RequestBody {
             RequestBody::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
             RequestBody::DescribeConfigs(_) => ApiKey::DescribeConfigs,
             RequestBody::AlterConfigs(_) => ApiKey::AlterConfigs,
+            RequestBody::DescribeLogDirs(_) => ApiKey::DescribeLogDirs,
             RequestBody::SaslAuthenticate(_) => ApiKey::SaslAuthenticate,
             RequestBody::CreatePartitions(_) => ApiKey::CreatePartitions,
             RequestBody::DeleteGroups(_) => ApiKey::DeleteGroups,
@@ -315,6 +324,7 @@ impl RequestBody {
             RequestBody::OffsetForLeaderEpoch(body) => body.encode(out, version),
             RequestBody::DescribeConfigs(body) => body.encode(out, version),
             RequestBody::AlterConfigs(body) => body.encode(out, version),
+            RequestBody::DescribeLogDirs(body) => body.encode(out, version),
             RequestBody::SaslAuthenticate(body) => body.encode(out, version),
             RequestBody::CreatePartitions(body) => body.encode(out, version),
             RequestBody::DeleteGroups(body) => body.encode(out, version),
@@ -353,6 +363,7 @@ pub enum ResponseBody {
     OffsetForLeaderEpoch(OffsetForLeaderEpochResponse),
     DescribeConfigs(DescribeConfigsResponse),
     AlterConfigs(AlterConfigsResponse),
+    DescribeLogDirs(DescribeLogDirsResponse),
     SaslAuthenticate(SaslAuthenticateResponse),
     CreatePartitions(CreatePartitionsResponse),
     DeleteGroups(DeleteGroupsResponse),
@@ -427,6 +438,9 @@ impl ResponseBody {
             ApiKey::AlterConfigs => {
                 ResponseBody::AlterConfigs(AlterConfigsResponse::decode(input, version)?)
             }
+            ApiKey::DescribeLogDirs => {
+                ResponseBody::DescribeLogDirs(DescribeLogDirsResponse::decode(input, version)?)
+            }
             ApiKey::SaslAuthenticate => {
                 ResponseBody::SaslAuthenticate(SaslAuthenticateResponse::decode(input, version)?)
             }
@@ -479,6 +493,7 @@ impl ResponseBody {
             ResponseBody::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
             ResponseBody::DescribeConfigs(_) => ApiKey::DescribeConfigs,
             ResponseBody::AlterConfigs(_) => ApiKey::AlterConfigs,
+            ResponseBody::DescribeLogDirs(_) => ApiKey::DescribeLogDirs,
             ResponseBody::SaslAuthenticate(_) => ApiKey::SaslAuthenticate,
             ResponseBody::CreatePartitions(_) => ApiKey::CreatePartitions,
             ResponseBody::DeleteGroups(_) => ApiKey::DeleteGroups,
@@ -515,6 +530,7 @@ impl ResponseBody {
             ResponseBody::OffsetForLeaderEpoch(body) => body.encode(out, version),
             ResponseBody::DescribeConfigs(body) => body.encode(out, version),
             ResponseBody::AlterConfigs(body) => body.encode(out, version),
+            ResponseBody::DescribeLogDirs(body) => body.encode(out, version),
             ResponseBody::SaslAuthenticate(body) => body.encode(out, version),
             ResponseBody::CreatePartitions(body) => body.encode(out, version),
             ResponseBody::DeleteGroups(body) => body.encode(out, version),
