@@ -1,14 +1,15 @@
 """Kafka's own log tools against the broker: kafka-delete-records (DeleteRecordsCommand) and kafka-log-dirs
-(LogDirsCommand), both from kafka-tools."""
+(LogDirsCommand) and kafka-configs (ConfigCommand) on topics, all from kafka-tools."""
 
 import json
 import re
+import subprocess
 import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from harness import Broker, fresh_seed, run_tool
+from harness import Broker, fresh_seed, java_bin, read_classpath, run_tool
 from test_groups_tools import kafka_tool
 
 
@@ -61,3 +62,39 @@ def test_kafka_log_dirs_describe(broker: Broker, tmp_path: Path):
     for p in partitions.values():
         # Each partition holds 50 records of at least 10 bytes each.
         assert p["size"] > 50 * 10 and p["offsetLag"] == 0 and p["isFuture"] is False, p
+
+
+def kafka_configs(b: Broker, *args: str) -> str:
+    return kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", b.bootstrap, *args)
+
+
+def described(out: str, name: str):
+    """The value of `name` in a kafka-configs --describe listing (`name=value sensitive=... synonyms={...}`)."""
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith(name + "="):
+            return line[len(name) + 1:].split(" sensitive=")[0]
+    return None
+
+
+def test_kafka_configs_topic_alter_describe_delete(broker: Broker):
+    topic = f"configs-{uuid.uuid4().hex[:8]}"
+    run_tool("go", "create-topic", bootstrap=broker.bootstrap, topic=topic, partitions=1)
+    entity = ["--entity-type", "topics", "--entity-name", topic]
+    kafka_configs(broker, *entity, "--alter", "--add-config", "retention.ms=1234567,cleanup.policy=[compact,delete]")
+    out = kafka_configs(broker, *entity, "--describe")
+    assert described(out, "retention.ms") == "1234567", out
+    assert described(out, "cleanup.policy") == "compact,delete", out
+    out = kafka_configs(broker, *entity, "--describe", "--all")
+    assert described(out, "retention.ms") == "1234567", out
+    assert described(out, "segment.bytes") == "1073741824", out  # a default, listed with --all
+    kafka_configs(broker, *entity, "--alter", "--delete-config", "retention.ms")
+    out = kafka_configs(broker, *entity, "--describe")
+    assert described(out, "retention.ms") is None, out
+    assert described(out, "cleanup.policy") == "compact,delete", out
+    # An invalid value is refused and changes nothing.
+    proc = subprocess.run([java_bin(), "-cp", read_classpath("kafka-broker.classpath"),
+                           "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", broker.bootstrap, *entity,
+                           "--alter", "--add-config", "retention.ms=soon"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "retention.ms" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert described(kafka_configs(broker, *entity, "--describe"), "retention.ms") is None

@@ -51,6 +51,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
@@ -64,6 +65,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 0),
@@ -120,7 +122,7 @@ pub struct Broker {
     producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
     /// Serializes controller decisions with their proposals, so two requests cannot both decide
     /// on the same image (e.g. both create one topic).
-    controller_lock: tokio::sync::Mutex<()>,
+    pub(crate) controller_lock: tokio::sync::Mutex<()>,
     /// The group coordinator shards this broker hosts.
     pub groups: Arc<GroupRuntime>,
 }
@@ -294,6 +296,20 @@ impl Broker {
                     ResponseBody::DeleteRecords(answer.await)
                 })
             }
+            RequestBody::IncrementalAlterConfigs(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::IncrementalAlterConfigs(
+                        this.incremental_alter_configs(request).await,
+                    )
+                })
+            }
+            RequestBody::AlterConfigs(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::AlterConfigs(this.alter_configs(request).await)
+                })
+            }
             RequestBody::DescribeLogDirs(request) => {
                 let answer = self.describe_log_dirs(request);
                 self.later(api, version, correlation_id, async move {
@@ -345,7 +361,7 @@ impl Broker {
         ids
     }
 
-    async fn propose(&self, records: Vec<MetadataRecord>) -> Result<(), String> {
+    pub(crate) async fn propose(&self, records: Vec<MetadataRecord>) -> Result<(), String> {
         self.quorum
             .propose(records)
             .await

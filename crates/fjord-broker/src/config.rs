@@ -365,7 +365,7 @@ fn check_value(key: &str, value: &str, kind: ConfigType, check: Check) -> Result
     }
 }
 
-fn split_list(value: &str) -> Vec<&str> {
+pub fn split_list(value: &str) -> Vec<&str> {
     value
         .split(',')
         .map(str::trim)

@@ -9,7 +9,7 @@ use fjord_metadata::{
     CONFIG_RESOURCE_TOPIC,
 };
 
-use crate::config::validate_topic_config;
+use crate::config::{split_list, topic_config_def, validate_topic_config, ConfigType};
 use crate::errors;
 
 /// Longest legal topic name, as in Kafka.
@@ -459,4 +459,102 @@ mod tests {
             errors::UNKNOWN_TOPIC_OR_PARTITION
         );
     }
+}
+
+/// One change to a dynamic config, as IncrementalAlterConfigs names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigChange {
+    Set(String),
+    Delete,
+    /// Adds values to a list config (those not in it yet).
+    Append(String),
+    /// Removes values from a list config.
+    Subtract(String),
+}
+
+/// Decides changes to one topic's dynamic configs: the records that make them, or Kafka's
+/// refusal. With `replace` (AlterConfigs), every dynamic config the changes do not name is
+/// deleted. APPEND and SUBTRACT start from the topic's dynamic value, else Kafka's default.
+pub fn plan_alter_topic_configs(
+    image: &MetadataImage,
+    topic: &str,
+    changes: &[(String, ConfigChange)],
+    replace: bool,
+) -> Result<Vec<MetadataRecord>, Refusal> {
+    if image.topic(topic).is_none() {
+        return Err(refuse(
+            errors::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("Topic {topic} does not exist"),
+        ));
+    }
+    let current = image.topic_config(topic).cloned().unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut wanted: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for (name, change) in changes {
+        if !seen.insert(name.as_str()) {
+            return Err(refuse(
+                errors::INVALID_REQUEST,
+                format!("Error due to duplicate config keys: {name}"),
+            ));
+        }
+        let def = topic_config_def(name).ok_or_else(|| {
+            refuse(
+                errors::INVALID_CONFIG,
+                format!("Unknown topic config name: {name}"),
+            )
+        })?;
+        let list_op = |verb: &str| {
+            if def.kind == ConfigType::List {
+                Ok(current.get(name).map(String::as_str).unwrap_or(def.default))
+            } else {
+                Err(refuse(
+                    errors::INVALID_CONFIG,
+                    format!("Config value {verb} is not allowed for config key: {name}"),
+                ))
+            }
+        };
+        let value = match change {
+            ConfigChange::Set(value) => Some(value.clone()),
+            ConfigChange::Delete => None,
+            ConfigChange::Append(more) => {
+                let mut items: Vec<&str> = split_list(list_op("append")?);
+                for item in split_list(more) {
+                    if !items.contains(&item) {
+                        items.push(item);
+                    }
+                }
+                Some(items.join(","))
+            }
+            ConfigChange::Subtract(less) => {
+                let less = split_list(less);
+                let items: Vec<&str> = split_list(list_op("subtract")?)
+                    .into_iter()
+                    .filter(|item| !less.contains(item))
+                    .collect();
+                Some(items.join(","))
+            }
+        };
+        if let Some(value) = &value {
+            validate_topic_config(name, value)
+                .map_err(|e| refuse(errors::INVALID_CONFIG, e.to_string()))?;
+        }
+        wanted.insert(name.clone(), value);
+    }
+    if replace {
+        for name in current.keys() {
+            wanted.entry(name.clone()).or_insert(None);
+        }
+    }
+    Ok(wanted
+        .into_iter()
+        .filter(|(name, value)| current.get(name) != value.as_ref())
+        .map(|(name, value)| {
+            MetadataRecord::Config(ConfigRecord {
+                resource_type: CONFIG_RESOURCE_TOPIC,
+                resource_name: topic.to_string(),
+                name,
+                value,
+            })
+        })
+        .collect())
 }

@@ -3,6 +3,7 @@
 
 pub mod broker;
 pub mod config;
+mod config_admin;
 pub mod controller;
 pub mod errors;
 mod fetch;

@@ -49,6 +49,7 @@ const POLICY_VIOLATION: i16 = 44;
 const TOPIC_ALREADY_EXISTS: i16 = 36;
 const INVALID_PARTITIONS: i16 = 37;
 const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+const INVALID_CONFIG: i16 = 40;
 const INVALID_REQUEST: i16 = 42;
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
@@ -1920,6 +1921,219 @@ fn describe_log_dirs_sizes_and_filters() {
     assert_eq!(listed, vec![("dirs-a".to_string(), 1)]);
 }
 
+// ---- AlterConfigs and IncrementalAlterConfigs ------------------------------------------------
+
+/// (config name, operation, value)
+type ConfigOp<'a> = (&'a str, i8, Option<&'a str>);
+
+fn incremental_alter(
+    client: &mut Client,
+    version: i16,
+    resources: Vec<(i8, &str, Vec<ConfigOp>)>,
+    validate_only: bool,
+) -> Vec<(i16, String)> {
+    use fjord_protocol::messages::incremental_alter_configs_request::*;
+    let request = IncrementalAlterConfigsRequest {
+        resources: resources
+            .into_iter()
+            .map(|(resource_type, name, configs)| AlterConfigsResource {
+                resource_type,
+                resource_name: name.to_string(),
+                configs: configs
+                    .into_iter()
+                    .map(|(name, op, value)| AlterableConfig {
+                        name: name.to_string(),
+                        config_operation: op,
+                        value: value.map(str::to_string),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        validate_only,
+    };
+    expect!(
+        client.request(version, RequestBody::IncrementalAlterConfigs(request)),
+        IncrementalAlterConfigs
+    )
+    .responses
+    .into_iter()
+    .map(|r| (r.error_code, r.resource_name))
+    .collect()
+}
+
+fn topic_config_value(client: &mut Client, topic: &str, name: &str) -> (Option<String>, i8) {
+    let c = describe_configs(client, 4, 2, topic, Some(&[name]), false);
+    (c.configs[0].value.clone(), c.configs[0].config_source)
+}
+
+#[test]
+fn alter_configs_change_topics_live_and_durably() {
+    const SET: i8 = 0;
+    const DELETE: i8 = 1;
+    const APPEND: i8 = 2;
+    const SUBTRACT: i8 = 3;
+    let mut broker = TestBroker::start_with(&[("log.retention.check.interval.ms", "1000")]);
+    let mut client = broker.connect();
+    create(&mut client, "alter", 1, &[("retention.ms", "86400000")]);
+    for version in [0, 1] {
+        // validate_only changes nothing.
+        let r = incremental_alter(
+            &mut client,
+            version,
+            vec![(2, "alter", vec![("retention.ms", SET, Some("1234"))])],
+            true,
+        );
+        assert_eq!(r, vec![(NONE, "alter".to_string())]);
+        assert_eq!(
+            topic_config_value(&mut client, "alter", "retention.ms")
+                .0
+                .as_deref(),
+            Some("86400000")
+        );
+    }
+    let r = incremental_alter(
+        &mut client,
+        1,
+        vec![(
+            2,
+            "alter",
+            vec![
+                ("max.message.bytes", SET, Some("2048")),
+                ("cleanup.policy", APPEND, Some("compact")),
+                ("retention.ms", DELETE, None),
+            ],
+        )],
+        false,
+    );
+    assert_eq!(r, vec![(NONE, "alter".to_string())]);
+    assert_eq!(
+        topic_config_value(&mut client, "alter", "max.message.bytes"),
+        (Some("2048".into()), DYNAMIC_TOPIC_CONFIG)
+    );
+    assert_eq!(
+        topic_config_value(&mut client, "alter", "cleanup.policy"),
+        (Some("delete,compact".into()), DYNAMIC_TOPIC_CONFIG)
+    );
+    assert_eq!(
+        topic_config_value(&mut client, "alter", "retention.ms"),
+        (Some("604800000".into()), DEFAULT_CONFIG)
+    );
+    // Applied to the open log at once: a 4 KiB record is now too large.
+    let big = "x".repeat(4096);
+    let r = produce(&mut client, 11, -1, "alter", 0, batch(&[&big], 1_000));
+    assert_eq!(r.error_code, 10, "MESSAGE_TOO_LARGE: {r:?}");
+    let r = incremental_alter(
+        &mut client,
+        1,
+        vec![(
+            2,
+            "alter",
+            vec![("cleanup.policy", SUBTRACT, Some("delete"))],
+        )],
+        false,
+    );
+    assert_eq!(r[0].0, NONE);
+    assert_eq!(
+        topic_config_value(&mut client, "alter", "cleanup.policy")
+            .0
+            .as_deref(),
+        Some("compact")
+    );
+    // Refusals, each for its own resource.
+    let r = incremental_alter(
+        &mut client,
+        1,
+        vec![
+            (2, "nosuch", vec![("retention.ms", SET, Some("1"))]),
+            (2, "alter", vec![("no.such.config", SET, Some("1"))]),
+            (4, "1", vec![("log.retention.ms", SET, Some("1"))]),
+            (9, "x", vec![]),
+        ],
+        false,
+    );
+    let codes: Vec<i16> = r.iter().map(|(c, _)| *c).collect();
+    assert_eq!(
+        codes,
+        vec![
+            UNKNOWN_TOPIC_OR_PARTITION,
+            INVALID_CONFIG,
+            INVALID_REQUEST,
+            INVALID_REQUEST
+        ]
+    );
+    for bad in [
+        vec![("retention.ms", SET, Some("soon"))],
+        vec![("retention.ms", APPEND, Some("1"))],
+    ] {
+        let r = incremental_alter(&mut client, 1, vec![(2, "alter", bad)], false);
+        assert_eq!(r[0].0, INVALID_CONFIG);
+    }
+    let r = incremental_alter(
+        &mut client,
+        1,
+        vec![(
+            2,
+            "alter",
+            vec![
+                ("retention.ms", SET, Some("1")),
+                ("retention.ms", DELETE, None),
+            ],
+        )],
+        false,
+    );
+    assert_eq!(r[0].0, INVALID_REQUEST, "duplicate keys");
+    // The legacy AlterConfigs replaces the whole set: max.message.bytes and cleanup.policy go.
+    {
+        use fjord_protocol::messages::alter_configs_request::*;
+        let r = expect!(
+            client.request(
+                2,
+                RequestBody::AlterConfigs(AlterConfigsRequest {
+                    resources: vec![AlterConfigsResource {
+                        resource_type: 2,
+                        resource_name: "alter".into(),
+                        configs: vec![AlterableConfig {
+                            name: "segment.bytes".into(),
+                            value: Some("4096".into())
+                        }],
+                    }],
+                    validate_only: false,
+                })
+            ),
+            AlterConfigs
+        );
+        assert_eq!(r.responses[0].error_code, NONE, "{r:?}");
+    }
+    assert_eq!(
+        topic_config_value(&mut client, "alter", "segment.bytes"),
+        (Some("4096".into()), DYNAMIC_TOPIC_CONFIG)
+    );
+    assert_eq!(
+        topic_config_value(&mut client, "alter", "max.message.bytes").1,
+        DEFAULT_CONFIG
+    );
+    assert_eq!(
+        topic_config_value(&mut client, "alter", "cleanup.policy")
+            .0
+            .as_deref(),
+        Some("delete")
+    );
+    // Durable: after a crash the changes are still there.
+    broker.kill9();
+    broker.restart();
+    let mut client = broker.connect();
+    assert_eq!(
+        topic_config_value(&mut client, "alter", "segment.bytes")
+            .0
+            .as_deref(),
+        Some("4096")
+    );
+    assert_eq!(
+        topic_config_value(&mut client, "alter", "max.message.bytes").1,
+        DEFAULT_CONFIG
+    );
+}
+
 // ---- Every version ------------------------------------------------------------------------
 
 /// Every advertised version of every API gets an answer that decodes at that version: a response
@@ -1965,6 +2179,35 @@ fn every_advertised_version_answers() {
                     }],
                     timeout_ms: 1_000,
                 }),
+                ApiKey::IncrementalAlterConfigs => {
+                    use fjord_protocol::messages::incremental_alter_configs_request::*;
+                    RequestBody::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+                        resources: vec![AlterConfigsResource {
+                            resource_type: 2,
+                            resource_name: "every".into(),
+                            configs: vec![AlterableConfig {
+                                name: "retention.ms".into(),
+                                config_operation: 0,
+                                value: Some("1000000".into()),
+                            }],
+                        }],
+                        validate_only: true,
+                    })
+                }
+                ApiKey::AlterConfigs => {
+                    use fjord_protocol::messages::alter_configs_request::*;
+                    RequestBody::AlterConfigs(AlterConfigsRequest {
+                        resources: vec![AlterConfigsResource {
+                            resource_type: 2,
+                            resource_name: "every".into(),
+                            configs: vec![AlterableConfig {
+                                name: "retention.ms".into(),
+                                value: Some("1000000".into()),
+                            }],
+                        }],
+                        validate_only: true,
+                    })
+                }
                 ApiKey::DescribeLogDirs => RequestBody::DescribeLogDirs(DescribeLogDirsRequest {
                     topics: None,
                 }),

@@ -1,0 +1,198 @@
+//! IncrementalAlterConfigs and AlterConfigs: dynamic topic configs, decided by the controller
+//! (`controller::plan_alter_topic_configs`), committed as config records in the metadata log and
+//! applied to the open logs when the image changes. Broker resources are not alterable yet.
+
+use std::sync::Arc;
+
+use fjord_protocol::messages::alter_configs_request::AlterConfigsRequest;
+use fjord_protocol::messages::alter_configs_response::{
+    AlterConfigsResourceResponse as LegacyResult, AlterConfigsResponse,
+};
+use fjord_protocol::messages::incremental_alter_configs_request::IncrementalAlterConfigsRequest;
+use fjord_protocol::messages::incremental_alter_configs_response::*;
+
+use crate::broker::Broker;
+use crate::controller::{self, ConfigChange, Refusal};
+use crate::errors;
+
+/// Config resource types, as Kafka numbers them.
+const TOPIC: i8 = 2;
+const BROKER: i8 = 4;
+const BROKER_LOGGER: i8 = 8;
+
+/// One resource of an alter request: its changes, or why the request shape is refused.
+struct Alteration {
+    resource_type: i8,
+    resource_name: String,
+    changes: Result<Vec<(String, ConfigChange)>, Refusal>,
+}
+
+fn invalid_request(message: impl Into<String>) -> Refusal {
+    Refusal {
+        error_code: errors::INVALID_REQUEST,
+        message: message.into(),
+    }
+}
+
+impl Broker {
+    pub(crate) async fn incremental_alter_configs(
+        self: Arc<Self>,
+        request: IncrementalAlterConfigsRequest,
+    ) -> IncrementalAlterConfigsResponse {
+        let alterations = request
+            .resources
+            .into_iter()
+            .map(|resource| Alteration {
+                resource_type: resource.resource_type,
+                resource_name: resource.resource_name,
+                changes: resource
+                    .configs
+                    .into_iter()
+                    .map(|c| {
+                        let change = match (c.config_operation, c.value) {
+                            (1, _) => ConfigChange::Delete,
+                            (0, Some(v)) => ConfigChange::Set(v),
+                            (2, Some(v)) => ConfigChange::Append(v),
+                            (3, Some(v)) => ConfigChange::Subtract(v),
+                            (0..=3, None) => {
+                                return Err(invalid_request(format!(
+                                    "Null value not supported for : {}",
+                                    c.name
+                                )))
+                            }
+                            (op, _) => {
+                                return Err(invalid_request(format!(
+                                    "Unknown config operation {op} for {}",
+                                    c.name
+                                )))
+                            }
+                        };
+                        Ok((c.name, change))
+                    })
+                    .collect(),
+            })
+            .collect();
+        let responses = self
+            .alter_configs_of(alterations, false, request.validate_only)
+            .await
+            .into_iter()
+            .map(
+                |(resource_type, resource_name, outcome)| AlterConfigsResourceResponse {
+                    error_code: outcome
+                        .as_ref()
+                        .map_or_else(|r| r.error_code, |_| errors::NONE),
+                    error_message: outcome.err().map(|r| r.message),
+                    resource_type,
+                    resource_name,
+                },
+            )
+            .collect();
+        IncrementalAlterConfigsResponse {
+            responses,
+            ..Default::default()
+        }
+    }
+
+    /// The legacy AlterConfigs: each resource's dynamic configs become exactly the given set.
+    pub(crate) async fn alter_configs(
+        self: Arc<Self>,
+        request: AlterConfigsRequest,
+    ) -> AlterConfigsResponse {
+        let alterations = request
+            .resources
+            .into_iter()
+            .map(|resource| Alteration {
+                resource_type: resource.resource_type,
+                resource_name: resource.resource_name,
+                changes: resource
+                    .configs
+                    .into_iter()
+                    .map(|c| match c.value {
+                        Some(v) => Ok((c.name, ConfigChange::Set(v))),
+                        None => Err(invalid_request(format!(
+                            "Null value not supported for : {}",
+                            c.name
+                        ))),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let responses = self
+            .alter_configs_of(alterations, true, request.validate_only)
+            .await
+            .into_iter()
+            .map(|(resource_type, resource_name, outcome)| LegacyResult {
+                error_code: outcome
+                    .as_ref()
+                    .map_or_else(|r| r.error_code, |_| errors::NONE),
+                error_message: outcome.err().map(|r| r.message),
+                resource_type,
+                resource_name,
+            })
+            .collect();
+        AlterConfigsResponse {
+            responses,
+            ..Default::default()
+        }
+    }
+
+    /// Decides every resource on one image under the controller lock and commits all the
+    /// records together (unless `validate_only`). Answers in request order.
+    async fn alter_configs_of(
+        &self,
+        alterations: Vec<Alteration>,
+        replace: bool,
+        validate_only: bool,
+    ) -> Vec<(i8, String, Result<(), Refusal>)> {
+        let _guard = self.controller_lock.lock().await;
+        let image = self.quorum.image();
+        let mut records = Vec::new();
+        let mut outcomes = Vec::with_capacity(alterations.len());
+        for (index, alteration) in alterations.iter().enumerate() {
+            let duplicate = alterations.iter().enumerate().any(|(other, a)| {
+                other != index
+                    && a.resource_type == alteration.resource_type
+                    && a.resource_name == alteration.resource_name
+            });
+            let outcome = if duplicate {
+                Err(invalid_request(format!(
+                    "Error due to duplicate resource {}",
+                    alteration.resource_name
+                )))
+            } else {
+                match (&alteration.changes, alteration.resource_type) {
+                    (Err(refusal), _) => Err(refusal.clone()),
+                    (Ok(changes), TOPIC) => controller::plan_alter_topic_configs(
+                        &image,
+                        &alteration.resource_name,
+                        changes,
+                        replace,
+                    )
+                    .map(|planned| records.extend(planned)),
+                    (Ok(_), BROKER | BROKER_LOGGER) => Err(invalid_request(
+                        "Altering broker configs is not supported by this broker yet",
+                    )),
+                    (Ok(_), other) => {
+                        Err(invalid_request(format!("Unexpected resource type {other}")))
+                    }
+                }
+            };
+            outcomes.push(outcome);
+        }
+        if !validate_only && !records.is_empty() {
+            if let Err(message) = self.propose(records).await {
+                for outcome in outcomes.iter_mut().filter(|o| o.is_ok()) {
+                    *outcome = Err(Refusal {
+                        error_code: errors::UNKNOWN_SERVER_ERROR,
+                        message: message.clone(),
+                    });
+                }
+            }
+        }
+        alterations
+            .into_iter()
+            .zip(outcomes)
+            .map(|(a, outcome)| (a.resource_type, a.resource_name, outcome))
+            .collect()
+    }
+}
