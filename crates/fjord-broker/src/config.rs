@@ -871,6 +871,39 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
     broker_config!("cluster.id", String, None, Check::None),
 ];
 
+/// Broker keys fjord accepts, so that Kafka's own config files start it, but does not act upon
+/// yet; each one set is named in a warning at start. (The cluster keys come with clustering, the
+/// cleaner's with the log cleaner.)
+const NOT_ACTED_UPON: &[&str] = &[
+    "process.roles",
+    "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+    "inter.broker.listener.name",
+    "log.roll.jitter.ms",
+    "log.roll.jitter.hours",
+    "log.flush.scheduler.interval.ms",
+    "log.flush.offset.checkpoint.interval.ms",
+    "log.preallocate",
+    "log.cleaner.delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio",
+    "compression.gzip.level",
+    "compression.lz4.level",
+    "compression.zstd.level",
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
+    "socket.send.buffer.bytes",
+    "socket.receive.buffer.bytes",
+    "num.network.threads",
+    "num.io.threads",
+    "num.recovery.threads.per.data.dir",
+    "queued.max.requests",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "group.coordinator.rebalance.protocols",
+];
+
 /// The typed broker configuration, built once at start-up and immutable after.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -972,6 +1005,8 @@ fn scale(value: &str, factor: i64) -> String {
 #[derive(Debug, Default)]
 pub struct ConfigWarnings {
     pub unknown_keys: Vec<String>,
+    /// Known keys that were set but that fjord does not act upon yet.
+    pub ignored_keys: Vec<String>,
 }
 
 impl BrokerConfig {
@@ -985,6 +1020,9 @@ impl BrokerConfig {
             match BROKER_CONFIGS.iter().find(|def| def.name == key) {
                 Some(def) => check_value(key, value, def.kind, def.check)?,
                 None => warnings.unknown_keys.push(key.clone()),
+            }
+            if NOT_ACTED_UPON.contains(&key.as_str()) {
+                warnings.ignored_keys.push(key.clone());
             }
         }
         let get = |key: &str| -> String {
@@ -1392,6 +1430,25 @@ mod tests {
     fn unknown_keys_warn() {
         let (_, warnings) = BrokerConfig::from_properties(&props(&[("no.such.key", "1")])).unwrap();
         assert_eq!(warnings.unknown_keys, vec!["no.such.key".to_string()]);
+    }
+
+    #[test]
+    fn keys_not_acted_upon_warn() {
+        let (_, warnings) = BrokerConfig::from_properties(&props(&[
+            ("num.io.threads", "4"),
+            ("log.cleaner.min.compaction.lag.ms", "1000"),
+            ("log.retention.ms", "1000"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            warnings.ignored_keys,
+            vec!["log.cleaner.min.compaction.lag.ms", "num.io.threads"]
+        );
+        assert!(warnings.unknown_keys.is_empty());
+        // Every such key is a known one (validated like the rest).
+        for key in NOT_ACTED_UPON {
+            assert!(BROKER_CONFIGS.iter().any(|d| d.name == *key), "{key}");
+        }
     }
 
     #[test]

@@ -83,6 +83,12 @@ fn server(file: Option<PathBuf>, overrides: Vec<String>) -> Result<(), String> {
     for key in warnings.unknown_keys {
         tracing::warn!(key, "unknown configuration key ignored");
     }
+    for key in warnings.ignored_keys {
+        tracing::warn!(
+            key,
+            "configuration key accepted but not acted upon by fjord yet"
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("fjord")
