@@ -414,8 +414,14 @@ impl GroupRuntime {
                 }
                 _ => ResponseBody::OffsetFetch(OffsetFetchResponse::default()),
             };
+            // Every part runs to its end (each releases its parked answer) before an error is
+            // returned: the parts' state changes were all made at dispatch.
+            let mut parts = Vec::with_capacity(answers.len());
             for answer in answers {
-                match (&mut merged, answer.await?) {
+                parts.push(answer.await);
+            }
+            for part in parts {
+                match (&mut merged, part?) {
                     (ResponseBody::DescribeGroups(m), ResponseBody::DescribeGroups(a)) => {
                         m.groups.extend(a.groups)
                     }

@@ -322,6 +322,10 @@ async fn serve_connection<D: Dispatch>(
                 _ = finished.wait_for(|n| *n == 0) => {}
                 _ = shutdown.changed() => break Ok(()),
             }
+            // An earlier request closed the connection meanwhile: nothing after it may run.
+            if out_tx.is_closed() {
+                break Err("writer stopped".to_string());
+            }
         }
         let outgoing = match dispatcher.dispatch(frame, peer) {
             Reply::Now(response) => Outgoing::Ready(response),
