@@ -250,6 +250,24 @@ def make_broker(workdir: Path) -> Broker:
     raise RuntimeError(f"E2E_BROKER must be fjord or kafka, not {kind!r}")
 
 
+def module_broker(workdir: Path, props: Dict[str, str]):
+    """Body of a module-scoped broker fixture: a broker with `props` added to its config, stopped at the end."""
+    b = make_broker(workdir)
+    with open(b.config, "a") as f:
+        f.writelines(f"{k}={v}\n" for k, v in props.items())
+    b.start()
+    yield b
+    if b.running():
+        b.stop()
+
+
+def ensure_running(b: Broker) -> Broker:
+    """The broker, started again if an earlier test left it down."""
+    if not b.running():
+        b.start()
+    return b
+
+
 def tool_command(client: str) -> List[str]:
     if client == "java":
         cp = str(BUILD_DIR / "java" / "java-client-tool-0.1.0.jar") + ":" + read_classpath("java-client.classpath")

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import pytest
 
-from harness import Broker, make_broker, run_tool, start_tool, fresh_seed
+from harness import Broker, ensure_running, module_broker, run_tool, start_tool, fresh_seed
 
 PARTITIONS = 12
 # Records are produced in chunks while the members churn: CHUNKS x CHUNK records, one chunk per second.
@@ -41,21 +41,13 @@ GROUP_BROKER_PROPS = {
 
 @pytest.fixture(scope="module")
 def group_broker(tmp_path_factory) -> Broker:
-    b = make_broker(tmp_path_factory.mktemp("group-broker"))
-    with open(b.config, "a") as f:
-        f.writelines(f"{k}={v}\n" for k, v in GROUP_BROKER_PROPS.items())
-    b.start()
-    yield b
-    if b.running():
-        b.stop()
+    yield from module_broker(tmp_path_factory.mktemp("group-broker"), GROUP_BROKER_PROPS)
 
 
 @pytest.fixture
 def gbroker(group_broker: Broker) -> Broker:
     """This module's broker, started again if an earlier test left it down."""
-    if not group_broker.running():
-        group_broker.start()
-    return group_broker
+    return ensure_running(group_broker)
 
 
 def unique(prefix: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import Broker, make_broker
+from harness import Broker, ensure_running, module_broker
 
 RETENTION_BROKER_PROPS = {"log.retention.check.interval.ms": "1000"}
 VALUE_BYTES = 8 * 1024
@@ -23,20 +23,12 @@ SEGMENT_BYTES = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def retention_broker(tmp_path_factory) -> Broker:
-    b = make_broker(tmp_path_factory.mktemp("retention-broker"))
-    with open(b.config, "a") as f:
-        f.writelines(f"{k}={v}\n" for k, v in RETENTION_BROKER_PROPS.items())
-    b.start()
-    yield b
-    if b.running():
-        b.stop()
+    yield from module_broker(tmp_path_factory.mktemp("retention-broker"), RETENTION_BROKER_PROPS)
 
 
 @pytest.fixture
 def rbroker(retention_broker: Broker) -> Broker:
-    if not retention_broker.running():
-        retention_broker.start()
-    return retention_broker
+    return ensure_running(retention_broker)
 
 
 def create_topic(b: Broker, configs: Dict[str, str]) -> str:

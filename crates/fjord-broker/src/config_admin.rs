@@ -34,6 +34,18 @@ fn invalid_request(message: impl Into<String>) -> Refusal {
     }
 }
 
+fn null_value(name: &str) -> Refusal {
+    invalid_request(format!("Null value not supported for : {name}"))
+}
+
+/// A resource's answer: error code and message.
+fn answer(outcome: Result<(), Refusal>) -> (i16, Option<String>) {
+    match outcome {
+        Ok(()) => (errors::NONE, None),
+        Err(refusal) => (refusal.error_code, Some(refusal.message)),
+    }
+}
+
 impl Broker {
     pub(crate) async fn incremental_alter_configs(
         self: Arc<Self>,
@@ -54,12 +66,7 @@ impl Broker {
                             (0, Some(v)) => ConfigChange::Set(v),
                             (2, Some(v)) => ConfigChange::Append(v),
                             (3, Some(v)) => ConfigChange::Subtract(v),
-                            (0..=3, None) => {
-                                return Err(invalid_request(format!(
-                                    "Null value not supported for : {}",
-                                    c.name
-                                )))
-                            }
+                            (0..=3, None) => return Err(null_value(&c.name)),
                             (op, _) => {
                                 return Err(invalid_request(format!(
                                     "Unknown config operation {op} for {}",
@@ -76,16 +83,15 @@ impl Broker {
             .alter_configs_of(alterations, false, request.validate_only)
             .await
             .into_iter()
-            .map(
-                |(resource_type, resource_name, outcome)| AlterConfigsResourceResponse {
-                    error_code: outcome
-                        .as_ref()
-                        .map_or_else(|r| r.error_code, |_| errors::NONE),
-                    error_message: outcome.err().map(|r| r.message),
+            .map(|(resource_type, resource_name, outcome)| {
+                let (error_code, error_message) = answer(outcome);
+                AlterConfigsResourceResponse {
+                    error_code,
+                    error_message,
                     resource_type,
                     resource_name,
-                },
-            )
+                }
+            })
             .collect();
         IncrementalAlterConfigsResponse {
             responses,
@@ -109,10 +115,7 @@ impl Broker {
                     .into_iter()
                     .map(|c| match c.value {
                         Some(v) => Ok((c.name, ConfigChange::Set(v))),
-                        None => Err(invalid_request(format!(
-                            "Null value not supported for : {}",
-                            c.name
-                        ))),
+                        None => Err(null_value(&c.name)),
                     })
                     .collect(),
             })
@@ -121,13 +124,14 @@ impl Broker {
             .alter_configs_of(alterations, true, request.validate_only)
             .await
             .into_iter()
-            .map(|(resource_type, resource_name, outcome)| LegacyResult {
-                error_code: outcome
-                    .as_ref()
-                    .map_or_else(|r| r.error_code, |_| errors::NONE),
-                error_message: outcome.err().map(|r| r.message),
-                resource_type,
-                resource_name,
+            .map(|(resource_type, resource_name, outcome)| {
+                let (error_code, error_message) = answer(outcome);
+                LegacyResult {
+                    error_code,
+                    error_message,
+                    resource_type,
+                    resource_name,
+                }
             })
             .collect();
         AlterConfigsResponse {
