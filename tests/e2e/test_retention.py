@@ -121,9 +121,9 @@ def test_idle_topic_expires_its_active_segment(rbroker: Broker, policy: str):
     produce(rbroker, topic, [(f"k{i}", value(f"k{i}", 0)) for i in range(50)])
     # Everything expires, the active segment too: the log then starts where it ends.
     wait_until("log start at the log end", lambda: watermarks(rbroker, topic) == (50, 50))
+    # The next record lands at the log end. (Not read back: with retention.ms=1000 it may expire at once.)
     produce(rbroker, topic, [("after", b"x")])
     assert watermarks(rbroker, topic)[1] == 51
-    assert [o for o, _, _ in read_all(rbroker, topic, 51)] == [50]
 
 
 def test_size_retention_deletes_oldest_segments(rbroker: Broker):
