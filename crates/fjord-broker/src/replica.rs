@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use bytes::Bytes;
 use fjord_metadata::MetadataImage;
 use fjord_records::{AppendBatch, Compression, TimestampType, ValidationConfig};
-use fjord_storage::log::{AppendInfo, Log, LogConfig, TopicPartition};
+use fjord_storage::log::{AppendInfo, CompactionConfig, Log, LogConfig, TopicPartition};
 use fjord_storage::log_manager::LogManager;
 
 use crate::config::{BrokerConfig, TopicConfig};
@@ -360,5 +360,16 @@ pub fn log_config(config: &TopicConfig, durable: bool) -> LogConfig {
         flush_interval_ms: optional("flush.ms"),
         file_delete_delay_ms: config.get_i64("file.delete.delay.ms"),
         cleanup_policy_delete: config.cleanup_policy_delete(),
+        compaction: CompactionConfig {
+            compact: config.compacted(),
+            min_cleanable_dirty_ratio: config
+                .get("min.cleanable.dirty.ratio")
+                .trim()
+                .parse()
+                .unwrap_or(0.5),
+            min_compaction_lag_ms: config.get_i64("min.compaction.lag.ms"),
+            max_compaction_lag_ms: config.get_i64("max.compaction.lag.ms"),
+            delete_retention_ms: config.get_i64("delete.retention.ms"),
+        },
     }
 }

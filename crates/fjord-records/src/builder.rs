@@ -1,11 +1,9 @@
 //! Encoding a v2 batch from records: for tests, the CLI producer and control batches.
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 
 use crate::compression::{compress, Compression};
-use crate::header::{
-    attributes, BATCH_HEADER_LEN, CRC_COVERED_FROM, LOG_OVERHEAD, MAGIC_V2, OFFSET_CRC,
-};
+use crate::header::{attributes, BatchHeader, MAGIC_V2};
 use crate::record::{encode_record, Header};
 use crate::validate::NO_TIMESTAMP;
 use crate::RecordsError;
@@ -135,8 +133,6 @@ impl BatchBuilder {
             ));
         }
         let section = compress(self.compression, &self.records, self.level)?;
-        let batch_length = i32::try_from(BATCH_HEADER_LEN - LOG_OVERHEAD + section.len())
-            .map_err(|_| RecordsError::InvalidRecord("batch too large"))?;
         let mut attrs = self.compression.id();
         if self.transactional {
             attrs |= attributes::TRANSACTIONAL;
@@ -151,26 +147,21 @@ impl BatchBuilder {
             }
             None => self.max_timestamp,
         };
-
-        let mut out = BytesMut::with_capacity(BATCH_HEADER_LEN + section.len());
-        out.put_i64(self.base_offset);
-        out.put_i32(batch_length);
-        out.put_i32(self.partition_leader_epoch);
-        out.put_i8(MAGIC_V2);
-        out.put_u32(0); // CRC, filled in below
-        out.put_i16(attrs);
-        out.put_i32(self.record_count - 1);
-        out.put_i64(self.base_timestamp.unwrap_or(NO_TIMESTAMP));
-        out.put_i64(max_timestamp);
-        out.put_i64(self.producer_id);
-        out.put_i16(self.producer_epoch);
-        out.put_i32(self.base_sequence);
-        out.put_i32(self.record_count);
-        out.put_slice(&section);
-        let crc = crc32c::crc32c(out.get(CRC_COVERED_FROM..).unwrap_or(&[]));
-        if let Some(slot) = out.get_mut(OFFSET_CRC..OFFSET_CRC + 4) {
-            slot.copy_from_slice(&crc.to_be_bytes());
+        BatchHeader {
+            base_offset: self.base_offset,
+            batch_length: 0,
+            partition_leader_epoch: self.partition_leader_epoch,
+            magic: MAGIC_V2,
+            crc: 0,
+            attributes: attrs,
+            last_offset_delta: self.record_count - 1,
+            base_timestamp: self.base_timestamp.unwrap_or(NO_TIMESTAMP),
+            max_timestamp,
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: self.base_sequence,
+            record_count: self.record_count,
         }
-        Ok(out)
+        .encode_with(&section)
     }
 }

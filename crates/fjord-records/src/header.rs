@@ -20,6 +20,8 @@
 //! The CRC does not cover `baseOffset`, `batchLength` or `partitionLeaderEpoch`, which is what lets
 //! the broker assign offsets and stamp the leader epoch without recomputing it.
 
+use bytes::{BufMut, BytesMut};
+
 use crate::RecordsError;
 
 /// Size of the v2 batch header, up to and including `recordCount`.
@@ -157,6 +159,42 @@ impl BatchHeader {
         } else {
             last as i32
         }
+    }
+}
+
+impl BatchHeader {
+    /// Encodes a whole batch: this header's fields with `records` (the records section as stored,
+    /// compressed or not) after them. `batch_length` and `crc` are computed here; the other
+    /// fields are written as they are.
+    pub fn encode_with(&self, records: &[u8]) -> Result<BytesMut, RecordsError> {
+        let batch_length = i32::try_from(BATCH_HEADER_LEN - LOG_OVERHEAD + records.len())
+            .map_err(|_| RecordsError::InvalidRecord("batch too large"))?;
+        let mut out = BytesMut::with_capacity(BATCH_HEADER_LEN + records.len());
+        out.put_i64(self.base_offset);
+        out.put_i32(batch_length);
+        out.put_i32(self.partition_leader_epoch);
+        out.put_i8(MAGIC_V2);
+        out.put_u32(0); // CRC, filled in below
+        out.put_i16(self.attributes);
+        out.put_i32(self.last_offset_delta);
+        out.put_i64(self.base_timestamp);
+        out.put_i64(self.max_timestamp);
+        out.put_i64(self.producer_id);
+        out.put_i16(self.producer_epoch);
+        out.put_i32(self.base_sequence);
+        out.put_i32(self.record_count);
+        out.put_slice(records);
+        let crc = crc32c::crc32c(out.get(CRC_COVERED_FROM..).unwrap_or(&[]));
+        if let Some(slot) = out.get_mut(OFFSET_CRC..OFFSET_CRC + 4) {
+            slot.copy_from_slice(&crc.to_be_bytes());
+        }
+        Ok(out)
+    }
+
+    /// The delete horizon the log cleaner stamped on this batch (KIP-534): its tombstones may
+    /// be removed once the clock passes it. Stored in `baseTimestamp`.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & attributes::DELETE_HORIZON != 0).then_some(self.base_timestamp)
     }
 }
 

@@ -19,6 +19,7 @@
 
 pub mod append;
 pub mod builder;
+pub mod compact;
 pub mod compression;
 pub mod header;
 pub mod record;

@@ -1,6 +1,7 @@
 //! Partition logs in Kafka's on-disk layout.
 
 // Owned by the log engineer: segment files, indexes, the partition log and the log manager.
+pub mod cleaner;
 pub mod error;
 pub mod file_io;
 pub mod index;
@@ -16,11 +17,12 @@ pub mod meta_properties;
 pub mod partition_metadata;
 pub mod producer_state;
 
+pub use cleaner::{CleanerConfig, LogCleaner};
 pub use error::StorageError;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
 pub use log::{
-    AppendInfo, FlushTicket, Log, LogConfig, ReadInfo, RecoveryStats, TimestampAndOffset,
-    TopicPartition,
+    AppendInfo, CleanableLog, CleaningSources, CompactionConfig, FlushTicket, Log, LogConfig,
+    ReadInfo, RecoveryStats, SegmentSource, TimestampAndOffset, TopicPartition,
 };
 pub use log_manager::{LogManager, StartupReport};
 pub use segment::{FileSlice, LogSegment};

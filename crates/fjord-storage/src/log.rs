@@ -17,8 +17,9 @@ use crate::error::{IoResultExt, StorageError};
 use crate::leader_epoch::{LeaderEpochCache, LEADER_EPOCH_CHECKPOINT_FILE_NAME};
 use crate::producer_state::{ProducerStateManager, SequenceCheck};
 use crate::segment::{
-    parse_segment_file_name, FileSlice, LogSegment, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX,
-    LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+    parse_segment_file_name, segment_file_name, FileSlice, LogSegment, CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
 };
 
 /// Sentinel timestamps of the ListOffsets API.
@@ -67,7 +68,7 @@ impl std::fmt::Display for TopicPartition {
 }
 
 /// Per-log settings, named after Kafka's topic configs; `Default` gives Kafka's defaults.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// segment.bytes
     pub segment_bytes: u64,
@@ -91,6 +92,49 @@ pub struct LogConfig {
     /// (a compact-only topic) retention never deletes data; only segments wholly below the log
     /// start offset go.
     pub cleanup_policy_delete: bool,
+    /// How the log cleaner treats the log.
+    pub compaction: CompactionConfig,
+}
+
+/// The log cleaner's per-topic settings, by Kafka's names; `Default` gives Kafka's defaults
+/// for a topic that is not compacted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactionConfig {
+    /// `cleanup.policy` includes `compact`.
+    pub compact: bool,
+    /// min.cleanable.dirty.ratio
+    pub min_cleanable_dirty_ratio: f64,
+    /// min.compaction.lag.ms
+    pub min_compaction_lag_ms: i64,
+    /// max.compaction.lag.ms
+    pub max_compaction_lag_ms: i64,
+    /// delete.retention.ms: how long tombstones outlive the cleaning pass that first kept them.
+    pub delete_retention_ms: i64,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            compact: false,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            delete_retention_ms: 24 * 60 * 60 * 1000,
+        }
+    }
+}
+
+impl LogConfig {
+    /// The age at which the active segment rolls: `segment.ms`, or sooner for a compacted log
+    /// whose `max.compaction.lag.ms` is shorter, as in Kafka, so the cleaner can reach its
+    /// records in time.
+    pub fn max_segment_ms(&self) -> i64 {
+        if self.compaction.compact && self.compaction.max_compaction_lag_ms > 0 {
+            self.segment_ms.min(self.compaction.max_compaction_lag_ms)
+        } else {
+            self.segment_ms
+        }
+    }
 }
 
 impl Default for LogConfig {
@@ -106,6 +150,7 @@ impl Default for LogConfig {
             flush_interval_ms: None,
             file_delete_delay_ms: 60_000,
             cleanup_policy_delete: true,
+            compaction: CompactionConfig::default(),
         }
     }
 }
@@ -148,6 +193,67 @@ pub struct TimestampAndOffset {
     pub timestamp: i64,
     pub offset: i64,
     pub leader_epoch: Option<i32>,
+}
+
+/// Where the cleaner stands on one log; see [`Log::cleanable`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CleanableLog {
+    pub first_dirty_offset: i64,
+    /// A segment base: cleaning never reaches it.
+    pub first_uncleanable_offset: i64,
+    /// Bytes of the segments before the first dirty offset.
+    pub clean_bytes: u64,
+    /// Bytes of the segments between the first dirty and first uncleanable offsets.
+    pub cleanable_bytes: u64,
+    /// How long the oldest dirty record has been waiting beyond max.compaction.lag.ms; above 0
+    /// the log must be cleaned whatever its dirty ratio.
+    pub max_compaction_delay_ms: i64,
+    /// The checkpointed first dirty offset was outside the log and was reset.
+    pub reset_checkpoint: bool,
+    pub min_cleanable_dirty_ratio: f64,
+}
+
+impl CleanableLog {
+    /// Dirty bytes over all bytes, the cleaner's measure of which log needs it most.
+    pub fn cleanable_ratio(&self) -> f64 {
+        let total = self.clean_bytes + self.cleanable_bytes;
+        if total == 0 {
+            0.0
+        } else {
+            self.cleanable_bytes as f64 / total as f64
+        }
+    }
+
+    /// Kafka's test: overdue by max.compaction.lag.ms with something to clean, or dirtier
+    /// than min.cleanable.dirty.ratio.
+    pub fn needs_cleaning(&self) -> bool {
+        (self.max_compaction_delay_ms > 0 && self.cleanable_bytes > 0)
+            || self.cleanable_ratio() > self.min_cleanable_dirty_ratio
+    }
+}
+
+/// One sealed segment as a cleaning pass reads it, outside the log's lock.
+#[derive(Debug, Clone)]
+pub struct SegmentSource {
+    pub base_offset: i64,
+    /// The next segment's base offset (or the pass's limit for the last one).
+    pub next_segment_base: i64,
+    pub file: Arc<File>,
+    pub size: u64,
+    pub offset_index_entries: usize,
+    pub time_index_entries: usize,
+    pub last_modified: std::time::SystemTime,
+}
+
+/// See [`Log::cleaning_sources`].
+#[derive(Debug, Clone)]
+pub struct CleaningSources {
+    pub dir: PathBuf,
+    pub segments: Vec<SegmentSource>,
+    /// Producer id → last offset of its last batch: those batches stay, so the producers'
+    /// sequence state survives cleaning.
+    pub producer_last_offsets: std::collections::HashMap<i64, i64>,
+    pub config: LogConfig,
 }
 
 /// The files a flush must fsync and the offset they make durable. Built under the log's lock
@@ -485,7 +591,7 @@ impl Log {
         let last_offset = next - 1;
         if self.active_segment().should_roll(
             self.config.segment_bytes,
-            self.config.segment_ms,
+            self.config.max_segment_ms(),
             total_bytes,
             max_timestamp,
             last_offset,
@@ -569,10 +675,10 @@ impl Log {
             .range(..=fetch_offset)
             .next_back()
             .map_or(i64::MIN, |(base, _)| *base);
-        // A segment ending before the offset (a gap left by compaction elsewhere) passes the
-        // read on to the next one.
+        // A segment ending before the offset, or emptied by the cleaner (gaps compaction
+        // leaves), passes the read on to the next one.
         for segment in self.segments.range(start..).map(|(_, s)| s) {
-            if segment.next_offset() <= fetch_offset {
+            if segment.next_offset() <= fetch_offset || segment.size() == 0 {
                 continue;
             }
             info.records = segment.read(fetch_offset, max_bytes, max_offset, min_one_batch)?;
@@ -781,6 +887,174 @@ impl Log {
         }
         self.check_invariants();
         Ok(doomed.len())
+    }
+
+    /// Where the log cleaner stands on this log (Kafka's `LogToClean`), or `None` for a log
+    /// that is not compacted. `checkpoint` is the first dirty offset recorded after the last
+    /// pass; a missing or invalid one starts from the log start.
+    pub fn cleanable(&self, checkpoint: Option<i64>, now_ms: i64) -> Option<CleanableLog> {
+        let compaction = &self.config.compaction;
+        if !compaction.compact || self.closed {
+            return None;
+        }
+        let checkpointed = checkpoint.unwrap_or(self.log_start_offset);
+        let (first_dirty_offset, reset_checkpoint) =
+            if checkpointed < self.log_start_offset || checkpointed > self.log_end_offset {
+                (self.log_start_offset, true)
+            } else {
+                (checkpointed, false)
+            };
+        let active_base = self.active_segment().base_offset();
+        let floor_base = |offset: i64| {
+            self.segments
+                .range(..=offset)
+                .next_back()
+                .map_or(offset, |(base, _)| *base)
+        };
+        let dirty_from = floor_base(first_dirty_offset);
+        let dirty_sealed = || {
+            self.segments
+                .range(dirty_from..active_base)
+                .map(|(_, segment)| segment)
+        };
+        // Not past the high watermark (the last stable offset, without transactions), nor into
+        // the active segment, nor into segments younger than min.compaction.lag.ms.
+        let mut uncleanable = self.high_watermark.min(active_base);
+        if compaction.min_compaction_lag_ms > 0 {
+            let young = dirty_sealed().find(|s| {
+                s.largest_timestamp() > now_ms.saturating_sub(compaction.min_compaction_lag_ms)
+            });
+            if let Some(segment) = young {
+                uncleanable = uncleanable.min(segment.base_offset());
+            }
+        }
+        // Cleaning stops at a segment boundary.
+        let first_uncleanable_offset = floor_base(uncleanable).max(first_dirty_offset);
+        let clean_bytes = self
+            .segments
+            .range(..first_dirty_offset)
+            .map(|(_, s)| s.size())
+            .sum();
+        let cleanable_bytes = self
+            .segments
+            .range(dirty_from.min(first_uncleanable_offset)..first_uncleanable_offset)
+            .map(|(_, s)| s.size())
+            .sum();
+        let earliest_dirty = dirty_sealed()
+            .filter_map(LogSegment::first_batch_timestamp)
+            .filter(|ts| *ts > 0)
+            .min();
+        let clean_until = now_ms.saturating_sub(compaction.max_compaction_lag_ms.max(0));
+        let max_compaction_delay_ms = earliest_dirty
+            .filter(|ts| *ts < clean_until)
+            .map_or(0, |ts| clean_until - ts);
+        Some(CleanableLog {
+            first_dirty_offset,
+            first_uncleanable_offset,
+            clean_bytes,
+            cleanable_bytes,
+            max_compaction_delay_ms,
+            reset_checkpoint,
+            min_cleanable_dirty_ratio: compaction.min_cleanable_dirty_ratio,
+        })
+    }
+
+    /// What a cleaning pass up to `first_uncleanable_offset` reads, taken under the lock and
+    /// used outside it: the sealed segments below that offset (from the log start), each with
+    /// its own handle; the last data offset of every producer the log remembers; the config.
+    pub fn cleaning_sources(&self, first_uncleanable_offset: i64) -> CleaningSources {
+        let active_base = self.active_segment().base_offset();
+        let limit = first_uncleanable_offset.min(active_base);
+        let mut segments = Vec::new();
+        let mut bases = self.segments.range(..limit).peekable();
+        while let Some((&base, segment)) = bases.next() {
+            let end = bases.peek().map_or(limit, |(next, _)| **next);
+            segments.push(SegmentSource {
+                base_offset: base,
+                next_segment_base: end,
+                file: Arc::clone(segment.log_file()),
+                size: segment.size(),
+                offset_index_entries: segment.offset_index().len(),
+                time_index_entries: segment.time_index().len(),
+                last_modified: segment.last_modified(),
+            });
+        }
+        let producer_last_offsets = self
+            .producer_state
+            .producers()
+            .filter_map(|p| Some((p.producer_id, p.batches.back()?.last_offset)))
+            .collect();
+        CleaningSources {
+            dir: self.dir.clone(),
+            segments,
+            producer_last_offsets,
+            config: self.config.clone(),
+        }
+    }
+
+    /// A new segment for the cleaner to write, `.cleaned` beside the others.
+    pub fn create_cleaned_segment(
+        &self,
+        base_offset: i64,
+        now_ms: i64,
+    ) -> Result<LogSegment, StorageError> {
+        LogSegment::create_with_suffix(
+            &self.dir,
+            base_offset,
+            CLEANED_FILE_SUFFIX,
+            self.config.segment_index_bytes,
+            self.config.index_interval_bytes,
+            now_ms,
+        )
+    }
+
+    /// Swaps `cleaned` (written and synced as `.cleaned` files) in for the `replaced`
+    /// segments, as Kafka does: rename to `.swap` and sync the directory (the commit point:
+    /// from here recovery completes the swap), rename the replaced segments to `.deleted`,
+    /// drop the `.swap` suffix. Returns false, deleting `cleaned`, when the log changed
+    /// underneath (a replaced segment is gone or was rewritten, or the log closed): the pass
+    /// is then void and nothing is lost.
+    pub fn replace_segments(
+        &mut self,
+        mut cleaned: LogSegment,
+        replaced: &[SegmentSource],
+        now_ms: i64,
+    ) -> Result<bool, StorageError> {
+        let active_base = self.active_segment().base_offset();
+        let intact = !self.closed
+            && replaced.first().map(|s| s.base_offset) == Some(cleaned.base_offset())
+            && replaced.iter().all(|source| {
+                source.base_offset < active_base
+                    && self
+                        .segments
+                        .get(&source.base_offset)
+                        .is_some_and(|segment| {
+                            Arc::ptr_eq(segment.log_file(), &source.file)
+                                && segment.size() == source.size
+                        })
+            });
+        if !intact {
+            delete_segment_files(cleaned)?;
+            return Ok(false);
+        }
+        cleaned.change_suffix(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)?;
+        sync_dir(&self.dir)?;
+        let due = now_ms.saturating_add(self.config.file_delete_delay_ms);
+        for source in replaced {
+            if let Some(mut segment) = self.segments.remove(&source.base_offset) {
+                for path in segment.rename_to_deleted()? {
+                    self.pending_deletes.push((path, due));
+                }
+            }
+        }
+        cleaned.change_suffix(SWAP_FILE_SUFFIX, "")?;
+        cleaned.flush_and_release()?;
+        sync_dir(&self.dir)?;
+        self.dir_version += 1;
+        self.dir_synced_version = self.dir_version;
+        self.segments.insert(cleaned.base_offset(), cleaned);
+        self.check_invariants();
+        Ok(true)
     }
 
     /// Forgets idempotent producers whose last batch is `producer_id_expiration_ms` older than
@@ -1030,8 +1304,31 @@ impl Log {
     }
 }
 
-/// Removes leftovers of interrupted operations and returns the base offsets of the segments.
+/// Removes leftovers of interrupted operations, finishes interrupted cleaner swaps, and returns
+/// the base offsets of the segments.
 fn clean_dir_and_list_segments(dir: &Path) -> Result<Vec<i64>, StorageError> {
+    let mut swaps = Vec::new();
+    for entry in std::fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        let path = entry.path();
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if name.ends_with(DELETED_FILE_SUFFIX) || name.ends_with(CLEANED_FILE_SUFFIX) {
+            // A deletion, or a cleaning pass before its commit point: not wanted.
+            std::fs::remove_file(&path).at(&path)?;
+        } else if let Some(stem) = name.strip_suffix(SWAP_FILE_SUFFIX) {
+            match parse_segment_file_name(stem, LOG_FILE_SUFFIX) {
+                Some(base) => swaps.push(base),
+                // A swapped index: rebuilt from its log instead.
+                None => std::fs::remove_file(&path).at(&path)?,
+            }
+        }
+    }
+    swaps.sort_unstable();
+    for base in swaps {
+        complete_swap(dir, base)?;
+    }
     let mut bases = Vec::new();
     let mut index_files = Vec::new();
     for entry in std::fs::read_dir(dir).at(dir)? {
@@ -1040,13 +1337,7 @@ fn clean_dir_and_list_segments(dir: &Path) -> Result<Vec<i64>, StorageError> {
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
             continue;
         };
-        if name.ends_with(DELETED_FILE_SUFFIX)
-            || name.ends_with(".cleaned")
-            || name.ends_with(".swap")
-        {
-            // A deletion or compaction that did not finish: the files are no longer wanted.
-            std::fs::remove_file(&path).at(&path)?;
-        } else if let Some(base) = parse_segment_file_name(&name, LOG_FILE_SUFFIX) {
+        if let Some(base) = parse_segment_file_name(&name, LOG_FILE_SUFFIX) {
             bases.push(base);
         } else if let Some(base) = parse_segment_file_name(&name, INDEX_FILE_SUFFIX)
             .or_else(|| parse_segment_file_name(&name, TIME_INDEX_FILE_SUFFIX))
@@ -1062,6 +1353,72 @@ fn clean_dir_and_list_segments(dir: &Path) -> Result<Vec<i64>, StorageError> {
         }
     }
     Ok(bases)
+}
+
+/// Finishes a cleaner swap cut short by a crash: the `.swap` segment was fully written and
+/// synced before it got that name, so it replaces the segments it covers (those based in
+/// `[base, its next offset)`), whose indexes go too and are rebuilt from the new log. A swap
+/// file that does not read back whole is discarded instead, keeping the old segments.
+fn complete_swap(dir: &Path, base: i64) -> Result<(), StorageError> {
+    let swap = dir.join(segment_file_name(base, LOG_FILE_SUFFIX) + SWAP_FILE_SUFFIX);
+    let Some(next_offset) = scan_whole_segment(&swap, base)? else {
+        tracing::warn!(path = %swap.display(), "discarding a cleaned segment that does not read back whole");
+        return std::fs::remove_file(&swap).at(&swap);
+    };
+    for entry in std::fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let covered = [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
+            .iter()
+            .filter_map(|suffix| parse_segment_file_name(name, suffix))
+            .any(|b| b == base || (b > base && b < next_offset));
+        if covered {
+            let path = entry.path();
+            std::fs::remove_file(&path).at(&path)?;
+        }
+    }
+    let target = dir.join(segment_file_name(base, LOG_FILE_SUFFIX));
+    std::fs::rename(&swap, &target).at(&swap)?;
+    sync_dir(dir)?;
+    tracing::info!(segment = %target.display(), "completed an interrupted cleaner swap");
+    Ok(())
+}
+
+/// The next offset of a segment file if its batches line up to its end with valid CRCs. Reads
+/// one batch at a time.
+fn scan_whole_segment(path: &Path, base: i64) -> Result<Option<i64>, StorageError> {
+    use std::os::unix::fs::FileExt;
+    let file = File::open(path).at(path)?;
+    let size = file.metadata().at(path)?.len();
+    let mut position = 0u64;
+    let mut next = base;
+    let mut header_bytes = [0u8; fjord_records::BATCH_HEADER_LEN];
+    let mut batch = Vec::new();
+    while position < size {
+        if file.read_exact_at(&mut header_bytes, position).is_err() {
+            return Ok(None);
+        }
+        let Ok(header) = fjord_records::BatchHeader::parse(&header_bytes) else {
+            return Ok(None);
+        };
+        let len = header.total_len() as u64;
+        if header.base_offset < next || position + len > size {
+            return Ok(None);
+        }
+        batch.resize(header.total_len(), 0);
+        file.read_exact_at(&mut batch, position).at(path)?;
+        if fjord_records::header::compute_crc(&batch) != header.crc {
+            return Ok(None);
+        }
+        next = header.last_offset() + 1;
+        position += len;
+    }
+    Ok(Some(next))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    File::open(dir).and_then(|d| d.sync_all()).at(dir)
 }
 
 fn delete_segment_files(mut segment: LogSegment) -> Result<(), StorageError> {

@@ -14,7 +14,7 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use fjord_records::header::compute_crc;
@@ -29,6 +29,11 @@ pub const INDEX_FILE_SUFFIX: &str = ".index";
 pub const TIME_INDEX_FILE_SUFFIX: &str = ".timeindex";
 /// Suffix of segment files awaiting asynchronous deletion.
 pub const DELETED_FILE_SUFFIX: &str = ".deleted";
+/// Suffix of a segment the log cleaner is writing; such files are discarded by recovery.
+pub const CLEANED_FILE_SUFFIX: &str = ".cleaned";
+/// Suffix of a cleaned segment committed to replace the segments it was cleaned from; recovery
+/// finishes the replacement.
+pub const SWAP_FILE_SUFFIX: &str = ".swap";
 
 /// `<20-digit base offset><suffix>`, Kafka's segment file naming.
 pub fn segment_file_name(base_offset: i64, suffix: &str) -> String {
@@ -144,7 +149,28 @@ impl LogSegment {
         index_interval_bytes: u64,
         now_ms: i64,
     ) -> Result<LogSegment, StorageError> {
-        let log_path = dir.join(segment_file_name(base_offset, LOG_FILE_SUFFIX));
+        Self::create_with_suffix(
+            dir,
+            base_offset,
+            "",
+            index_bytes,
+            index_interval_bytes,
+            now_ms,
+        )
+    }
+
+    /// Creates a new empty segment whose three files carry `suffix` after their usual names
+    /// (the cleaner's [`CLEANED_FILE_SUFFIX`]), replacing stale files of the same names.
+    pub fn create_with_suffix(
+        dir: &Path,
+        base_offset: i64,
+        suffix: &str,
+        index_bytes: u64,
+        index_interval_bytes: u64,
+        now_ms: i64,
+    ) -> Result<LogSegment, StorageError> {
+        let name = |kind: &str| dir.join(segment_file_name(base_offset, kind) + suffix);
+        let log_path = name(LOG_FILE_SUFFIX);
         let log = OpenOptions::new()
             .read(true)
             .write(true)
@@ -152,16 +178,9 @@ impl LogSegment {
             .truncate(true)
             .open(&log_path)
             .at(&log_path)?;
-        let offset_index = OffsetIndex::create(
-            &dir.join(segment_file_name(base_offset, INDEX_FILE_SUFFIX)),
-            base_offset,
-            index_bytes,
-        )?;
-        let time_index = TimeIndex::create(
-            &dir.join(segment_file_name(base_offset, TIME_INDEX_FILE_SUFFIX)),
-            base_offset,
-            index_bytes,
-        )?;
+        let offset_index = OffsetIndex::create(&name(INDEX_FILE_SUFFIX), base_offset, index_bytes)?;
+        let time_index =
+            TimeIndex::create(&name(TIME_INDEX_FILE_SUFFIX), base_offset, index_bytes)?;
         Ok(LogSegment {
             base_offset,
             log_path,
@@ -458,19 +477,13 @@ impl LogSegment {
     /// Appends one batch whose offsets were assigned by the log.
     pub fn append(&mut self, batch: &AppendBatch) -> Result<(), StorageError> {
         let header = batch.header();
-        if header.base_offset < self.next_offset || batch.len() != header.total_len() {
-            return Err(StorageError::corrupt(
-                &self.log_path,
-                format!(
-                    "append of offset {} at next offset {} breaks offset order",
-                    header.base_offset, self.next_offset
-                ),
-            ));
+        if batch.len() != header.total_len() {
+            return Err(self.out_of_order(header.base_offset));
         }
-        let position = u32::try_from(self.size)
-            .ok()
-            .filter(|p| u64::from(*p) + batch.len() as u64 <= u64::from(u32::MAX))
-            .ok_or_else(|| StorageError::corrupt(&self.log_path, "segment beyond 4 GiB"))?;
+        let position = self.append_position(batch.len())?;
+        if header.base_offset < self.next_offset {
+            return Err(self.out_of_order(header.base_offset));
+        }
         // The rewritten header and the caller's records go down in one write, never joined in
         // memory first.
         file_io::write_all_vectored_at(
@@ -481,6 +494,51 @@ impl LogSegment {
         .at(&self.log_path)?;
         self.size += batch.len() as u64;
         self.index_batch(position, header)
+    }
+
+    /// Appends whole batches, already with their offsets, written in one go (the cleaner's
+    /// output). Each batch's offsets must follow the previous ones'.
+    pub fn append_batches(&mut self, batches: &[u8]) -> Result<(), StorageError> {
+        let mut headers = Vec::new();
+        let mut at = 0usize;
+        let mut next = self.next_offset;
+        while at < batches.len() {
+            let header = batches
+                .get(at..)
+                .and_then(|rest| BatchHeader::parse(rest).ok())
+                .filter(|h| at + h.total_len() <= batches.len() && h.base_offset >= next)
+                .ok_or_else(|| self.out_of_order(next))?;
+            next = header.last_offset() + 1;
+            headers.push((at, header));
+            at += header.total_len();
+        }
+        let start = self.append_position(batches.len())?;
+        self.log
+            .write_all_at(batches, self.size)
+            .at(&self.log_path)?;
+        self.size += batches.len() as u64;
+        for (at, header) in headers {
+            self.index_batch(start + at as u32, &header)?;
+        }
+        Ok(())
+    }
+
+    fn out_of_order(&self, offset: i64) -> StorageError {
+        StorageError::corrupt(
+            &self.log_path,
+            format!(
+                "append of offset {offset} at next offset {} breaks offset order",
+                self.next_offset
+            ),
+        )
+    }
+
+    /// Where `len` more bytes go, refused past what 32-bit index positions address.
+    fn append_position(&self, len: usize) -> Result<u32, StorageError> {
+        u32::try_from(self.size)
+            .ok()
+            .filter(|p| u64::from(*p) + len as u64 <= u64::from(u32::MAX))
+            .ok_or_else(|| StorageError::corrupt(&self.log_path, "segment beyond 4 GiB"))
     }
 
     /// Whole batches starting at the one holding `start_offset`, up to `max_bytes` (the first
@@ -672,20 +730,58 @@ impl LogSegment {
 
     /// Renames the three files with the `.deleted` suffix; returns the new paths.
     pub fn rename_to_deleted(&mut self) -> Result<Vec<PathBuf>, StorageError> {
+        self.rename_files(|path| with_suffix(path, DELETED_FILE_SUFFIX))
+    }
+
+    /// Renames the three files from names ending in `from` to names ending in `to` instead
+    /// (the cleaner's `.cleaned` → `.swap` → no suffix).
+    pub fn change_suffix(&mut self, from: &str, to: &str) -> Result<(), StorageError> {
+        self.rename_files(|path| {
+            let name = path.as_os_str().to_string_lossy();
+            let stem = name.strip_suffix(from).unwrap_or(&name);
+            PathBuf::from(format!("{stem}{to}"))
+        })
+        .map(drop)
+    }
+
+    fn rename_files(
+        &mut self,
+        rename: impl Fn(&Path) -> PathBuf,
+    ) -> Result<Vec<PathBuf>, StorageError> {
         let mut renamed = Vec::with_capacity(3);
-        let log_path = with_suffix(&self.log_path, DELETED_FILE_SUFFIX);
+        let log_path = rename(&self.log_path);
         std::fs::rename(&self.log_path, &log_path).at(&self.log_path)?;
         self.log_path = log_path.clone();
         renamed.push(log_path);
-        let index_path = with_suffix(self.offset_index.path(), DELETED_FILE_SUFFIX);
+        let index_path = rename(self.offset_index.path());
         rename_if_exists(self.offset_index.path(), &index_path)?;
         self.offset_index.set_path(index_path.clone());
         renamed.push(index_path);
-        let time_path = with_suffix(self.time_index.path(), DELETED_FILE_SUFFIX);
+        let time_path = rename(self.time_index.path());
         rename_if_exists(self.time_index.path(), &time_path)?;
         self.time_index.set_path(time_path.clone());
         renamed.push(time_path);
         Ok(renamed)
+    }
+
+    /// Sets the `.log` file's modification time, which stands in for the largest timestamp
+    /// of a segment without timestamps (a cleaned segment keeps its sources').
+    pub fn set_last_modified(&self, time: SystemTime) -> Result<(), StorageError> {
+        self.log.set_modified(time).at(&self.log_path)
+    }
+
+    /// The `.log` file's modification time.
+    pub fn last_modified(&self) -> SystemTime {
+        self.log
+            .metadata()
+            .and_then(|m| m.modified())
+            .unwrap_or(UNIX_EPOCH)
+    }
+
+    /// Max timestamp of the first batch (`None` when empty): segment.ms and
+    /// max.compaction.lag.ms measure a segment's age from it.
+    pub fn first_batch_timestamp(&self) -> Option<i64> {
+        self.rolling_based_timestamp
     }
 
     pub fn base_offset(&self) -> i64 {

@@ -1,0 +1,328 @@
+//! The log cleaner: compaction of logs whose `cleanup.policy` includes `compact`.
+//!
+//! `log.cleaner.threads` background threads each take the dirtiest log (largest share of
+//! dirty bytes, or overdue by `max.compaction.lag.ms`), run a [`pass`] over it, and record
+//! where the clean part now ends in the log dir's `cleaner-offset-checkpoint`, Kafka's file.
+//! Each thread's key map is bounded by its share of `log.cleaner.dedupe.buffer.size`; a dirty
+//! section with more keys is cleaned over several passes. A log whose pass fails is left alone
+//! until the next start, as Kafka marks it uncleanable.
+
+pub mod offset_map;
+pub mod pass;
+pub mod throttle;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::checkpoint::{read_offset_checkpoint, write_offset_checkpoint};
+use crate::error::{IoResultExt, StorageError};
+use crate::log::{CleanableLog, Log, TopicPartition};
+use crate::log_manager::PartitionLogs;
+use offset_map::OffsetMap;
+use pass::{clean_log, PassIo, PassOutcome};
+use throttle::Throttler;
+
+pub const CLEANER_OFFSET_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
+
+/// The broker's `log.cleaner.*` settings; `Default` gives Kafka's defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CleanerConfig {
+    /// log.cleaner.enable
+    pub enable: bool,
+    /// log.cleaner.threads
+    pub threads: usize,
+    /// log.cleaner.dedupe.buffer.size: the key maps of all threads together.
+    pub dedupe_buffer_size: u64,
+    /// log.cleaner.io.buffer.load.factor
+    pub dedupe_buffer_load_factor: f64,
+    /// log.cleaner.io.buffer.size: read and write buffers of all threads together.
+    pub io_buffer_size: usize,
+    /// log.cleaner.io.max.bytes.per.second
+    pub io_max_bytes_per_second: f64,
+    /// log.cleaner.backoff.ms: the sleep when no log needs cleaning.
+    pub backoff_ms: u64,
+}
+
+impl Default for CleanerConfig {
+    fn default() -> Self {
+        CleanerConfig {
+            enable: true,
+            threads: 1,
+            dedupe_buffer_size: 128 * 1024 * 1024,
+            dedupe_buffer_load_factor: 0.9,
+            io_buffer_size: 512 * 1024,
+            io_max_bytes_per_second: f64::MAX,
+            backoff_ms: 15_000,
+        }
+    }
+}
+
+/// Where the logs come from: every log dir with its partition logs, asked afresh each round.
+pub type LogSource = dyn Fn() -> Vec<(PathBuf, PartitionLogs)> + Send + Sync;
+
+/// What the cleaner threads share.
+struct Shared {
+    config: CleanerConfig,
+    source: Box<LogSource>,
+    state: Mutex<State>,
+    wake: Condvar,
+    stop: AtomicBool,
+    throttler: Throttler,
+}
+
+#[derive(Default)]
+struct State {
+    /// Per log dir: the first dirty offset of each log, as in its checkpoint file.
+    checkpoints: HashMap<PathBuf, BTreeMap<TopicPartition, i64>>,
+    in_progress: HashSet<TopicPartition>,
+    uncleanable: HashSet<TopicPartition>,
+    /// Completed passes; tests and operators watch it move.
+    passes: u64,
+}
+
+/// One log chosen for a pass.
+struct Job {
+    dir: PathBuf,
+    tp: TopicPartition,
+    log: Arc<Mutex<Log>>,
+    cleanable: CleanableLog,
+}
+
+/// The running cleaner; [`LogCleaner::shutdown`] stops its threads.
+pub struct LogCleaner {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl LogCleaner {
+    /// Loads each dir's checkpoint and starts the threads (none when disabled).
+    pub fn start(
+        config: CleanerConfig,
+        log_dirs: &[PathBuf],
+        source: Box<LogSource>,
+    ) -> Result<LogCleaner, StorageError> {
+        let mut state = State::default();
+        for dir in log_dirs {
+            let path = dir.join(CLEANER_OFFSET_CHECKPOINT_FILE);
+            let entries = read_offset_checkpoint(&path)?
+                .into_iter()
+                .map(|(topic, partition, offset)| (TopicPartition { topic, partition }, offset))
+                .collect();
+            state.checkpoints.insert(dir.clone(), entries);
+        }
+        let shared = Arc::new(Shared {
+            throttler: Throttler::new(config.io_max_bytes_per_second),
+            config,
+            source,
+            state: Mutex::new(state),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let threads = if shared.config.enable {
+            (0..shared.config.threads)
+                .map(|id| {
+                    let shared = Arc::clone(&shared);
+                    std::thread::Builder::new()
+                        .name(format!("log-cleaner-{id}"))
+                        .spawn(move || run(&shared, id))
+                        .at(Path::new("log cleaner thread"))
+                })
+                .collect::<Result<_, _>>()?
+        } else {
+            Vec::new()
+        };
+        Ok(LogCleaner { shared, threads })
+    }
+
+    /// Asks idle threads to look for work now (a topic's configs changed).
+    pub fn wake(&self) {
+        self.shared.wake.notify_all();
+    }
+
+    /// Completed passes since start.
+    pub fn passes(&self) -> u64 {
+        lock(&self.shared.state).passes
+    }
+
+    /// Stops the threads; a pass under way is abandoned before its next swap, which loses
+    /// nothing (the next start cleans from the last checkpoint).
+    pub fn shutdown(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        {
+            let _state = lock(&self.shared.state);
+            self.shared.wake.notify_all();
+        }
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for LogCleaner {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn run(shared: &Shared, id: usize) {
+    let config = &shared.config;
+    let threads = config.threads.max(1) as u64;
+    let map_bytes = config.dedupe_buffer_size / threads;
+    let io_buffer_bytes = (config.io_buffer_size / threads as usize / 2).max(64 * 1024);
+    while !shared.stop.load(Ordering::Relaxed) {
+        let Some(job) = grab_filthiest(shared) else {
+            let state = lock(&shared.state);
+            if shared.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let _ = shared
+                .wake
+                .wait_timeout(state, Duration::from_millis(config.backoff_ms.max(1)));
+            continue;
+        };
+        // The map lives for one pass: an idle cleaner holds no memory.
+        let mut map = OffsetMap::new(map_bytes, config.dedupe_buffer_load_factor);
+        let io = PassIo {
+            map: &mut map,
+            throttler: &shared.throttler,
+            io_buffer_bytes,
+            stop: &shared.stop,
+        };
+        let result = clean_log(&job.log, &job.cleanable, io, now_ms());
+        let mut state = lock(&shared.state);
+        state.in_progress.remove(&job.tp);
+        match result {
+            Ok(PassOutcome::Cleaned { end_offset, stats }) => {
+                state.passes += 1;
+                let mb = stats.bytes_read as f64 / 1e6;
+                let seconds = (stats.elapsed_ms.max(1) as f64) / 1000.0;
+                tracing::info!(
+                    cleaner = id,
+                    tp = %job.tp,
+                    first_dirty = job.cleanable.first_dirty_offset,
+                    end_offset,
+                    dirty_ratio = job.cleanable.cleanable_ratio(),
+                    bytes_read = stats.bytes_read,
+                    bytes_written = stats.bytes_written,
+                    records_read = stats.records_read,
+                    records_kept = stats.records_kept,
+                    keys_mapped = stats.keys_mapped,
+                    map_memory_bytes = stats.map_memory_bytes,
+                    map_utilization = stats.map_utilization,
+                    segments = %format!("{} -> {}", stats.segments_read, stats.segments_written),
+                    elapsed_ms = stats.elapsed_ms,
+                    mb_per_sec = mb / seconds,
+                    "log cleaned"
+                );
+                let entries = state.checkpoints.entry(job.dir.clone()).or_default();
+                entries.insert(job.tp.clone(), end_offset);
+                let snapshot = entries.clone();
+                drop(state);
+                write_checkpoint(shared, &job.dir, snapshot);
+            }
+            Ok(PassOutcome::Aborted) => {
+                tracing::debug!(tp = %job.tp, "cleaning pass abandoned: the log changed or the cleaner is stopping");
+            }
+            Err(error) => {
+                tracing::warn!(tp = %job.tp, %error, "cleaning failed; the log is not cleaned again until restart");
+                state.uncleanable.insert(job.tp);
+            }
+        }
+    }
+}
+
+/// Picks the log that needs cleaning most and marks it in progress.
+fn grab_filthiest(shared: &Shared) -> Option<Job> {
+    let now = now_ms();
+    let dirs = (shared.source)();
+    let mut reset = Vec::new();
+    let mut best: Option<Job> = None;
+    {
+        let state = lock(&shared.state);
+        for (dir, logs) in &dirs {
+            let checkpoints = state.checkpoints.get(dir);
+            for (tp, log) in logs {
+                if state.in_progress.contains(tp) || state.uncleanable.contains(tp) {
+                    continue;
+                }
+                let checkpoint = checkpoints.and_then(|c| c.get(tp)).copied();
+                let Some(cleanable) = lock(log).cleanable(checkpoint, now) else {
+                    continue;
+                };
+                if cleanable.reset_checkpoint {
+                    reset.push((dir.clone(), tp.clone(), cleanable.first_dirty_offset));
+                }
+                if cleanable.clean_bytes + cleanable.cleanable_bytes == 0
+                    || !cleanable.needs_cleaning()
+                {
+                    continue;
+                }
+                let dirtier = best
+                    .as_ref()
+                    .is_none_or(|b| cleanable.cleanable_ratio() > b.cleanable.cleanable_ratio());
+                if dirtier {
+                    best = Some(Job {
+                        dir: dir.clone(),
+                        tp: tp.clone(),
+                        log: Arc::clone(log),
+                        cleanable,
+                    });
+                }
+            }
+        }
+    }
+    let mut state = lock(&shared.state);
+    let mut touched = Vec::new();
+    for (dir, tp, offset) in reset {
+        state
+            .checkpoints
+            .entry(dir.clone())
+            .or_default()
+            .insert(tp, offset);
+        touched.push(dir);
+    }
+    let job = best.filter(|job| state.in_progress.insert(job.tp.clone()));
+    let snapshots: Vec<_> = touched
+        .into_iter()
+        .filter_map(|dir| Some((dir.clone(), state.checkpoints.get(&dir)?.clone())))
+        .collect();
+    drop(state);
+    for (dir, entries) in snapshots {
+        write_checkpoint(shared, &dir, entries);
+    }
+    job
+}
+
+/// Rewrites a dir's `cleaner-offset-checkpoint`, keeping only logs that still exist there.
+fn write_checkpoint(shared: &Shared, dir: &Path, entries: BTreeMap<TopicPartition, i64>) {
+    let live: HashSet<TopicPartition> = (shared.source)()
+        .into_iter()
+        .filter(|(d, _)| d == dir)
+        .flat_map(|(_, logs)| logs.into_iter().map(|(tp, _)| tp))
+        .collect();
+    let lines: Vec<(String, i32, i64)> = entries
+        .into_iter()
+        .filter(|(tp, _)| live.contains(tp))
+        .map(|(tp, offset)| (tp.topic, tp.partition, offset))
+        .collect();
+    let path = dir.join(CLEANER_OFFSET_CHECKPOINT_FILE);
+    if let Err(error) = write_offset_checkpoint(&path, &lines) {
+        tracing::warn!(path = %path.display(), %error, "cannot write the cleaner checkpoint");
+    }
+}

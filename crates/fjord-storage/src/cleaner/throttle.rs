@@ -1,0 +1,87 @@
+//! `log.cleaner.io.max.bytes.per.second`: the cleaner threads together read and write at most
+//! that many bytes a second on average, sleeping whenever they run ahead.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How often the rate is measured: short enough to smooth bursts, long enough that sleeps are
+/// few.
+const CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Shared by all cleaner threads.
+#[derive(Debug)]
+pub struct Throttler {
+    max_bytes_per_second: f64,
+    window: Mutex<(Instant, f64)>,
+}
+
+impl Throttler {
+    pub fn new(max_bytes_per_second: f64) -> Throttler {
+        Throttler {
+            max_bytes_per_second,
+            window: Mutex::new((Instant::now(), 0.0)),
+        }
+    }
+
+    fn unlimited(&self) -> bool {
+        self.max_bytes_per_second.is_nan()
+            || self.max_bytes_per_second <= 0.0
+            || self.max_bytes_per_second >= f64::MAX / 2.0
+    }
+
+    /// Counts `bytes` of I/O and sleeps as long as it takes to bring the average back to the
+    /// limit.
+    pub fn maybe_throttle(&self, bytes: u64) {
+        if self.unlimited() {
+            return;
+        }
+        let sleep = {
+            let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+            window.1 += bytes as f64;
+            let elapsed = window.0.elapsed();
+            if elapsed < CHECK_INTERVAL {
+                return;
+            }
+            let due = Duration::from_secs_f64(window.1 / self.max_bytes_per_second);
+            *window = (Instant::now(), 0.0);
+            due.saturating_sub(elapsed)
+        };
+        if !sleep.is_zero() {
+            std::thread::sleep(sleep);
+            // The sleep belongs to the window it paid for.
+            let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+            window.0 = Instant::now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_the_average_rate() {
+        let throttler = Throttler::new(1_000_000.0);
+        let started = Instant::now();
+        // 300 kB at 1 MB/s: about 300 ms, whatever the chunking.
+        for _ in 0..300 {
+            throttler.maybe_throttle(1_000);
+        }
+        throttler.maybe_throttle(0);
+        std::thread::sleep(CHECK_INTERVAL);
+        throttler.maybe_throttle(0);
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_millis(250), "{elapsed:?}");
+        assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+    }
+
+    #[test]
+    fn the_default_never_sleeps() {
+        let throttler = Throttler::new(f64::MAX);
+        let started = Instant::now();
+        for _ in 0..1000 {
+            throttler.maybe_throttle(1 << 30);
+        }
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+}
