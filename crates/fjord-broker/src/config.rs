@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use fjord_storage::CleanerConfig;
+
 /// Kafka's config value types, numbered as DescribeConfigs (v3+) reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigType {
@@ -696,6 +698,38 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
         Some("0.5"),
         Check::Between(0.0, 1.0)
     ),
+    broker_config!("log.cleaner.enable", Boolean, Some("true"), Check::None),
+    broker_config!("log.cleaner.threads", Int, Some("1"), Check::AtLeast(0)),
+    broker_config!(
+        "log.cleaner.dedupe.buffer.size",
+        Long,
+        Some("134217728"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "log.cleaner.io.buffer.size",
+        Int,
+        Some("524288"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "log.cleaner.io.buffer.load.factor",
+        Double,
+        Some("0.9"),
+        Check::Between(0.01, 1.0)
+    ),
+    broker_config!(
+        "log.cleaner.io.max.bytes.per.second",
+        Double,
+        Some("1.7976931348623157E308"),
+        Check::Between(1.0, f64::MAX)
+    ),
+    broker_config!(
+        "log.cleaner.backoff.ms",
+        Long,
+        Some("15000"),
+        Check::AtLeast(0)
+    ),
     broker_config!(
         "compression.type",
         String,
@@ -872,8 +906,7 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
 ];
 
 /// Broker keys fjord accepts, so that Kafka's own config files start it, but does not act upon
-/// yet; each one set is named in a warning at start. (The cluster keys come with clustering, the
-/// cleaner's with the log cleaner.)
+/// yet; each one set is named in a warning at start. (The cluster keys come with clustering.)
 const NOT_ACTED_UPON: &[&str] = &[
     "process.roles",
     "controller.quorum.voters",
@@ -884,10 +917,6 @@ const NOT_ACTED_UPON: &[&str] = &[
     "log.flush.scheduler.interval.ms",
     "log.flush.offset.checkpoint.interval.ms",
     "log.preallocate",
-    "log.cleaner.delete.retention.ms",
-    "log.cleaner.min.compaction.lag.ms",
-    "log.cleaner.max.compaction.lag.ms",
-    "log.cleaner.min.cleanable.ratio",
     "compression.gzip.level",
     "compression.lz4.level",
     "compression.zstd.level",
@@ -923,6 +952,8 @@ pub struct BrokerConfig {
     pub log_retention_check_interval_ms: i64,
     pub producer_id_expiration_ms: i64,
     pub producer_id_expiration_check_interval_ms: i64,
+    /// The log cleaner's `log.cleaner.*` settings.
+    pub cleaner: CleanerConfig,
     /// Every key the operator set, after validation; topic defaults come from here.
     pub explicit: BTreeMap<String, String>,
 }
@@ -1121,6 +1152,30 @@ impl BrokerConfig {
             .map(PathBuf::from)
             .unwrap_or_else(|| log_dirs[0].clone());
         let default_replication_factor = parse_i64("default.replication.factor")?;
+        let parse_f64 = |key: &str| -> f64 { get(key).trim().parse().unwrap_or(0.0) };
+        let cleaner = CleanerConfig {
+            enable: get("log.cleaner.enable")
+                .trim()
+                .eq_ignore_ascii_case("true"),
+            threads: parse_i64("log.cleaner.threads")?.max(0) as usize,
+            dedupe_buffer_size: parse_i64("log.cleaner.dedupe.buffer.size")?.max(0) as u64,
+            dedupe_buffer_load_factor: parse_f64("log.cleaner.io.buffer.load.factor"),
+            io_buffer_size: parse_i64("log.cleaner.io.buffer.size")?.max(0) as usize,
+            io_max_bytes_per_second: parse_f64("log.cleaner.io.max.bytes.per.second"),
+            backoff_ms: parse_i64("log.cleaner.backoff.ms")?.max(0) as u64,
+        };
+        let per_thread_keys = cleaner.dedupe_buffer_size as f64
+            / cleaner.threads.max(1) as f64
+            / fjord_storage::cleaner::offset_map::BYTES_PER_ENTRY as f64
+            * cleaner.dedupe_buffer_load_factor;
+        if cleaner.enable && cleaner.threads > 0 && per_thread_keys <= 1.0 {
+            return Err(invalid(
+                "log.cleaner.dedupe.buffer.size",
+                &get("log.cleaner.dedupe.buffer.size"),
+                "the cleaner's key map would not hold even one key: raise it or lower \
+                 log.cleaner.threads",
+            ));
+        }
         let config = BrokerConfig {
             node_id,
             listeners,
@@ -1142,6 +1197,7 @@ impl BrokerConfig {
             producer_id_expiration_check_interval_ms: parse_i64(
                 "producer.id.expiration.check.interval.ms",
             )?,
+            cleaner,
             explicit: props.clone(),
         };
         Ok((config, warnings))

@@ -24,6 +24,7 @@ use fjord_metadata::{BrokerEndpoint, MetadataQuorum, MetadataRecord, RegisterBro
 use fjord_storage::log::LogConfig;
 use fjord_storage::log_manager::LogManager;
 use fjord_storage::meta_properties::{MetaProperties, MetaPropertiesVersion};
+use fjord_storage::LogCleaner;
 use tokio::sync::watch;
 
 use crate::broker::{now_ms, Broker, BrokerDispatch};
@@ -131,6 +132,16 @@ pub async fn run(
         .apply_image(&quorum.image(), now_ms())
         .map_err(startup)?;
 
+    // Compaction of logs whose cleanup.policy includes compact (`__consumer_offsets` among
+    // them), on its own threads.
+    let cleaner_logs = replicas.clone();
+    let cleaner = LogCleaner::start(
+        config.cleaner.clone(),
+        &config.log_dirs,
+        Box::new(move || cleaner_logs.log_manager().logs_by_dir()),
+    )
+    .map_err(startup)?;
+
     let (high_watermark_moved, _) = watch::channel(0u64);
     let high_watermark_moved = Arc::new(high_watermark_moved);
     let (flusher, flusher_task) = flusher::start(high_watermark_moved.clone());
@@ -218,6 +229,8 @@ pub async fn run(
     drop(broker);
     drop(flusher);
     let _ = tokio::time::timeout(Duration::from_secs(30), flusher_task).await;
+    // A pass under way stops before its next swap; the cleaner holds the logs until then.
+    let _ = tokio::task::spawn_blocking(move || cleaner.shutdown()).await;
     replicas.log_manager().shutdown().map_err(startup)?;
     drop(replicas);
     match Arc::try_unwrap(quorum) {

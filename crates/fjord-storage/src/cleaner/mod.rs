@@ -156,7 +156,11 @@ impl LogCleaner {
 
     /// Stops the threads; a pass under way is abandoned before its next swap, which loses
     /// nothing (the next start cleans from the last checkpoint).
-    pub fn shutdown(&mut self) {
+    pub fn shutdown(mut self) {
+        self.stop_threads();
+    }
+
+    fn stop_threads(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         {
             let _state = lock(&self.shared.state);
@@ -170,7 +174,7 @@ impl LogCleaner {
 
 impl Drop for LogCleaner {
     fn drop(&mut self) {
-        self.shutdown();
+        self.stop_threads();
     }
 }
 
