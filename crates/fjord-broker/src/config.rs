@@ -1483,6 +1483,30 @@ mod tests {
     }
 
     #[test]
+    fn cleaner_settings_are_checked() {
+        let (config, _) = BrokerConfig::from_properties(&props(&[
+            ("log.cleaner.threads", "2"),
+            ("log.cleaner.dedupe.buffer.size", "1048576"),
+            ("log.cleaner.io.max.bytes.per.second", "1e6"),
+        ]))
+        .unwrap();
+        assert_eq!(config.cleaner.threads, 2);
+        assert_eq!(config.cleaner.dedupe_buffer_size, 1_048_576);
+        assert_eq!(config.cleaner.io_max_bytes_per_second, 1e6);
+        let (defaults, _) = BrokerConfig::from_properties(&props(&[])).unwrap();
+        assert_eq!(defaults.cleaner, CleanerConfig::default());
+        // A key map that cannot hold one key never makes progress: refused, as Kafka does.
+        let err =
+            BrokerConfig::from_properties(&props(&[("log.cleaner.dedupe.buffer.size", "24")]))
+                .unwrap_err();
+        assert!(
+            err.to_string().contains("log.cleaner.dedupe.buffer.size"),
+            "{err}"
+        );
+        assert!(BrokerConfig::from_properties(&props(&[("log.cleaner.threads", "-1")])).is_err());
+    }
+
+    #[test]
     fn unknown_keys_warn() {
         let (_, warnings) = BrokerConfig::from_properties(&props(&[("no.such.key", "1")])).unwrap();
         assert_eq!(warnings.unknown_keys, vec!["no.such.key".to_string()]);
@@ -1492,13 +1516,14 @@ mod tests {
     fn keys_not_acted_upon_warn() {
         let (_, warnings) = BrokerConfig::from_properties(&props(&[
             ("num.io.threads", "4"),
+            ("log.preallocate", "true"),
             ("log.cleaner.min.compaction.lag.ms", "1000"),
             ("log.retention.ms", "1000"),
         ]))
         .unwrap();
         assert_eq!(
             warnings.ignored_keys,
-            vec!["log.cleaner.min.compaction.lag.ms", "num.io.threads"]
+            vec!["log.preallocate", "num.io.threads"]
         );
         assert!(warnings.unknown_keys.is_empty());
         // Every such key is a known one (validated like the rest).
