@@ -120,6 +120,60 @@ def consume(a: dict) -> int:
     return 0
 
 
+def produce_kv(a: dict) -> int:
+    """Sends the `key-hex value-hex|-` lines of --input in order to partition 0; waits for every ack."""
+    producer = Producer({"bootstrap.servers": a["bootstrap"], "acks": "all", "linger.ms": 5,
+                         "enable.idempotence": bool(a.get("idempotent")),
+                         "compression.codec": a.get("codec", "none")})
+    failed = []
+    with open(a["input"], encoding="ascii") as lines:
+        for line in lines:
+            key, value = line.split()
+            while True:
+                try:
+                    producer.produce(a["topic"], key=bytes.fromhex(key),
+                                     value=None if value == "-" else bytes.fromhex(value), partition=0,
+                                     on_delivery=lambda err, _msg: failed.append(err) if err else None)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            producer.poll(0)
+    remaining = producer.flush(120)
+    if remaining or failed:
+        print(f"produce-kv: {len(failed)} failed, {remaining} undelivered; first: {failed[:1]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def dump(a: dict) -> int:
+    """Writes every record of partition 0 from the log start to the end offset seen at start: offset key value."""
+    deadline = time.monotonic() + float(a["timeout-s"])
+    consumer = Consumer({"bootstrap.servers": a["bootstrap"], "group.id": f"fjord-e2e-{os.getpid()}",
+                         "enable.auto.commit": False, "enable.auto.offset.store": False})
+    tp = TopicPartition(a["topic"], 0)
+    _, end = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+    consumer.assign([TopicPartition(a["topic"], 0, OFFSET_BEGINNING)])
+    last = -1
+    try:
+        with open(a["out"], "w", encoding="ascii") as out:
+            while last < end - 1:
+                if time.monotonic() > deadline:
+                    print(f"dump: timed out at {last} of {end}", file=sys.stderr)
+                    return 3
+                for msg in consumer.consume(num_messages=1000, timeout=0.2):
+                    if msg.error() is not None:
+                        if msg.error().fatal():
+                            raise KafkaException(msg.error())
+                        continue
+                    last = msg.offset()
+                    key = "-" if msg.key() is None else msg.key().hex()
+                    value = "-" if msg.value() is None else msg.value().hex()
+                    out.write(f"{last} {key} {value}\n")
+    finally:
+        consumer.close()
+    return 0
+
+
 def group_consume(a: dict) -> int:
     o = group_flags(a)
     log = GroupLog(o["out"])
@@ -230,7 +284,8 @@ def group_consume(a: dict) -> int:
 def main() -> int:
     if len(sys.argv) < 2:
         raise SystemExit("usage: create-topic|produce|consume --bootstrap B --topic T ...")
-    commands = {"create-topic": create_topic, "produce": produce, "consume": consume, "group-consume": group_consume}
+    commands = {"create-topic": create_topic, "produce": produce, "consume": consume, "group-consume": group_consume,
+                "produce-kv": produce_kv, "dump": dump}
     cmd = commands.get(sys.argv[1])
     if cmd is None:
         raise SystemExit(f"unknown command {sys.argv[1]}")

@@ -37,7 +37,7 @@ public final class ClientTool {
 
     public static void main(String[] argv) throws Exception {
         if (argv.length < 1) {
-            System.err.println("usage: create-topic|produce|consume|group-consume --bootstrap B ...");
+            System.err.println("usage: create-topic|produce|consume|group-consume|produce-kv|dump --bootstrap B ...");
             System.exit(64);
         }
         Map<String, String> args = parseFlags(argv);
@@ -47,6 +47,8 @@ public final class ClientTool {
             case "produce" -> rc = produce(args);
             case "consume" -> rc = consume(args);
             case "group-consume" -> rc = GroupConsume.run(args);
+            case "produce-kv" -> rc = produceKv(args);
+            case "dump" -> rc = dump(args);
             default -> {
                 System.err.println("unknown command " + argv[0]);
                 rc = 64;
@@ -144,6 +146,68 @@ public final class ClientTool {
         if (failed.get() > 0) {
             System.err.println("produce: " + failed.get() + " records failed; first error: " + firstError.get());
             return 1;
+        }
+        return 0;
+    }
+
+    /** Sends the (key, value) lines of --input in order to partition 0; waits for every acknowledgement. */
+    private static int produceKv(Map<String, String> args) throws Exception {
+        String topic = need(args, "topic");
+        Properties props = new Properties();
+        props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, need(args, "bootstrap"));
+        props.put(ProducerConfig.ACKS_CONFIG, "all");
+        props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, Boolean.toString(args.containsKey("idempotent")));
+        props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, args.getOrDefault("codec", "none"));
+        props.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        AtomicLong failed = new AtomicLong();
+        AtomicReference<Exception> firstError = new AtomicReference<>();
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
+            for (String line : Files.readAllLines(Path.of(need(args, "input")), StandardCharsets.US_ASCII)) {
+                String[] kv = line.split(" ");
+                byte[] key = HEX.parseHex(kv[0]);
+                byte[] value = kv[1].equals("-") ? null : HEX.parseHex(kv[1]);
+                producer.send(new ProducerRecord<>(topic, 0, key, value), (md, err) -> {
+                    if (err != null) {
+                        failed.incrementAndGet();
+                        firstError.compareAndSet(null, err);
+                    }
+                });
+            }
+            producer.flush();
+        }
+        if (failed.get() > 0) {
+            System.err.println("produce-kv: " + failed.get() + " records failed; first error: " + firstError.get());
+            return 1;
+        }
+        return 0;
+    }
+
+    /** Writes every record of partition 0, from the log start to the end offset seen at start: offset key value. */
+    private static int dump(Map<String, String> args) throws Exception {
+        TopicPartition tp = new TopicPartition(need(args, "topic"), 0);
+        long deadline = System.nanoTime() + (long) (Double.parseDouble(need(args, "timeout-s")) * 1e9);
+        Properties props = new Properties();
+        props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, need(args, "bootstrap"));
+        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props);
+                BufferedWriter out = Files.newBufferedWriter(Path.of(need(args, "out")), StandardCharsets.US_ASCII)) {
+            consumer.assign(List.of(tp));
+            consumer.seekToBeginning(List.of(tp));
+            long end = consumer.endOffsets(List.of(tp)).get(tp);
+            // The position passes gaps and emptied batches, so it reaches the end offset.
+            while (consumer.position(tp) < end) {
+                if (System.nanoTime() > deadline) {
+                    System.err.println("dump: timed out at " + consumer.position(tp) + " of " + end);
+                    return 3;
+                }
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    out.write(r.offset() + " " + hexOrDash(r.key()) + " " + hexOrDash(r.value()) + "\n");
+                }
+            }
         }
         return 0;
     }
