@@ -2,6 +2,7 @@
 # One command for the fjord vs Apache Kafka benchmark (see BENCHMARKS.md).
 #   bench/run.sh           full run (about an hour on 2 cores): writes bench/results/<date>.{md,json}, updates BENCHMARKS.md
 #   bench/run.sh --smoke   seconds-long run that checks the harness end to end; results go to bench/.work/results
+#   bench/run.sh --cleaner [--smoke]   the log cleaner against Kafka's (bench/cleaner.py)
 # Needs: java 17+, mvn, go, cargo, python3; iperf3 and fio (Debian packages; installed here when apt-get can).
 # Downloads land in ~/.m2 and Go's module cache; build outputs in bench/.build (not committed).
 set -euo pipefail
@@ -42,4 +43,8 @@ if [ -z "${FJORD_BIN:-}" ]; then
     export FJORD_BIN="$BUILD/fjord"
 fi
 
+if [ "${1:-}" = "--cleaner" ]; then
+    shift
+    exec python3 "$BENCH/cleaner.py" --command "bench/run.sh --cleaner $*" "$@"
+fi
 exec python3 "$BENCH/bench.py" --command "bench/run.sh $*" "$@"

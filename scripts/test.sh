@@ -31,6 +31,9 @@ scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
 step "benchmark harness, smoke mode (the full comparison: bench/run.sh)"
 bench/run.sh --smoke
 
+step "cleaner benchmark harness, smoke mode (the full comparison: bench/run.sh --cleaner)"
+bench/run.sh --cleaner --smoke
+
 step "e2e (E2E_BROKER=${E2E_BROKER:-fjord})"
 # pytest prints its summary line last; its exit code is this script's.
 eval "exec .venv/bin/pytest tests/e2e -q ${E2E_PYTEST_ARGS:-}"

@@ -22,6 +22,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -143,7 +144,19 @@ func createTopics(args []string) error {
 	prefix := fs.String("prefix", "t", "topic name prefix")
 	topics := fs.Int("topics", 1, "number of topics")
 	partitions := fs.Int("partitions", 1, "partitions per topic")
+	configList := fs.String("configs", "", "topic configs, k=v[,k=v...]")
 	_ = fs.Parse(args)
+	var configs map[string]*string
+	if *configList != "" {
+		configs = map[string]*string{}
+		for _, kv := range strings.Split(*configList, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return fmt.Errorf("config %q is not k=v", kv)
+			}
+			configs[k] = &v
+		}
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(*bootstrap), kgo.RequestTimeoutOverhead(120*time.Second))
 	if err != nil {
 		return err
@@ -160,7 +173,7 @@ func createTopics(args []string) error {
 			names = append(names, fmt.Sprintf("%s-%d", *prefix, i))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
-		resp, err := adm.CreateTopics(ctx, int32(*partitions), 1, nil, names...)
+		resp, err := adm.CreateTopics(ctx, int32(*partitions), 1, configs, names...)
 		cancel()
 		if err != nil {
 			return err
@@ -219,6 +232,7 @@ func produce(args []string) error {
 	batchBytes := fs.Int("batch-bytes", 0, "largest batch in bytes; 0 for franz-go's default")
 	linger := fs.Duration("linger", 5*time.Millisecond, "how long a batch waits to fill")
 	warmup := fs.Int("warmup", 0, "records sent first and left out of the latency percentiles")
+	keys := fs.Int("keys", 0, "key record i with key-<i mod keys> (a compaction workload); 0 for no keys")
 	_ = fs.Parse(args)
 	codec, err := codecOf(*codecName)
 	if err != nil {
@@ -259,7 +273,11 @@ func produce(args []string) error {
 		p.wait(i)
 		sent := time.Now()
 		idx := i
-		cl.Produce(context.Background(), &kgo.Record{Value: pool[i%len(pool)]}, func(_ *kgo.Record, err error) {
+		record := &kgo.Record{Value: pool[i%len(pool)]}
+		if *keys > 0 {
+			record.Key = []byte(fmt.Sprintf("key-%08d", i%*keys))
+		}
+		cl.Produce(context.Background(), record, func(_ *kgo.Record, err error) {
 			lat[idx] = time.Since(sent).Microseconds()
 			if err != nil {
 				mu.Lock()
