@@ -1,5 +1,6 @@
 """Kafka's own log tools against the broker: kafka-delete-records (DeleteRecordsCommand) and kafka-log-dirs
-(LogDirsCommand) and kafka-configs (ConfigCommand) on topics, all from kafka-tools."""
+(LogDirsCommand) and kafka-configs (ConfigCommand) on topics, one broker and the cluster-wide broker default, all
+from kafka-tools."""
 
 import json
 import re
@@ -98,3 +99,47 @@ def test_kafka_configs_topic_alter_describe_delete(broker: Broker):
                            "--alter", "--add-config", "retention.ms=soon"], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "retention.ms" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert described(kafka_configs(broker, *entity, "--describe"), "retention.ms") is None
+
+
+def described_line(out: str, name: str):
+    """The whole `name=value sensitive=... synonyms={...}` line of a kafka-configs listing."""
+    for line in out.splitlines():
+        if line.strip().startswith(name + "="):
+            return line.strip()
+    return None
+
+
+def test_kafka_configs_broker_and_cluster_default(broker: Broker):
+    """Dynamic broker configs for broker 1 and for every broker, with Kafka's sources and synonyms; a topic
+    without an override inherits them. (delete.retention.ms: harmless to the suite's other topics.)"""
+    key = "log.cleaner.delete.retention.ms"
+    one = ["--entity-type", "brokers", "--entity-name", "1"]
+    default = ["--entity-type", "brokers", "--entity-default"]
+    kafka_configs(broker, *default, "--alter", "--add-config", f"{key}=4000000")
+    kafka_configs(broker, *one, "--alter", "--add-config", f"{key}=3000000")
+    try:
+        synonyms = (f"synonyms={{DYNAMIC_BROKER_CONFIG:{key}=3000000, DYNAMIC_DEFAULT_BROKER_CONFIG:{key}=4000000, "
+                    f"DEFAULT_CONFIG:{key}=86400000}}")
+        assert described_line(kafka_configs(broker, *one, "--describe"), key) == \
+            f"{key}=3000000 sensitive=false {synonyms}"
+        assert described_line(kafka_configs(broker, *one, "--describe", "--all"), key) == \
+            f"{key}=3000000 sensitive=false {synonyms}"
+        assert described_line(kafka_configs(broker, *default, "--describe"), key) == \
+            f"{key}=4000000 sensitive=false synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{key}=4000000}}"
+        topic = f"inherits-{uuid.uuid4().hex[:8]}"
+        run_tool("go", "create-topic", bootstrap=broker.bootstrap, topic=topic, partitions=1)
+        out = kafka_configs(broker, "--entity-type", "topics", "--entity-name", topic, "--describe", "--all")
+        assert described_line(out, "delete.retention.ms") == f"delete.retention.ms=3000000 sensitive=false {synonyms}"
+        # A key that cannot change on a running broker is refused.
+        proc = subprocess.run([java_bin(), "-cp", read_classpath("kafka-broker.classpath"),
+                               "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", broker.bootstrap, *one,
+                               "--alter", "--add-config", "broker.id=5"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0, proc.stdout
+        assert "Cannot update these configs dynamically: [broker.id]" in proc.stdout + proc.stderr
+    finally:
+        kafka_configs(broker, *one, "--alter", "--delete-config", key)
+        kafka_configs(broker, *default, "--alter", "--delete-config", key)
+    assert described_line(kafka_configs(broker, *one, "--describe"), key) is None
+    assert described_line(kafka_configs(broker, *default, "--describe"), key) is None
+    assert described_line(kafka_configs(broker, *one, "--describe", "--all"), key) == \
+        f"{key}=86400000 sensitive=false synonyms={{DEFAULT_CONFIG:{key}=86400000}}"

@@ -28,7 +28,10 @@ use fjord_protocol::{
 };
 use tokio::sync::watch;
 
-use crate::config::{BrokerConfig, ConfigSource, TopicConfig, TOPIC_CONFIGS};
+use crate::config::{
+    broker_config_keys, broker_config_kind, broker_key_synonyms, is_dynamic_broker_key,
+    BrokerConfig, ConfigSource, DynamicBrokerConfig, TopicConfig, TOPIC_CONFIGS,
+};
 use crate::controller::{self, CreateTopic};
 use crate::errors;
 use crate::fetch_session::FetchSessionCache;
@@ -647,7 +650,8 @@ impl Broker {
             .zip(outcomes)
             .map(|(create, outcome)| match outcome {
                 Ok(plan) => {
-                    let config = TopicConfig::resolve(&self.config, &create.configs);
+                    let dynamic = DynamicBrokerConfig::from_image(&image, self.config.node_id);
+                    let config = TopicConfig::resolve(&self.config, &dynamic, &create.configs);
                     CreatableTopicResult {
                         name: create.name.clone(),
                         topic_id: if request.validate_only {
@@ -801,6 +805,7 @@ impl Broker {
         const TOPIC: i8 = 2;
         const BROKER: i8 = 4;
         let image = self.quorum.image();
+        let dynamic = DynamicBrokerConfig::from_image(&image, self.config.node_id);
         let mut results = Vec::new();
         for resource in &request.resources {
             let wanted = |name: &str| {
@@ -830,29 +835,14 @@ impl Broker {
                             let mut synonyms = Vec::new();
                             if request.include_synonyms {
                                 if source == ConfigSource::DynamicTopic {
-                                    synonyms.push(DescribeConfigsSynonym {
-                                        name: name.to_string(),
-                                        value: Some(value.to_string()),
-                                        source: source as i8,
-                                    });
+                                    synonyms.push(synonym(name, value, source));
                                 }
-                                if let Some(def) = def {
-                                    let (broker_value, broker_source) =
-                                        self.config.topic_default(def);
-                                    if let (Some(syn), ConfigSource::StaticBroker) =
-                                        (def.broker_synonym, broker_source)
-                                    {
-                                        synonyms.push(DescribeConfigsSynonym {
-                                            name: syn.to_string(),
-                                            value: Some(broker_value),
-                                            source: broker_source as i8,
-                                        });
-                                    }
-                                    synonyms.push(DescribeConfigsSynonym {
-                                        name: def.broker_synonym.unwrap_or(def.name).to_string(),
-                                        value: Some(def.default.to_string()),
-                                        source: ConfigSource::Default as i8,
-                                    });
+                                let names = def
+                                    .and_then(|d| d.broker_synonym)
+                                    .map(broker_key_synonyms)
+                                    .unwrap_or_default();
+                                for (n, v, s) in self.config.synonyms(&dynamic, &names) {
+                                    synonyms.push(synonym(&n, &v, s));
                                 }
                             }
                             result.configs.push(DescribeConfigsResourceResult {
@@ -870,41 +860,70 @@ impl Broker {
                         }
                     }
                 }
+                BROKER if resource.resource_name.is_empty() => {
+                    // The cluster-wide default: only what is set dynamically for every broker.
+                    for (name, value) in &dynamic.default {
+                        if !wanted(name) {
+                            continue;
+                        }
+                        let source = ConfigSource::DynamicDefaultBroker;
+                        result.configs.push(broker_entry(
+                            name,
+                            Some(value.clone()),
+                            source,
+                            if request.include_synonyms {
+                                vec![synonym(name, value, source)]
+                            } else {
+                                Vec::new()
+                            },
+                        ));
+                    }
+                }
                 BROKER => {
-                    let name_ok = resource.resource_name.is_empty()
-                        || resource.resource_name == self.config.node_id.to_string();
-                    if !name_ok {
+                    if resource.resource_name != self.config.node_id.to_string() {
                         result.error_code = errors::INVALID_REQUEST;
                         result.error_message = Some(format!(
-                            "Unexpected broker id, expected {}",
-                            self.config.node_id
+                            "Unexpected broker id, expected {}, but received {}",
+                            self.config.node_id, resource.resource_name
                         ));
                     } else {
-                        for (name, value, kind, source) in self.config.describe() {
-                            if !wanted(&name) {
+                        for (name, _) in broker_config_keys() {
+                            if !wanted(name) {
                                 continue;
                             }
-                            let synonyms = if request.include_synonyms && value.is_some() {
-                                vec![DescribeConfigsSynonym {
-                                    name: name.clone(),
-                                    value: value.clone(),
-                                    source: source as i8,
-                                }]
+                            // As Kafka lists them: this key's synonyms from its own name on.
+                            let all = self.config.synonyms(&dynamic, &broker_key_synonyms(name));
+                            let own: Vec<_> =
+                                all.into_iter().skip_while(|(n, _, _)| n != name).collect();
+                            let (value, source) = match own.first() {
+                                Some((_, v, s)) => (Some(v.clone()), *s),
+                                None => (None, ConfigSource::Default),
+                            };
+                            let synonyms = if request.include_synonyms {
+                                own.iter().map(|(n, v, s)| synonym(n, v, *s)).collect()
                             } else {
                                 Vec::new()
                             };
-                            result.configs.push(DescribeConfigsResourceResult {
-                                name,
-                                value,
-                                read_only: true,
-                                // A v0-only field (fjord starts at v1); config_source carries it.
-                                is_default: false,
-                                config_source: source as i8,
-                                is_sensitive: false,
-                                synonyms,
-                                config_type: kind as i8,
-                                documentation: None,
-                            });
+                            result
+                                .configs
+                                .push(broker_entry(name, value, source, synonyms));
+                        }
+                        // Keys fjord does not know but stored dynamically, as Kafka keeps them.
+                        for name in dynamic
+                            .node
+                            .keys()
+                            .filter(|k| broker_config_kind(k).is_none())
+                        {
+                            if wanted(name) {
+                                let mut entry = broker_entry(
+                                    name,
+                                    None,
+                                    ConfigSource::DynamicBroker,
+                                    Vec::new(),
+                                );
+                                entry.is_sensitive = true;
+                                result.configs.push(entry);
+                            }
                         }
                     }
                 }
@@ -1013,5 +1032,34 @@ impl Dispatch for BrokerDispatch {
 
     fn dispatch(&self, frame: Bytes, peer: SocketAddr) -> Reply {
         self.broker.handle(frame, peer, &self.listener)
+    }
+}
+
+fn synonym(name: &str, value: &str, source: ConfigSource) -> DescribeConfigsSynonym {
+    DescribeConfigsSynonym {
+        name: name.to_string(),
+        value: Some(value.to_string()),
+        source: source as i8,
+    }
+}
+
+/// A broker config's DescribeConfigs entry; read-only unless it can change on a running broker.
+fn broker_entry(
+    name: &str,
+    value: Option<String>,
+    source: ConfigSource,
+    synonyms: Vec<DescribeConfigsSynonym>,
+) -> DescribeConfigsResourceResult {
+    DescribeConfigsResourceResult {
+        name: name.to_string(),
+        value,
+        read_only: !is_dynamic_broker_key(name),
+        // A v0-only field (fjord starts at v1); config_source carries it.
+        is_default: false,
+        config_source: source as i8,
+        is_sensitive: false,
+        synonyms,
+        config_type: broker_config_kind(name).map_or(0, |k| k as i8),
+        documentation: None,
     }
 }

@@ -979,25 +979,120 @@ impl BrokerConfig {
             .and_then(|def| def.default.map(str::to_string))
     }
 
-    /// The broker-level default for a topic config and where it came from. Time configs have
-    /// several broker spellings (ms / minutes / hours); the most precise one set wins, as in Kafka.
-    pub fn topic_default(&self, def: &TopicConfigDef) -> (String, ConfigSource) {
-        let explicit = |key: &str| self.explicit.get(key).cloned();
-        let derived = match def.name {
-            "retention.ms" => explicit("log.retention.ms")
-                .or_else(|| explicit("log.retention.minutes").map(|m| scale(&m, 60_000)))
-                .or_else(|| explicit("log.retention.hours").map(|h| scale(&h, 3_600_000))),
-            "segment.ms" => explicit("log.roll.ms")
-                .or_else(|| explicit("log.roll.hours").map(|h| scale(&h, 3_600_000))),
-            "segment.jitter.ms" => explicit("log.roll.jitter.ms")
-                .or_else(|| explicit("log.roll.jitter.hours").map(|h| scale(&h, 3_600_000))),
-            "flush.ms" => explicit("log.flush.interval.ms"),
-            _ => def.broker_synonym.and_then(explicit),
-        };
+    /// The static keys overlaid with the dynamic ones, as Kafka merges them before reading a
+    /// value: cluster-wide default over the properties file, this broker's over both.
+    pub fn merged(&self, dynamic: &DynamicBrokerConfig) -> BTreeMap<String, String> {
+        let mut merged = self.explicit.clone();
+        merged.extend(dynamic.default.iter().map(|(k, v)| (k.clone(), v.clone())));
+        merged.extend(dynamic.node.iter().map(|(k, v)| (k.clone(), v.clone())));
+        merged
+    }
+
+    /// Each layer's keys, highest first.
+    fn layers<'a>(
+        &'a self,
+        dynamic: &'a DynamicBrokerConfig,
+    ) -> [(ConfigSource, &'a BTreeMap<String, String>); 3] {
+        [
+            (ConfigSource::DynamicBroker, &dynamic.node),
+            (ConfigSource::DynamicDefaultBroker, &dynamic.default),
+            (ConfigSource::StaticBroker, &self.explicit),
+        ]
+    }
+
+    /// Kafka's synonym list for `names` (a broker key and the keys that also set it, most precise
+    /// first): every layer in turn, each name in turn, then the built-in defaults.
+    pub fn synonyms(
+        &self,
+        dynamic: &DynamicBrokerConfig,
+        names: &[&str],
+    ) -> Vec<(String, String, ConfigSource)> {
+        let mut out = Vec::new();
+        for (source, layer) in self.layers(dynamic) {
+            for name in names {
+                if let Some(value) = layer.get(*name) {
+                    out.push((name.to_string(), value.clone(), source));
+                }
+            }
+        }
+        for name in names {
+            if let Some(default) = broker_default(name) {
+                out.push((name.to_string(), default.to_string(), ConfigSource::Default));
+            }
+        }
+        out
+    }
+
+    /// The broker-level default for a topic config and where it came from, from `merged` (see
+    /// [`Self::merged`]). Time configs have several broker spellings (ms / minutes / hours); the
+    /// most precise one set wins, as in Kafka; the source is that of the first synonym.
+    fn topic_default(
+        &self,
+        dynamic: &DynamicBrokerConfig,
+        merged: &BTreeMap<String, String>,
+        def: &TopicConfigDef,
+    ) -> (String, ConfigSource) {
+        let names = topic_broker_synonyms(def);
+        let derived = names.iter().find_map(|name| {
+            let value = merged.get(*name)?;
+            Some(match unit_ms(name) {
+                1 => value.clone(),
+                factor => scale(value, factor),
+            })
+        });
         match derived {
-            Some(value) => (value, ConfigSource::StaticBroker),
+            Some(value) => {
+                let source = self
+                    .layers(dynamic)
+                    .iter()
+                    .find(|(_, layer)| names.iter().any(|n| layer.contains_key(*n)))
+                    .map_or(ConfigSource::StaticBroker, |(source, _)| *source);
+                (value, source)
+            }
             None => (def.default.to_string(), ConfigSource::Default),
         }
+    }
+
+    /// The log cleaner's settings in `merged` (see [`Self::merged`]), checked as at start.
+    pub fn cleaner_config(merged: &BTreeMap<String, String>) -> Result<CleanerConfig, ConfigError> {
+        let get = |key: &str| -> String {
+            merged
+                .get(key)
+                .cloned()
+                .or_else(|| broker_default(key).map(str::to_string))
+                .unwrap_or_default()
+        };
+        let int = |key: &str| -> Result<i64, ConfigError> {
+            let v = get(key);
+            v.trim()
+                .parse()
+                .map_err(|_| invalid(key, &v, "expected an integer"))
+        };
+        let float = |key: &str| -> f64 { get(key).trim().parse().unwrap_or(0.0) };
+        let cleaner = CleanerConfig {
+            enable: get("log.cleaner.enable")
+                .trim()
+                .eq_ignore_ascii_case("true"),
+            threads: int("log.cleaner.threads")?.max(0) as usize,
+            dedupe_buffer_size: int("log.cleaner.dedupe.buffer.size")?.max(0) as u64,
+            dedupe_buffer_load_factor: float("log.cleaner.io.buffer.load.factor"),
+            io_buffer_size: int("log.cleaner.io.buffer.size")?.max(0) as usize,
+            io_max_bytes_per_second: float("log.cleaner.io.max.bytes.per.second"),
+            backoff_ms: int("log.cleaner.backoff.ms")?.max(0) as u64,
+        };
+        let per_thread_keys = cleaner.dedupe_buffer_size as f64
+            / cleaner.threads.max(1) as f64
+            / fjord_storage::cleaner::offset_map::BYTES_PER_ENTRY as f64
+            * cleaner.dedupe_buffer_load_factor;
+        if cleaner.enable && cleaner.threads > 0 && per_thread_keys <= 1.0 {
+            return Err(invalid(
+                "log.cleaner.dedupe.buffer.size",
+                &get("log.cleaner.dedupe.buffer.size"),
+                "the cleaner's key map would not hold even one key: raise it or lower \
+                 log.cleaner.threads",
+            ));
+        }
+        Ok(cleaner)
     }
 
     /// True when the operator asked for Kafka's page-cache durability (flush by interval) rather
@@ -1006,21 +1101,119 @@ impl BrokerConfig {
         self.explicit.contains_key("log.flush.interval.messages")
             || self.explicit.contains_key("log.flush.interval.ms")
     }
+}
 
-    /// Broker config entries for DescribeConfigs on the broker resource: every known key with its
-    /// effective value and source.
-    pub fn describe(&self) -> Vec<(String, Option<String>, ConfigType, ConfigSource)> {
-        BROKER_CONFIGS
+/// Dynamic broker configs from the metadata log: this broker's (`kafka-configs --entity-name
+/// <id>`) and the cluster-wide default (`--entity-default`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DynamicBrokerConfig {
+    pub node: BTreeMap<String, String>,
+    pub default: BTreeMap<String, String>,
+}
+
+impl DynamicBrokerConfig {
+    /// Node `node_id`'s dynamic configs and the cluster default, as the image holds them.
+    pub fn from_image(image: &fjord_metadata::MetadataImage, node_id: i32) -> Self {
+        let get = |name: &str| image.broker_config(name).cloned().unwrap_or_default();
+        DynamicBrokerConfig {
+            node: get(&node_id.to_string()),
+            default: get(""),
+        }
+    }
+}
+
+/// Broker keys that can change on a running broker (Kafka's dynamic broker configs that fjord
+/// knows), beside the broker synonyms of topic configs.
+const DYNAMIC_BROKER_KEYS: &[&str] = &[
+    "log.cleaner.threads",
+    "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.size",
+    "log.cleaner.io.buffer.load.factor",
+    "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.backoff.ms",
+    "log.retention.minutes",
+    "log.retention.hours",
+    "log.roll.hours",
+    "log.roll.jitter.hours",
+    "num.io.threads",
+    "num.network.threads",
+    "num.recovery.threads.per.data.dir",
+];
+
+/// Whether `key` may be changed with IncrementalAlterConfigs on a broker resource.
+pub fn is_dynamic_broker_key(key: &str) -> bool {
+    DYNAMIC_BROKER_KEYS.contains(&key)
+        || TOPIC_CONFIGS
             .iter()
-            .map(|def| {
-                let source = if self.explicit.contains_key(def.name) {
-                    ConfigSource::StaticBroker
-                } else {
-                    ConfigSource::Default
-                };
-                (def.name.to_string(), self.get(def.name), def.kind, source)
-            })
-            .collect()
+            .any(|def| def.broker_synonym == Some(key))
+}
+
+fn broker_config_def(key: &str) -> Option<&'static BrokerConfigDef> {
+    BROKER_CONFIGS.iter().find(|def| def.name == key)
+}
+
+/// Every broker key fjord knows, with its type.
+pub fn broker_config_keys() -> impl Iterator<Item = (&'static str, ConfigType)> {
+    BROKER_CONFIGS.iter().map(|def| (def.name, def.kind))
+}
+
+/// The type of a known broker key.
+pub fn broker_config_kind(key: &str) -> Option<ConfigType> {
+    broker_config_def(key).map(|def| def.kind)
+}
+
+/// Checks a value for broker key `key` as at start; unknown keys pass (Kafka stores them).
+pub fn check_broker_value(key: &str, value: &str) -> Result<(), ConfigError> {
+    match broker_config_def(key) {
+        Some(def) => check_value(key, value, def.kind, def.check),
+        None => Ok(()),
+    }
+}
+
+/// Whether fjord accepts `key` without acting on it yet (warned about when set).
+pub fn not_acted_upon(key: &str) -> bool {
+    NOT_ACTED_UPON.contains(&key)
+}
+
+fn broker_default(key: &str) -> Option<&'static str> {
+    broker_config_def(key).and_then(|def| def.default)
+}
+
+/// The broker keys that set `key` too, most precise first, as Kafka lists them among its
+/// synonyms (retention in ms, minutes or hours; rolling in ms or hours).
+pub fn broker_key_synonyms(key: &str) -> Vec<&'static str> {
+    const GROUPS: [&[&str]; 3] = [
+        &[
+            "log.retention.ms",
+            "log.retention.minutes",
+            "log.retention.hours",
+        ],
+        &["log.roll.ms", "log.roll.hours"],
+        &["log.roll.jitter.ms", "log.roll.jitter.hours"],
+    ];
+    if let Some(group) = GROUPS.iter().find(|g| g.contains(&key)) {
+        return group.to_vec();
+    }
+    broker_config_def(key)
+        .map(|def| vec![def.name])
+        .unwrap_or_default()
+}
+
+/// The broker keys behind a topic config's default, most precise first.
+fn topic_broker_synonyms(def: &TopicConfigDef) -> Vec<&'static str> {
+    def.broker_synonym
+        .map(broker_key_synonyms)
+        .unwrap_or_default()
+}
+
+/// Milliseconds per unit of a time key, by its name.
+fn unit_ms(name: &str) -> i64 {
+    if name.ends_with(".minutes") {
+        60_000
+    } else if name.ends_with(".hours") {
+        3_600_000
+    } else {
+        1
     }
 }
 
@@ -1152,30 +1345,7 @@ impl BrokerConfig {
             .map(PathBuf::from)
             .unwrap_or_else(|| log_dirs[0].clone());
         let default_replication_factor = parse_i64("default.replication.factor")?;
-        let parse_f64 = |key: &str| -> f64 { get(key).trim().parse().unwrap_or(0.0) };
-        let cleaner = CleanerConfig {
-            enable: get("log.cleaner.enable")
-                .trim()
-                .eq_ignore_ascii_case("true"),
-            threads: parse_i64("log.cleaner.threads")?.max(0) as usize,
-            dedupe_buffer_size: parse_i64("log.cleaner.dedupe.buffer.size")?.max(0) as u64,
-            dedupe_buffer_load_factor: parse_f64("log.cleaner.io.buffer.load.factor"),
-            io_buffer_size: parse_i64("log.cleaner.io.buffer.size")?.max(0) as usize,
-            io_max_bytes_per_second: parse_f64("log.cleaner.io.max.bytes.per.second"),
-            backoff_ms: parse_i64("log.cleaner.backoff.ms")?.max(0) as u64,
-        };
-        let per_thread_keys = cleaner.dedupe_buffer_size as f64
-            / cleaner.threads.max(1) as f64
-            / fjord_storage::cleaner::offset_map::BYTES_PER_ENTRY as f64
-            * cleaner.dedupe_buffer_load_factor;
-        if cleaner.enable && cleaner.threads > 0 && per_thread_keys <= 1.0 {
-            return Err(invalid(
-                "log.cleaner.dedupe.buffer.size",
-                &get("log.cleaner.dedupe.buffer.size"),
-                "the cleaner's key map would not hold even one key: raise it or lower \
-                 log.cleaner.threads",
-            ));
-        }
+        let cleaner = Self::cleaner_config(props)?;
         let config = BrokerConfig {
             node_id,
             listeners,
@@ -1288,13 +1458,19 @@ pub struct TopicConfig {
 }
 
 impl TopicConfig {
-    pub fn resolve(broker: &BrokerConfig, overrides: &BTreeMap<String, String>) -> TopicConfig {
+    /// A topic's effective configs: its overrides, else the broker's layered defaults.
+    pub fn resolve(
+        broker: &BrokerConfig,
+        dynamic: &DynamicBrokerConfig,
+        overrides: &BTreeMap<String, String>,
+    ) -> TopicConfig {
+        let merged = broker.merged(dynamic);
         let values = TOPIC_CONFIGS
             .iter()
             .map(|def| {
                 let entry = match overrides.get(def.name) {
                     Some(v) => (v.clone(), ConfigSource::DynamicTopic),
-                    None => broker.topic_default(def),
+                    None => broker.topic_default(dynamic, &merged, def),
                 };
                 (def.name, entry)
             })
@@ -1539,7 +1715,11 @@ mod tests {
             ("log.segment.bytes", "1048576"),
         ]))
         .unwrap();
-        let topic = TopicConfig::resolve(&config, &props(&[("cleanup.policy", "compact")]));
+        let topic = TopicConfig::resolve(
+            &config,
+            &DynamicBrokerConfig::default(),
+            &props(&[("cleanup.policy", "compact")]),
+        );
         assert_eq!(topic.get("retention.ms"), "7200000");
         assert_eq!(topic.get("segment.bytes"), "1048576");
         assert!(topic.compacted());

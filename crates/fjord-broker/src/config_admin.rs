@@ -1,6 +1,7 @@
-//! IncrementalAlterConfigs and AlterConfigs: dynamic topic configs, decided by the controller
-//! (`controller::plan_alter_topic_configs`), committed as config records in the metadata log and
-//! applied to the open logs when the image changes. Broker resources are not alterable yet.
+//! IncrementalAlterConfigs and AlterConfigs: dynamic topic and broker configs (one broker's, or
+//! the cluster-wide default), decided by the controller (`controller::plan_alter_*_configs`),
+//! committed as config records in the metadata log and applied when the image changes: to the
+//! open logs' settings and to the log cleaner.
 
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use fjord_protocol::messages::incremental_alter_configs_request::IncrementalAlte
 use fjord_protocol::messages::incremental_alter_configs_response::*;
 
 use crate::broker::Broker;
+use crate::config::{BrokerConfig, DynamicBrokerConfig};
 use crate::controller::{self, ConfigChange, Refusal};
 use crate::errors;
 
@@ -173,8 +175,32 @@ impl Broker {
                         replace,
                     )
                     .map(|planned| records.extend(planned)),
-                    (Ok(_), BROKER | BROKER_LOGGER) => Err(invalid_request(
-                        "Altering broker configs is not supported by this broker yet",
+                    (Ok(changes), BROKER) => {
+                        let node_id = self.config.node_id;
+                        let name = &alteration.resource_name;
+                        controller::plan_alter_broker_configs(
+                            &image,
+                            node_id,
+                            name,
+                            changes,
+                            replace,
+                            |after| {
+                                let mut dynamic = DynamicBrokerConfig::from_image(&image, node_id);
+                                let layer = if name.is_empty() {
+                                    &mut dynamic.default
+                                } else {
+                                    &mut dynamic.node
+                                };
+                                *layer = after.clone();
+                                BrokerConfig::cleaner_config(&self.config.merged(&dynamic))
+                                    .map(drop)
+                                    .map_err(|e| e.to_string())
+                            },
+                        )
+                        .map(|planned| records.extend(planned))
+                    }
+                    (Ok(_), BROKER_LOGGER) => Err(invalid_request(
+                        "Altering broker logger levels is not supported by this broker",
                     )),
                     (Ok(_), other) => {
                         Err(invalid_request(format!("Unexpected resource type {other}")))

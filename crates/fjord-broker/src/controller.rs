@@ -6,10 +6,13 @@ use std::collections::BTreeMap;
 
 use fjord_metadata::{
     ConfigRecord, MetadataImage, MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord,
-    CONFIG_RESOURCE_TOPIC,
+    CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC,
 };
 
-use crate::config::{split_list, topic_config_def, validate_topic_config, ConfigType};
+use crate::config::{
+    broker_config_kind, check_broker_value, is_dynamic_broker_key, split_list, topic_config_def,
+    validate_topic_config, ConfigType,
+};
 use crate::errors;
 
 /// Longest legal topic name, as in Kafka.
@@ -488,6 +491,113 @@ pub fn plan_alter_topic_configs(
         ));
     }
     let current = image.topic_config(topic).cloned().unwrap_or_default();
+    let wanted = planned_values(
+        &current,
+        changes,
+        replace,
+        |name| {
+            let def = topic_config_def(name).ok_or_else(|| {
+                refuse(
+                    errors::INVALID_CONFIG,
+                    format!("Unknown topic config name: {name}"),
+                )
+            })?;
+            Ok(Some((def.kind, def.default)))
+        },
+        |name, value| {
+            validate_topic_config(name, value)
+                .map_err(|e| refuse(errors::INVALID_CONFIG, e.to_string()))
+        },
+    )?;
+    Ok(config_records(
+        CONFIG_RESOURCE_TOPIC,
+        topic,
+        &current,
+        wanted,
+    ))
+}
+
+/// Decides changes to a broker resource's dynamic configs: `resource_name` is this broker's id
+/// (`--entity-name`) or empty for the cluster-wide default (`--entity-default`). As in Kafka,
+/// keys that cannot change on a running broker and invalid values are refused with
+/// INVALID_REQUEST, and unknown keys are stored. `check_result` checks the resource's dynamic
+/// configs as they would be after the change (the broker's whole config must still hold
+/// together, e.g. the cleaner's key map must fit one key).
+pub fn plan_alter_broker_configs(
+    image: &MetadataImage,
+    node_id: i32,
+    resource_name: &str,
+    changes: &[(String, ConfigChange)],
+    replace: bool,
+    check_result: impl Fn(&BTreeMap<String, String>) -> Result<(), String>,
+) -> Result<Vec<MetadataRecord>, Refusal> {
+    if !resource_name.is_empty() && resource_name != node_id.to_string() {
+        return Err(refuse(
+            errors::INVALID_REQUEST,
+            format!("Unexpected broker id, expected {node_id}, but received {resource_name}"),
+        ));
+    }
+    let read_only: Vec<&str> = changes
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .filter(|name| broker_config_kind(name).is_some() && !is_dynamic_broker_key(name))
+        .collect();
+    if !read_only.is_empty() {
+        return Err(refuse(
+            errors::INVALID_REQUEST,
+            format!(
+                "Cannot update these configs dynamically: [{}]",
+                read_only.join(", ")
+            ),
+        ));
+    }
+    let current = image
+        .broker_config(resource_name)
+        .cloned()
+        .unwrap_or_default();
+    let wanted = planned_values(
+        &current,
+        changes,
+        replace,
+        |name| Ok(broker_config_kind(name).map(|kind| (kind, ""))),
+        |name, value| {
+            check_broker_value(name, value).map_err(|e| {
+                refuse(
+                    errors::INVALID_REQUEST,
+                    format!(
+                        "Invalid value {value} for configuration {name}: {}",
+                        e.reason
+                    ),
+                )
+            })
+        },
+    )?;
+    let mut after = current.clone();
+    for (name, value) in &wanted {
+        match value {
+            Some(v) => after.insert(name.clone(), v.clone()),
+            None => after.remove(name),
+        };
+    }
+    check_result(&after).map_err(|message| refuse(errors::INVALID_REQUEST, message))?;
+    Ok(config_records(
+        CONFIG_RESOURCE_BROKER,
+        resource_name,
+        &current,
+        wanted,
+    ))
+}
+
+/// The values `changes` leave for the keys they name (None: deleted), starting from `current`;
+/// with `replace`, every other key of `current` is deleted. `lookup` gives a key's type and
+/// default (None: unknown but allowed), or refuses the key; `validate` checks a new value.
+fn planned_values(
+    current: &BTreeMap<String, String>,
+    changes: &[(String, ConfigChange)],
+    replace: bool,
+    lookup: impl Fn(&str) -> Result<Option<(ConfigType, &'static str)>, Refusal>,
+    validate: impl Fn(&str, &str) -> Result<(), Refusal>,
+) -> Result<BTreeMap<String, Option<String>>, Refusal> {
     let mut seen = std::collections::BTreeSet::new();
     let mut wanted: BTreeMap<String, Option<String>> = BTreeMap::new();
     for (name, change) in changes {
@@ -497,21 +607,15 @@ pub fn plan_alter_topic_configs(
                 format!("Error due to duplicate config keys: {name}"),
             ));
         }
-        let def = topic_config_def(name).ok_or_else(|| {
-            refuse(
-                errors::INVALID_CONFIG,
-                format!("Unknown topic config name: {name}"),
-            )
-        })?;
-        let list_op = |verb: &str| {
-            if def.kind == ConfigType::List {
-                Ok(current.get(name).map(String::as_str).unwrap_or(def.default))
-            } else {
-                Err(refuse(
-                    errors::INVALID_CONFIG,
-                    format!("Config value {verb} is not allowed for config key: {name}"),
-                ))
+        let known = lookup(name)?;
+        let list_op = |verb: &str| match known {
+            Some((ConfigType::List, default)) => {
+                Ok(current.get(name).map(String::as_str).unwrap_or(default))
             }
+            _ => Err(refuse(
+                errors::INVALID_CONFIG,
+                format!("Config value {verb} is not allowed for config key: {name}"),
+            )),
         };
         let value = match change {
             ConfigChange::Set(value) => Some(value.clone()),
@@ -535,8 +639,7 @@ pub fn plan_alter_topic_configs(
             }
         };
         if let Some(value) = &value {
-            validate_topic_config(name, value)
-                .map_err(|e| refuse(errors::INVALID_CONFIG, e.to_string()))?;
+            validate(name, value)?;
         }
         wanted.insert(name.clone(), value);
     }
@@ -545,16 +648,26 @@ pub fn plan_alter_topic_configs(
             wanted.entry(name.clone()).or_insert(None);
         }
     }
-    Ok(wanted
+    Ok(wanted)
+}
+
+/// Config records for the values that differ from `current`.
+fn config_records(
+    resource_type: i8,
+    resource_name: &str,
+    current: &BTreeMap<String, String>,
+    wanted: BTreeMap<String, Option<String>>,
+) -> Vec<MetadataRecord> {
+    wanted
         .into_iter()
         .filter(|(name, value)| current.get(name) != value.as_ref())
         .map(|(name, value)| {
             MetadataRecord::Config(ConfigRecord {
-                resource_type: CONFIG_RESOURCE_TOPIC,
-                resource_name: topic.to_string(),
+                resource_type,
+                resource_name: resource_name.to_string(),
                 name,
                 value,
             })
         })
-        .collect())
+        .collect()
 }

@@ -135,12 +135,16 @@ pub async fn run(
     // Compaction of logs whose cleanup.policy includes compact (`__consumer_offsets` among
     // them), on its own threads.
     let cleaner_logs = replicas.clone();
-    let cleaner = LogCleaner::start(
-        config.cleaner.clone(),
-        &config.log_dirs,
-        Box::new(move || cleaner_logs.log_manager().logs_by_dir()),
-    )
-    .map_err(startup)?;
+    let initial = crate::config::DynamicBrokerConfig::from_image(&quorum.image(), config.node_id);
+    let cleaner_config = BrokerConfig::cleaner_config(&config.merged(&initial)).map_err(startup)?;
+    let cleaner = Arc::new(
+        LogCleaner::start(
+            cleaner_config,
+            &config.log_dirs,
+            Box::new(move || cleaner_logs.log_manager().logs_by_dir()),
+        )
+        .map_err(startup)?,
+    );
 
     let (high_watermark_moved, _) = watch::channel(0u64);
     let high_watermark_moved = Arc::new(high_watermark_moved);
@@ -177,11 +181,19 @@ pub async fn run(
     // hosted partitions in line with any other writer, e.g. a future controller).
     let mut images = quorum.subscribe();
     let follower_replicas = replicas.clone();
+    let image_cleaner = cleaner.clone();
+    let image_config = config.clone();
     let image_task = tokio::spawn(async move {
+        let mut dynamic = initial;
         while images.changed().await.is_ok() {
             let image = images.borrow_and_update().clone();
             if let Err(error) = follower_replicas.apply_image(&image, now_ms()) {
                 tracing::error!(%error, "cannot apply a metadata change");
+            }
+            let now = crate::config::DynamicBrokerConfig::from_image(&image, image_config.node_id);
+            if now != dynamic {
+                apply_dynamic_broker_config(&image_config, &dynamic, &now, &image_cleaner).await;
+                dynamic = now;
             }
         }
     });
@@ -239,6 +251,39 @@ pub async fn run(
     }
     tracing::info!("clean shutdown complete");
     Ok(())
+}
+
+/// Dynamic broker configs changed: the cleaner takes its new settings (its threads restart), topic
+/// defaults already reached the logs through `apply_image`, and keys fjord accepts without acting
+/// on them are named in a warning.
+async fn apply_dynamic_broker_config(
+    config: &BrokerConfig,
+    before: &crate::config::DynamicBrokerConfig,
+    after: &crate::config::DynamicBrokerConfig,
+    cleaner: &Arc<LogCleaner>,
+) {
+    let (old, new) = (config.merged(before), config.merged(after));
+    for (key, value) in &new {
+        if old.get(key) != Some(value) && crate::config::not_acted_upon(key) {
+            tracing::warn!(
+                key,
+                value,
+                "dynamic config accepted but not acted upon by fjord yet"
+            );
+        }
+    }
+    match BrokerConfig::cleaner_config(&new) {
+        Ok(wanted) if wanted != cleaner.config() => {
+            tracing::info!(?wanted, "log cleaner reconfigured");
+            let cleaner = cleaner.clone();
+            let result = tokio::task::spawn_blocking(move || cleaner.reconfigure(wanted)).await;
+            if let Ok(Err(error)) = result {
+                tracing::error!(%error, "cannot restart the log cleaner");
+            }
+        }
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "dynamic cleaner settings ignored"),
+    }
 }
 
 /// The group coordinator's settings from the broker config (Kafka's names and defaults).

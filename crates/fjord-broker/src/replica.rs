@@ -14,7 +14,7 @@ use fjord_records::{AppendBatch, Compression, TimestampType, ValidationConfig};
 use fjord_storage::log::{AppendInfo, CompactionConfig, Log, LogConfig, TopicPartition};
 use fjord_storage::log_manager::LogManager;
 
-use crate::config::{BrokerConfig, TopicConfig};
+use crate::config::{BrokerConfig, DynamicBrokerConfig, TopicConfig};
 use crate::errors;
 
 /// Largest records section accepted after decompression, per batch: bounds broker memory when a
@@ -99,7 +99,8 @@ impl ReplicaManager {
     pub fn topic_config(&self, image: &MetadataImage, topic: &str) -> TopicConfig {
         let empty = BTreeMap::new();
         let overrides = image.topic_config(topic).unwrap_or(&empty);
-        TopicConfig::resolve(&self.broker_config, overrides)
+        let dynamic = DynamicBrokerConfig::from_image(image, self.node_id);
+        TopicConfig::resolve(&self.broker_config, &dynamic, overrides)
     }
 
     /// Brings hosted partitions in line with the image: opens or creates logs for partitions this

@@ -1931,7 +1931,7 @@ fn incremental_alter(
     version: i16,
     resources: Vec<(i8, &str, Vec<ConfigOp>)>,
     validate_only: bool,
-) -> Vec<(i16, String)> {
+) -> Vec<(i16, String, Option<String>)> {
     use fjord_protocol::messages::incremental_alter_configs_request::*;
     let request = IncrementalAlterConfigsRequest {
         resources: resources
@@ -1957,13 +1957,204 @@ fn incremental_alter(
     )
     .responses
     .into_iter()
-    .map(|r| (r.error_code, r.resource_name))
+    .map(|r| (r.error_code, r.resource_name, r.error_message))
     .collect()
 }
 
 fn topic_config_value(client: &mut Client, topic: &str, name: &str) -> (Option<String>, i8) {
     let c = describe_configs(client, 4, 2, topic, Some(&[name]), false);
     (c.configs[0].value.clone(), c.configs[0].config_source)
+}
+
+/// A synonym as (name, value, source).
+type Synonym = (String, Option<String>, i8);
+
+/// (value, source, synonyms, read-only) of one config of a resource.
+fn config_entry(
+    client: &mut Client,
+    resource_type: i8,
+    resource: &str,
+    name: &str,
+) -> Option<(Option<String>, i8, Vec<Synonym>, bool)> {
+    let c = describe_configs(client, 4, resource_type, resource, Some(&[name]), true);
+    assert_eq!(c.error_code, NONE, "{c:?}");
+    c.configs.first().map(|e| {
+        (
+            e.value.clone(),
+            e.config_source,
+            e.synonyms
+                .iter()
+                .map(|s| (s.name.clone(), s.value.clone(), s.source))
+                .collect(),
+            e.read_only,
+        )
+    })
+}
+
+#[test]
+fn broker_configs_per_broker_and_cluster_default() {
+    const SET: i8 = 0;
+    const DELETE: i8 = 1;
+    const DYNAMIC_BROKER: i8 = 2;
+    const DYNAMIC_DEFAULT: i8 = 3;
+    let s = |v: &str| Some(v.to_string());
+    let mut broker = TestBroker::start_with(&[("log.retention.check.interval.ms", "1000")]);
+    let mut client = broker.connect();
+    create(&mut client, "bdyn", 1, &[("segment.bytes", "1024")]);
+    let (value, source, synonyms, read_only) =
+        config_entry(&mut client, 4, "1", "log.retention.ms").unwrap();
+    assert_eq!((value, source, read_only), (None, DEFAULT_CONFIG, false));
+    assert_eq!(synonyms, vec![]);
+
+    let r = incremental_alter(
+        &mut client,
+        1,
+        vec![
+            (
+                4,
+                "",
+                vec![
+                    ("log.retention.ms", SET, Some("2000")),
+                    ("log.cleaner.threads", SET, Some("2")),
+                ],
+            ),
+            (4, "1", vec![("log.retention.ms", SET, Some("1000"))]),
+        ],
+        false,
+    );
+    assert!(r.iter().all(|(c, _, _)| *c == NONE), "{r:?}");
+    let expected_synonyms = vec![
+        ("log.retention.ms".to_string(), s("1000"), DYNAMIC_BROKER),
+        ("log.retention.ms".to_string(), s("2000"), DYNAMIC_DEFAULT),
+        ("log.retention.hours".to_string(), s("168"), DEFAULT_CONFIG),
+    ];
+    let check = |client: &mut Client| {
+        let (value, source, synonyms, _) =
+            config_entry(client, 4, "1", "log.retention.ms").unwrap();
+        assert_eq!((value, source), (s("1000"), DYNAMIC_BROKER));
+        assert_eq!(synonyms, expected_synonyms);
+        // The cluster default lists only what is set for every broker.
+        let defaults = describe_configs(client, 4, 4, "", None, true);
+        let names: Vec<(&str, Option<&str>, i8)> = defaults
+            .configs
+            .iter()
+            .map(|c| (c.name.as_str(), c.value.as_deref(), c.config_source))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("log.cleaner.threads", Some("2"), DYNAMIC_DEFAULT),
+                ("log.retention.ms", Some("2000"), DYNAMIC_DEFAULT)
+            ]
+        );
+        // A topic without an override inherits it, with the same synonyms after its own.
+        let (value, source, synonyms, _) = config_entry(client, 2, "bdyn", "retention.ms").unwrap();
+        assert_eq!((value, source), (s("1000"), DYNAMIC_BROKER));
+        assert_eq!(synonyms, expected_synonyms);
+    };
+    check(&mut client);
+
+    // Applied live: one-second retention (the static default keeps a week) trims the topic.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for i in 0..5 {
+        let r = produce(
+            &mut client,
+            11,
+            -1,
+            "bdyn",
+            0,
+            batch(&["x".repeat(600).as_str()], now + i),
+        );
+        assert_eq!(r.error_code, NONE);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while list_offsets(&mut client, 7, "bdyn", 0, -2).offset == 0 {
+        assert!(Instant::now() < deadline, "dynamic retention never applied");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The cleaner restarted with two threads.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !broker.log().contains("log cleaner reconfigured") {
+        assert!(
+            Instant::now() < deadline,
+            "the cleaner was not reconfigured"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Durable: the same after a restart.
+    broker.restart();
+    let mut client = broker.connect();
+    check(&mut client);
+
+    // Refusals, as Kafka words them; unknown keys are stored, as Kafka stores them.
+    let r = incremental_alter(
+        &mut client,
+        1,
+        vec![
+            (4, "1", vec![("broker.id", SET, Some("5"))]),
+            (4, "", vec![("log.retention.ms", SET, Some("abc"))]),
+            (4, "2", vec![("log.retention.ms", SET, Some("1"))]),
+        ],
+        false,
+    );
+    assert_eq!(r[0].0, INVALID_REQUEST);
+    assert_eq!(
+        r[0].2.as_deref(),
+        Some("Cannot update these configs dynamically: [broker.id]")
+    );
+    assert_eq!(r[1].0, INVALID_REQUEST);
+    assert!(
+        r[1].2
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("Invalid value abc for configuration log.retention.ms"),
+        "{r:?}"
+    );
+    assert_eq!(r[2].0, INVALID_REQUEST);
+    assert_eq!(
+        r[2].2.as_deref(),
+        Some("Unexpected broker id, expected 1, but received 2")
+    );
+    let r = incremental_alter(
+        &mut client,
+        1,
+        vec![(
+            4,
+            "",
+            vec![("log.cleaner.dedupe.buffer.size", SET, Some("16"))],
+        )],
+        false,
+    );
+    assert_eq!(
+        r[0].0, INVALID_REQUEST,
+        "a key map without room for one key: {r:?}"
+    );
+    let r = incremental_alter(
+        &mut client,
+        1,
+        vec![(4, "1", vec![("no.such.key", SET, Some("1"))])],
+        false,
+    );
+    assert_eq!(r[0].0, NONE);
+    let (value, source, _, _) = config_entry(&mut client, 4, "1", "no.such.key").unwrap();
+    assert_eq!((value, source), (None, DYNAMIC_BROKER));
+
+    // Deleting the per-broker value uncovers the cluster default.
+    let r = incremental_alter(
+        &mut client,
+        1,
+        vec![(4, "1", vec![("log.retention.ms", DELETE, None)])],
+        false,
+    );
+    assert_eq!(r[0].0, NONE);
+    let (value, source, synonyms, _) =
+        config_entry(&mut client, 2, "bdyn", "retention.ms").unwrap();
+    assert_eq!((value, source), (s("2000"), DYNAMIC_DEFAULT));
+    assert_eq!(synonyms.len(), 2);
 }
 
 #[test]
@@ -1983,7 +2174,7 @@ fn alter_configs_change_topics_live_and_durably() {
             vec![(2, "alter", vec![("retention.ms", SET, Some("1234"))])],
             true,
         );
-        assert_eq!(r, vec![(NONE, "alter".to_string())]);
+        assert_eq!(r, vec![(NONE, "alter".to_string(), None)]);
         assert_eq!(
             topic_config_value(&mut client, "alter", "retention.ms")
                 .0
@@ -2005,7 +2196,7 @@ fn alter_configs_change_topics_live_and_durably() {
         )],
         false,
     );
-    assert_eq!(r, vec![(NONE, "alter".to_string())]);
+    assert_eq!(r, vec![(NONE, "alter".to_string(), None)]);
     assert_eq!(
         topic_config_value(&mut client, "alter", "max.message.bytes"),
         (Some("2048".into()), DYNAMIC_TOPIC_CONFIG)
@@ -2046,12 +2237,12 @@ fn alter_configs_change_topics_live_and_durably() {
         vec![
             (2, "nosuch", vec![("retention.ms", SET, Some("1"))]),
             (2, "alter", vec![("no.such.config", SET, Some("1"))]),
-            (4, "1", vec![("log.retention.ms", SET, Some("1"))]),
+            (4, "1", vec![("broker.id", SET, Some("5"))]),
             (9, "x", vec![]),
         ],
         false,
     );
-    let codes: Vec<i16> = r.iter().map(|(c, _)| *c).collect();
+    let codes: Vec<i16> = r.iter().map(|(c, _, _)| *c).collect();
     assert_eq!(
         codes,
         vec![

@@ -64,11 +64,11 @@ impl Default for CleanerConfig {
 /// Where the logs come from: every log dir with its partition logs, asked afresh each round.
 pub type LogSource = dyn Fn() -> Vec<(PathBuf, PartitionLogs)> + Send + Sync;
 
-/// What the cleaner threads share.
+/// What one generation of cleaner threads shares (a reconfiguration starts a new one).
 struct Shared {
     config: CleanerConfig,
-    source: Box<LogSource>,
-    state: Mutex<State>,
+    source: Arc<LogSource>,
+    state: Arc<Mutex<State>>,
     wake: Condvar,
     stop: AtomicBool,
     throttler: Throttler,
@@ -94,8 +94,7 @@ struct Job {
 
 /// The running cleaner; [`LogCleaner::shutdown`] stops its threads.
 pub struct LogCleaner {
-    shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    running: Mutex<(Arc<Shared>, Vec<JoinHandle<()>>)>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -120,61 +119,91 @@ impl LogCleaner {
                 .collect();
             state.checkpoints.insert(dir.clone(), entries);
         }
-        let shared = Arc::new(Shared {
-            throttler: Throttler::new(config.io_max_bytes_per_second),
-            config,
-            source,
-            state: Mutex::new(state),
-            wake: Condvar::new(),
-            stop: AtomicBool::new(false),
-        });
-        let threads = if shared.config.enable {
-            (0..shared.config.threads)
-                .map(|id| {
-                    let shared = Arc::clone(&shared);
-                    std::thread::Builder::new()
-                        .name(format!("log-cleaner-{id}"))
-                        .spawn(move || run(&shared, id))
-                        .at(Path::new("log cleaner thread"))
-                })
-                .collect::<Result<_, _>>()?
-        } else {
-            Vec::new()
-        };
-        Ok(LogCleaner { shared, threads })
+        let running = spawn(config, Arc::from(source), Arc::new(Mutex::new(state)))?;
+        Ok(LogCleaner {
+            running: Mutex::new(running),
+        })
+    }
+
+    /// Applies new settings (dynamic broker configs changed), as Kafka does: the threads stop,
+    /// each before its next swap, and new ones start with the new settings. The checkpoints and
+    /// the logs marked uncleanable carry over.
+    pub fn reconfigure(&self, config: CleanerConfig) -> Result<(), StorageError> {
+        let mut running = lock(&self.running);
+        if running.0.config == config {
+            return Ok(());
+        }
+        let (source, state) = (Arc::clone(&running.0.source), Arc::clone(&running.0.state));
+        stop(&mut running);
+        *running = spawn(config, source, state)?;
+        Ok(())
+    }
+
+    pub fn config(&self) -> CleanerConfig {
+        lock(&self.running).0.config.clone()
     }
 
     /// Asks idle threads to look for work now (a topic's configs changed).
     pub fn wake(&self) {
-        self.shared.wake.notify_all();
+        lock(&self.running).0.wake.notify_all();
     }
 
     /// Completed passes since start.
     pub fn passes(&self) -> u64 {
-        lock(&self.shared.state).passes
+        lock(&lock(&self.running).0.state).passes
     }
 
     /// Stops the threads; a pass under way is abandoned before its next swap, which loses
     /// nothing (the next start cleans from the last checkpoint).
-    pub fn shutdown(mut self) {
-        self.stop_threads();
-    }
-
-    fn stop_threads(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        {
-            let _state = lock(&self.shared.state);
-            self.shared.wake.notify_all();
-        }
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
+    pub fn shutdown(&self) {
+        stop(&mut lock(&self.running));
     }
 }
 
 impl Drop for LogCleaner {
     fn drop(&mut self) {
-        self.stop_threads();
+        stop(&mut lock(&self.running));
+    }
+}
+
+fn spawn(
+    config: CleanerConfig,
+    source: Arc<LogSource>,
+    state: Arc<Mutex<State>>,
+) -> Result<(Arc<Shared>, Vec<JoinHandle<()>>), StorageError> {
+    let shared = Arc::new(Shared {
+        throttler: Throttler::new(config.io_max_bytes_per_second),
+        config,
+        source,
+        state,
+        wake: Condvar::new(),
+        stop: AtomicBool::new(false),
+    });
+    let threads = if shared.config.enable {
+        (0..shared.config.threads)
+            .map(|id| {
+                let shared = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("log-cleaner-{id}"))
+                    .spawn(move || run(&shared, id))
+                    .at(Path::new("log cleaner thread"))
+            })
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
+    Ok((shared, threads))
+}
+
+fn stop(running: &mut (Arc<Shared>, Vec<JoinHandle<()>>)) {
+    let shared = &running.0;
+    shared.stop.store(true, Ordering::Relaxed);
+    {
+        let _state = lock(&shared.state);
+        shared.wake.notify_all();
+    }
+    for thread in running.1.drain(..) {
+        let _ = thread.join();
     }
 }
 
