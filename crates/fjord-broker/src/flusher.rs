@@ -82,8 +82,12 @@ impl FlusherHandle {
 /// fetches re-check. The flusher is one thread of its own (with helper threads for a round's
 /// fsyncs) that answers the waiters itself: no task hand-offs between a finished fsync and the next one, which on a busy
 /// machine cost more than the fsync.
+/// Called with the partition dir and the error when an fsync fails: the log dir must go offline.
+pub type StorageFailure = Arc<dyn Fn(&std::path::Path, &str) + Send + Sync>;
+
 pub fn start(
     high_watermark_moved: Arc<watch::Sender<u64>>,
+    on_failure: StorageFailure,
 ) -> (FlusherHandle, tokio::task::JoinHandle<()>) {
     let (sender, mut receiver) = mpsc::channel::<FlushRequest>(FLUSH_QUEUE_CAPACITY);
     let task = tokio::task::spawn_blocking(move || {
@@ -92,7 +96,7 @@ pub fn start(
             while let Ok(more) = receiver.try_recv() {
                 round.push(more);
             }
-            run_round(round);
+            run_round(round, &on_failure);
             high_watermark_moved.send_modify(|v| *v = v.wrapping_add(1));
         }
     });
@@ -110,7 +114,7 @@ fn already_durable(log: &Mutex<Log>, up_to_offset: i64) -> bool {
 /// One group commit: a ticket per distinct log, the tickets fsynced side by side (the disk
 /// overlaps concurrent writes and cache flushes, and a journaling filesystem folds them into
 /// shared commits, so several logs cost little more than one), then every waiter answered.
-fn run_round(round: Vec<FlushRequest>) {
+fn run_round(round: Vec<FlushRequest>, on_failure: &StorageFailure) {
     let started = Instant::now();
     // One ticket per distinct log, keyed by the Arc's address, covering its furthest target.
     let mut logs: HashMap<usize, (Arc<Mutex<Log>>, i64)> = HashMap::new();
@@ -129,6 +133,10 @@ fn run_round(round: Vec<FlushRequest>) {
             continue;
         }
         let ticket = match log.lock() {
+            Ok(guard) if guard.is_offline() => {
+                results.insert(key, Err("the log dir is offline".to_string()));
+                continue;
+            }
             Ok(guard) => guard.prepare_flush(),
             Err(_) => {
                 results.insert(key, Err("log lock poisoned".to_string()));
@@ -143,6 +151,11 @@ fn run_round(round: Vec<FlushRequest>) {
         (key, log, ticket, outcome)
     });
     for (key, log, ticket, outcome) in outcomes {
+        if let Err(error) = &outcome {
+            // Linux may drop the failed pages from the cache: a later fsync could succeed
+            // without them. The high watermark stays, and the dir goes offline.
+            on_failure(ticket.dir(), error);
+        }
         if outcome.is_ok() {
             if let Ok(mut guard) = log.lock() {
                 let durable = guard.complete_flush(&ticket);
@@ -241,7 +254,7 @@ mod tests {
     async fn one_request_makes_every_partition_durable_and_answers_each() {
         let dir = tempfile::tempdir().unwrap();
         let (moved, mut moved_rx) = watch::channel(0u64);
-        let (flusher, task) = start(Arc::new(moved));
+        let (flusher, task) = start(Arc::new(moved), Arc::new(|_: &std::path::Path, _: &str| {}));
         let logs: Vec<_> = (0..5).map(|p| open_log(dir.path(), p)).collect();
         let mut targets = Vec::new();
         for (i, log) in logs.iter().enumerate() {

@@ -148,7 +148,11 @@ pub async fn run(
 
     let (high_watermark_moved, _) = watch::channel(0u64);
     let high_watermark_moved = Arc::new(high_watermark_moved);
-    let (flusher, flusher_task) = flusher::start(high_watermark_moved.clone());
+    let failing = replicas.clone();
+    let (flusher, flusher_task) = flusher::start(
+        high_watermark_moved.clone(),
+        Arc::new(move |dir: &std::path::Path, error: &str| failing.storage_failure(dir, error)),
+    );
     let offsets_partitions: i32 = config
         .get("offsets.topic.num.partitions")
         .and_then(|v| v.parse().ok())

@@ -174,6 +174,20 @@ fn describe_dirs(
     logs.logs_by_dir()
         .into_iter()
         .map(|(dir, dir_logs)| {
+            let log_dir = std::path::absolute(&dir)
+                .unwrap_or(dir.clone())
+                .display()
+                .to_string();
+            if logs.is_dir_offline(&dir) {
+                // As Kafka reports a failed dir: its error, nothing else.
+                return DescribeLogDirsResult {
+                    error_code: errors::KAFKA_STORAGE_ERROR,
+                    log_dir,
+                    topics: Vec::new(),
+                    total_bytes: -1,
+                    usable_bytes: -1,
+                };
+            }
             let mut topics: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
             for (tp, log) in dir_logs {
                 if !is_wanted(&tp.topic, tp.partition) {
@@ -204,10 +218,7 @@ fn describe_dirs(
             };
             DescribeLogDirsResult {
                 error_code: errors::NONE,
-                log_dir: std::path::absolute(&dir)
-                    .unwrap_or(dir)
-                    .display()
-                    .to_string(),
+                log_dir,
                 topics: topics
                     .into_iter()
                     .map(|(name, mut partitions)| {

@@ -83,6 +83,15 @@ impl ReplicaManager {
         &self.log_manager
     }
 
+    /// A write or fsync failed under `partition_dir`: its log dir goes offline. With every log dir
+    /// offline the broker cannot serve anything and halts, as Kafka does.
+    pub fn storage_failure(&self, partition_dir: &std::path::Path, error: &str) {
+        if self.log_manager.take_dir_offline(partition_dir, error) {
+            tracing::error!("every log dir has failed: halting the broker");
+            std::process::exit(1);
+        }
+    }
+
     pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
         let key = TopicPartition::new(topic, partition);
         self.partitions.read().ok()?.get(&key).cloned()
@@ -306,9 +315,17 @@ impl ReplicaManager {
             owned.push(batch);
         }
         let mut log = lock_log(&partition.log)?;
-        let info = log
-            .append_as_leader(owned, partition.leader_epoch, now_ms)
-            .map_err(|e| PartitionError::new(e.kafka_error_code(), e.to_string()))?;
+        let info = match log.append_as_leader(owned, partition.leader_epoch, now_ms) {
+            Ok(info) => info,
+            Err(e) => {
+                let dir = log.dir().to_path_buf();
+                drop(log);
+                if e.is_disk_failure() {
+                    self.storage_failure(&dir, &e.to_string());
+                }
+                return Err(PartitionError::new(e.kafka_error_code(), e.to_string()));
+            }
+        };
         if !partition.durable {
             // Page-cache mode: acknowledged writes are visible at once, as in Kafka.
             let leo = log.log_end_offset();

@@ -33,6 +33,9 @@ pub enum StorageError {
     RecordBatchTooLarge { size: usize, segment_bytes: u64 },
     #[error("the log in {0} is closed")]
     LogClosed(PathBuf),
+    /// A write or fsync failed in the log dir holding this log: the dir was taken offline.
+    #[error("the log dir holding {0} is offline after an I/O failure")]
+    LogDirOffline(PathBuf),
     #[error("{0} is not a valid partition directory name")]
     InvalidPartitionDir(String),
     #[error("no log directories were given")]
@@ -70,12 +73,19 @@ impl StorageError {
             StorageError::Io { .. }
             | StorageError::Corrupt { .. }
             | StorageError::LogClosed(_)
+            | StorageError::LogDirOffline(_)
             | StorageError::InvalidPartitionDir(_)
             | StorageError::NoLogDirs
             | StorageError::Checkpoint(_)
             | StorageError::LeaderEpoch(_)
             | StorageError::PartitionMetadata(_) => 56,
         }
+    }
+
+    /// A failure of the disk (or filesystem) under a log: the log dir cannot be trusted with
+    /// more writes, as Kafka judges an IOException.
+    pub fn is_disk_failure(&self) -> bool {
+        matches!(self, StorageError::Io { .. })
     }
 
     pub(crate) fn corrupt(path: &Path, reason: impl Into<String>) -> StorageError {

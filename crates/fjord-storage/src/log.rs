@@ -298,6 +298,11 @@ impl FlushTicket {
     pub fn up_to_offset(&self) -> i64 {
         self.up_to_offset
     }
+
+    /// The partition directory the ticket syncs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
 }
 
 /// One partition's log. See the module docs.
@@ -328,6 +333,8 @@ pub struct Log {
     /// `.deleted` files and when they may be removed.
     pending_deletes: Vec<(PathBuf, i64)>,
     closed: bool,
+    /// Its log dir failed: nothing more is written or served.
+    offline: bool,
 }
 
 impl Log {
@@ -422,6 +429,7 @@ impl Log {
             producer_state: ProducerStateManager::new(0),
             pending_deletes: Vec::new(),
             closed: false,
+            offline: false,
         };
         if log.segments.is_empty() {
             let segment = log.new_segment(log.log_start_offset, now_ms)?;
@@ -508,10 +516,23 @@ impl Log {
     }
 
     fn ensure_open(&self) -> Result<(), StorageError> {
+        if self.offline {
+            return Err(StorageError::LogDirOffline(self.dir.clone()));
+        }
         if self.closed {
             return Err(StorageError::LogClosed(self.dir.clone()));
         }
         Ok(())
+    }
+
+    /// Its log dir failed (see `LogManager::take_dir_offline`): from now on every append, read
+    /// and flush fails with [`StorageError::LogDirOffline`], and close writes nothing.
+    pub fn mark_offline(&mut self) {
+        self.offline = true;
+    }
+
+    pub fn is_offline(&self) -> bool {
+        self.offline
     }
 
     /// Appends validated batches as the partition leader: assigns offsets from the log end,
@@ -654,6 +675,9 @@ impl Log {
         max_offset: i64,
         min_one_batch: bool,
     ) -> Result<ReadInfo, StorageError> {
+        if self.offline {
+            return Err(StorageError::LogDirOffline(self.dir.clone()));
+        }
         if fetch_offset < self.log_start_offset || fetch_offset > self.log_end_offset {
             return Err(StorageError::OffsetOutOfRange {
                 requested: fetch_offset,
@@ -853,6 +877,9 @@ impl Log {
     /// watermark qualify; an expired active segment is deleted after rolling a new one, as Kafka
     /// does for an idle topic. Returns how many were deleted.
     pub fn delete_old_segments(&mut self, now_ms: i64) -> Result<usize, StorageError> {
+        if self.offline {
+            return Ok(0);
+        }
         let doomed = self.segments_past_retention(now_ms, self.config.cleanup_policy_delete);
         self.delete_segments(doomed, now_ms)
     }
@@ -894,7 +921,7 @@ impl Log {
     /// pass; a missing or invalid one starts from the log start.
     pub fn cleanable(&self, checkpoint: Option<i64>, now_ms: i64) -> Option<CleanableLog> {
         let compaction = &self.config.compaction;
-        if !compaction.compact || self.closed {
+        if !compaction.compact || self.closed || self.offline {
             return None;
         }
         let checkpointed = checkpoint.unwrap_or(self.log_start_offset);
@@ -1022,6 +1049,7 @@ impl Log {
     ) -> Result<bool, StorageError> {
         let active_base = self.active_segment().base_offset();
         let intact = !self.closed
+            && !self.offline
             && replaced.first().map(|s| s.base_offset) == Some(cleaned.base_offset())
             && replaced.iter().all(|source| {
                 source.base_offset < active_base
@@ -1242,7 +1270,7 @@ impl Log {
 
     /// Flushes everything and stops taking appends.
     pub fn close(&mut self) -> Result<(), StorageError> {
-        if self.closed {
+        if self.closed || self.offline {
             return Ok(());
         }
         self.active_segment_mut()?.on_become_inactive()?;

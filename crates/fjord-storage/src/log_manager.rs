@@ -50,6 +50,8 @@ pub struct LogManager {
     log_dirs: Vec<PathBuf>,
     default_config: LogConfig,
     logs: Mutex<BTreeMap<TopicPartition, ManagedLog>>,
+    /// Indexes into `log_dirs` of the dirs taken offline after an I/O failure.
+    offline_dirs: Mutex<Vec<usize>>,
 }
 
 /// A poisoned mutex only means another thread panicked while holding it; the log's own state
@@ -173,6 +175,7 @@ impl LogManager {
             log_dirs: log_dirs.to_vec(),
             default_config,
             logs: Mutex::new(logs),
+            offline_dirs: Mutex::new(Vec::new()),
         };
         Ok((manager, report))
     }
@@ -190,6 +193,8 @@ impl LogManager {
         config: LogConfig,
         now_ms: i64,
     ) -> Result<Arc<Mutex<Log>>, StorageError> {
+        // Before the logs' lock: `take_dir_offline` takes the two the other way round.
+        let offline = lock(&self.offline_dirs).clone();
         let mut logs = lock(&self.logs);
         if let Some(existing) = logs.get(&tp) {
             return Ok(Arc::clone(&existing.log));
@@ -203,8 +208,10 @@ impl LogManager {
         let dir_index = counts
             .iter()
             .enumerate()
+            .filter(|(i, _)| !offline.contains(i))
             .min_by_key(|(i, count)| (**count, *i))
-            .map_or(0, |(i, _)| i);
+            .map(|(i, _)| i)
+            .ok_or_else(|| StorageError::LogDirOffline(self.log_dirs[0].clone()))?;
         let log_dir = self
             .log_dirs
             .get(dir_index)
@@ -268,7 +275,11 @@ impl LogManager {
             ls.push((tp.topic.clone(), tp.partition, log.log_start_offset()));
             hw.push((tp.topic, tp.partition, log.high_watermark()));
         }
+        let offline = lock(&self.offline_dirs).clone();
         for (i, log_dir) in self.log_dirs.iter().enumerate() {
+            if offline.contains(&i) {
+                continue;
+            }
             for (file, entries) in [
                 (RECOVERY_POINT_CHECKPOINT_FILE, &recovery_points),
                 (LOG_START_OFFSET_CHECKPOINT_FILE, &log_starts),
@@ -289,7 +300,12 @@ impl LogManager {
             lock(&log).close()?;
         }
         self.checkpoint()?;
-        for log_dir in &self.log_dirs {
+        let offline = lock(&self.offline_dirs).clone();
+        for (i, log_dir) in self.log_dirs.iter().enumerate() {
+            if offline.contains(&i) {
+                // Not clean: the next start recovers what the failure may have torn.
+                continue;
+            }
             let marker = log_dir.join(CLEAN_SHUTDOWN_FILE);
             File::create(&marker)
                 .and_then(|f| f.sync_all())
@@ -297,6 +313,50 @@ impl LogManager {
             File::open(log_dir).and_then(|d| d.sync_all()).at(log_dir)?;
         }
         Ok(())
+    }
+
+    /// Takes the log dir holding `log_path` (a partition dir) offline after a write or fsync
+    /// failed there, as Kafka does: every log in it stops taking writes and serving reads (their
+    /// partitions answer KAFKA_STORAGE_ERROR), no new partition is placed there, and its
+    /// checkpoints are no longer written. After an fsync error the page cache may have dropped
+    /// the data, so nothing written there can be trusted until a restart recovers it. Returns
+    /// whether every log dir is now offline.
+    pub fn take_dir_offline(&self, log_path: &Path, error: &str) -> bool {
+        let Some(dir_index) = self
+            .log_dirs
+            .iter()
+            .position(|dir| log_path.starts_with(dir))
+        else {
+            return false;
+        };
+        let mut offline = lock(&self.offline_dirs);
+        if !offline.contains(&dir_index) {
+            offline.push(dir_index);
+            let mut partitions = 0;
+            for managed in lock(&self.logs).values() {
+                if managed.dir_index == dir_index {
+                    lock(&managed.log).mark_offline();
+                    partitions += 1;
+                }
+            }
+            tracing::error!(
+                log_dir = %self.log_dirs[dir_index].display(),
+                partitions,
+                error,
+                "LOG DIR OFFLINE: a write or fsync failed; its partitions answer KAFKA_STORAGE_ERROR \
+                 until the disk is fixed and the broker restarted"
+            );
+        }
+        offline.len() == self.log_dirs.len()
+    }
+
+    /// Whether the log dir at `log_dirs[index]` was taken offline.
+    pub fn is_dir_offline(&self, dir: &Path) -> bool {
+        let offline = lock(&self.offline_dirs);
+        self.log_dirs
+            .iter()
+            .position(|d| d == dir)
+            .is_some_and(|i| offline.contains(&i))
     }
 
     pub fn all_logs(&self) -> PartitionLogs {

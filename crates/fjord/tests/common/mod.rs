@@ -35,6 +35,8 @@ pub struct TestBroker {
     pub addr: SocketAddr,
     pub data: tempfile::TempDir,
     pub extra: Vec<(String, String)>,
+    /// A command the broker runs under (e.g. `nsenter` into a mount namespace); empty: none.
+    pub wrapper: Vec<String>,
 }
 
 pub fn free_port() -> u16 {
@@ -54,6 +56,19 @@ impl TestBroker {
 
     /// Starts listening on `addr` (and on any further listeners `extra` sets).
     pub fn start_at(addr: SocketAddr, extra: &[(&str, &str)]) -> TestBroker {
+        Self::launch(addr, extra, &[])
+    }
+
+    /// Like `start_with`, under `wrapper` (the broker's command line follows it).
+    pub fn start_wrapped(wrapper: &[String], extra: &[(&str, &str)]) -> TestBroker {
+        Self::launch(
+            SocketAddr::from(([127, 0, 0, 1], free_port())),
+            extra,
+            wrapper,
+        )
+    }
+
+    fn launch(addr: SocketAddr, extra: &[(&str, &str)], wrapper: &[String]) -> TestBroker {
         let data = tempfile::tempdir().expect("tempdir");
         let mut broker = TestBroker {
             child: None,
@@ -63,6 +78,7 @@ impl TestBroker {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            wrapper: wrapper.to_vec(),
         };
         broker.spawn();
         broker
@@ -73,7 +89,14 @@ impl TestBroker {
     }
 
     fn spawn(&mut self) {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+        let mut cmd = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(env!("CARGO_BIN_EXE_fjord"));
+                cmd
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_fjord")),
+        };
         cmd.arg("server")
             .arg("--override")
             .arg(format!("listeners=PLAINTEXT://{}", self.addr))
