@@ -1,6 +1,6 @@
 """Kafka's own log tools against the broker: kafka-delete-records (DeleteRecordsCommand) and kafka-log-dirs
-(LogDirsCommand) and kafka-configs (ConfigCommand) on topics, one broker and the cluster-wide broker default, all
-from kafka-tools."""
+(LogDirsCommand), kafka-configs (ConfigCommand) on topics, one broker and the cluster-wide broker default, and
+kafka-topics (TopicCommand) --describe / --alter, all from kafka-tools."""
 
 import json
 import re
@@ -89,6 +89,13 @@ def test_kafka_configs_topic_alter_describe_delete(broker: Broker):
     out = kafka_configs(broker, *entity, "--describe", "--all")
     assert described(out, "retention.ms") == "1234567", out
     assert described(out, "segment.bytes") == "1073741824", out  # a default, listed with --all
+    # kafka-topics shows the topic's own configs, and --alter grows it.
+    topics = ["org.apache.kafka.tools.TopicCommand", "--bootstrap-server", broker.bootstrap, "--topic", topic]
+    out = kafka_tool(*topics, "--describe")
+    assert "retention.ms=1234567" in out and "cleanup.policy=compact,delete" in out, out
+    kafka_tool(*topics, "--alter", "--partitions", "2")
+    out = kafka_tool(*topics, "--describe")
+    assert "PartitionCount: 2" in out, out
     kafka_configs(broker, *entity, "--alter", "--delete-config", "retention.ms")
     out = kafka_configs(broker, *entity, "--describe")
     assert described(out, "retention.ms") is None, out

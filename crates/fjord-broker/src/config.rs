@@ -1175,6 +1175,30 @@ pub fn not_acted_upon(key: &str) -> bool {
     NOT_ACTED_UPON.contains(&key)
 }
 
+/// Topic configs fjord accepts (so that Kafka's tools and clients set them freely) but does not
+/// act upon yet; a topic that sets one gets a warning naming it. (min.insync.replicas and
+/// unclean.leader.election.enable come with replication.)
+const TOPIC_NOT_ACTED_UPON: &[&str] = &[
+    "compression.gzip.level",
+    "compression.zstd.level",
+    "min.insync.replicas",
+    "preallocate",
+    "segment.jitter.ms",
+    "unclean.leader.election.enable",
+];
+
+impl TopicConfig {
+    /// The topic's own settings (not inherited) that fjord does not act upon yet.
+    pub fn ignored_overrides(&self) -> Vec<(&'static str, &str)> {
+        self.entries()
+            .filter(|(name, _, source)| {
+                *source == ConfigSource::DynamicTopic && TOPIC_NOT_ACTED_UPON.contains(name)
+            })
+            .map(|(name, value, _)| (name, value))
+            .collect()
+    }
+}
+
 fn broker_default(key: &str) -> Option<&'static str> {
     broker_config_def(key).and_then(|def| def.default)
 }

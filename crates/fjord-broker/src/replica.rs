@@ -214,6 +214,7 @@ impl ReplicaManager {
                 }
             },
         );
+        let mut warned = std::collections::HashSet::new();
         for Placed {
             tp,
             config,
@@ -224,6 +225,12 @@ impl ReplicaManager {
             ..
         } in placed
         {
+            let config_changed = partitions.get(&tp).is_none_or(|p| *p.config != *config);
+            if config_changed && warned.insert(tp.topic.clone()) {
+                for (key, value) in config.ignored_overrides() {
+                    tracing::warn!(topic = %tp.topic, key, value, "topic config accepted but not acted upon by fjord yet");
+                }
+            }
             let unchanged = partitions.get(&tp).is_some_and(|p| {
                 p.leader_epoch == leader_epoch
                     && p.topic_id == topic_id

@@ -563,3 +563,31 @@ fn a_pass_over_a_log_that_changed_meanwhile_swaps_nothing() {
     assert_eq!(read_all(&log), expected);
     assert!(files(dir.path()).keys().all(|n| !n.ends_with(".cleaned")));
 }
+
+#[test]
+fn max_compaction_lag_rolls_the_active_segment_sooner() {
+    for (compact, rolls) in [(true, true), (false, false)] {
+        let mut config = config();
+        config.segment_ms = 1_000_000;
+        config.compaction.compact = compact;
+        config.compaction.max_compaction_lag_ms = 1_000;
+        assert_eq!(
+            config.max_segment_ms(),
+            if compact { 1_000 } else { 1_000_000 }
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) =
+            Log::open(dir.path(), common::tp(), None, config, 0, 0, true, T0).unwrap();
+        let one = |ts| {
+            keyed_batch(
+                &[("k".to_string(), Some("v".to_string()))],
+                ts,
+                Compression::None,
+                None,
+            )
+        };
+        append(&mut log, one(T0), T0);
+        append(&mut log, one(T0 + 2_000), T0 + 2_000);
+        assert_eq!(log.num_segments() == 2, rolls, "compact={compact}");
+    }
+}

@@ -2645,3 +2645,32 @@ fn offset_for_leader_epoch_on_an_empty_partition() {
     let r = offset_for_epoch(&mut client, 4, "ofle-empty", -1, 0);
     assert_eq!((r.error_code, r.leader_epoch, r.end_offset), (NONE, 0, 0));
 }
+
+#[test]
+fn topic_configs_not_acted_upon_are_named_in_warnings() {
+    let mut broker = TestBroker::start();
+    let mut client = broker.connect();
+    create(
+        &mut client,
+        "ignored",
+        1,
+        &[("preallocate", "true"), ("retention.ms", "1000000")],
+    );
+    let warnings = |broker: &TestBroker| {
+        broker
+            .log()
+            .lines()
+            .filter(|l| l.contains("not acted upon") && l.contains("topic=ignored"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let seen = warnings(&broker);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(
+        seen[0].contains("key=\"preallocate\"") || seen[0].contains("key=preallocate"),
+        "{seen:?}"
+    );
+    // Named again at start.
+    broker.restart();
+    assert_eq!(warnings(&broker).len(), 2, "{}", broker.log());
+}
