@@ -1449,7 +1449,8 @@ fn sync_dir(dir: &Path) -> Result<(), StorageError> {
     File::open(dir).and_then(|d| d.sync_all()).at(dir)
 }
 
-fn delete_segment_files(mut segment: LogSegment) -> Result<(), StorageError> {
+/// Renames a segment's files `.deleted` and removes them at once.
+pub(crate) fn delete_segment_files(mut segment: LogSegment) -> Result<(), StorageError> {
     for path in segment.rename_to_deleted()? {
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).at(&path),

@@ -92,19 +92,7 @@ fn create_topics(
 }
 
 fn topic(name: &str, partitions: i32, configs: &[(&str, &str)]) -> CreatableTopic {
-    CreatableTopic {
-        name: name.to_string(),
-        num_partitions: partitions,
-        replication_factor: 1,
-        assignments: Vec::new(),
-        configs: configs
-            .iter()
-            .map(|(k, v)| CreatableTopicConfig {
-                name: k.to_string(),
-                value: Some(v.to_string()),
-            })
-            .collect(),
-    }
+    common::creatable_topic(name, partitions, configs)
 }
 
 /// Creates a topic at CreateTopics v7 and returns its id.

@@ -10,11 +10,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{Client, TestBroker};
-use fjord_protocol::messages::create_topics_request::*;
-use fjord_protocol::messages::fetch_request::*;
 use fjord_protocol::messages::produce_request::*;
 use fjord_protocol::{RequestBody, ResponseBody};
-use fjord_records::{BatchBuilder, BatchHeader, Compression};
+use fjord_records::{BatchBuilder, Compression};
 
 const NONE: i16 = 0;
 
@@ -29,30 +27,7 @@ fn broker(extra: &[(&str, &str)]) -> TestBroker {
 }
 
 fn create(client: &mut Client, name: &str, partitions: i32, configs: &[(&str, &str)]) {
-    let response = expect!(
-        client.request(
-            5,
-            RequestBody::CreateTopics(CreateTopicsRequest {
-                topics: vec![CreatableTopic {
-                    name: name.to_string(),
-                    num_partitions: partitions,
-                    replication_factor: 1,
-                    assignments: vec![],
-                    configs: configs
-                        .iter()
-                        .map(|(k, v)| CreatableTopicConfig {
-                            name: k.to_string(),
-                            value: Some(v.to_string()),
-                        })
-                        .collect(),
-                }],
-                timeout_ms: 10_000,
-                validate_only: false,
-            })
-        ),
-        CreateTopics
-    );
-    assert_eq!(response.topics[0].error_code, NONE, "{response:?}");
+    common::create_topic(client, name, partitions, configs);
 }
 
 /// One record per (key, value); `None` is a tombstone.
@@ -98,51 +73,20 @@ type Record = (i64, String, Option<String>);
 
 /// Every record of partition 0 from the start: (offset, key, value).
 fn read_all(client: &mut Client, topic: &str) -> Vec<Record> {
+    let text = |b: Option<Bytes>| b.map(|b| String::from_utf8_lossy(&b).into_owned());
     let mut out = Vec::new();
     let mut offset = 0;
     loop {
-        let response = expect!(
-            client.request(
-                12,
-                RequestBody::Fetch(FetchRequest {
-                    max_wait_ms: 0,
-                    min_bytes: 0,
-                    max_bytes: 64 << 20,
-                    topics: vec![FetchTopic {
-                        topic: topic.to_string(),
-                        partitions: vec![FetchPartition {
-                            partition: 0,
-                            fetch_offset: offset,
-                            partition_max_bytes: 64 << 20,
-                            ..Default::default()
-                        }],
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
-            ),
-            Fetch
+        let (error_code, high_watermark, records) = common::fetch_once(client, topic, offset);
+        assert_eq!(error_code, NONE);
+        let Some(last) = records.last() else { break };
+        offset = last.offset + 1;
+        out.extend(
+            records
+                .into_iter()
+                .map(|r| (r.offset, text(r.key).unwrap_or_default(), text(r.value))),
         );
-        let data = &response.responses[0].partitions[0];
-        assert_eq!(data.error_code, NONE, "{data:?}");
-        let Some(records) = &data.records else { break };
-        if records.is_empty() {
-            break;
-        }
-        for batch in fjord_records::split_batches(records).unwrap() {
-            let header = BatchHeader::parse(&batch).unwrap();
-            for record in fjord_records::records(&batch, 1 << 24).unwrap() {
-                let record = record.unwrap();
-                let text = |b: Option<Bytes>| b.map(|b| String::from_utf8_lossy(&b).into_owned());
-                out.push((
-                    header.base_offset + i64::from(record.offset_delta),
-                    text(record.key).unwrap(),
-                    text(record.value),
-                ));
-            }
-            offset = header.last_offset() + 1;
-        }
-        if offset >= data.high_watermark {
+        if offset >= high_watermark {
             break;
         }
     }
@@ -423,16 +367,17 @@ fn noise(seed: u64, len: usize) -> String {
     out
 }
 
-/// `rounds` rounds over `keys` keys, 100 records a batch; returns the latest value of each key.
+/// Rounds `rounds` over `keys` keys (each round its own values), 100 records a batch; returns
+/// the latest value of each key.
 fn write_rounds(
     client: &mut Client,
     topic: &str,
     keys: usize,
-    rounds: usize,
+    rounds: std::ops::Range<usize>,
     value_len: usize,
 ) -> BTreeMap<String, Option<String>> {
     let mut expected = BTreeMap::new();
-    for round in 0..rounds {
+    for round in rounds {
         let writes: Vec<(String, Option<String>)> = (0..keys)
             .map(|key| {
                 let seed = (round * keys + key) as u64;
@@ -475,7 +420,7 @@ fn more_keys_than_the_dedupe_buffer_holds_are_cleaned_over_several_passes() {
             ("min.cleanable.dirty.ratio", "0.01"),
         ],
     );
-    let expected = write_rounds(&mut client, "wide", 3000, 2, 20);
+    let expected = write_rounds(&mut client, "wide", 3000, 0..2, 20);
     // Roll the last data into a sealed segment so all of it is cleanable.
     let filler: Vec<(String, Option<String>)> = (0..200)
         .map(|i| (format!("filler-{i}"), Some(noise(i, 100))))
@@ -513,9 +458,10 @@ fn more_keys_than_the_dedupe_buffer_holds_are_cleaned_over_several_passes() {
 
 #[test]
 fn kill_9_at_many_points_of_cleaning_loses_nothing() {
-    // Throttled to 200 kB/s (read and write together), a pass over this log takes seconds,
-    // so each kill lands inside one: mapping keys, writing `.cleaned` files, or swapping.
-    let mut broker = broker(&[("log.cleaner.io.max.bytes.per.second", "200000")]);
+    // Written with the cleaner off, so that the whole log is dirty; then, throttled to 200 kB/s
+    // (read and write together), a pass over it takes seconds: about two mapping keys, then
+    // more writing `.cleaned` files and swapping them in. Each restart starts the pass over.
+    let mut broker = broker(&[("log.cleaner.enable", "false")]);
     let mut client = broker.connect();
     create(
         &mut client,
@@ -527,21 +473,56 @@ fn kill_9_at_many_points_of_cleaning_loses_nothing() {
             ("min.cleanable.dirty.ratio", "0.01"),
         ],
     );
-    let expected = write_rounds(&mut client, "crashy", 1000, 6, 120);
+    let mut expected = write_rounds(&mut client, "crashy", 1000, 0..6, 120);
+    broker.stop();
+    broker.extra.retain(|(k, _)| k != "log.cleaner.enable");
+    broker.extra.push((
+        "log.cleaner.io.max.bytes.per.second".into(),
+        "400000".into(),
+    ));
+    broker.restart();
     let partition_dir = broker.log_dir().join("crashy-0");
-    let mut mid_swap_kills = 0;
-    for delay_ms in [300u64, 900, 1500, 2200, 3000, 4000] {
-        std::thread::sleep(Duration::from_millis(delay_ms));
-        broker.kill9();
-        // A kill while a cleaned segment was being written or swapped leaves its files.
-        let in_flight = std::fs::read_dir(&partition_dir)
+    // The cleaned segments a pass is writing or swapping now.
+    let in_flight = || -> Vec<String> {
+        std::fs::read_dir(&partition_dir)
             .unwrap()
             .filter_map(|e| e.ok())
-            .any(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                name.ends_with(".cleaned") || name.ends_with(".swap")
-            });
-        mid_swap_kills += usize::from(in_flight);
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".log.cleaned") || name.ends_with(".log.swap"))
+            .collect()
+    };
+    // Kill points: while mapping keys (a delay after the start), and after the 1st, 5th and
+    // 12th cleaned segment of a pass appeared (of about 38), so early and late swaps are cut.
+    let mut mid_swap_kills = 0;
+    let points = [(300, 0), (0, 1), (0, 5), (1000, 0), (0, 12)];
+    for (round, (delay_ms, nth_segment)) in (6..).zip(points) {
+        // A fresh round of every key: the pass this kill cuts always has work.
+        let mut client = broker.connect();
+        expected.extend(write_rounds(
+            &mut client,
+            "crashy",
+            1000,
+            round..round + 1,
+            120,
+        ));
+        if nth_segment > 0 {
+            let mut seen = std::collections::HashSet::new();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while seen.len() < nth_segment {
+                seen.extend(in_flight());
+                assert!(
+                    Instant::now() < deadline,
+                    "only {} cleaned segments appeared; broker log:\n{}",
+                    seen.len(),
+                    broker.log()
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(delay_ms));
+        }
+        broker.kill9();
+        mid_swap_kills += usize::from(!in_flight().is_empty());
         broker.restart();
         let mut client = broker.connect();
         let records = read_all(&mut client, "crashy");
@@ -551,15 +532,12 @@ fn kill_9_at_many_points_of_cleaning_loses_nothing() {
                 "offsets go back after a kill: {pair:?}"
             );
         }
-        assert_eq!(
-            latest(&records),
-            expected,
-            "after a kill {delay_ms} ms into cleaning"
-        );
+        let point = format!("{delay_ms} ms / cleaned segment {nth_segment}");
+        assert_eq!(latest(&records), expected, "after a kill at {point}");
     }
     assert!(
         mid_swap_kills >= 2,
-        "only {mid_swap_kills} kills caught a cleaned segment in flight"
+        "only {mid_swap_kills} kills left a cleaned segment behind"
     );
     // Unthrottled, the cleaner finishes the job.
     broker.stop();

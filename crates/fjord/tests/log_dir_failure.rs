@@ -13,12 +13,10 @@ use std::process::{Child, Command, Stdio};
 
 use bytes::Bytes;
 use common::{Client, TestBroker};
-use fjord_protocol::messages::create_topics_request::*;
 use fjord_protocol::messages::describe_log_dirs_request::*;
-use fjord_protocol::messages::fetch_request::*;
 use fjord_protocol::messages::produce_request::*;
 use fjord_protocol::{RequestBody, ResponseBody};
-use fjord_records::{BatchBuilder, BatchHeader, Compression};
+use fjord_records::{BatchBuilder, Compression};
 
 const NONE: i16 = 0;
 const KAFKA_STORAGE_ERROR: i16 = 56;
@@ -87,27 +85,7 @@ impl Drop for SmallFilesystem {
 }
 
 fn create(client: &mut Client, name: &str) {
-    let response = expect!(
-        client.request(
-            5,
-            RequestBody::CreateTopics(CreateTopicsRequest {
-                topics: vec![CreatableTopic {
-                    name: name.to_string(),
-                    num_partitions: 1,
-                    replication_factor: 1,
-                    assignments: vec![],
-                    configs: vec![CreatableTopicConfig {
-                        name: "segment.bytes".into(),
-                        value: Some("65536".into()),
-                    }],
-                }],
-                timeout_ms: 10_000,
-                validate_only: false,
-            })
-        ),
-        CreateTopics
-    );
-    assert_eq!(response.topics[0].error_code, NONE, "{response:?}");
+    common::create_topic(client, name, 1, &[("segment.bytes", "65536")]);
 }
 
 /// Produces one 1000-byte record; the partition's error code and base offset.
@@ -140,44 +118,18 @@ fn produce(client: &mut Client, topic: &str, value: &str) -> (i16, i64) {
 
 /// One fetch from `offset`: the error code and the (offset, value) of each record.
 fn fetch(client: &mut Client, topic: &str, offset: i64) -> (i16, Vec<(i64, String)>) {
-    let response = expect!(
-        client.request(
-            12,
-            RequestBody::Fetch(FetchRequest {
-                max_wait_ms: 0,
-                min_bytes: 0,
-                max_bytes: 64 << 20,
-                topics: vec![FetchTopic {
-                    topic: topic.to_string(),
-                    partitions: vec![FetchPartition {
-                        partition: 0,
-                        fetch_offset: offset,
-                        partition_max_bytes: 64 << 20,
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            })
-        ),
-        Fetch
-    );
-    let data = &response.responses[0].partitions[0];
-    let mut out = Vec::new();
-    if let Some(records) = &data.records {
-        for batch in fjord_records::split_batches(records).unwrap() {
-            let header = BatchHeader::parse(&batch).unwrap();
-            for record in fjord_records::records(&batch, 1 << 24).unwrap() {
-                let record = record.unwrap();
-                let value = record.value.unwrap_or_else(Bytes::new);
-                out.push((
-                    header.base_offset + i64::from(record.offset_delta),
-                    String::from_utf8_lossy(&value).trim_end().to_string(),
-                ));
-            }
-        }
-    }
-    (data.error_code, out)
+    let (error_code, _, records) = common::fetch_once(client, topic, offset);
+    let values = records
+        .into_iter()
+        .map(|r| {
+            let value = r.value.unwrap_or_else(Bytes::new);
+            (
+                r.offset,
+                String::from_utf8_lossy(&value).trim_end().to_string(),
+            )
+        })
+        .collect();
+    (error_code, values)
 }
 
 fn read_all(client: &mut Client, topic: &str) -> Vec<(i64, String)> {

@@ -18,8 +18,8 @@ use fjord_records::{BatchHeader, BATCH_HEADER_LEN};
 
 use super::offset_map::OffsetMap;
 use super::throttle::Throttler;
-use crate::error::{IoResultExt, StorageError};
-use crate::log::{CleanableLog, CleaningSources, Log, SegmentSource};
+use crate::error::StorageError;
+use crate::log::{delete_segment_files, CleanableLog, CleaningSources, Log, SegmentSource};
 use crate::segment::{LogSegment, CLEANED_FILE_SUFFIX};
 
 /// Largest records section the cleaner decompresses from one batch.
@@ -116,7 +116,7 @@ pub fn clean_log(
             let mut batches = reader.open(source);
             while let Some((header, bytes)) = batches.next_batch()? {
                 if io.stop.load(Ordering::Relaxed) {
-                    discard(writer.segment)?;
+                    delete_segment_files(writer.segment)?;
                     return Ok(PassOutcome::Aborted);
                 }
                 if header.is_control() {
@@ -278,16 +278,6 @@ fn corrupt(source: &SegmentSource, what: &str) -> StorageError {
         std::path::Path::new(&format!("segment {}", source.base_offset)),
         what.to_string(),
     )
-}
-
-fn discard(mut segment: LogSegment) -> Result<(), StorageError> {
-    for path in segment.rename_to_deleted()? {
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).at(&path),
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 /// Buffers the cleaned batches and appends them to the cleaned segment in large writes.

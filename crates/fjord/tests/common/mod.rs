@@ -252,3 +252,94 @@ impl Client {
         ResponseBody::decode(api, &mut decoder, version).expect("response body")
     }
 }
+
+/// A CreateTopics entry with replication factor 1 and `configs`.
+pub fn creatable_topic(
+    name: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> fjord_protocol::messages::create_topics_request::CreatableTopic {
+    use fjord_protocol::messages::create_topics_request::*;
+    CreatableTopic {
+        name: name.to_string(),
+        num_partitions: partitions,
+        replication_factor: 1,
+        assignments: Vec::new(),
+        configs: configs
+            .iter()
+            .map(|(k, v)| CreatableTopicConfig {
+                name: k.to_string(),
+                value: Some(v.to_string()),
+            })
+            .collect(),
+    }
+}
+
+/// Creates one topic (CreateTopics v5) and asserts it was created.
+pub fn create_topic(client: &mut Client, name: &str, partitions: i32, configs: &[(&str, &str)]) {
+    use fjord_protocol::messages::create_topics_request::*;
+    let response = client.request(
+        5,
+        RequestBody::CreateTopics(CreateTopicsRequest {
+            topics: vec![creatable_topic(name, partitions, configs)],
+            timeout_ms: 10_000,
+            validate_only: false,
+        }),
+    );
+    let ResponseBody::CreateTopics(response) = response else {
+        panic!("expected a CreateTopics response");
+    };
+    assert_eq!(response.topics[0].error_code, 0, "{response:?}");
+}
+
+/// One record as a fetch returned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedRecord {
+    pub offset: i64,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+}
+
+/// One Fetch (v12, no session) of partition 0 of `topic` from `offset`: the partition's error
+/// code, its high watermark and every record returned.
+pub fn fetch_once(client: &mut Client, topic: &str, offset: i64) -> (i16, i64, Vec<FetchedRecord>) {
+    use fjord_protocol::messages::fetch_request::*;
+    let response = client.request(
+        12,
+        RequestBody::Fetch(FetchRequest {
+            max_wait_ms: 0,
+            min_bytes: 0,
+            max_bytes: 64 << 20,
+            topics: vec![FetchTopic {
+                topic: topic.to_string(),
+                partitions: vec![FetchPartition {
+                    partition: 0,
+                    fetch_offset: offset,
+                    partition_max_bytes: 64 << 20,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+    );
+    let ResponseBody::Fetch(response) = response else {
+        panic!("expected a Fetch response");
+    };
+    let data = &response.responses[0].partitions[0];
+    let mut out = Vec::new();
+    if let Some(records) = &data.records {
+        for batch in fjord_records::split_batches(records).expect("whole batches") {
+            let header = fjord_records::BatchHeader::parse(&batch).expect("header");
+            for record in fjord_records::records(&batch, 1 << 24).expect("records") {
+                let record = record.expect("record");
+                out.push(FetchedRecord {
+                    offset: header.base_offset + i64::from(record.offset_delta),
+                    key: record.key,
+                    value: record.value,
+                });
+            }
+        }
+    }
+    (data.error_code, data.high_watermark, out)
+}
