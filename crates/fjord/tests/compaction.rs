@@ -494,7 +494,12 @@ fn kill_9_at_many_points_of_cleaning_loses_nothing() {
     // Kill points: while mapping keys (a delay after the start), and after the 1st, 5th and
     // 12th cleaned segment of a pass appeared (of about 38), so early and late swaps are cut.
     let mut mid_swap_kills = 0;
-    let points = [(300, 0), (0, 1), (0, 5), (1000, 0), (0, 12)];
+    // FJORD_CLEANER_KILL_ROUNDS repeats the points (the long mode; see the README).
+    let rounds: usize = std::env::var("FJORD_CLEANER_KILL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let points = [(300, 0), (0, 1), (0, 5), (1000, 0), (0, 12)].repeat(rounds);
     for (round, (delay_ms, nth_segment)) in (6..).zip(points) {
         // A fresh round of every key: the pass this kill cuts always has work.
         let mut client = broker.connect();
