@@ -106,10 +106,20 @@ impl ReplicaManager {
 
     /// The topic config and log config a topic gets from its overrides in the image.
     pub fn topic_config(&self, image: &MetadataImage, topic: &str) -> TopicConfig {
+        let dynamic = DynamicBrokerConfig::from_image(image, self.node_id);
+        self.topic_config_with(image, &dynamic, topic)
+    }
+
+    /// As `topic_config`, with this broker's dynamic configs already read from the image.
+    fn topic_config_with(
+        &self,
+        image: &MetadataImage,
+        dynamic: &DynamicBrokerConfig,
+        topic: &str,
+    ) -> TopicConfig {
         let empty = BTreeMap::new();
         let overrides = image.topic_config(topic).unwrap_or(&empty);
-        let dynamic = DynamicBrokerConfig::from_image(image, self.node_id);
-        TopicConfig::resolve(&self.broker_config, &dynamic, overrides)
+        TopicConfig::resolve(&self.broker_config, dynamic, overrides)
     }
 
     /// Brings hosted partitions in line with the image: opens or creates logs for partitions this
@@ -117,8 +127,10 @@ impl ReplicaManager {
     pub fn apply_image(&self, image: &MetadataImage, now_ms: i64) -> Result<(), String> {
         let mut wanted: HashMap<TopicPartition, (Arc<TopicConfig>, [u8; 16], i32, usize)> =
             HashMap::new();
+        // Read once: every topic's defaults layer the same broker configs.
+        let dynamic = DynamicBrokerConfig::from_image(image, self.node_id);
         for topic in image.topics() {
-            let config = Arc::new(self.topic_config(image, &topic.name));
+            let config = Arc::new(self.topic_config_with(image, &dynamic, &topic.name));
             for (index, partition) in topic.partitions.iter().enumerate() {
                 if partition.leader == self.node_id {
                     wanted.insert(

@@ -56,7 +56,7 @@ pub struct LogManager {
 
 /// A poisoned mutex only means another thread panicked while holding it; the log's own state
 /// is still consistent at every await-free step, so keep serving it.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{Client, TestBroker};
-use fjord_protocol::messages::produce_request::*;
 use fjord_protocol::{RequestBody, ResponseBody};
 use fjord_records::{BatchBuilder, Compression};
 
@@ -47,26 +46,8 @@ fn produce(client: &mut Client, topic: &str, records: &[(String, Option<String>)
             )
             .unwrap();
     }
-    let response = expect!(
-        client.request(
-            9,
-            RequestBody::Produce(ProduceRequest {
-                transactional_id: None,
-                acks: -1,
-                timeout_ms: 10_000,
-                topic_data: vec![TopicProduceData {
-                    name: topic.to_string(),
-                    partition_data: vec![PartitionProduceData {
-                        index: 0,
-                        records: Some(builder.build().unwrap().freeze()),
-                    }],
-                }],
-            })
-        ),
-        Produce
-    );
-    let partition = &response.responses[0].partition_responses[0];
-    assert_eq!(partition.error_code, NONE, "{partition:?}");
+    let (error_code, _) = common::produce_batch(client, topic, builder.build().unwrap().freeze());
+    assert_eq!(error_code, NONE);
 }
 
 type Record = (i64, String, Option<String>);

@@ -14,7 +14,6 @@ use std::process::{Child, Command, Stdio};
 use bytes::Bytes;
 use common::{Client, TestBroker};
 use fjord_protocol::messages::describe_log_dirs_request::*;
-use fjord_protocol::messages::produce_request::*;
 use fjord_protocol::{RequestBody, ResponseBody};
 use fjord_records::{BatchBuilder, Compression};
 
@@ -94,26 +93,7 @@ fn produce(client: &mut Client, topic: &str, value: &str) -> (i16, i64) {
     builder
         .append(0, None, Some(format!("{value:<1000}").as_bytes()), &[])
         .unwrap();
-    let response = expect!(
-        client.request(
-            9,
-            RequestBody::Produce(ProduceRequest {
-                transactional_id: None,
-                acks: -1,
-                timeout_ms: 10_000,
-                topic_data: vec![TopicProduceData {
-                    name: topic.to_string(),
-                    partition_data: vec![PartitionProduceData {
-                        index: 0,
-                        records: Some(builder.build().unwrap().freeze()),
-                    }],
-                }],
-            })
-        ),
-        Produce
-    );
-    let p = &response.responses[0].partition_responses[0];
-    (p.error_code, p.base_offset)
+    common::produce_batch(client, topic, builder.build().unwrap().freeze())
 }
 
 /// One fetch from `offset`: the error code and the (offset, value) of each record.

@@ -14,14 +14,14 @@ pub mod throttle;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::checkpoint::{read_offset_checkpoint, write_offset_checkpoint};
 use crate::error::{IoResultExt, StorageError};
 use crate::log::{CleanableLog, Log, TopicPartition};
-use crate::log_manager::PartitionLogs;
+use crate::log_manager::{lock, PartitionLogs};
 use offset_map::OffsetMap;
 use pass::{clean_log, PassIo, PassOutcome};
 use throttle::Throttler;
@@ -95,12 +95,6 @@ struct Job {
 /// The running cleaner; [`LogCleaner::shutdown`] stops its threads.
 pub struct LogCleaner {
     running: Mutex<(Arc<Shared>, Vec<JoinHandle<()>>)>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl LogCleaner {

@@ -20,6 +20,7 @@ use super::offset_map::OffsetMap;
 use super::throttle::Throttler;
 use crate::error::StorageError;
 use crate::log::{delete_segment_files, CleanableLog, CleaningSources, Log, SegmentSource};
+use crate::log_manager::lock;
 use crate::segment::{LogSegment, CLEANED_FILE_SUFFIX};
 
 /// Largest records section the cleaner decompresses from one batch.
@@ -59,10 +60,6 @@ pub struct PassIo<'a> {
     pub throttler: &'a Throttler,
     pub io_buffer_bytes: usize,
     pub stop: &'a AtomicBool,
-}
-
-fn lock(log: &Mutex<Log>) -> std::sync::MutexGuard<'_, Log> {
-    log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Runs one pass over `log` as `cleanable` describes it, at time `now_ms`.

@@ -343,3 +343,29 @@ pub fn fetch_once(client: &mut Client, topic: &str, offset: i64) -> (i16, i64, V
     }
     (data.error_code, data.high_watermark, out)
 }
+
+/// Produces one batch (Produce v9, acks=all) to partition 0 of `topic`: the partition's error
+/// code and base offset.
+pub fn produce_batch(client: &mut Client, topic: &str, records: Bytes) -> (i16, i64) {
+    use fjord_protocol::messages::produce_request::*;
+    let response = client.request(
+        9,
+        RequestBody::Produce(ProduceRequest {
+            transactional_id: None,
+            acks: -1,
+            timeout_ms: 10_000,
+            topic_data: vec![TopicProduceData {
+                name: topic.to_string(),
+                partition_data: vec![PartitionProduceData {
+                    index: 0,
+                    records: Some(records),
+                }],
+            }],
+        }),
+    );
+    let ResponseBody::Produce(response) = response else {
+        panic!("expected a Produce response");
+    };
+    let p = &response.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
