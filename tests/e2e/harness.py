@@ -79,10 +79,13 @@ class Broker:
     # Exit codes that mean a clean shutdown after SIGTERM.
     clean_exit_codes = (0,)
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, log_dirs: int = 1):
         self.workdir = workdir
         self.data_dir = workdir / "data"
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # `log.dirs`: the first is `data_dir`.
+        self.data_dirs = [self.data_dir] + [workdir / f"data{i}" for i in range(2, log_dirs + 1)]
+        for d in self.data_dirs:
+            d.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.proc: Optional[subprocess.Popen] = None
@@ -144,8 +147,8 @@ class Broker:
 class FjordBroker(Broker):
     kind = "fjord"
 
-    def __init__(self, workdir: Path):
-        super().__init__(workdir)
+    def __init__(self, workdir: Path, log_dirs: int = 1):
+        super().__init__(workdir, log_dirs)
         self.binary = Path(os.environ.get("FJORD_BIN", REPO_ROOT / "target" / "release" / "fjord"))
         self.config = workdir / "server.properties"
         write_properties(
@@ -154,7 +157,7 @@ class FjordBroker(Broker):
                 "node.id": "1",
                 "listeners": f"PLAINTEXT://{self.bootstrap}",
                 "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
-                "log.dirs": str(self.data_dir),
+                "log.dirs": ",".join(str(d) for d in self.data_dirs),
                 "num.partitions": "1",
                 "auto.create.topics.enable": "false",
             },
@@ -173,8 +176,8 @@ class KafkaBroker(Broker):
     # The JVM reports death by SIGTERM as 128 + 15 even when its shutdown hooks ran cleanly.
     clean_exit_codes = (0, 143)
 
-    def __init__(self, workdir: Path):
-        super().__init__(workdir)
+    def __init__(self, workdir: Path, log_dirs: int = 1):
+        super().__init__(workdir, log_dirs)
         self.classpath = read_classpath("kafka-broker.classpath")
         self.controller_port = free_port()
         self.config = workdir / "server.properties"
@@ -189,7 +192,7 @@ class KafkaBroker(Broker):
                 "controller.listener.names": "CONTROLLER",
                 "inter.broker.listener.name": "PLAINTEXT",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                "log.dirs": str(self.data_dir),
+                "log.dirs": ",".join(str(d) for d in self.data_dirs),
                 "num.partitions": "1",
                 "auto.create.topics.enable": "false",
                 "offsets.topic.replication.factor": "1",
@@ -241,18 +244,19 @@ class KafkaBroker(Broker):
         return log.read_text(errors="replace").count(marker) >= self.starts
 
 
-def make_broker(workdir: Path) -> Broker:
+def make_broker(workdir: Path, log_dirs: int = 1) -> Broker:
     kind = os.environ.get("E2E_BROKER", "fjord")
     if kind == "fjord":
-        return FjordBroker(workdir)
+        return FjordBroker(workdir, log_dirs)
     if kind == "kafka":
-        return KafkaBroker(workdir)
+        return KafkaBroker(workdir, log_dirs)
     raise RuntimeError(f"E2E_BROKER must be fjord or kafka, not {kind!r}")
 
 
-def module_broker(workdir: Path, props: Dict[str, str]):
-    """Body of a module-scoped broker fixture: a broker with `props` added to its config, stopped at the end."""
-    b = make_broker(workdir)
+def module_broker(workdir: Path, props: Dict[str, str], log_dirs: int = 1):
+    """Body of a module-scoped broker fixture: a broker with `props` added to its config (and `log_dirs` log dirs),
+    stopped at the end."""
+    b = make_broker(workdir, log_dirs)
     with open(b.config, "a") as f:
         f.writelines(f"{k}={v}\n" for k, v in props.items())
     b.start()

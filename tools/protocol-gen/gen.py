@@ -37,6 +37,7 @@ MESSAGES = [
     (23, "OffsetForLeaderEpoch"),
     (32, "DescribeConfigs"),
     (33, "AlterConfigs"),
+    (34, "AlterReplicaLogDirs"),
     (35, "DescribeLogDirs"),
     (36, "SaslAuthenticate"),
     (37, "CreatePartitions"),

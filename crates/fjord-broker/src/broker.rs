@@ -37,6 +37,7 @@ use crate::errors;
 use crate::fetch_session::FetchSessionCache;
 use crate::flusher::FlusherHandle;
 use crate::group_runtime::GroupRuntime;
+use crate::log_dir_mover::LogDirMover;
 use crate::network::{Dispatch, Reply, Response, Sequencing};
 use crate::replica::ReplicaManager;
 
@@ -55,6 +56,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::AlterReplicaLogDirs, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
@@ -128,6 +130,8 @@ pub struct Broker {
     pub(crate) controller_lock: tokio::sync::Mutex<()>,
     /// The group coordinator shards this broker hosts.
     pub groups: Arc<GroupRuntime>,
+    /// Moves partitions between log dirs (AlterReplicaLogDirs).
+    pub log_dir_mover: Arc<LogDirMover>,
 }
 
 pub fn now_ms() -> i64 {
@@ -162,6 +166,7 @@ pub fn encode_response(
 }
 
 impl Broker {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: Arc<BrokerConfig>,
         cluster_id: String,
@@ -170,6 +175,7 @@ impl Broker {
         flusher: FlusherHandle,
         high_watermark_moved: Arc<watch::Sender<u64>>,
         groups: Arc<GroupRuntime>,
+        log_dir_mover: Arc<LogDirMover>,
     ) -> Self {
         Broker {
             config,
@@ -182,6 +188,7 @@ impl Broker {
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock { next: 0, end: 0 }),
             controller_lock: tokio::sync::Mutex::new(()),
             groups,
+            log_dir_mover,
         }
     }
 
@@ -311,6 +318,12 @@ impl Broker {
                 let this = self.clone();
                 self.later(api, version, correlation_id, async move {
                     ResponseBody::AlterConfigs(this.alter_configs(request).await)
+                })
+            }
+            RequestBody::AlterReplicaLogDirs(request) => {
+                let answer = self.alter_replica_log_dirs(request, now);
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::AlterReplicaLogDirs(answer.await)
                 })
             }
             RequestBody::DescribeLogDirs(request) => {

@@ -12,6 +12,7 @@ pub mod flusher;
 pub mod group_runtime;
 mod groups;
 mod log_admin;
+pub mod log_dir_mover;
 pub mod network;
 mod produce;
 pub mod replica;
@@ -112,6 +113,8 @@ pub async fn run(
         recovered = report.partitions_recovered,
         bytes_truncated = report.bytes_truncated,
         clean_shutdown_dirs = report.clean_dirs,
+        log_dir_moves_resumed = report.moves_resumed,
+        log_dir_moves_completed = report.moves_completed,
         elapsed_ms = load_started.elapsed().as_millis() as u64,
         "logs loaded"
     );
@@ -171,6 +174,11 @@ pub async fn run(
         "group coordinators loaded"
     );
     let group_timers = tokio::spawn(groups.clone().run_timers(shutdown.clone()));
+    // Moves between log dirs, including those a restart interrupted.
+    let log_dir_mover = Arc::new(
+        log_dir_mover::LogDirMover::start(replicas.clone())
+            .map_err(|e| startup(format!("cannot start the log dir mover: {e}")))?,
+    );
     let broker = Arc::new(Broker::new(
         config.clone(),
         cluster_id,
@@ -179,6 +187,7 @@ pub async fn run(
         flusher.clone(),
         high_watermark_moved,
         groups.clone(),
+        log_dir_mover.clone(),
     ));
 
     // Follow metadata changes (a single node applies its own proposals already; this keeps
@@ -245,8 +254,13 @@ pub async fn run(
     drop(broker);
     drop(flusher);
     let _ = tokio::time::timeout(Duration::from_secs(30), flusher_task).await;
-    // A pass under way stops before its next swap; the cleaner holds the logs until then.
-    let _ = tokio::task::spawn_blocking(move || cleaner.shutdown()).await;
+    // A pass under way stops before its next swap; the cleaner holds the logs until then. A
+    // move's step under way finishes (a swap included).
+    let _ = tokio::task::spawn_blocking(move || {
+        cleaner.shutdown();
+        log_dir_mover.shutdown();
+    })
+    .await;
     replicas.log_manager().shutdown().map_err(startup)?;
     drop(replicas);
     match Arc::try_unwrap(quorum) {

@@ -1,10 +1,13 @@
-//! Admin APIs on partition logs: DeleteRecords, which moves log start offsets, and
-//! DescribeLogDirs, which reports each log dir's partitions and space.
+//! Admin APIs on partition logs: DeleteRecords, which moves log start offsets,
+//! DescribeLogDirs, which reports each log dir's partitions and space, and
+//! AlterReplicaLogDirs, which moves partitions between log dirs.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use fjord_metadata::MetadataImage;
+use fjord_protocol::messages::alter_replica_log_dirs_request::AlterReplicaLogDirsRequest;
+use fjord_protocol::messages::alter_replica_log_dirs_response::*;
 use fjord_protocol::messages::delete_records_request::DeleteRecordsRequest;
 use fjord_protocol::messages::delete_records_response::*;
 use fjord_protocol::messages::describe_log_dirs_request::{
@@ -12,7 +15,7 @@ use fjord_protocol::messages::describe_log_dirs_request::{
 };
 use fjord_protocol::messages::describe_log_dirs_response::*;
 use fjord_storage::file_io::volume_space;
-use fjord_storage::LogManager;
+use fjord_storage::{LogManager, StorageError, TopicPartition};
 
 use crate::broker::Broker;
 use crate::errors;
@@ -160,6 +163,93 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// AlterReplicaLogDirs: each partition starts moving to the log dir named for it (the move
+    /// itself runs on the log dir mover's thread); answered once the moves are set up, as Kafka
+    /// answers, not once they finish. Off the runtime's threads: setting up touches the disk.
+    pub(crate) fn alter_replica_log_dirs(
+        self: &Arc<Self>,
+        request: AlterReplicaLogDirsRequest,
+        now_ms: i64,
+    ) -> impl std::future::Future<Output = AlterReplicaLogDirsResponse> + Send + 'static {
+        let this = self.clone();
+        async move {
+            let results = tokio::task::spawn_blocking(move || {
+                let image = this.quorum.image();
+                let exists = |topic: &str, partition: i32| {
+                    image.topic(topic).is_some_and(|t| {
+                        usize::try_from(partition).is_ok_and(|p| p < t.partitions.len())
+                    })
+                };
+                let results = alter_dirs(this.replicas.log_manager(), &exists, &request, now_ms);
+                this.log_dir_mover.wake();
+                results
+            })
+            .await
+            .unwrap_or_else(|error| {
+                tracing::error!(%error, "altering log dirs failed");
+                Vec::new()
+            });
+            AlterReplicaLogDirsResponse {
+                results,
+                ..Default::default()
+            }
+        }
+    }
+}
+
+/// Longest directory name most filesystems take: a future log's name must fit.
+const MAX_DIR_NAME_BYTES: usize = 255;
+/// What a future log's name adds to the partition's: `.`, 32 hex digits, `-future`.
+const FUTURE_NAME_EXTRA_BYTES: usize = 1 + 32 + fjord_storage::future_log::FUTURE_DIR_SUFFIX.len();
+
+fn alter_dirs(
+    logs: &LogManager,
+    exists: &dyn Fn(&str, i32) -> bool,
+    request: &AlterReplicaLogDirsRequest,
+    now_ms: i64,
+) -> Vec<AlterReplicaLogDirTopicResult> {
+    let mut results: Vec<AlterReplicaLogDirTopicResult> = Vec::new();
+    for dir in &request.dirs {
+        let dest = std::path::Path::new(&dir.path);
+        for topic in &dir.topics {
+            for &partition in &topic.partitions {
+                let tp = TopicPartition::new(topic.name.clone(), partition);
+                let error_code = if tp.dir_name().len() + FUTURE_NAME_EXTRA_BYTES
+                    > MAX_DIR_NAME_BYTES
+                {
+                    // As Kafka refuses it: the future log's directory name would not fit.
+                    errors::INVALID_TOPIC_EXCEPTION
+                } else {
+                    match logs.alter_log_dir(&tp, dest, now_ms) {
+                        Ok(()) => errors::NONE,
+                        // Kafka's answer for a partition the cluster does not have.
+                        Err(StorageError::NoSuchLog(_)) if !exists(&topic.name, partition) => {
+                            errors::UNKNOWN_TOPIC_OR_PARTITION
+                        }
+                        Err(error) => {
+                            tracing::warn!(%tp, dir = %dir.path, %error, "cannot alter the partition's log dir");
+                            error.kafka_error_code()
+                        }
+                    }
+                };
+                let result = AlterReplicaLogDirPartitionResult {
+                    partition_index: partition,
+                    error_code,
+                };
+                match results.iter_mut().find(|t| t.topic_name == topic.name) {
+                    Some(existing) => existing.partitions.push(result),
+                    None => results.push(AlterReplicaLogDirTopicResult {
+                        topic_name: topic.name.clone(),
+                        partitions: vec![result],
+                    }),
+                }
+            }
+        }
+    }
+    results
+}
+
 fn describe_dirs(
     logs: &LogManager,
     wanted: Option<&[DescribableLogDirTopic]>,
@@ -171,9 +261,11 @@ fn describe_dirs(
                 .any(|t| t.topic == topic && t.partitions.contains(&partition))
         })
     };
+    let futures = logs.future_logs_by_dir();
     logs.logs_by_dir()
         .into_iter()
-        .map(|(dir, dir_logs)| {
+        .zip(futures)
+        .map(|((dir, dir_logs), (_, dir_futures))| {
             let log_dir = std::path::absolute(&dir)
                 .unwrap_or(dir.clone())
                 .display()
@@ -204,6 +296,25 @@ fn describe_dirs(
                         // watermark is past this log's end, which a leader's never is.
                         offset_lag: (log.high_watermark() - log.log_end_offset()).max(0),
                         is_future_key: false,
+                    });
+            }
+            for (tp, future) in dir_futures {
+                if !is_wanted(&tp.topic, tp.partition) {
+                    continue;
+                }
+                let Ok(future) = future.lock() else { continue };
+                // As Kafka reports a future replica: how far it is behind the current one.
+                let current_end = logs
+                    .get(&tp)
+                    .and_then(|log| log.lock().ok().map(|log| log.log_end_offset()));
+                topics
+                    .entry(tp.topic.clone())
+                    .or_default()
+                    .push(DescribeLogDirsPartition {
+                        partition_index: tp.partition,
+                        partition_size: i64::try_from(future.size_in_bytes()).unwrap_or(i64::MAX),
+                        offset_lag: current_end.map_or(-1, |end| end - future.log_end_offset()),
+                        is_future_key: true,
                     });
             }
             let (total_bytes, usable_bytes) = match volume_space(&dir) {

@@ -78,6 +78,7 @@ api_keys! {
     OffsetForLeaderEpoch = 23 => OffsetForLeaderEpochRequest,
     DescribeConfigs = 32 => DescribeConfigsRequest,
     AlterConfigs = 33 => AlterConfigsRequest,
+    AlterReplicaLogDirs = 34 => AlterReplicaLogDirsRequest,
     DescribeLogDirs = 35 => DescribeLogDirsRequest,
     SaslAuthenticate = 36 => SaslAuthenticateRequest,
     CreatePartitions = 37 => CreatePartitionsRequest,

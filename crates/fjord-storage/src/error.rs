@@ -36,6 +36,12 @@ pub enum StorageError {
     /// A write or fsync failed in the log dir holding this log: the dir was taken offline.
     #[error("the log dir holding {0} is offline after an I/O failure")]
     LogDirOffline(PathBuf),
+    /// AlterReplicaLogDirs named a directory that is not one of `log.dirs`.
+    #[error("log dir {0} is not found in the config")]
+    LogDirNotFound(PathBuf),
+    /// No log of this partition lives on this broker.
+    #[error("no log of {0} on this broker")]
+    NoSuchLog(String),
     #[error("{0} is not a valid partition directory name")]
     InvalidPartitionDir(String),
     #[error("no log directories were given")]
@@ -69,6 +75,10 @@ impl StorageError {
             StorageError::InvalidRecord(_) => 2,
             // MESSAGE_TOO_LARGE: Kafka's answer when one batch cannot fit a segment.
             StorageError::RecordBatchTooLarge { .. } => 10,
+            // REPLICA_NOT_AVAILABLE
+            StorageError::NoSuchLog(_) => 9,
+            // LOG_DIR_NOT_FOUND
+            StorageError::LogDirNotFound(_) => 57,
             // KAFKA_STORAGE_ERROR: the replica cannot serve until the disk problem is resolved.
             StorageError::Io { .. }
             | StorageError::Corrupt { .. }

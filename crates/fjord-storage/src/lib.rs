@@ -4,6 +4,7 @@
 pub mod cleaner;
 pub mod error;
 pub mod file_io;
+pub mod future_log;
 pub mod index;
 pub mod log;
 pub mod log_manager;

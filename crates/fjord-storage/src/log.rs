@@ -11,7 +11,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use fjord_records::AppendBatch;
+use bytes::Bytes;
+use fjord_records::header::compute_crc;
+use fjord_records::{split_batches, AppendBatch, RecordsError};
 
 use crate::error::{IoResultExt, StorageError};
 use crate::leader_epoch::{LeaderEpochCache, LEADER_EPOCH_CHECKPOINT_FILE_NAME};
@@ -268,8 +270,10 @@ pub struct FlushTicket {
     /// lies in the active segment once this ticket completes.
     index_files: Vec<Arc<File>>,
     dir: PathBuf,
-    /// Set when a segment file was created since the directory was last synced.
-    sync_dir: bool,
+    /// Set when a segment file was created since the directory was last synced: the directory,
+    /// opened when the ticket was taken (the log may be moved to another log dir before the
+    /// sync runs; the handle still names the directory the segments were created in).
+    sync_dir: Option<Result<File, std::io::ErrorKind>>,
     dir_version: u64,
     /// The active segment when the ticket was taken.
     active_base: i64,
@@ -287,10 +291,10 @@ impl FlushTicket {
         for file in &self.index_files {
             file.sync_data().at(&self.dir)?;
         }
-        if self.sync_dir {
-            File::open(&self.dir)
-                .and_then(|d| d.sync_all())
-                .at(&self.dir)?;
+        match &self.sync_dir {
+            Some(Ok(dir)) => dir.sync_all().at(&self.dir)?,
+            Some(Err(kind)) => return Err(std::io::Error::from(*kind)).at(&self.dir),
+            None => {}
         }
         Ok(())
     }
@@ -335,6 +339,9 @@ pub struct Log {
     closed: bool,
     /// Its log dir failed: nothing more is written or served.
     offline: bool,
+    /// Being copied into another log dir (AlterReplicaLogDirs): the cleaner leaves it alone,
+    /// as Kafka pauses cleaning of a moving partition.
+    moving: bool,
 }
 
 impl Log {
@@ -419,7 +426,7 @@ impl Log {
             high_watermark: 0,
             recovery_point: 0,
             // A freshly created directory and segment are not known to be durable yet.
-            dir_version: 1,
+            dir_version: next_dir_version(),
             dir_synced_version: 0,
             first_unflushed_ms: None,
             leader_epoch_cache: LeaderEpochCache::default(),
@@ -430,6 +437,7 @@ impl Log {
             pending_deletes: Vec::new(),
             closed: false,
             offline: false,
+            moving: false,
         };
         if log.segments.is_empty() {
             let segment = log.new_segment(log.log_start_offset, now_ms)?;
@@ -481,7 +489,7 @@ impl Log {
     }
 
     fn new_segment(&mut self, base_offset: i64, now_ms: i64) -> Result<LogSegment, StorageError> {
-        self.dir_version += 1;
+        self.dir_version = next_dir_version();
         LogSegment::create(
             &self.dir,
             base_offset,
@@ -533,6 +541,108 @@ impl Log {
 
     pub fn is_offline(&self) -> bool {
         self.offline
+    }
+
+    /// Marks the log as being copied to another log dir (or no longer); see `moving`.
+    pub fn set_moving(&mut self, moving: bool) {
+        self.moving = moving;
+    }
+
+    /// Appends batches that already carry their offsets and leader epochs, as a follower (or a
+    /// future replica in another log dir) copies them from the leader: each must be intact
+    /// (CRC) and start at or after the log end. Offsets may jump (a compacted source). Rolls as
+    /// the leader does. Returns the number of batches appended.
+    pub fn append_as_follower(
+        &mut self,
+        records: &Bytes,
+        now_ms: i64,
+    ) -> Result<usize, StorageError> {
+        self.ensure_open()?;
+        let mut batches = Vec::new();
+        let mut next = self.log_end_offset;
+        for bytes in split_batches(records)? {
+            let batch = AppendBatch::new(bytes.clone())?;
+            let header = batch.header();
+            if header
+                .base_offset
+                .checked_add(i64::from(header.last_offset_delta))
+                .is_none_or(|last| last == i64::MAX)
+            {
+                return Err(StorageError::corrupt(
+                    &self.dir,
+                    format!(
+                        "follower append of offset {} out of range",
+                        header.base_offset
+                    ),
+                ));
+            }
+            if header.base_offset < next {
+                return Err(StorageError::corrupt(
+                    &self.dir,
+                    format!(
+                        "follower append of offset {} below the log end {next}",
+                        header.base_offset
+                    ),
+                ));
+            }
+            // `AppendBatch::new` parsed the whole header, so the CRC's range is there.
+            let computed = compute_crc(&bytes);
+            if computed != header.crc {
+                return Err(StorageError::InvalidRecord(RecordsError::CrcMismatch {
+                    stored: header.crc,
+                    computed,
+                }));
+            }
+            if batch.len() as u64 > self.config.segment_bytes {
+                return Err(StorageError::RecordBatchTooLarge {
+                    size: batch.len(),
+                    segment_bytes: self.config.segment_bytes,
+                });
+            }
+            next = header.last_offset() + 1;
+            batches.push(batch);
+        }
+        for batch in &batches {
+            let header = *batch.header();
+            let active = self.active_segment();
+            // Past what the active segment's 32-bit relative offsets reach, or by Kafka's roll
+            // conditions: a new segment at this batch.
+            if header.last_offset() - active.base_offset() > i64::from(i32::MAX)
+                || active.should_roll(
+                    self.config.segment_bytes,
+                    self.config.max_segment_ms(),
+                    batch.len() as u64,
+                    header.max_timestamp,
+                    header.last_offset(),
+                    now_ms,
+                )
+            {
+                self.roll_at(header.base_offset, now_ms)?;
+            }
+            self.active_segment_mut()?.append(batch)?;
+            self.producer_state
+                .record_append(&header, header.max_timestamp);
+            let epoch = header.partition_leader_epoch;
+            if epoch >= 0
+                && self
+                    .leader_epoch_cache
+                    .latest_epoch()
+                    .is_none_or(|e| epoch > e)
+                && self.leader_epoch_cache.assign(epoch, header.base_offset)
+            {
+                self.write_leader_epoch_cache()?;
+            }
+            if self.recovery_point >= self.log_end_offset {
+                self.first_unflushed_ms = Some(now_ms);
+            }
+            debug_assert!(
+                header.last_offset() >= self.log_end_offset,
+                "offsets only grow"
+            );
+            self.log_end_offset = header.last_offset() + 1;
+        }
+        self.check_invariants();
+        Ok(batches.len())
     }
 
     /// Appends validated batches as the partition leader: assigns offsets from the log end,
@@ -654,13 +764,23 @@ impl Log {
 
     /// Starts a new active segment at the log end offset.
     pub fn roll(&mut self, now_ms: i64) -> Result<(), StorageError> {
-        let base = self.log_end_offset;
+        self.roll_at(self.log_end_offset, now_ms)
+    }
+
+    /// Starts a new active segment at `base` (at or past the log end: a follower rolls at the
+    /// first offset of the batch it appends, which may lie past a gap).
+    fn roll_at(&mut self, base: i64, now_ms: i64) -> Result<(), StorageError> {
+        debug_assert!(
+            base >= self.log_end_offset,
+            "a segment never starts inside the log"
+        );
         if self.active_segment().base_offset() == base {
             return Ok(());
         }
         self.active_segment_mut()?.on_become_inactive()?;
         let segment = self.new_segment(base, now_ms)?;
         self.segments.insert(base, segment);
+        self.log_end_offset = base;
         // As Kafka does, snapshot producer state at each roll so recovery replays little.
         self.producer_state.take_snapshot(&self.dir).at(&self.dir)?;
         Ok(())
@@ -763,7 +883,8 @@ impl Log {
             data_files,
             index_files,
             dir: self.dir.clone(),
-            sync_dir: self.dir_version > self.dir_synced_version,
+            sync_dir: (self.dir_version > self.dir_synced_version)
+                .then(|| File::open(&self.dir).map_err(|e| e.kind())),
             dir_version: self.dir_version,
             active_base: active,
             up_to_offset: self.log_end_offset,
@@ -921,7 +1042,7 @@ impl Log {
     /// pass; a missing or invalid one starts from the log start.
     pub fn cleanable(&self, checkpoint: Option<i64>, now_ms: i64) -> Option<CleanableLog> {
         let compaction = &self.config.compaction;
-        if !compaction.compact || self.closed || self.offline {
+        if !compaction.compact || self.closed || self.offline || self.moving {
             return None;
         }
         let checkpointed = checkpoint.unwrap_or(self.log_start_offset);
@@ -1078,7 +1199,7 @@ impl Log {
         cleaned.change_suffix(SWAP_FILE_SUFFIX, "")?;
         cleaned.flush_and_release()?;
         sync_dir(&self.dir)?;
-        self.dir_version += 1;
+        self.dir_version = next_dir_version();
         self.dir_synced_version = self.dir_version;
         self.segments.insert(cleaned.base_offset(), cleaned);
         self.check_invariants();
@@ -1445,12 +1566,25 @@ fn scan_whole_segment(path: &Path, base: i64) -> Result<Option<i64>, StorageErro
     Ok(Some(next))
 }
 
-fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+/// Directory versions come from one counter shared by every log, so a flush ticket taken on a
+/// log that was since replaced (moved to another log dir) can never vouch for the directory of
+/// the log that replaced it.
+fn next_dir_version() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
     File::open(dir).and_then(|d| d.sync_all()).at(dir)
 }
 
-/// Renames a segment's files `.deleted` and removes them at once.
+/// Renames a segment's files `.deleted` and removes them at once. A segment whose directory is
+/// already gone (a cleaning pass voided after its log moved to another log dir) has nothing
+/// left to delete.
 pub(crate) fn delete_segment_files(mut segment: LogSegment) -> Result<(), StorageError> {
+    if !segment.log_path().exists() {
+        return Ok(());
+    }
     for path in segment.rename_to_deleted()? {
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).at(&path),

@@ -17,7 +17,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::checkpoint::{read_offset_checkpoint, write_offset_checkpoint};
 use crate::error::{IoResultExt, StorageError};
-use crate::log::{Log, LogConfig, TopicPartition};
+use crate::future_log::{
+    catch_up_locked, catch_up_round, parse_future_dir_name, FUTURE_DIR_SUFFIX,
+};
+use crate::log::{sync_dir, Log, LogConfig, TopicPartition};
 use crate::partition_metadata::{read_partition_metadata, write_partition_metadata};
 
 pub const RECOVERY_POINT_CHECKPOINT_FILE: &str = "recovery-point-offset-checkpoint";
@@ -38,6 +41,11 @@ pub struct StartupReport {
     pub deleted_dirs_removed: usize,
     /// Log dirs that had the clean shutdown marker.
     pub clean_dirs: usize,
+    /// Moves to another log dir that resume (a future log beside its current one).
+    pub moves_resumed: usize,
+    /// Future logs that had caught up and replaced their current log when the broker stopped
+    /// mid-swap: finished now.
+    pub moves_completed: usize,
 }
 
 struct ManagedLog {
@@ -46,10 +54,15 @@ struct ManagedLog {
 }
 
 /// Owns all partition logs. See the module docs.
+///
+/// Lock order: `offline_dirs`, then `logs`, then `futures`, then any one log's lock (a current
+/// log's before its future log's).
 pub struct LogManager {
     log_dirs: Vec<PathBuf>,
     default_config: LogConfig,
     logs: Mutex<BTreeMap<TopicPartition, ManagedLog>>,
+    /// Future logs: copies under way into another log dir (see `future_log`).
+    futures: Mutex<BTreeMap<TopicPartition, ManagedLog>>,
     /// Indexes into `log_dirs` of the dirs taken offline after an I/O failure.
     offline_dirs: Mutex<Vec<usize>>,
 }
@@ -87,6 +100,7 @@ impl LogManager {
         }
         let mut report = StartupReport::default();
         let mut logs = BTreeMap::new();
+        let mut found_futures = Vec::new();
         for (dir_index, log_dir) in log_dirs.iter().enumerate() {
             std::fs::create_dir_all(log_dir).at(log_dir)?;
             let marker = log_dir.join(CLEAN_SHUTDOWN_FILE);
@@ -120,6 +134,10 @@ impl LogManager {
                 }
                 // The metadata log (KRaft's name for it) is not a partition log.
                 if name == METADATA_LOG_DIR_NAME {
+                    continue;
+                }
+                if let Some(tp) = parse_future_dir_name(&name) {
+                    found_futures.push((dir_index, tp, path, clean));
                     continue;
                 }
                 let Some(tp) = TopicPartition::from_dir_name(&name) else {
@@ -175,9 +193,78 @@ impl LogManager {
             log_dirs: log_dirs.to_vec(),
             default_config,
             logs: Mutex::new(logs),
+            futures: Mutex::new(BTreeMap::new()),
             offline_dirs: Mutex::new(Vec::new()),
         };
+        for (dir_index, tp, path, clean) in found_futures {
+            manager.load_future(dir_index, tp, &path, clean, now_ms, &mut report)?;
+        }
         Ok((manager, report))
+    }
+
+    /// A future log found at start-up. Beside its current log it resumes copying. Alone, it is
+    /// the survivor of a swap the broker stopped in: the swap renames the current log's dir for
+    /// deletion only after the future log is complete and synced, so the future log becomes the
+    /// partition's log.
+    fn load_future(
+        &self,
+        dir_index: usize,
+        tp: TopicPartition,
+        path: &Path,
+        clean: bool,
+        now_ms: i64,
+        report: &mut StartupReport,
+    ) -> Result<(), StorageError> {
+        let mut logs = lock(&self.logs);
+        let mut futures = lock(&self.futures);
+        let current_dir = logs.get(&tp).map(|m| m.dir_index);
+        if futures.contains_key(&tp) || current_dir == Some(dir_index) {
+            // A second copy, or one in the dir the log already lives in: nothing to resume.
+            tracing::warn!(path = %path.display(), "removing a redundant future log");
+            return std::fs::remove_dir_all(path).at(path);
+        }
+        let topic_id = read_partition_metadata(path)?;
+        match logs.get(&tp) {
+            Some(current) => {
+                let config = lock(&current.log).config().clone();
+                let (log, _) = Log::open(path, tp.clone(), topic_id, config, 0, 0, false, now_ms)?;
+                lock(&current.log).set_moving(true);
+                futures.insert(
+                    tp,
+                    ManagedLog {
+                        dir_index,
+                        log: Arc::new(Mutex::new(log)),
+                    },
+                );
+                report.moves_resumed += 1;
+            }
+            None => {
+                let log_dir = &self.log_dirs[dir_index];
+                let final_dir = log_dir.join(tp.dir_name());
+                std::fs::rename(path, &final_dir).at(path)?;
+                sync_dir(log_dir)?;
+                let (log, _) = Log::open(
+                    &final_dir,
+                    tp.clone(),
+                    topic_id,
+                    self.default_config.clone(),
+                    0,
+                    0,
+                    clean,
+                    now_ms,
+                )?;
+                logs.insert(
+                    tp,
+                    ManagedLog {
+                        dir_index,
+                        log: Arc::new(Mutex::new(log)),
+                    },
+                );
+                report.moves_completed += 1;
+                report.partitions_loaded += 1;
+            }
+        }
+        Ok(())
     }
 
     pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Mutex<Log>>> {
@@ -235,7 +322,16 @@ impl LogManager {
     /// `<topic>-<partition>.<32 hex digits>-delete` so a crash mid-way finishes the job at the
     /// next startup, then removed.
     pub fn delete_log(&self, tp: &TopicPartition) -> Result<(), StorageError> {
-        let Some(managed) = lock(&self.logs).remove(tp) else {
+        let (current, future) = {
+            let mut logs = lock(&self.logs);
+            let future = lock(&self.futures).remove(tp);
+            (logs.remove(tp), future)
+        };
+        // The future log goes first: one left alone would be taken for a finished move.
+        if let Some(future) = future {
+            discard_future(&future)?;
+        }
+        let Some(managed) = current else {
             return Ok(());
         };
         let mut log = lock(&managed.log);
@@ -333,10 +429,17 @@ impl LogManager {
         if !offline.contains(&dir_index) {
             offline.push(dir_index);
             let mut partitions = 0;
-            for managed in lock(&self.logs).values() {
+            let logs = lock(&self.logs);
+            for managed in logs.values() {
                 if managed.dir_index == dir_index {
                     lock(&managed.log).mark_offline();
                     partitions += 1;
+                }
+            }
+            // A move into the failed dir stops at its next step.
+            for managed in lock(&self.futures).values() {
+                if managed.dir_index == dir_index {
+                    lock(&managed.log).mark_offline();
                 }
             }
             tracing::error!(
@@ -359,6 +462,208 @@ impl LogManager {
             .is_some_and(|i| offline.contains(&i))
     }
 
+    /// AlterReplicaLogDirs for one partition: starts moving its log into `dest` (one of
+    /// `log.dirs`, compared as absolute paths), where a future log copies it while appends go
+    /// on; [`LogManager::advance_move`] does the work. Moving to the dir the log is in cancels a
+    /// move under way; asking again for the same destination changes nothing.
+    pub fn alter_log_dir(
+        &self,
+        tp: &TopicPartition,
+        dest: &Path,
+        now_ms: i64,
+    ) -> Result<(), StorageError> {
+        let wanted = std::path::absolute(dest).unwrap_or_else(|_| dest.to_path_buf());
+        let dest_index = self
+            .log_dirs
+            .iter()
+            .position(|dir| std::path::absolute(dir).is_ok_and(|dir| dir == wanted))
+            .ok_or_else(|| StorageError::LogDirNotFound(dest.to_path_buf()))?;
+        let dest_dir = &self.log_dirs[dest_index];
+        if lock(&self.offline_dirs).contains(&dest_index) {
+            return Err(StorageError::LogDirOffline(dest_dir.clone()));
+        }
+        let logs = lock(&self.logs);
+        let current = logs
+            .get(tp)
+            .ok_or_else(|| StorageError::NoSuchLog(tp.to_string()))?;
+        let mut futures = lock(&self.futures);
+        if futures.get(tp).is_some_and(|f| f.dir_index == dest_index) {
+            return Ok(());
+        }
+        if let Some(previous) = futures.remove(tp) {
+            discard_future(&previous)?;
+        }
+        let mut current_log = lock(&current.log);
+        if current_log.is_offline() {
+            return Err(StorageError::LogDirOffline(current_log.dir().to_path_buf()));
+        }
+        if current.dir_index == dest_index {
+            current_log.set_moving(false);
+            return Ok(());
+        }
+        let dir = dest_dir.join(format!(
+            "{}.{}{FUTURE_DIR_SUFFIX}",
+            tp.dir_name(),
+            random_hex_id()
+        ));
+        std::fs::create_dir_all(&dir).at(&dir)?;
+        if let Some(topic_id) = current_log.topic_id() {
+            write_partition_metadata(&dir, &topic_id).at(&dir)?;
+        }
+        let (future, _) = Log::open(
+            &dir,
+            tp.clone(),
+            current_log.topic_id(),
+            current_log.config().clone(),
+            0,
+            current_log.log_start_offset(),
+            true,
+            now_ms,
+        )?;
+        current_log.set_moving(true);
+        futures.insert(
+            tp.clone(),
+            ManagedLog {
+                dir_index: dest_index,
+                log: Arc::new(Mutex::new(future)),
+            },
+        );
+        tracing::info!(%tp, from = %current_log.dir().display(), to = %dest_dir.display(), "moving a partition to another log dir");
+        Ok(())
+    }
+
+    /// The partitions whose log is being moved to another log dir.
+    pub fn moving_partitions(&self) -> Vec<TopicPartition> {
+        lock(&self.futures).keys().cloned().collect()
+    }
+
+    /// Future logs (moves under way) by the log dir they are in, in `log.dirs` order.
+    pub fn future_logs_by_dir(&self) -> Vec<(PathBuf, PartitionLogs)> {
+        self.by_dir(&lock(&self.futures))
+    }
+
+    /// One step of the move of `tp`: copies up to `max_bytes` into its future log and, once the
+    /// future log has caught up, swaps it in. Returns whether the move is over (done, or
+    /// nothing to move). On an error the caller calls [`LogManager::abort_move`].
+    pub fn advance_move(
+        &self,
+        tp: &TopicPartition,
+        max_bytes: usize,
+        now_ms: i64,
+    ) -> Result<bool, StorageError> {
+        let current = lock(&self.logs).get(tp).map(|m| Arc::clone(&m.log));
+        let future = lock(&self.futures).get(tp).map(|m| Arc::clone(&m.log));
+        let (Some(current), Some(future)) = (current, future) else {
+            return Ok(true);
+        };
+        if !catch_up_round(&current, &mut lock(&future), max_bytes, now_ms)? {
+            return Ok(false);
+        }
+        self.complete_move(tp, max_bytes, now_ms)?;
+        Ok(true)
+    }
+
+    /// The swap, under the current log's lock: the last batches are copied and the future log
+    /// synced and closed; the current log's dir is renamed `-delete` and the parent synced (the
+    /// commit point: a restart from here on finishes the swap); the future dir is renamed to the
+    /// partition's name; the log reopened from there replaces the current one in place, so
+    /// every holder of the partition's log carries on with it.
+    fn complete_move(
+        &self,
+        tp: &TopicPartition,
+        max_bytes: usize,
+        now_ms: i64,
+    ) -> Result<(), StorageError> {
+        let mut logs = lock(&self.logs);
+        let mut futures = lock(&self.futures);
+        let (Some(current), Some(future)) = (logs.get(tp), futures.get(tp)) else {
+            return Ok(());
+        };
+        let (dest_index, future) = (future.dir_index, Arc::clone(&future.log));
+        let current_arc = Arc::clone(&current.log);
+        let mut current_log = lock(&current_arc);
+        let mut future_log = lock(&future);
+        catch_up_locked(&current_log, &mut future_log, max_bytes, now_ms)?;
+        debug_assert_eq!(future_log.log_end_offset(), current_log.log_end_offset());
+        future_log.close()?;
+        let future_dir = future_log.dir().to_path_buf();
+        let current_dir = current_log.dir().to_path_buf();
+        let current_parent = current_dir.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let doomed = current_parent.join(format!(
+            "{}.{}{DELETE_DIR_SUFFIX}",
+            tp.dir_name(),
+            random_hex_id()
+        ));
+        std::fs::rename(&current_dir, &doomed).at(&current_dir)?;
+        // Committed: the future log is the partition's log now, whatever fails below.
+        let dest_dir = &self.log_dirs[dest_index];
+        let final_dir = dest_dir.join(tp.dir_name());
+        let reopened = (|| {
+            sync_dir(&current_parent)?;
+            std::fs::rename(&future_dir, &final_dir).at(&future_dir)?;
+            sync_dir(dest_dir)?;
+            let (mut moved, _) = Log::open(
+                &final_dir,
+                tp.clone(),
+                current_log.topic_id(),
+                current_log.config().clone(),
+                future_log.log_end_offset(),
+                current_log.log_start_offset(),
+                true,
+                now_ms,
+            )?;
+            moved.restore_high_watermark(current_log.high_watermark());
+            if let Some(epoch) = current_log.latest_epoch() {
+                // An epoch begun at the log end with nothing appended yet is in no batch.
+                moved.become_leader(epoch)?;
+            }
+            Ok::<_, StorageError>(moved)
+        })();
+        futures.remove(tp);
+        let moved = match reopened {
+            Ok(moved) => moved,
+            Err(error) => {
+                // Neither copy can be served from here; a restart finds the future dir (renamed
+                // or not) and makes it the partition's log.
+                current_log.mark_offline();
+                tracing::error!(%tp, %error, "a moved log could not be reopened; its partition is offline until restart");
+                return Err(error);
+            }
+        };
+        debug_assert_eq!(moved.log_end_offset(), current_log.log_end_offset());
+        let mut replaced = std::mem::replace(&mut *current_log, moved);
+        replaced.mark_closed();
+        drop(replaced);
+        drop(current_log);
+        drop(future_log);
+        if let Some(current) = logs.get_mut(tp) {
+            current.dir_index = dest_index;
+        }
+        drop(futures);
+        drop(logs);
+        tracing::info!(%tp, to = %final_dir.display(), "partition moved to another log dir");
+        if let Err(error) = std::fs::remove_dir_all(&doomed) {
+            // The next start removes it.
+            tracing::warn!(path = %doomed.display(), %error, "cannot remove a moved log's old dir");
+        }
+        Ok(())
+    }
+
+    /// Gives up the move of `tp` (its step failed, or the partition went away): the future log
+    /// and its dir are removed and the current log is cleaned again.
+    pub fn abort_move(&self, tp: &TopicPartition) -> Result<(), StorageError> {
+        let logs = lock(&self.logs);
+        let future = lock(&self.futures).remove(tp);
+        if let Some(current) = logs.get(tp) {
+            lock(&current.log).set_moving(false);
+        }
+        drop(logs);
+        match future {
+            Some(future) => discard_future(&future),
+            None => Ok(()),
+        }
+    }
+
     pub fn all_logs(&self) -> PartitionLogs {
         lock(&self.logs)
             .iter()
@@ -369,12 +674,16 @@ impl LogManager {
     /// Every partition log grouped by the log dir holding it, in `log.dirs` order (empty dirs
     /// included).
     pub fn logs_by_dir(&self) -> Vec<(PathBuf, PartitionLogs)> {
+        self.by_dir(&lock(&self.logs))
+    }
+
+    fn by_dir(&self, logs: &BTreeMap<TopicPartition, ManagedLog>) -> Vec<(PathBuf, PartitionLogs)> {
         let mut dirs: Vec<(PathBuf, PartitionLogs)> = self
             .log_dirs
             .iter()
             .map(|dir| (dir.clone(), Vec::new()))
             .collect();
-        for (tp, managed) in lock(&self.logs).iter() {
+        for (tp, managed) in logs {
             if let Some((_, logs)) = dirs.get_mut(managed.dir_index) {
                 logs.push((tp.clone(), Arc::clone(&managed.log)));
             }
@@ -388,6 +697,17 @@ impl LogManager {
 
     pub fn default_config(&self) -> &LogConfig {
         &self.default_config
+    }
+}
+
+/// Closes a future log and removes its directory.
+fn discard_future(future: &ManagedLog) -> Result<(), StorageError> {
+    let mut log = lock(&future.log);
+    log.mark_closed();
+    let dir = log.dir().to_path_buf();
+    match std::fs::remove_dir_all(&dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e).at(&dir),
+        _ => Ok(()),
     }
 }
 

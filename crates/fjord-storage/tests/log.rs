@@ -591,15 +591,6 @@ fn a_clean_restart_rewrites_no_leader_epoch_checkpoint() {
     log.close().unwrap();
 }
 
-fn idempotent(mut b: bytes::BytesMut, producer_id: i64, sequence: i32) -> bytes::BytesMut {
-    b[43..51].copy_from_slice(&producer_id.to_be_bytes());
-    b[51..53].copy_from_slice(&0i16.to_be_bytes());
-    b[53..57].copy_from_slice(&sequence.to_be_bytes());
-    let crc = fjord_records::header::compute_crc(&b);
-    b[17..21].copy_from_slice(&crc.to_be_bytes());
-    b
-}
-
 #[test]
 fn producer_retries_are_deduplicated_across_restarts() {
     let dir = tempfile::tempdir().unwrap();

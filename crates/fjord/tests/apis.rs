@@ -2390,6 +2390,17 @@ fn every_advertised_version_answers() {
                 ApiKey::DescribeLogDirs => RequestBody::DescribeLogDirs(DescribeLogDirsRequest {
                     topics: None,
                 }),
+                ApiKey::AlterReplicaLogDirs => RequestBody::AlterReplicaLogDirs(
+                    fjord_protocol::messages::alter_replica_log_dirs_request::AlterReplicaLogDirsRequest {
+                        dirs: vec![fjord_protocol::messages::alter_replica_log_dirs_request::AlterReplicaLogDir {
+                            path: "/no/such/log/dir".into(),
+                            topics: vec![fjord_protocol::messages::alter_replica_log_dirs_request::AlterReplicaLogDirTopic {
+                                name: "every".into(),
+                                partitions: vec![0],
+                            }],
+                        }],
+                    },
+                ),
                 ApiKey::DeleteRecords => RequestBody::DeleteRecords(DeleteRecordsRequest {
                     topics: vec![DeleteRecordsTopic {
                         name: "every".into(),

@@ -9,6 +9,8 @@ use crate::{ApiKey, Decodable, DecodeError, Decoder, Encodable, EncodeError};
 
 pub mod alter_configs_request;
 pub mod alter_configs_response;
+pub mod alter_replica_log_dirs_request;
+pub mod alter_replica_log_dirs_response;
 pub mod api_versions_request;
 pub mod api_versions_response;
 pub mod consumer_group_describe_request;
@@ -74,6 +76,8 @@ pub mod sync_group_response;
 
 pub use alter_configs_request::AlterConfigsRequest;
 pub use alter_configs_response::AlterConfigsResponse;
+pub use alter_replica_log_dirs_request::AlterReplicaLogDirsRequest;
+pub use alter_replica_log_dirs_response::AlterReplicaLogDirsResponse;
 pub use api_versions_request::ApiVersionsRequest;
 pub use api_versions_response::ApiVersionsResponse;
 pub use consumer_group_describe_request::ConsumerGroupDescribeRequest;
@@ -163,6 +167,7 @@ pub enum RequestBody {
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
     DescribeConfigs(DescribeConfigsRequest),
     AlterConfigs(AlterConfigsRequest),
+    AlterReplicaLogDirs(AlterReplicaLogDirsRequest),
     DescribeLogDirs(DescribeLogDirsRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
     CreatePartitions(CreatePartitionsRequest),
@@ -232,6 +237,9 @@ impl RequestBody {
             ApiKey::AlterConfigs => {
                 RequestBody::AlterConfigs(AlterConfigsRequest::decode(input, version)?)
             }
+            ApiKey::AlterReplicaLogDirs => RequestBody::AlterReplicaLogDirs(
+                AlterReplicaLogDirsRequest::decode(input, version)?,
+            ),
             ApiKey::DescribeLogDirs => {
                 RequestBody::DescribeLogDirs(DescribeLogDirsRequest::decode(input, version)?)
             }
@@ -287,6 +295,7 @@ impl RequestBody {
             RequestBody::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
             RequestBody::DescribeConfigs(_) => ApiKey::DescribeConfigs,
             RequestBody::AlterConfigs(_) => ApiKey::AlterConfigs,
+            RequestBody::AlterReplicaLogDirs(_) => ApiKey::AlterReplicaLogDirs,
             RequestBody::DescribeLogDirs(_) => ApiKey::DescribeLogDirs,
             RequestBody::SaslAuthenticate(_) => ApiKey::SaslAuthenticate,
             RequestBody::CreatePartitions(_) => ApiKey::CreatePartitions,
@@ -324,6 +333,7 @@ impl RequestBody {
             RequestBody::OffsetForLeaderEpoch(body) => body.encode(out, version),
             RequestBody::DescribeConfigs(body) => body.encode(out, version),
             RequestBody::AlterConfigs(body) => body.encode(out, version),
+            RequestBody::AlterReplicaLogDirs(body) => body.encode(out, version),
             RequestBody::DescribeLogDirs(body) => body.encode(out, version),
             RequestBody::SaslAuthenticate(body) => body.encode(out, version),
             RequestBody::CreatePartitions(body) => body.encode(out, version),
@@ -363,6 +373,7 @@ pub enum ResponseBody {
     OffsetForLeaderEpoch(OffsetForLeaderEpochResponse),
     DescribeConfigs(DescribeConfigsResponse),
     AlterConfigs(AlterConfigsResponse),
+    AlterReplicaLogDirs(AlterReplicaLogDirsResponse),
     DescribeLogDirs(DescribeLogDirsResponse),
     SaslAuthenticate(SaslAuthenticateResponse),
     CreatePartitions(CreatePartitionsResponse),
@@ -438,6 +449,9 @@ impl ResponseBody {
             ApiKey::AlterConfigs => {
                 ResponseBody::AlterConfigs(AlterConfigsResponse::decode(input, version)?)
             }
+            ApiKey::AlterReplicaLogDirs => ResponseBody::AlterReplicaLogDirs(
+                AlterReplicaLogDirsResponse::decode(input, version)?,
+            ),
             ApiKey::DescribeLogDirs => {
                 ResponseBody::DescribeLogDirs(DescribeLogDirsResponse::decode(input, version)?)
             }
@@ -493,6 +507,7 @@ impl ResponseBody {
             ResponseBody::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
             ResponseBody::DescribeConfigs(_) => ApiKey::DescribeConfigs,
             ResponseBody::AlterConfigs(_) => ApiKey::AlterConfigs,
+            ResponseBody::AlterReplicaLogDirs(_) => ApiKey::AlterReplicaLogDirs,
             ResponseBody::DescribeLogDirs(_) => ApiKey::DescribeLogDirs,
             ResponseBody::SaslAuthenticate(_) => ApiKey::SaslAuthenticate,
             ResponseBody::CreatePartitions(_) => ApiKey::CreatePartitions,
@@ -530,6 +545,7 @@ impl ResponseBody {
             ResponseBody::OffsetForLeaderEpoch(body) => body.encode(out, version),
             ResponseBody::DescribeConfigs(body) => body.encode(out, version),
             ResponseBody::AlterConfigs(body) => body.encode(out, version),
+            ResponseBody::AlterReplicaLogDirs(body) => body.encode(out, version),
             ResponseBody::DescribeLogDirs(body) => body.encode(out, version),
             ResponseBody::SaslAuthenticate(body) => body.encode(out, version),
             ResponseBody::CreatePartitions(body) => body.encode(out, version),

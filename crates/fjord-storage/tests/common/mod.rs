@@ -54,6 +54,16 @@ pub fn batch(timestamps: &[i64], value_len: usize) -> BytesMut {
     BytesMut::from(&b[..])
 }
 
+/// `b` as written by idempotent producer `producer_id` (epoch 0) starting at `sequence`.
+pub fn idempotent(mut b: BytesMut, producer_id: i64, sequence: i32) -> BytesMut {
+    b[43..51].copy_from_slice(&producer_id.to_be_bytes());
+    b[51..53].copy_from_slice(&0i16.to_be_bytes());
+    b[53..57].copy_from_slice(&sequence.to_be_bytes());
+    let crc = compute_crc(&b);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
 pub fn tp() -> TopicPartition {
     TopicPartition::new("events", 0)
 }

@@ -26,6 +26,7 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionReplica;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
@@ -37,7 +38,7 @@ public final class ClientTool {
 
     public static void main(String[] argv) throws Exception {
         if (argv.length < 1) {
-            System.err.println("usage: create-topic|produce|consume|group-consume|produce-kv|dump --bootstrap B ...");
+            System.err.println("usage: create-topic|produce|consume|group-consume|produce-kv|dump|alter-log-dir --bootstrap B ...");
             System.exit(64);
         }
         Map<String, String> args = parseFlags(argv);
@@ -49,6 +50,7 @@ public final class ClientTool {
             case "group-consume" -> rc = GroupConsume.run(args);
             case "produce-kv" -> rc = produceKv(args);
             case "dump" -> rc = dump(args);
+            case "alter-log-dir" -> rc = alterLogDir(args);
             default -> {
                 System.err.println("unknown command " + argv[0]);
                 rc = 64;
@@ -90,6 +92,23 @@ public final class ClientTool {
         try (Admin admin = Admin.create(props)) {
             NewTopic topic = new NewTopic(need(args, "topic"), Integer.parseInt(need(args, "partitions")), (short) 1);
             admin.createTopics(List.of(topic)).all().get();
+        }
+        return 0;
+    }
+
+    /** Admin.alterReplicaLogDirs for one partition on broker 1; prints "ok" or the error's class name. */
+    private static int alterLogDir(Map<String, String> args) throws Exception {
+        Properties props = new Properties();
+        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, need(args, "bootstrap"));
+        TopicPartitionReplica replica =
+                new TopicPartitionReplica(need(args, "topic"), Integer.parseInt(need(args, "partition")), 1);
+        try (Admin admin = Admin.create(props)) {
+            try {
+                admin.alterReplicaLogDirs(Map.of(replica, need(args, "dir"))).all().get();
+                System.out.println("ok");
+            } catch (java.util.concurrent.ExecutionException e) {
+                System.out.println(e.getCause().getClass().getSimpleName());
+            }
         }
         return 0;
     }
