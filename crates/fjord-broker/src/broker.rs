@@ -33,13 +33,13 @@ use crate::config::{
     BrokerConfig, ConfigSource, DynamicBrokerConfig, TopicConfig, TOPIC_CONFIGS,
 };
 use crate::controller::{self, CreateTopic};
-use crate::errors;
 use crate::fetch_session::FetchSessionCache;
 use crate::flusher::FlusherHandle;
 use crate::group_runtime::GroupRuntime;
 use crate::log_dir_mover::LogDirMover;
 use crate::network::{Dispatch, Reply, Response, Sequencing};
 use crate::replica::ReplicaManager;
+use fjord_common::errors;
 
 /// The API versions fjord implements and advertises: Kafka 4.x's minimums (KIP-896) up to the
 /// newest version tested here.
@@ -474,7 +474,7 @@ impl Broker {
                     }
                     entry
                 }
-                (None, id) => match image.topic_by_id(&id.0) {
+                (None, id) => match image.topic_by_id(&id) {
                     Some(t) => self.topic_metadata(&image, &t.name.clone()),
                     None => MetadataResponseTopic {
                         error_code: errors::UNKNOWN_TOPIC_ID,
@@ -504,7 +504,7 @@ impl Broker {
         MetadataResponseTopic {
             error_code: errors::NONE,
             name: Some(topic.name.clone()),
-            topic_id: Uuid(topic.topic_id),
+            topic_id: topic.topic_id,
             is_internal: topic.name.starts_with("__"),
             partitions: topic
                 .partitions
@@ -591,7 +591,7 @@ impl Broker {
                 self.config.num_partitions,
                 self.config.default_replication_factor,
                 &live,
-                *uuid::Uuid::new_v4().as_bytes(),
+                crate::random_uuid(),
             );
             if let Ok(plan) = &plan {
                 // Later entries of the same request see this topic (duplicates refused).
@@ -670,7 +670,7 @@ impl Broker {
                         topic_id: if request.validate_only {
                             Uuid::ZERO
                         } else {
-                            Uuid(plan.topic_id)
+                            plan.topic_id
                         },
                         error_code: errors::NONE,
                         num_partitions: plan.num_partitions,
@@ -699,7 +699,7 @@ impl Broker {
                     topic_config_error_code: refusal.error_code,
                     topic_id: image
                         .topic(&create.name)
-                        .map(|t| Uuid(t.topic_id))
+                        .map(|t| t.topic_id)
                         .unwrap_or(Uuid::ZERO),
                     configs: None,
                 },
@@ -735,7 +735,7 @@ impl Broker {
             let image = self.quorum.image();
             let resolved = match (&name, id) {
                 (Some(n), _) => Some(n.clone()),
-                (None, id) => image.topic_by_id(&id.0).map(|t| t.name.clone()),
+                (None, id) => image.topic_by_id(&id).map(|t| t.name.clone()),
             };
             let mut result = DeletableTopicResult {
                 name: name.clone(),
@@ -753,7 +753,7 @@ impl Broker {
                 }
                 Some(n) => match controller::plan_delete_topic(&image, &n) {
                     Ok(records) => {
-                        result.topic_id = image.topic(&n).map(|t| Uuid(t.topic_id)).unwrap_or(id);
+                        result.topic_id = image.topic(&n).map(|t| t.topic_id).unwrap_or(id);
                         result.name = Some(n);
                         if let Err(message) = self.propose(records).await {
                             result.error_code = errors::UNKNOWN_SERVER_ERROR;

@@ -15,7 +15,7 @@ use fjord_protocol::messages::incremental_alter_configs_response::*;
 use crate::broker::Broker;
 use crate::config::{BrokerConfig, DynamicBrokerConfig};
 use crate::controller::{self, ConfigChange, Refusal};
-use crate::errors;
+use fjord_common::errors;
 
 /// Config resource types, as Kafka numbers them.
 const TOPIC: i8 = 2;

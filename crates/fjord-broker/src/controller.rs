@@ -13,7 +13,7 @@ use crate::config::{
     broker_config_kind, check_broker_value, is_dynamic_broker_key, split_list, topic_config_def,
     validate_topic_config, ConfigType,
 };
-use crate::errors;
+use fjord_common::{errors, TopicId};
 
 /// Longest legal topic name, as in Kafka.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
@@ -94,7 +94,7 @@ pub struct CreateTopic {
 /// The plan for one topic: its id, partition count and replication factor, and the records.
 #[derive(Debug, Clone)]
 pub struct TopicPlan {
-    pub topic_id: [u8; 16],
+    pub topic_id: TopicId,
     pub num_partitions: i32,
     pub replication_factor: i16,
     pub records: Vec<MetadataRecord>,
@@ -108,7 +108,7 @@ pub fn plan_create_topic(
     default_partitions: i32,
     default_replication_factor: i16,
     live_brokers: &[i32],
-    new_topic_id: [u8; 16],
+    new_topic_id: TopicId,
 ) -> Result<TopicPlan, Refusal> {
     validate_topic_name(&request.name)?;
     if image.topic(&request.name).is_some() {
@@ -207,7 +207,7 @@ pub fn plan_create_topic(
     })
 }
 
-fn partition_record(topic_id: [u8; 16], partition_id: i32, replicas: &[i32]) -> MetadataRecord {
+fn partition_record(topic_id: TopicId, partition_id: i32, replicas: &[i32]) -> MetadataRecord {
     MetadataRecord::Partition(PartitionRecord {
         partition_id,
         topic_id,
@@ -378,12 +378,36 @@ mod tests {
     #[test]
     fn create_uses_defaults_and_checks_replication_factor() {
         let image = MetadataImage::empty();
-        let plan = plan_create_topic(&image, &request("t", -1, -1), 3, 1, &[1], [7; 16]).unwrap();
+        let plan = plan_create_topic(
+            &image,
+            &request("t", -1, -1),
+            3,
+            1,
+            &[1],
+            fjord_common::Uuid([7; 16]),
+        )
+        .unwrap();
         assert_eq!(plan.num_partitions, 3);
         assert_eq!(plan.records.len(), 4);
-        let err = plan_create_topic(&image, &request("t", 1, 2), 3, 1, &[1], [7; 16]).unwrap_err();
+        let err = plan_create_topic(
+            &image,
+            &request("t", 1, 2),
+            3,
+            1,
+            &[1],
+            fjord_common::Uuid([7; 16]),
+        )
+        .unwrap_err();
         assert_eq!(err.error_code, errors::INVALID_REPLICATION_FACTOR);
-        let err = plan_create_topic(&image, &request("t", 0, 1), 3, 1, &[1], [7; 16]).unwrap_err();
+        let err = plan_create_topic(
+            &image,
+            &request("t", 0, 1),
+            3,
+            1,
+            &[1],
+            fjord_common::Uuid([7; 16]),
+        )
+        .unwrap_err();
         assert_eq!(err.error_code, errors::INVALID_PARTITIONS);
     }
 
@@ -395,20 +419,34 @@ mod tests {
             1,
             1,
             &[1],
-            [1; 16],
+            fjord_common::Uuid([1; 16]),
         )
         .unwrap();
         let image = MetadataImage::from_records(1, &plan.records).unwrap();
         assert_eq!(
-            plan_create_topic(&image, &request("a.b", 1, 1), 1, 1, &[1], [2; 16])
-                .unwrap_err()
-                .error_code,
+            plan_create_topic(
+                &image,
+                &request("a.b", 1, 1),
+                1,
+                1,
+                &[1],
+                fjord_common::Uuid([2; 16])
+            )
+            .unwrap_err()
+            .error_code,
             errors::TOPIC_ALREADY_EXISTS
         );
         assert_eq!(
-            plan_create_topic(&image, &request("a_b", 1, 1), 1, 1, &[1], [2; 16])
-                .unwrap_err()
-                .error_code,
+            plan_create_topic(
+                &image,
+                &request("a_b", 1, 1),
+                1,
+                1,
+                &[1],
+                fjord_common::Uuid([2; 16])
+            )
+            .unwrap_err()
+            .error_code,
             errors::INVALID_TOPIC_EXCEPTION
         );
     }
@@ -418,9 +456,16 @@ mod tests {
         let mut r = request("t", 1, 1);
         r.configs.insert("retention.ms".into(), "soon".into());
         assert_eq!(
-            plan_create_topic(&MetadataImage::empty(), &r, 1, 1, &[1], [1; 16])
-                .unwrap_err()
-                .error_code,
+            plan_create_topic(
+                &MetadataImage::empty(),
+                &r,
+                1,
+                1,
+                &[1],
+                fjord_common::Uuid([1; 16])
+            )
+            .unwrap_err()
+            .error_code,
             errors::INVALID_CONFIG
         );
     }
@@ -433,7 +478,7 @@ mod tests {
             1,
             1,
             &[1],
-            [1; 16],
+            fjord_common::Uuid([1; 16]),
         )
         .unwrap();
         let image = MetadataImage::from_records(1, &plan.records).unwrap();

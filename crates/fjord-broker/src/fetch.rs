@@ -21,10 +21,10 @@ use fjord_storage::error::StorageError;
 use fjord_storage::FileSlice;
 
 use crate::broker::{encode_response, Broker};
-use crate::errors;
 use crate::fetch_session::{RequestedPartition, SessionDecision};
 use crate::network::{OutPart, Reply, Response};
 use crate::replica::Partition;
+use fjord_common::errors;
 
 /// Longest a fetch may wait, whatever the client asks: bounds a parked request.
 const MAX_WAIT_CAP_MS: i64 = 30_000;
@@ -122,7 +122,7 @@ impl Broker {
         let uses_ids = version >= 13;
         let name_of = |topic: &str, id: Uuid| -> Option<String> {
             if uses_ids {
-                image.topic_by_id(&id.0).map(|t| t.name.clone())
+                image.topic_by_id(&id).map(|t| t.name.clone())
             } else {
                 Some(topic.to_string())
             }
@@ -168,12 +168,7 @@ impl Broker {
             }
             Err(_) => SessionDecision::Sessionless,
         };
-        let topic_id_of = |name: &str| {
-            image
-                .topic(name)
-                .map(|t| Uuid(t.topic_id))
-                .unwrap_or(Uuid::ZERO)
-        };
+        let topic_id_of = |name: &str| image.topic(name).map(|t| t.topic_id).unwrap_or(Uuid::ZERO);
         let to_target = |topic: String,
                          partition: i32,
                          fetch_offset: i64,

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::errors;
+use fjord_common::errors;
 
 /// Most sessions kept at once (Kafka's max.incremental.fetch.session.cache.slots default).
 pub const MAX_SESSIONS: usize = 1000;

@@ -219,8 +219,9 @@ fn log_if_slow(round: &[FlushRequest], started: Instant, logs: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fjord_common::TopicPartition;
     use fjord_records::{BatchBuilder, Compression};
-    use fjord_storage::{LogConfig, TopicPartition};
+    use fjord_storage::LogConfig;
 
     fn open_log(dir: &std::path::Path, partition: i32) -> Arc<Mutex<Log>> {
         let tp = TopicPartition::new("events", partition);

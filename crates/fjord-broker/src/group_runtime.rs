@@ -325,7 +325,9 @@ impl GroupRuntime {
                         }
                         merged.groups.extend(r.groups);
                     }
-                    Ok(_) | Err(_) => merged.error_code = crate::errors::COORDINATOR_NOT_AVAILABLE,
+                    Ok(_) | Err(_) => {
+                        merged.error_code = fjord_common::errors::COORDINATOR_NOT_AVAILABLE
+                    }
                 }
             }
             merged.groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));

@@ -13,9 +13,9 @@ use fjord_protocol::{ApiKey, RequestBody, ResponseBody};
 
 use crate::broker::{encode_response, Broker};
 use crate::controller::CreateTopic;
-use crate::errors;
 use crate::group_runtime::{topics_view, GroupAnswer, OFFSETS_TOPIC};
 use crate::network::{Reply, Response};
+use fjord_common::errors;
 
 /// FindCoordinator key types.
 const KEY_TYPE_GROUP: i8 = 0;

@@ -5,7 +5,6 @@ pub mod broker;
 pub mod config;
 mod config_admin;
 pub mod controller;
-pub mod errors;
 mod fetch;
 pub mod fetch_session;
 pub mod flusher;
@@ -73,7 +72,7 @@ fn check_log_dirs(config: &BrokerConfig) -> Result<String, BrokerError> {
             version: MetaPropertiesVersion::V1,
             cluster_id: cluster_id.clone(),
             node_id: config.node_id,
-            directory_id: Some(kafka_base64(uuid::Uuid::new_v4().as_bytes())),
+            directory_id: Some(random_uuid_text()),
         };
         MetaProperties::write(&dir, &props).map_err(|e| {
             startup(format!(
@@ -86,12 +85,17 @@ fn check_log_dirs(config: &BrokerConfig) -> Result<String, BrokerError> {
 }
 
 fn new_cluster_id() -> String {
-    kafka_base64(uuid::Uuid::new_v4().as_bytes())
+    random_uuid_text()
 }
 
-/// Kafka's text form of a UUID: URL-safe base64 without padding.
-fn kafka_base64(bytes: &[u8; 16]) -> String {
-    fjord_storage::partition_metadata::uuid_to_string(bytes)
+/// A random (version 4) UUID: topic ids, incarnation ids, directory ids.
+pub(crate) fn random_uuid() -> fjord_common::Uuid {
+    fjord_common::Uuid(*uuid::Uuid::new_v4().as_bytes())
+}
+
+/// A random UUID in Kafka's text form.
+fn random_uuid_text() -> String {
+    random_uuid().to_string()
 }
 
 /// Runs the broker until `shutdown` turns true, then stops accepting, finishes in-flight
@@ -381,7 +385,7 @@ async fn register_broker(
         .unwrap_or(-1);
     let record = RegisterBrokerRecord {
         broker_id: config.node_id,
-        incarnation_id: *uuid::Uuid::new_v4().as_bytes(),
+        incarnation_id: random_uuid(),
         broker_epoch: previous_epoch + 1,
         endpoints: config
             .advertised_listeners

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use fjord_common::TopicPartition;
 use fjord_metadata::MetadataImage;
 use fjord_protocol::messages::alter_replica_log_dirs_request::AlterReplicaLogDirsRequest;
 use fjord_protocol::messages::alter_replica_log_dirs_response::*;
@@ -15,10 +16,10 @@ use fjord_protocol::messages::describe_log_dirs_request::{
 };
 use fjord_protocol::messages::describe_log_dirs_response::*;
 use fjord_storage::file_io::volume_space;
-use fjord_storage::{LogManager, StorageError, TopicPartition};
+use fjord_storage::{LogManager, StorageError};
 
 use crate::broker::Broker;
-use crate::errors;
+use fjord_common::errors;
 
 /// DeleteRecords' stand-in offset for "up to the high watermark".
 const HIGH_WATERMARK: i64 = -1;

@@ -8,10 +8,10 @@ use fjord_protocol::messages::produce_response::*;
 use fjord_protocol::{ApiKey, ResponseBody};
 
 use crate::broker::{encode_response, Broker};
-use crate::errors;
 use crate::flusher::FlushTarget;
 use crate::network::{Reply, Response};
 use crate::replica::PartitionError;
+use fjord_common::errors;
 
 /// What one partition's append left to do before it can be answered.
 struct PendingPartition {

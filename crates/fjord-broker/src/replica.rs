@@ -9,13 +9,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
+use fjord_common::{TopicId, TopicPartition};
 use fjord_metadata::MetadataImage;
 use fjord_records::{AppendBatch, Compression, TimestampType, ValidationConfig};
-use fjord_storage::log::{AppendInfo, CompactionConfig, Log, LogConfig, TopicPartition};
+use fjord_storage::log::{AppendInfo, CompactionConfig, Log, LogConfig};
 use fjord_storage::log_manager::LogManager;
 
 use crate::config::{BrokerConfig, DynamicBrokerConfig, TopicConfig};
-use crate::errors;
+use fjord_common::errors;
 
 /// Largest records section accepted after decompression, per batch: bounds broker memory when a
 /// small compressed batch claims a huge payload.
@@ -24,7 +25,7 @@ pub const MAX_DECOMPRESSED_BATCH_BYTES: usize = 256 * 1024 * 1024;
 /// One hosted partition. Created and replaced only by `ReplicaManager::apply_image`.
 pub struct Partition {
     pub tp: TopicPartition,
-    pub topic_id: [u8; 16],
+    pub topic_id: TopicId,
     pub leader_epoch: i32,
     pub log: Arc<Mutex<Log>>,
     pub config: Arc<TopicConfig>,
@@ -125,7 +126,7 @@ impl ReplicaManager {
     /// Brings hosted partitions in line with the image: opens or creates logs for partitions this
     /// node leads, refreshes configs and leader epochs, deletes logs of removed topics.
     pub fn apply_image(&self, image: &MetadataImage, now_ms: i64) -> Result<(), String> {
-        let mut wanted: HashMap<TopicPartition, (Arc<TopicConfig>, [u8; 16], i32, usize)> =
+        let mut wanted: HashMap<TopicPartition, (Arc<TopicConfig>, TopicId, i32, usize)> =
             HashMap::new();
         // Read once: every topic's defaults layer the same broker configs.
         let dynamic = DynamicBrokerConfig::from_image(image, self.node_id);
@@ -172,7 +173,7 @@ impl ReplicaManager {
         struct Placed {
             tp: TopicPartition,
             config: Arc<TopicConfig>,
-            topic_id: [u8; 16],
+            topic_id: TopicId,
             leader_epoch: i32,
             replica_count: usize,
             durable: bool,

@@ -21,7 +21,9 @@ use fjord_protocol::{ApiKey, RequestBody, ResponseBody, Uuid};
 
 use crate::connection::{ClientConfig, Connection};
 use crate::consumer_protocol::{self, Assignment};
-use crate::error::{codes, is_retriable, ClientError};
+use fjord_common::{errors, TopicPartition};
+
+use crate::error::{is_retriable, ClientError};
 
 /// A broker as metadata and FindCoordinator describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,28 +37,6 @@ impl Broker {
     /// `host:port`, for connecting.
     pub fn addr(&self) -> String {
         format!("{}:{}", self.host, self.port)
-    }
-}
-
-/// One partition of one topic.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TopicPartition {
-    pub topic: String,
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        TopicPartition {
-            topic: topic.into(),
-            partition,
-        }
-    }
-}
-
-impl std::fmt::Display for TopicPartition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.topic, self.partition)
     }
 }
 
@@ -361,7 +341,7 @@ impl Client {
                 };
                 (response.error_code, response.error_message, broker)
             };
-            if code == codes::NONE {
+            if code == errors::NONE {
                 self.brokers.insert(broker.node_id, broker.clone());
                 return Ok(broker);
             }
@@ -426,7 +406,7 @@ impl Client {
             else {
                 return Err(ClientError::unexpected(ApiKey::ListGroups));
             };
-            if response.error_code != codes::NONE {
+            if response.error_code != errors::NONE {
                 return Err(ClientError::kafka(
                     format!("ListGroups on broker {}", broker.node_id),
                     response.error_code,
@@ -496,10 +476,10 @@ impl Client {
                         "ConsumerGroupDescribe response: no entry for group {group_id}"
                     )));
                 };
-                if group.error_code == codes::GROUP_ID_NOT_FOUND {
+                if group.error_code == errors::GROUP_ID_NOT_FOUND {
                     return Ok(Ok(None));
                 }
-                if group.error_code != codes::NONE {
+                if group.error_code != errors::NONE {
                     return Ok(Err((group.error_code, group.error_message)));
                 }
                 let members = group
@@ -562,7 +542,7 @@ impl Client {
                         "DescribeGroups response: no entry for group {group_id}"
                     )));
                 };
-                if group.error_code == codes::GROUP_ID_NOT_FOUND {
+                if group.error_code == errors::GROUP_ID_NOT_FOUND {
                     // Newer coordinators answer so for unknown groups; Kafka's admin reports Dead.
                     return Ok(Ok(GroupDescription {
                         group_id: group.group_id,
@@ -574,7 +554,7 @@ impl Client {
                         members: Vec::new(),
                     }));
                 }
-                if group.error_code != codes::NONE {
+                if group.error_code != errors::NONE {
                     return Ok(Err((group.error_code, None)));
                 }
                 // Only consumer-protocol members carry assignments in the consumer format.
@@ -664,7 +644,7 @@ impl Client {
                                metadata: Option<String>,
                                code: i16|
                  -> Result<(), (i16, Option<String>)> {
-                    if code != codes::NONE {
+                    if code != errors::NONE {
                         return Err((code, Some(format!("partition {topic}-{partition}"))));
                     }
                     // -1 means no committed offset for the partition.
@@ -681,7 +661,7 @@ impl Client {
                     Ok(())
                 };
                 if response.groups.is_empty() {
-                    if response.error_code != codes::NONE {
+                    if response.error_code != errors::NONE {
                         return Ok(Err((response.error_code, None)));
                     }
                     for t in response.topics {
@@ -704,7 +684,7 @@ impl Client {
                         .into_iter()
                         .filter(|g| g.group_id == group_id)
                     {
-                        if g.error_code != codes::NONE {
+                        if g.error_code != errors::NONE {
                             return Ok(Err((g.error_code, None)));
                         }
                         for t in g.topics {
@@ -774,7 +754,7 @@ impl Client {
                 };
                 for t in &response.topics {
                     for p in &t.partitions {
-                        if p.error_code != codes::NONE {
+                        if p.error_code != errors::NONE {
                             return Ok(Err((
                                 p.error_code,
                                 Some(format!("partition {}-{}", t.name, p.partition_index)),
@@ -816,7 +796,7 @@ impl Client {
                 let partition =
                     topic.and_then(|t| t.partitions.iter().find(|p| p.partition == tp.partition));
                 match (topic, partition) {
-                    (Some(t), _) if t.error_code != codes::NONE && !is_retriable(t.error_code) => {
+                    (Some(t), _) if t.error_code != errors::NONE && !is_retriable(t.error_code) => {
                         return Err(ClientError::kafka(
                             format!("Metadata for topic {}", tp.topic),
                             t.error_code,
@@ -831,14 +811,14 @@ impl Client {
                             .or_default()
                             .push(tp.partition);
                     }
-                    (Some(t), None) if t.error_code == codes::NONE => {
+                    (Some(t), None) if t.error_code == errors::NONE => {
                         return Err(ClientError::kafka(
                             format!("partition {tp}"),
-                            codes::UNKNOWN_TOPIC_OR_PARTITION,
+                            errors::UNKNOWN_TOPIC_OR_PARTITION,
                             None,
                         ));
                     }
-                    _ => retry_code = Some(codes::LEADER_NOT_AVAILABLE),
+                    _ => retry_code = Some(errors::LEADER_NOT_AVAILABLE),
                 }
             }
             for (leader, topics) in by_leader {
@@ -881,7 +861,7 @@ impl Client {
                         if !pending.contains(&tp) {
                             continue;
                         }
-                        if p.error_code == codes::NONE {
+                        if p.error_code == errors::NONE {
                             pending.remove(&tp);
                             result.insert(
                                 tp,
@@ -913,7 +893,7 @@ impl Client {
                     .unwrap_or_default();
                 return Err(ClientError::kafka(
                     format!("ListOffsets for {tp}"),
-                    retry_code.unwrap_or(codes::LEADER_NOT_AVAILABLE),
+                    retry_code.unwrap_or(errors::LEADER_NOT_AVAILABLE),
                     None,
                 ));
             }
@@ -936,7 +916,7 @@ impl Client {
                     return Err(ClientError::unexpected(ApiKey::DeleteGroups));
                 };
                 match response.results.iter().find(|r| r.group_id == group_id) {
-                    Some(r) if r.error_code == codes::NONE => Ok(Ok(())),
+                    Some(r) if r.error_code == errors::NONE => Ok(Ok(())),
                     Some(r) => Ok(Err((r.error_code, None))),
                     None => Err(ClientError::Malformed(format!(
                         "DeleteGroups response: no entry for group {group_id}"

@@ -13,7 +13,9 @@ use fjord_protocol::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::error::{codes, ClientError};
+use fjord_common::errors;
+
+use crate::error::ClientError;
 
 /// Settings shared by every connection a client opens.
 #[derive(Debug, Clone)]
@@ -109,7 +111,7 @@ impl Connection {
             else {
                 return Err(ClientError::unexpected(ApiKey::ApiVersions));
             };
-            if response.error_code == codes::UNSUPPORTED_VERSION && version > 0 {
+            if response.error_code == errors::UNSUPPORTED_VERSION && version > 0 {
                 // The broker lists its own ApiVersions range; retry once within it.
                 let theirs = response
                     .api_keys
@@ -120,7 +122,7 @@ impl Connection {
                 version = theirs.clamp(0, version - 1);
                 continue;
             }
-            if response.error_code != codes::NONE {
+            if response.error_code != errors::NONE {
                 return Err(ClientError::kafka(
                     format!("ApiVersions from {}", self.addr),
                     response.error_code,

@@ -15,7 +15,6 @@ mod error;
 pub use client::{
     Broker, Client, ClusterMetadata, GroupDescription, GroupKind, GroupListing, ListedOffset,
     MemberDescription, OffsetAndMetadata, OffsetSpec, PartitionMetadata, TopicMetadata,
-    TopicPartition,
 };
 pub use connection::{ClientConfig, Connection};
-pub use error::{codes, error_name, is_retriable, ClientError};
+pub use error::{is_retriable, ClientError};

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A topic's id as carried in KIP-848 records and responses.
-pub type TopicId = [u8; 16];
+pub use fjord_common::TopicId;
 
 /// Partitions by topic id; the shape of target and current assignments.
 pub type Assignment = BTreeMap<TopicId, BTreeSet<i32>>;
@@ -229,7 +229,7 @@ mod tests {
     use super::*;
 
     fn tid(n: u8) -> TopicId {
-        [n; 16]
+        fjord_common::Uuid([n; 16])
     }
 
     fn member(id: &str, topics: &[u8], previous: Assignment) -> MemberSpec {

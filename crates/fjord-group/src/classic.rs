@@ -263,11 +263,15 @@ impl ClassicGroup {
     pub fn validate_member(&self, member_id: &str, instance_id: Option<&str>) -> Option<i16> {
         match instance_id {
             Some(instance) => match self.static_members.get(instance) {
-                None => Some(crate::errors::UNKNOWN_MEMBER_ID),
-                Some(existing) if existing != member_id => Some(crate::errors::FENCED_INSTANCE_ID),
+                None => Some(fjord_common::errors::UNKNOWN_MEMBER_ID),
+                Some(existing) if existing != member_id => {
+                    Some(fjord_common::errors::FENCED_INSTANCE_ID)
+                }
                 Some(_) => None,
             },
-            None if !self.members.contains_key(member_id) => Some(crate::errors::UNKNOWN_MEMBER_ID),
+            None if !self.members.contains_key(member_id) => {
+                Some(fjord_common::errors::UNKNOWN_MEMBER_ID)
+            }
             None => None,
         }
     }

@@ -37,22 +37,7 @@ use crate::records::{
 };
 use crate::{CoordinatorRecord, Topics};
 
-/// Kafka error codes this module answers with.
-pub mod error_code {
-    pub const NONE: i16 = 0;
-    pub const UNKNOWN_MEMBER_ID: i16 = 25;
-    pub const INVALID_REQUEST: i16 = 42;
-    pub const NON_EMPTY_GROUP: i16 = 68;
-    pub const GROUP_ID_NOT_FOUND: i16 = 69;
-    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
-    pub const FENCED_INSTANCE_ID: i16 = 82;
-    pub const FENCED_MEMBER_EPOCH: i16 = 110;
-    pub const UNRELEASED_INSTANCE_ID: i16 = 111;
-    pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
-    pub const STALE_MEMBER_EPOCH: i16 = 113;
-    pub const INVALID_REGULAR_EXPRESSION: i16 = 128;
-}
-use error_code::*;
+use fjord_common::errors::*;
 
 /// Member epoch of a member leaving the group.
 pub const LEAVE_GROUP_MEMBER_EPOCH: i32 = -1;
@@ -197,7 +182,7 @@ impl Member {
         let to_record = |a: &Assignment| {
             a.iter()
                 .map(|(t, ps)| current_value::TopicPartitions {
-                    topic_id: Uuid(*t),
+                    topic_id: *t,
                     partitions: ps.iter().copied().collect(),
                 })
                 .collect()
@@ -669,7 +654,7 @@ impl ConsumerGroups {
                             (
                                 t.topic_name.clone(),
                                 TopicMeta {
-                                    topic_id: t.topic_id.0,
+                                    topic_id: t.topic_id,
                                     num_partitions: t.num_partitions,
                                 },
                             )
@@ -734,7 +719,7 @@ impl ConsumerGroups {
                     Some(RecordValue::ConsumerGroupTargetAssignmentMember(v)) => {
                         let mut a = Assignment::new();
                         for tp in &v.topic_partitions {
-                            a.entry(tp.topic_id.0)
+                            a.entry(tp.topic_id)
                                 .or_default()
                                 .extend(tp.partitions.iter().copied());
                         }
@@ -758,7 +743,7 @@ impl ConsumerGroups {
                         let from_record = |tps: &[current_value::TopicPartitions]| {
                             let mut a = Assignment::new();
                             for tp in tps {
-                                a.entry(tp.topic_id.0)
+                                a.entry(tp.topic_id)
                                     .or_default()
                                     .extend(tp.partitions.iter().copied());
                             }
@@ -1147,7 +1132,7 @@ impl ConsumerGroups {
                     .assigned
                     .iter()
                     .map(|(t, ps)| hb_response::TopicPartitions {
-                        topic_id: Uuid(*t),
+                        topic_id: *t,
                         partitions: ps.iter().copied().collect(),
                     })
                     .collect(),
@@ -1286,7 +1271,7 @@ fn check_member_epoch(
     if received < member.member_epoch {
         let subset = owned.is_none_or(|owned| {
             owned.iter().all(|tp| {
-                let held = member.assigned.get(&tp.topic_id.0);
+                let held = member.assigned.get(&tp.topic_id);
                 tp.partitions
                     .iter()
                     .all(|p| held.is_some_and(|h| h.contains(p)))
@@ -1406,7 +1391,7 @@ fn reconcile(
         None => true,
         Some(owned) => owned.iter().any(|tp| {
             revoking
-                .get(&tp.topic_id.0)
+                .get(&tp.topic_id)
                 .is_some_and(|r| tp.partitions.iter().any(|p| r.contains(p)))
         }),
     };
@@ -1536,7 +1521,7 @@ fn describe_assignment(a: &Assignment, topics: &Topics) -> describe::Assignment 
             .iter()
             .filter_map(|(t, ps)| {
                 topics.by_id(t).map(|info| describe::TopicPartitions {
-                    topic_id: Uuid(*t),
+                    topic_id: *t,
                     topic_name: info.name.clone(),
                     partitions: ps.iter().copied().collect(),
                 })
@@ -1582,7 +1567,7 @@ fn partition_metadata_record(
                 topics: m
                     .iter()
                     .map(|(name, t)| partition_value::TopicMetadata {
-                        topic_id: Uuid(t.topic_id),
+                        topic_id: t.topic_id,
                         topic_name: name.clone(),
                         num_partitions: t.num_partitions,
                         partition_metadata: Vec::new(),
@@ -1619,7 +1604,7 @@ fn target_member_record(group_id: &str, member_id: &str, a: Option<&Assignment>)
                     topic_partitions: a
                         .iter()
                         .map(|(t, ps)| target_value::TopicPartition {
-                            topic_id: Uuid(*t),
+                            topic_id: *t,
                             partitions: ps.iter().copied().collect(),
                         })
                         .collect(),
@@ -1673,7 +1658,7 @@ mod tests {
                         n.to_string(),
                         TopicInfo {
                             name: n.to_string(),
-                            topic_id: [id; 16],
+                            topic_id: Uuid([id; 16]),
                             partitions: p,
                         },
                     )
@@ -1710,7 +1695,7 @@ mod tests {
                     self.owned
                         .iter()
                         .map(|(t, ps)| hb_request::TopicPartitions {
-                            topic_id: Uuid(*t),
+                            topic_id: *t,
                             partitions: ps.iter().copied().collect(),
                         })
                         .collect(),
@@ -1726,7 +1711,7 @@ mod tests {
                 self.owned = a
                     .topic_partitions
                     .iter()
-                    .map(|tp| (tp.topic_id.0, tp.partitions.iter().copied().collect()))
+                    .map(|tp| (tp.topic_id, tp.partitions.iter().copied().collect()))
                     .collect();
             }
         }
@@ -1970,7 +1955,7 @@ mod tests {
                     .unwrap()
                     .topic_partitions
                     .iter()
-                    .map(|tp| (tp.topic_id.0, tp.partitions.iter().copied().collect()))
+                    .map(|tp| (tp.topic_id, tp.partitions.iter().copied().collect()))
                     .collect()
             ),
             2
@@ -2002,7 +1987,7 @@ mod tests {
         let (r, recs) = groups.heartbeat(0, &req, &t);
         log.extend(recs);
         a.adopt(&r);
-        assert_eq!(a.owned.keys().collect::<Vec<_>>(), vec![&[1u8; 16]]);
+        assert_eq!(a.owned.keys().collect::<Vec<_>>(), vec![&Uuid([1u8; 16])]);
         t = topics(&[("orders-1", 1, 2), ("other", 2, 2), ("orders-2", 3, 1)]);
         let mut next = a.request("g", &[]);
         next.subscribed_topic_names = None;

@@ -16,7 +16,6 @@ mod classic;
 mod config;
 pub mod consumer_group;
 mod error;
-pub mod errors;
 pub mod records;
 mod shard;
 mod subscription;
@@ -56,7 +55,7 @@ impl Effects {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicInfo {
     pub name: String,
-    pub topic_id: [u8; 16],
+    pub topic_id: fjord_common::TopicId,
     pub partitions: i32,
 }
 
@@ -71,7 +70,7 @@ impl Topics {
         self.by_name.get(name)
     }
 
-    pub fn by_id(&self, topic_id: &[u8; 16]) -> Option<&TopicInfo> {
+    pub fn by_id(&self, topic_id: &fjord_common::TopicId) -> Option<&TopicInfo> {
         self.by_name.values().find(|t| &t.topic_id == topic_id)
     }
 }

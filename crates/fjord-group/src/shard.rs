@@ -45,13 +45,13 @@ use fjord_protocol::{RequestBody, ResponseBody};
 use crate::assignor::ServerAssignor;
 use crate::classic::{ClassicGroup, GroupState, JoinTimer, Member, Parked};
 use crate::consumer_group::{self, ConsumerGroupConfig, ConsumerGroups};
-use crate::errors::*;
 use crate::records::group_metadata_value::MemberMetadata;
 use crate::records::{
     self, GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, RecordKey,
     RecordValue,
 };
 use crate::{CoordinatorRecord, Effects, GroupConfig, GroupError, RequestId, Topics};
+use fjord_common::errors::*;
 
 /// How long a member that joined but never completed a join phase may stay (Kafka's
 /// new-member join timeout, 5 minutes).

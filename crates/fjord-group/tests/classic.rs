@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use bytes::{Bytes, BytesMut};
-use fjord_group::errors::*;
+use fjord_common::errors::*;
 use fjord_group::{
     ClientInfo, Effects, GroupConfig, GroupCoordinatorShard, GroupState, RequestId, TopicInfo,
     Topics,
@@ -58,7 +58,7 @@ impl Harness {
             "t".to_string(),
             TopicInfo {
                 name: "t".into(),
-                topic_id: [1; 16],
+                topic_id: fjord_common::Uuid([1; 16]),
                 partitions: 4,
             },
         );
@@ -66,7 +66,7 @@ impl Harness {
             "u".to_string(),
             TopicInfo {
                 name: "u".into(),
-                topic_id: [2; 16],
+                topic_id: fjord_common::Uuid([2; 16]),
                 partitions: 1,
             },
         );

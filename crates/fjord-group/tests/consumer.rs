@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use bytes::{Bytes, BytesMut};
-use fjord_group::errors::*;
+use fjord_common::errors::*;
 use fjord_group::records::{self, RecordKey};
 use fjord_group::{
     ClientInfo, CoordinatorRecord, Effects, GroupConfig, GroupCoordinatorShard, GroupState,
@@ -37,7 +37,7 @@ use fjord_protocol::messages::sync_group_request::{SyncGroupRequest, SyncGroupRe
 use fjord_protocol::{RequestBody, ResponseBody, Uuid};
 
 const STALE_MEMBER_EPOCH: i16 = 113;
-const T_ID: [u8; 16] = [1; 16];
+const T_ID: Uuid = Uuid([1; 16]);
 
 struct Harness {
     shard: GroupCoordinatorShard,
@@ -50,7 +50,7 @@ struct Harness {
 impl Harness {
     fn new() -> Self {
         let mut by_name = BTreeMap::new();
-        for (name, id, partitions) in [("t", T_ID, 4), ("u", [2; 16], 1)] {
+        for (name, id, partitions) in [("t", T_ID, 4), ("u", Uuid([2; 16]), 1)] {
             by_name.insert(
                 name.to_string(),
                 TopicInfo {
@@ -149,7 +149,7 @@ impl Harness {
                     Vec::new()
                 } else {
                     vec![hb_request::TopicPartitions {
-                        topic_id: Uuid(T_ID),
+                        topic_id: T_ID,
                         partitions: ps,
                     }]
                 }

@@ -75,7 +75,7 @@ pub enum ImageError {
 
 /// Formats a UUID as 32 lowercase hex digits (for messages only).
 pub fn hex(id: &Uuid) -> String {
-    id.iter().fold(String::with_capacity(32), |mut s, b| {
+    id.0.iter().fold(String::with_capacity(32), |mut s, b| {
         use fmt::Write;
         // Writing to a String cannot fail.
         let _ = write!(s, "{b:02x}");
@@ -308,7 +308,7 @@ impl MetadataDelta {
         if r.name.is_empty() {
             return Err(ImageError::EmptyTopicName);
         }
-        if r.topic_id == [0; 16] {
+        if r.topic_id == Uuid::ZERO {
             return Err(ImageError::ZeroTopicId);
         }
         if let Some(existing) = self.next.topics_by_id.get(&r.topic_id) {
@@ -558,8 +558,8 @@ fn has_duplicates(ids: &[i32]) -> bool {
 mod tests {
     use super::*;
 
-    const T1: Uuid = [1; 16];
-    const T2: Uuid = [2; 16];
+    const T1: Uuid = Uuid([1; 16]);
+    const T2: Uuid = Uuid([2; 16]);
 
     fn topic(name: &str, id: Uuid) -> MetadataRecord {
         MetadataRecord::Topic(TopicRecord {
@@ -626,7 +626,7 @@ mod tests {
             ImageError::EmptyTopicName
         );
         assert_eq!(
-            build(&[topic("a", [0; 16])]).unwrap_err(),
+            build(&[topic("a", Uuid([0; 16]))]).unwrap_err(),
             ImageError::ZeroTopicId
         );
     }
@@ -773,9 +773,9 @@ mod tests {
         assert_eq!(image.topics().count(), 1);
         // The name is free again, and the new topic starts without the old configs.
         let mut delta = MetadataDelta::new(&image);
-        delta.apply(&topic("a", [3; 16])).unwrap();
+        delta.apply(&topic("a", Uuid([3; 16]))).unwrap();
         let image = delta.finish(7);
-        assert_eq!(image.topic("a").unwrap().topic_id, [3; 16]);
+        assert_eq!(image.topic("a").unwrap().topic_id, Uuid([3; 16]));
         assert!(image.topic_config("a").is_none());
         let err = build(&[MetadataRecord::RemoveTopic(RemoveTopicRecord {
             topic_id: T1,
@@ -859,7 +859,7 @@ mod tests {
     fn register(broker_id: i32, broker_epoch: i64) -> MetadataRecord {
         MetadataRecord::RegisterBroker(RegisterBrokerRecord {
             broker_id,
-            incarnation_id: [7; 16],
+            incarnation_id: Uuid([7; 16]),
             broker_epoch,
             endpoints: vec![BrokerEndpoint {
                 name: "PLAINTEXT".into(),

@@ -6,8 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A Kafka UUID (topic id, incarnation id) as its 16 raw bytes.
-pub type Uuid = [u8; 16];
+pub use fjord_common::Uuid;
 
 /// `ConfigRecord::resource_type` for a topic (Kafka's `ConfigResource.Type.TOPIC`).
 pub const CONFIG_RESOURCE_TOPIC: i8 = 2;

@@ -19,7 +19,6 @@ mod header;
 pub mod messages;
 #[cfg(test)]
 mod test_support;
-mod uuid;
 pub mod varint;
 
 pub use api_key::ApiKey;
@@ -30,9 +29,9 @@ pub use encoder::{
     put_string, ExternalRecords, Part, TaggedFields,
 };
 pub use error::{DecodeError, EncodeError};
+pub use fjord_common::Uuid;
 pub use header::{decode_request_header, request_header_version, response_header_version};
 pub use messages::{RequestBody, RequestHeader, ResponseBody, ResponseHeader};
-pub use uuid::Uuid;
 
 /// A message that can be written in any of its supported versions.
 pub trait Encodable {

@@ -36,16 +36,6 @@ pub use validate::{
     ValidationConfig,
 };
 
-/// Kafka error codes this crate's errors map to.
-pub mod error_codes {
-    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
-    pub const CORRUPT_MESSAGE: i16 = 2;
-    pub const MESSAGE_TOO_LARGE: i16 = 10;
-    pub const INVALID_TIMESTAMP: i16 = 32;
-    pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
-    pub const INVALID_RECORD: i16 = 87;
-}
-
 /// Why one record of a batch was refused; Kafka reports these per record in a produce
 /// response (`record_errors`), with the index of the record within its batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +103,7 @@ impl RecordsError {
     /// The Kafka error code a produce response carries for this error, following what the Java
     /// broker answers for the same input.
     pub fn kafka_error_code(&self) -> i16 {
-        use error_codes::*;
+        use fjord_common::errors::*;
         match self {
             // A short buffer, a bad length or CRC is a CorruptRecordException in Kafka.
             RecordsError::Truncated

@@ -3,8 +3,8 @@
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use fjord_common::TopicPartition;
 use fjord_records::{BatchBuilder, Compression};
-use fjord_storage::log::TopicPartition;
 use fjord_storage::{Log, LogConfig, OffsetIndex};
 
 fn batch() -> Bytes {

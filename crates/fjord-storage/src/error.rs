@@ -3,6 +3,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use fjord_common::errors;
 use fjord_records::RecordsError;
 
 use crate::checkpoint::CheckpointError;
@@ -69,17 +70,13 @@ impl StorageError {
     pub fn kafka_error_code(&self) -> i16 {
         match self {
             StorageError::ProducerState(e) => e.kafka_error_code(),
-            // OFFSET_OUT_OF_RANGE
-            StorageError::OffsetOutOfRange { .. } => 1,
-            // CORRUPT_MESSAGE
-            StorageError::InvalidRecord(_) => 2,
-            // MESSAGE_TOO_LARGE: Kafka's answer when one batch cannot fit a segment.
-            StorageError::RecordBatchTooLarge { .. } => 10,
-            // REPLICA_NOT_AVAILABLE
-            StorageError::NoSuchLog(_) => 9,
-            // LOG_DIR_NOT_FOUND
-            StorageError::LogDirNotFound(_) => 57,
-            // KAFKA_STORAGE_ERROR: the replica cannot serve until the disk problem is resolved.
+            StorageError::OffsetOutOfRange { .. } => errors::OFFSET_OUT_OF_RANGE,
+            StorageError::InvalidRecord(_) => errors::CORRUPT_MESSAGE,
+            // Kafka's answer when one batch cannot fit a segment.
+            StorageError::RecordBatchTooLarge { .. } => errors::MESSAGE_TOO_LARGE,
+            StorageError::NoSuchLog(_) => errors::REPLICA_NOT_AVAILABLE,
+            StorageError::LogDirNotFound(_) => errors::LOG_DIR_NOT_FOUND,
+            // The replica cannot serve until the disk problem is resolved.
             StorageError::Io { .. }
             | StorageError::Corrupt { .. }
             | StorageError::LogClosed(_)
@@ -88,7 +85,7 @@ impl StorageError {
             | StorageError::NoLogDirs
             | StorageError::Checkpoint(_)
             | StorageError::LeaderEpoch(_)
-            | StorageError::PartitionMetadata(_) => 56,
+            | StorageError::PartitionMetadata(_) => errors::KAFKA_STORAGE_ERROR,
         }
     }
 

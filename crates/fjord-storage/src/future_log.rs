@@ -12,7 +12,9 @@ use std::sync::Mutex;
 use bytes::Bytes;
 
 use crate::error::{IoResultExt, StorageError};
-use crate::log::{Log, TopicPartition};
+use fjord_common::TopicPartition;
+
+use crate::log::Log;
 use crate::log_manager::lock;
 
 /// Suffix of a future log's directory.

@@ -23,7 +23,7 @@ pub use error::StorageError;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
 pub use log::{
     AppendInfo, CleanableLog, CleaningSources, CompactionConfig, FlushTicket, Log, LogConfig,
-    ReadInfo, RecoveryStats, SegmentSource, TimestampAndOffset, TopicPartition,
+    ReadInfo, RecoveryStats, SegmentSource, TimestampAndOffset,
 };
 pub use log_manager::{LogManager, StartupReport};
 pub use segment::{FileSlice, LogSegment};

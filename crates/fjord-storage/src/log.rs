@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use fjord_common::{TopicId, TopicPartition};
 use fjord_records::header::compute_crc;
 use fjord_records::{split_batches, AppendBatch, RecordsError};
 
@@ -29,45 +30,6 @@ pub const LATEST_TIMESTAMP: i64 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;
 pub const MAX_TIMESTAMP: i64 = -3;
 pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
-
-/// A topic partition, the unit a log belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TopicPartition {
-    pub topic: String,
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    pub fn new(topic: impl Into<String>, partition: i32) -> TopicPartition {
-        TopicPartition {
-            topic: topic.into(),
-            partition,
-        }
-    }
-
-    /// The partition directory name, `<topic>-<partition>`.
-    pub fn dir_name(&self) -> String {
-        format!("{}-{}", self.topic, self.partition)
-    }
-
-    /// Parses a partition directory name; the partition is the part after the last `-`.
-    pub fn from_dir_name(name: &str) -> Option<TopicPartition> {
-        let (topic, partition) = name.rsplit_once('-')?;
-        if topic.is_empty()
-            || partition.is_empty()
-            || !partition.bytes().all(|b| b.is_ascii_digit())
-        {
-            return None;
-        }
-        Some(TopicPartition::new(topic, partition.parse().ok()?))
-    }
-}
-
-impl std::fmt::Display for TopicPartition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.topic, self.partition)
-    }
-}
 
 /// Per-log settings, named after Kafka's topic configs; `Default` gives Kafka's defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -314,7 +276,7 @@ impl FlushTicket {
 pub struct Log {
     dir: PathBuf,
     topic_partition: TopicPartition,
-    topic_id: Option<[u8; 16]>,
+    topic_id: Option<TopicId>,
     config: LogConfig,
     /// Keyed by base offset; never empty, the last one is the active segment.
     segments: BTreeMap<i64, LogSegment>,
@@ -351,7 +313,7 @@ impl Log {
     pub fn open(
         dir: &Path,
         tp: TopicPartition,
-        topic_id: Option<[u8; 16]>,
+        topic_id: Option<TopicId>,
         config: LogConfig,
         recovery_point: i64,
         log_start_offset: i64,
@@ -1425,7 +1387,7 @@ impl Log {
         &self.topic_partition
     }
 
-    pub fn topic_id(&self) -> Option<[u8; 16]> {
+    pub fn topic_id(&self) -> Option<TopicId> {
         self.topic_id
     }
 

@@ -15,12 +15,14 @@ use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use fjord_common::{TopicId, TopicPartition};
+
 use crate::checkpoint::{read_offset_checkpoint, write_offset_checkpoint};
 use crate::error::{IoResultExt, StorageError};
 use crate::future_log::{
     catch_up_locked, catch_up_round, parse_future_dir_name, FUTURE_DIR_SUFFIX,
 };
-use crate::log::{sync_dir, Log, LogConfig, TopicPartition};
+use crate::log::{sync_dir, Log, LogConfig};
 use crate::partition_metadata::{read_partition_metadata, write_partition_metadata};
 
 pub const RECOVERY_POINT_CHECKPOINT_FILE: &str = "recovery-point-offset-checkpoint";
@@ -276,7 +278,7 @@ impl LogManager {
     pub fn create_log(
         &self,
         tp: TopicPartition,
-        topic_id: [u8; 16],
+        topic_id: TopicId,
         config: LogConfig,
         now_ms: i64,
     ) -> Result<Arc<Mutex<Log>>, StorageError> {

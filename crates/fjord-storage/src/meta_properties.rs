@@ -11,7 +11,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::write_file_atomically;
-use crate::partition_metadata::uuid_from_str;
+use fjord_common::Uuid;
 
 /// Name of the file inside a log directory.
 pub const META_PROPERTIES_FILE_NAME: &str = "meta.properties";
@@ -123,7 +123,8 @@ impl MetaProperties {
         let directory_id = match props.get(DIRECTORY_ID_PROP) {
             None => None,
             Some(text) => {
-                uuid_from_str(text).map_err(|e| malformed(format!("{DIRECTORY_ID_PROP}: {e}")))?;
+                text.parse::<Uuid>()
+                    .map_err(|e| malformed(format!("{DIRECTORY_ID_PROP}: {e}")))?;
                 Some(text.clone())
             }
         };
@@ -138,7 +139,7 @@ impl MetaProperties {
     /// Writes `meta.properties` into log directory `dir` atomically.
     pub fn write(dir: &Path, props: &MetaProperties) -> io::Result<()> {
         if let Some(id) = &props.directory_id {
-            uuid_from_str(id).map_err(|e| {
+            id.parse::<Uuid>().map_err(|e| {
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
                     format!("{DIRECTORY_ID_PROP}: {e}"),

@@ -14,6 +14,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use fjord_common::errors;
 use fjord_records::BatchHeader;
 
 use crate::checkpoint::write_file_atomically;
@@ -37,13 +38,6 @@ const ENTRIES_OFFSET: usize = CRC_OFFSET + 4;
 /// producer id, epoch, last sequence, last offset, offset delta, timestamp, coordinator epoch,
 /// current transaction first offset.
 const SNAPSHOT_ENTRY_LEN: usize = 8 + 2 + 4 + 8 + 4 + 8 + 4 + 8;
-
-/// Kafka error codes this module produces.
-pub mod error_codes {
-    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
-    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-    pub const KAFKA_STORAGE_ERROR: i16 = 56;
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProducerStateError {
@@ -81,9 +75,9 @@ impl ProducerStateError {
     /// The Kafka error code a produce response carries for this error.
     pub fn kafka_error_code(&self) -> i16 {
         match self {
-            Self::InvalidProducerEpoch { .. } => error_codes::INVALID_PRODUCER_EPOCH,
-            Self::OutOfOrderSequence { .. } => error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER,
-            Self::CorruptSnapshot { .. } | Self::Io { .. } => error_codes::KAFKA_STORAGE_ERROR,
+            Self::InvalidProducerEpoch { .. } => errors::INVALID_PRODUCER_EPOCH,
+            Self::OutOfOrderSequence { .. } => errors::OUT_OF_ORDER_SEQUENCE_NUMBER,
+            Self::CorruptSnapshot { .. } | Self::Io { .. } => errors::KAFKA_STORAGE_ERROR,
         }
     }
 }

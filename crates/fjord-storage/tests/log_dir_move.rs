@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::*;
+use fjord_common::TopicPartition;
 use fjord_storage::future_log::catch_up_round;
-use fjord_storage::{Log, LogConfig, LogManager, StorageError, TopicPartition};
+use fjord_storage::{Log, LogConfig, LogManager, StorageError};
 
 fn config() -> LogConfig {
     LogConfig {
@@ -72,7 +73,7 @@ fn a_log_moves_while_appends_go_on_and_keeps_every_batch() {
     let manager = Arc::new(manager);
     let tp = TopicPartition::new("moving", 0);
     let log = manager
-        .create_log(tp.clone(), [7; 16], config(), 0)
+        .create_log(tp.clone(), fjord_common::Uuid([7; 16]), config(), 0)
         .unwrap();
     assert!(log.lock().unwrap().dir().starts_with(&dirs[0]));
     fill(&log, 60, 1);
@@ -151,7 +152,7 @@ fn a_log_moves_while_appends_go_on_and_keeps_every_batch() {
     let log = log.lock().unwrap();
     assert!(log.dir().starts_with(&dirs[1]));
     assert_eq!(contents(&log), expected);
-    assert_eq!(log.topic_id(), Some([7; 16]));
+    assert_eq!(log.topic_id(), Some(fjord_common::Uuid([7; 16])));
 }
 
 #[test]
@@ -161,7 +162,7 @@ fn idempotent_producers_and_the_log_start_come_along() {
     let (manager, _) = LogManager::open(&dirs, config(), 0).unwrap();
     let tp = TopicPartition::new("idem", 0);
     let log = manager
-        .create_log(tp.clone(), [1; 16], config(), 0)
+        .create_log(tp.clone(), fjord_common::Uuid([1; 16]), config(), 0)
         .unwrap();
     {
         let mut log = log.lock().unwrap();
@@ -202,7 +203,7 @@ fn a_restart_resumes_a_copy_and_completes_a_committed_swap() {
     {
         let (manager, _) = LogManager::open(&dirs, config(), 0).unwrap();
         let log = manager
-            .create_log(tp.clone(), [3; 16], config(), 0)
+            .create_log(tp.clone(), fjord_common::Uuid([3; 16]), config(), 0)
             .unwrap();
         fill(&log, 50, 4);
         expected = contents(&log.lock().unwrap());
@@ -248,7 +249,7 @@ fn a_restart_resumes_a_copy_and_completes_a_committed_swap() {
     let log = log.lock().unwrap();
     assert_eq!(log.dir(), dirs[0].join("crash-2"));
     assert_eq!(contents(&log), expected);
-    assert_eq!(log.topic_id(), Some([3; 16]));
+    assert_eq!(log.topic_id(), Some(fjord_common::Uuid([3; 16])));
     assert!(manager.moving_partitions().is_empty());
 }
 
@@ -270,7 +271,7 @@ fn cancelling_deleting_and_bad_destinations() {
     let (manager, _) = LogManager::open(&dirs, config(), 0).unwrap();
     let tp = TopicPartition::new("c", 0);
     let log = manager
-        .create_log(tp.clone(), [5; 16], config(), 0)
+        .create_log(tp.clone(), fjord_common::Uuid([5; 16]), config(), 0)
         .unwrap();
     fill(&log, 30, 0);
     let future_dirs = |dir: &Path| {

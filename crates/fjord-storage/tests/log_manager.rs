@@ -1,7 +1,8 @@
 mod common;
 
 use common::*;
-use fjord_storage::{LogConfig, LogManager, TopicPartition};
+use fjord_common::TopicPartition;
+use fjord_storage::{LogConfig, LogManager};
 
 #[test]
 fn places_partitions_on_least_loaded_dir_and_reloads() {
@@ -13,7 +14,7 @@ fn places_partitions_on_least_loaded_dir_and_reloads() {
         let log = manager
             .create_log(
                 TopicPartition::new("orders", p),
-                [p as u8 + 1; 16],
+                fjord_common::Uuid([p as u8 + 1; 16]),
                 LogConfig::default(),
                 0,
             )
@@ -54,14 +55,14 @@ fn places_partitions_on_least_loaded_dir_and_reloads() {
         let log = log.lock().unwrap();
         assert_eq!(log.log_end_offset(), 3);
         assert_eq!(log.high_watermark(), 2);
-        assert_eq!(log.topic_id(), Some([2; 16]));
+        assert_eq!(log.topic_id(), Some(fjord_common::Uuid([2; 16])));
         assert_eq!(log.latest_epoch(), Some(2));
     }
     // The next partition goes to the dir with fewer partitions ("b" holds one now).
     manager
         .create_log(
             TopicPartition::new("orders", 5),
-            [5; 16],
+            fjord_common::Uuid([5; 16]),
             LogConfig::default(),
             0,
         )

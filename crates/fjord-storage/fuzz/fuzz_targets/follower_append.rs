@@ -6,7 +6,8 @@
 use bytes::{Bytes, BytesMut};
 use fjord_records::header::compute_crc;
 use fjord_records::{BatchHeader, BATCH_HEADER_LEN};
-use fjord_storage::{Log, LogConfig, TopicPartition};
+use fjord_common::TopicPartition;
+use fjord_storage::{Log, LogConfig};
 use libfuzzer_sys::fuzz_target;
 
 /// Rewrites the CRC of every whole batch the length fields delimit, so the fuzzer gets past the

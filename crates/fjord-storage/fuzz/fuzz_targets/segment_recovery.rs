@@ -2,7 +2,8 @@
 //! and reading from it must return errors, never panic.
 #![no_main]
 
-use fjord_storage::{Log, LogConfig, TopicPartition};
+use fjord_common::TopicPartition;
+use fjord_storage::{Log, LogConfig};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use crate::checkpoint::{read_offset_checkpoint, write_offset_checkpoint};
 use crate::error::{IoResultExt, StorageError};
-use crate::log::{CleanableLog, Log, TopicPartition};
+use fjord_common::TopicPartition;
+
+use crate::log::{CleanableLog, Log};
 use crate::log_manager::{lock, PartitionLogs};
 use offset_map::OffsetMap;
 use pass::{clean_log, PassIo, PassOutcome};

@@ -2,8 +2,9 @@
 #![allow(dead_code)]
 
 use bytes::BytesMut;
+use fjord_common::TopicPartition;
 use fjord_records::header::compute_crc;
-use fjord_storage::{Log, LogConfig, RecoveryStats, TopicPartition};
+use fjord_storage::{Log, LogConfig, RecoveryStats};
 use std::path::Path;
 
 fn varint(out: &mut Vec<u8>, v: i64) {

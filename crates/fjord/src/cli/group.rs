@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use clap::{Args, Subcommand};
 use fjord_client::{
     Client, ClientError, GroupDescription, ListedOffset, OffsetAndMetadata, OffsetSpec,
-    TopicPartition,
 };
+use fjord_common::TopicPartition;
 
 /// Printed where a value is unknown, as Kafka's tool does.
 const MISSING: &str = "-";
@@ -290,7 +290,7 @@ async fn partitions_to_reset(
                 return Err(format!(
                     "topic '{}': {} ({})",
                     topic.name,
-                    fjord_client::error_name(topic.error_code),
+                    fjord_common::errors::name(topic.error_code),
                     topic.error_code
                 ));
             }

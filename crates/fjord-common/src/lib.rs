@@ -1,0 +1,73 @@
+//! The vocabulary every fjord crate shares, defined once here at the bottom of the crate graph:
+//! Kafka's error codes, its 128-bit `Uuid` (topic ids), `TopicPartition`, broker ids and leader
+//! epochs. Nothing here does I/O.
+
+pub mod errors;
+mod uuid;
+
+pub use uuid::{Uuid, UuidError};
+
+/// A topic's id: Kafka's `Uuid`, all zero meaning none.
+pub type TopicId = Uuid;
+
+/// A broker's (or controller's) `node.id`.
+pub type BrokerId = i32;
+
+/// A partition's leader epoch: bumped by each leader election, stamped on every batch the leader
+/// appends. Never goes back.
+pub type LeaderEpoch = i32;
+
+/// One partition of one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> TopicPartition {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+
+    /// `<topic>-<partition>`, as Kafka prints a partition and names its log directory.
+    pub fn dir_name(&self) -> String {
+        self.to_string()
+    }
+
+    /// Parses `<topic>-<partition>`; the partition is the part after the last `-`.
+    pub fn from_dir_name(name: &str) -> Option<TopicPartition> {
+        let (topic, partition) = name.rsplit_once('-')?;
+        if topic.is_empty()
+            || partition.is_empty()
+            || !partition.bytes().all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
+        Some(TopicPartition::new(topic, partition.parse().ok()?))
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_names_round_trip() {
+        let tp = TopicPartition::new("my-topic.v2", 17);
+        assert_eq!(tp.dir_name(), "my-topic.v2-17");
+        assert_eq!(TopicPartition::from_dir_name(&tp.dir_name()), Some(tp));
+        assert_eq!(TopicPartition::from_dir_name("nodash"), None);
+        assert_eq!(TopicPartition::from_dir_name("t-"), None);
+        assert_eq!(TopicPartition::from_dir_name("-3"), None);
+        assert_eq!(TopicPartition::from_dir_name("t-x1"), None);
+    }
+}
