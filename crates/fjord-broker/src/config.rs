@@ -731,6 +731,12 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
         Check::AtLeast(0)
     ),
     broker_config!(
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        Long,
+        Some("9223372036854775807"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
         "compression.type",
         String,
         Some("producer"),
@@ -1095,6 +1101,17 @@ impl BrokerConfig {
         Ok(cleaner)
     }
 
+    /// `replica.alter.log.dirs.io.max.bytes.per.second` from merged broker values: the log dir
+    /// mover's read rate.
+    pub fn log_dir_move_rate(values: &BTreeMap<String, String>) -> f64 {
+        values
+            .get("replica.alter.log.dirs.io.max.bytes.per.second")
+            .map(String::as_str)
+            .or_else(|| broker_default("replica.alter.log.dirs.io.max.bytes.per.second"))
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .map_or(f64::MAX, |v| v as f64)
+    }
+
     /// True when the operator asked for Kafka's page-cache durability (flush by interval) rather
     /// than fjord's default of fsync before acknowledging.
     pub fn page_cache_flush(&self) -> bool {
@@ -1131,6 +1148,7 @@ const DYNAMIC_BROKER_KEYS: &[&str] = &[
     "log.cleaner.io.buffer.load.factor",
     "log.cleaner.io.max.bytes.per.second",
     "log.cleaner.backoff.ms",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
     "log.retention.minutes",
     "log.retention.hours",
     "log.roll.hours",

@@ -180,8 +180,11 @@ pub async fn run(
     let group_timers = tokio::spawn(groups.clone().run_timers(shutdown.clone()));
     // Moves between log dirs, including those a restart interrupted.
     let log_dir_mover = Arc::new(
-        log_dir_mover::LogDirMover::start(replicas.clone())
-            .map_err(|e| startup(format!("cannot start the log dir mover: {e}")))?,
+        log_dir_mover::LogDirMover::start(
+            replicas.clone(),
+            BrokerConfig::log_dir_move_rate(&config.merged(&initial)),
+        )
+        .map_err(|e| startup(format!("cannot start the log dir mover: {e}")))?,
     );
     let broker = Arc::new(Broker::new(
         config.clone(),
@@ -199,6 +202,7 @@ pub async fn run(
     let mut images = quorum.subscribe();
     let follower_replicas = replicas.clone();
     let image_cleaner = cleaner.clone();
+    let image_mover = log_dir_mover.clone();
     let image_config = config.clone();
     let image_task = tokio::spawn(async move {
         let mut dynamic = initial;
@@ -209,7 +213,14 @@ pub async fn run(
             }
             let now = crate::config::DynamicBrokerConfig::from_image(&image, image_config.node_id);
             if now != dynamic {
-                apply_dynamic_broker_config(&image_config, &dynamic, &now, &image_cleaner).await;
+                apply_dynamic_broker_config(
+                    &image_config,
+                    &dynamic,
+                    &now,
+                    &image_cleaner,
+                    &image_mover,
+                )
+                .await;
                 dynamic = now;
             }
         }
@@ -275,16 +286,22 @@ pub async fn run(
     Ok(())
 }
 
-/// Dynamic broker configs changed: the cleaner takes its new settings (its threads restart), topic
-/// defaults already reached the logs through `apply_image`, and keys fjord accepts without acting
-/// on them are named in a warning.
+/// Dynamic broker configs changed: the cleaner takes its new settings (its threads restart), the
+/// log dir mover its rate, topic defaults already reached the logs through `apply_image`, and keys
+/// fjord accepts without acting on them are named in a warning.
 async fn apply_dynamic_broker_config(
     config: &BrokerConfig,
     before: &crate::config::DynamicBrokerConfig,
     after: &crate::config::DynamicBrokerConfig,
     cleaner: &Arc<LogCleaner>,
+    mover: &log_dir_mover::LogDirMover,
 ) {
     let (old, new) = (config.merged(before), config.merged(after));
+    let rate = BrokerConfig::log_dir_move_rate(&new);
+    if rate != BrokerConfig::log_dir_move_rate(&old) {
+        tracing::info!(max_bytes_per_second = rate, "log dir mover reconfigured");
+        mover.set_max_bytes_per_second(rate);
+    }
     for (key, value) in &new {
         if old.get(key) != Some(value) && crate::config::not_acted_upon(key) {
             tracing::warn!(

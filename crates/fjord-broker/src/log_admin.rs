@@ -303,7 +303,14 @@ fn describe_dirs(
                 if !is_wanted(&tp.topic, tp.partition) {
                     continue;
                 }
-                let Ok(future) = future.lock() else { continue };
+                // Read and let go before the current log is locked: every path locks a current
+                // log before its future log.
+                let Ok((size, future_end)) = future
+                    .lock()
+                    .map(|future| (future.size_in_bytes(), future.log_end_offset()))
+                else {
+                    continue;
+                };
                 // As Kafka reports a future replica: how far it is behind the current one.
                 let current_end = logs
                     .get(&tp)
@@ -313,8 +320,8 @@ fn describe_dirs(
                     .or_default()
                     .push(DescribeLogDirsPartition {
                         partition_index: tp.partition,
-                        partition_size: i64::try_from(future.size_in_bytes()).unwrap_or(i64::MAX),
-                        offset_lag: current_end.map_or(-1, |end| end - future.log_end_offset()),
+                        partition_size: i64::try_from(size).unwrap_or(i64::MAX),
+                        offset_lag: current_end.map_or(-1, |end| end - future_end),
                         is_future_key: true,
                     });
             }

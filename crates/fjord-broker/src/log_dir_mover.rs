@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use fjord_storage::cleaner::throttle::Throttler;
 use fjord_storage::StorageError;
 
 use crate::broker::now_ms;
@@ -22,6 +23,8 @@ struct Shared {
     woken: Mutex<bool>,
     wake: Condvar,
     stop: AtomicBool,
+    /// `replica.alter.log.dirs.io.max.bytes.per.second`, over all moves.
+    throttler: Mutex<Arc<Throttler>>,
 }
 
 /// The running mover; [`LogDirMover::shutdown`] stops it after the step under way.
@@ -31,11 +34,15 @@ pub struct LogDirMover {
 }
 
 impl LogDirMover {
-    pub fn start(replicas: Arc<ReplicaManager>) -> std::io::Result<LogDirMover> {
+    pub fn start(
+        replicas: Arc<ReplicaManager>,
+        max_bytes_per_second: f64,
+    ) -> std::io::Result<LogDirMover> {
         let shared = Arc::new(Shared {
             woken: Mutex::new(false),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
+            throttler: Mutex::new(Arc::new(Throttler::new(max_bytes_per_second))),
         });
         let thread = {
             let shared = Arc::clone(&shared);
@@ -47,6 +54,15 @@ impl LogDirMover {
             shared,
             thread: Mutex::new(Some(thread)),
         })
+    }
+
+    /// A new `replica.alter.log.dirs.io.max.bytes.per.second` (dynamic broker config).
+    pub fn set_max_bytes_per_second(&self, max_bytes_per_second: f64) {
+        *self
+            .shared
+            .throttler
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Arc::new(Throttler::new(max_bytes_per_second));
     }
 
     /// A move was asked for: start on it now rather than at the next idle wake-up.
@@ -82,13 +98,17 @@ fn run(replicas: &ReplicaManager, shared: &Shared) {
             if shared.stop.load(Ordering::Relaxed) {
                 return;
             }
-            if let Err(error) = logs.advance_move(&tp, STEP_BYTES, now_ms()) {
-                tracing::warn!(%tp, %error, "moving a partition to another log dir failed; the move is abandoned");
-                if let StorageError::Io { path, .. } = &error {
-                    replicas.storage_failure(path, &error.to_string());
-                }
-                if let Err(error) = logs.abort_move(&tp) {
-                    tracing::warn!(%tp, %error, "cannot remove an abandoned move's future log");
+            let throttler = Arc::clone(&shared.throttler.lock().unwrap_or_else(|p| p.into_inner()));
+            match logs.advance_move(&tp, STEP_BYTES, now_ms()) {
+                Ok(step) => throttler.maybe_throttle(step.bytes_copied),
+                Err(error) => {
+                    tracing::warn!(%tp, %error, "moving a partition to another log dir failed; the move is abandoned");
+                    if let StorageError::Io { path, .. } = &error {
+                        replicas.storage_failure(path, &error.to_string());
+                    }
+                    if let Err(error) = logs.abort_move(&tp) {
+                        tracing::warn!(%tp, %error, "cannot remove an abandoned move's future log");
+                    }
                 }
             }
         }

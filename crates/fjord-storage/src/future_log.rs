@@ -59,29 +59,33 @@ impl SourceView {
 }
 
 /// One round of copying outside the current log's lock (held only to look and to pick the
-/// batches): returns whether the future log has caught up with what the current one held.
+/// batches): returns whether the future log has caught up with what the current one held, and
+/// the bytes copied. Locks the current log before the future log, as every path does.
 pub fn catch_up_round(
     current: &Mutex<Log>,
-    future: &mut Log,
+    future: &Mutex<Log>,
     max_bytes: usize,
     now_ms: i64,
-) -> Result<bool, StorageError> {
-    let (view, slice) = {
-        let current = lock(current);
-        let view = SourceView::of(&current, future);
-        let from = align(&view, future, now_ms)?;
-        let read = current.read(from, max_bytes, i64::MAX, true)?;
-        (view, read.records)
-    };
+) -> Result<(bool, u64), StorageError> {
+    let current = lock(current);
+    let mut future = lock(future);
+    let view = SourceView::of(&current, &future);
+    let from = align(&view, &mut future, now_ms)?;
+    let slice = current.read(from, max_bytes, i64::MAX, true)?.records;
+    let source_dir = current.dir().to_path_buf();
+    drop(current);
     let records = match slice {
-        Some(slice) => slice.read_to_bytes().at(future.dir())?,
+        Some(slice) => slice.read_to_bytes().at(&source_dir)?,
         None if future.log_end_offset() < view.log_end_offset => {
-            return Err(nothing_to_read(future, view.log_end_offset))
+            return Err(nothing_to_read(&future, view.log_end_offset))
         }
         None => Bytes::new(),
     };
-    apply(&view, future, &records, now_ms)?;
-    Ok(future.log_end_offset() >= view.log_end_offset)
+    apply(&view, &mut future, &records, now_ms)?;
+    Ok((
+        future.log_end_offset() >= view.log_end_offset,
+        records.len() as u64,
+    ))
 }
 
 /// Copies everything the current log holds beyond the future log; the caller holds the
@@ -103,7 +107,7 @@ pub fn catch_up_locked(
         let Some(slice) = read.records else {
             return Err(nothing_to_read(future, view.log_end_offset));
         };
-        let records = slice.read_to_bytes().at(future.dir())?;
+        let records = slice.read_to_bytes().at(current.dir())?;
         let before = future.log_end_offset();
         apply(&view, future, &records, now_ms)?;
         if future.log_end_offset() == before {

@@ -50,6 +50,15 @@ pub struct StartupReport {
     pub moves_completed: usize,
 }
 
+/// What one [`LogManager::advance_move`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoveStep {
+    /// The move is over: swapped in, or nothing left to move.
+    pub finished: bool,
+    /// Bytes read from the current log (the swap's last catch-up not counted).
+    pub bytes_copied: u64,
+}
+
 struct ManagedLog {
     dir_index: usize,
     log: Arc<Mutex<Log>>,
@@ -87,6 +96,19 @@ fn checkpoint_map(path: &Path) -> Result<BTreeMap<TopicPartition, i64>, StorageE
 /// Partition logs with their names.
 pub type PartitionLogs = Vec<(TopicPartition, Arc<Mutex<Log>>)>;
 
+/// Written and synced in a future log's dir just before the swap's commit point: only a future
+/// log carrying it may replace a partition's log at start-up.
+pub const MOVE_COMMITTED_FILE: &str = ".move-committed";
+
+fn remove_commit_marker(dir: &Path) {
+    let marker = dir.join(MOVE_COMMITTED_FILE);
+    if let Err(error) = std::fs::remove_file(&marker) {
+        if error.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(path = %marker.display(), %error, "cannot remove a moved log's commit marker");
+        }
+    }
+}
+
 /// Directory of the cluster metadata log inside a log dir; skipped when loading partitions.
 pub const METADATA_LOG_DIR_NAME: &str = "__cluster_metadata-0";
 
@@ -103,6 +125,9 @@ impl LogManager {
         let mut report = StartupReport::default();
         let mut logs = BTreeMap::new();
         let mut found_futures = Vec::new();
+        // Every dir's checkpointed log start and high watermark: a future log promoted at
+        // start-up takes its partition's from the dir it moved out of.
+        let mut carried: BTreeMap<TopicPartition, (i64, Option<i64>)> = BTreeMap::new();
         for (dir_index, log_dir) in log_dirs.iter().enumerate() {
             std::fs::create_dir_all(log_dir).at(log_dir)?;
             let marker = log_dir.join(CLEAN_SHUTDOWN_FILE);
@@ -114,6 +139,14 @@ impl LogManager {
             let log_starts = checkpoint_map(&log_dir.join(LOG_START_OFFSET_CHECKPOINT_FILE))?;
             let high_watermarks =
                 checkpoint_map(&log_dir.join(REPLICATION_OFFSET_CHECKPOINT_FILE))?;
+            for (tp, &log_start) in &log_starts {
+                let entry = carried.entry(tp.clone()).or_insert((0, None));
+                entry.0 = entry.0.max(log_start);
+            }
+            for (tp, &hw) in &high_watermarks {
+                let entry = carried.entry(tp.clone()).or_insert((0, None));
+                entry.1 = Some(entry.1.map_or(hw, |known: i64| known.max(hw)));
+            }
             let mut entries: Vec<_> = std::fs::read_dir(log_dir)
                 .at(log_dir)?
                 .collect::<Result<_, _>>()
@@ -199,27 +232,37 @@ impl LogManager {
             offline_dirs: Mutex::new(Vec::new()),
         };
         for (dir_index, tp, path, clean) in found_futures {
-            manager.load_future(dir_index, tp, &path, clean, now_ms, &mut report)?;
+            let carried = carried.get(&tp).copied().unwrap_or((0, None));
+            manager.load_future(dir_index, tp, &path, clean, carried, now_ms, &mut report)?;
         }
         Ok((manager, report))
     }
 
     /// A future log found at start-up. Beside its current log it resumes copying. Alone, it is
-    /// the survivor of a swap the broker stopped in: the swap renames the current log's dir for
-    /// deletion only after the future log is complete and synced, so the future log becomes the
-    /// partition's log.
+    /// the survivor of a swap the broker stopped in if it carries the commit marker (written and
+    /// synced just before the current log's dir is renamed for deletion): it becomes the
+    /// partition's log, with the log start and high watermark the old dir checkpointed. A future
+    /// log alone without the marker is an unfinished copy whose original is not in `log.dirs`:
+    /// it is left on disk, untouched, and reported.
+    #[allow(clippy::too_many_arguments)]
     fn load_future(
         &self,
         dir_index: usize,
         tp: TopicPartition,
         path: &Path,
         clean: bool,
+        (log_start, high_watermark): (i64, Option<i64>),
         now_ms: i64,
         report: &mut StartupReport,
     ) -> Result<(), StorageError> {
         let mut logs = lock(&self.logs);
         let mut futures = lock(&self.futures);
+        let committed = path.join(MOVE_COMMITTED_FILE).exists();
         let current_dir = logs.get(&tp).map(|m| m.dir_index);
+        if current_dir.is_none() && !committed {
+            tracing::error!(%tp, path = %path.display(), "an unfinished copy of a partition whose log is in none of log.dirs: left in place, not loaded");
+            return Ok(());
+        }
         if futures.contains_key(&tp) || current_dir == Some(dir_index) {
             // A second copy, or one in the dir the log already lives in: nothing to resume.
             tracing::warn!(path = %path.display(), "removing a redundant future log");
@@ -245,16 +288,20 @@ impl LogManager {
                 let final_dir = log_dir.join(tp.dir_name());
                 std::fs::rename(path, &final_dir).at(path)?;
                 sync_dir(log_dir)?;
-                let (log, _) = Log::open(
+                remove_commit_marker(&final_dir);
+                let (mut log, _) = Log::open(
                     &final_dir,
                     tp.clone(),
                     topic_id,
                     self.default_config.clone(),
                     0,
-                    0,
+                    log_start,
                     clean,
                     now_ms,
                 )?;
+                if let Some(hw) = high_watermark {
+                    log.restore_high_watermark(hw);
+                }
                 logs.insert(
                     tp,
                     ManagedLog {
@@ -512,6 +559,7 @@ impl LogManager {
         if let Some(topic_id) = current_log.topic_id() {
             write_partition_metadata(&dir, &topic_id).at(&dir)?;
         }
+        sync_dir(dest_dir)?;
         let (future, _) = Log::open(
             &dir,
             tp.clone(),
@@ -545,50 +593,75 @@ impl LogManager {
     }
 
     /// One step of the move of `tp`: copies up to `max_bytes` into its future log and, once the
-    /// future log has caught up, swaps it in. Returns whether the move is over (done, or
-    /// nothing to move). On an error the caller calls [`LogManager::abort_move`].
+    /// future log has caught up, swaps it in. On an error the caller calls
+    /// [`LogManager::abort_move`].
     pub fn advance_move(
         &self,
         tp: &TopicPartition,
         max_bytes: usize,
         now_ms: i64,
-    ) -> Result<bool, StorageError> {
+    ) -> Result<MoveStep, StorageError> {
         let current = lock(&self.logs).get(tp).map(|m| Arc::clone(&m.log));
         let future = lock(&self.futures).get(tp).map(|m| Arc::clone(&m.log));
         let (Some(current), Some(future)) = (current, future) else {
-            return Ok(true);
+            return Ok(MoveStep {
+                finished: true,
+                bytes_copied: 0,
+            });
         };
-        if !catch_up_round(&current, &mut lock(&future), max_bytes, now_ms)? {
-            return Ok(false);
-        }
-        self.complete_move(tp, max_bytes, now_ms)?;
-        Ok(true)
+        let (caught_up, bytes_copied) = catch_up_round(&current, &future, max_bytes, now_ms)?;
+        let finished = caught_up && self.complete_move(tp, &future, max_bytes, now_ms)?;
+        Ok(MoveStep {
+            finished,
+            bytes_copied,
+        })
     }
 
     /// The swap, under the current log's lock: the last batches are copied and the future log
-    /// synced and closed; the current log's dir is renamed `-delete` and the parent synced (the
-    /// commit point: a restart from here on finishes the swap); the future dir is renamed to the
-    /// partition's name; the log reopened from there replaces the current one in place, so
-    /// every holder of the partition's log carries on with it.
+    /// synced and closed, the commit marker written in its dir and both dirs synced; the current
+    /// log's dir is renamed `-delete` (the commit point: a restart from here on finishes the
+    /// swap); the future dir is renamed to the partition's name; the log reopened from there
+    /// replaces the current one in place, so every holder of the partition's log carries on with
+    /// it; both dirs' checkpoints are rewritten. Returns false, changing nothing, when `caught_up`
+    /// is no longer the partition's future log (another AlterReplicaLogDirs came meanwhile).
     fn complete_move(
         &self,
         tp: &TopicPartition,
+        caught_up: &Arc<Mutex<Log>>,
         max_bytes: usize,
         now_ms: i64,
-    ) -> Result<(), StorageError> {
+    ) -> Result<bool, StorageError> {
+        // Held throughout: no dir goes offline mid-swap.
+        let offline = lock(&self.offline_dirs);
         let mut logs = lock(&self.logs);
         let mut futures = lock(&self.futures);
         let (Some(current), Some(future)) = (logs.get(tp), futures.get(tp)) else {
-            return Ok(());
+            return Ok(true);
         };
-        let (dest_index, future) = (future.dir_index, Arc::clone(&future.log));
+        if !Arc::ptr_eq(&future.log, caught_up) {
+            return Ok(false);
+        }
+        let (source_index, dest_index) = (current.dir_index, future.dir_index);
         let current_arc = Arc::clone(&current.log);
         let mut current_log = lock(&current_arc);
-        let mut future_log = lock(&future);
+        let mut future_log = lock(caught_up);
+        for (index, log) in [(source_index, &*current_log), (dest_index, &*future_log)] {
+            if offline.contains(&index) || log.is_offline() {
+                return Err(StorageError::LogDirOffline(self.log_dirs[index].clone()));
+            }
+        }
         catch_up_locked(&current_log, &mut future_log, max_bytes, now_ms)?;
         debug_assert_eq!(future_log.log_end_offset(), current_log.log_end_offset());
         future_log.close()?;
         let future_dir = future_log.dir().to_path_buf();
+        let marker = future_dir.join(MOVE_COMMITTED_FILE);
+        File::create(&marker)
+            .and_then(|f| f.sync_all())
+            .at(&marker)?;
+        sync_dir(&future_dir)?;
+        let dest_dir = &self.log_dirs[dest_index];
+        // The future dir's own entry must be durable before the original goes.
+        sync_dir(dest_dir)?;
         let current_dir = current_log.dir().to_path_buf();
         let current_parent = current_dir.parent().unwrap_or(Path::new(".")).to_path_buf();
         let doomed = current_parent.join(format!(
@@ -598,12 +671,12 @@ impl LogManager {
         ));
         std::fs::rename(&current_dir, &doomed).at(&current_dir)?;
         // Committed: the future log is the partition's log now, whatever fails below.
-        let dest_dir = &self.log_dirs[dest_index];
         let final_dir = dest_dir.join(tp.dir_name());
         let reopened = (|| {
             sync_dir(&current_parent)?;
             std::fs::rename(&future_dir, &final_dir).at(&future_dir)?;
             sync_dir(dest_dir)?;
+            remove_commit_marker(&final_dir);
             let (mut moved, _) = Log::open(
                 &final_dir,
                 tp.clone(),
@@ -626,7 +699,7 @@ impl LogManager {
             Ok(moved) => moved,
             Err(error) => {
                 // Neither copy can be served from here; a restart finds the future dir (renamed
-                // or not) and makes it the partition's log.
+                // or not, with its commit marker) and makes it the partition's log.
                 current_log.mark_offline();
                 tracing::error!(%tp, %error, "a moved log could not be reopened; its partition is offline until restart");
                 return Err(error);
@@ -643,12 +716,18 @@ impl LogManager {
         }
         drop(futures);
         drop(logs);
+        drop(offline);
         tracing::info!(%tp, to = %final_dir.display(), "partition moved to another log dir");
+        // Both dirs' checkpoints now say where the log is, so a crash keeps its log start and
+        // high watermark (and the old dir's stops naming it).
+        if let Err(error) = self.checkpoint() {
+            tracing::warn!(%error, "cannot checkpoint the log dirs after a move");
+        }
         if let Err(error) = std::fs::remove_dir_all(&doomed) {
             // The next start removes it.
             tracing::warn!(path = %doomed.display(), %error, "cannot remove a moved log's old dir");
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Gives up the move of `tp` (its step failed, or the partition went away): the future log

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use fjord_common::TopicPartition;
 use fjord_storage::future_log::catch_up_round;
+use fjord_storage::log_manager::MOVE_COMMITTED_FILE;
 use fjord_storage::{Log, LogConfig, LogManager, StorageError};
 
 fn config() -> LogConfig {
@@ -56,9 +57,26 @@ fn contents(log: &Log) -> (Vec<(i64, i64, i32)>, Vec<u8>) {
     (batches, all)
 }
 
+/// A manager over `dirs` and the log of `tp` (topic id all `id`) with `batches` batches of
+/// leader epoch `epoch`.
+fn new_log(
+    dirs: &[PathBuf],
+    tp: &TopicPartition,
+    id: u8,
+    batches: usize,
+    epoch: i32,
+) -> (LogManager, Arc<Mutex<Log>>) {
+    let (manager, _) = LogManager::open(dirs, config(), 0).unwrap();
+    let log = manager
+        .create_log(tp.clone(), fjord_common::Uuid([id; 16]), config(), 0)
+        .unwrap();
+    fill(&log, batches, epoch);
+    (manager, log)
+}
+
 fn run_move(manager: &LogManager, tp: &TopicPartition) -> usize {
     let mut steps = 0;
-    while !manager.advance_move(tp, 8192, 0).unwrap() {
+    while !manager.advance_move(tp, 8192, 0).unwrap().finished {
         steps += 1;
         assert!(steps < 10_000, "the move never finished");
     }
@@ -105,7 +123,7 @@ fn a_log_moves_while_appends_go_on_and_keeps_every_batch() {
         })
     };
     let mut steps = 0;
-    while !manager.advance_move(&tp, 8192, 0).unwrap() {
+    while !manager.advance_move(&tp, 8192, 0).unwrap().finished {
         steps += 1;
         if steps == 20 {
             stop.store(true, Ordering::Relaxed);
@@ -201,15 +219,11 @@ fn a_restart_resumes_a_copy_and_completes_a_committed_swap() {
     let tp = TopicPartition::new("crash", 2);
     let expected;
     {
-        let (manager, _) = LogManager::open(&dirs, config(), 0).unwrap();
-        let log = manager
-            .create_log(tp.clone(), fjord_common::Uuid([3; 16]), config(), 0)
-            .unwrap();
-        fill(&log, 50, 4);
+        let (manager, log) = new_log(&dirs, &tp, 3, 50, 4);
         expected = contents(&log.lock().unwrap());
         manager.alter_log_dir(&tp, &dirs[1], 0).unwrap();
         for _ in 0..3 {
-            assert!(!manager.advance_move(&tp, 2048, 0).unwrap());
+            assert!(!manager.advance_move(&tp, 2048, 0).unwrap().finished);
         }
         // Killed mid-copy: no shutdown.
     }
@@ -228,13 +242,20 @@ fn a_restart_resumes_a_copy_and_completes_a_committed_swap() {
     assert!(log.lock().unwrap().dir().starts_with(&dirs[1]));
     assert_eq!(contents(&log.lock().unwrap()), expected);
 
-    // Back to the first dir, stopping right after the commit point: the future log is complete
-    // and synced, the current dir renamed for deletion.
+    // Back to the first dir, stopping right after the commit point: the future log is complete,
+    // synced and marked committed, the current dir renamed for deletion.
     fill(&log, 10, 5);
+    log.lock()
+        .unwrap()
+        .increment_log_start_offset(12, 0)
+        .unwrap();
+    manager.checkpoint().unwrap();
     let expected = contents(&log.lock().unwrap());
     manager.alter_log_dir(&tp, &dirs[0], 0).unwrap();
     let future = copy_until_caught_up_into(&manager, &tp, 0);
     future.lock().unwrap().close().unwrap();
+    let future_dir = future.lock().unwrap().dir().to_path_buf();
+    std::fs::write(future_dir.join(MOVE_COMMITTED_FILE), b"").unwrap();
     let current_dir = log.lock().unwrap().dir().to_path_buf();
     std::fs::rename(
         &current_dir,
@@ -249,6 +270,10 @@ fn a_restart_resumes_a_copy_and_completes_a_committed_swap() {
     let log = log.lock().unwrap();
     assert_eq!(log.dir(), dirs[0].join("crash-2"));
     assert_eq!(contents(&log), expected);
+    // The log start DeleteRecords set and the high watermark come from the old dir's checkpoint.
+    assert_eq!(log.log_start_offset(), 12);
+    assert_eq!(log.high_watermark(), log.log_end_offset());
+    assert!(!log.dir().join(MOVE_COMMITTED_FILE).exists());
     assert_eq!(log.topic_id(), Some(fjord_common::Uuid([3; 16])));
     assert!(manager.moving_partitions().is_empty());
 }
@@ -260,7 +285,7 @@ fn copy_until_caught_up_into(
 ) -> Arc<Mutex<Log>> {
     let current = manager.get(tp).unwrap();
     let future = manager.future_logs_by_dir()[dir].1[0].1.clone();
-    while !catch_up_round(&current, &mut future.lock().unwrap(), 4096, 0).unwrap() {}
+    while !catch_up_round(&current, &future, 4096, 0).unwrap().0 {}
     future
 }
 
@@ -268,12 +293,8 @@ fn copy_until_caught_up_into(
 fn cancelling_deleting_and_bad_destinations() {
     let root = tempfile::tempdir().unwrap();
     let dirs = dirs(root.path());
-    let (manager, _) = LogManager::open(&dirs, config(), 0).unwrap();
     let tp = TopicPartition::new("c", 0);
-    let log = manager
-        .create_log(tp.clone(), fjord_common::Uuid([5; 16]), config(), 0)
-        .unwrap();
-    fill(&log, 30, 0);
+    let (manager, log) = new_log(&dirs, &tp, 5, 30, 0);
     let future_dirs = |dir: &Path| {
         std::fs::read_dir(dir)
             .unwrap()
@@ -300,7 +321,7 @@ fn cancelling_deleting_and_bad_destinations() {
 
     // Started, then sent back home: the copy is dropped.
     manager.alter_log_dir(&tp, &dirs[1], 0).unwrap();
-    assert!(!manager.advance_move(&tp, 1024, 0).unwrap());
+    assert!(!manager.advance_move(&tp, 1024, 0).unwrap().finished);
     assert_eq!(future_dirs(&dirs[1]), 1);
     manager.alter_log_dir(&tp, &dirs[0], 0).unwrap();
     assert!(manager.moving_partitions().is_empty());
@@ -308,18 +329,18 @@ fn cancelling_deleting_and_bad_destinations() {
 
     // An aborted move leaves the log as it was.
     manager.alter_log_dir(&tp, &dirs[1], 0).unwrap();
-    assert!(!manager.advance_move(&tp, 1024, 0).unwrap());
+    assert!(!manager.advance_move(&tp, 1024, 0).unwrap().finished);
     manager.abort_move(&tp).unwrap();
     assert_eq!(future_dirs(&dirs[1]), 0);
     assert!(log.lock().unwrap().dir().starts_with(&dirs[0]));
 
     // Deleting a moving partition removes its copy too.
     manager.alter_log_dir(&tp, &dirs[1], 0).unwrap();
-    assert!(!manager.advance_move(&tp, 1024, 0).unwrap());
+    assert!(!manager.advance_move(&tp, 1024, 0).unwrap().finished);
     manager.delete_log(&tp).unwrap();
     assert_eq!(future_dirs(&dirs[1]), 0);
     assert!(manager.moving_partitions().is_empty());
-    assert!(manager.advance_move(&tp, 1024, 0).unwrap());
+    assert!(manager.advance_move(&tp, 1024, 0).unwrap().finished);
 }
 
 #[test]
@@ -352,4 +373,66 @@ fn a_follower_append_refuses_corrupt_and_backward_batches() {
         Err(StorageError::InvalidRecord(_))
     ));
     assert_eq!(log.log_end_offset(), 8);
+}
+
+#[test]
+fn an_unfinished_copy_without_its_original_is_left_alone() {
+    let root = tempfile::tempdir().unwrap();
+    let dirs = dirs(root.path());
+    let tp = TopicPartition::new("orphan", 0);
+    let future_dir;
+    {
+        let (manager, log) = new_log(&dirs, &tp, 4, 30, 0);
+        manager.alter_log_dir(&tp, &dirs[1], 0).unwrap();
+        assert!(!manager.advance_move(&tp, 1024, 0).unwrap().finished);
+        future_dir = manager.future_logs_by_dir()[1].1[0]
+            .1
+            .lock()
+            .unwrap()
+            .dir()
+            .to_path_buf();
+    }
+    // The original's dir is no longer one of log.dirs.
+    let (manager, report) = LogManager::open(&dirs[1..], config(), 0).unwrap();
+    assert_eq!((report.moves_completed, report.moves_resumed), (0, 0));
+    assert!(manager.get(&tp).is_none());
+    assert!(future_dir.exists(), "the partial copy is kept");
+    drop(manager);
+    // With the original back, the move resumes.
+    let (manager, report) = LogManager::open(&dirs, config(), 0).unwrap();
+    assert_eq!(report.moves_resumed, 1);
+    run_move(&manager, &tp);
+    assert!(manager
+        .get(&tp)
+        .unwrap()
+        .lock()
+        .unwrap()
+        .dir()
+        .starts_with(&dirs[1]));
+}
+
+#[test]
+fn a_destination_gone_offline_never_takes_the_log() {
+    let root = tempfile::tempdir().unwrap();
+    let dirs = dirs(root.path());
+    let tp = TopicPartition::new("offline", 0);
+    let (manager, log) = new_log(&dirs, &tp, 6, 10, 0);
+    let expected = contents(&log.lock().unwrap());
+    manager.alter_log_dir(&tp, &dirs[1], 0).unwrap();
+    // Idle partition, copy all but caught up: the disk under the copy fails.
+    let future = manager.future_logs_by_dir()[1].1[0].1.clone();
+    let future_dir = future.lock().unwrap().dir().to_path_buf();
+    assert!(!manager.take_dir_offline(&future_dir, "injected"));
+    assert!(matches!(
+        manager.advance_move(&tp, 1 << 20, 0),
+        Err(StorageError::LogDirOffline(_))
+    ));
+    manager.abort_move(&tp).unwrap();
+    let log = log.lock().unwrap();
+    assert!(log.dir().starts_with(&dirs[0]));
+    assert_eq!(contents(&log), expected);
+    assert!(matches!(
+        manager.alter_log_dir(&tp, &dirs[1], 0),
+        Err(StorageError::LogDirOffline(_))
+    ));
 }

@@ -162,3 +162,54 @@ fn a_move_interrupted_by_sigkill_resumes_and_loses_nothing() {
     );
     broker.stop();
 }
+
+#[test]
+fn replica_alter_log_dirs_io_max_bytes_per_second_paces_a_move() {
+    let root = tempfile::tempdir().unwrap();
+    let dirs = [root.path().join("a"), root.path().join("b")];
+    let log_dirs = format!("{},{}", dirs[0].display(), dirs[1].display());
+    let mut broker = TestBroker::start_with(&[
+        ("log.dirs", &log_dirs),
+        ("replica.alter.log.dirs.io.max.bytes.per.second", "1000000"),
+    ]);
+    let mut client = broker.connect();
+    common::create_topic(&mut client, TOPIC, 1, &[("segment.bytes", "1048576")]);
+    // 3 rounds of 1.6 MiB: about 5 MB to copy at 1 MB/s.
+    for round in 0..3 {
+        for batch in 0..BATCHES {
+            produce(&mut client, round, batch);
+        }
+    }
+    let (start, _) = placement(&mut client);
+    let dest = dirs
+        .iter()
+        .find(|d| Some(d.display().to_string()) != start)
+        .unwrap();
+    let started = Instant::now();
+    assert_eq!(alter(&mut client, dest), NONE);
+    let mut saw_future = false;
+    loop {
+        let (current, future) = placement(&mut client);
+        saw_future |= future.is_some();
+        if current == Some(dest.display().to_string()) && future.is_none() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the move did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = started.elapsed();
+    assert!(
+        saw_future,
+        "DescribeLogDirs never showed the future replica"
+    );
+    // Unthrottled the copy takes a fraction of a second here.
+    assert!(
+        took >= Duration::from_secs(3),
+        "5 MB moved in {took:?} at 1 MB/s"
+    );
+    assert_eq!(read_all(&mut client).len(), 3 * BATCHES * RECORDS_PER_BATCH);
+    broker.stop();
+}

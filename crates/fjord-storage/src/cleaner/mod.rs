@@ -91,6 +91,9 @@ struct Job {
     dir: PathBuf,
     tp: TopicPartition,
     log: Arc<Mutex<Log>>,
+    /// The log's own directory when the pass began; a log moved to another log dir since
+    /// (AlterReplicaLogDirs) voids the pass.
+    partition_dir: PathBuf,
     cleanable: CleanableLog,
 }
 
@@ -268,6 +271,9 @@ fn run(shared: &Shared, id: usize) {
             Ok(PassOutcome::Aborted) => {
                 tracing::debug!(tp = %job.tp, "cleaning pass abandoned: the log changed or the cleaner is stopping");
             }
+            Err(error) if lock(&job.log).dir() != job.partition_dir => {
+                tracing::debug!(tp = %job.tp, %error, "cleaning pass abandoned: the log moved to another log dir");
+            }
             Err(error) => {
                 tracing::warn!(tp = %job.tp, %error, "cleaning failed; the log is not cleaned again until restart");
                 state.uncleanable.insert(job.tp);
@@ -291,7 +297,11 @@ fn grab_filthiest(shared: &Shared) -> Option<Job> {
                     continue;
                 }
                 let checkpoint = checkpoints.and_then(|c| c.get(tp)).copied();
-                let Some(cleanable) = lock(log).cleanable(checkpoint, now) else {
+                let (cleanable, partition_dir) = {
+                    let log = lock(log);
+                    (log.cleanable(checkpoint, now), log.dir().to_path_buf())
+                };
+                let Some(cleanable) = cleanable else {
                     continue;
                 };
                 if cleanable.reset_checkpoint {
@@ -310,6 +320,7 @@ fn grab_filthiest(shared: &Shared) -> Option<Job> {
                         dir: dir.clone(),
                         tp: tp.clone(),
                         log: Arc::clone(log),
+                        partition_dir,
                         cleanable,
                     });
                 }
