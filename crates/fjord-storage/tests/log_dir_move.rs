@@ -382,7 +382,7 @@ fn an_unfinished_copy_without_its_original_is_left_alone() {
     let tp = TopicPartition::new("orphan", 0);
     let future_dir;
     {
-        let (manager, log) = new_log(&dirs, &tp, 4, 30, 0);
+        let (manager, _log) = new_log(&dirs, &tp, 4, 30, 0);
         manager.alter_log_dir(&tp, &dirs[1], 0).unwrap();
         assert!(!manager.advance_move(&tp, 1024, 0).unwrap().finished);
         future_dir = manager.future_logs_by_dir()[1].1[0]
