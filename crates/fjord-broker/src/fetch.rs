@@ -100,9 +100,9 @@ struct Target {
 
 /// Checks a client's view of the leader epoch against ours, as Kafka does.
 pub fn check_leader_epoch(partition: &Partition, current_leader_epoch: i32) -> Result<(), i16> {
-    if current_leader_epoch < 0 || current_leader_epoch == partition.leader_epoch {
+    if current_leader_epoch < 0 || current_leader_epoch == partition.leader_epoch() {
         Ok(())
-    } else if current_leader_epoch > partition.leader_epoch {
+    } else if current_leader_epoch > partition.leader_epoch() {
         Err(errors::UNKNOWN_LEADER_EPOCH)
     } else {
         Err(errors::FENCED_LEADER_EPOCH)
@@ -383,7 +383,7 @@ impl Broker {
                     if data.error_code == errors::FENCED_LEADER_EPOCH {
                         data.current_leader = LeaderIdAndEpoch {
                             leader_id: self.config.node_id,
-                            leader_epoch: partition.leader_epoch,
+                            leader_epoch: partition.leader_epoch(),
                         };
                     }
                 }
@@ -459,7 +459,7 @@ impl Broker {
         if timestamp == -1 {
             // Latest: consumers may read up to the high watermark.
             out.offset = high_watermark;
-            out.leader_epoch = partition.leader_epoch;
+            out.leader_epoch = partition.leader_epoch();
             return out;
         }
         match log.fetch_offset_by_timestamp(timestamp) {

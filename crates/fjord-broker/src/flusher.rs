@@ -24,8 +24,16 @@ const SLOW_ROUND: Duration = Duration::from_millis(10);
 /// From this long a round is logged as a warning: the disk is stalling.
 const STALLED_ROUND: Duration = Duration::from_secs(1);
 
-/// A log and the offset below which it must be durable.
-pub type FlushTarget = (Arc<Mutex<Log>>, i64);
+/// What a flush makes durable: a log, and who hears how far (a partition, whose high watermark
+/// may follow).
+pub trait Durable: Send + Sync {
+    fn log(&self) -> &Arc<Mutex<Log>>;
+    /// `log` (locked by the caller) is durable below `offset`.
+    fn made_durable(&self, log: &mut Log, offset: i64);
+}
+
+/// Something to make durable and the offset below which it must be.
+pub type FlushTarget = (Arc<dyn Durable>, i64);
 
 /// What a waiter hands the flusher: every target of one produce request, so that one round
 /// covers them all.
@@ -42,9 +50,9 @@ pub struct FlusherHandle {
 }
 
 impl FlusherHandle {
-    /// Waits until `log` is durable below `up_to_offset`.
-    pub async fn flush(&self, log: Arc<Mutex<Log>>, up_to_offset: i64) -> Result<(), String> {
-        self.flush_all(vec![(log, up_to_offset)])
+    /// Waits until `target` is durable below `up_to_offset`.
+    pub async fn flush(&self, target: Arc<dyn Durable>, up_to_offset: i64) -> Result<(), String> {
+        self.flush_all(vec![(target, up_to_offset)])
             .await
             .pop()
             .unwrap_or_else(|| Err("flusher answered nothing".to_string()))
@@ -58,7 +66,7 @@ impl FlusherHandle {
         // Rounds that started after these appends already covered them.
         if targets
             .iter()
-            .all(|(log, up_to_offset)| already_durable(log, *up_to_offset))
+            .all(|(target, up_to_offset)| already_durable(target.log(), *up_to_offset))
         {
             return vec![Ok(()); count];
         }
@@ -117,22 +125,22 @@ fn already_durable(log: &Mutex<Log>, up_to_offset: i64) -> bool {
 fn run_round(round: Vec<FlushRequest>, on_failure: &StorageFailure) {
     let started = Instant::now();
     // One ticket per distinct log, keyed by the Arc's address, covering its furthest target.
-    let mut logs: HashMap<usize, (Arc<Mutex<Log>>, i64)> = HashMap::new();
-    for (log, up_to_offset) in round.iter().flat_map(|request| &request.targets) {
+    let mut logs: HashMap<usize, (Arc<dyn Durable>, i64)> = HashMap::new();
+    for (target, up_to_offset) in round.iter().flat_map(|request| &request.targets) {
         let entry = logs
-            .entry(log_key(log))
-            .or_insert_with(|| (log.clone(), *up_to_offset));
+            .entry(log_key(target.log()))
+            .or_insert_with(|| (target.clone(), *up_to_offset));
         entry.1 = entry.1.max(*up_to_offset);
     }
     let mut results: HashMap<usize, Result<(), String>> = HashMap::new();
     let mut tickets = Vec::new();
-    for (key, (log, furthest)) in logs {
+    for (key, (target, furthest)) in logs {
         // Targets that queued while the previous round ran may all be covered by it already.
-        if already_durable(&log, furthest) {
+        if already_durable(target.log(), furthest) {
             results.insert(key, Ok(()));
             continue;
         }
-        let ticket = match log.lock() {
+        let ticket = match target.log().lock() {
             Ok(guard) if guard.is_offline() => {
                 results.insert(key, Err("the log dir is offline".to_string()));
                 continue;
@@ -143,25 +151,23 @@ fn run_round(round: Vec<FlushRequest>, on_failure: &StorageFailure) {
                 continue;
             }
         };
-        tickets.push((key, log, ticket));
+        tickets.push((key, target, ticket));
     }
     let synced = tickets.len();
-    let outcomes = parallel::map(tickets, parallel::DISK_THREADS, |(key, log, ticket)| {
+    let outcomes = parallel::map(tickets, parallel::DISK_THREADS, |(key, target, ticket)| {
         let outcome = ticket.sync().map_err(|e| e.to_string());
-        (key, log, ticket, outcome)
+        (key, target, ticket, outcome)
     });
-    for (key, log, ticket, outcome) in outcomes {
+    for (key, target, ticket, outcome) in outcomes {
         if let Err(error) = &outcome {
             // Linux may drop the failed pages from the cache: a later fsync could succeed
             // without them. The high watermark stays, and the dir goes offline.
             on_failure(ticket.dir(), error);
         }
         if outcome.is_ok() {
-            if let Ok(mut guard) = log.lock() {
+            if let Ok(mut guard) = target.log().lock() {
                 let durable = guard.complete_flush(&ticket);
-                if durable > guard.high_watermark() {
-                    guard.set_high_watermark(durable);
-                }
+                target.made_durable(&mut guard, durable);
             }
         }
         results.insert(key, outcome);
@@ -172,9 +178,9 @@ fn run_round(round: Vec<FlushRequest>, on_failure: &StorageFailure) {
         let answers = request
             .targets
             .iter()
-            .map(|(log, _)| {
+            .map(|(target, _)| {
                 results
-                    .get(&log_key(log))
+                    .get(&log_key(target.log()))
                     .cloned()
                     .unwrap_or_else(|| Err("fsync did not run".to_string()))
             })
@@ -223,6 +229,23 @@ mod tests {
     use fjord_records::{BatchBuilder, Compression};
     use fjord_storage::LogConfig;
 
+    /// A bare log whose high watermark follows what is durable.
+    struct Bare(Arc<Mutex<Log>>);
+
+    impl Durable for Bare {
+        fn log(&self) -> &Arc<Mutex<Log>> {
+            &self.0
+        }
+
+        fn made_durable(&self, log: &mut Log, offset: i64) {
+            log.set_high_watermark(offset);
+        }
+    }
+
+    fn target(log: &Arc<Mutex<Log>>) -> Arc<dyn Durable> {
+        Arc::new(Bare(log.clone()))
+    }
+
     fn open_log(dir: &std::path::Path, partition: i32) -> Arc<Mutex<Log>> {
         let tp = TopicPartition::new("events", partition);
         let (log, _) = Log::open(
@@ -260,10 +283,10 @@ mod tests {
         let mut targets = Vec::new();
         for (i, log) in logs.iter().enumerate() {
             let end = append(log, i + 1);
-            targets.push((log.clone(), end));
+            targets.push((target(log), end));
         }
         // The same log twice (two batches of one request) is one ticket covering both.
-        targets.push((logs[0].clone(), 1));
+        targets.push((target(&logs[0]), 1));
         let results = flusher.flush_all(targets).await;
         assert_eq!(results.len(), 6);
         assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
@@ -281,7 +304,7 @@ mod tests {
         .expect("the round bumped high_watermark_moved")
         .unwrap();
         // Already durable: answered without a round.
-        let again = flusher.flush_all(vec![(logs[4].clone(), 5)]).await;
+        let again = flusher.flush_all(vec![(target(&logs[4]), 5)]).await;
         assert_eq!(again, vec![Ok(())]);
         assert_eq!(flusher.flush_all(Vec::new()).await, Vec::new());
         drop(flusher);

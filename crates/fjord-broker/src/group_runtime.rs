@@ -32,12 +32,11 @@ use fjord_protocol::messages::offset_fetch_request::OffsetFetchRequest;
 use fjord_protocol::messages::offset_fetch_response::OffsetFetchResponse;
 use fjord_protocol::{RequestBody, ResponseBody};
 use fjord_records::{BatchBuilder, Compression};
-use fjord_storage::log::Log;
 use tokio::sync::{oneshot, Notify};
 
 use crate::broker::now_ms;
-use crate::flusher::FlusherHandle;
-use crate::replica::ReplicaManager;
+use crate::flusher::{Durable, FlushTarget, FlusherHandle};
+use crate::replica::{Partition, ReplicaManager};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
@@ -47,8 +46,8 @@ const MAX_PARK_MS: u64 = 30 * 60 * 1000;
 
 struct Shard {
     core: GroupCoordinatorShard,
-    log: Arc<Mutex<Log>>,
-    leader_epoch: i32,
+    /// Its `__consumer_offsets` partition: records go through it like any produce.
+    partition: Arc<Partition>,
 }
 
 pub struct GroupRuntime {
@@ -116,7 +115,7 @@ impl GroupRuntime {
             if self.shard(partition).is_none() {
                 if let Some(hosted) = self.replicas.get(OFFSETS_TOPIC, partition) {
                     let started = std::time::Instant::now();
-                    let shard = load_shard(&self.config, hosted.log.clone(), hosted.leader_epoch)?;
+                    let shard = load_shard(&self.config, hosted)?;
                     if let Ok(mut shards) = self.shards.lock() {
                         shards
                             .entry(partition)
@@ -221,7 +220,9 @@ impl GroupRuntime {
             return pending;
         }
         match append_records(shard, &effects.records) {
-            Ok(end_offset) => pending.flush = Some((shard.log.clone(), end_offset)),
+            Ok(end_offset) => {
+                pending.flush = Some((shard.partition.clone() as Arc<dyn Durable>, end_offset))
+            }
             Err(error) => {
                 tracing::error!(%error, "cannot append group coordinator records");
                 pending.failed = Some(error);
@@ -232,8 +233,8 @@ impl GroupRuntime {
 
     async fn await_durable_and_release(&self, pending: Pending) {
         let mut failed = pending.failed;
-        if let Some((log, end_offset)) = pending.flush {
-            if let Err(error) = self.flusher.flush(log, end_offset).await {
+        if let Some((target, end_offset)) = pending.flush {
+            if let Err(error) = self.flusher.flush(target, end_offset).await {
                 failed = Some(error);
             }
         }
@@ -460,7 +461,7 @@ impl GroupRuntime {
 pub type GroupAnswer = Pin<Box<dyn Future<Output = Result<ResponseBody, String>> + Send + 'static>>;
 
 struct Pending {
-    flush: Option<(Arc<Mutex<Log>>, i64)>,
+    flush: Option<FlushTarget>,
     responses: Vec<(RequestId, ResponseBody)>,
     failed: Option<String>,
 }
@@ -475,22 +476,20 @@ fn append_records(shard: &mut Shard, records: &[CoordinatorRecord]) -> Result<i6
             .map_err(|e| e.to_string())?;
     }
     let batch = builder.build().map_err(|e| e.to_string())?;
-    let mut log = shard
+    let partition = &shard.partition;
+    let mut log = partition
         .log
         .lock()
         .map_err(|_| "offsets log lock poisoned".to_string())?;
-    let info = log
-        .append_as_leader(vec![batch], shard.leader_epoch, now)
+    let info = partition
+        .append_as_leader(&mut log, vec![batch], now)
         .map_err(|e| e.to_string())?;
     Ok(info.last_offset + 1)
 }
 
 /// Replays one `__consumer_offsets` partition into a fresh shard.
-fn load_shard(
-    config: &GroupConfig,
-    log: Arc<Mutex<Log>>,
-    leader_epoch: i32,
-) -> Result<Shard, String> {
+fn load_shard(config: &GroupConfig, partition: Arc<Partition>) -> Result<Shard, String> {
+    let log = partition.log.clone();
     let mut core = GroupCoordinatorShard::new(config.clone());
     let (mut offset, end) = {
         let guard = log
@@ -545,9 +544,5 @@ fn load_shard(
         }
     }
     tracing::debug!(replayed, "coordinator records replayed");
-    Ok(Shard {
-        core,
-        log,
-        leader_epoch,
-    })
+    Ok(Shard { core, partition })
 }

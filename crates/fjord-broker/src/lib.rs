@@ -13,6 +13,7 @@ mod groups;
 mod log_admin;
 pub mod log_dir_mover;
 pub mod network;
+pub mod partition;
 mod produce;
 pub mod replica;
 

@@ -8,7 +8,7 @@ use fjord_protocol::messages::produce_response::*;
 use fjord_protocol::{ApiKey, ResponseBody};
 
 use crate::broker::{encode_response, Broker};
-use crate::flusher::FlushTarget;
+use crate::flusher::{Durable, FlushTarget};
 use crate::network::{Reply, Response};
 use crate::replica::PartitionError;
 use fjord_common::errors;
@@ -73,9 +73,9 @@ impl Broker {
                                 .replicas
                                 .append(&partition, records, now)
                                 .inspect(|appended| {
-                                    if partition.durable {
+                                    if partition.durable() {
                                         flush = Some((
-                                            partition.log.clone(),
+                                            partition.clone() as Arc<dyn Durable>,
                                             appended.info.last_offset + 1,
                                         ));
                                     } else {
@@ -179,7 +179,7 @@ impl Broker {
     }
 
     /// Page-cache mode: flush in the background when flush.messages / flush.ms say so.
-    fn flush_if_due(&self, partition: &crate::replica::Partition, now: i64) {
+    fn flush_if_due(&self, partition: &Arc<crate::replica::Partition>, now: i64) {
         let due = partition
             .log
             .lock()
@@ -187,10 +187,14 @@ impl Broker {
             .unwrap_or(false);
         if due {
             let flusher = self.flusher.clone();
-            let log = partition.log.clone();
-            let offset = log.lock().map(|l| l.log_end_offset()).unwrap_or(0);
+            let offset = partition
+                .log
+                .lock()
+                .map(|l| l.log_end_offset())
+                .unwrap_or(0);
+            let target: Arc<dyn Durable> = partition.clone();
             tokio::spawn(async move {
-                let _ = flusher.flush(log, offset).await;
+                let _ = flusher.flush(target, offset).await;
             });
         }
     }

@@ -9,28 +9,90 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
-use fjord_common::{TopicId, TopicPartition};
+use fjord_common::{LeaderEpoch, TopicId, TopicPartition};
 use fjord_metadata::MetadataImage;
 use fjord_records::{AppendBatch, Compression, TimestampType, ValidationConfig};
 use fjord_storage::log::{AppendInfo, CompactionConfig, Log, LogConfig};
 use fjord_storage::log_manager::LogManager;
 
 use crate::config::{BrokerConfig, DynamicBrokerConfig, TopicConfig};
+use crate::partition::{LeaderAndIsr, PartitionState};
 use fjord_common::errors;
 
 /// Largest records section accepted after decompression, per batch: bounds broker memory when a
 /// small compressed batch claims a huge payload.
 pub const MAX_DECOMPRESSED_BATCH_BYTES: usize = 256 * 1024 * 1024;
 
-/// One hosted partition. Created and replaced only by `ReplicaManager::apply_image`.
+/// One hosted partition: its log and its replication state. Created by
+/// `ReplicaManager::apply_image`, which afterwards updates it in place (configs, leadership), so
+/// whoever holds it (a group coordinator shard) keeps a live one.
 pub struct Partition {
     pub tp: TopicPartition,
     pub topic_id: TopicId,
-    pub leader_epoch: i32,
     pub log: Arc<Mutex<Log>>,
-    pub config: Arc<TopicConfig>,
+    settings: Mutex<Settings>,
+    /// Role, epochs, ISR and the high watermark. Locked after the log, never before.
+    state: Mutex<PartitionState>,
+}
+
+#[derive(Clone)]
+struct Settings {
+    config: Arc<TopicConfig>,
     /// fsync before acknowledging (fjord's default) rather than flush by interval.
-    pub durable: bool,
+    durable: bool,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Partition {
+    pub fn config(&self) -> Arc<TopicConfig> {
+        Arc::clone(&lock(&self.settings).config)
+    }
+
+    pub fn durable(&self) -> bool {
+        lock(&self.settings).durable
+    }
+
+    pub fn leader_epoch(&self) -> LeaderEpoch {
+        lock(&self.state).leader_epoch()
+    }
+
+    /// Appends `batches` as the leader, stamped with the partition's leader epoch, to `log`
+    /// (this partition's, locked by the caller); the high watermark moves as the partition's
+    /// state says.
+    pub fn append_as_leader<B>(
+        &self,
+        log: &mut Log,
+        batches: Vec<B>,
+        now_ms: i64,
+    ) -> Result<AppendInfo, fjord_storage::StorageError>
+    where
+        B: TryInto<AppendBatch>,
+        fjord_storage::StorageError: From<B::Error>,
+    {
+        let mut state = lock(&self.state);
+        let info = log.append_as_leader(batches, state.leader_epoch(), now_ms)?;
+        if let Some(hw) = state.on_append(log.log_end_offset(), !self.durable()) {
+            log.set_high_watermark(hw);
+        }
+        Ok(info)
+    }
+}
+
+impl crate::flusher::Durable for Partition {
+    fn log(&self) -> &Arc<Mutex<Log>> {
+        &self.log
+    }
+
+    fn made_durable(&self, log: &mut Log, offset: i64) {
+        if let Some(hw) = lock(&self.state).on_durable(offset) {
+            log.set_high_watermark(hw);
+        }
+    }
 }
 
 /// A produce failure for one partition: Kafka's error code and message.
@@ -126,7 +188,7 @@ impl ReplicaManager {
     /// Brings hosted partitions in line with the image: opens or creates logs for partitions this
     /// node leads, refreshes configs and leader epochs, deletes logs of removed topics.
     pub fn apply_image(&self, image: &MetadataImage, now_ms: i64) -> Result<(), String> {
-        let mut wanted: HashMap<TopicPartition, (Arc<TopicConfig>, TopicId, i32, usize)> =
+        let mut wanted: HashMap<TopicPartition, (Arc<TopicConfig>, TopicId, LeaderAndIsr)> =
             HashMap::new();
         // Read once: every topic's defaults layer the same broker configs.
         let dynamic = DynamicBrokerConfig::from_image(image, self.node_id);
@@ -139,8 +201,13 @@ impl ReplicaManager {
                         (
                             config.clone(),
                             topic.topic_id,
-                            partition.leader_epoch,
-                            partition.replicas.len(),
+                            LeaderAndIsr {
+                                leader: partition.leader,
+                                leader_epoch: partition.leader_epoch,
+                                partition_epoch: partition.partition_epoch,
+                                replicas: partition.replicas.clone(),
+                                isr: partition.isr.clone(),
+                            },
                         ),
                     );
                 }
@@ -172,17 +239,16 @@ impl ReplicaManager {
         /// A partition this broker leads, with its log found or created.
         struct Placed {
             tp: TopicPartition,
-            config: Arc<TopicConfig>,
+            settings: Settings,
             topic_id: TopicId,
-            leader_epoch: i32,
-            replica_count: usize,
-            durable: bool,
+            leadership: LeaderAndIsr,
             log_config: LogConfig,
             log: Arc<Mutex<Log>>,
-            known: bool,
+            /// Hosted already, on this very log: updated in place.
+            hosted: Option<Arc<Partition>>,
         }
         let mut placed = Vec::with_capacity(wanted.len());
-        for (tp, (config, topic_id, leader_epoch, replica_count)) in wanted {
+        for (tp, (config, topic_id, leadership)) in wanted {
             let durable = !(config.is_set("flush.messages") || config.is_set("flush.ms"));
             let log_config = log_config(&config, durable);
             let log = match self.log_manager.get(&tp) {
@@ -192,76 +258,95 @@ impl ReplicaManager {
                     .create_log(tp.clone(), topic_id, log_config.clone(), now_ms)
                     .map_err(|e| format!("cannot create the log of {tp}: {e}"))?,
             };
-            let known = partitions.contains_key(&tp);
+            let hosted = partitions
+                .get(&tp)
+                .filter(|p| p.topic_id == topic_id && Arc::ptr_eq(&p.log, &log))
+                .cloned();
             placed.push(Placed {
                 tp,
-                config,
+                settings: Settings { config, durable },
                 topic_id,
-                leader_epoch,
-                replica_count,
-                durable,
+                leadership,
                 log_config,
                 log,
-                known,
+                hosted,
             });
         }
         // Recording a new leader epoch fsyncs a checkpoint per partition: at start-up, when
         // every partition gets one, they go to the disk side by side.
-        fjord_storage::parallel::map(
+        let states = fjord_storage::parallel::map(
             placed.iter().collect(),
             fjord_storage::parallel::DISK_THREADS,
             |p: &Placed| {
-                if let Ok(mut guard) = p.log.lock() {
-                    guard.set_config(p.log_config.clone());
-                    if let Err(error) = guard.become_leader(p.leader_epoch) {
-                        tracing::warn!(tp = %p.tp, %error, "cannot record the leader epoch start");
-                    }
-                    // A single-replica partition: everything that survived recovery is on disk,
-                    // so after a crash the high watermark (possibly checkpointed lower) is the LEO.
-                    if !p.known && p.replica_count == 1 {
-                        let leo = guard.log_end_offset();
-                        if guard.high_watermark() < leo {
-                            guard.set_high_watermark(leo);
+                let mut log = lock(&p.log);
+                log.set_config(p.log_config.clone());
+                if let Err(error) = log.become_leader(p.leadership.leader_epoch) {
+                    tracing::warn!(tp = %p.tp, %error, "cannot record the leader epoch start");
+                }
+                match &p.hosted {
+                    Some(hosted) => {
+                        let mut state = lock(&hosted.state);
+                        if let Err(stale) = state.apply(p.leadership.clone()) {
+                            tracing::warn!(tp = %p.tp, %stale, "partition state from the metadata log ignored");
                         }
+                        None
+                    }
+                    None => {
+                        // Everything that survived recovery is durable: a high watermark
+                        // checkpointed lower rises to it when this broker holds the whole ISR.
+                        let state = PartitionState::new(
+                            self.node_id,
+                            p.leadership.clone(),
+                            log.log_end_offset(),
+                            log.recovery_point(),
+                            log.high_watermark(),
+                        );
+                        log.set_high_watermark(state.high_watermark());
+                        Some(state)
                     }
                 }
             },
         );
         let mut warned = std::collections::HashSet::new();
-        for Placed {
-            tp,
-            config,
-            topic_id,
-            leader_epoch,
-            durable,
-            log,
-            ..
-        } in placed
+        for (
+            Placed {
+                tp,
+                settings,
+                topic_id,
+                log,
+                hosted,
+                ..
+            },
+            state,
+        ) in placed.into_iter().zip(states)
         {
-            let config_changed = partitions.get(&tp).is_none_or(|p| *p.config != *config);
+            let config_changed = hosted
+                .as_ref()
+                .is_none_or(|p| *p.config() != *settings.config);
             if config_changed && warned.insert(tp.topic.clone()) {
-                for (key, value) in config.ignored_overrides() {
+                for (key, value) in settings.config.ignored_overrides() {
                     tracing::warn!(topic = %tp.topic, key, value, "topic config accepted but not acted upon by fjord yet");
                 }
             }
-            let unchanged = partitions.get(&tp).is_some_and(|p| {
-                p.leader_epoch == leader_epoch
-                    && p.topic_id == topic_id
-                    && Arc::ptr_eq(&p.log, &log)
-                    && *p.config == *config
-            });
-            if !unchanged {
-                partitions.insert(
-                    tp.clone(),
-                    Arc::new(Partition {
-                        tp,
-                        topic_id,
-                        leader_epoch,
-                        log,
-                        config,
-                        durable,
-                    }),
-                );
+            match (hosted, state) {
+                (Some(hosted), _) => {
+                    if config_changed {
+                        *lock(&hosted.settings) = settings;
+                    }
+                }
+                (None, Some(state)) => {
+                    partitions.insert(
+                        tp.clone(),
+                        Arc::new(Partition {
+                            tp,
+                            topic_id,
+                            log,
+                            settings: Mutex::new(settings),
+                            state: Mutex::new(state),
+                        }),
+                    );
+                }
+                (None, None) => {}
             }
         }
         Ok(())
@@ -276,7 +361,7 @@ impl ReplicaManager {
         records: &Bytes,
         now_ms: i64,
     ) -> Result<Appended, PartitionError> {
-        let config = &partition.config;
+        let config = partition.config();
         let batches = fjord_records::split_batches(records).map_err(|e| records_error(&e))?;
         if batches.is_empty() {
             return Err(PartitionError::new(
@@ -335,7 +420,7 @@ impl ReplicaManager {
             owned.push(batch);
         }
         let mut log = lock_log(&partition.log)?;
-        let info = match log.append_as_leader(owned, partition.leader_epoch, now_ms) {
+        let info = match partition.append_as_leader(&mut log, owned, now_ms) {
             Ok(info) => info,
             Err(e) => {
                 let dir = log.dir().to_path_buf();
@@ -346,13 +431,6 @@ impl ReplicaManager {
                 return Err(PartitionError::new(e.kafka_error_code(), e.to_string()));
             }
         };
-        if !partition.durable {
-            // Page-cache mode: acknowledged writes are visible at once, as in Kafka.
-            let leo = log.log_end_offset();
-            if leo > log.high_watermark() {
-                log.set_high_watermark(leo);
-            }
-        }
         let log_append_time_ms = if timestamp_type == TimestampType::LogAppendTime {
             now_ms
         } else {
