@@ -26,7 +26,6 @@ use fjord_protocol::{
     decode_request_header, response_header_version, ApiKey, Decoder, Encodable, RequestBody,
     ResponseBody, ResponseHeader, Uuid,
 };
-use tokio::sync::watch;
 
 use crate::config::{
     broker_config_keys, broker_config_kind, broker_key_synonyms, is_dynamic_broker_key,
@@ -121,8 +120,6 @@ pub struct Broker {
     pub quorum: Arc<MetadataQuorum>,
     pub replicas: Arc<ReplicaManager>,
     pub flusher: FlusherHandle,
-    /// Bumped whenever a high watermark may have moved; long-polling fetches wait on it.
-    pub high_watermark_moved: Arc<watch::Sender<u64>>,
     pub fetch_sessions: Mutex<FetchSessionCache>,
     producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
     /// Serializes controller decisions with their proposals, so two requests cannot both decide
@@ -173,7 +170,6 @@ impl Broker {
         quorum: Arc<MetadataQuorum>,
         replicas: Arc<ReplicaManager>,
         flusher: FlusherHandle,
-        high_watermark_moved: Arc<watch::Sender<u64>>,
         groups: Arc<GroupRuntime>,
         log_dir_mover: Arc<LogDirMover>,
     ) -> Self {
@@ -183,7 +179,6 @@ impl Broker {
             quorum,
             replicas,
             flusher,
-            high_watermark_moved,
             fetch_sessions: Mutex::new(FetchSessionCache::default()),
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock { next: 0, end: 0 }),
             controller_lock: tokio::sync::Mutex::new(()),

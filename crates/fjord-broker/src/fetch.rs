@@ -20,6 +20,8 @@ use fjord_protocol::{
 use fjord_storage::error::StorageError;
 use fjord_storage::FileSlice;
 
+use tokio::sync::Notify;
+
 use crate::broker::{encode_response, Broker};
 use crate::fetch_session::{RequestedPartition, SessionDecision};
 use crate::network::{OutPart, Reply, Response};
@@ -305,19 +307,27 @@ impl Broker {
             };
             encode_fetch_response(version, correlation_id, &body, &externals, slices)
         };
+        // A fetch that may wait is parked on each partition's queue of delayed fetches before it
+        // first reads, so a high watermark moving meanwhile wakes it: it is answered when one
+        // moves enough, or at max_wait_ms.
+        let waiter = Arc::new(Notify::new());
+        if max_wait_ms > 0 {
+            this.delay_on_targets(&targets, &waiter);
+        }
         let (results, bytes_read, any_error) =
             this.read_targets(&targets, max_bytes, read_committed);
         if max_wait_ms == 0 || bytes_read >= min_bytes.max(1) || any_error || targets.is_empty() {
             return Reply::Now(respond(&this, results));
         }
-        let mut moved = self.high_watermark_moved.subscribe();
         Reply::Later(Box::pin(async move {
             let deadline = tokio::time::Instant::now() + Duration::from_millis(max_wait_ms as u64);
             loop {
-                let woke = tokio::time::timeout_at(deadline, moved.changed()).await;
+                let woke = tokio::time::timeout_at(deadline, waiter.notified()).await;
+                // Registered again before reading: a move during the read is not missed.
+                this.delay_on_targets(&targets, &waiter);
                 let (results, bytes_read, any_error) =
                     this.read_targets(&targets, max_bytes, read_committed);
-                let timed_out = !matches!(woke, Ok(Ok(())));
+                let timed_out = woke.is_err();
                 if timed_out
                     || bytes_read >= min_bytes.max(1)
                     || any_error
@@ -327,6 +337,15 @@ impl Broker {
                 }
             }
         }))
+    }
+
+    /// Puts `waiter` on the delayed-fetch queue of every target partition hosted here.
+    fn delay_on_targets(&self, targets: &[Target], waiter: &Arc<Notify>) {
+        for target in targets {
+            if let Some(partition) = self.replicas.get(&target.topic, target.partition) {
+                partition.delay_fetch(waiter);
+            }
+        }
     }
 
     /// Reads every target once. The first partition with data may return a batch larger than its

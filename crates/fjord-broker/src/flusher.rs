@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use fjord_storage::log::Log;
 use fjord_storage::parallel;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 /// Bound on queued flush requests; producers wait for room rather than queue without limit.
 pub const FLUSH_QUEUE_CAPACITY: usize = 4096;
@@ -86,17 +86,13 @@ impl FlusherHandle {
     }
 }
 
-/// Starts the flusher. `high_watermark_moved` is bumped after each round so long-polling
-/// fetches re-check. The flusher is one thread of its own (with helper threads for a round's
+/// Starts the flusher. The flusher is one thread of its own (with helper threads for a round's
 /// fsyncs) that answers the waiters itself: no task hand-offs between a finished fsync and the next one, which on a busy
 /// machine cost more than the fsync.
 /// Called with the partition dir and the error when an fsync fails: the log dir must go offline.
 pub type StorageFailure = Arc<dyn Fn(&std::path::Path, &str) + Send + Sync>;
 
-pub fn start(
-    high_watermark_moved: Arc<watch::Sender<u64>>,
-    on_failure: StorageFailure,
-) -> (FlusherHandle, tokio::task::JoinHandle<()>) {
+pub fn start(on_failure: StorageFailure) -> (FlusherHandle, tokio::task::JoinHandle<()>) {
     let (sender, mut receiver) = mpsc::channel::<FlushRequest>(FLUSH_QUEUE_CAPACITY);
     let task = tokio::task::spawn_blocking(move || {
         while let Some(first) = receiver.blocking_recv() {
@@ -105,7 +101,6 @@ pub fn start(
                 round.push(more);
             }
             run_round(round, &on_failure);
-            high_watermark_moved.send_modify(|v| *v = v.wrapping_add(1));
         }
     });
     (FlusherHandle { sender }, task)
@@ -277,8 +272,7 @@ mod tests {
     #[tokio::test]
     async fn one_request_makes_every_partition_durable_and_answers_each() {
         let dir = tempfile::tempdir().unwrap();
-        let (moved, mut moved_rx) = watch::channel(0u64);
-        let (flusher, task) = start(Arc::new(moved), Arc::new(|_: &std::path::Path, _: &str| {}));
+        let (flusher, task) = start(Arc::new(|_: &std::path::Path, _: &str| {}));
         let logs: Vec<_> = (0..5).map(|p| open_log(dir.path(), p)).collect();
         let mut targets = Vec::new();
         for (i, log) in logs.iter().enumerate() {
@@ -295,14 +289,6 @@ mod tests {
             assert_eq!(log.recovery_point(), i as i64 + 1, "partition {i}");
             assert_eq!(log.high_watermark(), i as i64 + 1, "partition {i}");
         }
-        // The bump follows the answers (the round answers its waiters first), so wait for it.
-        tokio::time::timeout(
-            std::time::Duration::from_secs(10),
-            moved_rx.wait_for(|v| *v >= 1),
-        )
-        .await
-        .expect("the round bumped high_watermark_moved")
-        .unwrap();
         // Already durable: answered without a round.
         let again = flusher.flush_all(vec![(target(&logs[4]), 5)]).await;
         assert_eq!(again, vec![Ok(())]);

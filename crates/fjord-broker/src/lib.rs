@@ -154,13 +154,11 @@ pub async fn run(
         .map_err(startup)?,
     );
 
-    let (high_watermark_moved, _) = watch::channel(0u64);
-    let high_watermark_moved = Arc::new(high_watermark_moved);
     let failing = replicas.clone();
-    let (flusher, flusher_task) = flusher::start(
-        high_watermark_moved.clone(),
-        Arc::new(move |dir: &std::path::Path, error: &str| failing.storage_failure(dir, error)),
-    );
+    let (flusher, flusher_task) =
+        flusher::start(Arc::new(move |dir: &std::path::Path, error: &str| {
+            failing.storage_failure(dir, error)
+        }));
     let offsets_partitions: i32 = config
         .get("offsets.topic.num.partitions")
         .and_then(|v| v.parse().ok())
@@ -193,7 +191,6 @@ pub async fn run(
         quorum.clone(),
         replicas.clone(),
         flusher.clone(),
-        high_watermark_moved,
         groups.clone(),
         log_dir_mover.clone(),
     ));

@@ -79,8 +79,6 @@ impl Broker {
                                             appended.info.last_offset + 1,
                                         ));
                                     } else {
-                                        self.high_watermark_moved
-                                            .send_modify(|v| *v = v.wrapping_add(1));
                                         self.flush_if_due(&partition, now);
                                     }
                                 }),

@@ -6,7 +6,7 @@
 //! and retention mutate it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use bytes::Bytes;
 use fjord_common::{LeaderEpoch, TopicId, TopicPartition};
@@ -14,6 +14,7 @@ use fjord_metadata::MetadataImage;
 use fjord_records::{AppendBatch, Compression, TimestampType, ValidationConfig};
 use fjord_storage::log::{AppendInfo, CompactionConfig, Log, LogConfig};
 use fjord_storage::log_manager::LogManager;
+use tokio::sync::Notify;
 
 use crate::config::{BrokerConfig, DynamicBrokerConfig, TopicConfig};
 use crate::partition::{LeaderAndIsr, PartitionState};
@@ -33,6 +34,9 @@ pub struct Partition {
     settings: Mutex<Settings>,
     /// Role, epochs, ISR and the high watermark. Locked after the log, never before.
     state: Mutex<PartitionState>,
+    /// Long-poll fetches waiting for this partition's high watermark to move (its share of
+    /// Kafka's fetch purgatory): woken and cleared when it does.
+    delayed_fetches: Mutex<Vec<Weak<Notify>>>,
 }
 
 #[derive(Clone)]
@@ -61,6 +65,26 @@ impl Partition {
         lock(&self.state).leader_epoch()
     }
 
+    /// Wakes `waiter` the next time the high watermark moves. A waiter registered before it
+    /// reads misses nothing: the wake-up waits in the `Notify` until it is awaited.
+    pub fn delay_fetch(&self, waiter: &Arc<Notify>) {
+        let mut waiting = lock(&self.delayed_fetches);
+        // Fetches that gave up (answered, timed out) leave dead entries: the queue stays as long
+        // as the fetches still waiting.
+        waiting.retain(|w| w.strong_count() > 0);
+        waiting.push(Arc::downgrade(waiter));
+    }
+
+    /// The high watermark moved to `hw`: into the log, and every waiting fetch is woken.
+    fn high_watermark_moved(&self, log: &mut Log, hw: i64) {
+        log.set_high_watermark(hw);
+        for waiter in std::mem::take(&mut *lock(&self.delayed_fetches)) {
+            if let Some(waiter) = waiter.upgrade() {
+                waiter.notify_one();
+            }
+        }
+    }
+
     /// Appends `batches` as the leader, stamped with the partition's leader epoch, to `log`
     /// (this partition's, locked by the caller); the high watermark moves as the partition's
     /// state says.
@@ -76,8 +100,10 @@ impl Partition {
     {
         let mut state = lock(&self.state);
         let info = log.append_as_leader(batches, state.leader_epoch(), now_ms)?;
-        if let Some(hw) = state.on_append(log.log_end_offset(), !self.durable()) {
-            log.set_high_watermark(hw);
+        let moved = state.on_append(log.log_end_offset(), !self.durable());
+        drop(state);
+        if let Some(hw) = moved {
+            self.high_watermark_moved(log, hw);
         }
         Ok(info)
     }
@@ -89,8 +115,9 @@ impl crate::flusher::Durable for Partition {
     }
 
     fn made_durable(&self, log: &mut Log, offset: i64) {
-        if let Some(hw) = lock(&self.state).on_durable(offset) {
-            log.set_high_watermark(hw);
+        let moved = lock(&self.state).on_durable(offset);
+        if let Some(hw) = moved {
+            self.high_watermark_moved(log, hw);
         }
     }
 }
@@ -285,9 +312,13 @@ impl ReplicaManager {
                 }
                 match &p.hosted {
                     Some(hosted) => {
-                        let mut state = lock(&hosted.state);
-                        if let Err(stale) = state.apply(p.leadership.clone()) {
-                            tracing::warn!(tp = %p.tp, %stale, "partition state from the metadata log ignored");
+                        let applied = lock(&hosted.state).apply(p.leadership.clone());
+                        match applied {
+                            Ok(Some(hw)) => hosted.high_watermark_moved(&mut log, hw),
+                            Ok(None) => {}
+                            Err(stale) => {
+                                tracing::warn!(tp = %p.tp, %stale, "partition state from the metadata log ignored");
+                            }
                         }
                         None
                     }
@@ -343,6 +374,7 @@ impl ReplicaManager {
                             log,
                             settings: Mutex::new(settings),
                             state: Mutex::new(state),
+                            delayed_fetches: Mutex::new(Vec::new()),
                         }),
                     );
                 }
@@ -487,5 +519,101 @@ pub fn log_config(config: &TopicConfig, durable: bool) -> LogConfig {
             max_compaction_lag_ms: config.get_i64("max.compaction.lag.ms"),
             delete_retention_ms: config.get_i64("delete.retention.ms"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fjord_records::BatchBuilder;
+
+    fn partition(dir: &std::path::Path, name: &str, durable: bool) -> Arc<Partition> {
+        let (broker, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
+        let config =
+            TopicConfig::resolve(&broker, &DynamicBrokerConfig::default(), &BTreeMap::new());
+        let tp = TopicPartition::new(name, 0);
+        let (log, _) = Log::open(
+            &dir.join(tp.dir_name()),
+            tp.clone(),
+            None,
+            log_config(&config, durable),
+            0,
+            0,
+            true,
+            0,
+        )
+        .unwrap();
+        let leadership = LeaderAndIsr {
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            replicas: vec![1],
+            isr: vec![1],
+        };
+        Arc::new(Partition {
+            tp,
+            topic_id: TopicId::ZERO,
+            log: Arc::new(Mutex::new(log)),
+            settings: Mutex::new(Settings {
+                config: Arc::new(config),
+                durable,
+            }),
+            state: Mutex::new(PartitionState::new(1, leadership, 0, 0, 0)),
+            delayed_fetches: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn append(partition: &Partition) {
+        let mut builder = BatchBuilder::new(Compression::None);
+        builder.append(0, None, Some(b"v"), &[]).unwrap();
+        let mut log = partition.log.lock().unwrap();
+        partition
+            .append_as_leader(&mut log, vec![builder.build().unwrap()], 0)
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_moving_high_watermark_wakes_only_its_partitions_fetches() {
+        let dir = tempfile::tempdir().unwrap();
+        // Page-cache mode: an append moves the high watermark at once.
+        let (a, b) = (
+            partition(dir.path(), "a", false),
+            partition(dir.path(), "b", false),
+        );
+        let (on_a, on_b) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        a.delay_fetch(&on_a);
+        b.delay_fetch(&on_b);
+        append(&a);
+        assert_eq!(a.log.lock().unwrap().high_watermark(), 1);
+        let quick = std::time::Duration::from_millis(50);
+        assert!(tokio::time::timeout(quick, on_a.notified()).await.is_ok());
+        assert!(tokio::time::timeout(quick, on_b.notified()).await.is_err());
+        // Woken once, the queue is empty: the next move wakes no one until asked again.
+        append(&a);
+        assert!(tokio::time::timeout(quick, on_a.notified()).await.is_err());
+        // Fetches that gave up are dropped from the queue when the next one waits.
+        drop(on_b);
+        b.delay_fetch(&Arc::new(Notify::new()));
+        assert_eq!(b.delayed_fetches.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn in_fsync_mode_only_a_completed_flush_moves_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path(), "durable", true);
+        let waiter = Arc::new(Notify::new());
+        p.delay_fetch(&waiter);
+        append(&p);
+        assert_eq!(p.log.lock().unwrap().high_watermark(), 0);
+        let quick = std::time::Duration::from_millis(50);
+        assert!(tokio::time::timeout(quick, waiter.notified())
+            .await
+            .is_err());
+        let (flusher, task) = crate::flusher::start(Arc::new(|_: &std::path::Path, _: &str| {}));
+        flusher.flush(p.clone(), 1).await.unwrap();
+        assert_eq!(p.log.lock().unwrap().high_watermark(), 1);
+        assert!(tokio::time::timeout(quick, waiter.notified()).await.is_ok());
+        drop(flusher);
+        task.await.unwrap();
     }
 }
