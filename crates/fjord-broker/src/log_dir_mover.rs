@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use fjord_common::lock;
 use fjord_storage::cleaner::throttle::Throttler;
 use fjord_storage::StorageError;
 
@@ -58,23 +59,19 @@ impl LogDirMover {
 
     /// A new `replica.alter.log.dirs.io.max.bytes.per.second` (dynamic broker config).
     pub fn set_max_bytes_per_second(&self, max_bytes_per_second: f64) {
-        *self
-            .shared
-            .throttler
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Arc::new(Throttler::new(max_bytes_per_second));
+        *lock(&self.shared.throttler) = Arc::new(Throttler::new(max_bytes_per_second));
     }
 
     /// A move was asked for: start on it now rather than at the next idle wake-up.
     pub fn wake(&self) {
-        *self.shared.woken.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        *lock(&self.shared.woken) = true;
         self.shared.wake.notify_one();
     }
 
     pub fn shutdown(&self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.wake();
-        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let thread = lock(&self.thread).take();
         if let Some(thread) = thread {
             let _ = thread.join();
         }
@@ -86,7 +83,7 @@ fn run(replicas: &ReplicaManager, shared: &Shared) {
     while !shared.stop.load(Ordering::Relaxed) {
         let moving = logs.moving_partitions();
         if moving.is_empty() {
-            let woken = shared.woken.lock().unwrap_or_else(|p| p.into_inner());
+            let woken = lock(&shared.woken);
             let (mut woken, _) = shared
                 .wake
                 .wait_timeout_while(woken, IDLE_WAIT, |woken| !*woken)
@@ -98,7 +95,7 @@ fn run(replicas: &ReplicaManager, shared: &Shared) {
             if shared.stop.load(Ordering::Relaxed) {
                 return;
             }
-            let throttler = Arc::clone(&shared.throttler.lock().unwrap_or_else(|p| p.into_inner()));
+            let throttler = Arc::clone(&lock(&shared.throttler));
             match logs.advance_move(&tp, STEP_BYTES, now_ms()) {
                 Ok(step) => throttler.maybe_throttle(step.bytes_copied),
                 Err(error) => {

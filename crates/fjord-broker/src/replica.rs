@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use bytes::Bytes;
-use fjord_common::{LeaderEpoch, TopicId, TopicPartition};
+use fjord_common::{lock, LeaderEpoch, TopicId, TopicPartition};
 use fjord_metadata::MetadataImage;
 use fjord_records::{AppendBatch, Compression, TimestampType, ValidationConfig};
 use fjord_storage::log::{AppendInfo, CompactionConfig, Log, LogConfig};
@@ -44,12 +44,6 @@ struct Settings {
     config: Arc<TopicConfig>,
     /// fsync before acknowledging (fjord's default) rather than flush by interval.
     durable: bool,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Partition {

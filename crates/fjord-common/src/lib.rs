@@ -17,6 +17,14 @@ pub type BrokerId = i32;
 /// appends. Never goes back.
 pub type LeaderEpoch = i32;
 
+/// Locks `mutex`, carrying on if a thread panicked while holding it: every state guarded this
+/// way is consistent at each step a lock is released, so a panic elsewhere is no reason to stop.
+pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// One partition of one topic.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {

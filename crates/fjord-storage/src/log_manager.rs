@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use fjord_common::{TopicId, TopicPartition};
 
@@ -78,13 +78,7 @@ pub struct LogManager {
     offline_dirs: Mutex<Vec<usize>>,
 }
 
-/// A poisoned mutex only means another thread panicked while holding it; the log's own state
-/// is still consistent at every await-free step, so keep serving it.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+pub(crate) use fjord_common::lock;
 
 fn checkpoint_map(path: &Path) -> Result<BTreeMap<TopicPartition, i64>, StorageError> {
     Ok(read_offset_checkpoint(path)?

@@ -106,7 +106,12 @@ fn a_move_interrupted_by_sigkill_resumes_and_loses_nothing() {
 
     let mut expected = Vec::new();
     let mut interrupted = 0;
-    for round in 0..3 {
+    // FJORD_MOVE_KILL_ROUNDS=N is the long mode: N moves, each killed at once.
+    let rounds: usize = std::env::var("FJORD_MOVE_KILL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    for round in 0..rounds {
         for batch in 0..BATCHES {
             let offset = produce(&mut client, round, batch);
             for r in 0..RECORDS_PER_BATCH {

@@ -35,7 +35,7 @@ impl Throttler {
             return;
         }
         let sleep = {
-            let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+            let mut window = fjord_common::lock(&self.window);
             if window.0.elapsed() > WINDOW {
                 *window = (Instant::now(), 0.0);
             }
