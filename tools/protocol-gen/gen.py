@@ -44,7 +44,12 @@ MESSAGES = [
     (42, "DeleteGroups"),
     (44, "IncrementalAlterConfigs"),
     (47, "OffsetDelete"),
+    (55, "DescribeQuorum"),
+    (58, "Envelope"),
     (60, "DescribeCluster"),
+    (62, "BrokerRegistration"),
+    (63, "BrokerHeartbeat"),
+    (67, "AllocateProducerIds"),
     (68, "ConsumerGroupHeartbeat"),
     (69, "ConsumerGroupDescribe"),
 ]

@@ -27,10 +27,6 @@ use fjord_protocol::{
     ResponseBody, ResponseHeader, Uuid,
 };
 
-use crate::config::{
-    broker_config_keys, broker_config_kind, broker_key_synonyms, is_dynamic_broker_key,
-    BrokerConfig, ConfigSource, DynamicBrokerConfig, TopicConfig, TOPIC_CONFIGS,
-};
 use crate::controller::{self, CreateTopic};
 use crate::fetch_session::FetchSessionCache;
 use crate::flusher::FlusherHandle;
@@ -39,6 +35,10 @@ use crate::log_dir_mover::LogDirMover;
 use crate::network::{Dispatch, Reply, Response, Sequencing};
 use crate::replica::ReplicaManager;
 use fjord_common::errors;
+use fjord_config::{
+    broker_config_keys, broker_config_kind, broker_key_synonyms, is_dynamic_broker_key,
+    BrokerConfig, ConfigSource, DynamicBrokerConfig, TopicConfig, TOPIC_CONFIGS,
+};
 
 /// The API versions fjord implements and advertises: Kafka 4.x's minimums (KIP-896) up to the
 /// newest version tested here.

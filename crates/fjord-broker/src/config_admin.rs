@@ -13,9 +13,9 @@ use fjord_protocol::messages::incremental_alter_configs_request::IncrementalAlte
 use fjord_protocol::messages::incremental_alter_configs_response::*;
 
 use crate::broker::Broker;
-use crate::config::{BrokerConfig, DynamicBrokerConfig};
 use crate::controller::{self, ConfigChange, Refusal};
 use fjord_common::errors;
+use fjord_config::{BrokerConfig, DynamicBrokerConfig};
 
 /// Config resource types, as Kafka numbers them.
 const TOPIC: i8 = 2;

@@ -9,11 +9,11 @@ use fjord_metadata::{
     CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC,
 };
 
-use crate::config::{
+use fjord_common::{errors, TopicId};
+use fjord_config::{
     broker_config_kind, check_broker_value, is_dynamic_broker_key, split_list, topic_config_def,
     validate_topic_config, ConfigType,
 };
-use fjord_common::{errors, TopicId};
 
 /// Longest legal topic name, as in Kafka.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;

@@ -1,8 +1,7 @@
-//! The fjord broker: configuration, request dispatch, the partitions it hosts, group commit,
+//! The fjord broker: request dispatch, the partitions it hosts, group commit,
 //! and the network shell. `run` starts it all and returns after a clean shutdown.
 
 pub mod broker;
-pub mod config;
 mod config_admin;
 pub mod controller;
 mod fetch;
@@ -29,8 +28,8 @@ use fjord_storage::LogCleaner;
 use tokio::sync::watch;
 
 use crate::broker::{now_ms, Broker, BrokerDispatch};
-use crate::config::BrokerConfig;
 use crate::network::NetworkConfig;
+use fjord_config::BrokerConfig;
 
 /// The directory of the metadata log inside the metadata log dir, named as in KRaft.
 pub const METADATA_DIR_NAME: &str = "__cluster_metadata-0";
@@ -143,7 +142,7 @@ pub async fn run(
     // Compaction of logs whose cleanup.policy includes compact (`__consumer_offsets` among
     // them), on its own threads.
     let cleaner_logs = replicas.clone();
-    let initial = crate::config::DynamicBrokerConfig::from_image(&quorum.image(), config.node_id);
+    let initial = fjord_config::DynamicBrokerConfig::from_image(&quorum.image(), config.node_id);
     let cleaner_config = BrokerConfig::cleaner_config(&config.merged(&initial)).map_err(startup)?;
     let cleaner = Arc::new(
         LogCleaner::start(
@@ -209,7 +208,7 @@ pub async fn run(
             if let Err(error) = follower_replicas.apply_image(&image, now_ms()) {
                 tracing::error!(%error, "cannot apply a metadata change");
             }
-            let now = crate::config::DynamicBrokerConfig::from_image(&image, image_config.node_id);
+            let now = fjord_config::DynamicBrokerConfig::from_image(&image, image_config.node_id);
             if now != dynamic {
                 apply_dynamic_broker_config(
                     &image_config,
@@ -289,8 +288,8 @@ pub async fn run(
 /// fjord accepts without acting on them are named in a warning.
 async fn apply_dynamic_broker_config(
     config: &BrokerConfig,
-    before: &crate::config::DynamicBrokerConfig,
-    after: &crate::config::DynamicBrokerConfig,
+    before: &fjord_config::DynamicBrokerConfig,
+    after: &fjord_config::DynamicBrokerConfig,
     cleaner: &Arc<LogCleaner>,
     mover: &log_dir_mover::LogDirMover,
 ) {
@@ -301,7 +300,7 @@ async fn apply_dynamic_broker_config(
         mover.set_max_bytes_per_second(rate);
     }
     for (key, value) in &new {
-        if old.get(key) != Some(value) && crate::config::not_acted_upon(key) {
+        if old.get(key) != Some(value) && fjord_config::not_acted_upon(key) {
             tracing::warn!(
                 key,
                 value,

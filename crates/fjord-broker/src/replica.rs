@@ -16,9 +16,9 @@ use fjord_storage::log::{AppendInfo, CompactionConfig, Log, LogConfig};
 use fjord_storage::log_manager::LogManager;
 use tokio::sync::Notify;
 
-use crate::config::{BrokerConfig, DynamicBrokerConfig, TopicConfig};
 use crate::partition::{LeaderAndIsr, PartitionState};
 use fjord_common::errors;
+use fjord_config::{BrokerConfig, DynamicBrokerConfig, TopicConfig};
 
 /// Largest records section accepted after decompression, per batch: bounds broker memory when a
 /// small compressed batch claims a huge payload.

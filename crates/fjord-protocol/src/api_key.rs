@@ -85,7 +85,12 @@ api_keys! {
     DeleteGroups = 42 => DeleteGroupsRequest,
     IncrementalAlterConfigs = 44 => IncrementalAlterConfigsRequest,
     OffsetDelete = 47 => OffsetDeleteRequest,
+    DescribeQuorum = 55 => DescribeQuorumRequest,
+    Envelope = 58 => EnvelopeRequest,
     DescribeCluster = 60 => DescribeClusterRequest,
+    BrokerRegistration = 62 => BrokerRegistrationRequest,
+    BrokerHeartbeat = 63 => BrokerHeartbeatRequest,
+    AllocateProducerIds = 67 => AllocateProducerIdsRequest,
     ConsumerGroupHeartbeat = 68 => ConsumerGroupHeartbeatRequest,
     ConsumerGroupDescribe = 69 => ConsumerGroupDescribeRequest,
 }

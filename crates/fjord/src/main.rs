@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use fjord_broker::config::{parse_properties, BrokerConfig};
+use fjord_config::{parse_properties, BrokerConfig};
 
 mod cli;
 

@@ -7,12 +7,18 @@ use bytes::BytesMut;
 
 use crate::{ApiKey, Decodable, DecodeError, Decoder, Encodable, EncodeError};
 
+pub mod allocate_producer_ids_request;
+pub mod allocate_producer_ids_response;
 pub mod alter_configs_request;
 pub mod alter_configs_response;
 pub mod alter_replica_log_dirs_request;
 pub mod alter_replica_log_dirs_response;
 pub mod api_versions_request;
 pub mod api_versions_response;
+pub mod broker_heartbeat_request;
+pub mod broker_heartbeat_response;
+pub mod broker_registration_request;
+pub mod broker_registration_response;
 pub mod consumer_group_describe_request;
 pub mod consumer_group_describe_response;
 pub mod consumer_group_heartbeat_request;
@@ -35,6 +41,10 @@ pub mod describe_groups_request;
 pub mod describe_groups_response;
 pub mod describe_log_dirs_request;
 pub mod describe_log_dirs_response;
+pub mod describe_quorum_request;
+pub mod describe_quorum_response;
+pub mod envelope_request;
+pub mod envelope_response;
 pub mod fetch_request;
 pub mod fetch_response;
 pub mod find_coordinator_request;
@@ -74,12 +84,18 @@ pub mod sasl_handshake_response;
 pub mod sync_group_request;
 pub mod sync_group_response;
 
+pub use allocate_producer_ids_request::AllocateProducerIdsRequest;
+pub use allocate_producer_ids_response::AllocateProducerIdsResponse;
 pub use alter_configs_request::AlterConfigsRequest;
 pub use alter_configs_response::AlterConfigsResponse;
 pub use alter_replica_log_dirs_request::AlterReplicaLogDirsRequest;
 pub use alter_replica_log_dirs_response::AlterReplicaLogDirsResponse;
 pub use api_versions_request::ApiVersionsRequest;
 pub use api_versions_response::ApiVersionsResponse;
+pub use broker_heartbeat_request::BrokerHeartbeatRequest;
+pub use broker_heartbeat_response::BrokerHeartbeatResponse;
+pub use broker_registration_request::BrokerRegistrationRequest;
+pub use broker_registration_response::BrokerRegistrationResponse;
 pub use consumer_group_describe_request::ConsumerGroupDescribeRequest;
 pub use consumer_group_describe_response::ConsumerGroupDescribeResponse;
 pub use consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
@@ -102,6 +118,10 @@ pub use describe_groups_request::DescribeGroupsRequest;
 pub use describe_groups_response::DescribeGroupsResponse;
 pub use describe_log_dirs_request::DescribeLogDirsRequest;
 pub use describe_log_dirs_response::DescribeLogDirsResponse;
+pub use describe_quorum_request::DescribeQuorumRequest;
+pub use describe_quorum_response::DescribeQuorumResponse;
+pub use envelope_request::EnvelopeRequest;
+pub use envelope_response::EnvelopeResponse;
 pub use fetch_request::FetchRequest;
 pub use fetch_response::FetchResponse;
 pub use find_coordinator_request::FindCoordinatorRequest;
@@ -174,7 +194,12 @@ pub enum RequestBody {
     DeleteGroups(DeleteGroupsRequest),
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
     OffsetDelete(OffsetDeleteRequest),
+    DescribeQuorum(DescribeQuorumRequest),
+    Envelope(EnvelopeRequest),
     DescribeCluster(DescribeClusterRequest),
+    BrokerRegistration(BrokerRegistrationRequest),
+    BrokerHeartbeat(BrokerHeartbeatRequest),
+    AllocateProducerIds(AllocateProducerIdsRequest),
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
     ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
 }
@@ -258,9 +283,22 @@ impl RequestBody {
             ApiKey::OffsetDelete => {
                 RequestBody::OffsetDelete(OffsetDeleteRequest::decode(input, version)?)
             }
+            ApiKey::DescribeQuorum => {
+                RequestBody::DescribeQuorum(DescribeQuorumRequest::decode(input, version)?)
+            }
+            ApiKey::Envelope => RequestBody::Envelope(EnvelopeRequest::decode(input, version)?),
             ApiKey::DescribeCluster => {
                 RequestBody::DescribeCluster(DescribeClusterRequest::decode(input, version)?)
             }
+            ApiKey::BrokerRegistration => {
+                RequestBody::BrokerRegistration(BrokerRegistrationRequest::decode(input, version)?)
+            }
+            ApiKey::BrokerHeartbeat => {
+                RequestBody::BrokerHeartbeat(BrokerHeartbeatRequest::decode(input, version)?)
+            }
+            ApiKey::AllocateProducerIds => RequestBody::AllocateProducerIds(
+                AllocateProducerIdsRequest::decode(input, version)?,
+            ),
             ApiKey::ConsumerGroupHeartbeat => RequestBody::ConsumerGroupHeartbeat(
                 ConsumerGroupHeartbeatRequest::decode(input, version)?,
             ),
@@ -302,7 +340,12 @@ impl RequestBody {
             RequestBody::DeleteGroups(_) => ApiKey::DeleteGroups,
             RequestBody::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
             RequestBody::OffsetDelete(_) => ApiKey::OffsetDelete,
+            RequestBody::DescribeQuorum(_) => ApiKey::DescribeQuorum,
+            RequestBody::Envelope(_) => ApiKey::Envelope,
             RequestBody::DescribeCluster(_) => ApiKey::DescribeCluster,
+            RequestBody::BrokerRegistration(_) => ApiKey::BrokerRegistration,
+            RequestBody::BrokerHeartbeat(_) => ApiKey::BrokerHeartbeat,
+            RequestBody::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
             RequestBody::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
             RequestBody::ConsumerGroupDescribe(_) => ApiKey::ConsumerGroupDescribe,
         }
@@ -340,7 +383,12 @@ impl RequestBody {
             RequestBody::DeleteGroups(body) => body.encode(out, version),
             RequestBody::IncrementalAlterConfigs(body) => body.encode(out, version),
             RequestBody::OffsetDelete(body) => body.encode(out, version),
+            RequestBody::DescribeQuorum(body) => body.encode(out, version),
+            RequestBody::Envelope(body) => body.encode(out, version),
             RequestBody::DescribeCluster(body) => body.encode(out, version),
+            RequestBody::BrokerRegistration(body) => body.encode(out, version),
+            RequestBody::BrokerHeartbeat(body) => body.encode(out, version),
+            RequestBody::AllocateProducerIds(body) => body.encode(out, version),
             RequestBody::ConsumerGroupHeartbeat(body) => body.encode(out, version),
             RequestBody::ConsumerGroupDescribe(body) => body.encode(out, version),
         }
@@ -380,7 +428,12 @@ pub enum ResponseBody {
     DeleteGroups(DeleteGroupsResponse),
     IncrementalAlterConfigs(IncrementalAlterConfigsResponse),
     OffsetDelete(OffsetDeleteResponse),
+    DescribeQuorum(DescribeQuorumResponse),
+    Envelope(EnvelopeResponse),
     DescribeCluster(DescribeClusterResponse),
+    BrokerRegistration(BrokerRegistrationResponse),
+    BrokerHeartbeat(BrokerHeartbeatResponse),
+    AllocateProducerIds(AllocateProducerIdsResponse),
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse),
     ConsumerGroupDescribe(ConsumerGroupDescribeResponse),
 }
@@ -470,9 +523,22 @@ impl ResponseBody {
             ApiKey::OffsetDelete => {
                 ResponseBody::OffsetDelete(OffsetDeleteResponse::decode(input, version)?)
             }
+            ApiKey::DescribeQuorum => {
+                ResponseBody::DescribeQuorum(DescribeQuorumResponse::decode(input, version)?)
+            }
+            ApiKey::Envelope => ResponseBody::Envelope(EnvelopeResponse::decode(input, version)?),
             ApiKey::DescribeCluster => {
                 ResponseBody::DescribeCluster(DescribeClusterResponse::decode(input, version)?)
             }
+            ApiKey::BrokerRegistration => ResponseBody::BrokerRegistration(
+                BrokerRegistrationResponse::decode(input, version)?,
+            ),
+            ApiKey::BrokerHeartbeat => {
+                ResponseBody::BrokerHeartbeat(BrokerHeartbeatResponse::decode(input, version)?)
+            }
+            ApiKey::AllocateProducerIds => ResponseBody::AllocateProducerIds(
+                AllocateProducerIdsResponse::decode(input, version)?,
+            ),
             ApiKey::ConsumerGroupHeartbeat => ResponseBody::ConsumerGroupHeartbeat(
                 ConsumerGroupHeartbeatResponse::decode(input, version)?,
             ),
@@ -514,7 +580,12 @@ impl ResponseBody {
             ResponseBody::DeleteGroups(_) => ApiKey::DeleteGroups,
             ResponseBody::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
             ResponseBody::OffsetDelete(_) => ApiKey::OffsetDelete,
+            ResponseBody::DescribeQuorum(_) => ApiKey::DescribeQuorum,
+            ResponseBody::Envelope(_) => ApiKey::Envelope,
             ResponseBody::DescribeCluster(_) => ApiKey::DescribeCluster,
+            ResponseBody::BrokerRegistration(_) => ApiKey::BrokerRegistration,
+            ResponseBody::BrokerHeartbeat(_) => ApiKey::BrokerHeartbeat,
+            ResponseBody::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
             ResponseBody::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
             ResponseBody::ConsumerGroupDescribe(_) => ApiKey::ConsumerGroupDescribe,
         }
@@ -552,7 +623,12 @@ impl ResponseBody {
             ResponseBody::DeleteGroups(body) => body.encode(out, version),
             ResponseBody::IncrementalAlterConfigs(body) => body.encode(out, version),
             ResponseBody::OffsetDelete(body) => body.encode(out, version),
+            ResponseBody::DescribeQuorum(body) => body.encode(out, version),
+            ResponseBody::Envelope(body) => body.encode(out, version),
             ResponseBody::DescribeCluster(body) => body.encode(out, version),
+            ResponseBody::BrokerRegistration(body) => body.encode(out, version),
+            ResponseBody::BrokerHeartbeat(body) => body.encode(out, version),
+            ResponseBody::AllocateProducerIds(body) => body.encode(out, version),
             ResponseBody::ConsumerGroupHeartbeat(body) => body.encode(out, version),
             ResponseBody::ConsumerGroupDescribe(body) => body.encode(out, version),
         }
