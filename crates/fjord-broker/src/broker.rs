@@ -6,14 +6,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
-use fjord_metadata::{MetadataQuorum, MetadataRecord, ProducerIdsRecord};
+use fjord_controller::{plan, ControllerApi, QuorumController};
+use fjord_metadata::MetadataQuorum;
+use fjord_protocol::messages::allocate_producer_ids_request::AllocateProducerIdsRequest;
 use fjord_protocol::messages::api_versions_response::*;
-use fjord_protocol::messages::create_partitions_request::*;
-use fjord_protocol::messages::create_partitions_response::*;
-use fjord_protocol::messages::create_topics_request::*;
-use fjord_protocol::messages::create_topics_response::*;
-use fjord_protocol::messages::delete_topics_request::*;
-use fjord_protocol::messages::delete_topics_response::*;
 use fjord_protocol::messages::describe_cluster_request::*;
 use fjord_protocol::messages::describe_cluster_response::*;
 use fjord_protocol::messages::describe_configs_request::*;
@@ -27,9 +23,9 @@ use fjord_protocol::{
     ResponseBody, ResponseHeader, Uuid,
 };
 
-use crate::controller::{self, CreateTopic};
 use crate::fetch_session::FetchSessionCache;
 use crate::flusher::FlusherHandle;
+use crate::forwarding::InternalTopic;
 use crate::group_runtime::GroupRuntime;
 use crate::log_dir_mover::LogDirMover;
 use crate::network::{Dispatch, Reply, Response, Sequencing};
@@ -37,7 +33,7 @@ use crate::replica::ReplicaManager;
 use fjord_common::errors;
 use fjord_config::{
     broker_config_keys, broker_config_kind, broker_key_synonyms, is_dynamic_broker_key,
-    BrokerConfig, ConfigSource, DynamicBrokerConfig, TopicConfig, TOPIC_CONFIGS,
+    BrokerConfig, ConfigSource, DynamicBrokerConfig, TOPIC_CONFIGS,
 };
 
 /// The API versions fjord implements and advertises: Kafka 4.x's minimums (KIP-896) up to the
@@ -106,9 +102,6 @@ fn is_group_api(api: ApiKey) -> bool {
     )
 }
 
-/// Producer ids are reserved from the metadata log in blocks of this many.
-const PRODUCER_ID_BLOCK: i64 = 1000;
-
 struct ProducerIdBlock {
     next: i64,
     end: i64,
@@ -122,9 +115,10 @@ pub struct Broker {
     pub flusher: FlusherHandle,
     pub fetch_sessions: Mutex<FetchSessionCache>,
     producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
-    /// Serializes controller decisions with their proposals, so two requests cannot both decide
-    /// on the same image (e.g. both create one topic).
-    pub(crate) controller_lock: tokio::sync::Mutex<()>,
+    /// The controller this broker forwards controller work to (see `forwarding`).
+    pub(crate) controller: Arc<QuorumController>,
+    /// This broker's epoch, from its registration at start.
+    pub broker_epoch: i64,
     /// The group coordinator shards this broker hosts.
     pub groups: Arc<GroupRuntime>,
     /// Moves partitions between log dirs (AlterReplicaLogDirs).
@@ -168,6 +162,8 @@ impl Broker {
         config: Arc<BrokerConfig>,
         cluster_id: String,
         quorum: Arc<MetadataQuorum>,
+        controller: Arc<QuorumController>,
+        broker_epoch: i64,
         replicas: Arc<ReplicaManager>,
         flusher: FlusherHandle,
         groups: Arc<GroupRuntime>,
@@ -181,7 +177,8 @@ impl Broker {
             flusher,
             fetch_sessions: Mutex::new(FetchSessionCache::default()),
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock { next: 0, end: 0 }),
-            controller_lock: tokio::sync::Mutex::new(()),
+            controller,
+            broker_epoch,
             groups,
             log_dir_mover,
         }
@@ -268,19 +265,22 @@ impl Broker {
             RequestBody::CreateTopics(request) => {
                 let this = self.clone();
                 self.later(api, version, correlation_id, async move {
-                    ResponseBody::CreateTopics(this.create_topics(request, version).await)
+                    this.forward(version, ControllerApi::CreateTopics(request))
+                        .await
                 })
             }
             RequestBody::DeleteTopics(request) => {
                 let this = self.clone();
                 self.later(api, version, correlation_id, async move {
-                    ResponseBody::DeleteTopics(this.delete_topics(request).await)
+                    this.forward(version, ControllerApi::DeleteTopics(request))
+                        .await
                 })
             }
             RequestBody::CreatePartitions(request) => {
                 let this = self.clone();
                 self.later(api, version, correlation_id, async move {
-                    ResponseBody::CreatePartitions(this.create_partitions(request).await)
+                    this.forward(version, ControllerApi::CreatePartitions(request))
+                        .await
                 })
             }
             RequestBody::DescribeConfigs(request) => respond(ResponseBody::DescribeConfigs(
@@ -304,15 +304,15 @@ impl Broker {
             RequestBody::IncrementalAlterConfigs(request) => {
                 let this = self.clone();
                 self.later(api, version, correlation_id, async move {
-                    ResponseBody::IncrementalAlterConfigs(
-                        this.incremental_alter_configs(request).await,
-                    )
+                    this.forward(version, ControllerApi::IncrementalAlterConfigs(request))
+                        .await
                 })
             }
             RequestBody::AlterConfigs(request) => {
                 let this = self.clone();
                 self.later(api, version, correlation_id, async move {
-                    ResponseBody::AlterConfigs(this.alter_configs(request).await)
+                    this.forward(version, ControllerApi::AlterConfigs(request))
+                        .await
                 })
             }
             RequestBody::AlterReplicaLogDirs(request) => {
@@ -360,25 +360,7 @@ impl Broker {
     }
 
     pub(crate) fn live_broker_count(&self) -> usize {
-        self.live_brokers().len()
-    }
-
-    fn live_brokers(&self) -> Vec<i32> {
-        let image = self.quorum.image();
-        let mut ids: Vec<i32> = image.brokers().map(|b| b.broker_id).collect();
-        if ids.is_empty() {
-            ids.push(self.config.node_id);
-        }
-        ids
-    }
-
-    pub(crate) async fn propose(&self, records: Vec<MetadataRecord>) -> Result<(), String> {
-        self.quorum
-            .propose(records)
-            .await
-            .map_err(|e| e.to_string())?;
-        let image = self.quorum.image();
-        self.replicas.apply_image(&image, now_ms())
+        self.quorum.image().brokers().count()
     }
 
     // ---- Metadata -------------------------------------------------------------------------
@@ -423,31 +405,25 @@ impl Broker {
             if let Some(name) = &topic.name {
                 if image.topic(name).is_none()
                     && auto_create
-                    && controller::validate_topic_name(name).is_ok()
+                    && plan::validate_topic_name(name).is_ok()
                 {
                     to_create.push(name.clone());
                 }
             }
         }
         if !to_create.is_empty() {
-            let requests = to_create
-                .iter()
-                .map(|name| CreateTopic {
-                    name: name.clone(),
+            let topics = to_create
+                .into_iter()
+                .map(|name| InternalTopic {
+                    name,
                     num_partitions: -1,
                     replication_factor: -1,
-                    assignments: BTreeMap::new(),
                     configs: BTreeMap::new(),
                 })
-                .collect::<Vec<_>>();
-            for (name, outcome) in to_create
-                .iter()
-                .zip(self.create_many(&requests, false).await)
-            {
-                if let Err(refusal) = outcome {
-                    if refusal.error_code != errors::TOPIC_ALREADY_EXISTS {
-                        tracing::warn!(topic = %name, message = %refusal.message, "auto-creation refused");
-                    }
+                .collect();
+            for (name, error_code, message) in self.create_internal_topics(topics).await {
+                if error_code != errors::NONE && error_code != errors::TOPIC_ALREADY_EXISTS {
+                    tracing::warn!(topic = %name, error = errors::name(error_code), ?message, "auto-creation refused");
                 }
             }
         }
@@ -463,7 +439,7 @@ impl Broker {
                 (Some(name), _) => {
                     let mut entry = self.topic_metadata(&image, name);
                     if entry.error_code == errors::UNKNOWN_TOPIC_OR_PARTITION
-                        && controller::validate_topic_name(name).is_err()
+                        && plan::validate_topic_name(name).is_err()
                     {
                         entry.error_code = errors::INVALID_TOPIC_EXCEPTION;
                     }
@@ -565,249 +541,7 @@ impl Broker {
         }
     }
 
-    // ---- Topics ---------------------------------------------------------------------------
-
-    /// Plans and (unless `validate_only`) commits several topic creations under the controller
-    /// lock. Results are in request order.
-    pub(crate) async fn create_many(
-        &self,
-        requests: &[CreateTopic],
-        validate_only: bool,
-    ) -> Vec<Result<controller::TopicPlan, controller::Refusal>> {
-        let _guard = self.controller_lock.lock().await;
-        let live = self.live_brokers();
-        let mut image = (*self.quorum.image()).clone();
-        let mut results = Vec::with_capacity(requests.len());
-        let mut records = Vec::new();
-        for request in requests {
-            let plan = controller::plan_create_topic(
-                &image,
-                request,
-                self.config.num_partitions,
-                self.config.default_replication_factor,
-                &live,
-                crate::random_uuid(),
-            );
-            if let Ok(plan) = &plan {
-                // Later entries of the same request see this topic (duplicates refused).
-                let mut delta = fjord_metadata::MetadataDelta::new(&image);
-                for record in &plan.records {
-                    let _ = delta.apply(record);
-                }
-                image = delta.finish(image.offset());
-                records.extend(plan.records.iter().cloned());
-            }
-            results.push(plan);
-        }
-        if !validate_only && !records.is_empty() {
-            if let Err(message) = self.propose(records).await {
-                return requests
-                    .iter()
-                    .map(|_| {
-                        Err(controller::Refusal {
-                            error_code: errors::UNKNOWN_SERVER_ERROR,
-                            message: message.clone(),
-                        })
-                    })
-                    .collect();
-            }
-        }
-        results
-    }
-
-    async fn create_topics(
-        self: Arc<Self>,
-        request: CreateTopicsRequest,
-        version: i16,
-    ) -> CreateTopicsResponse {
-        let mut seen = std::collections::HashSet::new();
-        let duplicates: std::collections::HashSet<String> = request
-            .topics
-            .iter()
-            .filter(|t| !seen.insert(t.name.clone()))
-            .map(|t| t.name.clone())
-            .collect();
-        let mut creates = Vec::new();
-        for topic in request
-            .topics
-            .iter()
-            .filter(|t| !duplicates.contains(&t.name))
-        {
-            let mut configs = BTreeMap::new();
-            for c in &topic.configs {
-                if let Some(v) = &c.value {
-                    configs.insert(c.name.clone(), v.clone());
-                }
-            }
-            creates.push(CreateTopic {
-                name: topic.name.clone(),
-                num_partitions: topic.num_partitions,
-                replication_factor: topic.replication_factor,
-                assignments: topic
-                    .assignments
-                    .iter()
-                    .map(|a| (a.partition_index, a.broker_ids.clone()))
-                    .collect(),
-                configs,
-            });
-        }
-        let outcomes = self.create_many(&creates, request.validate_only).await;
-        let image = self.quorum.image();
-        let mut results: Vec<CreatableTopicResult> = creates
-            .iter()
-            .zip(outcomes)
-            .map(|(create, outcome)| match outcome {
-                Ok(plan) => {
-                    let dynamic = DynamicBrokerConfig::from_image(&image, self.config.node_id);
-                    let config = TopicConfig::resolve(&self.config, &dynamic, &create.configs);
-                    CreatableTopicResult {
-                        name: create.name.clone(),
-                        topic_id: if request.validate_only {
-                            Uuid::ZERO
-                        } else {
-                            plan.topic_id
-                        },
-                        error_code: errors::NONE,
-                        num_partitions: plan.num_partitions,
-                        replication_factor: plan.replication_factor,
-                        configs: (version >= 5).then(|| {
-                            config
-                                .entries()
-                                .map(|(name, value, source)| CreatableTopicConfigs {
-                                    name: name.to_string(),
-                                    value: Some(value.to_string()),
-                                    read_only: false,
-                                    config_source: source as i8,
-                                    is_sensitive: false,
-                                })
-                                .collect()
-                        }),
-                        ..Default::default()
-                    }
-                }
-                Err(refusal) => CreatableTopicResult {
-                    name: create.name.clone(),
-                    error_code: refusal.error_code,
-                    error_message: Some(refusal.message),
-                    num_partitions: -1,
-                    replication_factor: -1,
-                    topic_config_error_code: refusal.error_code,
-                    topic_id: image
-                        .topic(&create.name)
-                        .map(|t| t.topic_id)
-                        .unwrap_or(Uuid::ZERO),
-                    configs: None,
-                },
-            })
-            .collect();
-        for name in duplicates {
-            results.push(CreatableTopicResult {
-                name,
-                error_code: errors::INVALID_REQUEST,
-                error_message: Some("Duplicate topic name.".to_string()),
-                num_partitions: -1,
-                replication_factor: -1,
-                ..Default::default()
-            });
-        }
-        CreateTopicsResponse {
-            topics: results,
-            ..Default::default()
-        }
-    }
-
-    async fn delete_topics(self: Arc<Self>, request: DeleteTopicsRequest) -> DeleteTopicsResponse {
-        // v6+ names topics in `topics` (by name or id); older versions in `topic_names`.
-        let mut targets: Vec<(Option<String>, Uuid)> = request
-            .topic_names
-            .iter()
-            .map(|n| (Some(n.clone()), Uuid::ZERO))
-            .collect();
-        targets.extend(request.topics.iter().map(|t| (t.name.clone(), t.topic_id)));
-        let mut responses = Vec::new();
-        let _guard = self.controller_lock.lock().await;
-        for (name, id) in targets {
-            let image = self.quorum.image();
-            let resolved = match (&name, id) {
-                (Some(n), _) => Some(n.clone()),
-                (None, id) => image.topic_by_id(&id).map(|t| t.name.clone()),
-            };
-            let mut result = DeletableTopicResult {
-                name: name.clone(),
-                topic_id: id,
-                ..Default::default()
-            };
-            match resolved {
-                None => {
-                    result.error_code = errors::UNKNOWN_TOPIC_ID;
-                    result.error_message =
-                        Some("This server does not host this topic ID.".to_string());
-                }
-                Some(_) if !self.config.delete_topic_enable => {
-                    result.error_code = errors::TOPIC_DELETION_DISABLED;
-                }
-                Some(n) => match controller::plan_delete_topic(&image, &n) {
-                    Ok(records) => {
-                        result.topic_id = image.topic(&n).map(|t| t.topic_id).unwrap_or(id);
-                        result.name = Some(n);
-                        if let Err(message) = self.propose(records).await {
-                            result.error_code = errors::UNKNOWN_SERVER_ERROR;
-                            result.error_message = Some(message);
-                        }
-                    }
-                    Err(refusal) => {
-                        result.error_code = refusal.error_code;
-                        result.error_message = Some(refusal.message);
-                    }
-                },
-            }
-            responses.push(result);
-        }
-        DeleteTopicsResponse {
-            responses,
-            ..Default::default()
-        }
-    }
-
-    async fn create_partitions(
-        self: Arc<Self>,
-        request: CreatePartitionsRequest,
-    ) -> CreatePartitionsResponse {
-        let _guard = self.controller_lock.lock().await;
-        let live = self.live_brokers();
-        let mut results = Vec::new();
-        for topic in request.topics {
-            let image = self.quorum.image();
-            let assignments: Option<Vec<Vec<i32>>> = topic
-                .assignments
-                .as_ref()
-                .map(|a| a.iter().map(|x| x.broker_ids.clone()).collect());
-            let outcome = controller::plan_create_partitions(
-                &image,
-                &topic.name,
-                topic.count,
-                assignments.as_deref(),
-                &live,
-            );
-            let (error_code, error_message) = match outcome {
-                Ok(_) if request.validate_only => (errors::NONE, None),
-                Ok(records) => match self.propose(records).await {
-                    Ok(()) => (errors::NONE, None),
-                    Err(message) => (errors::UNKNOWN_SERVER_ERROR, Some(message)),
-                },
-                Err(refusal) => (refusal.error_code, Some(refusal.message)),
-            };
-            results.push(CreatePartitionsTopicResult {
-                name: topic.name,
-                error_code,
-                error_message,
-            });
-        }
-        CreatePartitionsResponse {
-            results,
-            ..Default::default()
-        }
-    }
+    // ---- Configs --------------------------------------------------------------------------
 
     fn describe_configs(&self, request: &DescribeConfigsRequest) -> DescribeConfigsResponse {
         const TOPIC: i8 = 2;
@@ -990,19 +724,31 @@ impl Broker {
     async fn next_producer_id(&self) -> Result<i64, String> {
         let mut block = self.producer_ids.lock().await;
         if block.next >= block.end {
-            let _guard = self.controller_lock.lock().await;
-            let start = self.quorum.image().next_producer_id();
-            let end = start + PRODUCER_ID_BLOCK;
-            self.quorum
-                .propose(vec![MetadataRecord::ProducerIds(ProducerIdsRecord {
-                    broker_id: self.config.node_id,
-                    broker_epoch: 0,
-                    next_producer_id: end,
-                })])
+            let request = AllocateProducerIdsRequest {
+                broker_id: self.config.node_id,
+                broker_epoch: self.broker_epoch,
+            };
+            match self
+                .forward(0, ControllerApi::AllocateProducerIds(request))
                 .await
-                .map_err(|e| e.to_string())?;
-            block.next = start;
-            block.end = end;
+            {
+                ResponseBody::AllocateProducerIds(r) if r.error_code == errors::NONE => {
+                    block.next = r.producer_id_start;
+                    block.end = r.producer_id_start + r.producer_id_len as i64;
+                }
+                ResponseBody::AllocateProducerIds(r) => {
+                    return Err(format!(
+                        "the controller refused a block of producer ids: {}",
+                        errors::name(r.error_code)
+                    ))
+                }
+                other => {
+                    return Err(format!(
+                        "the controller answered {} to AllocateProducerIds",
+                        other.api_key().name()
+                    ))
+                }
+            }
         }
         let id = block.next;
         block.next += 1;

@@ -12,7 +12,7 @@ use fjord_protocol::messages::find_coordinator_response::{Coordinator, FindCoord
 use fjord_protocol::{ApiKey, RequestBody, ResponseBody};
 
 use crate::broker::{encode_response, Broker};
-use crate::controller::CreateTopic;
+use crate::forwarding::InternalTopic;
 use crate::group_runtime::{topics_view, GroupAnswer, OFFSETS_TOPIC};
 use crate::network::{Reply, Response};
 use fjord_common::errors;
@@ -45,21 +45,19 @@ impl Broker {
                     .get("offsets.topic.segment.bytes")
                     .unwrap_or_else(|| "104857600".to_string()),
             );
-            let request = CreateTopic {
+            let topic = InternalTopic {
                 name: OFFSETS_TOPIC.to_string(),
                 num_partitions: partitions,
                 replication_factor,
-                assignments: BTreeMap::new(),
                 configs,
             };
-            for outcome in self.create_many(&[request], false).await {
-                if let Err(refusal) = outcome {
-                    if refusal.error_code != errors::TOPIC_ALREADY_EXISTS {
-                        return Err(format!(
-                            "cannot create {OFFSETS_TOPIC}: {}",
-                            refusal.message
-                        ));
-                    }
+            for (_, error_code, message) in self.create_internal_topics(vec![topic]).await {
+                if error_code != errors::NONE && error_code != errors::TOPIC_ALREADY_EXISTS {
+                    return Err(format!(
+                        "cannot create {OFFSETS_TOPIC}: {} {}",
+                        errors::name(error_code),
+                        message.unwrap_or_default()
+                    ));
                 }
             }
         }

@@ -2,11 +2,10 @@
 //! and the network shell. `run` starts it all and returns after a clean shutdown.
 
 pub mod broker;
-mod config_admin;
-pub mod controller;
 mod fetch;
 pub mod fetch_session;
 pub mod flusher;
+mod forwarding;
 pub mod group_runtime;
 mod groups;
 mod log_admin;
@@ -20,7 +19,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fjord_metadata::{BrokerEndpoint, MetadataQuorum, MetadataRecord, RegisterBrokerRecord};
+use fjord_controller::{Controller, ControllerApi, ControllerRequest, QuorumController};
+use fjord_metadata::MetadataQuorum;
+use fjord_protocol::messages::broker_registration_request::{
+    BrokerRegistrationRequest, Listener as RegistrationListener,
+};
+use fjord_protocol::ResponseBody;
 use fjord_storage::log::LogConfig;
 use fjord_storage::log_manager::LogManager;
 use fjord_storage::meta_properties::{MetaProperties, MetaPropertiesVersion};
@@ -33,6 +37,10 @@ use fjord_config::BrokerConfig;
 
 /// The directory of the metadata log inside the metadata log dir, named as in KRaft.
 pub const METADATA_DIR_NAME: &str = "__cluster_metadata-0";
+
+/// How long the controller waits for one decision's records to commit before answering
+/// REQUEST_TIMED_OUT: a client's default request timeout.
+const CONTROLLER_COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -128,7 +136,13 @@ pub async fn run(
         .await
         .map_err(|e| startup(format!("metadata log at {}: {e}", metadata_dir.display())))?;
     let quorum = Arc::new(quorum);
-    register_broker(&quorum, &config).await?;
+    let (controller, controller_task) = QuorumController::start(
+        Controller::new(config.clone(), cluster_id.clone()),
+        quorum.clone(),
+        CONTROLLER_COMMIT_TIMEOUT,
+    );
+    let controller = Arc::new(controller);
+    let broker_epoch = register_broker(&controller, &config, &cluster_id).await?;
 
     let replicas = Arc::new(replica::ReplicaManager::new(
         config.node_id,
@@ -188,6 +202,8 @@ pub async fn run(
         config.clone(),
         cluster_id,
         quorum.clone(),
+        controller.clone(),
+        broker_epoch,
         replicas.clone(),
         flusher.clone(),
         groups.clone(),
@@ -264,6 +280,8 @@ pub async fn run(
     drop(groups);
     image_task.abort();
     drop(broker);
+    drop(controller);
+    let _ = controller_task.await;
     drop(flusher);
     let _ = tokio::time::timeout(Duration::from_secs(30), flusher_task).await;
     // A pass under way stops before its next swap; the cleaner holds the logs until then. A
@@ -387,37 +405,55 @@ fn group_config(config: &BrokerConfig) -> fjord_group::GroupConfig {
     group
 }
 
-/// Records this broker's endpoints in the metadata log, once per start.
+/// Registers this broker with the controller, once per start: its endpoints, rack and a new
+/// incarnation id. Answers the broker epoch the controller gave it.
 async fn register_broker(
-    quorum: &MetadataQuorum,
+    controller: &QuorumController,
     config: &BrokerConfig,
-) -> Result<(), BrokerError> {
-    let image = quorum.image();
-    let previous_epoch = image
-        .broker(config.node_id)
-        .map(|b| b.broker_epoch)
-        .unwrap_or(-1);
-    let record = RegisterBrokerRecord {
+    cluster_id: &str,
+) -> Result<i64, BrokerError> {
+    let request = BrokerRegistrationRequest {
         broker_id: config.node_id,
+        cluster_id: cluster_id.to_string(),
         incarnation_id: random_uuid(),
-        broker_epoch: previous_epoch + 1,
-        endpoints: config
+        listeners: config
             .advertised_listeners
             .iter()
-            .map(|l| BrokerEndpoint {
+            .map(|l| RegistrationListener {
                 name: l.name.clone(),
                 host: l.host.clone(),
                 port: l.port,
                 security_protocol: l.security_protocol as i16,
             })
             .collect(),
+        features: Vec::new(),
         rack: None,
+        is_migrating_zk_broker: false,
+        log_dirs: Vec::new(),
+        previous_broker_epoch: -1,
     };
-    quorum
-        .propose(vec![MetadataRecord::RegisterBroker(record)])
+    let request = ControllerRequest {
+        version: 0,
+        api: ControllerApi::BrokerRegistration(request),
+        requester: config.node_id,
+    };
+    let refused = |message: String| startup(format!("cannot register the broker: {message}"));
+    match controller
+        .call(request)
         .await
-        .map(|_| ())
-        .map_err(|e| startup(format!("cannot register the broker: {e}")))
+        .map_err(|e| refused(e.to_string()))?
+    {
+        ResponseBody::BrokerRegistration(r) if r.error_code == fjord_common::errors::NONE => {
+            Ok(r.broker_epoch)
+        }
+        ResponseBody::BrokerRegistration(r) => Err(refused(
+            fjord_common::errors::name(r.error_code).to_string(),
+        )),
+        other => Err(refused(format!(
+            "the controller answered {}",
+            other.api_key().name()
+        ))),
+    }
 }
 
 /// Periodic work: retention, offset checkpoints, producer-id expiry

@@ -169,6 +169,16 @@ impl MetadataQuorum {
         }
     }
 
+    /// Whether this node leads the quorum: it is the active controller.
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    /// The node this node believes leads the quorum, if any.
+    pub fn leader(&self) -> Option<u64> {
+        self.raft.metrics().borrow().current_leader
+    }
+
     /// The latest applied image.
     pub fn image(&self) -> Arc<MetadataImage> {
         self.image_rx.borrow().clone()

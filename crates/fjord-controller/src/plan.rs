@@ -230,7 +230,7 @@ fn check_assignment(brokers: &[i32], live_brokers: &[i32]) -> Result<(), Refusal
         ));
     }
     for (i, broker) in brokers.iter().enumerate() {
-        if brokers[..i].contains(broker) {
+        if brokers.iter().take(i).any(|b| b == broker) {
             return Err(refuse(
                 errors::INVALID_REPLICA_ASSIGNMENT,
                 format!("Duplicate broker {broker} in replica assignment"),
@@ -257,7 +257,7 @@ fn assign_round_robin(
     (0..num_partitions as usize)
         .map(|p| {
             (0..replication_factor as usize)
-                .map(|r| sorted[(p + r) % sorted.len()])
+                .filter_map(|r| sorted.get((p + r) % sorted.len().max(1)).copied())
                 .collect()
         })
         .collect()
@@ -339,7 +339,7 @@ pub fn plan_create_partitions(
                 ));
             }
             let all = assign_round_robin(new_count, replication_factor, live_brokers);
-            all[current as usize..].to_vec()
+            all.into_iter().skip(current as usize).collect()
         }
     };
     Ok(replicas

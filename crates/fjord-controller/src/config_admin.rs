@@ -1,9 +1,6 @@
 //! IncrementalAlterConfigs and AlterConfigs: dynamic topic and broker configs (one broker's, or
-//! the cluster-wide default), decided by the controller (`controller::plan_alter_*_configs`),
-//! committed as config records in the metadata log and applied when the image changes: to the
-//! open logs' settings and to the log cleaner.
-
-use std::sync::Arc;
+//! the cluster-wide default), decided by `plan::plan_alter_*_configs` into config records; each
+//! broker applies them when its image changes (to its open logs' settings and its log cleaner).
 
 use fjord_protocol::messages::alter_configs_request::AlterConfigsRequest;
 use fjord_protocol::messages::alter_configs_response::{
@@ -12,10 +9,16 @@ use fjord_protocol::messages::alter_configs_response::{
 use fjord_protocol::messages::incremental_alter_configs_request::IncrementalAlterConfigsRequest;
 use fjord_protocol::messages::incremental_alter_configs_response::*;
 
-use crate::broker::Broker;
-use crate::controller::{self, ConfigChange, Refusal};
 use fjord_common::errors;
 use fjord_config::{BrokerConfig, DynamicBrokerConfig};
+use fjord_metadata::MetadataImage;
+use fjord_protocol::messages::ResponseBody;
+
+use crate::apis::{answer, committed_unless, Controller, Decision};
+use crate::plan::{self, ConfigChange, Refusal};
+
+/// One resource's answer: its type, its name, and whether its changes were accepted.
+type Outcome = (i8, String, Result<(), Refusal>);
 
 /// Config resource types, as Kafka numbers them.
 const TOPIC: i8 = 2;
@@ -40,22 +43,17 @@ fn null_value(name: &str) -> Refusal {
     invalid_request(format!("Null value not supported for : {name}"))
 }
 
-/// A resource's answer: error code and message.
-fn answer(outcome: Result<(), Refusal>) -> (i16, Option<String>) {
-    match outcome {
-        Ok(()) => (errors::NONE, None),
-        Err(refusal) => (refusal.error_code, Some(refusal.message)),
-    }
-}
-
-impl Broker {
-    pub(crate) async fn incremental_alter_configs(
-        self: Arc<Self>,
-        request: IncrementalAlterConfigsRequest,
-    ) -> IncrementalAlterConfigsResponse {
+impl Controller {
+    pub(crate) fn incremental_alter_configs(
+        &self,
+        image: &MetadataImage,
+        request: &IncrementalAlterConfigsRequest,
+        requester: i32,
+    ) -> Decision {
         let alterations = request
             .resources
-            .into_iter()
+            .iter()
+            .cloned()
             .map(|resource| Alteration {
                 resource_type: resource.resource_type,
                 resource_name: resource.resource_name,
@@ -81,9 +79,8 @@ impl Broker {
                     .collect(),
             })
             .collect();
-        let responses = self
-            .alter_configs_of(alterations, false, request.validate_only)
-            .await
+        let (records, outcomes) = self.alter_configs_of(image, requester, alterations, false);
+        let responses = outcomes
             .into_iter()
             .map(|(resource_type, resource_name, outcome)| {
                 let (error_code, error_message) = answer(outcome);
@@ -95,20 +92,26 @@ impl Broker {
                 }
             })
             .collect();
-        IncrementalAlterConfigsResponse {
-            responses,
-            ..Default::default()
+        Decision {
+            records: committed_unless(request.validate_only, records),
+            response: ResponseBody::IncrementalAlterConfigs(IncrementalAlterConfigsResponse {
+                responses,
+                ..Default::default()
+            }),
         }
     }
 
     /// The legacy AlterConfigs: each resource's dynamic configs become exactly the given set.
-    pub(crate) async fn alter_configs(
-        self: Arc<Self>,
-        request: AlterConfigsRequest,
-    ) -> AlterConfigsResponse {
+    pub(crate) fn alter_configs(
+        &self,
+        image: &MetadataImage,
+        request: &AlterConfigsRequest,
+        requester: i32,
+    ) -> Decision {
         let alterations = request
             .resources
-            .into_iter()
+            .iter()
+            .cloned()
             .map(|resource| Alteration {
                 resource_type: resource.resource_type,
                 resource_name: resource.resource_name,
@@ -122,9 +125,8 @@ impl Broker {
                     .collect(),
             })
             .collect();
-        let responses = self
-            .alter_configs_of(alterations, true, request.validate_only)
-            .await
+        let (records, outcomes) = self.alter_configs_of(image, requester, alterations, true);
+        let responses = outcomes
             .into_iter()
             .map(|(resource_type, resource_name, outcome)| {
                 let (error_code, error_message) = answer(outcome);
@@ -136,22 +138,25 @@ impl Broker {
                 }
             })
             .collect();
-        AlterConfigsResponse {
-            responses,
-            ..Default::default()
+        Decision {
+            records: committed_unless(request.validate_only, records),
+            response: ResponseBody::AlterConfigs(AlterConfigsResponse {
+                responses,
+                ..Default::default()
+            }),
         }
     }
 
-    /// Decides every resource on one image under the controller lock and commits all the
-    /// records together (unless `validate_only`). Answers in request order.
-    async fn alter_configs_of(
+    /// Decides every resource on one image; the records of all of them are committed together.
+    /// Answers in request order. A broker resource is the requesting broker's (`--entity-name`,
+    /// which the admin client sends to that broker) or the cluster-wide default.
+    fn alter_configs_of(
         &self,
+        image: &MetadataImage,
+        requester: i32,
         alterations: Vec<Alteration>,
         replace: bool,
-        validate_only: bool,
-    ) -> Vec<(i8, String, Result<(), Refusal>)> {
-        let _guard = self.controller_lock.lock().await;
-        let image = self.quorum.image();
+    ) -> (Vec<fjord_metadata::MetadataRecord>, Vec<Outcome>) {
         let mut records = Vec::new();
         let mut outcomes = Vec::with_capacity(alterations.len());
         for (index, alteration) in alterations.iter().enumerate() {
@@ -168,24 +173,24 @@ impl Broker {
             } else {
                 match (&alteration.changes, alteration.resource_type) {
                     (Err(refusal), _) => Err(refusal.clone()),
-                    (Ok(changes), TOPIC) => controller::plan_alter_topic_configs(
-                        &image,
+                    (Ok(changes), TOPIC) => plan::plan_alter_topic_configs(
+                        image,
                         &alteration.resource_name,
                         changes,
                         replace,
                     )
                     .map(|planned| records.extend(planned)),
                     (Ok(changes), BROKER) => {
-                        let node_id = self.config.node_id;
+                        let node_id = requester;
                         let name = &alteration.resource_name;
-                        controller::plan_alter_broker_configs(
-                            &image,
+                        plan::plan_alter_broker_configs(
+                            image,
                             node_id,
                             name,
                             changes,
                             replace,
                             |after| {
-                                let mut dynamic = DynamicBrokerConfig::from_image(&image, node_id);
+                                let mut dynamic = DynamicBrokerConfig::from_image(image, node_id);
                                 let layer = if name.is_empty() {
                                     &mut dynamic.default
                                 } else {
@@ -209,20 +214,11 @@ impl Broker {
             };
             outcomes.push(outcome);
         }
-        if !validate_only && !records.is_empty() {
-            if let Err(message) = self.propose(records).await {
-                for outcome in outcomes.iter_mut().filter(|o| o.is_ok()) {
-                    *outcome = Err(Refusal {
-                        error_code: errors::UNKNOWN_SERVER_ERROR,
-                        message: message.clone(),
-                    });
-                }
-            }
-        }
-        alterations
+        let outcomes = alterations
             .into_iter()
             .zip(outcomes)
             .map(|(a, outcome)| (a.resource_type, a.resource_name, outcome))
-            .collect()
+            .collect();
+        (records, outcomes)
     }
 }

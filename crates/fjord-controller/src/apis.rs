@@ -1,0 +1,781 @@
+//! The controller's request handling, sans-IO: a controller request and the current image in,
+//! the records to commit and the response to give once they are committed out. The shell
+//! ([`crate::QuorumController`]) commits the records; if it cannot, the whole request is
+//! answered with [`error_response`], as Kafka's controller answers a request it could not finish.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use fjord_common::{errors, TopicId, Uuid};
+use fjord_config::{BrokerConfig, DynamicBrokerConfig, TopicConfig};
+use fjord_metadata::{
+    BrokerEndpoint, MetadataDelta, MetadataImage, MetadataRecord, ProducerIdsRecord,
+    RegisterBrokerRecord,
+};
+use fjord_protocol::messages::allocate_producer_ids_request::AllocateProducerIdsRequest;
+use fjord_protocol::messages::allocate_producer_ids_response::AllocateProducerIdsResponse;
+use fjord_protocol::messages::alter_configs_response::{
+    AlterConfigsResourceResponse as LegacyResult, AlterConfigsResponse,
+};
+use fjord_protocol::messages::broker_registration_request::BrokerRegistrationRequest;
+use fjord_protocol::messages::broker_registration_response::BrokerRegistrationResponse;
+use fjord_protocol::messages::create_partitions_request::CreatePartitionsRequest;
+use fjord_protocol::messages::create_partitions_response::{
+    CreatePartitionsResponse, CreatePartitionsTopicResult,
+};
+use fjord_protocol::messages::create_topics_request::CreateTopicsRequest;
+use fjord_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult, CreateTopicsResponse,
+};
+use fjord_protocol::messages::delete_topics_request::DeleteTopicsRequest;
+use fjord_protocol::messages::delete_topics_response::{
+    DeletableTopicResult, DeleteTopicsResponse,
+};
+use fjord_protocol::messages::incremental_alter_configs_response::{
+    AlterConfigsResourceResponse, IncrementalAlterConfigsResponse,
+};
+use fjord_protocol::messages::{AlterConfigsRequest, IncrementalAlterConfigsRequest, ResponseBody};
+use fjord_protocol::ApiKey;
+
+use crate::plan::{self, CreateTopic, Refusal, TopicPlan};
+
+/// Producer ids are handed to brokers in blocks of this many, as Kafka's controller does.
+pub const PRODUCER_ID_BLOCK: i32 = 1000;
+
+/// The Kafka requests the controller answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ControllerApi {
+    CreateTopics(CreateTopicsRequest),
+    DeleteTopics(DeleteTopicsRequest),
+    CreatePartitions(CreatePartitionsRequest),
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
+    AlterConfigs(AlterConfigsRequest),
+    AllocateProducerIds(AllocateProducerIdsRequest),
+    BrokerRegistration(BrokerRegistrationRequest),
+}
+
+impl ControllerApi {
+    pub fn api_key(&self) -> ApiKey {
+        match self {
+            ControllerApi::CreateTopics(_) => ApiKey::CreateTopics,
+            ControllerApi::DeleteTopics(_) => ApiKey::DeleteTopics,
+            ControllerApi::CreatePartitions(_) => ApiKey::CreatePartitions,
+            ControllerApi::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
+            ControllerApi::AlterConfigs(_) => ApiKey::AlterConfigs,
+            ControllerApi::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
+            ControllerApi::BrokerRegistration(_) => ApiKey::BrokerRegistration,
+        }
+    }
+}
+
+/// One request for the controller at its version, and the node id of the broker that received
+/// it from a client (or sent it on its own behalf).
+#[derive(Debug, Clone)]
+pub struct ControllerRequest {
+    pub version: i16,
+    pub api: ControllerApi,
+    pub requester: i32,
+}
+
+/// What a request decided: records to commit (none for a refusal or a validate-only request)
+/// and the answer once they are.
+#[derive(Debug)]
+pub struct Decision {
+    pub records: Vec<MetadataRecord>,
+    pub response: ResponseBody,
+}
+
+impl Decision {
+    fn answer(response: ResponseBody) -> Self {
+        Decision {
+            records: Vec::new(),
+            response,
+        }
+    }
+}
+
+/// A validate-only request decides everything and commits nothing.
+pub(crate) fn committed_unless(
+    validate_only: bool,
+    records: Vec<MetadataRecord>,
+) -> Vec<MetadataRecord> {
+    if validate_only {
+        Vec::new()
+    } else {
+        records
+    }
+}
+
+/// The image as a request's earlier entries left it, so later entries see them (a topic created
+/// by entry 1 exists for entry 2).
+struct Working {
+    image: MetadataImage,
+    records: Vec<MetadataRecord>,
+}
+
+impl Working {
+    fn new(image: &MetadataImage) -> Self {
+        Working {
+            image: image.clone(),
+            records: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, records: Vec<MetadataRecord>) {
+        let mut delta = MetadataDelta::new(&self.image);
+        for record in &records {
+            // Plans are made against this image, so they apply; a record that does not is
+            // refused again, atomically with its entry, when the log applies it.
+            let _ = delta.apply(record);
+        }
+        self.image = delta.finish(self.image.offset());
+        self.records.extend(records);
+    }
+}
+
+/// The active controller's decisions. Holds only what does not change while it runs: this
+/// node's static config (defaults such as `num.partitions`) and the cluster id.
+pub struct Controller {
+    pub(crate) config: Arc<BrokerConfig>,
+    cluster_id: String,
+}
+
+impl Controller {
+    pub fn new(config: Arc<BrokerConfig>, cluster_id: String) -> Self {
+        Controller { config, cluster_id }
+    }
+
+    /// Decides `request` on `image`. `new_topic_id` supplies a fresh random id per created
+    /// topic.
+    pub fn decide(
+        &self,
+        image: &MetadataImage,
+        request: &ControllerRequest,
+        new_topic_id: &mut dyn FnMut() -> TopicId,
+    ) -> Decision {
+        match &request.api {
+            ControllerApi::CreateTopics(r) => {
+                self.create_topics(image, r, request.version, new_topic_id)
+            }
+            ControllerApi::DeleteTopics(r) => self.delete_topics(image, r),
+            ControllerApi::CreatePartitions(r) => self.create_partitions(image, r),
+            ControllerApi::IncrementalAlterConfigs(r) => {
+                self.incremental_alter_configs(image, r, request.requester)
+            }
+            ControllerApi::AlterConfigs(r) => self.alter_configs(image, r, request.requester),
+            ControllerApi::AllocateProducerIds(r) => allocate_producer_ids(image, r),
+            ControllerApi::BrokerRegistration(r) => self.register_broker(image, r),
+        }
+    }
+
+    /// The broker ids that can host replicas: every registered broker.
+    fn live_brokers(&self, image: &MetadataImage) -> Vec<i32> {
+        image.brokers().map(|b| b.broker_id).collect()
+    }
+
+    fn create_topics(
+        &self,
+        image: &MetadataImage,
+        request: &CreateTopicsRequest,
+        version: i16,
+        new_topic_id: &mut dyn FnMut() -> TopicId,
+    ) -> Decision {
+        let mut seen = HashSet::new();
+        let duplicates: HashSet<&str> = request
+            .topics
+            .iter()
+            .filter(|t| !seen.insert(t.name.as_str()))
+            .map(|t| t.name.as_str())
+            .collect();
+        let live = self.live_brokers(image);
+        let mut working = Working::new(image);
+        let mut results = Vec::with_capacity(request.topics.len());
+        for topic in request
+            .topics
+            .iter()
+            .filter(|t| !duplicates.contains(t.name.as_str()))
+        {
+            let create = CreateTopic {
+                name: topic.name.clone(),
+                num_partitions: topic.num_partitions,
+                replication_factor: topic.replication_factor,
+                assignments: topic
+                    .assignments
+                    .iter()
+                    .map(|a| (a.partition_index, a.broker_ids.clone()))
+                    .collect(),
+                configs: topic
+                    .configs
+                    .iter()
+                    .filter_map(|c| c.value.clone().map(|v| (c.name.clone(), v)))
+                    .collect(),
+            };
+            let outcome = plan::plan_create_topic(
+                &working.image,
+                &create,
+                self.config.num_partitions,
+                self.config.default_replication_factor,
+                &live,
+                new_topic_id(),
+            );
+            results.push(match outcome {
+                Ok(TopicPlan {
+                    topic_id,
+                    num_partitions,
+                    replication_factor,
+                    records,
+                }) => {
+                    working.add(records);
+                    let dynamic = DynamicBrokerConfig::from_image(image, self.config.node_id);
+                    let config = TopicConfig::resolve(&self.config, &dynamic, &create.configs);
+                    CreatableTopicResult {
+                        name: create.name,
+                        topic_id: if request.validate_only {
+                            Uuid::ZERO
+                        } else {
+                            topic_id
+                        },
+                        error_code: errors::NONE,
+                        num_partitions,
+                        replication_factor,
+                        configs: (version >= 5).then(|| {
+                            config
+                                .entries()
+                                .map(|(name, value, source)| CreatableTopicConfigs {
+                                    name: name.to_string(),
+                                    value: Some(value.to_string()),
+                                    read_only: false,
+                                    config_source: source as i8,
+                                    is_sensitive: false,
+                                })
+                                .collect()
+                        }),
+                        ..Default::default()
+                    }
+                }
+                Err(refusal) => CreatableTopicResult {
+                    topic_id: image
+                        .topic(&create.name)
+                        .map(|t| t.topic_id)
+                        .unwrap_or(Uuid::ZERO),
+                    name: create.name,
+                    error_code: refusal.error_code,
+                    error_message: Some(refusal.message),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    topic_config_error_code: refusal.error_code,
+                    configs: None,
+                },
+            });
+        }
+        for name in duplicates {
+            results.push(CreatableTopicResult {
+                name: name.to_string(),
+                error_code: errors::INVALID_REQUEST,
+                error_message: Some("Duplicate topic name.".to_string()),
+                num_partitions: -1,
+                replication_factor: -1,
+                ..Default::default()
+            });
+        }
+        Decision {
+            records: committed_unless(request.validate_only, working.records),
+            response: ResponseBody::CreateTopics(CreateTopicsResponse {
+                topics: results,
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn delete_topics(&self, image: &MetadataImage, request: &DeleteTopicsRequest) -> Decision {
+        // v6+ names topics in `topics` (by name or id); older versions in `topic_names`.
+        let mut targets: Vec<(Option<String>, Uuid)> = request
+            .topic_names
+            .iter()
+            .map(|n| (Some(n.clone()), Uuid::ZERO))
+            .collect();
+        targets.extend(request.topics.iter().map(|t| (t.name.clone(), t.topic_id)));
+        let mut working = Working::new(image);
+        let mut responses = Vec::with_capacity(targets.len());
+        for (name, id) in targets {
+            let resolved = match (&name, id) {
+                (Some(n), _) => Some(n.clone()),
+                (None, id) => working.image.topic_by_id(&id).map(|t| t.name.clone()),
+            };
+            let mut result = DeletableTopicResult {
+                name: name.clone(),
+                topic_id: id,
+                ..Default::default()
+            };
+            match resolved {
+                None => {
+                    result.error_code = errors::UNKNOWN_TOPIC_ID;
+                    result.error_message =
+                        Some("This server does not host this topic ID.".to_string());
+                }
+                Some(_) if !self.config.delete_topic_enable => {
+                    result.error_code = errors::TOPIC_DELETION_DISABLED;
+                }
+                Some(n) => match plan::plan_delete_topic(&working.image, &n) {
+                    Ok(records) => {
+                        result.topic_id = working.image.topic(&n).map_or(id, |t| t.topic_id);
+                        result.name = Some(n);
+                        working.add(records);
+                    }
+                    Err(refusal) => {
+                        result.error_code = refusal.error_code;
+                        result.error_message = Some(refusal.message);
+                    }
+                },
+            }
+            responses.push(result);
+        }
+        Decision {
+            records: working.records,
+            response: ResponseBody::DeleteTopics(DeleteTopicsResponse {
+                responses,
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn create_partitions(
+        &self,
+        image: &MetadataImage,
+        request: &CreatePartitionsRequest,
+    ) -> Decision {
+        let live = self.live_brokers(image);
+        let mut working = Working::new(image);
+        let mut results = Vec::with_capacity(request.topics.len());
+        for topic in &request.topics {
+            let assignments: Option<Vec<Vec<i32>>> = topic
+                .assignments
+                .as_ref()
+                .map(|a| a.iter().map(|x| x.broker_ids.clone()).collect());
+            let outcome = plan::plan_create_partitions(
+                &working.image,
+                &topic.name,
+                topic.count,
+                assignments.as_deref(),
+                &live,
+            );
+            let (error_code, error_message) = match outcome {
+                Ok(records) => {
+                    working.add(records);
+                    (errors::NONE, None)
+                }
+                Err(refusal) => (refusal.error_code, Some(refusal.message)),
+            };
+            results.push(CreatePartitionsTopicResult {
+                name: topic.name.clone(),
+                error_code,
+                error_message,
+            });
+        }
+        Decision {
+            records: committed_unless(request.validate_only, working.records),
+            response: ResponseBody::CreatePartitions(CreatePartitionsResponse {
+                results,
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// A broker's registration: its endpoints and rack, and a broker epoch above every one it
+    /// had, which fences requests from its earlier incarnations.
+    fn register_broker(
+        &self,
+        image: &MetadataImage,
+        request: &BrokerRegistrationRequest,
+    ) -> Decision {
+        if request.cluster_id != self.cluster_id {
+            return Decision::answer(ResponseBody::BrokerRegistration(
+                BrokerRegistrationResponse {
+                    error_code: errors::INCONSISTENT_CLUSTER_ID,
+                    broker_epoch: -1,
+                    ..Default::default()
+                },
+            ));
+        }
+        let previous = image
+            .broker(request.broker_id)
+            .map_or(-1, |b| b.broker_epoch);
+        let broker_epoch = previous.max(request.previous_broker_epoch) + 1;
+        let record = RegisterBrokerRecord {
+            broker_id: request.broker_id,
+            incarnation_id: request.incarnation_id,
+            broker_epoch,
+            endpoints: request
+                .listeners
+                .iter()
+                .map(|l| BrokerEndpoint {
+                    name: l.name.clone(),
+                    host: l.host.clone(),
+                    port: l.port,
+                    security_protocol: l.security_protocol,
+                })
+                .collect(),
+            rack: request.rack.clone(),
+        };
+        Decision {
+            records: vec![MetadataRecord::RegisterBroker(record)],
+            response: ResponseBody::BrokerRegistration(BrokerRegistrationResponse {
+                error_code: errors::NONE,
+                broker_epoch,
+                ..Default::default()
+            }),
+        }
+    }
+}
+
+/// The next block of producer ids, reserved in the metadata log so that no id is handed out
+/// twice, across restarts and controllers.
+fn allocate_producer_ids(image: &MetadataImage, request: &AllocateProducerIdsRequest) -> Decision {
+    let start = image.next_producer_id();
+    Decision {
+        records: vec![MetadataRecord::ProducerIds(ProducerIdsRecord {
+            broker_id: request.broker_id,
+            broker_epoch: request.broker_epoch,
+            next_producer_id: start + PRODUCER_ID_BLOCK as i64,
+        })],
+        response: ResponseBody::AllocateProducerIds(AllocateProducerIdsResponse {
+            error_code: errors::NONE,
+            producer_id_start: start,
+            producer_id_len: PRODUCER_ID_BLOCK,
+            ..Default::default()
+        }),
+    }
+}
+
+/// The answer to a controller request that could not be decided or committed: every entry
+/// refused with `error_code`.
+pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -> ResponseBody {
+    let message = Some(message.to_string());
+    match request {
+        ControllerApi::CreateTopics(r) => ResponseBody::CreateTopics(CreateTopicsResponse {
+            topics: r
+                .topics
+                .iter()
+                .map(|t| CreatableTopicResult {
+                    name: t.name.clone(),
+                    error_code,
+                    error_message: message.clone(),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        ControllerApi::DeleteTopics(r) => ResponseBody::DeleteTopics(DeleteTopicsResponse {
+            responses: r
+                .topic_names
+                .iter()
+                .map(|n| (Some(n.clone()), Uuid::ZERO))
+                .chain(r.topics.iter().map(|t| (t.name.clone(), t.topic_id)))
+                .map(|(name, topic_id)| DeletableTopicResult {
+                    name,
+                    topic_id,
+                    error_code,
+                    error_message: message.clone(),
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        ControllerApi::CreatePartitions(r) => {
+            ResponseBody::CreatePartitions(CreatePartitionsResponse {
+                results: r
+                    .topics
+                    .iter()
+                    .map(|t| CreatePartitionsTopicResult {
+                        name: t.name.clone(),
+                        error_code,
+                        error_message: message.clone(),
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+        }
+        ControllerApi::IncrementalAlterConfigs(r) => {
+            ResponseBody::IncrementalAlterConfigs(IncrementalAlterConfigsResponse {
+                responses: r
+                    .resources
+                    .iter()
+                    .map(|res| AlterConfigsResourceResponse {
+                        error_code,
+                        error_message: message.clone(),
+                        resource_type: res.resource_type,
+                        resource_name: res.resource_name.clone(),
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+        }
+        ControllerApi::AlterConfigs(r) => ResponseBody::AlterConfigs(AlterConfigsResponse {
+            responses: r
+                .resources
+                .iter()
+                .map(|res| LegacyResult {
+                    error_code,
+                    error_message: message.clone(),
+                    resource_type: res.resource_type,
+                    resource_name: res.resource_name.clone(),
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        ControllerApi::AllocateProducerIds(_) => {
+            ResponseBody::AllocateProducerIds(AllocateProducerIdsResponse {
+                error_code,
+                producer_id_start: -1,
+                producer_id_len: 0,
+                ..Default::default()
+            })
+        }
+        ControllerApi::BrokerRegistration(_) => {
+            ResponseBody::BrokerRegistration(BrokerRegistrationResponse {
+                error_code,
+                broker_epoch: -1,
+                ..Default::default()
+            })
+        }
+    }
+}
+
+/// A refusal as a response entry's error code and message.
+pub(crate) fn answer(outcome: Result<(), Refusal>) -> (i16, Option<String>) {
+    match outcome {
+        Ok(()) => (errors::NONE, None),
+        Err(refusal) => (refusal.error_code, Some(refusal.message)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use fjord_protocol::messages::create_topics_request::CreatableTopic;
+    use fjord_protocol::messages::delete_topics_request::DeleteTopicState;
+
+    use super::*;
+
+    fn controller() -> Controller {
+        let (config, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
+        Controller::new(Arc::new(config), "cluster".into())
+    }
+
+    /// The image after committing `records`, as the metadata log would apply them.
+    fn committed(image: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage {
+        let mut delta = MetadataDelta::new(image);
+        for record in records {
+            delta.apply(record).expect("the controller's records apply");
+        }
+        delta.finish(image.offset() + 1)
+    }
+
+    fn request(api: ControllerApi) -> ControllerRequest {
+        ControllerRequest {
+            version: 7,
+            api,
+            requester: 1,
+        }
+    }
+
+    fn ids() -> impl FnMut() -> TopicId {
+        let mut next = 0u8;
+        move || {
+            next += 1;
+            Uuid([next; 16])
+        }
+    }
+
+    /// An image with broker 1 registered.
+    fn cluster(controller: &Controller) -> MetadataImage {
+        let registration = BrokerRegistrationRequest {
+            broker_id: 1,
+            cluster_id: "cluster".into(),
+            incarnation_id: Uuid([9; 16]),
+            previous_broker_epoch: -1,
+            ..Default::default()
+        };
+        let decision = controller.decide(
+            &MetadataImage::empty(),
+            &request(ControllerApi::BrokerRegistration(registration)),
+            &mut ids(),
+        );
+        committed(&MetadataImage::empty(), &decision.records)
+    }
+
+    fn create(names: &[&str], validate_only: bool) -> ControllerApi {
+        ControllerApi::CreateTopics(CreateTopicsRequest {
+            topics: names
+                .iter()
+                .map(|n| CreatableTopic {
+                    name: n.to_string(),
+                    num_partitions: 2,
+                    replication_factor: 1,
+                    ..Default::default()
+                })
+                .collect(),
+            timeout_ms: 1000,
+            validate_only,
+        })
+    }
+
+    fn topic_errors(response: &ResponseBody) -> Vec<(String, i16)> {
+        match response {
+            ResponseBody::CreateTopics(r) => r
+                .topics
+                .iter()
+                .map(|t| (t.name.clone(), t.error_code))
+                .collect(),
+            other => panic!("not a CreateTopics answer: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn later_entries_of_one_request_see_the_earlier_ones() {
+        let controller = controller();
+        let image = cluster(&controller);
+        // "a.b" then "a_b" collide; "x" twice is a duplicate of the request itself.
+        let decision = controller.decide(
+            &image,
+            &request(create(&["a.b", "a_b", "x", "x"], false)),
+            &mut ids(),
+        );
+        assert_eq!(
+            topic_errors(&decision.response),
+            vec![
+                ("a.b".into(), errors::NONE),
+                ("a_b".into(), errors::INVALID_TOPIC_EXCEPTION),
+                ("x".into(), errors::INVALID_REQUEST),
+            ]
+        );
+        let image = committed(&image, &decision.records);
+        assert_eq!(image.topic("a.b").unwrap().partitions.len(), 2);
+        assert!(image.topic("a_b").is_none() && image.topic("x").is_none());
+        // Once committed, the same creation is refused.
+        let again = controller.decide(&image, &request(create(&["a.b"], false)), &mut ids());
+        assert_eq!(
+            topic_errors(&again.response),
+            vec![("a.b".into(), errors::TOPIC_ALREADY_EXISTS)]
+        );
+        assert!(again.records.is_empty());
+    }
+
+    #[test]
+    fn validate_only_decides_but_commits_nothing() {
+        let controller = controller();
+        let image = cluster(&controller);
+        let decision = controller.decide(&image, &request(create(&["t"], true)), &mut ids());
+        assert_eq!(
+            topic_errors(&decision.response),
+            vec![("t".into(), errors::NONE)]
+        );
+        assert!(decision.records.is_empty());
+    }
+
+    #[test]
+    fn a_topic_named_twice_in_one_deletion_is_removed_once() {
+        let controller = controller();
+        let image = cluster(&controller);
+        let created = controller.decide(&image, &request(create(&["t"], false)), &mut ids());
+        let image = committed(&image, &created.records);
+        let id = image.topic("t").unwrap().topic_id;
+        let deletion = ControllerApi::DeleteTopics(DeleteTopicsRequest {
+            topics: vec![
+                DeleteTopicState {
+                    name: Some("t".into()),
+                    topic_id: Uuid::ZERO,
+                },
+                DeleteTopicState {
+                    name: None,
+                    topic_id: id,
+                },
+            ],
+            ..Default::default()
+        });
+        let decision = controller.decide(&image, &request(deletion), &mut ids());
+        let ResponseBody::DeleteTopics(response) = &decision.response else {
+            panic!("not a DeleteTopics answer")
+        };
+        let codes: Vec<i16> = response.responses.iter().map(|r| r.error_code).collect();
+        assert_eq!(codes, vec![errors::NONE, errors::UNKNOWN_TOPIC_ID]);
+        assert_eq!(decision.records.len(), 1);
+        assert!(committed(&image, &decision.records).topic("t").is_none());
+    }
+
+    #[test]
+    fn producer_id_blocks_never_overlap() {
+        let controller = controller();
+        let mut image = cluster(&controller);
+        let mut starts = Vec::new();
+        for _ in 0..3 {
+            let api = ControllerApi::AllocateProducerIds(AllocateProducerIdsRequest {
+                broker_id: 1,
+                broker_epoch: 0,
+            });
+            let decision = controller.decide(&image, &request(api), &mut ids());
+            let ResponseBody::AllocateProducerIds(r) = &decision.response else {
+                panic!("not an AllocateProducerIds answer")
+            };
+            assert_eq!(r.producer_id_len, PRODUCER_ID_BLOCK);
+            starts.push(r.producer_id_start);
+            image = committed(&image, &decision.records);
+        }
+        let block = PRODUCER_ID_BLOCK as i64;
+        assert_eq!(
+            starts,
+            vec![starts[0], starts[0] + block, starts[0] + 2 * block]
+        );
+    }
+
+    #[test]
+    fn each_registration_gets_a_higher_broker_epoch() {
+        let controller = controller();
+        let image = cluster(&controller);
+        let first = image.broker(1).unwrap().broker_epoch;
+        let again = BrokerRegistrationRequest {
+            broker_id: 1,
+            cluster_id: "cluster".into(),
+            incarnation_id: Uuid([10; 16]),
+            previous_broker_epoch: first,
+            ..Default::default()
+        };
+        let decision = controller.decide(
+            &image,
+            &request(ControllerApi::BrokerRegistration(again.clone())),
+            &mut ids(),
+        );
+        let image = committed(&image, &decision.records);
+        assert!(image.broker(1).unwrap().broker_epoch > first);
+
+        let stranger = BrokerRegistrationRequest {
+            cluster_id: "another".into(),
+            ..again
+        };
+        let refused = controller.decide(
+            &image,
+            &request(ControllerApi::BrokerRegistration(stranger)),
+            &mut ids(),
+        );
+        assert!(refused.records.is_empty());
+        let ResponseBody::BrokerRegistration(r) = &refused.response else {
+            panic!("not a BrokerRegistration answer")
+        };
+        assert_eq!(r.error_code, errors::INCONSISTENT_CLUSTER_ID);
+    }
+
+    #[test]
+    fn an_error_response_refuses_every_entry() {
+        let api = create(&["a", "b"], false);
+        let response = error_response(&api, errors::NOT_CONTROLLER, "moved");
+        assert_eq!(
+            topic_errors(&response),
+            vec![
+                ("a".into(), errors::NOT_CONTROLLER),
+                ("b".into(), errors::NOT_CONTROLLER)
+            ]
+        );
+    }
+}
