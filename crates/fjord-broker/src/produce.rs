@@ -1,7 +1,11 @@
 //! The Produce path: validate and append on the connection's reader (in request order), then
-//! wait for group commit before answering acks=1 / acks=all.
+//! wait for group commit before answering acks=1 / acks=all, and for acks=all also for the high
+//! watermark to pass the records (every in-sync replica has them) in the partition's
+//! delayed-produce queue.
 
 use std::sync::Arc;
+
+use tokio::sync::oneshot;
 
 use fjord_protocol::messages::produce_request::ProduceRequest;
 use fjord_protocol::messages::produce_response::*;
@@ -19,6 +23,8 @@ struct PendingPartition {
     response: PartitionProduceResponse,
     /// Log and offset to make durable before answering, if the partition is in fsync mode.
     flush: Option<FlushTarget>,
+    /// acks=all: resolves when the high watermark passes the records.
+    replicated: Option<oneshot::Receiver<()>>,
 }
 
 impl Broker {
@@ -48,6 +54,7 @@ impl Broker {
                     ..Default::default()
                 };
                 let mut flush = None;
+                let mut replicated = None;
                 let outcome = if acks != 0 && acks != 1 && acks != -1 {
                     Err(PartitionError::new(
                         errors::INVALID_REQUIRED_ACKS,
@@ -73,13 +80,14 @@ impl Broker {
                                 .replicas
                                 .append(&partition, records, now)
                                 .inspect(|appended| {
+                                    let end = appended.info.last_offset + 1;
                                     if partition.durable() {
-                                        flush = Some((
-                                            partition.clone() as Arc<dyn Durable>,
-                                            appended.info.last_offset + 1,
-                                        ));
+                                        flush = Some((partition.clone() as Arc<dyn Durable>, end));
                                     } else {
                                         self.flush_if_due(&partition, now);
+                                    }
+                                    if acks == -1 {
+                                        replicated = Some(partition.delay_produce(end));
                                     }
                                 }),
                         },
@@ -109,6 +117,7 @@ impl Broker {
                     topic_index,
                     response,
                     flush,
+                    replicated,
                 });
             }
         }
@@ -150,11 +159,23 @@ impl Broker {
             });
             encode_response(api, version, correlation_id, &body)
         };
-        if pending.iter().all(|p| p.flush.is_none()) {
+        // A high watermark already past the records (page-cache mode with this broker the whole
+        // ISR) needs no wait.
+        for p in &mut pending {
+            if p.replicated.as_mut().is_some_and(|r| r.try_recv().is_ok()) {
+                p.replicated = None;
+            }
+        }
+        if pending
+            .iter()
+            .all(|p| p.flush.is_none() && p.replicated.is_none())
+        {
             return Reply::Now(finish(topics, pending));
         }
         let flusher = self.flusher.clone();
+        let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
         Reply::Later(Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + timeout;
             let mut pending = pending;
             // Every partition's flush goes to the flusher at once: one round covers them all.
             let (waiting, targets): (Vec<usize>, Vec<FlushTarget>) = pending
@@ -170,7 +191,22 @@ impl Broker {
                     p.response.error_code = errors::KAFKA_STORAGE_ERROR;
                     p.response.error_message = Some(message);
                     p.response.base_offset = -1;
+                    p.replicated = None;
                 }
+            }
+            for p in &mut pending {
+                let Some(replicated) = p.replicated.take() else {
+                    continue;
+                };
+                let refusal = match tokio::time::timeout_at(deadline, replicated).await {
+                    Ok(Ok(())) => continue,
+                    // The partition went away (deleted, or no longer led here) before the
+                    // records were replicated.
+                    Ok(Err(_)) => errors::NOT_LEADER_OR_FOLLOWER,
+                    Err(_) => errors::REQUEST_TIMED_OUT,
+                };
+                p.response.error_code = refusal;
+                p.response.base_offset = -1;
             }
             finish(topics, pending)
         }))

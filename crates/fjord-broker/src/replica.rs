@@ -5,7 +5,7 @@
 //! its log behind a mutex; only produce (append), the flusher (recovery point, high watermark)
 //! and retention mutate it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use bytes::Bytes;
@@ -14,7 +14,7 @@ use fjord_metadata::MetadataImage;
 use fjord_records::{AppendBatch, Compression, TimestampType, ValidationConfig};
 use fjord_storage::log::{AppendInfo, CompactionConfig, Log, LogConfig};
 use fjord_storage::log_manager::LogManager;
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 
 use crate::partition::{LeaderAndIsr, PartitionState};
 use fjord_common::errors;
@@ -37,6 +37,9 @@ pub struct Partition {
     /// Long-poll fetches waiting for this partition's high watermark to move (its share of
     /// Kafka's fetch purgatory): woken and cleared when it does.
     delayed_fetches: Mutex<Vec<Weak<Notify>>>,
+    /// acks=all produces waiting for the high watermark to pass their records (its share of
+    /// Kafka's produce purgatory): each answered when it does.
+    delayed_produces: Mutex<Vec<(i64, oneshot::Sender<()>)>>,
 }
 
 #[derive(Clone)]
@@ -69,12 +72,40 @@ impl Partition {
         waiting.push(Arc::downgrade(waiter));
     }
 
-    /// The high watermark moved to `hw`: into the log, and every waiting fetch is woken.
+    /// Resolves once the high watermark reaches `offset`: every in-sync replica has the records
+    /// below it (acks=all). Dropping the receiver (the request gave up) leaves a dead entry that
+    /// the next waiter clears.
+    pub fn delay_produce(&self, offset: i64) -> oneshot::Receiver<()> {
+        let (done, wait) = oneshot::channel();
+        // Held while the high watermark is read: a move that lands after the read drains the
+        // queue only after this entry is in it.
+        let mut waiting = lock(&self.delayed_produces);
+        if lock(&self.state).high_watermark() >= offset {
+            let _ = done.send(());
+        } else {
+            waiting.retain(|(_, w)| !w.is_closed());
+            waiting.push((offset, done));
+        }
+        wait
+    }
+
+    /// The high watermark moved to `hw`: into the log; every waiting fetch is woken and every
+    /// produce it covers answered.
     fn high_watermark_moved(&self, log: &mut Log, hw: i64) {
         log.set_high_watermark(hw);
         for waiter in std::mem::take(&mut *lock(&self.delayed_fetches)) {
             if let Some(waiter) = waiter.upgrade() {
                 waiter.notify_one();
+            }
+        }
+        let mut produces = lock(&self.delayed_produces);
+        if !produces.is_empty() {
+            let (done, still): (Vec<_>, Vec<_>) = std::mem::take(&mut *produces)
+                .into_iter()
+                .partition(|(offset, _)| *offset <= hw);
+            *produces = still;
+            for (_, waiter) in done {
+                let _ = waiter.send(());
             }
         }
     }
@@ -145,6 +176,8 @@ pub struct ReplicaManager {
     broker_config: Arc<BrokerConfig>,
     log_manager: LogManager,
     partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
+    /// The last image applied, which the next one is compared with.
+    applied: Mutex<Option<Arc<MetadataImage>>>,
 }
 
 fn lock_log(log: &Mutex<Log>) -> Result<std::sync::MutexGuard<'_, Log>, PartitionError> {
@@ -160,6 +193,7 @@ impl ReplicaManager {
             broker_config,
             log_manager,
             partitions: RwLock::new(HashMap::new()),
+            applied: Mutex::new(None),
         }
     }
 
@@ -207,13 +241,54 @@ impl ReplicaManager {
     }
 
     /// Brings hosted partitions in line with the image: opens or creates logs for partitions this
-    /// node leads, refreshes configs and leader epochs, deletes logs of removed topics.
-    pub fn apply_image(&self, image: &MetadataImage, now_ms: i64) -> Result<(), String> {
+    /// node leads, refreshes configs and leader epochs, deletes logs of removed topics. Only what
+    /// changed since the last image applied is touched (the metadata delta): every partition when
+    /// broker-level configs changed, else only the partitions of changed or removed topics. An
+    /// image older than the last one applied is ignored.
+    pub fn apply_image(&self, image: &Arc<MetadataImage>, now_ms: i64) -> Result<(), String> {
+        let mut applied = lock(&self.applied);
+        let scope = match applied.as_ref() {
+            Some(last) if last.offset() > image.offset() || Arc::ptr_eq(last, image) => {
+                return Ok(())
+            }
+            Some(last) => {
+                let changes = image.changes_since(last);
+                if changes.is_empty() {
+                    *applied = Some(image.clone());
+                    return Ok(());
+                }
+                (!changes.broker_configs_changed).then(|| {
+                    changes
+                        .changed_topics
+                        .into_iter()
+                        .chain(changes.removed_topics.into_iter().map(|(name, _)| name))
+                        .collect::<HashSet<String>>()
+                })
+            }
+            None => None,
+        };
+        self.apply_changes(image, scope.as_ref(), now_ms)?;
+        *applied = Some(image.clone());
+        Ok(())
+    }
+
+    /// Applies `image` to the partitions of the topics in `scope` (all: None).
+    fn apply_changes(
+        &self,
+        image: &MetadataImage,
+        scope: Option<&HashSet<String>>,
+        now_ms: i64,
+    ) -> Result<(), String> {
+        let in_scope = |topic: &str| scope.is_none_or(|s| s.contains(topic));
         let mut wanted: HashMap<TopicPartition, (Arc<TopicConfig>, TopicId, LeaderAndIsr)> =
             HashMap::new();
         // Read once: every topic's defaults layer the same broker configs.
         let dynamic = DynamicBrokerConfig::from_image(image, self.node_id);
-        for topic in image.topics() {
+        let topics: Vec<&Arc<fjord_metadata::TopicImage>> = match scope {
+            None => image.topics().collect(),
+            Some(names) => names.iter().filter_map(|n| image.topic(n)).collect(),
+        };
+        for topic in topics {
             let config = Arc::new(self.topic_config_with(image, &dynamic, &topic.name));
             for (index, partition) in topic.partitions.iter().enumerate() {
                 if partition.leader == self.node_id {
@@ -240,7 +315,7 @@ impl ReplicaManager {
             .map_err(|_| "partition map poisoned".to_string())?;
         let removed: Vec<TopicPartition> = partitions
             .keys()
-            .filter(|tp| !wanted.contains_key(*tp))
+            .filter(|tp| in_scope(&tp.topic) && !wanted.contains_key(*tp))
             .cloned()
             .collect();
         for tp in removed {
@@ -251,7 +326,7 @@ impl ReplicaManager {
         }
         // Logs on disk for partitions the image no longer has (a topic deleted while down).
         for (tp, _) in self.log_manager.all_logs() {
-            if !wanted.contains_key(&tp) && !partitions.contains_key(&tp) {
+            if in_scope(&tp.topic) && !wanted.contains_key(&tp) && !partitions.contains_key(&tp) {
                 if let Err(error) = self.log_manager.delete_log(&tp) {
                     tracing::warn!(%tp, %error, "could not delete a stray log");
                 }
@@ -369,6 +444,7 @@ impl ReplicaManager {
                             settings: Mutex::new(settings),
                             state: Mutex::new(state),
                             delayed_fetches: Mutex::new(Vec::new()),
+                            delayed_produces: Mutex::new(Vec::new()),
                         }),
                     );
                 }
@@ -554,6 +630,7 @@ mod tests {
             }),
             state: Mutex::new(PartitionState::new(1, leadership, 0, 0, 0)),
             delayed_fetches: Mutex::new(Vec::new()),
+            delayed_produces: Mutex::new(Vec::new()),
         })
     }
 
@@ -564,6 +641,75 @@ mod tests {
         partition
             .append_as_leader(&mut log, vec![builder.build().unwrap()], 0)
             .unwrap();
+    }
+
+    fn image(offset: u64, records: &[fjord_metadata::MetadataRecord]) -> Arc<MetadataImage> {
+        Arc::new(MetadataImage::from_records(offset, records).unwrap())
+    }
+
+    #[test]
+    fn images_apply_as_deltas_and_never_go_back() {
+        use fjord_common::Uuid;
+        use fjord_metadata::{ConfigRecord, MetadataRecord, PartitionRecord, TopicRecord};
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
+        let (logs, _) =
+            LogManager::open(&[dir.path().to_path_buf()], LogConfig::default(), 0).unwrap();
+        let replicas = ReplicaManager::new(1, Arc::new(broker), logs);
+        let topic = |name: &str, id: u8| {
+            MetadataRecord::Topic(TopicRecord {
+                name: name.into(),
+                topic_id: Uuid([id; 16]),
+            })
+        };
+        let partition = |id: u8, index: i32| {
+            MetadataRecord::Partition(PartitionRecord {
+                partition_id: index,
+                topic_id: Uuid([id; 16]),
+                replicas: vec![1],
+                isr: vec![1],
+                leader: 1,
+                leader_epoch: 0,
+                partition_epoch: 0,
+            })
+        };
+        let mut records = vec![
+            topic("a", 1),
+            partition(1, 0),
+            topic("b", 2),
+            partition(2, 0),
+        ];
+        let first = image(1, &records);
+        replicas.apply_image(&first, 0).unwrap();
+        let a = replicas.get("a", 0).unwrap();
+        records.push(partition(2, 1));
+        records.push(MetadataRecord::Config(ConfigRecord {
+            resource_type: fjord_metadata::CONFIG_RESOURCE_TOPIC,
+            resource_name: "a".into(),
+            name: "retention.ms".into(),
+            value: Some("1234".into()),
+        }));
+        let second = image(2, &records);
+        replicas.apply_image(&second, 0).unwrap();
+        assert!(replicas.get("b", 1).is_some());
+        assert!(
+            Arc::ptr_eq(&a, &replicas.get("a", 0).unwrap()),
+            "updated in place"
+        );
+        assert_eq!(a.config().get_i64("retention.ms"), 1234);
+        // An older image arriving late (a racing applier) changes nothing.
+        replicas.apply_image(&first, 0).unwrap();
+        assert!(replicas.get("b", 1).is_some());
+        assert_eq!(a.config().get_i64("retention.ms"), 1234);
+        // A removed topic's partitions and logs go.
+        records.push(MetadataRecord::RemoveTopic(
+            fjord_metadata::RemoveTopicRecord {
+                topic_id: Uuid([2; 16]),
+            },
+        ));
+        replicas.apply_image(&image(3, &records), 0).unwrap();
+        assert!(replicas.get("b", 0).is_none() && replicas.get("b", 1).is_none());
+        assert!(replicas.get("a", 0).is_some());
     }
 
     #[tokio::test]
@@ -589,6 +735,36 @@ mod tests {
         drop(on_b);
         b.delay_fetch(&Arc::new(Notify::new()));
         assert_eq!(b.delayed_fetches.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn an_acks_all_produce_waits_until_the_high_watermark_passes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path(), "acks", false);
+        let mut two = p.delay_produce(2);
+        let abandoned = p.delay_produce(5);
+        append(&p);
+        assert!(
+            two.try_recv().is_err(),
+            "high watermark 1 does not cover offset 1"
+        );
+        drop(abandoned);
+        append(&p);
+        assert!(two.try_recv().is_ok());
+        assert!(p
+            .delayed_produces
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(o, _)| *o == 5));
+        let mut covered = p.delay_produce(1);
+        assert!(
+            covered.try_recv().is_ok(),
+            "already below the high watermark"
+        );
+        // The next waiter clears the abandoned entry.
+        let _three = p.delay_produce(3);
+        assert_eq!(p.delayed_produces.lock().unwrap().len(), 1);
     }
 
     #[tokio::test]

@@ -267,6 +267,52 @@ fn push_configs(
     }
 }
 
+/// What differs between two images, for followers of the log that act only on what changed
+/// (brokers applying a metadata delta instead of the whole image).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageChanges {
+    /// Topics, by name, that are new or whose partitions or config overrides changed.
+    pub changed_topics: Vec<String>,
+    /// Topics gone (deleted, or replaced by a new topic of the same name): name and old id.
+    pub removed_topics: Vec<(String, Uuid)>,
+    /// Broker-level dynamic configs changed: every topic's effective settings may have.
+    pub broker_configs_changed: bool,
+}
+
+impl ImageChanges {
+    pub fn is_empty(&self) -> bool {
+        self.changed_topics.is_empty()
+            && self.removed_topics.is_empty()
+            && !self.broker_configs_changed
+    }
+}
+
+impl MetadataImage {
+    /// What changed from `older` to this image. Costs a pointer comparison per topic: a delta
+    /// shares every topic it did not touch with its base.
+    pub fn changes_since(&self, older: &MetadataImage) -> ImageChanges {
+        let mut changes = ImageChanges {
+            broker_configs_changed: self.broker_configs != older.broker_configs,
+            ..Default::default()
+        };
+        for (id, topic) in &self.topics_by_id {
+            let same = older.topics_by_id.get(id).is_some_and(|old| {
+                (Arc::ptr_eq(old, topic) || old == topic)
+                    && older.topic_configs.get(&topic.name) == self.topic_configs.get(&topic.name)
+            });
+            if !same {
+                changes.changed_topics.push(topic.name.clone());
+            }
+        }
+        for (id, topic) in &older.topics_by_id {
+            if !self.topics_by_id.contains_key(id) {
+                changes.removed_topics.push((topic.name.clone(), *id));
+            }
+        }
+        changes
+    }
+}
+
 /// Accumulates records on top of a base image and produces the next image.
 ///
 /// Each `apply` either applies one record completely or leaves the delta
@@ -596,6 +642,66 @@ mod tests {
 
     fn build(records: &[MetadataRecord]) -> Result<MetadataImage, ImageError> {
         MetadataImage::from_records(records.len() as u64, records)
+    }
+
+    fn next(image: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage {
+        let mut delta = MetadataDelta::new(image);
+        for record in records {
+            delta.apply(record).unwrap();
+        }
+        delta.finish(image.offset() + 1)
+    }
+
+    #[test]
+    fn changes_name_only_what_a_delta_touched() {
+        let base = build(&[
+            topic("a", T1),
+            partition(T1, 0, &[1], 1),
+            topic("b", T2),
+            partition(T2, 0, &[1], 1),
+        ])
+        .unwrap();
+        assert!(base.changes_since(&base).is_empty());
+        let grown = next(&base, &[partition(T2, 1, &[1], 1)]);
+        assert_eq!(
+            grown.changes_since(&base).changed_topics,
+            vec!["b".to_string()]
+        );
+        let configured = next(
+            &grown,
+            &[config(
+                CONFIG_RESOURCE_TOPIC,
+                "a",
+                "retention.ms",
+                Some("1"),
+            )],
+        );
+        let changes = configured.changes_since(&grown);
+        assert_eq!(changes.changed_topics, vec!["a".to_string()]);
+        assert!(!changes.broker_configs_changed);
+        let dynamic = next(
+            &configured,
+            &[config(
+                CONFIG_RESOURCE_BROKER,
+                "",
+                "log.retention.ms",
+                Some("5"),
+            )],
+        );
+        let changes = dynamic.changes_since(&configured);
+        assert!(changes.broker_configs_changed && changes.changed_topics.is_empty());
+        let t3 = Uuid([3; 16]);
+        let replaced = next(
+            &dynamic,
+            &[
+                MetadataRecord::RemoveTopic(RemoveTopicRecord { topic_id: T1 }),
+                topic("a", t3),
+                partition(t3, 0, &[1], 1),
+            ],
+        );
+        let changes = replaced.changes_since(&dynamic);
+        assert_eq!(changes.changed_topics, vec!["a".to_string()]);
+        assert_eq!(changes.removed_topics, vec![("a".to_string(), T1)]);
     }
 
     #[test]

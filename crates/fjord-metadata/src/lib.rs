@@ -26,7 +26,8 @@ mod types;
 
 pub use error::MetadataError;
 pub use image::{
-    BrokerRegistration, ImageError, MetadataDelta, MetadataImage, PartitionImage, TopicImage,
+    BrokerRegistration, ImageChanges, ImageError, MetadataDelta, MetadataImage, PartitionImage,
+    TopicImage,
 };
 pub use quorum::{MetadataQuorum, QuorumConfig};
 pub use record::*;
