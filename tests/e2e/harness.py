@@ -103,8 +103,14 @@ class Broker:
     def start(self, timeout_s: float = 90) -> None:
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
         self.starts += 1
+        self.spawn()
+        self.wait_ready(timeout_s)
+
+    def spawn(self) -> None:
         with open(self.log_path(), "wb") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+
+    def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while not self.ready():
             if self.proc.poll() is not None:
@@ -390,3 +396,142 @@ def check_consumed(path: Path, seed: int, acks: Dict[int, tuple], partitions: in
         seen[i] = (p, off)
         assert i > last_index.get(p, -1), f"partition {p}: record {i} stored after record {last_index[p]}"
         last_index[p] = i
+
+
+class ClusterNode(Broker):
+    """One combined (broker + controller) node of a cluster: fjord's binary or Apache Kafka, configured with the
+    same KRaft keys."""
+
+    def __init__(self, workdir: Path, node_id: int, port: int, controller_port: int, voters: str, kind: str):
+        self.kind = kind
+        self.clean_exit_codes = (0, 143) if kind == "kafka" else (0,)
+        self.workdir = workdir
+        self.data_dir = workdir / "data"
+        self.data_dirs = [self.data_dir]
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.node_id = node_id
+        self.port = port
+        self.bootstrap = f"127.0.0.1:{port}"
+        self.proc = None
+        self.starts = 0
+        self.config = workdir / "server.properties"
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://{self.bootstrap},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "3",
+            "group.initial.rebalance.delay.ms": "0",
+        }
+        if kind == "kafka":
+            props.update(
+                {
+                    "transaction.state.log.replication.factor": "1",
+                    "transaction.state.log.min.isr": "1",
+                    "share.coordinator.state.topic.replication.factor": "1",
+                    "share.coordinator.state.topic.min.isr": "1",
+                    "transaction.state.log.num.partitions": "1",
+                    "share.coordinator.state.topic.num.partitions": "1",
+                }
+            )
+            log4j = workdir / "log4j2.properties"
+            log4j.write_text(
+                "rootLogger.level=INFO\nrootLogger.appenderRef.file.ref=FILE\nappender.file.type=File\n"
+                f"appender.file.name=FILE\nappender.file.fileName={workdir / 'server.log'}\n"
+                "appender.file.layout.type=PatternLayout\nappender.file.layout.pattern=[%d] %p %m (%c)%n\n"
+            )
+            self.jvm = [java_bin(), "-Xms256m", "-Xmx512m", f"-Dlog4j2.configurationFile={log4j}", "-cp",
+                        read_classpath("kafka-broker.classpath")]
+        else:
+            self.binary = Path(os.environ.get("FJORD_BIN", REPO_ROOT / "target" / "release" / "fjord"))
+        write_properties(self.config, props)
+
+    def format(self, cluster_id: str) -> None:
+        subprocess.run(
+            self.jvm + ["kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(self.config)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            cwd=self.workdir,
+        )
+
+    def command(self) -> List[str]:
+        if self.kind == "kafka":
+            return self.jvm + ["kafka.Kafka", str(self.config)]
+        return [str(self.binary), "server", str(self.config)]
+
+    def ready(self) -> bool:
+        # Listeners accept before the node serves (it waits for the quorum); its log says when it does.
+        if self.kind == "kafka":
+            log, marker = self.workdir / "server.log", "Kafka Server started"
+        else:
+            log, marker = self.log_path(), " started elapsed_ms"
+        if not log.exists():
+            return False
+        text = log.read_text(errors="replace")
+        return text.count(marker) >= (self.starts if self.kind == "kafka" else 1)
+
+
+class Cluster:
+    """`n` combined nodes on loopback ports forming one cluster (fjord by default, Kafka with E2E_BROKER=kafka)."""
+
+    def __init__(self, workdir: Path, n: int = 3):
+        self.kind = os.environ.get("E2E_BROKER", "fjord")
+        ports = [(free_port(), free_port()) for _ in range(n)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+        self.nodes = [
+            ClusterNode(workdir / f"node-{i + 1}", i + 1, p, c, voters, self.kind) for i, (p, c) in enumerate(ports)
+        ]
+        if self.kind == "kafka":
+            cluster_id = "-"
+            while cluster_id.startswith("-"):
+                cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+            for node in self.nodes:
+                node.format(cluster_id)
+        self.bootstrap = ",".join(node.bootstrap for node in self.nodes)
+
+    def start(self, timeout_s: float = 120) -> None:
+        """Starts every node at once (a voter waits for the others), then waits for each to serve."""
+        for node in self.nodes:
+            node.starts += 1
+            node.spawn()
+        for node in self.nodes:
+            node.wait_ready(timeout_s)
+
+    def node(self, node_id: int) -> ClusterNode:
+        return self.nodes[node_id - 1]
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            if node.running():
+                node.proc.send_signal(signal.SIGTERM)
+        for node in self.nodes:
+            if node.proc is not None:
+                try:
+                    node.proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    node.proc.kill()
+                    node.proc.wait()
+
+
+def metadata_quorum_status(bootstrap: str, timeout_s: float = 60) -> Dict[str, str]:
+    """`kafka-metadata-quorum --bootstrap-server <bootstrap> describe --status` (Kafka's own tool), as a dict."""
+    proc = subprocess.run(
+        [java_bin(), "-cp", read_classpath("kafka-broker.classpath"), "org.apache.kafka.tools.MetadataQuorumCommand",
+         "--bootstrap-server", bootstrap, "describe", "--status"],
+        capture_output=True, text=True, timeout=timeout_s,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"kafka-metadata-quorum failed: {proc.stderr[-2000:]}")
+    status = {}
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition(":")
+        status[key.strip()] = value.strip()
+    return status

@@ -5,8 +5,12 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::watch;
+
 use bytes::{Bytes, BytesMut};
-use fjord_controller::{plan, ControllerApi, QuorumController};
+use fjord_controller::{plan, ControllerApi};
+
+use crate::forwarding::ControllerLink;
 use fjord_metadata::MetadataQuorum;
 use fjord_protocol::messages::allocate_producer_ids_request::AllocateProducerIdsRequest;
 use fjord_protocol::messages::api_versions_response::*;
@@ -54,6 +58,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterReplicaLogDirs, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::JoinGroup, 2, 9),
@@ -116,7 +121,7 @@ pub struct Broker {
     pub fetch_sessions: Mutex<FetchSessionCache>,
     producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
     /// The controller this broker forwards controller work to (see `forwarding`).
-    pub(crate) controller: Arc<QuorumController>,
+    pub(crate) controller: Arc<ControllerLink>,
     /// This broker's epoch, from its registration at start.
     pub broker_epoch: i64,
     /// The group coordinator shards this broker hosts.
@@ -162,7 +167,7 @@ impl Broker {
         config: Arc<BrokerConfig>,
         cluster_id: String,
         quorum: Arc<MetadataQuorum>,
-        controller: Arc<QuorumController>,
+        controller: Arc<ControllerLink>,
         broker_epoch: i64,
         replicas: Arc<ReplicaManager>,
         flusher: FlusherHandle,
@@ -255,12 +260,15 @@ impl Broker {
             RequestBody::Metadata(request) => {
                 let this = self.clone();
                 let endpoint = self.advertised(listener);
+                let listener = listener.to_string();
                 self.later(api, version, correlation_id, async move {
-                    ResponseBody::Metadata(this.metadata(request, version, endpoint).await)
+                    ResponseBody::Metadata(
+                        this.metadata(request, version, listener, endpoint).await,
+                    )
                 })
             }
             RequestBody::DescribeCluster(request) => respond(ResponseBody::DescribeCluster(
-                self.describe_cluster(&request, self.advertised(listener)),
+                self.describe_cluster(&request, listener, self.advertised(listener)),
             )),
             RequestBody::CreateTopics(request) => {
                 let this = self.clone();
@@ -273,6 +281,13 @@ impl Broker {
                 let this = self.clone();
                 self.later(api, version, correlation_id, async move {
                     this.forward(version, ControllerApi::DeleteTopics(request))
+                        .await
+                })
+            }
+            RequestBody::DescribeQuorum(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    this.forward(version, ControllerApi::DescribeQuorum(request))
                         .await
                 })
             }
@@ -335,7 +350,8 @@ impl Broker {
             }
             RequestBody::Fetch(request) => self.fetch(request, api, version, correlation_id, now),
             RequestBody::FindCoordinator(request) => {
-                let answer = self.find_coordinator(request, version, self.advertised(listener));
+                let answer =
+                    self.find_coordinator(request, version, listener, self.advertised(listener));
                 self.later(api, version, correlation_id, async move {
                     ResponseBody::FindCoordinator(answer.await)
                 })
@@ -365,20 +381,53 @@ impl Broker {
 
     // ---- Metadata -------------------------------------------------------------------------
 
+    /// Every registered broker's endpoint on `listener` (this broker's as `own`), with its
+    /// rack, in id order; a broker without that listener is left out, as Kafka does.
+    pub(crate) fn live_endpoints(
+        &self,
+        listener: &str,
+        own: (String, i32),
+    ) -> Vec<(i32, String, i32, Option<String>)> {
+        let image = self.quorum.image();
+        let mut brokers: Vec<(i32, String, i32, Option<String>)> = image
+            .brokers()
+            .filter(|b| b.broker_id != self.config.node_id)
+            .filter_map(|b| {
+                let endpoint = b.endpoints.iter().find(|e| e.name == listener)?;
+                Some((
+                    b.broker_id,
+                    endpoint.host.clone(),
+                    endpoint.port as i32,
+                    b.rack.clone(),
+                ))
+            })
+            .collect();
+        brokers.push((self.config.node_id, own.0, own.1, None));
+        brokers.sort_by_key(|b| b.0);
+        brokers
+    }
+
     async fn metadata(
         self: Arc<Self>,
         request: MetadataRequest,
         version: i16,
+        listener: String,
         (host, port): (String, i32),
     ) -> MetadataResponse {
+        let listener = listener.as_str();
         let mut response = MetadataResponse {
-            brokers: vec![MetadataResponseBroker {
-                node_id: self.config.node_id,
-                host,
-                port,
-                rack: None,
-            }],
+            brokers: self
+                .live_endpoints(listener, (host, port))
+                .into_iter()
+                .map(|(node_id, host, port, rack)| MetadataResponseBroker {
+                    node_id,
+                    host,
+                    port,
+                    rack,
+                })
+                .collect(),
             cluster_id: Some(self.cluster_id.clone()),
+            // As a KRaft broker answers: a live broker (this one), which forwards controller work.
             controller_id: self.config.node_id,
             cluster_authorized_operations: i32::MIN,
             ..Default::default()
@@ -502,7 +551,8 @@ impl Broker {
     fn describe_cluster(
         &self,
         request: &DescribeClusterRequest,
-        (host, port): (String, i32),
+        listener: &str,
+        own: (String, i32),
     ) -> DescribeClusterResponse {
         // Endpoint types as KIP-919 numbers them; a broker describes only brokers.
         const BROKER: i8 = 1;
@@ -530,12 +580,16 @@ impl Broker {
             endpoint_type: 1,
             cluster_id: self.cluster_id.clone(),
             controller_id: self.config.node_id,
-            brokers: vec![DescribeClusterBroker {
-                broker_id: self.config.node_id,
-                host,
-                port,
-                rack: None,
-            }],
+            brokers: self
+                .live_endpoints(listener, own)
+                .into_iter()
+                .map(|(broker_id, host, port, rack)| DescribeClusterBroker {
+                    broker_id,
+                    host,
+                    port,
+                    rack,
+                })
+                .collect(),
             cluster_authorized_operations: i32::MIN,
             ..Default::default()
         }
@@ -757,9 +811,14 @@ impl Broker {
 }
 
 pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {
+    api_versions_of(SUPPORTED_APIS, error_code)
+}
+
+/// An ApiVersions answer advertising `apis`.
+pub fn api_versions_of(apis: &[(ApiKey, i16, i16)], error_code: i16) -> ApiVersionsResponse {
     ApiVersionsResponse {
         error_code,
-        api_keys: SUPPORTED_APIS
+        api_keys: apis
             .iter()
             .map(|(key, min, max)| ApiVersion {
                 api_key: *key as i16,
@@ -774,18 +833,49 @@ pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {
 
 /// The network shell's handle on the broker, for the connections of one listener.
 pub struct BrokerDispatch {
-    pub broker: Arc<Broker>,
+    /// The broker, once it has started. Listeners serve from before that (a learner's
+    /// inter-broker listener carries the metadata log it needs to start); requests that arrive
+    /// earlier wait for it.
+    pub broker: watch::Receiver<Option<Arc<Broker>>>,
+    pub quorum: Arc<MetadataQuorum>,
     /// The name of the listener these connections came in on.
     pub listener: String,
+    /// The inter-broker listener: the metadata quorum's leader reaches a learner here.
+    pub carries_raft: bool,
 }
 
 impl Dispatch for BrokerDispatch {
     fn sequencing(&self, frame: &Bytes) -> Sequencing {
-        self.broker.sequencing(frame)
+        match &*self.broker.borrow() {
+            Some(broker) => broker.sequencing(frame),
+            None => Sequencing::AfterAll,
+        }
     }
 
     fn dispatch(&self, frame: Bytes, peer: SocketAddr) -> Reply {
-        self.broker.handle(frame, peer, &self.listener)
+        if self.carries_raft && fjord_metadata::is_raft_frame(&frame) {
+            return crate::controller_dispatch::raft_reply(&self.quorum, frame);
+        }
+        if let Some(broker) = &*self.broker.borrow() {
+            return broker.handle(frame, peer, &self.listener);
+        }
+        // Sequenced after all: nothing else of this connection runs before it.
+        let mut ready = self.broker.clone();
+        let listener = self.listener.clone();
+        Reply::Later(Box::pin(async move {
+            let broker = match ready.wait_for(Option::is_some).await {
+                Ok(broker) => broker.clone(),
+                Err(_) => None,
+            };
+            let Some(broker) = broker else {
+                return Response::Close("the broker stopped before it started".into());
+            };
+            match broker.handle(frame, peer, &listener) {
+                Reply::Now(response) => response,
+                Reply::Later(future) => future.await,
+                Reply::Close(message) => Response::Close(message),
+            }
+        }))
     }
 }
 

@@ -1,12 +1,18 @@
 //! Controller work received by this broker (CreateTopics, DeleteTopics, CreatePartitions,
 //! config changes) or needed by it (producer-id blocks, its registration, internal topics) goes
 //! to the active controller, as KRaft brokers forward it; the answer comes back as the
-//! controller gave it. The controller runs on this node today (a one-node quorum); forwarding
-//! over the controller listener joins when the quorum has several voters.
+//! controller gave it. [`ControllerLink`] finds the active controller (the quorum's leader):
+//! this node's own `QuorumController` when it leads, else the leader's controller listener.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use fjord_controller::{ControllerApi, ControllerRequest};
+use fjord_client::{ClientConfig, Connection};
+use fjord_controller::{
+    is_not_controller, ControllerApi, ControllerError, ControllerRequest, QuorumController,
+};
+use fjord_metadata::MetadataQuorum;
 use fjord_protocol::messages::create_topics_request::{
     CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
 };
@@ -26,6 +32,112 @@ pub(crate) struct InternalTopic {
 
 /// The CreateTopics version the broker's own creations are made at.
 const CREATE_TOPICS_VERSION: i16 = 7;
+
+/// How long a request keeps looking for the active controller (through elections, a quorum
+/// without a majority) before it is answered REQUEST_TIMED_OUT.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause between attempts while no controller is active.
+const RETRY_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The way to the active controller.
+pub struct ControllerLink {
+    node_id: i32,
+    quorum: Arc<MetadataQuorum>,
+    /// This node's controller, if it has the controller role.
+    local: Option<Arc<QuorumController>>,
+    /// Every voter's controller listener, by node id.
+    voters: BTreeMap<i32, String>,
+    /// The connection to the last remote controller used.
+    remote: tokio::sync::Mutex<Option<(i32, Connection)>>,
+}
+
+impl ControllerLink {
+    pub fn new(
+        node_id: i32,
+        quorum: Arc<MetadataQuorum>,
+        local: Option<Arc<QuorumController>>,
+        voters: BTreeMap<i32, String>,
+    ) -> Self {
+        ControllerLink {
+            node_id,
+            quorum,
+            local,
+            voters,
+            remote: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Sends `request` to the active controller, following leadership as it moves, and
+    /// answers what the controller answered. Fails after [`FORWARD_TIMEOUT`] without one.
+    pub async fn call(&self, request: ControllerRequest) -> Result<ResponseBody, ControllerError> {
+        let deadline = Instant::now() + FORWARD_TIMEOUT;
+        let mut last_error = ControllerError::NotController { leader: None };
+        while Instant::now() < deadline {
+            let leader = self.quorum.leader().and_then(|id| i32::try_from(id).ok());
+            let attempt = match (leader, &self.local) {
+                (Some(id), Some(local)) if id == self.node_id => local.call(request.clone()).await,
+                (Some(id), _) if id != self.node_id => self.call_remote(id, &request).await,
+                _ => Err(ControllerError::NotController { leader: None }),
+            };
+            match attempt {
+                Err(e @ (ControllerError::NotController { .. } | ControllerError::Quorum(_))) => {
+                    last_error = e;
+                    tokio::time::sleep(RETRY_BACKOFF).await;
+                }
+                other => return other,
+            }
+        }
+        Err(match last_error {
+            ControllerError::NotController { .. } => ControllerError::Timeout(FORWARD_TIMEOUT),
+            other => other,
+        })
+    }
+
+    /// One attempt at the controller on node `id`, over its controller listener.
+    async fn call_remote(
+        &self,
+        id: i32,
+        request: &ControllerRequest,
+    ) -> Result<ResponseBody, ControllerError> {
+        let unreachable = |e: String| ControllerError::Quorum(format!("controller {id}: {e}"));
+        let addr = self
+            .voters
+            .get(&id)
+            .ok_or_else(|| unreachable("not in controller.quorum.voters".into()))?;
+        let mut remote = self.remote.lock().await;
+        if !matches!(&*remote, Some((at, c)) if *at == id && c.is_usable()) {
+            let config = ClientConfig {
+                client_id: forwarding_client_id(self.node_id),
+                connect_timeout: Duration::from_secs(2),
+                request_timeout: FORWARD_TIMEOUT,
+                ..ClientConfig::default()
+            };
+            let connection = Connection::connect(addr, &config)
+                .await
+                .map_err(|e| unreachable(e.to_string()))?;
+            *remote = Some((id, connection));
+        }
+        let Some((_, connection)) = remote.as_mut() else {
+            return Err(unreachable("no connection".into()));
+        };
+        let response = connection
+            .send_at(request.version, request.api.clone().into_body())
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        if is_not_controller(&response) {
+            return Err(ControllerError::NotController { leader: None });
+        }
+        Ok(response)
+    }
+}
+
+/// The client id a broker forwards under: the controller reads the requesting broker from it.
+pub fn forwarding_client_id(node_id: i32) -> String {
+    format!("{FORWARDING_CLIENT_PREFIX}{node_id}")
+}
+
+/// See [`forwarding_client_id`].
+pub const FORWARDING_CLIENT_PREFIX: &str = "fjord-broker-";
 
 impl Broker {
     /// Sends `api` (a request at `version`) to the active controller and returns its answer;

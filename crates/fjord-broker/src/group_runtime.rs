@@ -133,12 +133,21 @@ impl GroupRuntime {
         Ok(())
     }
 
-    /// True once every `__consumer_offsets` partition has a loaded shard.
+    /// True once every `__consumer_offsets` partition this broker leads has a loaded shard (and
+    /// the topic exists: some broker leads each of its partitions).
     pub fn all_loaded(&self) -> bool {
-        self.shards
-            .lock()
-            .map(|s| s.len() >= self.num_partitions.max(0) as usize)
-            .unwrap_or(false)
+        let Ok(shards) = self.shards.lock() else {
+            return false;
+        };
+        (0..self.num_partitions)
+            .all(|p| shards.contains_key(&p) || self.replicas.get(OFFSETS_TOPIC, p).is_none())
+            && self.offsets_topic_exists()
+    }
+
+    fn offsets_topic_exists(&self) -> bool {
+        self.replicas
+            .applied_image()
+            .is_some_and(|image| image.topic(OFFSETS_TOPIC).is_some())
     }
 
     fn shard(&self, partition: i32) -> Option<Arc<Mutex<Shard>>> {
@@ -163,6 +172,14 @@ impl GroupRuntime {
         topics: &Topics,
         client: &ClientInfo,
     ) -> GroupAnswer {
+        if self.shard(partition).is_none() {
+            // Its `__consumer_offsets` partition is led elsewhere (or nowhere yet): the client
+            // asks FindCoordinator again.
+            let answer =
+                fjord_group::refusal(version, &request, fjord_common::errors::NOT_COORDINATOR)
+                    .ok_or_else(|| format!("{} is not a group request", request.api_key().name()));
+            return Box::pin(async move { answer });
+        }
         let started = self.run_on_shard(partition, version, request, topics, client);
         let this = self.clone();
         Box::pin(async move {

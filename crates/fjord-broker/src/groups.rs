@@ -74,9 +74,11 @@ impl Broker {
         self: &Arc<Self>,
         request: FindCoordinatorRequest,
         version: i16,
-        (host, port): (String, i32),
+        listener: &str,
+        own: (String, i32),
     ) -> impl std::future::Future<Output = FindCoordinatorResponse> + Send + 'static {
         let this = self.clone();
+        let listener = listener.to_string();
         async move {
             let keys: Vec<String> = if version >= 4 {
                 request.coordinator_keys.clone()
@@ -106,14 +108,37 @@ impl Broker {
                             Some(format!("unknown key type {}", request.key_type)),
                         ),
                     };
-                    let ok = error_code == errors::NONE;
-                    Coordinator {
-                        key: key.clone(),
-                        node_id: if ok { this.config.node_id } else { -1 },
-                        host: if ok { host.clone() } else { String::new() },
-                        port: if ok { port } else { -1 },
-                        error_code,
-                        error_message,
+                    // The coordinator is the leader of the group's `__consumer_offsets`
+                    // partition, reached on the listener this request came in on.
+                    let leader = (error_code == errors::NONE)
+                        .then(|| this.offsets_leader(this.groups.partition_of(key)))
+                        .flatten()
+                        .and_then(|id| {
+                            this.live_endpoints(&listener, own.clone())
+                                .into_iter()
+                                .find(|b| b.0 == id)
+                        });
+                    match leader {
+                        Some((node_id, host, port, _)) => Coordinator {
+                            key: key.clone(),
+                            node_id,
+                            host,
+                            port,
+                            error_code,
+                            error_message,
+                        },
+                        None => Coordinator {
+                            key: key.clone(),
+                            node_id: -1,
+                            host: String::new(),
+                            port: -1,
+                            error_code: if error_code == errors::NONE {
+                                errors::COORDINATOR_NOT_AVAILABLE
+                            } else {
+                                error_code
+                            },
+                            error_message,
+                        },
                     }
                 })
                 .collect();
@@ -134,6 +159,17 @@ impl Broker {
                 }
             }
         }
+    }
+
+    /// The leader of `__consumer_offsets` partition `partition`, if it has one.
+    fn offsets_leader(&self, partition: i32) -> Option<i32> {
+        let image = self.quorum.image();
+        let leader = image
+            .topic(OFFSETS_TOPIC)?
+            .partitions
+            .get(usize::try_from(partition).ok()?)?
+            .leader;
+        (leader >= 0).then_some(leader)
     }
 
     /// Routes a group request to its shard. Once the coordinator is loaded the request runs on

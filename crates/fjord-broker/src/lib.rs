@@ -2,6 +2,7 @@
 //! and the network shell. `run` starts it all and returns after a clean shutdown.
 
 pub mod broker;
+mod controller_dispatch;
 mod fetch;
 pub mod fetch_session;
 pub mod flusher;
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fjord_controller::{Controller, ControllerApi, ControllerRequest, QuorumController};
-use fjord_metadata::MetadataQuorum;
+use fjord_metadata::{MetadataQuorum, QuorumConfig, QuorumPeers};
 use fjord_protocol::messages::broker_registration_request::{
     BrokerRegistrationRequest, Listener as RegistrationListener,
 };
@@ -32,6 +33,7 @@ use fjord_storage::LogCleaner;
 use tokio::sync::watch;
 
 use crate::broker::{now_ms, Broker, BrokerDispatch};
+use crate::controller_dispatch::ControllerDispatch;
 use crate::network::NetworkConfig;
 use fjord_config::BrokerConfig;
 
@@ -74,7 +76,7 @@ fn check_log_dirs(config: &BrokerConfig) -> Result<String, BrokerError> {
             None => missing.push(dir.clone()),
         }
     }
-    let cluster_id = cluster_id.unwrap_or_else(new_cluster_id);
+    let cluster_id = cluster_id.unwrap_or_else(|| new_cluster_id(config));
     for dir in missing {
         let props = MetaProperties {
             version: MetaPropertiesVersion::V1,
@@ -92,8 +94,23 @@ fn check_log_dirs(config: &BrokerConfig) -> Result<String, BrokerError> {
     Ok(cluster_id)
 }
 
-fn new_cluster_id() -> String {
-    random_uuid_text()
+/// The id of a cluster started without `cluster.id` and without a `kafka-storage format`: a node
+/// of a quorum derives it from the voters, so every node of that quorum agrees on it without
+/// asking; a node alone takes a random one.
+fn new_cluster_id(config: &BrokerConfig) -> String {
+    if config.cluster.voters.is_empty() {
+        return random_uuid_text();
+    }
+    let mut voters: Vec<String> = config
+        .cluster
+        .voters
+        .iter()
+        .map(|v| format!("{}@{}:{}", v.id, v.host, v.port))
+        .collect();
+    voters.sort();
+    let name = format!("fjord-cluster:{}", voters.join(","));
+    let id = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, name.as_bytes());
+    fjord_common::Uuid(*id.as_bytes()).to_string()
 }
 
 /// A random (version 4) UUID: topic ids, incarnation ids, directory ids.
@@ -117,6 +134,182 @@ pub async fn run(
     let cluster_id = check_log_dirs(&config)?;
     tracing::info!(node_id = config.node_id, %cluster_id, log_dirs = ?config.log_dirs, "starting fjord");
 
+    let metadata_dir = config.metadata_log_dir.join(METADATA_DIR_NAME);
+    let peers = QuorumPeers {
+        voters: config
+            .cluster
+            .voters
+            .iter()
+            .map(|v| (v.id as u64, format!("{}:{}", v.host, v.port)))
+            .collect(),
+    };
+    let quorum = MetadataQuorum::start_with_config(
+        &metadata_dir,
+        config.node_id as u64,
+        &cluster_id,
+        peers,
+        QuorumConfig::default(),
+    )
+    .await
+    .map_err(|e| startup(format!("metadata log at {}: {e}", metadata_dir.display())))?;
+    let quorum = Arc::new(quorum);
+    let (controller, controller_task) = if config.cluster.controller {
+        let (controller, task) = QuorumController::start(
+            Controller::new(config.clone(), cluster_id.clone()),
+            quorum.clone(),
+            CONTROLLER_COMMIT_TIMEOUT,
+        );
+        (Some(Arc::new(controller)), Some(task))
+    } else {
+        (None, None)
+    };
+
+    // Every listener serves from here on: voters need each other's raft RPCs to elect a leader,
+    // and a learner needs the leader's to catch up, before this node can register as a broker.
+    // Broker requests wait (their connections are refused) until the broker is up.
+    let network_config = NetworkConfig {
+        socket_request_max_bytes: config.socket_request_max_bytes,
+        connections_max_idle_ms: config.connections_max_idle_ms,
+    };
+    let (ready, broker_rx) = watch::channel::<Option<Arc<Broker>>>(None);
+    let mut servers = Vec::new();
+    for listener in &config.listeners {
+        let address = format!("{}:{}", listener.host, listener.port);
+        let socket = tokio::net::TcpListener::bind(&address).await.map_err(|e| {
+            startup(format!(
+                "cannot listen on {} ({address}): {e}",
+                listener.name
+            ))
+        })?;
+        tracing::info!(listener = %listener.name, address = %socket.local_addr().map(|a| a.to_string()).unwrap_or(address), "listening");
+        let dispatch: Arc<dyn network::Dispatch> = match (
+            &controller,
+            config.cluster.is_controller_listener(&listener.name),
+        ) {
+            (Some(controller), true) => Arc::new(ControllerDispatch {
+                quorum: quorum.clone(),
+                controller: controller.clone(),
+                config: config.clone(),
+                cluster_id: cluster_id.clone(),
+            }),
+            _ => Arc::new(BrokerDispatch {
+                broker: broker_rx.clone(),
+                quorum: quorum.clone(),
+                listener: listener.name.clone(),
+                carries_raft: listener.name == config.cluster.inter_broker_listener_name,
+            }),
+        };
+        servers.push(tokio::spawn(network::serve(
+            socket,
+            dispatch,
+            network_config.clone(),
+            shutdown.clone(),
+        )));
+    }
+
+    let serving = if config.cluster.broker {
+        start_broker(
+            &config,
+            cluster_id,
+            quorum.clone(),
+            controller.clone(),
+            &ready,
+            shutdown.clone(),
+        )
+        .await?
+    } else {
+        None
+    };
+    if serving.is_some() || !config.cluster.broker {
+        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "started");
+    }
+    // Requests that waited for a broker that never started are refused now.
+    let ready = serving.is_some().then_some(ready);
+    drop(broker_rx);
+
+    let _ = shutdown.wait_for(|stop| *stop).await;
+    tracing::info!("shutting down: no new connections; finishing in-flight requests");
+    for server in servers {
+        let _ = server.await;
+    }
+    // The broker's last holders are gone with the connections; this one goes before its parts.
+    drop(ready);
+    if let Some(serving) = serving {
+        serving.stop().await?;
+    }
+    drop(controller);
+    if let Some(task) = controller_task {
+        let _ = task.await;
+    }
+    match Arc::try_unwrap(quorum) {
+        Ok(quorum) => quorum.shutdown().await.map_err(startup)?,
+        Err(_) => tracing::warn!("metadata quorum still in use at shutdown"),
+    }
+    tracing::info!("clean shutdown complete");
+    Ok(())
+}
+
+/// The broker role's parts, running; `stop` shuts them down in order.
+struct Serving {
+    broker: Arc<Broker>,
+    replicas: Arc<replica::ReplicaManager>,
+    groups: Arc<group_runtime::GroupRuntime>,
+    flusher: flusher::FlusherHandle,
+    flusher_task: tokio::task::JoinHandle<()>,
+    cleaner: Arc<LogCleaner>,
+    log_dir_mover: Arc<log_dir_mover::LogDirMover>,
+    image_task: tokio::task::JoinHandle<()>,
+    housekeeping: tokio::task::JoinHandle<()>,
+    group_timers: tokio::task::JoinHandle<()>,
+}
+
+impl Serving {
+    async fn stop(self) -> Result<(), BrokerError> {
+        let Serving {
+            broker,
+            replicas,
+            groups,
+            flusher,
+            flusher_task,
+            cleaner,
+            log_dir_mover,
+            image_task,
+            housekeeping,
+            group_timers,
+        } = self;
+        let _ = housekeeping.await;
+        let _ = group_timers.await;
+        drop(groups);
+        image_task.abort();
+        drop(broker);
+        drop(flusher);
+        let _ = tokio::time::timeout(Duration::from_secs(30), flusher_task).await;
+        // A pass under way stops before its next swap; the cleaner holds the logs until then. A
+        // move's step under way finishes (a swap included).
+        let _ = tokio::task::spawn_blocking(move || {
+            cleaner.shutdown();
+            log_dir_mover.shutdown();
+        })
+        .await;
+        replicas.log_manager().shutdown().map_err(startup)?;
+        Ok(())
+    }
+}
+
+/// How often start-up reports that it still waits for the metadata quorum.
+const QUORUM_WAIT_REPORT: Duration = Duration::from_secs(10);
+
+/// Starts the broker role: waits for the metadata quorum, registers with the active controller,
+/// waits to see its registration in its own image, then opens the partitions it leads and
+/// publishes the broker in `ready`. None if shut down while waiting.
+async fn start_broker(
+    config: &Arc<BrokerConfig>,
+    cluster_id: String,
+    quorum: Arc<MetadataQuorum>,
+    local_controller: Option<Arc<QuorumController>>,
+    ready: &watch::Sender<Option<Arc<Broker>>>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<Option<Serving>, BrokerError> {
     let load_started = Instant::now();
     let (log_manager, report) =
         LogManager::open(&config.log_dirs, LogConfig::default(), now_ms()).map_err(startup)?;
@@ -131,18 +324,47 @@ pub async fn run(
         "logs loaded"
     );
 
-    let metadata_dir = config.metadata_log_dir.join(METADATA_DIR_NAME);
-    let quorum = MetadataQuorum::start(&metadata_dir, config.node_id as u64, &cluster_id)
-        .await
-        .map_err(|e| startup(format!("metadata log at {}: {e}", metadata_dir.display())))?;
-    let quorum = Arc::new(quorum);
-    let (controller, controller_task) = QuorumController::start(
-        Controller::new(config.clone(), cluster_id.clone()),
+    let voters = config
+        .cluster
+        .voters
+        .iter()
+        .map(|v| (v.id, format!("{}:{}", v.host, v.port)))
+        .collect();
+    let controller = Arc::new(forwarding::ControllerLink::new(
+        config.node_id,
         quorum.clone(),
-        CONTROLLER_COMMIT_TIMEOUT,
-    );
-    let controller = Arc::new(controller);
-    let broker_epoch = register_broker(&controller, &config, &cluster_id).await?;
+        local_controller,
+        voters,
+    ));
+    let broker_epoch = loop {
+        if *shutdown.borrow() {
+            return Ok(None);
+        }
+        match quorum.caught_up(QUORUM_WAIT_REPORT).await {
+            Err(_) => tracing::info!("waiting for the metadata quorum to elect a leader"),
+            Ok(()) => match register_broker(&controller, config, &cluster_id).await {
+                Ok(epoch) => break epoch,
+                Err(error) => tracing::warn!(%error, "registration failed; retrying"),
+            },
+        }
+    };
+    // Wait to see our own registration: the local image is then at least as new as the
+    // controller's when it registered us.
+    let mut images = quorum.subscribe();
+    loop {
+        let registered = images
+            .borrow_and_update()
+            .broker(config.node_id)
+            .is_some_and(|b| b.broker_epoch >= broker_epoch);
+        if registered {
+            break;
+        }
+        tokio::select! {
+            changed = images.changed() => if changed.is_err() { return Ok(None) },
+            _ = shutdown.changed() => return Ok(None),
+        }
+    }
+    tracing::info!(broker_epoch, "registered with the controller");
 
     let replicas = Arc::new(replica::ReplicaManager::new(
         config.node_id,
@@ -177,7 +399,7 @@ pub async fn run(
         .and_then(|v| v.parse().ok())
         .unwrap_or(50);
     let groups = Arc::new(group_runtime::GroupRuntime::new(
-        group_config(&config),
+        group_config(config),
         offsets_partitions,
         replicas.clone(),
         flusher.clone(),
@@ -244,61 +466,26 @@ pub async fn run(
         shutdown.clone(),
     ));
 
-    let network_config = NetworkConfig {
-        socket_request_max_bytes: config.socket_request_max_bytes,
-        connections_max_idle_ms: config.connections_max_idle_ms,
-    };
-    let mut servers = Vec::new();
-    for listener in &config.listeners {
-        let address = format!("{}:{}", listener.host, listener.port);
-        let socket = tokio::net::TcpListener::bind(&address).await.map_err(|e| {
-            startup(format!(
-                "cannot listen on {} ({address}): {e}",
-                listener.name
-            ))
-        })?;
-        tracing::info!(listener = %listener.name, address = %socket.local_addr().map(|a| a.to_string()).unwrap_or(address), "listening");
-        servers.push(tokio::spawn(network::serve(
-            socket,
-            Arc::new(BrokerDispatch {
-                broker: broker.clone(),
-                listener: listener.name.clone(),
-            }),
-            network_config.clone(),
-            shutdown.clone(),
-        )));
+    // Producers that expired while the broker was down go before the first request, as Kafka
+    // drops them when it loads producer state.
+    for partition in replicas.all() {
+        if let Ok(mut log) = partition.log.lock() {
+            log.remove_expired_producers(now_ms(), config.producer_id_expiration_ms);
+        }
     }
-    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "started");
-
-    let _ = shutdown.wait_for(|stop| *stop).await;
-    tracing::info!("shutting down: no new connections; finishing in-flight requests");
-    for server in servers {
-        let _ = server.await;
-    }
-    let _ = housekeeping.await;
-    let _ = group_timers.await;
-    drop(groups);
-    image_task.abort();
-    drop(broker);
-    drop(controller);
-    let _ = controller_task.await;
-    drop(flusher);
-    let _ = tokio::time::timeout(Duration::from_secs(30), flusher_task).await;
-    // A pass under way stops before its next swap; the cleaner holds the logs until then. A
-    // move's step under way finishes (a swap included).
-    let _ = tokio::task::spawn_blocking(move || {
-        cleaner.shutdown();
-        log_dir_mover.shutdown();
-    })
-    .await;
-    replicas.log_manager().shutdown().map_err(startup)?;
-    drop(replicas);
-    match Arc::try_unwrap(quorum) {
-        Ok(quorum) => quorum.shutdown().await.map_err(startup)?,
-        Err(_) => tracing::warn!("metadata quorum still in use at shutdown"),
-    }
-    tracing::info!("clean shutdown complete");
-    Ok(())
+    ready.send_replace(Some(broker.clone()));
+    Ok(Some(Serving {
+        broker,
+        replicas,
+        groups,
+        flusher,
+        flusher_task,
+        cleaner,
+        log_dir_mover,
+        image_task,
+        housekeeping,
+        group_timers,
+    }))
 }
 
 /// Dynamic broker configs changed: the cleaner takes its new settings (its threads restart), the
@@ -408,7 +595,7 @@ fn group_config(config: &BrokerConfig) -> fjord_group::GroupConfig {
 /// Registers this broker with the controller, once per start: its endpoints, rack and a new
 /// incarnation id. Answers the broker epoch the controller gave it.
 async fn register_broker(
-    controller: &QuorumController,
+    controller: &forwarding::ControllerLink,
     config: &BrokerConfig,
     cluster_id: &str,
 ) -> Result<i64, BrokerError> {
@@ -470,11 +657,11 @@ async fn housekeeping(
         Duration::from_millis(config.producer_id_expiration_check_interval_ms.max(1) as u64);
     let mut retention = tokio::time::interval(retention_every);
     let mut checkpoint = tokio::time::interval(checkpoint_every);
-    // Its first tick is now: producers that expired while the broker was down go at start, as
-    // Kafka drops them when it loads producer state.
+    // Producers that expired while the broker was down went before it started serving.
     let mut producer_expiry = tokio::time::interval(producer_expiry_every);
     retention.tick().await;
     checkpoint.tick().await;
+    producer_expiry.tick().await;
     loop {
         tokio::select! {
             // Both touch the disk (renames, fsyncs): off the runtime's worker threads, so that a

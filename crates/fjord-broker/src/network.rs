@@ -116,7 +116,7 @@ enum Outgoing {
 
 /// Serves one bound listener until `shutdown` turns true. Returns when the accept loop has stopped
 /// and every connection has finished its in-flight requests.
-pub async fn serve<D: Dispatch>(
+pub async fn serve<D: Dispatch + ?Sized>(
     listener: TcpListener,
     dispatcher: Arc<D>,
     config: NetworkConfig,
@@ -249,7 +249,7 @@ async fn send_file_slice(writer: &mut OwnedWriteHalf, slice: &FileSlice) -> Resu
     Ok(())
 }
 
-async fn serve_connection<D: Dispatch>(
+async fn serve_connection<D: Dispatch + ?Sized>(
     stream: TcpStream,
     peer: SocketAddr,
     dispatcher: Arc<D>,

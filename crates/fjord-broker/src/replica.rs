@@ -176,8 +176,10 @@ pub struct ReplicaManager {
     broker_config: Arc<BrokerConfig>,
     log_manager: LogManager,
     partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
-    /// The last image applied, which the next one is compared with.
+    /// The last image applied, which the next one is compared with; held through an apply.
     applied: Mutex<Option<Arc<MetadataImage>>>,
+    /// The same image, for readers that must not wait for an apply under way.
+    current: RwLock<Option<Arc<MetadataImage>>>,
 }
 
 fn lock_log(log: &Mutex<Log>) -> Result<std::sync::MutexGuard<'_, Log>, PartitionError> {
@@ -194,7 +196,13 @@ impl ReplicaManager {
             log_manager,
             partitions: RwLock::new(HashMap::new()),
             applied: Mutex::new(None),
+            current: RwLock::new(None),
         }
+    }
+
+    /// The last metadata image the partitions were brought in line with.
+    pub fn applied_image(&self) -> Option<Arc<MetadataImage>> {
+        self.current.read().ok()?.clone()
     }
 
     pub fn log_manager(&self) -> &LogManager {
@@ -255,6 +263,9 @@ impl ReplicaManager {
                 let changes = image.changes_since(last);
                 if changes.is_empty() {
                     *applied = Some(image.clone());
+                    if let Ok(mut current) = self.current.write() {
+                        *current = Some(image.clone());
+                    }
                     return Ok(());
                 }
                 (!changes.broker_configs_changed).then(|| {
@@ -269,6 +280,9 @@ impl ReplicaManager {
         };
         self.apply_changes(image, scope.as_ref(), now_ms)?;
         *applied = Some(image.clone());
+        if let Ok(mut current) = self.current.write() {
+            *current = Some(image.clone());
+        }
         Ok(())
     }
 

@@ -914,10 +914,6 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
 /// Broker keys fjord accepts, so that Kafka's own config files start it, but does not act upon
 /// yet; each one set is named in a warning at start. (The cluster keys come with clustering.)
 const NOT_ACTED_UPON: &[&str] = &[
-    "process.roles",
-    "controller.quorum.voters",
-    "controller.quorum.bootstrap.servers",
-    "inter.broker.listener.name",
     "log.roll.jitter.ms",
     "log.roll.jitter.hours",
     "log.flush.scheduler.interval.ms",
@@ -938,6 +934,178 @@ const NOT_ACTED_UPON: &[&str] = &[
     "transaction.state.log.min.isr",
     "group.coordinator.rebalance.protocols",
 ];
+
+/// One voter of the controller quorum, as `controller.quorum.voters` names it (`id@host:port`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Voter {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+}
+
+/// This node's part in the cluster, from Kafka's KRaft keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// `process.roles` has `broker`: this node hosts partitions and serves clients.
+    pub broker: bool,
+    /// `process.roles` has `controller`: this node is a voter of the metadata quorum.
+    pub controller: bool,
+    /// `controller.quorum.voters`, by id. Empty: no quorum configured — this node is a cluster of
+    /// one, its own lone voter (a bare `fjord server`).
+    pub voters: Vec<Voter>,
+    /// `controller.listener.names`: the listeners controllers are reached on.
+    pub controller_listener_names: Vec<String>,
+    /// The listener other nodes reach this broker on: `inter.broker.listener.name`, else the
+    /// first listener that is not a controller listener.
+    pub inter_broker_listener_name: String,
+}
+
+impl ClusterConfig {
+    /// Checks the KRaft keys together, as Kafka does at start.
+    fn from_properties(
+        node_id: i32,
+        listeners: &[Listener],
+        get: &dyn Fn(&str) -> String,
+    ) -> Result<ClusterConfig, ConfigError> {
+        let roles_value = get("process.roles");
+        let roles = split_list(&roles_value);
+        if roles.is_empty() {
+            return Err(invalid(
+                "process.roles",
+                &roles_value,
+                "must name broker, controller or both",
+            ));
+        }
+        let (broker, controller) = (roles.contains(&"broker"), roles.contains(&"controller"));
+        let voters_value = get("controller.quorum.voters");
+        let mut voters: Vec<Voter> = Vec::new();
+        for item in split_list(&voters_value) {
+            let bad = |why: &str| {
+                invalid(
+                    "controller.quorum.voters",
+                    &voters_value,
+                    format!("{item:?} {why}; expected id@host:port"),
+                )
+            };
+            let (id, address) = item.split_once('@').ok_or_else(|| bad("has no '@'"))?;
+            let id: i32 = id.trim().parse().map_err(|_| bad("has no valid node id"))?;
+            let (host, port) = address.rsplit_once(':').ok_or_else(|| bad("has no port"))?;
+            let port: u16 = port.parse().map_err(|_| bad("has an invalid port"))?;
+            let host = host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            if id < 0 || host.is_empty() {
+                return Err(bad("is incomplete"));
+            }
+            if voters.iter().any(|v| v.id == id) {
+                return Err(invalid(
+                    "controller.quorum.voters",
+                    &voters_value,
+                    format!("node id {id} appears twice"),
+                ));
+            }
+            voters.push(Voter { id, host, port });
+        }
+        if voters.is_empty() && !get("controller.quorum.bootstrap.servers").is_empty() {
+            return Err(invalid(
+                "controller.quorum.bootstrap.servers",
+                &get("controller.quorum.bootstrap.servers"),
+                "a dynamic quorum (KIP-853) is not supported by fjord yet; name the voters in controller.quorum.voters",
+            ));
+        }
+        let names_value = get("controller.listener.names");
+        let controller_listener_names: Vec<String> = split_list(&names_value)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let is_controller_listener = |l: &Listener| controller_listener_names.contains(&l.name);
+        if !voters.is_empty() {
+            if controller_listener_names.is_empty() {
+                return Err(invalid(
+                    "controller.listener.names",
+                    &names_value,
+                    "must be set when controller.quorum.voters is",
+                ));
+            }
+            if controller && !voters.iter().any(|v| v.id == node_id) {
+                return Err(invalid(
+                    "controller.quorum.voters",
+                    &voters_value,
+                    format!("this node has the controller role, so its node.id {node_id} must be one of the voters"),
+                ));
+            }
+            if !controller && voters.iter().any(|v| v.id == node_id) {
+                return Err(invalid(
+                    "process.roles",
+                    &roles_value,
+                    format!("node {node_id} is a voter in controller.quorum.voters, so it must have the controller role"),
+                ));
+            }
+            if controller && !listeners.iter().any(is_controller_listener) {
+                return Err(invalid(
+                    "listeners",
+                    &get("listeners"),
+                    format!("a controller must listen on one of controller.listener.names ({names_value})"),
+                ));
+            }
+            if !controller && listeners.iter().any(is_controller_listener) {
+                return Err(invalid(
+                    "listeners",
+                    &get("listeners"),
+                    format!("controller.listener.names ({names_value}) must not appear in listeners on a node without the controller role"),
+                ));
+            }
+        } else if !(broker && controller) {
+            return Err(invalid(
+                "controller.quorum.voters",
+                &voters_value,
+                "a node with only one role needs the controller quorum named",
+            ));
+        }
+        let inter_value = get("inter.broker.listener.name");
+        // A controller without the broker role still names the listener brokers are reached on
+        // (it tells each learner's address from it): as set, else Kafka's PLAINTEXT.
+        let inter_broker_listener_name = if !broker {
+            if inter_value.is_empty() {
+                "PLAINTEXT".to_string()
+            } else {
+                inter_value
+            }
+        } else {
+            let name = if inter_value.is_empty() {
+                listeners
+                    .iter()
+                    .find(|l| !is_controller_listener(l))
+                    .map(|l| l.name.clone())
+            } else {
+                Some(inter_value.clone())
+            };
+            match name {
+                Some(n) if listeners.iter().any(|l| l.name == n && !is_controller_listener(l)) => n,
+                _ => {
+                    return Err(invalid(
+                        "inter.broker.listener.name",
+                        &inter_value,
+                        "a broker needs a listener other than the controller listeners, and this must name one",
+                    ))
+                }
+            }
+        };
+        Ok(ClusterConfig {
+            broker,
+            controller,
+            voters,
+            controller_listener_names,
+            inter_broker_listener_name,
+        })
+    }
+
+    /// Whether `name` is one of the controller listeners.
+    pub fn is_controller_listener(&self, name: &str) -> bool {
+        self.controller_listener_names.iter().any(|n| n == name)
+    }
+}
 
 /// The typed broker configuration, built once at start-up and immutable after.
 #[derive(Debug, Clone)]
@@ -960,6 +1128,8 @@ pub struct BrokerConfig {
     pub producer_id_expiration_check_interval_ms: i64,
     /// The log cleaner's `log.cleaner.*` settings.
     pub cleaner: CleanerConfig,
+    /// This node's roles and the controller quorum it belongs to.
+    pub cluster: ClusterConfig,
     /// Every key the operator set, after validation; topic defaults come from here.
     pub explicit: BTreeMap<String, String>,
 }
@@ -1388,6 +1558,7 @@ impl BrokerConfig {
             .unwrap_or_else(|| log_dirs[0].clone());
         let default_replication_factor = parse_i64("default.replication.factor")?;
         let cleaner = Self::cleaner_config(props)?;
+        let cluster = ClusterConfig::from_properties(node_id, &listeners, &get)?;
         let config = BrokerConfig {
             node_id,
             listeners,
@@ -1410,6 +1581,7 @@ impl BrokerConfig {
                 "producer.id.expiration.check.interval.ms",
             )?,
             cleaner,
+            cluster,
             explicit: props.clone(),
         };
         Ok((config, warnings))
@@ -1561,6 +1733,104 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    fn cluster(pairs: &[(&str, &str)]) -> Result<ClusterConfig, ConfigError> {
+        BrokerConfig::from_properties(&props(pairs)).map(|(c, _)| c.cluster)
+    }
+
+    const VOTERS: &str = "1@127.0.0.1:9093,2@127.0.0.1:9193,3@127.0.0.1:9293";
+
+    #[test]
+    fn kraft_keys_describe_the_nodes_part_in_the_cluster() {
+        let alone = cluster(&[]).unwrap();
+        assert!(alone.broker && alone.controller && alone.voters.is_empty());
+        assert_eq!(alone.inter_broker_listener_name, "PLAINTEXT");
+
+        let combined = cluster(&[
+            ("node.id", "2"),
+            ("controller.quorum.voters", VOTERS),
+            ("controller.listener.names", "CONTROLLER"),
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9192,CONTROLLER://127.0.0.1:9193",
+            ),
+        ])
+        .unwrap();
+        assert_eq!(combined.voters.len(), 3);
+        assert_eq!(
+            combined.voters[1],
+            Voter {
+                id: 2,
+                host: "127.0.0.1".into(),
+                port: 9193
+            }
+        );
+        assert!(combined.is_controller_listener("CONTROLLER"));
+        assert_eq!(combined.inter_broker_listener_name, "PLAINTEXT");
+
+        let broker = cluster(&[
+            ("node.id", "4"),
+            ("process.roles", "broker"),
+            ("controller.quorum.voters", VOTERS),
+            ("controller.listener.names", "CONTROLLER"),
+            ("listeners", "PLAINTEXT://127.0.0.1:9392"),
+        ])
+        .unwrap();
+        assert!(broker.broker && !broker.controller);
+    }
+
+    #[test]
+    fn inconsistent_kraft_keys_are_refused_naming_the_key() {
+        let base = [
+            ("controller.quorum.voters", VOTERS),
+            ("controller.listener.names", "CONTROLLER"),
+        ];
+        let refused = |extra: &[(&str, &str)]| {
+            let mut pairs = base.to_vec();
+            pairs.extend_from_slice(extra);
+            cluster(&pairs).unwrap_err().key
+        };
+        // A controller that is not a voter; a voter without the controller role.
+        assert_eq!(
+            refused(&[
+                ("node.id", "7"),
+                ("process.roles", "controller"),
+                ("listeners", "CONTROLLER://127.0.0.1:9793")
+            ]),
+            "controller.quorum.voters"
+        );
+        assert_eq!(
+            refused(&[("node.id", "1"), ("process.roles", "broker")]),
+            "process.roles"
+        );
+        // A controller without its listener; a broker listening on a controller listener.
+        assert_eq!(refused(&[("node.id", "1")]), "listeners");
+        assert_eq!(
+            refused(&[
+                ("node.id", "5"),
+                ("process.roles", "broker"),
+                (
+                    "listeners",
+                    "PLAINTEXT://127.0.0.1:1,CONTROLLER://127.0.0.1:2"
+                )
+            ]),
+            "listeners"
+        );
+        assert_eq!(
+            refused(&[("controller.quorum.voters", "1@nowhere")]),
+            "controller.quorum.voters"
+        );
+        assert_eq!(
+            cluster(&[("process.roles", "broker")]).unwrap_err().key,
+            "controller.quorum.voters"
+        );
+        assert_eq!(
+            cluster(&[("controller.quorum.bootstrap.servers", "127.0.0.1:9093")])
+                .unwrap_err()
+                .key,
+            "controller.quorum.bootstrap.servers"
+        );
     }
 
     #[test]

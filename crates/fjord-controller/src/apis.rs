@@ -9,8 +9,8 @@ use std::sync::Arc;
 use fjord_common::{errors, TopicId, Uuid};
 use fjord_config::{BrokerConfig, DynamicBrokerConfig, TopicConfig};
 use fjord_metadata::{
-    BrokerEndpoint, MetadataDelta, MetadataImage, MetadataRecord, ProducerIdsRecord,
-    RegisterBrokerRecord,
+    BrokerEndpoint, MetadataDelta, MetadataImage, MetadataRecord, ProducerIdsRecord, QuorumStatus,
+    RegisterBrokerRecord, ReplicaStatus,
 };
 use fjord_protocol::messages::allocate_producer_ids_request::AllocateProducerIdsRequest;
 use fjord_protocol::messages::allocate_producer_ids_response::AllocateProducerIdsResponse;
@@ -31,11 +31,22 @@ use fjord_protocol::messages::delete_topics_request::DeleteTopicsRequest;
 use fjord_protocol::messages::delete_topics_response::{
     DeletableTopicResult, DeleteTopicsResponse,
 };
+use fjord_protocol::messages::describe_quorum_request::DescribeQuorumRequest;
+use fjord_protocol::messages::describe_quorum_response::{
+    DescribeQuorumResponse, Listener as DescribeQuorumListener, Node as DescribeQuorumNode,
+    PartitionData as DescribeQuorumPartition, ReplicaState as DescribeQuorumReplica,
+    TopicData as DescribeQuorumTopic,
+};
 use fjord_protocol::messages::incremental_alter_configs_response::{
     AlterConfigsResourceResponse, IncrementalAlterConfigsResponse,
 };
-use fjord_protocol::messages::{AlterConfigsRequest, IncrementalAlterConfigsRequest, ResponseBody};
+use fjord_protocol::messages::{
+    AlterConfigsRequest, IncrementalAlterConfigsRequest, RequestBody, ResponseBody,
+};
 use fjord_protocol::ApiKey;
+
+/// The metadata log's topic, as Kafka names it.
+pub const METADATA_TOPIC: &str = "__cluster_metadata";
 
 use crate::plan::{self, CreateTopic, Refusal, TopicPlan};
 
@@ -52,9 +63,40 @@ pub enum ControllerApi {
     AlterConfigs(AlterConfigsRequest),
     AllocateProducerIds(AllocateProducerIdsRequest),
     BrokerRegistration(BrokerRegistrationRequest),
+    /// Answered from the quorum's state, not decided: see [`Controller::describe_quorum`].
+    DescribeQuorum(DescribeQuorumRequest),
 }
 
 impl ControllerApi {
+    /// The controller's request in a decoded request body; the body back if it is not one.
+    pub fn from_body(body: RequestBody) -> Result<Self, Box<RequestBody>> {
+        Ok(match body {
+            RequestBody::CreateTopics(r) => ControllerApi::CreateTopics(r),
+            RequestBody::DeleteTopics(r) => ControllerApi::DeleteTopics(r),
+            RequestBody::CreatePartitions(r) => ControllerApi::CreatePartitions(r),
+            RequestBody::IncrementalAlterConfigs(r) => ControllerApi::IncrementalAlterConfigs(r),
+            RequestBody::AlterConfigs(r) => ControllerApi::AlterConfigs(r),
+            RequestBody::AllocateProducerIds(r) => ControllerApi::AllocateProducerIds(r),
+            RequestBody::BrokerRegistration(r) => ControllerApi::BrokerRegistration(r),
+            RequestBody::DescribeQuorum(r) => ControllerApi::DescribeQuorum(r),
+            other => return Err(Box::new(other)),
+        })
+    }
+
+    /// The request body, to send to a controller on another node.
+    pub fn into_body(self) -> RequestBody {
+        match self {
+            ControllerApi::CreateTopics(r) => RequestBody::CreateTopics(r),
+            ControllerApi::DeleteTopics(r) => RequestBody::DeleteTopics(r),
+            ControllerApi::CreatePartitions(r) => RequestBody::CreatePartitions(r),
+            ControllerApi::IncrementalAlterConfigs(r) => RequestBody::IncrementalAlterConfigs(r),
+            ControllerApi::AlterConfigs(r) => RequestBody::AlterConfigs(r),
+            ControllerApi::AllocateProducerIds(r) => RequestBody::AllocateProducerIds(r),
+            ControllerApi::BrokerRegistration(r) => RequestBody::BrokerRegistration(r),
+            ControllerApi::DescribeQuorum(r) => RequestBody::DescribeQuorum(r),
+        }
+    }
+
     pub fn api_key(&self) -> ApiKey {
         match self {
             ControllerApi::CreateTopics(_) => ApiKey::CreateTopics,
@@ -64,6 +106,7 @@ impl ControllerApi {
             ControllerApi::AlterConfigs(_) => ApiKey::AlterConfigs,
             ControllerApi::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
             ControllerApi::BrokerRegistration(_) => ApiKey::BrokerRegistration,
+            ControllerApi::DescribeQuorum(_) => ApiKey::DescribeQuorum,
         }
     }
 }
@@ -165,7 +208,120 @@ impl Controller {
             ControllerApi::AlterConfigs(r) => self.alter_configs(image, r, request.requester),
             ControllerApi::AllocateProducerIds(r) => allocate_producer_ids(image, r),
             ControllerApi::BrokerRegistration(r) => self.register_broker(image, r),
+            // The shell answers it from the quorum; decided on the image alone it is refused.
+            ControllerApi::DescribeQuorum(_) => Decision::answer(error_response(
+                &request.api,
+                errors::NOT_LEADER_OR_FOLLOWER,
+                "the quorum's state is not in the image",
+            )),
         }
+    }
+
+    /// DescribeQuorum from the quorum's state (`kafka-metadata-quorum describe`): the metadata
+    /// log's leader, epoch and high watermark, each voter's and observer's log end offset, and
+    /// (v2) the voters' controller listeners. Only the leader knows the others' progress;
+    /// another node answers NOT_LEADER_OR_FOLLOWER, as Kafka's do.
+    pub fn describe_quorum(
+        &self,
+        status: &QuorumStatus,
+        request: &DescribeQuorumRequest,
+    ) -> ResponseBody {
+        let is_leader = status
+            .leader
+            .is_some_and(|l| l == self.config.node_id as u64);
+        let replica = |r: &ReplicaStatus| DescribeQuorumReplica {
+            replica_id: r.node_id as i32,
+            replica_directory_id: Uuid::ZERO,
+            log_end_offset: r.log_end_offset.map_or(-1, |o| o as i64),
+            last_fetch_timestamp: -1,
+            last_caught_up_timestamp: -1,
+        };
+        let topics = request
+            .topics
+            .iter()
+            .map(|t| DescribeQuorumTopic {
+                topic_name: t.topic_name.clone(),
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let known = t.topic_name == METADATA_TOPIC && p.partition_index == 0;
+                        let error_code = match (known, is_leader) {
+                            (false, _) => errors::UNKNOWN_TOPIC_OR_PARTITION,
+                            (true, false) => errors::NOT_LEADER_OR_FOLLOWER,
+                            (true, true) => errors::NONE,
+                        };
+                        if error_code != errors::NONE {
+                            return DescribeQuorumPartition {
+                                partition_index: p.partition_index,
+                                error_code,
+                                leader_id: status.leader.map_or(-1, |l| l as i32),
+                                ..Default::default()
+                            };
+                        }
+                        DescribeQuorumPartition {
+                            partition_index: p.partition_index,
+                            error_code,
+                            error_message: None,
+                            leader_id: status.leader.map_or(-1, |l| l as i32),
+                            leader_epoch: status.term.min(i32::MAX as u64) as i32,
+                            high_watermark: status.high_watermark as i64,
+                            current_voters: status.voters.iter().map(replica).collect(),
+                            observers: status.learners.iter().map(replica).collect(),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        let nodes = self
+            .config
+            .cluster
+            .voters
+            .iter()
+            .map(|v| DescribeQuorumNode {
+                node_id: v.id,
+                listeners: self
+                    .config
+                    .cluster
+                    .controller_listener_names
+                    .iter()
+                    .take(1)
+                    .map(|name| DescribeQuorumListener {
+                        name: name.clone(),
+                        host: v.host.clone(),
+                        port: v.port,
+                    })
+                    .collect(),
+            })
+            .collect();
+        ResponseBody::DescribeQuorum(DescribeQuorumResponse {
+            error_code: errors::NONE,
+            topics,
+            nodes,
+            ..Default::default()
+        })
+    }
+
+    /// Where a registering broker that is not a voter takes the metadata log as a learner: its
+    /// listener named like this node's inter-broker listener. None for a voter, or alone.
+    pub(crate) fn learner_address(
+        &self,
+        registration: &BrokerRegistrationRequest,
+    ) -> Option<String> {
+        let cluster = &self.config.cluster;
+        if cluster.voters.is_empty()
+            || cluster
+                .voters
+                .iter()
+                .any(|v| v.id == registration.broker_id)
+        {
+            return None;
+        }
+        registration
+            .listeners
+            .iter()
+            .find(|l| l.name == cluster.inter_broker_listener_name)
+            .map(|l| format!("{}:{}", l.host, l.port))
     }
 
     /// The broker ids that can host replicas: every registered broker.
@@ -539,7 +695,29 @@ pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -
                 ..Default::default()
             })
         }
+        ControllerApi::DescribeQuorum(_) => ResponseBody::DescribeQuorum(DescribeQuorumResponse {
+            error_code,
+            error_message: message,
+            ..Default::default()
+        }),
     }
+}
+
+/// Whether a controller's answer says it is not the active controller (the whole request is then
+/// refused so; the sender tries the new one).
+pub fn is_not_controller(response: &ResponseBody) -> bool {
+    let code = match response {
+        ResponseBody::CreateTopics(r) => r.topics.first().map(|t| t.error_code),
+        ResponseBody::DeleteTopics(r) => r.responses.first().map(|t| t.error_code),
+        ResponseBody::CreatePartitions(r) => r.results.first().map(|t| t.error_code),
+        ResponseBody::IncrementalAlterConfigs(r) => r.responses.first().map(|t| t.error_code),
+        ResponseBody::AlterConfigs(r) => r.responses.first().map(|t| t.error_code),
+        ResponseBody::AllocateProducerIds(r) => Some(r.error_code),
+        ResponseBody::BrokerRegistration(r) => Some(r.error_code),
+        ResponseBody::DescribeQuorum(r) => Some(r.error_code),
+        _ => None,
+    };
+    code == Some(errors::NOT_CONTROLLER)
 }
 
 /// A refusal as a response entry's error code and message.

@@ -18,6 +18,7 @@ pub mod plan;
 mod quorum_controller;
 
 pub use apis::{
-    error_response, Controller, ControllerApi, ControllerRequest, Decision, PRODUCER_ID_BLOCK,
+    error_response, is_not_controller, Controller, ControllerApi, ControllerRequest, Decision,
+    PRODUCER_ID_BLOCK,
 };
 pub use quorum_controller::{ControllerError, QuorumController};

@@ -13,7 +13,7 @@ use fjord_protocol::messages::ResponseBody;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::apis::{error_response, Controller, ControllerRequest};
+use crate::apis::{error_response, Controller, ControllerApi, ControllerRequest};
 
 /// Requests waiting for the controller beyond this many make their senders wait.
 const QUEUE_DEPTH: usize = 256;
@@ -97,10 +97,28 @@ async fn process(
             leader: quorum.leader(),
         });
     }
+    if let ControllerApi::DescribeQuorum(describe) = &request.api {
+        return Ok(controller.describe_quorum(&quorum.status(), describe));
+    }
     let image = quorum.image();
     let decision = controller.decide(&image, request, &mut random_topic_id);
     if decision.records.is_empty() {
         return Ok(decision.response);
+    }
+    if let ControllerApi::BrokerRegistration(registration) = &request.api {
+        // A broker that is not a voter follows the metadata log as a learner, reached on its
+        // inter-broker listener.
+        if let Some(addr) = controller.learner_address(registration) {
+            quorum
+                .add_learner(registration.broker_id as u64, &addr)
+                .await
+                .map_err(|e| match e {
+                    MetadataError::NotLeader { leader } => {
+                        ControllerError::NotController { leader }
+                    }
+                    other => ControllerError::Quorum(other.to_string()),
+                })?;
+        }
     }
     match tokio::time::timeout(commit_timeout, quorum.propose(decision.records)).await {
         Ok(Ok(_offset)) => Ok(decision.response),

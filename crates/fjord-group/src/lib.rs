@@ -23,7 +23,9 @@ mod subscription;
 pub use classic::GroupState;
 pub use config::{partition_for, GroupConfig};
 pub use error::GroupError;
-pub use shard::{ClientInfo, CommittedOffset, GroupCoordinatorShard, MAX_MEMBER_METADATA_BYTES};
+pub use shard::{
+    refusal, ClientInfo, CommittedOffset, GroupCoordinatorShard, MAX_MEMBER_METADATA_BYTES,
+};
 
 /// Chosen by the broker per request so deferred responses (a JoinGroup waiting for the
 /// rebalance) can be matched to their connection.

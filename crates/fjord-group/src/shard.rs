@@ -142,6 +142,113 @@ fn sync_response(
     }
 }
 
+/// The answer to a group request that this node cannot handle (its group's coordinator is
+/// elsewhere: NOT_COORDINATOR), every group and partition in it refused with `error_code`,
+/// shaped as a coordinator would answer at `version`. None for a request that is not a group
+/// request.
+pub fn refusal(version: i16, request: &RequestBody, error_code: i16) -> Option<ResponseBody> {
+    Some(match request {
+        RequestBody::JoinGroup(r) => {
+            ResponseBody::JoinGroup(join_error(version, &r.member_id, error_code))
+        }
+        RequestBody::SyncGroup(_) => {
+            ResponseBody::SyncGroup(sync_response(error_code, None, Bytes::new(), version))
+        }
+        RequestBody::Heartbeat(_) => ResponseBody::Heartbeat(HeartbeatResponse {
+            error_code,
+            ..HeartbeatResponse::default()
+        }),
+        RequestBody::LeaveGroup(_) => ResponseBody::LeaveGroup(LeaveGroupResponse {
+            error_code,
+            ..LeaveGroupResponse::default()
+        }),
+        RequestBody::OffsetCommit(r) => ResponseBody::OffsetCommit(OffsetCommitResponse {
+            topics: r
+                .topics
+                .iter()
+                .map(|t| OffsetCommitResponseTopic {
+                    name: t.name.clone(),
+                    partitions: t
+                        .partitions
+                        .iter()
+                        .map(|p| OffsetCommitResponsePartition {
+                            partition_index: p.partition_index,
+                            error_code,
+                        })
+                        .collect(),
+                })
+                .collect(),
+            ..OffsetCommitResponse::default()
+        }),
+        RequestBody::OffsetFetch(r) if version >= 8 => {
+            ResponseBody::OffsetFetch(OffsetFetchResponse {
+                groups: r
+                    .groups
+                    .iter()
+                    .map(|g| OffsetFetchResponseGroup {
+                        group_id: g.group_id.clone(),
+                        error_code,
+                        ..OffsetFetchResponseGroup::default()
+                    })
+                    .collect(),
+                ..OffsetFetchResponse::default()
+            })
+        }
+        RequestBody::OffsetFetch(_) => ResponseBody::OffsetFetch(OffsetFetchResponse {
+            error_code,
+            ..OffsetFetchResponse::default()
+        }),
+        RequestBody::OffsetDelete(_) => ResponseBody::OffsetDelete(OffsetDeleteResponse {
+            error_code,
+            ..OffsetDeleteResponse::default()
+        }),
+        RequestBody::DescribeGroups(r) => ResponseBody::DescribeGroups(DescribeGroupsResponse {
+            groups: r
+                .groups
+                .iter()
+                .map(|g| DescribedGroup {
+                    error_code,
+                    group_id: g.clone(),
+                    ..DescribedGroup::default()
+                })
+                .collect(),
+            ..DescribeGroupsResponse::default()
+        }),
+        RequestBody::DeleteGroups(r) => ResponseBody::DeleteGroups(DeleteGroupsResponse {
+            results: r
+                .groups_names
+                .iter()
+                .map(|g| DeletableGroupResult {
+                    group_id: g.clone(),
+                    error_code,
+                })
+                .collect(),
+            ..DeleteGroupsResponse::default()
+        }),
+        RequestBody::ConsumerGroupHeartbeat(_) => ResponseBody::ConsumerGroupHeartbeat(
+            consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse {
+                error_code,
+                ..Default::default()
+            },
+        ),
+        RequestBody::ConsumerGroupDescribe(r) => ResponseBody::ConsumerGroupDescribe(
+            consumer_group_describe_response::ConsumerGroupDescribeResponse {
+                groups: r
+                    .group_ids
+                    .iter()
+                    .map(|g| consumer_group_describe_response::DescribedGroup {
+                        error_code,
+                        group_id: g.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        ),
+        _ => return None,
+    })
+}
+
 /// The `group.consumer.*` settings in the form `ConsumerGroups` takes. Assignor names it does
 /// not know are left out (an empty list falls back to its default).
 fn consumer_group_config(config: &GroupConfig) -> ConsumerGroupConfig {

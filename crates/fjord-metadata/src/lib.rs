@@ -8,7 +8,8 @@
 //! - [`MetadataQuorum`]: the async shell that stores the log durably, runs raft
 //!   and publishes each applied image.
 //!
-//! Today the quorum has exactly one voter, the local node.
+//! The quorum is the voters of `controller.quorum.voters` (or this node alone), with brokers that
+//! are not voters following the log as learners; raft RPCs travel over TCP (`network`).
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
@@ -29,5 +30,6 @@ pub use image::{
     BrokerRegistration, ImageChanges, ImageError, MetadataDelta, MetadataImage, PartitionImage,
     TopicImage,
 };
-pub use quorum::{MetadataQuorum, QuorumConfig};
+pub use network::{is_raft_frame, MAX_RAFT_FRAME, RAFT_API_KEY};
+pub use quorum::{MetadataQuorum, QuorumConfig, QuorumPeers, QuorumStatus, ReplicaStatus};
 pub use record::*;

@@ -15,7 +15,7 @@ use crate::error::MetadataError;
 use crate::frame;
 use crate::image::MetadataImage;
 use crate::log_store::LogStore;
-use crate::network::UnreachableNetwork;
+use crate::network::{self, RaftReply, RaftRequest, TcpNetwork};
 use crate::record::MetadataRecord;
 use crate::state_machine::StateMachine;
 use crate::types::{Proposal, TypeConfig};
@@ -31,6 +31,43 @@ const IDENTITY_FILE: &str = "quorum.json";
 struct Identity {
     cluster_id: String,
     node_id: u64,
+}
+
+/// Who else is in the quorum. Built from `controller.quorum.voters`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QuorumPeers {
+    /// Voters by node id, each with the `host:port` of its controller listener. Empty: this node
+    /// is its own lone voter (a one-node cluster).
+    pub voters: BTreeMap<u64, String>,
+}
+
+impl QuorumPeers {
+    /// This node alone.
+    pub fn alone() -> Self {
+        Self::default()
+    }
+}
+
+/// The quorum as this node sees it, for DescribeQuorum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumStatus {
+    pub leader: Option<u64>,
+    /// The raft term: the quorum's leader epoch.
+    pub term: u64,
+    /// Offset below which every entry is committed and applied here (exclusive, as Kafka's).
+    pub high_watermark: u64,
+    pub voters: Vec<ReplicaStatus>,
+    /// Nodes that follow the log without voting (brokers).
+    pub learners: Vec<ReplicaStatus>,
+}
+
+/// One member of the quorum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaStatus {
+    pub node_id: u64,
+    /// Its log end offset (exclusive) as the leader last saw it; None when unknown (the leader
+    /// has not heard from it, or this node does not lead).
+    pub log_end_offset: Option<u64>,
 }
 
 /// Tuning of a [`MetadataQuorum`]; [`QuorumConfig::default`] suits a broker.
@@ -61,23 +98,35 @@ pub struct MetadataQuorum {
 }
 
 impl MetadataQuorum {
-    /// Opens (or creates) the metadata log under `metadata_dir` with the default
-    /// [`QuorumConfig`]; see [`MetadataQuorum::start_with_config`].
+    /// Opens (or creates) the metadata log under `metadata_dir` as this node's lone voter, with
+    /// the default [`QuorumConfig`]; see [`MetadataQuorum::start_with_config`].
     pub async fn start(
         metadata_dir: &Path,
         node_id: u64,
         cluster_id: &str,
     ) -> Result<MetadataQuorum, MetadataError> {
-        Self::start_with_config(metadata_dir, node_id, cluster_id, QuorumConfig::default()).await
+        Self::start_with_config(
+            metadata_dir,
+            node_id,
+            cluster_id,
+            QuorumPeers::alone(),
+            QuorumConfig::default(),
+        )
+        .await
     }
 
-    /// Opens (or creates) the metadata log under `metadata_dir`, makes this node
-    /// the single voter on first start, replays the snapshot and log, and returns
-    /// once this node leads and its image reflects every entry in the log.
+    /// Opens (or creates) the metadata log under `metadata_dir`, replays the snapshot and log,
+    /// and starts raft. A lone voter (no `peers`) returns once it leads and its image reflects
+    /// every entry in the log. A voter of a larger quorum sets the quorum up on its first start
+    /// (every voter does so with the same voters, which openraft allows) and returns at once,
+    /// since electing a leader needs its peers, which need this node's raft listener: see
+    /// [`MetadataQuorum::caught_up`]. A node that is not a voter starts as a learner that the
+    /// leader adds when it registers.
     pub async fn start_with_config(
         metadata_dir: &Path,
         node_id: u64,
         cluster_id: &str,
+        peers: QuorumPeers,
         config: QuorumConfig,
     ) -> Result<MetadataQuorum, MetadataError> {
         std::fs::create_dir_all(metadata_dir).map_err(|e| MetadataError::io(metadata_dir, e))?;
@@ -88,8 +137,8 @@ impl MetadataQuorum {
         let raft_config = Config {
             cluster_name: cluster_id.to_owned(),
             heartbeat_interval: 100,
-            election_timeout_min: 300,
-            election_timeout_max: 600,
+            election_timeout_min: 500,
+            election_timeout_max: 1000,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every.max(1)),
             max_in_snapshot_log_to_keep: config.entries_kept_after_snapshot,
             // Purge as soon as a snapshot allows it; purges are already rare.
@@ -102,7 +151,7 @@ impl MetadataQuorum {
         let raft = Raft::new(
             node_id,
             Arc::new(raft_config),
-            UnreachableNetwork::factory(),
+            TcpNetwork { node_id },
             log_store,
             state_machine,
         )
@@ -113,35 +162,107 @@ impl MetadataQuorum {
             .is_initialized()
             .await
             .map_err(|e| MetadataError::raft("start", e))?;
-        if initialized {
-            // A lone voter would elect itself on the next tick anyway; asking now
-            // saves that wait on every restart.
-            raft.trigger()
-                .elect()
-                .await
-                .map_err(|e| MetadataError::raft("elect", e))?;
-        } else {
-            let voters = BTreeMap::from([(node_id, BasicNode::default())]);
+        let alone = peers.voters.is_empty();
+        if alone {
+            if initialized {
+                // A lone voter would elect itself on the next tick anyway; asking now
+                // saves that wait on every restart.
+                raft.trigger()
+                    .elect()
+                    .await
+                    .map_err(|e| MetadataError::raft("elect", e))?;
+            } else {
+                let voters = BTreeMap::from([(node_id, BasicNode::default())]);
+                raft.initialize(voters)
+                    .await
+                    .map_err(|e| MetadataError::raft("initialize", e))?;
+            }
+        } else if !initialized && peers.voters.contains_key(&node_id) {
+            let voters: BTreeMap<u64, BasicNode> = peers
+                .voters
+                .iter()
+                .map(|(id, addr)| (*id, BasicNode::new(addr)))
+                .collect();
             raft.initialize(voters)
                 .await
                 .map_err(|e| MetadataError::raft("initialize", e))?;
         }
+        let quorum = MetadataQuorum { raft, image_rx };
+        if alone {
+            quorum.caught_up(config.leader_timeout).await?;
+            if !quorum.is_leader() {
+                return Err(MetadataError::Timeout {
+                    what: "metadata leadership".into(),
+                });
+            }
+        }
+        Ok(quorum)
+    }
 
-        raft.wait(Some(config.leader_timeout))
+    /// Waits until this node knows the quorum's leader and has applied every entry it holds,
+    /// for at most `timeout`.
+    pub async fn caught_up(&self, timeout: Duration) -> Result<(), MetadataError> {
+        self.raft
+            .wait(Some(timeout))
             .metrics(
                 |m| {
-                    m.state == ServerState::Leader
-                        && m.current_leader == Some(node_id)
+                    m.current_leader.is_some()
                         && m.last_applied.map(|id| id.index) >= m.last_log_index
                 },
-                "metadata leadership",
+                "the metadata quorum's leader",
             )
             .await
+            .map(drop)
             .map_err(|e| MetadataError::Timeout {
                 what: e.to_string(),
-            })?;
+            })
+    }
 
-        Ok(MetadataQuorum { raft, image_rx })
+    /// Makes `node_id` a learner reached at `addr`, unless it is in the quorum already there:
+    /// the leader then replicates the metadata log to it. Only the leader can.
+    pub async fn add_learner(&self, node_id: u64, addr: &str) -> Result<(), MetadataError> {
+        let known = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .nodes()
+            .any(|(id, node)| *id == node_id && node.addr == addr);
+        if known {
+            return Ok(());
+        }
+        match self
+            .raft
+            .add_learner(node_id, BasicNode::new(addr), false)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(MetadataError::NotLeader {
+                    leader: f.leader_id,
+                })
+            }
+            Err(e) => Err(MetadataError::raft("add learner", e)),
+        }
+    }
+
+    /// Answers one raft RPC from a peer: `frame` is a request frame's body (after its size
+    /// prefix); the answer is the response frame's body. None if `frame` is not a raft RPC.
+    pub async fn handle_raft_frame(&self, frame: &[u8]) -> Option<Vec<u8>> {
+        let (correlation_id, payload) = network::parse_request(frame)?;
+        let reply = match serde_json::from_slice::<RaftRequest>(payload) {
+            Ok(RaftRequest::AppendEntries(r)) => {
+                RaftReply::AppendEntries(self.raft.append_entries(r).await)
+            }
+            Ok(RaftRequest::Vote(r)) => RaftReply::Vote(self.raft.vote(r).await),
+            Ok(RaftRequest::InstallSnapshot(r)) => {
+                RaftReply::InstallSnapshot(self.raft.install_snapshot(r).await)
+            }
+            Err(e) => RaftReply::Malformed(e.to_string()),
+        };
+        let payload = serde_json::to_vec(&reply)
+            .unwrap_or_else(|e| format!("{{\"Malformed\":{:?}}}", e.to_string()).into_bytes());
+        Some(network::response_body(correlation_id, &payload))
     }
 
     /// Appends `records` as one log entry and returns its offset once the entry
@@ -177,6 +298,41 @@ impl MetadataQuorum {
     /// The node this node believes leads the quorum, if any.
     pub fn leader(&self) -> Option<u64> {
         self.raft.metrics().borrow().current_leader
+    }
+
+    /// The quorum's state from this node: on the leader, every member's progress.
+    pub fn status(&self) -> QuorumStatus {
+        let metrics = self.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let end_of = |id: u64| -> Option<u64> {
+            if id == metrics.id {
+                return Some(metrics.last_log_index.map_or(0, |i| i + 1));
+            }
+            let replication = metrics.replication.as_ref()?;
+            replication
+                .get(&id)
+                .map(|matched| matched.map_or(0, |l| l.index + 1))
+        };
+        let voters: Vec<u64> = membership.voter_ids().collect();
+        QuorumStatus {
+            leader: metrics.current_leader,
+            term: metrics.current_term,
+            high_watermark: metrics.last_applied.map_or(0, |l| l.index + 1),
+            voters: voters
+                .iter()
+                .map(|&node_id| ReplicaStatus {
+                    node_id,
+                    log_end_offset: end_of(node_id),
+                })
+                .collect(),
+            learners: membership
+                .learner_ids()
+                .map(|node_id| ReplicaStatus {
+                    node_id,
+                    log_end_offset: end_of(node_id),
+                })
+                .collect(),
+        }
     }
 
     /// The latest applied image.

@@ -2390,6 +2390,15 @@ fn every_advertised_version_answers() {
                 ApiKey::DescribeLogDirs => RequestBody::DescribeLogDirs(DescribeLogDirsRequest {
                     topics: None,
                 }),
+                ApiKey::DescribeQuorum => {
+                    use fjord_protocol::messages::describe_quorum_request::*;
+                    RequestBody::DescribeQuorum(DescribeQuorumRequest {
+                        topics: vec![TopicData {
+                            topic_name: "__cluster_metadata".into(),
+                            partitions: vec![PartitionData { partition_index: 0 }],
+                        }],
+                    })
+                }
                 ApiKey::AlterReplicaLogDirs => RequestBody::AlterReplicaLogDirs(
                     fjord_protocol::messages::alter_replica_log_dirs_request::AlterReplicaLogDirsRequest {
                         dirs: vec![fjord_protocol::messages::alter_replica_log_dirs_request::AlterReplicaLogDir {

@@ -23,7 +23,7 @@ fn config() -> QuorumConfig {
 }
 
 async fn start(dir: &Path) -> MetadataQuorum {
-    MetadataQuorum::start_with_config(dir, 1, CLUSTER, config())
+    MetadataQuorum::start_with_config(dir, 1, CLUSTER, QuorumPeers::alone(), config())
         .await
         .unwrap()
 }
@@ -156,7 +156,9 @@ async fn a_rejected_proposal_changes_nothing() {
 async fn a_directory_belongs_to_one_cluster_and_node() {
     let dir = tempfile::tempdir().unwrap();
     start(dir.path()).await.shutdown().await.unwrap();
-    let err = MetadataQuorum::start_with_config(dir.path(), 1, "other", config()).await;
+    let err =
+        MetadataQuorum::start_with_config(dir.path(), 1, "other", QuorumPeers::alone(), config())
+            .await;
     assert!(matches!(
         err,
         Err(MetadataError::IdentityMismatch {
@@ -164,7 +166,9 @@ async fn a_directory_belongs_to_one_cluster_and_node() {
             ..
         })
     ));
-    let err = MetadataQuorum::start_with_config(dir.path(), 2, CLUSTER, config()).await;
+    let err =
+        MetadataQuorum::start_with_config(dir.path(), 2, CLUSTER, QuorumPeers::alone(), config())
+            .await;
     assert!(matches!(
         err,
         Err(MetadataError::IdentityMismatch {
@@ -221,9 +225,15 @@ async fn snapshot_purge_and_restart() {
         entries_kept_after_snapshot: 2,
         ..config()
     };
-    let quorum = MetadataQuorum::start_with_config(dir.path(), 1, CLUSTER, config.clone())
-        .await
-        .unwrap();
+    let quorum = MetadataQuorum::start_with_config(
+        dir.path(),
+        1,
+        CLUSTER,
+        QuorumPeers::alone(),
+        config.clone(),
+    )
+    .await
+    .unwrap();
     let mut last = 0;
     for i in 0..12u8 {
         last = quorum
@@ -253,9 +263,10 @@ async fn snapshot_purge_and_restart() {
     assert!(state.last_purged_log_id.index() >= metrics.purged.index());
     drop(log);
 
-    let quorum = MetadataQuorum::start_with_config(dir.path(), 1, CLUSTER, config)
-        .await
-        .unwrap();
+    let quorum =
+        MetadataQuorum::start_with_config(dir.path(), 1, CLUSTER, QuorumPeers::alone(), config)
+            .await
+            .unwrap();
     assert_eq!(quorum.image().to_records(), before.to_records());
     quorum.shutdown().await.unwrap();
 }
@@ -324,7 +335,14 @@ async fn a_damaged_snapshot_is_an_error() {
         &crate::frame::encode(b"{\"meta\":1}").unwrap(),
     ] {
         std::fs::write(dir.path().join("snapshot"), bytes).unwrap();
-        let err = MetadataQuorum::start_with_config(dir.path(), 1, CLUSTER, config()).await;
+        let err = MetadataQuorum::start_with_config(
+            dir.path(),
+            1,
+            CLUSTER,
+            QuorumPeers::alone(),
+            config(),
+        )
+        .await;
         assert!(matches!(err, Err(MetadataError::Corrupt { .. })));
     }
 }

@@ -1,0 +1,226 @@
+//! Three voters of the metadata quorum on loopback, talking raft over TCP as `fjord server`
+//! nodes do: election, replication, a leader's loss, a restarted voter catching up from the
+//! log, and a voter far behind catching up from a snapshot.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use fjord_common::Uuid;
+use fjord_metadata::{
+    MetadataError, MetadataQuorum, MetadataRecord, QuorumConfig, QuorumPeers, TopicRecord,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+const CLUSTER: &str = "test-cluster";
+
+struct Node {
+    id: u64,
+    dir: PathBuf,
+    addr: String,
+    quorum: Option<Arc<MetadataQuorum>>,
+    server: Option<JoinHandle<()>>,
+}
+
+/// Serves raft RPCs for `quorum` on `listener` until aborted.
+fn serve(listener: TcpListener, quorum: Weak<MetadataQuorum>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let quorum = quorum.clone();
+            tokio::spawn(async move {
+                loop {
+                    let Ok(size) = socket.read_i32().await else {
+                        return;
+                    };
+                    let mut frame = vec![0; size as usize];
+                    if socket.read_exact(&mut frame).await.is_err() {
+                        return;
+                    }
+                    let Some(quorum) = quorum.upgrade() else {
+                        return;
+                    };
+                    let Some(reply) = quorum.handle_raft_frame(&frame).await else {
+                        return;
+                    };
+                    drop(quorum);
+                    let mut out = (reply.len() as i32).to_be_bytes().to_vec();
+                    out.extend_from_slice(&reply);
+                    if socket.write_all(&out).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    })
+}
+
+fn config() -> QuorumConfig {
+    QuorumConfig {
+        snapshot_every: 20,
+        entries_kept_after_snapshot: 5,
+        leader_timeout: Duration::from_secs(10),
+    }
+}
+
+impl Node {
+    async fn start(&mut self, peers: &QuorumPeers) {
+        let listener = TcpListener::bind(&self.addr).await.unwrap();
+        let quorum = Arc::new(
+            MetadataQuorum::start_with_config(&self.dir, self.id, CLUSTER, peers.clone(), config())
+                .await
+                .unwrap(),
+        );
+        self.server = Some(serve(listener, Arc::downgrade(&quorum)));
+        self.quorum = Some(quorum);
+    }
+
+    async fn stop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.abort();
+            let _ = server.await;
+        }
+        let quorum = self.quorum.take().unwrap();
+        // Connection tasks let go of it once their current RPC is answered.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut quorum = quorum;
+        loop {
+            match Arc::try_unwrap(quorum) {
+                Ok(q) => return q.shutdown().await.unwrap(),
+                Err(still) if Instant::now() < deadline => {
+                    quorum = still;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(_) => panic!("node {} still in use", self.id),
+            }
+        }
+    }
+
+    fn quorum(&self) -> &MetadataQuorum {
+        self.quorum.as_ref().unwrap()
+    }
+}
+
+async fn cluster(root: &Path) -> (Vec<Node>, QuorumPeers) {
+    let mut nodes = Vec::new();
+    let mut voters = BTreeMap::new();
+    for id in 1..=3u64 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        voters.insert(id, addr.clone());
+        nodes.push(Node {
+            id,
+            dir: root.join(format!("node-{id}")),
+            addr,
+            quorum: None,
+            server: None,
+        });
+    }
+    let peers = QuorumPeers { voters };
+    for node in &mut nodes {
+        node.start(&peers).await;
+    }
+    (nodes, peers)
+}
+
+/// The node that leads, once every running node agrees on one.
+async fn leader(nodes: &[Node]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let running: Vec<&Node> = nodes.iter().filter(|n| n.quorum.is_some()).collect();
+        let leaders: Vec<Option<u64>> = running.iter().map(|n| n.quorum().leader()).collect();
+        if let Some(Some(id)) = leaders.first() {
+            if leaders.iter().all(|l| *l == Some(*id)) {
+                if let Some(i) = nodes.iter().position(|n| n.id == *id && n.quorum.is_some()) {
+                    if nodes[i].quorum().is_leader() {
+                        return i;
+                    }
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no agreed leader: {leaders:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn topic(n: u8) -> Vec<MetadataRecord> {
+    vec![MetadataRecord::Topic(TopicRecord {
+        name: format!("t{n}"),
+        topic_id: Uuid([n; 16]),
+    })]
+}
+
+/// Waits until every running node's image has topics t1..=last.
+async fn converged(nodes: &[Node], last: u8) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for node in nodes.iter().filter(|n| n.quorum.is_some()) {
+        loop {
+            let image = node.quorum().image();
+            if (1..=last).all(|n| image.topic(&format!("t{n}")).is_some()) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {} never caught up to t{last}",
+                node.id
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_voters_elect_replicate_fail_over_and_catch_up() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut nodes, peers) = cluster(root.path()).await;
+
+    let first = leader(&nodes).await;
+    for n in 1..=5 {
+        nodes[first].quorum().propose(topic(n)).await.unwrap();
+    }
+    converged(&nodes, 5).await;
+    // A follower refuses to propose and names the leader.
+    let follower = (first + 1) % 3;
+    match nodes[follower].quorum().propose(topic(99)).await {
+        Err(MetadataError::NotLeader { leader }) => assert_eq!(leader, Some(nodes[first].id)),
+        other => panic!("a follower proposed: {other:?}"),
+    }
+
+    // The leader goes: the other two elect one of themselves and go on.
+    nodes[first].stop().await;
+    let second = leader(&nodes).await;
+    assert_ne!(second, first);
+    for n in 6..=8 {
+        nodes[second].quorum().propose(topic(n)).await.unwrap();
+    }
+    converged(&nodes, 8).await;
+
+    // Restarted, the old leader catches up from the log and follows.
+    nodes[first].start(&peers).await;
+    converged(&nodes, 8).await;
+    assert_eq!(leader(&nodes).await, second);
+
+    // A voter that misses more than a snapshot's worth of entries gets the snapshot.
+    let behind = (second + 1) % 3;
+    nodes[behind].stop().await;
+    for n in 9..=60 {
+        nodes[second].quorum().propose(topic(n)).await.unwrap();
+    }
+    nodes[behind].start(&peers).await;
+    converged(&nodes, 60).await;
+    let image = nodes[behind].quorum().image();
+    assert_eq!(image.topics().count(), 60);
+
+    for node in &mut nodes {
+        node.stop().await;
+    }
+}
