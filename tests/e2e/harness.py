@@ -399,10 +399,11 @@ def check_consumed(path: Path, seed: int, acks: Dict[int, tuple], partitions: in
 
 
 class ClusterNode(Broker):
-    """One combined (broker + controller) node of a cluster: fjord's binary or Apache Kafka, configured with the
-    same KRaft keys."""
+    """One node of a cluster — broker, controller or both — running fjord's binary or Apache Kafka, configured with
+    the same KRaft keys."""
 
-    def __init__(self, workdir: Path, node_id: int, port: int, controller_port: int, voters: str, kind: str):
+    def __init__(self, workdir: Path, node_id: int, roles: str, port: int, controller_port: int, voters: str,
+                 kind: str):
         self.kind = kind
         self.clean_exit_codes = (0, 143) if kind == "kafka" else (0,)
         self.workdir = workdir
@@ -410,19 +411,23 @@ class ClusterNode(Broker):
         self.data_dirs = [self.data_dir]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.node_id = node_id
+        self.roles = roles
         self.port = port
         self.bootstrap = f"127.0.0.1:{port}"
         self.proc = None
         self.starts = 0
         self.config = workdir / "server.properties"
+        listeners = []
+        if "broker" in roles:
+            listeners.append(f"PLAINTEXT://{self.bootstrap}")
+        if "controller" in roles:
+            listeners.append(f"CONTROLLER://127.0.0.1:{controller_port}")
         props = {
-            "process.roles": "broker,controller",
+            "process.roles": roles,
             "node.id": str(node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://{self.bootstrap},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
+            "listeners": ",".join(listeners),
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.data_dir),
             "num.partitions": "1",
@@ -431,6 +436,9 @@ class ClusterNode(Broker):
             "offsets.topic.num.partitions": "3",
             "group.initial.rebalance.delay.ms": "0",
         }
+        if "broker" in roles:
+            props["advertised.listeners"] = f"PLAINTEXT://{self.bootstrap}"
+            props["inter.broker.listener.name"] = "PLAINTEXT"
         if kind == "kafka":
             props.update(
                 {
@@ -454,6 +462,10 @@ class ClusterNode(Broker):
             self.binary = Path(os.environ.get("FJORD_BIN", REPO_ROOT / "target" / "release" / "fjord"))
         write_properties(self.config, props)
 
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
     def format(self, cluster_id: str) -> None:
         subprocess.run(
             self.jvm + ["kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(self.config)],
@@ -470,24 +482,26 @@ class ClusterNode(Broker):
     def ready(self) -> bool:
         # Listeners accept before the node serves (it waits for the quorum); its log says when it does.
         if self.kind == "kafka":
-            log, marker = self.workdir / "server.log", "Kafka Server started"
+            log, marker, count = self.workdir / "server.log", "Kafka Server started", self.starts
         else:
-            log, marker = self.log_path(), " started elapsed_ms"
-        if not log.exists():
-            return False
-        text = log.read_text(errors="replace")
-        return text.count(marker) >= (self.starts if self.kind == "kafka" else 1)
+            log, marker, count = self.log_path(), " started elapsed_ms", 1
+        return log.exists() and log.read_text(errors="replace").count(marker) >= count
 
 
 class Cluster:
-    """`n` combined nodes on loopback ports forming one cluster (fjord by default, Kafka with E2E_BROKER=kafka)."""
+    """A cluster on loopback ports (fjord by default, Kafka with E2E_BROKER=kafka): `controllers` voters, combined
+    broker + controller nodes unless `brokers` adds that many broker-only nodes (ids after the voters')."""
 
-    def __init__(self, workdir: Path, n: int = 3):
+    def __init__(self, workdir: Path, controllers: int = 3, brokers: int = 0):
         self.kind = os.environ.get("E2E_BROKER", "fjord")
+        combined = brokers == 0
+        n = controllers + brokers
         ports = [(free_port(), free_port()) for _ in range(n)]
-        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+        voters = ",".join(f"{i + 1}@127.0.0.1:{ports[i][1]}" for i in range(controllers))
+        roles = lambda i: "broker,controller" if combined else ("controller" if i < controllers else "broker")
         self.nodes = [
-            ClusterNode(workdir / f"node-{i + 1}", i + 1, p, c, voters, self.kind) for i, (p, c) in enumerate(ports)
+            ClusterNode(workdir / f"node-{i + 1}", i + 1, roles(i), p, c, voters, self.kind)
+            for i, (p, c) in enumerate(ports)
         ]
         if self.kind == "kafka":
             cluster_id = "-"
@@ -495,7 +509,8 @@ class Cluster:
                 cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
             for node in self.nodes:
                 node.format(cluster_id)
-        self.bootstrap = ",".join(node.bootstrap for node in self.nodes)
+        self.brokers = [node for node in self.nodes if node.is_broker]
+        self.bootstrap = ",".join(node.bootstrap for node in self.brokers)
 
     def start(self, timeout_s: float = 120) -> None:
         """Starts every node at once (a voter waits for the others), then waits for each to serve."""

@@ -1,6 +1,7 @@
-"""A three-node cluster (combined broker + controller nodes) with real clients: every client sees every broker,
-partitions spread over them, a consumer group spans them, and the cluster survives kill -9 of its active
-controller. Runs against fjord, or Apache Kafka with E2E_BROKER=kafka (same KRaft properties).
+"""Clusters with real clients — three combined broker + controller nodes, and three controllers with three brokers:
+every client sees every broker, partitions spread over them, a consumer group spans them, and the cluster survives
+kill -9 of its active controller. Runs against fjord, or Apache Kafka with E2E_BROKER=kafka (same KRaft
+properties).
 
 Topics here have replication factor 1 (ISR replication is a later step): a dead node's partitions are unavailable
 until it returns, and come back with it.
@@ -15,9 +16,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from harness import Cluster, metadata_quorum_status
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("cluster"), 3)
+@pytest.fixture(scope="module", params=["combined", "split"])
+def cluster(request, tmp_path_factory):
+    brokers = 0 if request.param == "combined" else 3
+    c = Cluster(tmp_path_factory.mktemp(request.param), controllers=3, brokers=brokers)
     c.start()
     yield c
     c.stop()
@@ -95,19 +97,21 @@ def consume_all(bootstrap: str, topic: str, group: str, expected: int) -> dict:
 
 
 def test_every_node_sees_the_cluster_and_partitions_spread(cluster):
-    for node in cluster.nodes:
+    broker_ids = sorted(b.node_id for b in cluster.brokers)
+    for node in cluster.brokers:
         md = admin(node.bootstrap).list_topics(timeout=10)
-        assert sorted(b.id for b in md.brokers.values()) == [1, 2, 3]
-        assert {(b.host, b.port) for b in md.brokers.values()} == {("127.0.0.1", n.port) for n in cluster.nodes}
-        assert md.controller_id in (1, 2, 3)
-    status = metadata_quorum_status(cluster.node(1).bootstrap)
+        assert sorted(b.id for b in md.brokers.values()) == broker_ids
+        assert {(b.host, b.port) for b in md.brokers.values()} == {("127.0.0.1", n.port) for n in cluster.brokers}
+        assert md.controller_id in broker_ids, "clients are told a live broker"
+    status = metadata_quorum_status(cluster.brokers[0].bootstrap)
     assert int(status["LeaderId"]) in (1, 2, 3)
     assert [v for v in ("1", "2", "3") if f'"id": {v}' in status["CurrentVoters"]] == ["1", "2", "3"]
-    # Created through one node, answered by another.
-    create(cluster.node(2).bootstrap, "spread", 6)
-    assert sorted(set(leaders(cluster.node(3).bootstrap, "spread").values())) == [1, 2, 3]
-    produce(cluster.node(1).bootstrap, "spread", 6, 600, "a")
-    got = consume_all(cluster.node(3).bootstrap, "spread", "spread-group", 600)
+    # Created through one broker, answered by another.
+    first, second, third = cluster.brokers
+    create(second.bootstrap, "spread", 6)
+    assert sorted(set(leaders(third.bootstrap, "spread").values())) == broker_ids
+    produce(first.bootstrap, "spread", 6, 600, "a")
+    got = consume_all(third.bootstrap, "spread", "spread-group", 600)
     for partition, records in got.items():
         assert [o for o, _ in records] == list(range(len(records))), "offsets in order, no gaps"
         assert [int(v.split("-")[1]) % 6 for _, v in records] == [partition] * len(records)
@@ -117,15 +121,53 @@ def test_active_controller_killed_a_new_one_takes_over_and_the_old_rejoins(clust
     old = controller_id(cluster.bootstrap)
     victim = cluster.node(old)
     victim.kill9()
-    survivors = ",".join(n.bootstrap for n in cluster.nodes if n.node_id != old)
+    survivors = ",".join(n.bootstrap for n in cluster.brokers if n.node_id != old)
     new = controller_id(survivors)
     assert new != old
-    # Metadata changes go on: created through a survivor.
+    # Metadata changes go on: created through a surviving broker.
     create(survivors, "after-failover", 2)
     assert leaders(survivors, "after-failover")
-    # Back with its data dir and id, it rejoins and leads its partitions again.
+    # Back with its data dir and id, it rejoins (and, a broker too, leads its partitions again).
     victim.start(timeout_s=120)
-    assert old in set(leaders(cluster.bootstrap, "spread").values())
-    produce(victim.bootstrap, "spread", 6, 60, "b")
-    md = admin(victim.bootstrap).list_topics(timeout=10)
-    assert sorted(b.id for b in md.brokers.values()) == [1, 2, 3]
+    if victim.is_broker:
+        assert old in set(leaders(cluster.bootstrap, "spread").values())
+    produce(cluster.bootstrap, "spread", 6, 60, "b")
+    status = metadata_quorum_status(cluster.bootstrap)
+    assert int(status["LeaderId"]) in (1, 2, 3)
+
+
+def test_without_a_quorum_data_flows_and_metadata_changes_fail_retriably(cluster):
+    """Two of the three voters down: the brokers that are left keep serving the partitions they lead; a metadata
+    change fails with a retriable timeout instead of hanging; with the voters back, changes work again."""
+    from confluent_kafka import KafkaError
+
+    voters = [n for n in cluster.nodes if "controller" in n.roles]
+    down = voters[:2]
+    for node in down:
+        node.kill9()
+    alive = [b for b in cluster.brokers if b.running()]
+    bootstrap = ",".join(b.bootstrap for b in alive)
+    led = {p: l for p, l in leaders(bootstrap, "spread").items() if l in {b.node_id for b in alive}}
+    assert led, "some partition is led by a live broker"
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 30000})
+    errors = []
+    for i in range(60):
+        p.produce("spread", value=b"q", partition=list(led)[i % len(led)],
+                  on_delivery=lambda e, m: errors.append(e) if e else None)
+    assert p.flush(60) == 0 and errors == []
+
+    a = admin(bootstrap)
+    started = time.monotonic()
+    (future,) = a.create_topics([NewTopic("no-quorum", num_partitions=1, replication_factor=1)],
+                                request_timeout=15).values()
+    with pytest.raises(Exception) as refused:
+        future.result(90)
+    error = refused.value.args[0]
+    assert error.code() in (KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.NOT_CONTROLLER), error
+    assert error.retriable() or error.code() == KafkaError._TIMED_OUT, error
+    assert time.monotonic() - started < 90
+
+    for node in down:
+        node.start(timeout_s=120)
+    create(cluster.bootstrap, "quorum-back", 1)
+    assert leaders(cluster.bootstrap, "quorum-back")

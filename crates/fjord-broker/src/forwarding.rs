@@ -72,12 +72,22 @@ impl ControllerLink {
     pub async fn call(&self, request: ControllerRequest) -> Result<ResponseBody, ControllerError> {
         let deadline = Instant::now() + FORWARD_TIMEOUT;
         let mut last_error = ControllerError::NotController { leader: None };
+        // Voters to try in turn while the leader is unknown here (a broker not yet following the
+        // log, or an election under way): a voter that does not lead answers NOT_CONTROLLER.
+        let mut guesses = self.voters.keys().copied().cycle();
         while Instant::now() < deadline {
             let leader = self.quorum.leader().and_then(|id| i32::try_from(id).ok());
             let attempt = match (leader, &self.local) {
                 (Some(id), Some(local)) if id == self.node_id => local.call(request.clone()).await,
                 (Some(id), _) if id != self.node_id => self.call_remote(id, &request).await,
-                _ => Err(ControllerError::NotController { leader: None }),
+                _ => match guesses.next() {
+                    Some(id) if id == self.node_id => match &self.local {
+                        Some(local) => local.call(request.clone()).await,
+                        None => Err(ControllerError::NotController { leader: None }),
+                    },
+                    Some(id) => self.call_remote(id, &request).await,
+                    None => Err(ControllerError::NotController { leader: None }),
+                },
             };
             match attempt {
                 Err(e @ (ControllerError::NotController { .. } | ControllerError::Quorum(_))) => {

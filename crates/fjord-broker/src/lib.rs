@@ -340,12 +340,16 @@ async fn start_broker(
         if *shutdown.borrow() {
             return Ok(None);
         }
-        match quorum.caught_up(QUORUM_WAIT_REPORT).await {
-            Err(_) => tracing::info!("waiting for the metadata quorum to elect a leader"),
-            Ok(()) => match register_broker(&controller, config, &cluster_id).await {
-                Ok(epoch) => break epoch,
-                Err(error) => tracing::warn!(%error, "registration failed; retrying"),
-            },
+        // A voter waits for the quorum to elect; a learner hears of the leader only once it is
+        // added, which its registration (sent to the voters in turn) does.
+        let voter = config.cluster.controller;
+        if voter && quorum.caught_up(QUORUM_WAIT_REPORT).await.is_err() {
+            tracing::info!("waiting for the metadata quorum to elect a leader");
+            continue;
+        }
+        match register_broker(&controller, config, &cluster_id).await {
+            Ok(epoch) => break epoch,
+            Err(error) => tracing::warn!(%error, "registration failed; retrying"),
         }
     };
     // Wait to see our own registration: the local image is then at least as new as the
