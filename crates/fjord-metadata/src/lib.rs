@@ -30,6 +30,6 @@ pub use image::{
     BrokerRegistration, ImageChanges, ImageError, MetadataDelta, MetadataImage, PartitionImage,
     TopicImage,
 };
-pub use network::{is_raft_frame, MAX_RAFT_FRAME, RAFT_API_KEY};
+pub use network::{check_raft_frame, is_raft_frame, MAX_RAFT_FRAME, RAFT_API_KEY};
 pub use quorum::{MetadataQuorum, QuorumConfig, QuorumPeers, QuorumStatus, ReplicaStatus};
 pub use record::*;

@@ -86,6 +86,25 @@ pub(crate) fn response_body(correlation_id: i32, payload: &[u8]) -> Vec<u8> {
     body
 }
 
+/// Reads a raft request frame's body (after its size prefix): its correlation id and the RPC,
+/// or why the RPC is unreadable. None if the frame is not a raft RPC at all.
+pub(crate) fn decode_request(frame: &[u8]) -> Option<(i32, Result<RaftRequest, String>)> {
+    let (correlation_id, payload) = parse_request(frame)?;
+    Some((
+        correlation_id,
+        serde_json::from_slice(payload).map_err(|e| e.to_string()),
+    ))
+}
+
+/// Checks a raft request frame as a peer's would be read, without a quorum to answer it: for
+/// fuzzing the decoder that network bytes reach.
+pub fn check_raft_frame(frame: &[u8]) -> Result<(), String> {
+    match decode_request(frame) {
+        Some((_, rpc)) => rpc.map(drop),
+        None => Err("not a raft frame".into()),
+    }
+}
+
 /// Whether a request frame's body (after its size prefix) is a raft RPC.
 pub fn is_raft_frame(frame: &[u8]) -> bool {
     frame.get(0..2) == Some(&RAFT_API_KEY.to_be_bytes()[..])

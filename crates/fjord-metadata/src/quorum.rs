@@ -249,8 +249,8 @@ impl MetadataQuorum {
     /// Answers one raft RPC from a peer: `frame` is a request frame's body (after its size
     /// prefix); the answer is the response frame's body. None if `frame` is not a raft RPC.
     pub async fn handle_raft_frame(&self, frame: &[u8]) -> Option<Vec<u8>> {
-        let (correlation_id, payload) = network::parse_request(frame)?;
-        let reply = match serde_json::from_slice::<RaftRequest>(payload) {
+        let (correlation_id, rpc) = network::decode_request(frame)?;
+        let reply = match rpc {
             Ok(RaftRequest::AppendEntries(r)) => {
                 RaftReply::AppendEntries(self.raft.append_entries(r).await)
             }
@@ -258,7 +258,7 @@ impl MetadataQuorum {
             Ok(RaftRequest::InstallSnapshot(r)) => {
                 RaftReply::InstallSnapshot(self.raft.install_snapshot(r).await)
             }
-            Err(e) => RaftReply::Malformed(e.to_string()),
+            Err(e) => RaftReply::Malformed(e),
         };
         let payload = serde_json::to_vec(&reply)
             .unwrap_or_else(|e| format!("{{\"Malformed\":{:?}}}", e.to_string()).into_bytes());
