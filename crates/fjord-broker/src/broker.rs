@@ -375,8 +375,20 @@ impl Broker {
         (advertised.host.clone(), advertised.port as i32)
     }
 
-    pub(crate) fn live_broker_count(&self) -> usize {
-        self.quorum.image().brokers().count()
+    /// The error for a partition this broker does not host: NOT_LEADER_OR_FOLLOWER when the
+    /// cluster has it (another broker leads it; the client refreshes its metadata), else
+    /// UNKNOWN_TOPIC_OR_PARTITION.
+    pub(crate) fn not_hosted(&self, topic: &str, partition: i32) -> i16 {
+        let exists = self
+            .quorum
+            .image()
+            .topic(topic)
+            .is_some_and(|t| usize::try_from(partition).is_ok_and(|p| p < t.partitions.len()));
+        if exists {
+            errors::NOT_LEADER_OR_FOLLOWER
+        } else {
+            errors::UNKNOWN_TOPIC_OR_PARTITION
+        }
     }
 
     // ---- Metadata -------------------------------------------------------------------------

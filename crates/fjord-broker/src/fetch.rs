@@ -363,7 +363,7 @@ impl Broker {
             let mut file = None;
             let mut data = no_data(target.partition);
             match self.replicas.get(&target.topic, target.partition) {
-                None => data.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                None => data.error_code = self.not_hosted(&target.topic, target.partition),
                 Some(partition) => {
                     if let Err(code) = check_leader_epoch(&partition, target.current_leader_epoch) {
                         data.error_code = code;
@@ -463,7 +463,7 @@ impl Broker {
             ..Default::default()
         };
         let Some(partition) = self.replicas.get(topic, partition_index) else {
-            out.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION;
+            out.error_code = self.not_hosted(topic, partition_index);
             return out;
         };
         if let Err(code) = check_leader_epoch(&partition, current_leader_epoch) {
@@ -515,7 +515,7 @@ impl Broker {
                             ..Default::default()
                         };
                         match self.replicas.get(&topic.topic, p.partition) {
-                            None => out.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                            None => out.error_code = self.not_hosted(&topic.topic, p.partition),
                             Some(partition) => {
                                 match check_leader_epoch(&partition, p.current_leader_epoch) {
                                     Err(code) => out.error_code = code,

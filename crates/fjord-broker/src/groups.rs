@@ -34,8 +34,15 @@ impl Broker {
                 .get("offsets.topic.replication.factor")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(3);
-            // Like Kafka, a cluster smaller than the configured factor gets what it can hold.
-            let replication_factor = wanted_rf.min(self.live_broker_count() as i16).max(1);
+            // Until partitions are replicated between brokers a partition has one replica, as Kafka
+            // caps the factor to what the cluster can hold.
+            if wanted_rf > 1 {
+                tracing::info!(
+                    wanted_rf,
+                    "{OFFSETS_TOPIC} gets one replica per partition: fjord does not replicate partitions yet"
+                );
+            }
+            let replication_factor = 1;
             let mut configs = BTreeMap::new();
             configs.insert("cleanup.policy".to_string(), "compact".to_string());
             configs.insert("compression.type".to_string(), "producer".to_string());

@@ -196,7 +196,10 @@ pub async fn run(
                 broker: broker_rx.clone(),
                 quorum: quorum.clone(),
                 listener: listener.name.clone(),
-                carries_raft: listener.name == config.cluster.inter_broker_listener_name,
+                // Only a learner takes raft RPCs there; voters take them on their controller
+                // listeners, and a node alone takes none.
+                carries_raft: !config.cluster.controller
+                    && listener.name == config.cluster.inter_broker_listener_name,
             }),
         };
         servers.push(tokio::spawn(network::serve(

@@ -68,7 +68,7 @@ impl Broker {
                 } else {
                     match self.replicas.get(&topic.name, data.index) {
                         None => Err(PartitionError::new(
-                            errors::UNKNOWN_TOPIC_OR_PARTITION,
+                            self.not_hosted(&topic.name, data.index),
                             "This server does not host this topic-partition.",
                         )),
                         Some(partition) => match &data.records {

@@ -183,6 +183,7 @@ pub fn plan_create_topic(
         }
         out
     };
+    single_replica(&replicas_by_partition)?;
     let replication_factor = replicas_by_partition.first().map(|r| r.len()).unwrap_or(0) as i16;
     let mut records = vec![MetadataRecord::Topic(TopicRecord {
         name: request.name.clone(),
@@ -205,6 +206,19 @@ pub fn plan_create_topic(
         replication_factor,
         records,
     })
+}
+
+/// Partitions are not replicated yet: a second replica would never catch up, and the high
+/// watermark, which waits for every in-sync replica, would never move. Until ISR replication
+/// exists, more than one replica is refused rather than half-created.
+fn single_replica(replicas_by_partition: &[Vec<i32>]) -> Result<(), Refusal> {
+    match replicas_by_partition.iter().map(Vec::len).max() {
+        Some(n) if n > 1 => Err(refuse(
+            errors::INVALID_REPLICATION_FACTOR,
+            format!("Replication factor {n} is not supported by fjord yet: partitions are not replicated between brokers, so every partition must have exactly one replica."),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn partition_record(topic_id: TopicId, partition_id: i32, replicas: &[i32]) -> MetadataRecord {
@@ -342,6 +356,7 @@ pub fn plan_create_partitions(
             all.into_iter().skip(current as usize).collect()
         }
     };
+    single_replica(&replicas)?;
     Ok(replicas
         .iter()
         .enumerate()
@@ -449,6 +464,54 @@ mod tests {
             .error_code,
             errors::INVALID_TOPIC_EXCEPTION
         );
+    }
+
+    #[test]
+    fn more_than_one_replica_is_refused_until_partitions_replicate() {
+        let image = MetadataImage::empty();
+        let brokers = [1, 2, 3];
+        let err = plan_create_topic(
+            &image,
+            &request("t", 3, 2),
+            1,
+            1,
+            &brokers,
+            fjord_common::Uuid([7; 16]),
+        )
+        .unwrap_err();
+        assert_eq!(err.error_code, errors::INVALID_REPLICATION_FACTOR);
+        assert!(err.message.contains("not replicated"), "{}", err.message);
+        let mut explicit = request("t", -1, -1);
+        explicit.assignments.insert(0, vec![1, 2]);
+        let err = plan_create_topic(
+            &image,
+            &explicit,
+            1,
+            1,
+            &brokers,
+            fjord_common::Uuid([7; 16]),
+        )
+        .unwrap_err();
+        assert_eq!(err.error_code, errors::INVALID_REPLICATION_FACTOR);
+        // One replica each, spread over the brokers.
+        let plan = plan_create_topic(
+            &image,
+            &request("t", 3, 1),
+            1,
+            1,
+            &brokers,
+            fjord_common::Uuid([7; 16]),
+        )
+        .unwrap();
+        let leaders: Vec<i32> = plan
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                MetadataRecord::Partition(p) => Some(p.leader),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(leaders, vec![1, 2, 3]);
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub fn filter_batch(
         let record = record?;
         counts.records_read += 1;
         let candidate = CandidateRecord {
-            offset: header.base_offset + i64::from(record.offset_delta),
+            offset: record_offset(&header, record.offset_delta)?,
             timestamp: header.base_timestamp.saturating_add(record.timestamp_delta),
             key: record.key,
             value: record.value,
@@ -148,6 +148,15 @@ impl AsRef<[u8]> for Section<'_> {
     }
 }
 
+/// A record's offset: its batch's base offset plus its delta, refused when that overflows (a
+/// batch from bad bytes, never one fjord wrote).
+fn record_offset(header: &BatchHeader, offset_delta: i32) -> Result<i64, RecordsError> {
+    header
+        .base_offset
+        .checked_add(i64::from(offset_delta))
+        .ok_or(RecordsError::InvalidRecord("record offset overflows"))
+}
+
 /// Parses the header of exactly one whole batch and decompresses its records.
 fn open_batch(
     batch: &[u8],
@@ -178,10 +187,7 @@ pub fn for_each_key(
     let mut records = RecordRefIter::new(&data, header.record_count);
     for record in records.by_ref() {
         let record = record?;
-        if !f(
-            header.base_offset + i64::from(record.offset_delta),
-            record.key,
-        ) {
+        if !f(record_offset(&header, record.offset_delta)?, record.key) {
             return Ok(false);
         }
     }
@@ -219,6 +225,21 @@ mod tests {
         max_decompressed: 1 << 20,
     };
 
+    #[test]
+    fn a_record_offset_past_i64_is_refused_not_overflowed() {
+        let mut builder = BatchBuilder::new(Compression::None).base_offset(i64::MAX);
+        for key in ["a", "b"] {
+            builder
+                .append(0, Some(key.as_bytes()), Some(b"v"), &[])
+                .unwrap();
+        }
+        let bytes = builder.build().unwrap();
+        let err = for_each_key(&bytes, 1 << 20, |_, _| true).unwrap_err();
+        assert!(matches!(err, RecordsError::InvalidRecord(_)), "{err:?}");
+        let err = filter_batch(&bytes, OPTIONS, |_| true).unwrap_err();
+        assert!(matches!(err, RecordsError::InvalidRecord(_)), "{err:?}");
+    }
+
     fn rewritten(filtered: Filtered) -> (BatchHeader, Vec<(i64, i64, Option<Bytes>)>) {
         let Filtered::Rewritten(bytes) = filtered else {
             panic!("expected a rewrite, got {filtered:?}");
@@ -231,7 +252,7 @@ mod tests {
             .map(Result::unwrap)
             .map(|r| {
                 (
-                    header.base_offset + i64::from(r.offset_delta),
+                    record_offset(&header, r.offset_delta).unwrap(),
                     header.base_timestamp + r.timestamp_delta,
                     r.value,
                 )

@@ -128,8 +128,11 @@ impl BatchHeader {
         LOG_OVERHEAD + self.batch_length as usize
     }
 
+    /// The batch's last offset; saturates rather than overflows for a hostile base offset (which
+    /// offset checks then refuse).
     pub fn last_offset(&self) -> i64 {
-        self.base_offset + self.last_offset_delta as i64
+        self.base_offset
+            .saturating_add(self.last_offset_delta as i64)
     }
 
     pub fn compression(&self) -> i16 {
