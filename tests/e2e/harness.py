@@ -175,6 +175,34 @@ class FjordBroker(Broker):
         return [str(self.binary), "server", str(self.config)]
 
 
+# Kafka's internal topics other than `__consumer_offsets` with one replica and one partition: the test brokers
+# are too few for the defaults, and small topics keep restarts quick.
+KAFKA_INTERNAL_TOPICS = {
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "transaction.state.log.num.partitions": "1",
+    "share.coordinator.state.topic.num.partitions": "1",
+}
+
+
+def kafka_log4j(workdir: Path) -> Path:
+    """A log4j2 config sending a Kafka process's log to `workdir/server.log`."""
+    log4j = workdir / "log4j2.properties"
+    log4j.write_text(
+        "rootLogger.level=INFO\n"
+        "rootLogger.appenderRef.file.ref=FILE\n"
+        "appender.file.type=File\n"
+        "appender.file.name=FILE\n"
+        f"appender.file.fileName={workdir / 'server.log'}\n"
+        "appender.file.layout.type=PatternLayout\n"
+        "appender.file.layout.pattern=[%d] %p %m (%c)%n\n"
+    )
+    return log4j
+
+
 class KafkaBroker(Broker):
     """Apache Kafka in single-node KRaft mode (broker and controller in one JVM)."""
 
@@ -201,30 +229,15 @@ class KafkaBroker(Broker):
                 "log.dirs": ",".join(str(d) for d in self.data_dirs),
                 "num.partitions": "1",
                 "auto.create.topics.enable": "false",
-                "offsets.topic.replication.factor": "1",
-                "transaction.state.log.replication.factor": "1",
-                "transaction.state.log.min.isr": "1",
-                "share.coordinator.state.topic.replication.factor": "1",
-                "share.coordinator.state.topic.min.isr": "1",
                 "group.initial.rebalance.delay.ms": "0",
                 # librdkafka's consumer looks up a coordinator, which creates these topics; one partition
                 # each keeps broker restarts quick.
                 "offsets.topic.num.partitions": "1",
-                "transaction.state.log.num.partitions": "1",
-                "share.coordinator.state.topic.num.partitions": "1",
+                **KAFKA_INTERNAL_TOPICS,
             },
         )
-        log4j = workdir / "log4j2.properties"
-        log4j.write_text(
-            "rootLogger.level=INFO\n"
-            "rootLogger.appenderRef.file.ref=FILE\n"
-            "appender.file.type=File\n"
-            "appender.file.name=FILE\n"
-            f"appender.file.fileName={workdir / 'server.log'}\n"
-            "appender.file.layout.type=PatternLayout\n"
-            "appender.file.layout.pattern=[%d] %p %m (%c)%n\n"
-        )
-        self.jvm = [java_bin(), "-Xms512m", "-Xmx1g", f"-Dlog4j2.configurationFile={log4j}", "-cp", self.classpath]
+        self.jvm = [java_bin(), "-Xms512m", "-Xmx1g", f"-Dlog4j2.configurationFile={kafka_log4j(workdir)}", "-cp",
+                    self.classpath]
         cluster_id = "-"
         while cluster_id.startswith("-"):  # StorageTool would read a leading '-' as an option
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
@@ -440,24 +453,9 @@ class ClusterNode(Broker):
             props["advertised.listeners"] = f"PLAINTEXT://{self.bootstrap}"
             props["inter.broker.listener.name"] = "PLAINTEXT"
         if kind == "kafka":
-            props.update(
-                {
-                    "transaction.state.log.replication.factor": "1",
-                    "transaction.state.log.min.isr": "1",
-                    "share.coordinator.state.topic.replication.factor": "1",
-                    "share.coordinator.state.topic.min.isr": "1",
-                    "transaction.state.log.num.partitions": "1",
-                    "share.coordinator.state.topic.num.partitions": "1",
-                }
-            )
-            log4j = workdir / "log4j2.properties"
-            log4j.write_text(
-                "rootLogger.level=INFO\nrootLogger.appenderRef.file.ref=FILE\nappender.file.type=File\n"
-                f"appender.file.name=FILE\nappender.file.fileName={workdir / 'server.log'}\n"
-                "appender.file.layout.type=PatternLayout\nappender.file.layout.pattern=[%d] %p %m (%c)%n\n"
-            )
-            self.jvm = [java_bin(), "-Xms256m", "-Xmx512m", f"-Dlog4j2.configurationFile={log4j}", "-cp",
-                        read_classpath("kafka-broker.classpath")]
+            props.update(KAFKA_INTERNAL_TOPICS)
+            self.jvm = [java_bin(), "-Xms256m", "-Xmx512m", f"-Dlog4j2.configurationFile={kafka_log4j(workdir)}",
+                        "-cp", read_classpath("kafka-broker.classpath")]
         else:
             self.binary = Path(os.environ.get("FJORD_BIN", REPO_ROOT / "target" / "release" / "fjord"))
         write_properties(self.config, props)

@@ -97,6 +97,8 @@ impl Broker {
             } else {
                 Ok(())
             };
+            // Every registered broker's endpoint on this listener, read once for all the keys.
+            let endpoints = this.live_endpoints(&listener, own);
             let coordinators: Vec<Coordinator> = keys
                 .iter()
                 .map(|key| {
@@ -120,11 +122,7 @@ impl Broker {
                     let leader = (error_code == errors::NONE)
                         .then(|| this.offsets_leader(this.groups.partition_of(key)))
                         .flatten()
-                        .and_then(|id| {
-                            this.live_endpoints(&listener, own.clone())
-                                .into_iter()
-                                .find(|b| b.0 == id)
-                        });
+                        .and_then(|id| endpoints.iter().find(|b| b.0 == id).cloned());
                     match leader {
                         Some((node_id, host, port, _)) => Coordinator {
                             key: key.clone(),

@@ -475,11 +475,7 @@ async fn start_broker(
 
     // Producers that expired while the broker was down go before the first request, as Kafka
     // drops them when it loads producer state.
-    for partition in replicas.all() {
-        if let Ok(mut log) = partition.log.lock() {
-            log.remove_expired_producers(now_ms(), config.producer_id_expiration_ms);
-        }
-    }
+    expire_producers(&replicas, config);
     ready.send_replace(Some(broker.clone()));
     Ok(Some(Serving {
         broker,
@@ -650,6 +646,16 @@ async fn register_broker(
     }
 }
 
+/// Forgets producers idle for `producer.id.expiration.ms`, in every hosted partition.
+fn expire_producers(replicas: &replica::ReplicaManager, config: &BrokerConfig) {
+    let now = now_ms();
+    for partition in replicas.all() {
+        if let Ok(mut log) = partition.log.lock() {
+            log.remove_expired_producers(now, config.producer_id_expiration_ms);
+        }
+    }
+}
+
 /// Periodic work: retention, offset checkpoints, producer-id expiry
 /// (`producer.id.expiration.check.interval.ms`).
 async fn housekeeping(
@@ -687,14 +693,7 @@ async fn housekeeping(
                 })
                 .await;
             }
-            _ = producer_expiry.tick() => {
-                let now = now_ms();
-                for partition in replicas.all() {
-                    if let Ok(mut log) = partition.log.lock() {
-                        log.remove_expired_producers(now, config.producer_id_expiration_ms);
-                    }
-                }
-            }
+            _ = producer_expiry.tick() => expire_producers(&replicas, &config),
             _ = checkpoint.tick() => {
                 let replicas = replicas.clone();
                 let _ = tokio::task::spawn_blocking(move || {

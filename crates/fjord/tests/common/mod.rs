@@ -113,10 +113,14 @@ impl TestBroker {
         for (k, v) in &self.extra {
             cmd.arg("--override").arg(format!("{k}={v}"));
         }
+        // Listeners accept before the broker serves (their first requests wait for it); the log
+        // says when it has started.
+        let starts = |log: &str| log.matches(" started elapsed_ms").count();
+        let before = starts(&self.log());
         self.child = Some(cmd.spawn().expect("spawn fjord"));
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if TcpStream::connect(self.addr).is_ok() {
+            if starts(&self.log()) > before && TcpStream::connect(self.addr).is_ok() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
