@@ -544,6 +544,15 @@ impl Controller {
         image: &MetadataImage,
         request: &BrokerRegistrationRequest,
     ) -> Decision {
+        if request.broker_id < 0 {
+            return Decision::answer(ResponseBody::BrokerRegistration(
+                BrokerRegistrationResponse {
+                    error_code: errors::INVALID_REQUEST,
+                    broker_epoch: -1,
+                    ..Default::default()
+                },
+            ));
+        }
         if request.cluster_id != self.cluster_id {
             return Decision::answer(ResponseBody::BrokerRegistration(
                 BrokerRegistrationResponse {
@@ -942,6 +951,23 @@ mod tests {
             panic!("not a BrokerRegistration answer")
         };
         assert_eq!(r.error_code, errors::INCONSISTENT_CLUSTER_ID);
+
+        // A negative id (bytes from anyone on the controller listener) registers nothing.
+        let negative = BrokerRegistrationRequest {
+            broker_id: -1,
+            cluster_id: "cluster".into(),
+            ..Default::default()
+        };
+        let refused = controller.decide(
+            &image,
+            &request(ControllerApi::BrokerRegistration(negative)),
+            &mut ids(),
+        );
+        assert!(refused.records.is_empty());
+        let ResponseBody::BrokerRegistration(r) = &refused.response else {
+            panic!("not a BrokerRegistration answer")
+        };
+        assert_eq!(r.error_code, errors::INVALID_REQUEST);
     }
 
     #[test]
