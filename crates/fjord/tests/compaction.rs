@@ -203,11 +203,21 @@ fn a_compacted_topic_keeps_the_latest_value_of_every_key() {
     });
     assert_eq!(latest(&final_records), live);
 
-    // A crash and a restart change nothing.
+    // A crash and a restart lose nothing. The filler left the log dirty, so a cleaning pass
+    // may still run after the last read (before the kill or after the restart): the log may
+    // lose superseded records, but every record kept is one that was there, at its offset,
+    // the tail is intact and every key keeps its latest value.
     broker.kill9();
     broker.restart();
     let mut client = broker.connect();
-    assert_eq!(read_all(&mut client, "table"), final_records);
+    let restarted = read_all(&mut client, "table");
+    let before: std::collections::BTreeSet<_> = final_records.iter().collect();
+    assert!(
+        restarted.iter().all(|r| before.contains(r)),
+        "only records that were there before the crash"
+    );
+    assert_eq!(restarted.last(), final_records.last(), "the tail survives");
+    assert_eq!(latest(&restarted), live);
 }
 
 /// A standalone commit (no member) of `offset` for partitions 0..10, retried while the
