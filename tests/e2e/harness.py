@@ -416,7 +416,7 @@ class ClusterNode(Broker):
     the same KRaft keys."""
 
     def __init__(self, workdir: Path, node_id: int, roles: str, port: int, controller_port: int, voters: str,
-                 kind: str):
+                 kind: str, extra: Optional[Dict[str, str]] = None):
         self.kind = kind
         self.clean_exit_codes = (0, 143) if kind == "kafka" else (0,)
         self.workdir = workdir
@@ -452,6 +452,7 @@ class ClusterNode(Broker):
         if "broker" in roles:
             props["advertised.listeners"] = f"PLAINTEXT://{self.bootstrap}"
             props["inter.broker.listener.name"] = "PLAINTEXT"
+        props.update(extra or {})
         if kind == "kafka":
             props.update(KAFKA_INTERNAL_TOPICS)
             self.jvm = [java_bin(), "-Xms256m", "-Xmx512m", f"-Dlog4j2.configurationFile={kafka_log4j(workdir)}",
@@ -490,21 +491,26 @@ class Cluster:
     """A cluster on loopback ports (fjord by default, Kafka with E2E_BROKER=kafka): `controllers` voters, combined
     broker + controller nodes unless `brokers` adds that many broker-only nodes (ids after the voters')."""
 
-    def __init__(self, workdir: Path, controllers: int = 3, brokers: int = 0):
+    def __init__(self, workdir: Path, controllers: int = 3, brokers: int = 0, extra: Optional[Dict[str, str]] = None):
         self.kind = os.environ.get("E2E_BROKER", "fjord")
+        self.voters_spec = None
         combined = brokers == 0
         n = controllers + brokers
         ports = [(free_port(), free_port()) for _ in range(n)]
         voters = ",".join(f"{i + 1}@127.0.0.1:{ports[i][1]}" for i in range(controllers))
         roles = lambda i: "broker,controller" if combined else ("controller" if i < controllers else "broker")
+        self.voters_spec = voters
+        self.extra = extra or {}
         self.nodes = [
-            ClusterNode(workdir / f"node-{i + 1}", i + 1, roles(i), p, c, voters, self.kind)
+            ClusterNode(workdir / f"node-{i + 1}", i + 1, roles(i), p, c, voters, self.kind, self.extra)
             for i, (p, c) in enumerate(ports)
         ]
+        self.cluster_id = None
         if self.kind == "kafka":
             cluster_id = "-"
             while cluster_id.startswith("-"):
                 cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+            self.cluster_id = cluster_id
             for node in self.nodes:
                 node.format(cluster_id)
         self.brokers = [node for node in self.nodes if node.is_broker]
@@ -520,6 +526,13 @@ class Cluster:
 
     def node(self, node_id: int) -> ClusterNode:
         return self.nodes[node_id - 1]
+
+    def extra_broker(self, workdir: Path, node_id: int) -> ClusterNode:
+        """A broker-only node of this cluster's quorum, not started: `node_id` may repeat an existing one's."""
+        node = ClusterNode(workdir, node_id, "broker", free_port(), 0, self.voters_spec, self.kind, self.extra)
+        if self.cluster_id is not None:
+            node.format(self.cluster_id)
+        return node
 
     def stop(self) -> None:
         for node in self.nodes:

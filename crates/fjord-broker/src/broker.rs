@@ -403,7 +403,8 @@ impl Broker {
         let image = self.quorum.image();
         let mut brokers: Vec<(i32, String, i32, Option<String>)> = image
             .brokers()
-            .filter(|b| b.broker_id != self.config.node_id)
+            // Fenced brokers are not alive to clients, as in Kafka's metadata cache.
+            .filter(|b| b.broker_id != self.config.node_id && !b.fenced)
             .filter_map(|b| {
                 let endpoint = b.endpoints.iter().find(|e| e.name == listener)?;
                 Some((
@@ -414,7 +415,12 @@ impl Broker {
                 ))
             })
             .collect();
-        brokers.push((self.config.node_id, own.0, own.1, None));
+        brokers.push((
+            self.config.node_id,
+            own.0,
+            own.1,
+            self.config.cluster.rack.clone(),
+        ));
         brokers.sort_by_key(|b| b.0);
         brokers
     }
@@ -553,7 +559,13 @@ impl Broker {
                     leader_epoch: p.leader_epoch,
                     replica_nodes: p.replicas.clone(),
                     isr_nodes: p.isr.clone(),
-                    offline_replicas: Vec::new(),
+                    // Replicas on brokers that are gone or fenced, as Kafka reports them.
+                    offline_replicas: p
+                        .replicas
+                        .iter()
+                        .copied()
+                        .filter(|&id| image.broker(id).is_none_or(|b| b.fenced))
+                        .collect(),
                 })
                 .collect(),
             topic_authorized_operations: i32::MIN,

@@ -48,6 +48,9 @@ struct Shard {
     core: GroupCoordinatorShard,
     /// Its `__consumer_offsets` partition: records go through it like any produce.
     partition: Arc<Partition>,
+    /// The leader epoch it was loaded under: another epoch means another leader may have
+    /// written since, so the shard is loaded again.
+    leader_epoch: fjord_common::LeaderEpoch,
 }
 
 pub struct GroupRuntime {
@@ -131,6 +134,32 @@ impl GroupRuntime {
         }
         self.deadline_moved.notify_one();
         Ok(())
+    }
+
+    /// Unloads the shards of `__consumer_offsets` partitions this broker no longer leads, or leads
+    /// under a new leader epoch: their groups answer NOT_COORDINATOR (or load afresh) from now.
+    pub fn unload_unled(&self) {
+        let Ok(mut shards) = self.shards.lock() else {
+            return;
+        };
+        shards.retain(|&partition, shard| {
+            let Ok(shard) = shard.lock() else {
+                return false;
+            };
+            let kept = self
+                .replicas
+                .get(OFFSETS_TOPIC, partition)
+                .is_some_and(|p| {
+                    Arc::ptr_eq(&p, &shard.partition) && p.leader_epoch() == shard.leader_epoch
+                });
+            if !kept {
+                tracing::info!(
+                    partition,
+                    "group coordinator shard unloaded: leadership moved"
+                );
+            }
+            kept
+        });
     }
 
     /// True once every `__consumer_offsets` partition this broker leads has a loaded shard (and
@@ -561,5 +590,10 @@ fn load_shard(config: &GroupConfig, partition: Arc<Partition>) -> Result<Shard, 
         }
     }
     tracing::debug!(replayed, "coordinator records replayed");
-    Ok(Shard { core, partition })
+    let leader_epoch = partition.leader_epoch();
+    Ok(Shard {
+        core,
+        partition,
+        leader_epoch,
+    })
 }

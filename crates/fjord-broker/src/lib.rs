@@ -9,6 +9,7 @@ pub mod flusher;
 mod forwarding;
 pub mod group_runtime;
 mod groups;
+mod lifecycle;
 mod log_admin;
 pub mod log_dir_mover;
 pub mod network;
@@ -20,12 +21,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fjord_controller::{Controller, ControllerApi, ControllerRequest, QuorumController};
+use fjord_controller::{Controller, QuorumController};
 use fjord_metadata::{MetadataQuorum, QuorumConfig, QuorumPeers};
-use fjord_protocol::messages::broker_registration_request::{
-    BrokerRegistrationRequest, Listener as RegistrationListener,
-};
-use fjord_protocol::ResponseBody;
 use fjord_storage::log::LogConfig;
 use fjord_storage::log_manager::LogManager;
 use fjord_storage::meta_properties::{MetaProperties, MetaPropertiesVersion};
@@ -172,6 +169,9 @@ pub async fn run(
         connections_max_idle_ms: config.connections_max_idle_ms,
     };
     let (ready, broker_rx) = watch::channel::<Option<Arc<Broker>>>(None);
+    // Listeners stop after a controlled shutdown has moved leadership away (clients keep being
+    // answered NOT_LEADER_OR_FOLLOWER meanwhile and find the new leaders).
+    let (stop_listening, listening) = watch::channel(false);
     let mut servers = Vec::new();
     for listener in &config.listeners {
         let address = format!("{}:{}", listener.host, listener.port);
@@ -206,7 +206,7 @@ pub async fn run(
             socket,
             dispatch,
             network_config.clone(),
-            shutdown.clone(),
+            listening.clone(),
         )));
     }
 
@@ -230,7 +230,26 @@ pub async fn run(
     let ready = serving.is_some().then_some(ready);
     drop(broker_rx);
 
-    let _ = shutdown.wait_for(|stop| *stop).await;
+    let mut replaced = None;
+    match &serving {
+        Some(serving) => {
+            let mut membership = serving.membership.clone();
+            tokio::select! {
+                _ = shutdown.wait_for(|stop| *stop) => {}
+                _ = membership.wait_for(|m| *m == lifecycle::Membership::Replaced) => {
+                    replaced = Some(startup(format!(
+                        "stopping: another process registered node.id {} after this one's session expired",
+                        config.node_id
+                    )));
+                }
+            }
+            serving.controlled_shutdown().await;
+        }
+        None => {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        }
+    }
+    stop_listening.send_replace(true);
     tracing::info!("shutting down: no new connections; finishing in-flight requests");
     for server in servers {
         let _ = server.await;
@@ -248,6 +267,9 @@ pub async fn run(
         Ok(quorum) => quorum.shutdown().await.map_err(startup)?,
         Err(_) => tracing::warn!("metadata quorum still in use at shutdown"),
     }
+    if let Some(error) = replaced {
+        return Err(error);
+    }
     tracing::info!("clean shutdown complete");
     Ok(())
 }
@@ -264,9 +286,32 @@ struct Serving {
     image_task: tokio::task::JoinHandle<()>,
     housekeeping: tokio::task::JoinHandle<()>,
     group_timers: tokio::task::JoinHandle<()>,
+    /// Heartbeats to the controller; told to ask for shutdown through `stopping`.
+    heartbeats: tokio::task::JoinHandle<()>,
+    stopping: watch::Sender<bool>,
+    membership: watch::Receiver<lifecycle::Membership>,
 }
 
 impl Serving {
+    /// Asks the controller to let this broker go and waits until it has moved this broker's
+    /// leadership away (or gives up, bounded); the heartbeats end with it.
+    async fn controlled_shutdown(&self) {
+        if self.heartbeats.is_finished() {
+            return;
+        }
+        tracing::info!("controlled shutdown: asking the controller to move leadership away");
+        self.stopping.send_replace(true);
+        let mut membership = self.membership.clone();
+        let _ = membership
+            .wait_for(|m| {
+                matches!(
+                    m,
+                    lifecycle::Membership::ShutDown | lifecycle::Membership::Replaced
+                )
+            })
+            .await;
+    }
+
     async fn stop(self) -> Result<(), BrokerError> {
         let Serving {
             broker,
@@ -279,7 +324,10 @@ impl Serving {
             image_task,
             housekeeping,
             group_timers,
+            heartbeats,
+            ..
         } = self;
+        heartbeats.abort();
         let _ = housekeeping.await;
         let _ = group_timers.await;
         drop(groups);
@@ -327,34 +375,38 @@ async fn start_broker(
         "logs loaded"
     );
 
-    let voters = config
+    let voters: std::collections::BTreeMap<i32, String> = config
         .cluster
         .voters
         .iter()
         .map(|v| (v.id, format!("{}:{}", v.host, v.port)))
         .collect();
-    let controller = Arc::new(forwarding::ControllerLink::new(
-        config.node_id,
-        quorum.clone(),
-        local_controller,
-        voters,
-    ));
-    let broker_epoch = loop {
+    let link = || {
+        Arc::new(forwarding::ControllerLink::new(
+            config.node_id,
+            quorum.clone(),
+            local_controller.clone(),
+            voters.clone(),
+        ))
+    };
+    let controller = link();
+    // Registration and heartbeats have a link of their own: a forwarded request waiting on a
+    // slow commit must not hold up the heartbeat that keeps this broker unfenced.
+    let lifecycle_link = link();
+    // A voter waits for the quorum to elect; a learner hears of the leader only once it is
+    // added, which its registration (sent to the voters in turn) does.
+    while config.cluster.controller && quorum.caught_up(QUORUM_WAIT_REPORT).await.is_err() {
         if *shutdown.borrow() {
             return Ok(None);
         }
-        // A voter waits for the quorum to elect; a learner hears of the leader only once it is
-        // added, which its registration (sent to the voters in turn) does.
-        let voter = config.cluster.controller;
-        if voter && quorum.caught_up(QUORUM_WAIT_REPORT).await.is_err() {
-            tracing::info!("waiting for the metadata quorum to elect a leader");
-            continue;
-        }
-        match register_broker(&controller, config, &cluster_id).await {
-            Ok(epoch) => break epoch,
-            Err(error) => tracing::warn!(%error, "registration failed; retrying"),
-        }
-    };
+        tracing::info!("waiting for the metadata quorum to elect a leader");
+    }
+    let broker_epoch =
+        match lifecycle::register(&lifecycle_link, config, &cluster_id, &shutdown).await {
+            Ok(Some(epoch)) => epoch,
+            Ok(None) => return Ok(None),
+            Err(error) => return Err(startup(error)),
+        };
     // Wait to see our own registration: the local image is then at least as new as the
     // controller's when it registered us.
     let mut images = quorum.subscribe();
@@ -443,6 +495,7 @@ async fn start_broker(
     // hosted partitions in line with any other writer, e.g. a future controller).
     let mut images = quorum.subscribe();
     let follower_replicas = replicas.clone();
+    let image_groups = groups.clone();
     let image_cleaner = cleaner.clone();
     let image_mover = log_dir_mover.clone();
     let image_config = config.clone();
@@ -452,6 +505,13 @@ async fn start_broker(
             let image = images.borrow_and_update().clone();
             if let Err(error) = follower_replicas.apply_image(&image, now_ms()) {
                 tracing::error!(%error, "cannot apply a metadata change");
+            }
+            // Coordinators move with the leadership of their `__consumer_offsets` partitions.
+            image_groups.unload_unled();
+            if !image_groups.all_loaded() {
+                if let Err(error) = image_groups.load_hosted().await {
+                    tracing::warn!(%error, "cannot load a group coordinator shard");
+                }
             }
             let now = fjord_config::DynamicBrokerConfig::from_image(&image, image_config.node_id);
             if now != dynamic {
@@ -476,8 +536,58 @@ async fn start_broker(
     // Producers that expired while the broker was down go before the first request, as Kafka
     // drops them when it loads producer state.
     expire_producers(&replicas, config);
+
+    // Everything is loaded: heartbeats ask to be unfenced, and the broker serves once the
+    // controller has unfenced it and this node applied that (it then leads its partitions).
+    let (membership_tx, membership) = watch::channel(lifecycle::Membership::Fenced);
+    let (stopping, stopping_rx) = watch::channel(false);
+    let heartbeats = tokio::spawn(lifecycle::heartbeat(
+        lifecycle_link,
+        quorum.clone(),
+        config.clone(),
+        broker_epoch,
+        membership_tx,
+        stopping_rx,
+    ));
+    let mut waiting = membership.clone();
+    let mut reported = Instant::now();
+    loop {
+        let unfenced = replicas
+            .applied_image()
+            .and_then(|image| {
+                image
+                    .broker(config.node_id)
+                    .map(|b| !b.fenced && b.broker_epoch == broker_epoch)
+            })
+            .unwrap_or(false);
+        if unfenced && *waiting.borrow() == lifecycle::Membership::Unfenced {
+            break;
+        }
+        if matches!(
+            *waiting.borrow(),
+            lifecycle::Membership::Replaced | lifecycle::Membership::ShutDown
+        ) {
+            heartbeats.abort();
+            return Err(startup(
+                "the controller fenced this broker's registration before it started",
+            ));
+        }
+        if reported.elapsed() > QUORUM_WAIT_REPORT {
+            tracing::info!("waiting for the controller to unfence this broker");
+            reported = Instant::now();
+        }
+        tokio::select! {
+            _ = waiting.changed() => {}
+            _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            _ = shutdown.changed() => { heartbeats.abort(); return Ok(None) },
+        }
+    }
+    tracing::info!(broker_epoch, "unfenced by the controller");
     ready.send_replace(Some(broker.clone()));
     Ok(Some(Serving {
+        heartbeats,
+        stopping,
+        membership,
         broker,
         replicas,
         groups,
@@ -593,57 +703,6 @@ fn group_config(config: &BrokerConfig) -> fjord_group::GroupConfig {
             .collect();
     }
     group
-}
-
-/// Registers this broker with the controller, once per start: its endpoints, rack and a new
-/// incarnation id. Answers the broker epoch the controller gave it.
-async fn register_broker(
-    controller: &forwarding::ControllerLink,
-    config: &BrokerConfig,
-    cluster_id: &str,
-) -> Result<i64, BrokerError> {
-    let request = BrokerRegistrationRequest {
-        broker_id: config.node_id,
-        cluster_id: cluster_id.to_string(),
-        incarnation_id: random_uuid(),
-        listeners: config
-            .advertised_listeners
-            .iter()
-            .map(|l| RegistrationListener {
-                name: l.name.clone(),
-                host: l.host.clone(),
-                port: l.port,
-                security_protocol: l.security_protocol as i16,
-            })
-            .collect(),
-        features: Vec::new(),
-        rack: None,
-        is_migrating_zk_broker: false,
-        log_dirs: Vec::new(),
-        previous_broker_epoch: -1,
-    };
-    let request = ControllerRequest {
-        version: 0,
-        api: ControllerApi::BrokerRegistration(request),
-        requester: config.node_id,
-    };
-    let refused = |message: String| startup(format!("cannot register the broker: {message}"));
-    match controller
-        .call(request)
-        .await
-        .map_err(|e| refused(e.to_string()))?
-    {
-        ResponseBody::BrokerRegistration(r) if r.error_code == fjord_common::errors::NONE => {
-            Ok(r.broker_epoch)
-        }
-        ResponseBody::BrokerRegistration(r) => Err(refused(
-            fjord_common::errors::name(r.error_code).to_string(),
-        )),
-        other => Err(refused(format!(
-            "the controller answered {}",
-            other.api_key().name()
-        ))),
-    }
 }
 
 /// Forgets producers idle for `producer.id.expiration.ms`, in every hosted partition.

@@ -16,7 +16,7 @@ use fjord_storage::log::{AppendInfo, CompactionConfig, Log, LogConfig};
 use fjord_storage::log_manager::LogManager;
 use tokio::sync::{oneshot, Notify};
 
-use crate::partition::{LeaderAndIsr, PartitionState};
+use crate::partition::{LeaderAndIsr, PartitionState, Role};
 use fjord_common::errors;
 use fjord_config::{BrokerConfig, DynamicBrokerConfig, TopicConfig};
 
@@ -60,6 +60,11 @@ impl Partition {
 
     pub fn leader_epoch(&self) -> LeaderEpoch {
         lock(&self.state).leader_epoch()
+    }
+
+    /// Whether this broker leads the partition, as the metadata log last said.
+    pub fn is_leader(&self) -> bool {
+        lock(&self.state).role() == Role::Leader
     }
 
     /// Wakes `waiter` the next time the high watermark moves. A waiter registered before it
@@ -118,12 +123,17 @@ impl Partition {
         log: &mut Log,
         batches: Vec<B>,
         now_ms: i64,
-    ) -> Result<AppendInfo, fjord_storage::StorageError>
+    ) -> Result<AppendInfo, AppendError>
     where
         B: TryInto<AppendBatch>,
         fjord_storage::StorageError: From<B::Error>,
     {
         let mut state = lock(&self.state);
+        // Leadership can move between finding the partition and appending: a broker that was
+        // fenced, or lost the partition, appends nothing.
+        if state.role() != Role::Leader {
+            return Err(AppendError::NotLeader);
+        }
         let info = log.append_as_leader(batches, state.leader_epoch(), now_ms)?;
         let moved = state.on_append(log.log_end_offset(), !self.durable());
         drop(state);
@@ -145,6 +155,15 @@ impl crate::flusher::Durable for Partition {
             self.high_watermark_moved(log, hw);
         }
     }
+}
+
+/// Why an append as the leader failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    #[error("this broker is not the leader of the partition")]
+    NotLeader,
+    #[error(transparent)]
+    Storage(#[from] fjord_storage::StorageError),
 }
 
 /// A produce failure for one partition: Kafka's error code and message.
@@ -218,11 +237,16 @@ impl ReplicaManager {
         }
     }
 
+    /// The partition, if this broker leads it: what clients produce to and fetch from, and
+    /// what a group coordinator appends to.
     pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
         let key = TopicPartition::new(topic, partition);
-        self.partitions.read().ok()?.get(&key).cloned()
+        let partition = self.partitions.read().ok()?.get(&key).cloned()?;
+        partition.is_leader().then_some(partition)
     }
 
+    /// Every partition this broker hosts a replica of, leader or not (retention, flushing and
+    /// checkpoints run on all of them).
     pub fn all(&self) -> Vec<Arc<Partition>> {
         self.partitions
             .read()
@@ -305,7 +329,9 @@ impl ReplicaManager {
         for topic in topics {
             let config = Arc::new(self.topic_config_with(image, &dynamic, &topic.name));
             for (index, partition) in topic.partitions.iter().enumerate() {
-                if partition.leader == self.node_id {
+                // Every replica this broker holds stays, led or not: a leader that is fenced
+                // keeps its log for when it leads again.
+                if partition.replicas.contains(&self.node_id) {
                     wanted.insert(
                         TopicPartition::new(topic.name.clone(), index as i32),
                         (
@@ -390,8 +416,10 @@ impl ReplicaManager {
             |p: &Placed| {
                 let mut log = lock(&p.log);
                 log.set_config(p.log_config.clone());
-                if let Err(error) = log.become_leader(p.leadership.leader_epoch) {
-                    tracing::warn!(tp = %p.tp, %error, "cannot record the leader epoch start");
+                if p.leadership.leader == self.node_id {
+                    if let Err(error) = log.become_leader(p.leadership.leader_epoch) {
+                        tracing::warn!(tp = %p.tp, %error, "cannot record the leader epoch start");
+                    }
                 }
                 match &p.hosted {
                     Some(hosted) => {
@@ -538,7 +566,13 @@ impl ReplicaManager {
         let mut log = lock_log(&partition.log)?;
         let info = match partition.append_as_leader(&mut log, owned, now_ms) {
             Ok(info) => info,
-            Err(e) => {
+            Err(AppendError::NotLeader) => {
+                return Err(PartitionError::new(
+                    errors::NOT_LEADER_OR_FOLLOWER,
+                    AppendError::NotLeader.to_string(),
+                ))
+            }
+            Err(AppendError::Storage(e)) => {
                 let dir = log.dir().to_path_buf();
                 drop(log);
                 if e.is_disk_failure() {

@@ -909,6 +909,25 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
         Check::AtLeast(1)
     ),
     broker_config!("cluster.id", String, None, Check::None),
+    broker_config!("broker.rack", String, None, Check::None),
+    broker_config!(
+        "broker.session.timeout.ms",
+        Int,
+        Some("9000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "broker.heartbeat.interval.ms",
+        Int,
+        Some("2000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "controlled.shutdown.enable",
+        Boolean,
+        Some("true"),
+        Check::None
+    ),
 ];
 
 /// Broker keys fjord accepts, so that Kafka's own config files start it, but does not act upon
@@ -958,6 +977,14 @@ pub struct ClusterConfig {
     /// The listener other nodes reach this broker on: `inter.broker.listener.name`, else the
     /// first listener that is not a controller listener.
     pub inter_broker_listener_name: String,
+    /// `broker.rack`, sent with the registration.
+    pub rack: Option<String>,
+    /// `broker.session.timeout.ms`: a broker not heard from for this long is fenced.
+    pub broker_session_timeout_ms: i64,
+    /// `broker.heartbeat.interval.ms`: how often a broker tells the controller it is alive.
+    pub broker_heartbeat_interval_ms: i64,
+    /// `controlled.shutdown.enable`: a stopping broker first has its leadership moved away.
+    pub controlled_shutdown_enable: bool,
 }
 
 impl ClusterConfig {
@@ -1092,12 +1119,26 @@ impl ClusterConfig {
                 }
             }
         };
+        let millis = |key: &str| {
+            let value = get(key);
+            value
+                .trim()
+                .parse::<i64>()
+                .map_err(|_| invalid(key, &value, "expected an integer"))
+        };
+        let rack = get("broker.rack");
         Ok(ClusterConfig {
             broker,
             controller,
             voters,
             controller_listener_names,
             inter_broker_listener_name,
+            rack: (!rack.trim().is_empty()).then(|| rack.trim().to_string()),
+            broker_session_timeout_ms: millis("broker.session.timeout.ms")?,
+            broker_heartbeat_interval_ms: millis("broker.heartbeat.interval.ms")?,
+            controlled_shutdown_enable: get("controlled.shutdown.enable")
+                .trim()
+                .eq_ignore_ascii_case("true"),
         })
     }
 

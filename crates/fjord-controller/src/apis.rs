@@ -17,6 +17,8 @@ use fjord_protocol::messages::allocate_producer_ids_response::AllocateProducerId
 use fjord_protocol::messages::alter_configs_response::{
     AlterConfigsResourceResponse as LegacyResult, AlterConfigsResponse,
 };
+use fjord_protocol::messages::broker_heartbeat_request::BrokerHeartbeatRequest;
+use fjord_protocol::messages::broker_heartbeat_response::BrokerHeartbeatResponse;
 use fjord_protocol::messages::broker_registration_request::BrokerRegistrationRequest;
 use fjord_protocol::messages::broker_registration_response::BrokerRegistrationResponse;
 use fjord_protocol::messages::create_partitions_request::CreatePartitionsRequest;
@@ -48,6 +50,7 @@ use fjord_protocol::ApiKey;
 /// The metadata log's topic, as Kafka names it.
 pub const METADATA_TOPIC: &str = "__cluster_metadata";
 
+use crate::membership::{self, BrokerSessions};
 use crate::plan::{self, CreateTopic, Refusal, TopicPlan};
 
 /// Producer ids are handed to brokers in blocks of this many, as Kafka's controller does.
@@ -63,6 +66,7 @@ pub enum ControllerApi {
     AlterConfigs(AlterConfigsRequest),
     AllocateProducerIds(AllocateProducerIdsRequest),
     BrokerRegistration(BrokerRegistrationRequest),
+    BrokerHeartbeat(BrokerHeartbeatRequest),
     /// Answered from the quorum's state, not decided: see [`Controller::describe_quorum`].
     DescribeQuorum(DescribeQuorumRequest),
 }
@@ -78,6 +82,7 @@ impl ControllerApi {
             RequestBody::AlterConfigs(r) => ControllerApi::AlterConfigs(r),
             RequestBody::AllocateProducerIds(r) => ControllerApi::AllocateProducerIds(r),
             RequestBody::BrokerRegistration(r) => ControllerApi::BrokerRegistration(r),
+            RequestBody::BrokerHeartbeat(r) => ControllerApi::BrokerHeartbeat(r),
             RequestBody::DescribeQuorum(r) => ControllerApi::DescribeQuorum(r),
             other => return Err(Box::new(other)),
         })
@@ -93,6 +98,7 @@ impl ControllerApi {
             ControllerApi::AlterConfigs(r) => RequestBody::AlterConfigs(r),
             ControllerApi::AllocateProducerIds(r) => RequestBody::AllocateProducerIds(r),
             ControllerApi::BrokerRegistration(r) => RequestBody::BrokerRegistration(r),
+            ControllerApi::BrokerHeartbeat(r) => RequestBody::BrokerHeartbeat(r),
             ControllerApi::DescribeQuorum(r) => RequestBody::DescribeQuorum(r),
         }
     }
@@ -106,6 +112,7 @@ impl ControllerApi {
             ControllerApi::AlterConfigs(_) => ApiKey::AlterConfigs,
             ControllerApi::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
             ControllerApi::BrokerRegistration(_) => ApiKey::BrokerRegistration,
+            ControllerApi::BrokerHeartbeat(_) => ApiKey::BrokerHeartbeat,
             ControllerApi::DescribeQuorum(_) => ApiKey::DescribeQuorum,
         }
     }
@@ -176,24 +183,54 @@ impl Working {
     }
 }
 
-/// The active controller's decisions. Holds only what does not change while it runs: this
-/// node's static config (defaults such as `num.partitions`) and the cluster id.
+/// The active controller's decisions. Holds this node's static config (defaults such as
+/// `num.partitions`), the cluster id, and the brokers' heartbeat sessions, the one state that
+/// lives outside the metadata log (rebuilt by [`Controller::activate`]).
 pub struct Controller {
     pub(crate) config: Arc<BrokerConfig>,
     cluster_id: String,
+    sessions: BrokerSessions,
 }
 
 impl Controller {
     pub fn new(config: Arc<BrokerConfig>, cluster_id: String) -> Self {
-        Controller { config, cluster_id }
+        let sessions = BrokerSessions::new(config.cluster.broker_session_timeout_ms);
+        Controller {
+            config,
+            cluster_id,
+            sessions,
+        }
     }
 
-    /// Decides `request` on `image`. `new_topic_id` supplies a fresh random id per created
-    /// topic.
+    /// This node became the active controller at `now_ms` (monotonic milliseconds, the clock
+    /// every later call uses): every unfenced broker's session starts afresh.
+    pub fn activate(&mut self, image: &MetadataImage, now_ms: i64) {
+        self.sessions.activate(image, now_ms);
+    }
+
+    /// The records that fence one broker whose session expired by `now_ms`, with the elections
+    /// that move its leadership; None when every session is live.
+    pub fn fence_stale_broker(
+        &mut self,
+        image: &MetadataImage,
+        now_ms: i64,
+    ) -> Option<(i32, Vec<MetadataRecord>)> {
+        let broker_id = self.sessions.stale_broker(image, now_ms)?;
+        Some((broker_id, membership::fence(image, broker_id)))
+    }
+
+    /// Milliseconds until a session could next expire.
+    pub fn next_session_expiry_in(&self, now_ms: i64) -> i64 {
+        self.sessions.next_expiry_in(now_ms)
+    }
+
+    /// Decides `request` on `image` at `now_ms`. `new_topic_id` supplies a fresh random id per
+    /// created topic.
     pub fn decide(
-        &self,
+        &mut self,
         image: &MetadataImage,
         request: &ControllerRequest,
+        now_ms: i64,
         new_topic_id: &mut dyn FnMut() -> TopicId,
     ) -> Decision {
         match &request.api {
@@ -207,7 +244,10 @@ impl Controller {
             }
             ControllerApi::AlterConfigs(r) => self.alter_configs(image, r, request.requester),
             ControllerApi::AllocateProducerIds(r) => allocate_producer_ids(image, r),
-            ControllerApi::BrokerRegistration(r) => self.register_broker(image, r),
+            ControllerApi::BrokerRegistration(r) => self.register_broker(image, r, now_ms),
+            ControllerApi::BrokerHeartbeat(r) => {
+                membership::heartbeat(image, &mut self.sessions, r, now_ms)
+            }
             // The shell answers it from the quorum; decided on the image alone it is refused.
             ControllerApi::DescribeQuorum(_) => Decision::answer(error_response(
                 &request.api,
@@ -324,9 +364,13 @@ impl Controller {
             .map(|l| format!("{}:{}", l.host, l.port))
     }
 
-    /// The broker ids that can host replicas: every registered broker.
+    /// The broker ids that can host new replicas: unfenced, not shutting down.
     fn live_brokers(&self, image: &MetadataImage) -> Vec<i32> {
-        image.brokers().map(|b| b.broker_id).collect()
+        image
+            .brokers()
+            .filter(|b| b.is_active())
+            .map(|b| b.broker_id)
+            .collect()
     }
 
     fn create_topics(
@@ -538,11 +582,15 @@ impl Controller {
     }
 
     /// A broker's registration: its endpoints and rack, and a broker epoch above every one it
-    /// had, which fences requests from its earlier incarnations.
+    /// had, which fences requests from its earlier incarnations. It registers fenced. A second
+    /// process with the id of a broker whose session is live is refused
+    /// (DUPLICATE_BROKER_REGISTRATION); the same process registering again (a lost response)
+    /// keeps its epoch.
     fn register_broker(
-        &self,
+        &mut self,
         image: &MetadataImage,
         request: &BrokerRegistrationRequest,
+        now_ms: i64,
     ) -> Decision {
         if request.broker_id < 0 {
             return Decision::answer(ResponseBody::BrokerRegistration(
@@ -561,6 +609,24 @@ impl Controller {
                     ..Default::default()
                 },
             ));
+        }
+        let answer = |error_code, broker_epoch| {
+            ResponseBody::BrokerRegistration(BrokerRegistrationResponse {
+                error_code,
+                broker_epoch,
+                ..Default::default()
+            })
+        };
+        if let Some(existing) = image.broker(request.broker_id) {
+            if existing.incarnation_id == request.incarnation_id {
+                return Decision::answer(answer(errors::NONE, existing.broker_epoch));
+            }
+            if self
+                .sessions
+                .has_valid_session(image, request.broker_id, now_ms)
+            {
+                return Decision::answer(answer(errors::DUPLICATE_BROKER_REGISTRATION, -1));
+            }
         }
         let previous = image
             .broker(request.broker_id)
@@ -581,14 +647,16 @@ impl Controller {
                 })
                 .collect(),
             rack: request.rack.clone(),
+            fenced: true,
+            in_controlled_shutdown: false,
         };
+        self.sessions
+            .registered(request.broker_id, broker_epoch, now_ms);
+        // An earlier incarnation that was never fenced (killed, back before its session
+        // expired) leads nothing once the new one registers fenced.
         Decision {
-            records: vec![MetadataRecord::RegisterBroker(record)],
-            response: ResponseBody::BrokerRegistration(BrokerRegistrationResponse {
-                error_code: errors::NONE,
-                broker_epoch,
-                ..Default::default()
-            }),
+            records: membership::register(image, record),
+            response: answer(errors::NONE, broker_epoch),
         }
     }
 }
@@ -697,6 +765,13 @@ pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -
                 ..Default::default()
             })
         }
+        ControllerApi::BrokerHeartbeat(_) => {
+            ResponseBody::BrokerHeartbeat(BrokerHeartbeatResponse {
+                error_code,
+                is_fenced: true,
+                ..Default::default()
+            })
+        }
         ControllerApi::BrokerRegistration(_) => {
             ResponseBody::BrokerRegistration(BrokerRegistrationResponse {
                 error_code,
@@ -723,6 +798,7 @@ pub fn is_not_controller(response: &ResponseBody) -> bool {
         ResponseBody::AlterConfigs(r) => r.responses.first().map(|t| t.error_code),
         ResponseBody::AllocateProducerIds(r) => Some(r.error_code),
         ResponseBody::BrokerRegistration(r) => Some(r.error_code),
+        ResponseBody::BrokerHeartbeat(r) => Some(r.error_code),
         ResponseBody::DescribeQuorum(r) => Some(r.error_code),
         _ => None,
     };
@@ -776,8 +852,19 @@ mod tests {
         }
     }
 
-    /// An image with broker 1 registered.
-    fn cluster(controller: &Controller) -> MetadataImage {
+    impl Controller {
+        fn decide_now(
+            &mut self,
+            image: &MetadataImage,
+            request: &ControllerRequest,
+            ids: &mut dyn FnMut() -> TopicId,
+        ) -> Decision {
+            self.decide(image, request, 0, ids)
+        }
+    }
+
+    /// An image with broker 1 registered and unfenced.
+    fn cluster(controller: &mut Controller) -> MetadataImage {
         let registration = BrokerRegistrationRequest {
             broker_id: 1,
             cluster_id: "cluster".into(),
@@ -785,12 +872,26 @@ mod tests {
             previous_broker_epoch: -1,
             ..Default::default()
         };
-        let decision = controller.decide(
+        let decision = controller.decide_now(
             &MetadataImage::empty(),
             &request(ControllerApi::BrokerRegistration(registration)),
             &mut ids(),
         );
-        committed(&MetadataImage::empty(), &decision.records)
+        let image = committed(&MetadataImage::empty(), &decision.records);
+        let epoch = image.broker(1).unwrap().broker_epoch;
+        let decision = controller.decide_now(
+            &image,
+            &request(ControllerApi::BrokerHeartbeat(BrokerHeartbeatRequest {
+                broker_id: 1,
+                broker_epoch: epoch,
+                current_metadata_offset: image.offset() as i64,
+                ..Default::default()
+            })),
+            &mut ids(),
+        );
+        let image = committed(&image, &decision.records);
+        assert!(image.broker(1).unwrap().is_active());
+        image
     }
 
     fn create(names: &[&str], validate_only: bool) -> ControllerApi {
@@ -822,10 +923,10 @@ mod tests {
 
     #[test]
     fn later_entries_of_one_request_see_the_earlier_ones() {
-        let controller = controller();
-        let image = cluster(&controller);
+        let mut controller = controller();
+        let image = cluster(&mut controller);
         // "a.b" then "a_b" collide; "x" twice is a duplicate of the request itself.
-        let decision = controller.decide(
+        let decision = controller.decide_now(
             &image,
             &request(create(&["a.b", "a_b", "x", "x"], false)),
             &mut ids(),
@@ -842,7 +943,7 @@ mod tests {
         assert_eq!(image.topic("a.b").unwrap().partitions.len(), 2);
         assert!(image.topic("a_b").is_none() && image.topic("x").is_none());
         // Once committed, the same creation is refused.
-        let again = controller.decide(&image, &request(create(&["a.b"], false)), &mut ids());
+        let again = controller.decide_now(&image, &request(create(&["a.b"], false)), &mut ids());
         assert_eq!(
             topic_errors(&again.response),
             vec![("a.b".into(), errors::TOPIC_ALREADY_EXISTS)]
@@ -852,9 +953,9 @@ mod tests {
 
     #[test]
     fn validate_only_decides_but_commits_nothing() {
-        let controller = controller();
-        let image = cluster(&controller);
-        let decision = controller.decide(&image, &request(create(&["t"], true)), &mut ids());
+        let mut controller = controller();
+        let image = cluster(&mut controller);
+        let decision = controller.decide_now(&image, &request(create(&["t"], true)), &mut ids());
         assert_eq!(
             topic_errors(&decision.response),
             vec![("t".into(), errors::NONE)]
@@ -864,9 +965,9 @@ mod tests {
 
     #[test]
     fn a_topic_named_twice_in_one_deletion_is_removed_once() {
-        let controller = controller();
-        let image = cluster(&controller);
-        let created = controller.decide(&image, &request(create(&["t"], false)), &mut ids());
+        let mut controller = controller();
+        let image = cluster(&mut controller);
+        let created = controller.decide_now(&image, &request(create(&["t"], false)), &mut ids());
         let image = committed(&image, &created.records);
         let id = image.topic("t").unwrap().topic_id;
         let deletion = ControllerApi::DeleteTopics(DeleteTopicsRequest {
@@ -882,7 +983,7 @@ mod tests {
             ],
             ..Default::default()
         });
-        let decision = controller.decide(&image, &request(deletion), &mut ids());
+        let decision = controller.decide_now(&image, &request(deletion), &mut ids());
         let ResponseBody::DeleteTopics(response) = &decision.response else {
             panic!("not a DeleteTopics answer")
         };
@@ -894,15 +995,15 @@ mod tests {
 
     #[test]
     fn producer_id_blocks_never_overlap() {
-        let controller = controller();
-        let mut image = cluster(&controller);
+        let mut controller = controller();
+        let mut image = cluster(&mut controller);
         let mut starts = Vec::new();
         for _ in 0..3 {
             let api = ControllerApi::AllocateProducerIds(AllocateProducerIdsRequest {
                 broker_id: 1,
                 broker_epoch: 0,
             });
-            let decision = controller.decide(&image, &request(api), &mut ids());
+            let decision = controller.decide_now(&image, &request(api), &mut ids());
             let ResponseBody::AllocateProducerIds(r) = &decision.response else {
                 panic!("not an AllocateProducerIds answer")
             };
@@ -919,8 +1020,8 @@ mod tests {
 
     #[test]
     fn each_registration_gets_a_higher_broker_epoch() {
-        let controller = controller();
-        let image = cluster(&controller);
+        let mut controller = controller();
+        let image = cluster(&mut controller);
         let first = image.broker(1).unwrap().broker_epoch;
         let again = BrokerRegistrationRequest {
             broker_id: 1,
@@ -929,19 +1030,36 @@ mod tests {
             previous_broker_epoch: first,
             ..Default::default()
         };
-        let decision = controller.decide(
+        // The first incarnation's session is live: a second process with its id is refused.
+        let duplicate = controller.decide_now(
             &image,
             &request(ControllerApi::BrokerRegistration(again.clone())),
             &mut ids(),
         );
+        let ResponseBody::BrokerRegistration(r) = &duplicate.response else {
+            panic!("not a BrokerRegistration answer")
+        };
+        assert_eq!(r.error_code, errors::DUPLICATE_BROKER_REGISTRATION);
+        assert!(duplicate.records.is_empty());
+        // Once the session has expired, the new incarnation registers.
+        let decision = controller.decide(
+            &image,
+            &request(ControllerApi::BrokerRegistration(again.clone())),
+            10_000,
+            &mut ids(),
+        );
         let image = committed(&image, &decision.records);
         assert!(image.broker(1).unwrap().broker_epoch > first);
+        assert!(
+            image.broker(1).unwrap().fenced,
+            "a new incarnation starts fenced"
+        );
 
         let stranger = BrokerRegistrationRequest {
             cluster_id: "another".into(),
             ..again
         };
-        let refused = controller.decide(
+        let refused = controller.decide_now(
             &image,
             &request(ControllerApi::BrokerRegistration(stranger)),
             &mut ids(),
@@ -958,7 +1076,7 @@ mod tests {
             cluster_id: "cluster".into(),
             ..Default::default()
         };
-        let refused = controller.decide(
+        let refused = controller.decide_now(
             &image,
             &request(ControllerApi::BrokerRegistration(negative)),
             &mut ids(),

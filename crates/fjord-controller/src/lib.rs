@@ -14,6 +14,7 @@
 
 mod apis;
 mod config_admin;
+mod membership;
 pub mod plan;
 mod quorum_controller;
 

@@ -67,9 +67,24 @@ impl QuorumController {
     ) -> (QuorumController, JoinHandle<()>) {
         let (events, mut queue) = mpsc::channel::<(ControllerRequest, Reply)>(QUEUE_DEPTH);
         let task = tokio::spawn(async move {
-            while let Some((request, reply)) = queue.recv().await {
-                let result = process(&controller, &quorum, &request, commit_timeout).await;
-                let _ = reply.send(result);
+            let mut shell = Shell {
+                controller,
+                quorum,
+                commit_timeout,
+                epoch: tokio::time::Instant::now(),
+                active_term: None,
+            };
+            loop {
+                // Sessions expire on the clock, not on requests: wake up when the next could.
+                let wait = shell.next_expiry_in();
+                tokio::select! {
+                    event = queue.recv() => {
+                        let Some((request, reply)) = event else { break };
+                        let result = shell.process(&request).await;
+                        let _ = reply.send(result);
+                    }
+                    _ = tokio::time::sleep(wait) => shell.fence_stale_brokers().await,
+                }
             }
         });
         (QuorumController { events }, task)
@@ -86,54 +101,121 @@ impl QuorumController {
     }
 }
 
-async fn process(
-    controller: &Controller,
-    quorum: &MetadataQuorum,
-    request: &ControllerRequest,
+/// How often a controller that is not active looks again (sessions are not its concern).
+const STANDBY_TICK: Duration = Duration::from_secs(1);
+
+/// The controller task's state: the decisions, the quorum they commit through, and the term this
+/// node was last seen leading in (its sessions were started for that term).
+struct Shell {
+    controller: Controller,
+    quorum: Arc<MetadataQuorum>,
     commit_timeout: Duration,
-) -> Result<ResponseBody, ControllerError> {
-    if !quorum.is_leader() {
-        return Err(ControllerError::NotController {
-            leader: quorum.leader(),
-        });
+    epoch: tokio::time::Instant,
+    active_term: Option<u64>,
+}
+
+impl Shell {
+    fn now_ms(&self) -> i64 {
+        self.epoch.elapsed().as_millis().min(i64::MAX as u128) as i64
     }
-    if let ControllerApi::DescribeQuorum(describe) = &request.api {
-        return Ok(controller.describe_quorum(&quorum.status(), describe));
+
+    /// Whether this node is the active controller; on the first call of a new leadership, every
+    /// unfenced broker gets a fresh session.
+    fn activate_if_leader(&mut self) -> bool {
+        let term = self.quorum.leader_term();
+        if term.is_some() && term != self.active_term {
+            let now = self.now_ms();
+            self.controller.activate(&self.quorum.image(), now);
+        }
+        self.active_term = term;
+        term.is_some()
     }
-    let image = quorum.image();
-    let decision = controller.decide(&image, request, &mut random_topic_id);
-    if decision.records.is_empty() {
-        return Ok(decision.response);
+
+    fn next_expiry_in(&self) -> Duration {
+        if self.active_term.is_none() {
+            return STANDBY_TICK;
+        }
+        let ms = self.controller.next_session_expiry_in(self.now_ms());
+        // A little past the deadline, so the session has expired when we look.
+        Duration::from_millis(ms.max(0) as u64 + 10)
     }
-    if let ControllerApi::BrokerRegistration(registration) = &request.api {
-        // A broker that is not a voter follows the metadata log as a learner, reached on its
-        // inter-broker listener.
-        if let Some(addr) = controller.learner_address(registration) {
-            quorum
-                .add_learner(registration.broker_id as u64, &addr)
-                .await
-                .map_err(|e| match e {
-                    MetadataError::NotLeader { leader } => {
-                        ControllerError::NotController { leader }
-                    }
-                    other => ControllerError::Quorum(other.to_string()),
-                })?;
+
+    /// Fences every broker whose session expired, one commit each.
+    async fn fence_stale_brokers(&mut self) {
+        while self.activate_if_leader() {
+            let now = self.now_ms();
+            let image = self.quorum.image();
+            let Some((broker_id, records)) = self.controller.fence_stale_broker(&image, now) else {
+                return;
+            };
+            tracing::info!(broker_id, "fencing a broker whose session timed out");
+            if let Err(error) = self.commit(records).await {
+                tracing::warn!(broker_id, %error, "could not fence a broker; trying again");
+                return;
+            }
         }
     }
-    match tokio::time::timeout(commit_timeout, quorum.propose(decision.records)).await {
-        Ok(Ok(_offset)) => Ok(decision.response),
-        Ok(Err(MetadataError::NotLeader { leader })) => {
-            Err(ControllerError::NotController { leader })
+
+    async fn process(
+        &mut self,
+        request: &ControllerRequest,
+    ) -> Result<ResponseBody, ControllerError> {
+        if !self.activate_if_leader() {
+            return Err(ControllerError::NotController {
+                leader: self.quorum.leader(),
+            });
         }
-        Ok(Err(MetadataError::Rejected { offset, source })) => {
-            // Decisions are made on the image the records apply to; a refusal is a bug here.
-            tracing::error!(offset, error = %source, "the controller's own records were rejected");
-            Err(ControllerError::Quorum(format!(
-                "metadata records rejected at offset {offset}: {source}"
-            )))
+        if let ControllerApi::DescribeQuorum(describe) = &request.api {
+            return Ok(self
+                .controller
+                .describe_quorum(&self.quorum.status(), describe));
         }
-        Ok(Err(e)) => Err(ControllerError::Quorum(e.to_string())),
-        Err(_) => Err(ControllerError::Timeout(commit_timeout)),
+        let image = self.quorum.image();
+        let now = self.now_ms();
+        let decision = self
+            .controller
+            .decide(&image, request, now, &mut random_topic_id);
+        if decision.records.is_empty() {
+            return Ok(decision.response);
+        }
+        if let ControllerApi::BrokerRegistration(registration) = &request.api {
+            // A broker that is not a voter follows the metadata log as a learner, reached on its
+            // inter-broker listener.
+            if let Some(addr) = self.controller.learner_address(registration) {
+                self.quorum
+                    .add_learner(registration.broker_id as u64, &addr)
+                    .await
+                    .map_err(|e| match e {
+                        MetadataError::NotLeader { leader } => {
+                            ControllerError::NotController { leader }
+                        }
+                        other => ControllerError::Quorum(other.to_string()),
+                    })?;
+            }
+        }
+        self.commit(decision.records).await?;
+        Ok(decision.response)
+    }
+
+    async fn commit(
+        &self,
+        records: Vec<fjord_metadata::MetadataRecord>,
+    ) -> Result<(), ControllerError> {
+        match tokio::time::timeout(self.commit_timeout, self.quorum.propose(records)).await {
+            Ok(Ok(_offset)) => Ok(()),
+            Ok(Err(MetadataError::NotLeader { leader })) => {
+                Err(ControllerError::NotController { leader })
+            }
+            Ok(Err(MetadataError::Rejected { offset, source })) => {
+                // Decisions are made on the image the records apply to; a refusal is a bug here.
+                tracing::error!(offset, error = %source, "the controller's own records were rejected");
+                Err(ControllerError::Quorum(format!(
+                    "metadata records rejected at offset {offset}: {source}"
+                )))
+            }
+            Ok(Err(e)) => Err(ControllerError::Quorum(e.to_string())),
+            Err(_) => Err(ControllerError::Timeout(self.commit_timeout)),
+        }
     }
 }
 

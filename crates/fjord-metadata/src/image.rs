@@ -14,9 +14,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::record::{
-    BrokerEndpoint, ConfigRecord, FeatureLevelRecord, MetadataRecord, PartitionChangeRecord,
-    PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, Uuid,
-    CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC, NO_LEADER,
+    BrokerEndpoint, BrokerRegistrationChangeRecord, ConfigRecord, FeatureLevelRecord,
+    MetadataRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
+    RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, Uuid, CONFIG_RESOURCE_BROKER,
+    CONFIG_RESOURCE_TOPIC, NO_LEADER,
 };
 
 /// Why a record could not be applied to an image.
@@ -69,6 +70,14 @@ pub enum ImageError {
         current: i64,
         proposed: i64,
     },
+    #[error("broker {broker_id} is not registered")]
+    UnknownBroker { broker_id: i32 },
+    #[error("a change for broker {broker_id} at epoch {proposed}, but its registration has epoch {current}")]
+    StaleBrokerEpoch {
+        broker_id: i32,
+        current: i64,
+        proposed: i64,
+    },
     #[error("feature name must not be empty")]
     EmptyFeatureName,
 }
@@ -110,6 +119,21 @@ pub struct BrokerRegistration {
     pub broker_epoch: i64,
     pub endpoints: Vec<BrokerEndpoint>,
     pub rack: Option<String>,
+    /// Fenced brokers lead nothing and host no new replicas (registered, session expired, or
+    /// shut down).
+    pub fenced: bool,
+    /// Shutting down: leadership moves away and no new replica is placed on it.
+    pub in_controlled_shutdown: bool,
+    /// The metadata offset of this registration: a broker whose applied image reaches it has
+    /// caught up enough to be unfenced.
+    pub registered_at: u64,
+}
+
+impl BrokerRegistration {
+    /// May lead partitions and take new replicas.
+    pub fn is_active(&self) -> bool {
+        !self.fenced && !self.in_controlled_shutdown
+    }
 }
 
 /// Cluster metadata as of one offset (raft log index) of the metadata log.
@@ -213,6 +237,8 @@ impl MetadataImage {
                 broker_epoch: b.broker_epoch,
                 endpoints: b.endpoints.clone(),
                 rack: b.rack.clone(),
+                fenced: b.fenced,
+                in_controlled_shutdown: b.in_controlled_shutdown,
             }));
         }
         if let Some(p) = &self.producer_ids {
@@ -321,12 +347,17 @@ impl MetadataImage {
 #[derive(Debug, Clone)]
 pub struct MetadataDelta {
     next: MetadataImage,
+    /// Brokers registered by this delta: their `registered_at` is the offset it finishes at.
+    registered: Vec<i32>,
 }
 
 impl MetadataDelta {
     /// Starts a delta from `base`. Cheap: topics are shared until modified.
     pub fn new(base: &MetadataImage) -> Self {
-        Self { next: base.clone() }
+        Self {
+            next: base.clone(),
+            registered: Vec::new(),
+        }
     }
 
     /// Applies one record, or returns why it violates an image invariant.
@@ -339,6 +370,7 @@ impl MetadataDelta {
             MetadataRecord::RemoveTopic(r) => self.apply_remove_topic(r),
             MetadataRecord::ProducerIds(r) => self.apply_producer_ids(r),
             MetadataRecord::RegisterBroker(r) => self.apply_register_broker(r),
+            MetadataRecord::BrokerRegistrationChange(r) => self.apply_broker_change(r),
             MetadataRecord::FeatureLevel(r) => self.apply_feature_level(r),
         }
     }
@@ -347,6 +379,11 @@ impl MetadataDelta {
     pub fn finish(self, offset: u64) -> MetadataImage {
         let mut image = self.next;
         image.offset = offset;
+        for id in self.registered {
+            if let Some(broker) = image.brokers.get_mut(&id) {
+                broker.registered_at = offset;
+            }
+        }
         image
     }
 
@@ -552,8 +589,39 @@ impl MetadataDelta {
                 broker_epoch: r.broker_epoch,
                 endpoints: r.endpoints.clone(),
                 rack: r.rack.clone(),
+                fenced: r.fenced,
+                in_controlled_shutdown: r.in_controlled_shutdown,
+                registered_at: 0,
             },
         );
+        self.registered.push(r.broker_id);
+        Ok(())
+    }
+
+    fn apply_broker_change(
+        &mut self,
+        r: &BrokerRegistrationChangeRecord,
+    ) -> Result<(), ImageError> {
+        let broker = self
+            .next
+            .brokers
+            .get_mut(&r.broker_id)
+            .ok_or(ImageError::UnknownBroker {
+                broker_id: r.broker_id,
+            })?;
+        if broker.broker_epoch != r.broker_epoch {
+            return Err(ImageError::StaleBrokerEpoch {
+                broker_id: r.broker_id,
+                current: broker.broker_epoch,
+                proposed: r.broker_epoch,
+            });
+        }
+        if let Some(fenced) = r.fenced {
+            broker.fenced = fenced;
+        }
+        if let Some(shutting_down) = r.in_controlled_shutdown {
+            broker.in_controlled_shutdown = shutting_down;
+        }
         Ok(())
     }
 
@@ -974,7 +1042,48 @@ mod tests {
                 security_protocol: 0,
             }],
             rack: Some("r1".into()),
+            fenced: true,
+            in_controlled_shutdown: false,
         })
+    }
+
+    fn change(broker_id: i32, broker_epoch: i64, fenced: Option<bool>) -> MetadataRecord {
+        MetadataRecord::BrokerRegistrationChange(BrokerRegistrationChangeRecord {
+            broker_id,
+            broker_epoch,
+            fenced,
+            in_controlled_shutdown: None,
+        })
+    }
+
+    #[test]
+    fn a_broker_registers_fenced_and_changes_only_at_its_own_epoch() {
+        let image = MetadataImage::from_records(7, &[register(1, 3)]).unwrap();
+        let broker = image.broker(1).unwrap();
+        assert!(broker.fenced && !broker.is_active());
+        assert_eq!(broker.registered_at, 7, "the offset of the registration");
+
+        let mut delta = MetadataDelta::new(&image);
+        assert_eq!(
+            delta.apply(&change(1, 2, Some(false))),
+            Err(ImageError::StaleBrokerEpoch {
+                broker_id: 1,
+                current: 3,
+                proposed: 2
+            })
+        );
+        assert_eq!(
+            delta.apply(&change(2, 3, Some(false))),
+            Err(ImageError::UnknownBroker { broker_id: 2 })
+        );
+        delta.apply(&change(1, 3, Some(false))).unwrap();
+        let unfenced = delta.finish(9);
+        let broker = unfenced.broker(1).unwrap();
+        assert!(broker.is_active());
+        assert_eq!(broker.registered_at, 7, "a change is not a registration");
+        // Fencing survives a snapshot.
+        let restored = MetadataImage::from_records(9, &unfenced.to_records()).unwrap();
+        assert!(!restored.broker(1).unwrap().fenced);
     }
 
     #[test]

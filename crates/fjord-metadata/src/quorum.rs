@@ -295,6 +295,14 @@ impl MetadataQuorum {
         self.raft.metrics().borrow().state == ServerState::Leader
     }
 
+    /// The term this node leads the quorum in; None when it does not lead. A new term is a new
+    /// leadership, even on the same node.
+    pub fn leader_term(&self) -> Option<u64> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        (metrics.state == ServerState::Leader).then_some(metrics.current_term)
+    }
+
     /// The node this node believes leads the quorum, if any.
     pub fn leader(&self) -> Option<u64> {
         self.raft.metrics().borrow().current_leader

@@ -26,6 +26,7 @@ pub enum MetadataRecord {
     RemoveTopic(RemoveTopicRecord),
     ProducerIds(ProducerIdsRecord),
     RegisterBroker(RegisterBrokerRecord),
+    BrokerRegistrationChange(BrokerRegistrationChangeRecord),
     FeatureLevel(FeatureLevelRecord),
 }
 
@@ -109,6 +110,23 @@ pub struct RegisterBrokerRecord {
     pub broker_epoch: i64,
     pub endpoints: Vec<BrokerEndpoint>,
     pub rack: Option<String>,
+    /// A broker registers fenced, as in KRaft: it leads nothing until its heartbeats show it
+    /// has caught up with the metadata log. Absent in logs written before fencing existed.
+    #[serde(default)]
+    pub fenced: bool,
+    #[serde(default)]
+    pub in_controlled_shutdown: bool,
+}
+
+/// Fences or unfences a registered broker, or marks it in controlled shutdown (KRaft's
+/// `BrokerRegistrationChangeRecord`). `None` fields are left as they are; the epoch must be the
+/// registration's, so a change meant for an earlier incarnation cannot touch a later one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRegistrationChangeRecord {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+    pub fenced: Option<bool>,
+    pub in_controlled_shutdown: Option<bool>,
 }
 
 /// Sets a cluster-wide feature level; level 0 removes the feature, as in KRaft.

@@ -82,6 +82,8 @@ async fn propose_then_restart_gives_the_same_image() {
                     security_protocol: 0,
                 }],
                 rack: None,
+                fenced: true,
+                in_controlled_shutdown: false,
             }),
             MetadataRecord::ProducerIds(ProducerIdsRecord {
                 broker_id: 1,
