@@ -138,27 +138,6 @@ def test_a_dead_or_stalled_broker_is_fenced_and_leads_its_partitions_again_when_
     produce(cluster.bootstrap, mine, f"after-{fault}")
 
 
-def test_a_second_process_with_a_live_brokers_node_id_is_refused(cluster, tmp_path):
-    settled(cluster)
-    taken = cluster.brokers[0].node_id
-    impostor = cluster.extra_broker(tmp_path / "impostor", taken)
-    impostor.starts += 1
-    impostor.spawn()
-    try:
-        # Refused for as long as the real broker heartbeats: it exits (fjord once the session it waited out has
-        # passed; Kafka when initial.broker.registration.timeout.ms runs out) and never serves.
-        impostor.proc.wait(120)
-    finally:
-        impostor.kill9()
-    assert impostor.proc.returncode != 0
-    assert not impostor.ready(), "the impostor served"
-    if cluster.kind == "fjord":
-        assert "already registered by a live broker" in impostor.log_path().read_text(errors="replace")
-    brokers, _ = view(cluster.bootstrap)
-    assert taken in brokers
-    assert settled(cluster)
-
-
 def test_sigterm_moves_leadership_before_exit_and_the_broker_rejoins_at_once(cluster):
     leaders = settled(cluster)
     victim = cluster.brokers[2]
@@ -179,3 +158,28 @@ def test_sigterm_moves_leadership_before_exit_and_the_broker_rejoins_at_once(clu
     after = settled(cluster)
     assert led_by(after, victim.node_id) == mine
     produce(cluster.bootstrap, mine, "after-sigterm")
+
+
+def test_a_second_process_with_a_live_brokers_node_id_is_refused(cluster, tmp_path):
+    settled(cluster)
+    taken = cluster.brokers[0].node_id
+    impostor = cluster.extra_broker(tmp_path / "impostor", taken)
+    impostor.starts += 1
+    impostor.spawn()
+    try:
+        # Refused for as long as the real broker heartbeats: it exits (fjord once the session it waited out has
+        # passed; Kafka when initial.broker.registration.timeout.ms runs out) and never serves.
+        impostor.proc.wait(120)
+    finally:
+        impostor.kill9()
+    assert impostor.proc.returncode != 0
+    assert not impostor.ready(), "the impostor served"
+    if cluster.kind == "kafka":
+        # Kafka 4.4 refuses the registration too, but the refused process still reports its own (empty) log dir for
+        # the live broker's partitions (offline-dir-assignment), which leaves them without a leader: fjord does not
+        # let a refused process touch anything. (Last in this module for that reason.)
+        return
+    assert "already registered by a live broker" in impostor.log_path().read_text(errors="replace")
+    brokers, _ = view(cluster.bootstrap)
+    assert taken in brokers
+    assert settled(cluster)

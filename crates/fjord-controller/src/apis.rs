@@ -364,12 +364,17 @@ impl Controller {
             .map(|l| format!("{}:{}", l.host, l.port))
     }
 
-    /// The broker ids that can host new replicas: unfenced, not shutting down.
-    fn live_brokers(&self, image: &MetadataImage) -> Vec<i32> {
+    /// The brokers that can host new replicas: registered and not shutting down (a leader is
+    /// placed only on an unfenced one).
+    fn live_brokers(&self, image: &MetadataImage) -> Vec<crate::placement::UsableBroker> {
         image
             .brokers()
-            .filter(|b| b.is_active())
-            .map(|b| b.broker_id)
+            .filter(|b| !b.in_controlled_shutdown)
+            .map(|b| crate::placement::UsableBroker {
+                id: b.broker_id,
+                rack: b.rack.clone(),
+                fenced: b.fenced,
+            })
             .collect()
     }
 

@@ -15,6 +15,7 @@
 mod apis;
 mod config_admin;
 mod membership;
+pub mod placement;
 pub mod plan;
 mod quorum_controller;
 

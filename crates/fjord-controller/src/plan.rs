@@ -10,6 +10,8 @@ use fjord_metadata::{
 };
 
 use fjord_common::{errors, TopicId};
+
+use crate::placement::{self, Placer, UsableBroker};
 use fjord_config::{
     broker_config_kind, check_broker_value, is_dynamic_broker_key, split_list, topic_config_def,
     validate_topic_config, ConfigType,
@@ -27,7 +29,7 @@ pub struct Refusal {
     pub message: String,
 }
 
-fn refuse(error_code: i16, message: impl Into<String>) -> Refusal {
+pub(crate) fn refuse(error_code: i16, message: impl Into<String>) -> Refusal {
     Refusal {
         error_code,
         message: message.into(),
@@ -100,14 +102,15 @@ pub struct TopicPlan {
     pub records: Vec<MetadataRecord>,
 }
 
-/// Decides a CreateTopics entry. `live_brokers` are the broker ids that can host replicas;
-/// `new_topic_id` is a fresh random id supplied by the caller.
+/// Decides a CreateTopics entry. `brokers` are the brokers that can host replicas (registered,
+/// not shutting down); `new_topic_id` is a fresh random id supplied by the caller, which also
+/// seeds the placement.
 pub fn plan_create_topic(
     image: &MetadataImage,
     request: &CreateTopic,
     default_partitions: i32,
     default_replication_factor: i16,
-    live_brokers: &[i32],
+    brokers: &[UsableBroker],
     new_topic_id: TopicId,
 ) -> Result<TopicPlan, Refusal> {
     validate_topic_name(&request.name)?;
@@ -153,16 +156,10 @@ pub fn plan_create_topic(
                 "Replication factor must be larger than 0, or -1 to use the default value.",
             ));
         }
-        if replication_factor as usize > live_brokers.len() {
-            return Err(refuse(
-                errors::INVALID_REPLICATION_FACTOR,
-                format!(
-                    "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only {} broker(s) are registered.",
-                    live_brokers.len()
-                ),
-            ));
-        }
-        assign_round_robin(num_partitions, replication_factor, live_brokers)
+        let mut placer = Placer::new(brokers, placement::seed(&new_topic_id, 0));
+        (0..num_partitions)
+            .map(|_| placer.place(replication_factor as usize))
+            .collect::<Result<_, _>>()?
     } else {
         if request.num_partitions != -1 || request.replication_factor != -1 {
             return Err(refuse(
@@ -171,15 +168,15 @@ pub fn plan_create_topic(
             ));
         }
         let mut out = Vec::new();
-        for (expected, (index, brokers)) in request.assignments.iter().enumerate() {
+        for (expected, (index, assigned)) in request.assignments.iter().enumerate() {
             if *index != expected as i32 {
                 return Err(refuse(
                     errors::INVALID_REPLICA_ASSIGNMENT,
                     "Partitions should be a consecutive 0-based integer sequence",
                 ));
             }
-            check_assignment(brokers, live_brokers)?;
-            out.push(brokers.clone());
+            check_assignment(assigned, brokers)?;
+            out.push(assigned.clone());
         }
         out
     };
@@ -198,7 +195,12 @@ pub fn plan_create_topic(
         }));
     }
     for (index, replicas) in replicas_by_partition.iter().enumerate() {
-        records.push(partition_record(new_topic_id, index as i32, replicas));
+        records.push(partition_record(
+            new_topic_id,
+            index as i32,
+            replicas,
+            brokers,
+        )?);
     }
     Ok(TopicPlan {
         topic_id: new_topic_id,
@@ -221,60 +223,57 @@ fn single_replica(replicas_by_partition: &[Vec<i32>]) -> Result<(), Refusal> {
     }
 }
 
-fn partition_record(topic_id: TopicId, partition_id: i32, replicas: &[i32]) -> MetadataRecord {
-    MetadataRecord::Partition(PartitionRecord {
+/// A new partition: in sync are its replicas on unfenced brokers, and the first of them leads.
+fn partition_record(
+    topic_id: TopicId,
+    partition_id: i32,
+    replicas: &[i32],
+    brokers: &[UsableBroker],
+) -> Result<MetadataRecord, Refusal> {
+    let isr: Vec<i32> = replicas
+        .iter()
+        .copied()
+        .filter(|id| brokers.iter().any(|b| b.id == *id && !b.fenced))
+        .collect();
+    let Some(&leader) = isr.first() else {
+        return Err(refuse(
+            errors::INVALID_REPLICA_ASSIGNMENT,
+            format!("All brokers specified in the manual partition assignment for partition {partition_id} are fenced or in controlled shutdown."),
+        ));
+    };
+    Ok(MetadataRecord::Partition(PartitionRecord {
         partition_id,
         topic_id,
         replicas: replicas.to_vec(),
-        isr: replicas.to_vec(),
-        leader: replicas
-            .first()
-            .copied()
-            .unwrap_or(fjord_metadata::NO_LEADER),
+        isr,
+        leader,
         leader_epoch: 0,
         partition_epoch: 0,
-    })
+    }))
 }
 
-fn check_assignment(brokers: &[i32], live_brokers: &[i32]) -> Result<(), Refusal> {
-    if brokers.is_empty() {
+fn check_assignment(assigned: &[i32], brokers: &[UsableBroker]) -> Result<(), Refusal> {
+    if assigned.is_empty() {
         return Err(refuse(
             errors::INVALID_REPLICA_ASSIGNMENT,
             "Replica assignment must not be empty",
         ));
     }
-    for (i, broker) in brokers.iter().enumerate() {
-        if brokers.iter().take(i).any(|b| b == broker) {
+    for (i, broker) in assigned.iter().enumerate() {
+        if assigned.iter().take(i).any(|b| b == broker) {
             return Err(refuse(
                 errors::INVALID_REPLICA_ASSIGNMENT,
                 format!("Duplicate broker {broker} in replica assignment"),
             ));
         }
-        if !live_brokers.contains(broker) {
+        if !brokers.iter().any(|b| b.id == *broker) {
             return Err(refuse(
                 errors::INVALID_REPLICA_ASSIGNMENT,
-                format!("Broker {broker} in the replica assignment is not registered"),
+                format!("The manual partition assignment includes broker {broker}, but no such broker is registered."),
             ));
         }
     }
     Ok(())
-}
-
-/// Spreads leaders and followers over the brokers, starting each partition one broker further.
-fn assign_round_robin(
-    num_partitions: i32,
-    replication_factor: i16,
-    brokers: &[i32],
-) -> Vec<Vec<i32>> {
-    let mut sorted = brokers.to_vec();
-    sorted.sort_unstable();
-    (0..num_partitions as usize)
-        .map(|p| {
-            (0..replication_factor as usize)
-                .filter_map(|r| sorted.get((p + r) % sorted.len().max(1)).copied())
-                .collect()
-        })
-        .collect()
 }
 
 /// Decides a DeleteTopics entry.
@@ -299,7 +298,7 @@ pub fn plan_create_partitions(
     name: &str,
     new_count: i32,
     assignments: Option<&[Vec<i32>]>,
-    live_brokers: &[i32],
+    brokers: &[UsableBroker],
 ) -> Result<Vec<MetadataRecord>, Refusal> {
     let topic = image.topic(name).ok_or_else(|| {
         refuse(
@@ -340,33 +339,33 @@ pub fn plan_create_partitions(
                     format!("Increasing the number of partitions by {added} but {} assignments provided.", given.len()),
                 ));
             }
-            for brokers in given {
-                check_assignment(brokers, live_brokers)?;
+            for assigned in given {
+                check_assignment(assigned, brokers)?;
             }
             given.to_vec()
         }
         None => {
-            if replication_factor as usize > live_brokers.len() {
-                return Err(refuse(
-                    errors::INVALID_REPLICATION_FACTOR,
-                    "Not enough registered brokers for the topic's replication factor.",
-                ));
-            }
-            let all = assign_round_robin(new_count, replication_factor, live_brokers);
-            all.into_iter().skip(current as usize).collect()
+            let mut placer = Placer::new(brokers, placement::seed(&topic.topic_id, current));
+            (0..added)
+                .map(|_| placer.place(replication_factor as usize))
+                .collect::<Result<_, _>>()?
         }
     };
     single_replica(&replicas)?;
-    Ok(replicas
+    replicas
         .iter()
         .enumerate()
-        .map(|(i, r)| partition_record(topic.topic_id, current + i as i32, r))
-        .collect())
+        .map(|(i, r)| partition_record(topic.topic_id, current + i as i32, r, brokers))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn one() -> Vec<UsableBroker> {
+        vec![UsableBroker::live(1)]
+    }
 
     fn request(name: &str, partitions: i32, rf: i16) -> CreateTopic {
         CreateTopic {
@@ -398,7 +397,7 @@ mod tests {
             &request("t", -1, -1),
             3,
             1,
-            &[1],
+            &one(),
             fjord_common::Uuid([7; 16]),
         )
         .unwrap();
@@ -409,7 +408,7 @@ mod tests {
             &request("t", 1, 2),
             3,
             1,
-            &[1],
+            &one(),
             fjord_common::Uuid([7; 16]),
         )
         .unwrap_err();
@@ -419,7 +418,7 @@ mod tests {
             &request("t", 0, 1),
             3,
             1,
-            &[1],
+            &one(),
             fjord_common::Uuid([7; 16]),
         )
         .unwrap_err();
@@ -433,7 +432,7 @@ mod tests {
             &request("a.b", 1, 1),
             1,
             1,
-            &[1],
+            &one(),
             fjord_common::Uuid([1; 16]),
         )
         .unwrap();
@@ -444,7 +443,7 @@ mod tests {
                 &request("a.b", 1, 1),
                 1,
                 1,
-                &[1],
+                &one(),
                 fjord_common::Uuid([2; 16])
             )
             .unwrap_err()
@@ -457,7 +456,7 @@ mod tests {
                 &request("a_b", 1, 1),
                 1,
                 1,
-                &[1],
+                &one(),
                 fjord_common::Uuid([2; 16])
             )
             .unwrap_err()
@@ -469,7 +468,7 @@ mod tests {
     #[test]
     fn more_than_one_replica_is_refused_until_partitions_replicate() {
         let image = MetadataImage::empty();
-        let brokers = [1, 2, 3];
+        let brokers: Vec<UsableBroker> = (1..=3).map(UsableBroker::live).collect();
         let err = plan_create_topic(
             &image,
             &request("t", 3, 2),
@@ -511,7 +510,9 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(leaders, vec![1, 2, 3]);
+        let mut sorted = leaders.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, vec![1, 2, 3], "{leaders:?}");
     }
 
     #[test]
@@ -524,7 +525,7 @@ mod tests {
                 &r,
                 1,
                 1,
-                &[1],
+                &one(),
                 fjord_common::Uuid([1; 16])
             )
             .unwrap_err()
@@ -540,31 +541,31 @@ mod tests {
             &request("t", 2, 1),
             1,
             1,
-            &[1],
+            &one(),
             fjord_common::Uuid([1; 16]),
         )
         .unwrap();
         let image = MetadataImage::from_records(1, &plan.records).unwrap();
         assert_eq!(
-            plan_create_partitions(&image, "t", 2, None, &[1])
+            plan_create_partitions(&image, "t", 2, None, &one())
                 .unwrap_err()
                 .error_code,
             errors::INVALID_PARTITIONS
         );
         assert_eq!(
-            plan_create_partitions(&image, "t", 1, None, &[1])
+            plan_create_partitions(&image, "t", 1, None, &one())
                 .unwrap_err()
                 .error_code,
             errors::INVALID_PARTITIONS
         );
         assert_eq!(
-            plan_create_partitions(&image, "t", 5, None, &[1])
+            plan_create_partitions(&image, "t", 5, None, &one())
                 .unwrap()
                 .len(),
             3
         );
         assert_eq!(
-            plan_create_partitions(&image, "nope", 5, None, &[1])
+            plan_create_partitions(&image, "nope", 5, None, &one())
                 .unwrap_err()
                 .error_code,
             errors::UNKNOWN_TOPIC_OR_PARTITION
