@@ -547,6 +547,14 @@ class Cluster:
                     node.proc.wait()
 
 
+def kafka_tool(main: str, *args: str, timeout_s: float = 120) -> str:
+    """Runs one of Kafka's own tools (a main class from the Kafka jars) to completion; its stdout."""
+    cmd = [java_bin(), "-cp", read_classpath("kafka-broker.classpath"), main, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    assert proc.returncode == 0, f"{main} {args} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    return proc.stdout
+
+
 def metadata_quorum_status(bootstrap: str, timeout_s: float = 60) -> Dict[str, str]:
     """`kafka-metadata-quorum --bootstrap-server <bootstrap> describe --status` (Kafka's own tool), as a dict."""
     proc = subprocess.run(

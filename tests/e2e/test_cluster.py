@@ -7,13 +7,15 @@ Topics here have replication factor 1 (ISR replication is a later step): a dead 
 until it returns, and come back with it.
 """
 
+import re
 import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import Cluster, metadata_quorum_status
+from harness import (CLIENTS, Cluster, check_acks, check_consumed, fresh_seed, kafka_tool, metadata_quorum_status,
+                     read_acks, run_tool)
 
 
 @pytest.fixture(scope="module", params=["combined", "split"])
@@ -171,3 +173,55 @@ def test_without_a_quorum_data_flows_and_metadata_changes_fail_retriably(cluster
         node.start(timeout_s=120)
     create(cluster.bootstrap, "quorum-back", 1)
     assert leaders(cluster.bootstrap, "quorum-back")
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_every_client_produces_and_consumes_across_the_brokers(cluster, tmp_path, client):
+    """Java kafka-clients, franz-go, librdkafka and kafka-python against the cluster: partitions led by every broker,
+    each acknowledged record read back exactly once, in order."""
+    partitions, count, seed = 6, 3000, fresh_seed()
+    topic = f"clients-{client}"
+    run_tool(client, "create-topic", bootstrap=cluster.bootstrap, topic=topic, partitions=partitions)
+    assert sorted(set(leaders(cluster.bootstrap, topic).values())) == sorted(b.node_id for b in cluster.brokers)
+    acked = tmp_path / "produce.out"
+    run_tool(client, "produce", bootstrap=cluster.bootstrap, topic=topic, count=count, codec="lz4", acks="all",
+             seed=seed, out=acked)
+    acks = read_acks(acked)
+    assert sorted(acks) == list(range(count))
+    check_acks(acks, partitions)
+    out = tmp_path / "consume.out"
+    run_tool(client, "consume", bootstrap=cluster.bootstrap, topic=topic, partitions=partitions, expect=count,
+             out=out, timeout_s=120)
+    check_consumed(out, seed, acks, partitions, exact=True)
+
+
+def test_kafka_tools_see_the_cluster(cluster):
+    """kafka-topics --describe, kafka-broker-api-versions on every broker and kafka-consumer-groups, from Kafka's
+    own jars, against the cluster."""
+    broker_ids = sorted(b.node_id for b in cluster.brokers)
+    create(cluster.bootstrap, "tools", 6)
+    produce(cluster.bootstrap, "tools", 6, 60, "t")
+    consume_all(cluster.bootstrap, "tools", "tools-group", 60)
+
+    described = kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", cluster.bootstrap,
+                           "--describe", "--topic", "tools")
+    rows = re.findall(r"Partition: (\d+)\s+Leader: (\d+)\s+Replicas: (\d+)\s+Isr: (\d+)", described)
+    assert len(rows) == 6, described
+    assert all(leader == replicas == isr for _, leader, replicas, isr in rows), described
+    assert sorted({int(leader) for _, leader, _, _ in rows}) == broker_ids, described
+
+    for node in cluster.brokers:
+        versions = kafka_tool("org.apache.kafka.tools.BrokerApiVersionsCommand", "--bootstrap-server", node.bootstrap)
+        listed = sorted(int(i) for i in re.findall(r"\(id: (\d+) rack: [^)]*\) -> \(", versions))
+        assert listed == broker_ids, versions
+        assert "Produce(0):" in versions and "Fetch(1):" in versions, versions
+
+    groups = kafka_tool("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
+                        cluster.bootstrap, "--describe", "--group", "tools-group")
+    offsets = {}
+    for line in groups.splitlines():
+        f = line.split()
+        if len(f) >= 6 and f[0] == "tools-group" and f[1] == "tools":
+            offsets[int(f[2])] = (f[3], f[4])
+    assert sorted(offsets) == list(range(6)), groups
+    assert all(current == end == "10" for current, end in offsets.values()), groups

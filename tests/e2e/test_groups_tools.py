@@ -13,17 +13,10 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from harness import E2E_DIR, REPO_ROOT, Broker, java_bin, read_classpath, run_tool, fresh_seed
+from harness import E2E_DIR, REPO_ROOT, Broker, kafka_tool, run_tool, fresh_seed
 from test_groups import Member, gbroker, group_broker, unique  # noqa: F401 (fixtures)
 
 FJORD_BIN = Path(os.environ.get("FJORD_BIN", REPO_ROOT / "target" / "release" / "fjord"))
-
-
-def kafka_tool(main: str, *args: str, timeout_s: float = 120) -> str:
-    cmd = [java_bin(), "-cp", read_classpath("kafka-broker.classpath"), main, *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    assert proc.returncode == 0, f"{main} {args} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
-    return proc.stdout
 
 
 def consumer_groups(b: Broker, *args: str) -> str:

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from harness import Broker, fresh_seed, java_bin, read_classpath, run_tool
-from test_groups_tools import kafka_tool
+from harness import Broker, fresh_seed, java_bin, kafka_tool, read_classpath, run_tool
 
 
 def watermarks(b: Broker, topic: str, partition: int):

@@ -172,7 +172,7 @@ func groupConsume(o groupOptions) error {
 	defer stop()
 
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(o.bootstrap),
+		kgo.SeedBrokers(seeds(o.bootstrap)...),
 		kgo.ConsumerGroup(o.group),
 		kgo.Balancers(balancer),
 		kgo.SessionTimeout(time.Duration(o.sessionTimeoutMs) * time.Millisecond),

@@ -102,7 +102,7 @@ func parse(cmd string, args []string) (options, error) {
 }
 
 func createTopic(o options) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(o.bootstrap))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(o.bootstrap)...))
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func produce(o options) error {
 		return err
 	}
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(o.bootstrap),
+		kgo.SeedBrokers(seeds(o.bootstrap)...),
 		kgo.DefaultProduceTopic(o.topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchCompression(codec),
@@ -244,7 +244,7 @@ func consume(o options) error {
 		offsets[p] = kgo.NewOffset().AtStart()
 	}
 	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(o.bootstrap),
+		kgo.SeedBrokers(seeds(o.bootstrap)...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{o.topic: offsets}),
 	)
 	if err != nil {
@@ -333,4 +333,9 @@ func main() {
 		}
 		os.Exit(1)
 	}
+}
+
+// seeds splits a comma-separated bootstrap list, as other clients take it.
+func seeds(bootstrap string) []string {
+	return strings.Split(bootstrap, ",")
 }
