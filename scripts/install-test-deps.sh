@@ -19,6 +19,10 @@ need "$PYTHON"
 need java
 need mvn
 need go
+# The network-partition tests put nodes in network namespaces (iproute2's `ip`, run as root).
+if ! command -v ip >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2
+fi
 
 echo "== python venv (.venv)"
 if [ ! -x "$ROOT/.venv/bin/python" ]; then

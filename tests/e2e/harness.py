@@ -416,7 +416,10 @@ class ClusterNode(Broker):
     the same KRaft keys."""
 
     def __init__(self, workdir: Path, node_id: int, roles: str, port: int, controller_port: int, voters: str,
-                 kind: str, extra: Optional[Dict[str, str]] = None):
+                 kind: str, extra: Optional[Dict[str, str]] = None, host: str = "127.0.0.1",
+                 prefix: Optional[List[str]] = None):
+        # A command prefix runs the node elsewhere (`ip netns exec NS`), listening on `host` there.
+        self.prefix = prefix or []
         self.kind = kind
         self.clean_exit_codes = (0, 143) if kind == "kafka" else (0,)
         self.workdir = workdir
@@ -426,7 +429,7 @@ class ClusterNode(Broker):
         self.node_id = node_id
         self.roles = roles
         self.port = port
-        self.bootstrap = f"127.0.0.1:{port}"
+        self.bootstrap = f"{host}:{port}"
         self.proc = None
         self.starts = 0
         self.config = workdir / "server.properties"
@@ -434,7 +437,7 @@ class ClusterNode(Broker):
         if "broker" in roles:
             listeners.append(f"PLAINTEXT://{self.bootstrap}")
         if "controller" in roles:
-            listeners.append(f"CONTROLLER://127.0.0.1:{controller_port}")
+            listeners.append(f"CONTROLLER://{host}:{controller_port}")
         props = {
             "process.roles": roles,
             "node.id": str(node_id),
@@ -475,8 +478,8 @@ class ClusterNode(Broker):
 
     def command(self) -> List[str]:
         if self.kind == "kafka":
-            return self.jvm + ["kafka.Kafka", str(self.config)]
-        return [str(self.binary), "server", str(self.config)]
+            return self.prefix + self.jvm + ["kafka.Kafka", str(self.config)]
+        return self.prefix + [str(self.binary), "server", str(self.config)]
 
     def ready(self) -> bool:
         # Listeners accept before the node serves (it waits for the quorum); its log says when it does.
@@ -491,18 +494,23 @@ class Cluster:
     """A cluster on loopback ports (fjord by default, Kafka with E2E_BROKER=kafka): `controllers` voters, combined
     broker + controller nodes unless `brokers` adds that many broker-only nodes (ids after the voters')."""
 
-    def __init__(self, workdir: Path, controllers: int = 3, brokers: int = 0, extra: Optional[Dict[str, str]] = None):
+    def __init__(self, workdir: Path, controllers: int = 3, brokers: int = 0, extra: Optional[Dict[str, str]] = None,
+                 hosts: Optional[List[str]] = None, prefixes: Optional[List[List[str]]] = None):
+        """`hosts` and `prefixes` (one per node) place nodes elsewhere than loopback, e.g. in network namespaces."""
         self.kind = os.environ.get("E2E_BROKER", "fjord")
         self.voters_spec = None
         combined = brokers == 0
         n = controllers + brokers
         ports = [(free_port(), free_port()) for _ in range(n)]
-        voters = ",".join(f"{i + 1}@127.0.0.1:{ports[i][1]}" for i in range(controllers))
+        hosts = hosts or ["127.0.0.1"] * n
+        prefixes = prefixes or [[]] * n
+        voters = ",".join(f"{i + 1}@{hosts[i]}:{ports[i][1]}" for i in range(controllers))
         roles = lambda i: "broker,controller" if combined else ("controller" if i < controllers else "broker")
         self.voters_spec = voters
         self.extra = extra or {}
         self.nodes = [
-            ClusterNode(workdir / f"node-{i + 1}", i + 1, roles(i), p, c, voters, self.kind, self.extra)
+            ClusterNode(workdir / f"node-{i + 1}", i + 1, roles(i), p, c, voters, self.kind, self.extra, hosts[i],
+                        prefixes[i])
             for i, (p, c) in enumerate(ports)
         ]
         self.cluster_id = None

@@ -158,11 +158,7 @@ impl Dispatch for ControllerDispatch {
             .and_then(|c| c.strip_prefix(FORWARDING_CLIENT_PREFIX))
             .and_then(|id| id.parse().ok())
             .unwrap_or(-1);
-        let request = ControllerRequest {
-            version,
-            api: api_request,
-            requester,
-        };
+        let request = ControllerRequest::new(version, api_request, requester);
         let controller = self.controller.clone();
         Reply::Later(Box::pin(async move {
             let body = match controller.call(request.clone()).await {

@@ -70,7 +70,11 @@ impl ControllerLink {
     /// Sends `request` to the active controller, following leadership as it moves, and
     /// answers what the controller answered. Fails after [`FORWARD_TIMEOUT`] without one.
     pub async fn call(&self, request: ControllerRequest) -> Result<ResponseBody, ControllerError> {
-        let deadline = Instant::now() + FORWARD_TIMEOUT;
+        // The request's own deadline, if sooner: past it, nothing is forwarded any more.
+        let deadline = match request.deadline {
+            Some(own) => (Instant::now() + FORWARD_TIMEOUT).min(own),
+            None => Instant::now() + FORWARD_TIMEOUT,
+        };
         let mut last_error = ControllerError::NotController { leader: None };
         // Voters to try in turn while the leader is unknown here (a broker not yet following the
         // log, or an election under way): a voter that does not lead answers NOT_CONTROLLER.
@@ -131,7 +135,7 @@ impl ControllerLink {
             return Err(unreachable("no connection".into()));
         };
         let response = connection
-            .send_at(request.version, request.api.clone().into_body())
+            .send_at(request.version, request.body_to_forward())
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         if is_not_controller(&response) {
@@ -154,11 +158,7 @@ impl Broker {
     /// when the controller cannot be reached or cannot commit, every entry carries the error.
     /// Once the answer is in, this broker's partitions follow the image it produced.
     pub(crate) async fn forward(&self, version: i16, api: ControllerApi) -> ResponseBody {
-        let request = ControllerRequest {
-            version,
-            api,
-            requester: self.config.node_id,
-        };
+        let request = ControllerRequest::new(version, api, self.config.node_id);
         match self.controller.call(request.clone()).await {
             Ok(response) => {
                 if let Err(error) = self.replicas.apply_image(&self.quorum.image(), now_ms()) {

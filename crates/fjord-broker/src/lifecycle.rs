@@ -86,11 +86,11 @@ pub async fn register(
         if *shutdown.borrow() {
             return Ok(None);
         }
-        let call = ControllerRequest {
-            version: 0,
-            api: ControllerApi::BrokerRegistration(request.clone()),
-            requester: config.node_id,
-        };
+        let call = ControllerRequest::new(
+            0,
+            ControllerApi::BrokerRegistration(request.clone()),
+            config.node_id,
+        );
         match link.call(call).await {
             Ok(ResponseBody::BrokerRegistration(r)) if r.error_code == errors::NONE => {
                 return Ok(Some(r.broker_epoch))
@@ -148,9 +148,9 @@ pub async fn heartbeat(
                 return;
             }
         }
-        let request = ControllerRequest {
-            version: 1,
-            api: ControllerApi::BrokerHeartbeat(BrokerHeartbeatRequest {
+        let request = ControllerRequest::new(
+            1,
+            ControllerApi::BrokerHeartbeat(BrokerHeartbeatRequest {
                 broker_id: config.node_id,
                 broker_epoch,
                 current_metadata_offset: quorum.image().offset() as i64,
@@ -159,8 +159,8 @@ pub async fn heartbeat(
                 want_shut_down,
                 offline_log_dirs: Vec::new(),
             }),
-            requester: config.node_id,
-        };
+            config.node_id,
+        );
         let sent = Instant::now();
         let next = match link.call(request).await {
             Ok(ResponseBody::BrokerHeartbeat(r)) if r.error_code == errors::NONE => {

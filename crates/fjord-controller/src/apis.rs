@@ -103,6 +103,26 @@ impl ControllerApi {
         }
     }
 
+    /// The request's own timeout, when it has one (positive milliseconds).
+    pub fn timeout_ms(&self) -> Option<i32> {
+        let ms = match self {
+            ControllerApi::CreateTopics(r) => r.timeout_ms,
+            ControllerApi::DeleteTopics(r) => r.timeout_ms,
+            ControllerApi::CreatePartitions(r) => r.timeout_ms,
+            _ => return None,
+        };
+        (ms > 0).then_some(ms)
+    }
+
+    fn set_timeout_ms(&mut self, ms: i32) {
+        match self {
+            ControllerApi::CreateTopics(r) => r.timeout_ms = ms,
+            ControllerApi::DeleteTopics(r) => r.timeout_ms = ms,
+            ControllerApi::CreatePartitions(r) => r.timeout_ms = ms,
+            _ => {}
+        }
+    }
+
     pub fn api_key(&self) -> ApiKey {
         match self {
             ControllerApi::CreateTopics(_) => ApiKey::CreateTopics,
@@ -119,12 +139,40 @@ impl ControllerApi {
 }
 
 /// One request for the controller at its version, and the node id of the broker that received
-/// it from a client (or sent it on its own behalf).
+/// it from a client (or sent it on its own behalf). A request that carries a timeout (CreateTopics,
+/// DeleteTopics, CreatePartitions) has a deadline: past it the request is answered
+/// REQUEST_TIMED_OUT and never decided, so a change the client gave up on is not made later.
 #[derive(Debug, Clone)]
 pub struct ControllerRequest {
     pub version: i16,
     pub api: ControllerApi,
     pub requester: i32,
+    pub deadline: Option<std::time::Instant>,
+}
+
+impl ControllerRequest {
+    /// A request received now: its deadline is its own timeout from now.
+    pub fn new(version: i16, api: ControllerApi, requester: i32) -> Self {
+        let deadline = api.timeout_ms().and_then(|ms| {
+            std::time::Instant::now().checked_add(std::time::Duration::from_millis(ms as u64))
+        });
+        ControllerRequest {
+            version,
+            api,
+            requester,
+            deadline,
+        }
+    }
+
+    /// The request body to send on, its timeout cut to what is left of the deadline.
+    pub fn body_to_forward(&self) -> RequestBody {
+        let mut api = self.api.clone();
+        if let Some(deadline) = self.deadline {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            api.set_timeout_ms(left.as_millis().clamp(1, i32::MAX as u128) as i32);
+        }
+        api.into_body()
+    }
 }
 
 /// What a request decided: records to commit (none for a refusal or a validate-only request)
@@ -842,11 +890,7 @@ mod tests {
     }
 
     fn request(api: ControllerApi) -> ControllerRequest {
-        ControllerRequest {
-            version: 7,
-            api,
-            requester: 1,
-        }
+        ControllerRequest::new(7, api, 1)
     }
 
     fn ids() -> impl FnMut() -> TopicId {

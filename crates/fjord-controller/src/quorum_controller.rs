@@ -29,6 +29,8 @@ pub enum ControllerError {
     Quorum(String),
     #[error("the controller has stopped")]
     Stopped,
+    #[error("the request's timeout passed before the controller could decide it")]
+    Expired,
 }
 
 impl ControllerError {
@@ -39,7 +41,7 @@ impl ControllerError {
             ControllerError::NotController { .. } | ControllerError::Stopped => {
                 errors::NOT_CONTROLLER
             }
-            ControllerError::Timeout(_) => errors::REQUEST_TIMED_OUT,
+            ControllerError::Timeout(_) | ControllerError::Expired => errors::REQUEST_TIMED_OUT,
             ControllerError::Quorum(_) => errors::UNKNOWN_SERVER_ERROR,
         }
     }
@@ -164,6 +166,13 @@ impl Shell {
             return Err(ControllerError::NotController {
                 leader: self.quorum.leader(),
             });
+        }
+        if request
+            .deadline
+            .is_some_and(|d| std::time::Instant::now() >= d)
+        {
+            // The client has given up: deciding now would make a change nobody waits for.
+            return Err(ControllerError::Expired);
         }
         if let ControllerApi::DescribeQuorum(describe) = &request.api {
             return Ok(self

@@ -51,11 +51,7 @@ async fn start(
 }
 
 fn request(api: ControllerApi) -> ControllerRequest {
-    ControllerRequest {
-        version: 0,
-        api,
-        requester: 1,
-    }
+    ControllerRequest::new(0, api, 1)
 }
 
 async fn heartbeat(
@@ -81,20 +77,20 @@ async fn heartbeat(
 }
 
 fn create(name: &str) -> ControllerRequest {
-    ControllerRequest {
-        version: 7,
-        api: ControllerApi::CreateTopics(CreateTopicsRequest {
+    ControllerRequest::new(
+        7,
+        ControllerApi::CreateTopics(CreateTopicsRequest {
             topics: vec![CreatableTopic {
                 name: name.into(),
                 num_partitions: 3,
                 replication_factor: 1,
                 ..Default::default()
             }],
-            timeout_ms: 1000,
+            timeout_ms: 10_000,
             validate_only: false,
         }),
-        requester: 1,
-    }
+        1,
+    )
 }
 
 fn error_code(response: ResponseBody) -> i16 {
@@ -218,4 +214,24 @@ async fn heartbeats_from_stale_or_unknown_brokers_are_refused() {
         };
         assert_eq!(r.error_code, expected);
     }
+}
+
+/// A request whose own timeout has passed is refused, not decided: the client gave up on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_its_timeout_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (quorum, controller) = start(dir.path(), &[]).await;
+    let mut late = create("late");
+    late.deadline = Some(std::time::Instant::now() - Duration::from_millis(1));
+    assert_eq!(
+        error_code(
+            controller
+                .call(late)
+                .await
+                .unwrap_err()
+                .response_to(&create("late"))
+        ),
+        errors::REQUEST_TIMED_OUT
+    );
+    assert!(quorum.image().topic("late").is_none());
 }
