@@ -31,11 +31,12 @@ impl UsableBroker {
     }
 }
 
-/// splitmix64: a small, well-mixed generator for the placement's few random choices.
-struct Seeded(u64);
+/// splitmix64: a small, well-mixed, seeded generator for the placement's few random choices (and
+/// for simulations that must replay from a seed).
+pub struct Seeded(pub u64);
 
 impl Seeded {
-    fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -44,8 +45,8 @@ impl Seeded {
     }
 
     /// A uniform-enough index below `n` (n > 0).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
     }
 
     fn shuffle<T>(&mut self, items: &mut [T]) {

@@ -24,19 +24,16 @@ const SESSION_MS: i64 = 9000;
 const HEARTBEAT_MS: i64 = 2000;
 const BROKERS: i32 = 4;
 
-struct Rng(u64);
+/// The simulation's randomness: the placement's own seeded generator.
+struct Rng(fjord_controller::placement::Seeded);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.below(n as usize) as u64
     }
 
     fn chance(&mut self, percent: u64) -> bool {
@@ -82,7 +79,7 @@ impl Sim {
         let (config, _) = BrokerConfig::from_properties(&props).unwrap();
         let config = Arc::new(config);
         Sim {
-            rng: Rng(seed),
+            rng: Rng(fjord_controller::placement::Seeded(seed)),
             now: 0,
             image: MetadataImage::empty(),
             controller: Controller::new(config.clone(), "sim".into()),
