@@ -49,6 +49,8 @@ pub struct ControllerLink {
     voters: BTreeMap<i32, String>,
     /// The connection to the last remote controller used.
     remote: tokio::sync::Mutex<Option<(i32, Connection)>>,
+    /// How long one call may take, retries included.
+    timeout: Duration,
 }
 
 impl ControllerLink {
@@ -64,7 +66,14 @@ impl ControllerLink {
             local,
             voters,
             remote: tokio::sync::Mutex::new(None),
+            timeout: FORWARD_TIMEOUT,
         }
+    }
+
+    /// The same link with calls bounded by `timeout` instead of [`FORWARD_TIMEOUT`].
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// Sends `request` to the active controller, following leadership as it moves, and
@@ -72,8 +81,8 @@ impl ControllerLink {
     pub async fn call(&self, request: ControllerRequest) -> Result<ResponseBody, ControllerError> {
         // The request's own deadline, if sooner: past it, nothing is forwarded any more.
         let deadline = match request.deadline {
-            Some(own) => (Instant::now() + FORWARD_TIMEOUT).min(own),
-            None => Instant::now() + FORWARD_TIMEOUT,
+            Some(own) => (Instant::now() + self.timeout).min(own),
+            None => Instant::now() + self.timeout,
         };
         let mut last_error = ControllerError::NotController { leader: None };
         // Voters to try in turn while the leader is unknown here (a broker not yet following the
@@ -102,7 +111,7 @@ impl ControllerLink {
             }
         }
         Err(match last_error {
-            ControllerError::NotController { .. } => ControllerError::Timeout(FORWARD_TIMEOUT),
+            ControllerError::NotController { .. } => ControllerError::Timeout(self.timeout),
             other => other,
         })
     }
@@ -123,7 +132,7 @@ impl ControllerLink {
             let config = ClientConfig {
                 client_id: forwarding_client_id(self.node_id),
                 connect_timeout: Duration::from_secs(2),
-                request_timeout: FORWARD_TIMEOUT,
+                request_timeout: self.timeout,
                 ..ClientConfig::default()
             };
             let connection = Connection::connect(addr, &config)

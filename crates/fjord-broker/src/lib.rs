@@ -210,6 +210,16 @@ pub async fn run(
         )));
     }
 
+    // The broker's own stop signal: the process's shutdown, or this broker's registration being
+    // replaced by another process (then the broker's tasks must stop without a SIGTERM).
+    let (stop_broker, broker_stopping) = watch::channel(false);
+    let mut forwarded = shutdown.clone();
+    let stop_on_shutdown = stop_broker.clone();
+    tokio::spawn(async move {
+        if forwarded.wait_for(|stop| *stop).await.is_ok() {
+            stop_on_shutdown.send_replace(true);
+        }
+    });
     let serving = if config.cluster.broker {
         start_broker(
             &config,
@@ -217,7 +227,7 @@ pub async fn run(
             quorum.clone(),
             controller.clone(),
             &ready,
-            shutdown.clone(),
+            broker_stopping,
         )
         .await?
     } else {
@@ -244,6 +254,7 @@ pub async fn run(
                 }
             }
             serving.controlled_shutdown().await;
+            stop_broker.send_replace(true);
         }
         None => {
             let _ = shutdown.wait_for(|stop| *stop).await;
@@ -382,17 +393,20 @@ async fn start_broker(
         .map(|v| (v.id, format!("{}:{}", v.host, v.port)))
         .collect();
     let link = || {
-        Arc::new(forwarding::ControllerLink::new(
+        forwarding::ControllerLink::new(
             config.node_id,
             quorum.clone(),
             local_controller.clone(),
             voters.clone(),
-        ))
+        )
     };
-    let controller = link();
+    let controller = Arc::new(link());
     // Registration and heartbeats have a link of their own: a forwarded request waiting on a
-    // slow commit must not hold up the heartbeat that keeps this broker unfenced.
-    let lifecycle_link = link();
+    // slow commit must not hold up the heartbeat that keeps this broker unfenced. A heartbeat
+    // gives up well inside the session (a controller cut off must not hold it either).
+    let lifecycle_link = Arc::new(link().with_timeout(Duration::from_millis(
+        (config.cluster.broker_session_timeout_ms as u64 / 3).max(500),
+    )));
     // A voter waits for the quorum to elect; a learner hears of the leader only once it is
     // added, which its registration (sent to the voters in turn) does.
     while config.cluster.controller && quorum.caught_up(QUORUM_WAIT_REPORT).await.is_err() {
@@ -563,14 +577,14 @@ async fn start_broker(
         if unfenced && *waiting.borrow() == lifecycle::Membership::Unfenced {
             break;
         }
-        if matches!(
-            *waiting.borrow(),
-            lifecycle::Membership::Replaced | lifecycle::Membership::ShutDown
-        ) {
-            heartbeats.abort();
-            return Err(startup(
-                "the controller fenced this broker's registration before it started",
-            ));
+        // Replaced, or asked to stop: `run` stops what started here, in order.
+        if *shutdown.borrow()
+            || matches!(
+                *waiting.borrow(),
+                lifecycle::Membership::Replaced | lifecycle::Membership::ShutDown
+            )
+        {
+            break;
         }
         if reported.elapsed() > QUORUM_WAIT_REPORT {
             tracing::info!("waiting for the controller to unfence this broker");
@@ -579,10 +593,12 @@ async fn start_broker(
         tokio::select! {
             _ = waiting.changed() => {}
             _ = tokio::time::sleep(Duration::from_millis(10)) => {}
-            _ = shutdown.changed() => { heartbeats.abort(); return Ok(None) },
+            _ = shutdown.changed() => {}
         }
     }
-    tracing::info!(broker_epoch, "unfenced by the controller");
+    if *membership.borrow() == lifecycle::Membership::Unfenced {
+        tracing::info!(broker_epoch, "unfenced by the controller");
+    }
     ready.send_replace(Some(broker.clone()));
     Ok(Some(Serving {
         heartbeats,

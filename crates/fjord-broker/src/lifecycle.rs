@@ -180,9 +180,15 @@ pub async fn heartbeat(
                 }
                 state
             }
+            // Replaced only if the log this broker follows says so: a controller just elected
+            // may answer from an image that lags (its own check guards that too).
             Ok(ResponseBody::BrokerHeartbeat(r))
-                if r.error_code == errors::STALE_BROKER_EPOCH
-                    || r.error_code == errors::BROKER_ID_NOT_REGISTERED =>
+                if (r.error_code == errors::STALE_BROKER_EPOCH
+                    || r.error_code == errors::BROKER_ID_NOT_REGISTERED)
+                    && quorum
+                        .image()
+                        .broker(config.node_id)
+                        .is_some_and(|b| b.broker_epoch > broker_epoch) =>
             {
                 tracing::error!(
                     error = errors::name(r.error_code),

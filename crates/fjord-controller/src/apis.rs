@@ -264,12 +264,13 @@ impl Controller {
         now_ms: i64,
     ) -> Option<(i32, Vec<MetadataRecord>)> {
         let broker_id = self.sessions.stale_broker(image, now_ms)?;
+        self.sessions.fenced(broker_id);
         Some((broker_id, membership::fence(image, broker_id)))
     }
 
-    /// Milliseconds until a session could next expire.
-    pub fn next_session_expiry_in(&self, now_ms: i64) -> i64 {
-        self.sessions.next_expiry_in(now_ms)
+    /// Milliseconds until a session on `image` could next expire.
+    pub fn next_session_expiry_in(&self, image: &MetadataImage, now_ms: i64) -> i64 {
+        self.sessions.next_expiry_in(image, now_ms)
     }
 
     /// Decides `request` on `image` at `now_ms`. `new_topic_id` supplies a fresh random id per
@@ -684,7 +685,9 @@ impl Controller {
         let previous = image
             .broker(request.broker_id)
             .map_or(-1, |b| b.broker_epoch);
-        let broker_epoch = previous.max(request.previous_broker_epoch) + 1;
+        let Some(broker_epoch) = previous.max(request.previous_broker_epoch).checked_add(1) else {
+            return Decision::answer(answer(errors::INVALID_REQUEST, -1));
+        };
         let record = RegisterBrokerRecord {
             broker_id: request.broker_id,
             incarnation_id: request.incarnation_id,
@@ -707,8 +710,13 @@ impl Controller {
             .registered(request.broker_id, broker_epoch, now_ms);
         // An earlier incarnation that was never fenced (killed, back before its session
         // expired) leads nothing once the new one registers fenced.
+        let records = membership::register(image, record);
+        if records.is_empty() {
+            // The record would not apply: nothing to commit, so nothing to claim.
+            return Decision::answer(answer(errors::INVALID_REQUEST, -1));
+        }
         Decision {
-            records: membership::register(image, record),
+            records,
             response: answer(errors::NONE, broker_epoch),
         }
     }

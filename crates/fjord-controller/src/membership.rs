@@ -105,14 +105,26 @@ impl BrokerSessions {
             .map(|(_, id)| id)
     }
 
-    /// The milliseconds until the next session could expire (at most the session timeout).
-    pub fn next_expiry_in(&self, now_ms: i64) -> i64 {
-        self.sessions
-            .values()
+    /// The milliseconds until the next session of an unfenced broker could expire (at most the
+    /// session timeout).
+    pub fn next_expiry_in(&self, image: &MetadataImage, now_ms: i64) -> i64 {
+        image
+            .brokers()
+            .filter(|b| !b.fenced)
+            .filter_map(|b| {
+                self.sessions
+                    .get(&b.broker_id)
+                    .filter(|s| s.broker_epoch == b.broker_epoch)
+            })
             .map(|s| s.last_contact_ms + self.session_timeout_ms - now_ms)
             .min()
             .unwrap_or(self.session_timeout_ms)
             .clamp(0, self.session_timeout_ms)
+    }
+
+    /// A fenced broker has no session until it heartbeats again.
+    pub fn fenced(&mut self, broker_id: i32) {
+        self.sessions.remove(&broker_id);
     }
 }
 
@@ -400,7 +412,7 @@ mod tests {
         assert!(!sessions.has_valid_session(&back, 1, 13_001));
         // Brokers 2 and 3 were last heard of at activation: 2 goes first, then 3, then 1.
         assert_eq!(sessions.stale_broker(&back, 9001), Some(2));
-        assert_eq!(sessions.next_expiry_in(8000), 1000);
+        assert_eq!(sessions.next_expiry_in(&back, 8000), 1000);
     }
 
     #[test]

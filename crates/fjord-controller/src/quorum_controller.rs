@@ -84,6 +84,8 @@ impl QuorumController {
                         let Some((request, reply)) = event else { break };
                         let result = shell.process(&request).await;
                         let _ = reply.send(result);
+                        // A steady stream of requests must not hold fencing off.
+                        shell.fence_stale_brokers().await;
                     }
                     _ = tokio::time::sleep(wait) => shell.fence_stale_brokers().await,
                 }
@@ -137,7 +139,9 @@ impl Shell {
         if self.active_term.is_none() {
             return STANDBY_TICK;
         }
-        let ms = self.controller.next_session_expiry_in(self.now_ms());
+        let ms = self
+            .controller
+            .next_session_expiry_in(&self.quorum.image(), self.now_ms());
         // A little past the deadline, so the session has expired when we look.
         Duration::from_millis(ms.max(0) as u64 + 10)
     }

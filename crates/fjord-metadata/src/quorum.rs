@@ -295,12 +295,17 @@ impl MetadataQuorum {
         self.raft.metrics().borrow().state == ServerState::Leader
     }
 
-    /// The term this node leads the quorum in; None when it does not lead. A new term is a new
+    /// The term this node leads the quorum in, once its image has applied an entry of that term
+    /// (the leader's first entry): only then does the image hold everything committed before, so
+    /// decisions and broker sessions can rest on it. None otherwise. A new term is a new
     /// leadership, even on the same node.
     pub fn leader_term(&self) -> Option<u64> {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
-        (metrics.state == ServerState::Leader).then_some(metrics.current_term)
+        let caught_up = metrics
+            .last_applied
+            .is_some_and(|applied| applied.leader_id.term == metrics.current_term);
+        (metrics.state == ServerState::Leader && caught_up).then_some(metrics.current_term)
     }
 
     /// The node this node believes leads the quorum, if any.
