@@ -22,6 +22,7 @@ from harness import (CLIENTS, Cluster, check_acks, check_consumed, fresh_seed, k
 def cluster(request, tmp_path_factory):
     brokers = 0 if request.param == "combined" else 3
     c = Cluster(tmp_path_factory.mktemp(request.param), controllers=3, brokers=brokers)
+    c.mode = request.param
     c.start()
     yield c
     c.stop()
@@ -178,7 +179,10 @@ def test_without_a_quorum_data_flows_and_metadata_changes_fail_retriably(cluster
 @pytest.mark.parametrize("client", CLIENTS)
 def test_every_client_produces_and_consumes_across_the_brokers(cluster, tmp_path, client):
     """Java kafka-clients, franz-go, librdkafka and kafka-python against the cluster: partitions led by every broker,
-    each acknowledged record read back exactly once, in order."""
+    each acknowledged record read back exactly once, in order. The whole matrix runs on the combined cluster; the
+    split one, whose brokers answer the same code, runs librdkafka only (the test command's time budget)."""
+    if cluster.mode == "split" and client != "confluent":
+        pytest.skip("client matrix: combined cluster only")
     partitions, count, seed = 6, 3000, fresh_seed()
     topic = f"clients-{client}"
     run_tool(client, "create-topic", bootstrap=cluster.bootstrap, topic=topic, partitions=partitions)

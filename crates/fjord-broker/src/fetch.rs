@@ -98,6 +98,8 @@ struct Target {
     fetch_offset: i64,
     partition_max_bytes: i32,
     current_leader_epoch: i32,
+    /// The epoch of the last batch the fetcher has (KIP-320), -1 when unknown.
+    last_fetched_epoch: i32,
 }
 
 /// Checks a client's view of the leader epoch against ours, as Kafka does.
@@ -108,6 +110,39 @@ pub fn check_leader_epoch(partition: &Partition, current_leader_epoch: i32) -> R
         Err(errors::UNKNOWN_LEADER_EPOCH)
     } else {
         Err(errors::FENCED_LEADER_EPOCH)
+    }
+}
+
+/// What a follower's fetch may read.
+enum FollowerRead {
+    /// Up to the log end; the follower's position was recorded.
+    Read,
+    /// Its log diverged from this one (KIP-320): the largest epoch at most its last fetched
+    /// one, and where that epoch ends here. It truncates before fetching again.
+    Diverged(i32, i64),
+    NotAReplica,
+}
+
+/// The leader's side of a follower's fetch: checks its last fetched epoch against this log's
+/// epochs, then records its position (which may move the high watermark), as Kafka does.
+fn follower_read(
+    partition: &Partition,
+    log: &mut fjord_storage::log::Log,
+    replica: i32,
+    target: &Target,
+    now_ms: i64,
+) -> FollowerRead {
+    if target.last_fetched_epoch >= 0 {
+        let (epoch, end_offset) = log.end_offset_for_epoch(target.last_fetched_epoch);
+        // (-1, -1), an epoch newer than any here, cannot be told on the wire (it is the
+        // field's default): the fetch offset then decides (out of range past the log end).
+        if epoch >= 0 && (epoch < target.last_fetched_epoch || end_offset < target.fetch_offset) {
+            return FollowerRead::Diverged(epoch, end_offset);
+        }
+    }
+    match partition.follower_fetched(log, replica, target.fetch_offset, now_ms) {
+        Ok(()) => FollowerRead::Read,
+        Err(_) => FollowerRead::NotAReplica,
     }
 }
 
@@ -122,6 +157,14 @@ impl Broker {
     ) -> Reply {
         let image = self.quorum.image();
         let uses_ids = version >= 13;
+        // A follower's fetch (Kafka's replica id, in ReplicaState from v15): it reads up to the
+        // log end and tells the leader how far it has got.
+        let replica = if version >= 15 {
+            request.replica_state.replica_id
+        } else {
+            request.replica_id
+        };
+        let replica = (replica >= 0).then_some(replica);
         let name_of = |topic: &str, id: Uuid| -> Option<String> {
             if uses_ids {
                 image.topic_by_id(&id).map(|t| t.name.clone())
@@ -131,6 +174,9 @@ impl Broker {
         };
         let mut unknown_ids: Vec<(Uuid, i32)> = Vec::new();
         let mut requested = Vec::new();
+        // KIP-320's last fetched epochs (sessions do not keep them: fjord's followers fetch
+        // without one).
+        let mut last_fetched: std::collections::HashMap<(String, i32), i32> = Default::default();
         for topic in &request.topics {
             let Some(name) = name_of(&topic.topic, topic.topic_id) else {
                 unknown_ids.extend(
@@ -142,6 +188,9 @@ impl Broker {
                 continue;
             };
             for p in &topic.partitions {
+                if p.last_fetched_epoch >= 0 {
+                    last_fetched.insert((name.clone(), p.partition), p.last_fetched_epoch);
+                }
                 requested.push(RequestedPartition {
                     topic: name.clone(),
                     partition: p.partition,
@@ -177,6 +226,10 @@ impl Broker {
                          partition_max_bytes: i32,
                          current_leader_epoch: i32| Target {
             topic_id: topic_id_of(&topic),
+            last_fetched_epoch: last_fetched
+                .get(&(topic.clone(), partition))
+                .copied()
+                .unwrap_or(-1),
             topic,
             partition,
             fetch_offset,
@@ -312,10 +365,10 @@ impl Broker {
         // moves enough, or at max_wait_ms.
         let waiter = Arc::new(Notify::new());
         if max_wait_ms > 0 {
-            this.delay_on_targets(&targets, &waiter);
+            this.delay_on_targets(&targets, &waiter, replica.is_some());
         }
         let (results, bytes_read, any_error) =
-            this.read_targets(&targets, max_bytes, read_committed);
+            this.read_targets(&targets, max_bytes, read_committed, replica, now);
         if max_wait_ms == 0 || bytes_read >= min_bytes.max(1) || any_error || targets.is_empty() {
             return Reply::Now(respond(&this, results));
         }
@@ -324,9 +377,14 @@ impl Broker {
             loop {
                 let woke = tokio::time::timeout_at(deadline, waiter.notified()).await;
                 // Registered again before reading: a move during the read is not missed.
-                this.delay_on_targets(&targets, &waiter);
-                let (results, bytes_read, any_error) =
-                    this.read_targets(&targets, max_bytes, read_committed);
+                this.delay_on_targets(&targets, &waiter, replica.is_some());
+                let (results, bytes_read, any_error) = this.read_targets(
+                    &targets,
+                    max_bytes,
+                    read_committed,
+                    replica,
+                    crate::broker::now_ms(),
+                );
                 let timed_out = woke.is_err();
                 if timed_out
                     || bytes_read >= min_bytes.max(1)
@@ -339,11 +397,16 @@ impl Broker {
         }))
     }
 
-    /// Puts `waiter` on the delayed-fetch queue of every target partition hosted here.
-    fn delay_on_targets(&self, targets: &[Target], waiter: &Arc<Notify>) {
+    /// Puts `waiter` on the delayed-fetch queue of every target partition hosted here (the
+    /// followers' queue for a follower's fetch).
+    fn delay_on_targets(&self, targets: &[Target], waiter: &Arc<Notify>, replica: bool) {
         for target in targets {
             if let Some(partition) = self.replicas.get(&target.topic, target.partition) {
-                partition.delay_fetch(waiter);
+                if replica {
+                    partition.delay_replica_fetch(waiter);
+                } else {
+                    partition.delay_fetch(waiter);
+                }
             }
         }
     }
@@ -355,6 +418,8 @@ impl Broker {
         targets: &[Target],
         max_bytes: usize,
         _read_committed: bool,
+        replica: Option<i32>,
+        now_ms: i64,
     ) -> (Vec<PartitionRead>, usize, bool) {
         let mut results = Vec::with_capacity(targets.len());
         let mut total = 0usize;
@@ -371,12 +436,33 @@ impl Broker {
                         let remaining = max_bytes.saturating_sub(total);
                         let limit = (target.partition_max_bytes.max(0) as usize).min(remaining);
                         let min_one_batch = total == 0;
-                        let read = partition.log.lock().map_err(|_| None).and_then(|log| {
+                        let read = partition.log.lock().map_err(|_| None).and_then(|mut log| {
+                            let mut max_offset = log.high_watermark();
+                            if let Some(replica) = replica {
+                                match follower_read(&partition, &mut log, replica, target, now_ms) {
+                                    FollowerRead::Read => max_offset = log.log_end_offset(),
+                                    FollowerRead::Diverged(epoch, end_offset) => {
+                                        data.diverging_epoch = EpochEndOffset { epoch, end_offset };
+                                        max_offset = target.fetch_offset;
+                                    }
+                                    FollowerRead::NotAReplica => {
+                                        data.error_code = errors::NOT_LEADER_OR_FOLLOWER;
+                                        max_offset = target.fetch_offset;
+                                    }
+                                }
+                            }
                             let hw = log.high_watermark();
                             data.high_watermark = hw;
                             data.last_stable_offset = hw;
                             data.log_start_offset = log.log_start_offset();
-                            log.read(target.fetch_offset, limit, hw, min_one_batch)
+                            if data.error_code != errors::NONE || data.diverging_epoch.epoch >= 0 {
+                                return Ok(fjord_storage::log::ReadInfo {
+                                    records: None,
+                                    log_start_offset: log.log_start_offset(),
+                                    log_end_offset: log.log_end_offset(),
+                                });
+                            }
+                            log.read(target.fetch_offset, limit, max_offset, min_one_batch)
                                 .map_err(Some)
                         });
                         match read {

@@ -259,6 +259,7 @@ impl GroupRuntime {
     fn persist_and_release(&self, shard: &mut Shard, effects: Effects) -> Pending {
         let mut pending = Pending {
             flush: None,
+            replicated: None,
             responses: effects.responses,
             failed: None,
         };
@@ -267,7 +268,8 @@ impl GroupRuntime {
         }
         match append_records(shard, &effects.records) {
             Ok(end_offset) => {
-                pending.flush = Some((shard.partition.clone() as Arc<dyn Durable>, end_offset))
+                pending.flush = Some((shard.partition.clone() as Arc<dyn Durable>, end_offset));
+                pending.replicated = Some((shard.partition.clone(), end_offset));
             }
             Err(error) => {
                 tracing::error!(%error, "cannot append group coordinator records");
@@ -282,6 +284,14 @@ impl GroupRuntime {
         if let Some((target, end_offset)) = pending.flush {
             if let Err(error) = self.flusher.flush(target, end_offset).await {
                 failed = Some(error);
+            }
+        }
+        if let (None, Some((partition, end_offset))) = (&failed, pending.replicated) {
+            let wait = partition.delay_produce(end_offset);
+            match tokio::time::timeout(REPLICATION_TIMEOUT, wait).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => failed = Some("the coordinator's partition moved".into()),
+                Err(_) => failed = Some("the in-sync replicas did not confirm in time".into()),
             }
         }
         if let Some(error) = failed {
@@ -503,11 +513,18 @@ impl GroupRuntime {
     }
 }
 
+/// How long a coordinator write waits for its in-sync replicas (Kafka's
+/// `offsets.commit.timeout.ms` default).
+const REPLICATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The answer to a group request started on its shard.
 pub type GroupAnswer = Pin<Box<dyn Future<Output = Result<ResponseBody, String>> + Send + 'static>>;
 
 struct Pending {
     flush: Option<FlushTarget>,
+    /// The records' partition and end: answered once every in-sync replica has them, as
+    /// Kafka's coordinator writes with acks=all.
+    replicated: Option<(Arc<Partition>, i64)>,
     responses: Vec<(RequestId, ResponseBody)>,
     failed: Option<String>,
 }

@@ -34,15 +34,18 @@ impl Broker {
                 .get("offsets.topic.replication.factor")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(3);
-            // Until partitions are replicated between brokers a partition has one replica, as Kafka
-            // caps the factor to what the cluster can hold.
-            if wanted_rf > 1 {
+            // As Kafka, a cluster creates it with the configured factor, which fails (the
+            // coordinator is not available) until that many brokers are up. A bare node alone
+            // is the one exception: it would never have enough, so it takes one replica.
+            let replication_factor = if self.config.cluster.voters.is_empty() && wanted_rf > 1 {
                 tracing::info!(
                     wanted_rf,
-                    "{OFFSETS_TOPIC} gets one replica per partition: fjord does not replicate partitions yet"
+                    "{OFFSETS_TOPIC} gets one replica per partition on a node alone"
                 );
-            }
-            let replication_factor = 1;
+                1
+            } else {
+                wanted_rf
+            };
             let mut configs = BTreeMap::new();
             configs.insert("cleanup.policy".to_string(), "compact".to_string());
             configs.insert("compression.type".to_string(), "producer".to_string());

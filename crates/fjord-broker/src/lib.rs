@@ -16,6 +16,7 @@ pub mod network;
 pub mod partition;
 mod produce;
 pub mod replica;
+mod replica_fetcher;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -297,6 +298,8 @@ struct Serving {
     image_task: tokio::task::JoinHandle<()>,
     housekeeping: tokio::task::JoinHandle<()>,
     group_timers: tokio::task::JoinHandle<()>,
+    /// The followers' fetchers; they stop on shutdown, before the flusher.
+    replica_fetchers: tokio::task::JoinHandle<()>,
     /// Heartbeats to the controller; told to ask for shutdown through `stopping`.
     heartbeats: tokio::task::JoinHandle<()>,
     stopping: watch::Sender<bool>,
@@ -336,9 +339,11 @@ impl Serving {
             housekeeping,
             group_timers,
             heartbeats,
+            replica_fetchers,
             ..
         } = self;
         heartbeats.abort();
+        let _ = replica_fetchers.await;
         let _ = housekeeping.await;
         let _ = group_timers.await;
         drop(groups);
@@ -546,6 +551,13 @@ async fn start_broker(
         config.clone(),
         shutdown.clone(),
     ));
+    let replica_fetchers = replica_fetcher::start(
+        replicas.clone(),
+        quorum.clone(),
+        config.clone(),
+        flusher.clone(),
+        shutdown.clone(),
+    );
 
     // Producers that expired while the broker was down go before the first request, as Kafka
     // drops them when it loads producer state.
@@ -614,6 +626,7 @@ async fn start_broker(
         image_task,
         housekeeping,
         group_timers,
+        replica_fetchers,
     }))
 }
 

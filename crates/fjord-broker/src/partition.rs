@@ -3,10 +3,15 @@
 //! watermark, which nothing else decides. The shell (`replica::Partition`) reports what the log
 //! did — appends, completed fsyncs — and writes the high watermark this answers into the log.
 //!
-//! Leader: the high watermark is the offset every ISR member has and that is durable here (in
-//! fjord's default fsync mode the durable end; in page-cache mode the log end). With one replica
-//! the ISR is this broker; followers' fetch positions join the minimum with ISR replication.
-//! Follower: the leader's high watermark, capped at the local log end (ISR replication).
+//! Leader: the high watermark is the offset every ISR member has: the minimum of this broker's
+//! durable end (in fjord's default fsync mode; in page-cache mode the log end) and each other
+//! ISR member's position, which is the fetch offset of its last fetch. A follower fetches from
+//! its durable end (it syncs what it appended before fetching again), so in fsync mode a record
+//! below the high watermark is on the disk of every ISR member. A follower the leader has not
+//! heard from since it became leader holds the high watermark where it is.
+//! Follower: the leader's high watermark, capped at what is durable locally.
+
+use std::collections::BTreeMap;
 
 use fjord_common::{BrokerId, LeaderEpoch};
 
@@ -40,12 +45,31 @@ pub struct StaleEpoch {
     pub current_partition: i32,
 }
 
+/// What a leader knows of one follower, from its fetches (Kafka's remote replica state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerState {
+    /// The fetch offset of its last fetch (-1: none since this broker became leader).
+    pub log_end_offset: i64,
+    /// When it last had everything this leader had (the ISR's lag clock).
+    pub last_caught_up_ms: i64,
+    /// This leader's log end and the time at its previous fetch.
+    last_fetch_leader_log_end: i64,
+    last_fetch_ms: i64,
+}
+
+/// A fetch from a broker that holds no replica of the partition.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("broker {0} is not a replica of this partition")]
+pub struct NotAReplica(pub BrokerId);
+
 /// See the module docs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionState {
     local: BrokerId,
     leadership: LeaderAndIsr,
     role: Role,
+    /// Leader only: every other replica's position.
+    followers: BTreeMap<BrokerId, FollowerState>,
     /// The local log's end, as last reported.
     log_end_offset: i64,
     /// Below this the local log is durable (or, in page-cache mode, simply written).
@@ -70,12 +94,90 @@ impl PartitionState {
             local,
             leadership,
             role,
+            followers: BTreeMap::new(),
             log_end_offset,
             durable_end,
             high_watermark,
         };
+        state.reset_followers(0);
         state.advance_high_watermark();
         state
+    }
+
+    /// A new leadership starts every follower unknown; the ISR members count as caught up now,
+    /// so the lag clock starts at the election, as in Kafka.
+    fn reset_followers(&mut self, now_ms: i64) {
+        self.followers.clear();
+        if self.role != Role::Leader {
+            return;
+        }
+        for &id in &self.leadership.replicas {
+            if id != self.local {
+                self.followers.insert(
+                    id,
+                    FollowerState {
+                        log_end_offset: -1,
+                        last_caught_up_ms: if self.leadership.isr.contains(&id) {
+                            now_ms
+                        } else {
+                            0
+                        },
+                        last_fetch_leader_log_end: -1,
+                        last_fetch_ms: now_ms,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The follower states a leader tracks (empty on a follower).
+    pub fn followers(&self) -> &BTreeMap<BrokerId, FollowerState> {
+        &self.followers
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset
+    }
+
+    /// A leader heard a fetch from follower `replica` at `fetch_offset`: everything below it is
+    /// on that follower (durable there in fsync mode). Returns the new high watermark if it
+    /// moved.
+    pub fn on_follower_fetch(
+        &mut self,
+        replica: BrokerId,
+        fetch_offset: i64,
+        now_ms: i64,
+    ) -> Result<Option<i64>, NotAReplica> {
+        let leader_log_end = self.log_end_offset;
+        let Some(follower) = self.followers.get_mut(&replica) else {
+            return Err(NotAReplica(replica));
+        };
+        // Kafka's lag rule: caught up now if it reached this log end; else caught up at the
+        // previous fetch if it reached the log end of then.
+        if fetch_offset >= leader_log_end {
+            follower.last_caught_up_ms = follower.last_caught_up_ms.max(now_ms);
+        } else if fetch_offset >= follower.last_fetch_leader_log_end {
+            follower.last_caught_up_ms = follower.last_caught_up_ms.max(follower.last_fetch_ms);
+        }
+        follower.last_fetch_leader_log_end = leader_log_end;
+        follower.last_fetch_ms = now_ms;
+        // A follower ahead of this leader (a divergent tail it has yet to truncate) holds no
+        // more of this log than its end.
+        follower.log_end_offset = fetch_offset.min(leader_log_end);
+        Ok(self.advance_high_watermark())
+    }
+
+    /// A follower learned the leader's high watermark from a fetch response. Returns the new
+    /// high watermark if it moved.
+    pub fn on_leader_high_watermark(&mut self, leader_high_watermark: i64) -> Option<i64> {
+        if !matches!(self.role, Role::Follower { .. }) {
+            return None;
+        }
+        let candidate = leader_high_watermark.min(self.durable_end);
+        (candidate > self.high_watermark).then(|| {
+            self.high_watermark = candidate;
+            candidate
+        })
     }
 
     pub fn role(&self) -> Role {
@@ -100,7 +202,11 @@ impl PartitionState {
 
     /// A new leader and ISR from the metadata log. Epochs never go back: an older one is
     /// refused. Returns the new high watermark if it moved.
-    pub fn apply(&mut self, leadership: LeaderAndIsr) -> Result<Option<i64>, StaleEpoch> {
+    pub fn apply(
+        &mut self,
+        leadership: LeaderAndIsr,
+        now_ms: i64,
+    ) -> Result<Option<i64>, StaleEpoch> {
         let current = &self.leadership;
         if (leadership.leader_epoch, leadership.partition_epoch)
             < (current.leader_epoch, current.partition_epoch)
@@ -112,8 +218,28 @@ impl PartitionState {
                 current_partition: current.partition_epoch,
             });
         }
+        let new_leadership = leadership.leader_epoch != current.leader_epoch;
+        let was = self.role;
         self.role = role_of(self.local, &leadership);
         self.leadership = leadership;
+        if new_leadership || was != self.role {
+            self.reset_followers(now_ms);
+        } else {
+            // Same leadership, new ISR or replicas: known positions stay, new replicas start
+            // unknown, removed ones go.
+            let replicas = &self.leadership.replicas;
+            self.followers.retain(|id, _| replicas.contains(id));
+            for &id in replicas {
+                if id != self.local && self.role == Role::Leader {
+                    self.followers.entry(id).or_insert(FollowerState {
+                        log_end_offset: -1,
+                        last_caught_up_ms: 0,
+                        last_fetch_leader_log_end: -1,
+                        last_fetch_ms: now_ms,
+                    });
+                }
+            }
+        }
         Ok(self.advance_high_watermark())
     }
 
@@ -149,12 +275,16 @@ impl PartitionState {
     /// Raises the high watermark as far as the role allows; it never moves back here.
     fn advance_high_watermark(&mut self) -> Option<i64> {
         let candidate = match self.role {
-            // Every ISR member must hold it; until followers replicate, the only replica whose
-            // position is known is this one, and a leader whose ISR names others waits.
-            Role::Leader if self.leadership.isr.iter().all(|&id| id == self.local) => {
-                self.durable_end
-            }
-            Role::Leader | Role::Follower { .. } => return None,
+            // Every ISR member must hold it: this broker durably, each other member as far as
+            // its last fetch (unknown: nothing yet).
+            Role::Leader => self
+                .leadership
+                .isr
+                .iter()
+                .filter(|&&id| id != self.local)
+                .map(|id| self.followers.get(id).map_or(-1, |f| f.log_end_offset))
+                .fold(self.durable_end, i64::min),
+            Role::Follower { .. } => return None,
         };
         if candidate > self.high_watermark {
             debug_assert!(candidate <= self.log_end_offset, "HW ≤ LEO");
@@ -164,6 +294,30 @@ impl PartitionState {
             None
         }
     }
+}
+
+/// Where a follower truncates when its leader answers that their logs diverged (KIP-320): the
+/// leader's largest epoch at most the follower's last fetched one is `diverging_epoch`, ending
+/// at `diverging_end` on the leader. `local` is this log's own answer for that epoch
+/// (`end_offset_for_epoch`), `log_end` its end. When this log knows the epoch the two agree
+/// up to the smaller end; when it only knows older ones it truncates to where its largest
+/// older epoch ends, and the next fetch, with that epoch, checks again; when it knows none,
+/// to the leader's end. Never past the log end.
+pub fn divergence_truncation(
+    diverging_epoch: LeaderEpoch,
+    diverging_end: i64,
+    local: (LeaderEpoch, i64),
+    log_end: i64,
+) -> i64 {
+    let (local_epoch, local_end) = local;
+    let to = if local_epoch == diverging_epoch {
+        diverging_end.min(local_end)
+    } else if local_epoch >= 0 && local_end >= 0 {
+        local_end
+    } else {
+        diverging_end
+    };
+    to.min(log_end).max(0)
 }
 
 fn role_of(local: BrokerId, leadership: &LeaderAndIsr) -> Role {
@@ -179,6 +333,22 @@ fn role_of(local: BrokerId, leadership: &LeaderAndIsr) -> Role {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn led_isr(
+        leader: BrokerId,
+        epoch: LeaderEpoch,
+        partition_epoch: i32,
+        replicas: &[BrokerId],
+        isr: &[BrokerId],
+    ) -> LeaderAndIsr {
+        LeaderAndIsr {
+            leader,
+            leader_epoch: epoch,
+            partition_epoch,
+            replicas: replicas.to_vec(),
+            isr: isr.to_vec(),
+        }
+    }
 
     fn led(leader: BrokerId, epoch: LeaderEpoch, isr: &[BrokerId]) -> LeaderAndIsr {
         LeaderAndIsr {
@@ -221,15 +391,15 @@ mod tests {
         let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 10, 10, 0);
         assert_eq!(leader.on_append(12, true), None);
         // The other replica leaves the ISR: what is here is committed.
-        assert_eq!(leader.apply(led(1, 1, &[1])), Ok(Some(12)));
+        assert_eq!(leader.apply(led(1, 1, &[1]), 0), Ok(Some(12)));
     }
 
     #[test]
     fn epochs_never_go_back() {
         let mut p = PartitionState::new(1, led(1, 5, &[1]), 0, 0, 0);
-        assert!(p.apply(led(1, 4, &[1])).is_err());
+        assert!(p.apply(led(1, 4, &[1]), 0).is_err());
         assert_eq!(p.leader_epoch(), 5);
-        assert_eq!(p.apply(led(2, 6, &[2])), Ok(None));
+        assert_eq!(p.apply(led(2, 6, &[2]), 0), Ok(None));
         assert_eq!(p.role(), Role::Follower { leader: 2 });
         assert_eq!(p.leader_epoch(), 6);
     }
@@ -283,7 +453,7 @@ mod tests {
                     }
                     Step::Lead(leader, epoch, alone) => {
                         let isr: &[BrokerId] = if alone { &[1] } else { &[1, 2] };
-                        let _ = p.apply(led(leader, epoch, isr));
+                        let _ = p.apply(led(leader, epoch, isr), 0);
                     }
                 }
                 proptest::prop_assert!(p.high_watermark() >= hw_before);
@@ -292,6 +462,88 @@ mod tests {
                 proptest::prop_assert!(p.leader_epoch() >= epoch_before);
             }
         }
+    }
+
+    #[test]
+    fn a_leaders_high_watermark_is_the_least_position_in_its_isr() {
+        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2, 3]), 0, 0, 0);
+        assert_eq!(leader.on_append(10, true), None, "followers unknown");
+        assert_eq!(leader.on_follower_fetch(2, 6, 1), Ok(None));
+        assert_eq!(leader.on_follower_fetch(3, 4, 1), Ok(Some(4)));
+        assert_eq!(leader.on_follower_fetch(3, 10, 2), Ok(Some(6)));
+        assert_eq!(leader.on_follower_fetch(2, 10, 2), Ok(Some(10)));
+        assert_eq!(
+            leader.on_follower_fetch(4, 10, 2),
+            Err(NotAReplica(4)),
+            "not a replica"
+        );
+        // A follower out of the ISR does not hold it back.
+        assert_eq!(
+            leader.apply(led_isr(1, 0, 1, &[1, 2, 3], &[1, 2]), 3),
+            Ok(None)
+        );
+        assert_eq!(leader.on_append(12, true), None);
+        assert_eq!(leader.on_follower_fetch(2, 12, 4), Ok(Some(12)));
+        // A follower ahead (a divergent tail) counts only up to this log's end.
+        assert_eq!(leader.on_follower_fetch(3, 99, 5), Ok(None));
+        assert_eq!(leader.followers()[&3].log_end_offset, 12);
+    }
+
+    #[test]
+    fn in_fsync_mode_the_leader_waits_for_its_own_disk_too() {
+        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 0, 0, 0);
+        assert_eq!(leader.on_append(10, false), None);
+        assert_eq!(leader.on_follower_fetch(2, 10, 1), Ok(None));
+        assert_eq!(leader.on_durable(10), Some(10));
+    }
+
+    #[test]
+    fn the_lag_clock_follows_kafkas_caught_up_rule() {
+        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 0, 0, 0);
+        leader.on_append(10, true);
+        leader.on_follower_fetch(2, 5, 100).unwrap();
+        assert_eq!(leader.followers()[&2].last_caught_up_ms, 0, "behind");
+        leader.on_append(20, true);
+        // Reached the log end of its previous fetch: caught up as of then.
+        leader.on_follower_fetch(2, 10, 200).unwrap();
+        assert_eq!(leader.followers()[&2].last_caught_up_ms, 100);
+        leader.on_follower_fetch(2, 20, 300).unwrap();
+        assert_eq!(leader.followers()[&2].last_caught_up_ms, 300);
+    }
+
+    #[test]
+    fn a_new_leadership_forgets_follower_positions() {
+        let mut p = PartitionState::new(1, led(1, 0, &[1, 2]), 10, 10, 0);
+        p.on_follower_fetch(2, 10, 1).unwrap();
+        assert_eq!(p.high_watermark(), 10);
+        p.on_append(15, true);
+        assert_eq!(p.apply(led(1, 1, &[1, 2]), 2), Ok(None));
+        assert_eq!(p.followers()[&2].log_end_offset, -1);
+        assert_eq!(p.on_follower_fetch(2, 15, 3), Ok(Some(15)));
+    }
+
+    #[test]
+    fn a_followers_high_watermark_is_the_leaders_capped_at_its_durable_end() {
+        let mut f = PartitionState::new(2, led(1, 0, &[1, 2]), 0, 0, 0);
+        f.on_append(10, false);
+        assert_eq!(f.on_leader_high_watermark(8), None, "not durable here");
+        f.on_durable(10);
+        assert_eq!(f.on_leader_high_watermark(8), Some(8));
+        assert_eq!(f.on_leader_high_watermark(20), Some(10));
+        assert_eq!(f.on_leader_high_watermark(5), None, "never back");
+        assert!(f.followers().is_empty());
+    }
+
+    #[test]
+    fn a_divergent_tail_is_cut_where_the_epochs_part() {
+        // Same epoch on both: the smaller end.
+        assert_eq!(divergence_truncation(3, 40, (3, 55), 60), 40);
+        assert_eq!(divergence_truncation(3, 70, (3, 55), 60), 55);
+        // Only older epochs here: to where the largest of them ends, then ask again.
+        assert_eq!(divergence_truncation(3, 40, (2, 30), 60), 30);
+        // No epoch here at all: to the leader's end, never past this log's.
+        assert_eq!(divergence_truncation(3, 40, (-1, -1), 60), 40);
+        assert_eq!(divergence_truncation(3, 40, (-1, -1), 20), 20);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use fjord_protocol::{ApiKey, ResponseBody};
 use crate::broker::{encode_response, Broker};
 use crate::flusher::{Durable, FlushTarget};
 use crate::network::{Reply, Response};
-use crate::replica::PartitionError;
+use crate::replica::{Partition, PartitionError};
 use fjord_common::errors;
 
 /// What one partition's append left to do before it can be answered.
@@ -23,8 +23,25 @@ struct PendingPartition {
     response: PartitionProduceResponse,
     /// Log and offset to make durable before answering, if the partition is in fsync mode.
     flush: Option<FlushTarget>,
-    /// acks=all: resolves when the high watermark passes the records.
-    replicated: Option<oneshot::Receiver<()>>,
+    /// acks=all: resolves when the high watermark passes the records; the partition, whose
+    /// ISR must still meet `min.insync.replicas` then.
+    replicated: Option<(oneshot::Receiver<()>, Arc<Partition>)>,
+}
+
+/// acks=all needs `min.insync.replicas` in sync: NOT_ENOUGH_REPLICAS before the append, and
+/// NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below it while the records waited.
+fn under_min_isr(partition: &Partition, code: i16) -> Option<PartitionError> {
+    let min_isr = partition.config().get_i64("min.insync.replicas");
+    let isr = partition.isr();
+    (i64::try_from(isr.len()).unwrap_or(i64::MAX) < min_isr).then(|| {
+        PartitionError::new(
+            code,
+            format!(
+                "The size of the current ISR {isr:?} is insufficient to satisfy the min.isr requirement of {min_isr} for partition {}",
+                partition.tp
+            ),
+        )
+    })
 }
 
 impl Broker {
@@ -71,12 +88,18 @@ impl Broker {
                             self.not_hosted(&topic.name, data.index),
                             "This server does not host this topic-partition.",
                         )),
-                        Some(partition) => match &data.records {
-                            None => Err(PartitionError::new(
+                        Some(partition) => match (
+                            &data.records,
+                            (acks == -1)
+                                .then(|| under_min_isr(&partition, errors::NOT_ENOUGH_REPLICAS))
+                                .flatten(),
+                        ) {
+                            (None, _) => Err(PartitionError::new(
                                 errors::INVALID_RECORD,
                                 "records are null",
                             )),
-                            Some(records) => self
+                            (Some(_), Some(refused)) => Err(refused),
+                            (Some(records), None) => self
                                 .replicas
                                 .append(&partition, records, now)
                                 .inspect(|appended| {
@@ -87,7 +110,8 @@ impl Broker {
                                         self.flush_if_due(&partition, now);
                                     }
                                     if acks == -1 {
-                                        replicated = Some(partition.delay_produce(end));
+                                        replicated =
+                                            Some((partition.delay_produce(end), partition.clone()));
                                     }
                                 }),
                         },
@@ -162,8 +186,17 @@ impl Broker {
         // A high watermark already past the records (page-cache mode with this broker the whole
         // ISR) needs no wait.
         for p in &mut pending {
-            if p.replicated.as_mut().is_some_and(|r| r.try_recv().is_ok()) {
-                p.replicated = None;
+            if let Some((mut done, partition)) = p.replicated.take() {
+                if done.try_recv().is_ok() {
+                    if let Some(error) =
+                        under_min_isr(&partition, errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+                    {
+                        p.response.error_code = error.code;
+                        p.response.error_message = error.message;
+                    }
+                } else {
+                    p.replicated = Some((done, partition));
+                }
             }
         }
         if pending
@@ -195,11 +228,19 @@ impl Broker {
                 }
             }
             for p in &mut pending {
-                let Some(replicated) = p.replicated.take() else {
+                let Some((replicated, partition)) = p.replicated.take() else {
                     continue;
                 };
                 let refusal = match tokio::time::timeout_at(deadline, replicated).await {
-                    Ok(Ok(())) => continue,
+                    Ok(Ok(())) => {
+                        if let Some(error) =
+                            under_min_isr(&partition, errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+                        {
+                            p.response.error_code = error.code;
+                            p.response.error_message = error.message;
+                        }
+                        continue;
+                    }
                     // The partition went away (deleted, or no longer led here) before the
                     // records were replicated.
                     Ok(Err(_)) => errors::NOT_LEADER_OR_FOLLOWER,

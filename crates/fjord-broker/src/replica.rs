@@ -40,6 +40,8 @@ pub struct Partition {
     /// acks=all produces waiting for the high watermark to pass their records (its share of
     /// Kafka's produce purgatory): each answered when it does.
     delayed_produces: Mutex<Vec<(i64, oneshot::Sender<()>)>>,
+    /// Followers' long-poll fetches: woken by appends as well as by the high watermark.
+    delayed_replica_fetches: Mutex<Vec<Weak<Notify>>>,
 }
 
 #[derive(Clone)]
@@ -65,6 +67,83 @@ impl Partition {
     /// Whether this broker leads the partition, as the metadata log last said.
     pub fn is_leader(&self) -> bool {
         lock(&self.state).role() == Role::Leader
+    }
+
+    pub fn role(&self) -> Role {
+        lock(&self.state).role()
+    }
+
+    /// The in-sync replicas, as the metadata log last said.
+    pub fn isr(&self) -> Vec<fjord_common::BrokerId> {
+        lock(&self.state).leadership().isr.clone()
+    }
+
+    /// As `delay_fetch`, for a follower's fetch: woken by appends too, since a follower reads
+    /// up to the log end.
+    pub fn delay_replica_fetch(&self, waiter: &Arc<Notify>) {
+        let mut waiting = lock(&self.delayed_replica_fetches);
+        waiting.retain(|w| w.strong_count() > 0);
+        waiting.push(Arc::downgrade(waiter));
+    }
+
+    /// Leader: follower `replica` fetched from `fetch_offset` (it holds everything below).
+    /// The high watermark moves as the partition's state says.
+    pub fn follower_fetched(
+        &self,
+        log: &mut Log,
+        replica: fjord_common::BrokerId,
+        fetch_offset: i64,
+        now_ms: i64,
+    ) -> Result<(), crate::partition::NotAReplica> {
+        let moved = lock(&self.state).on_follower_fetch(replica, fetch_offset, now_ms)?;
+        if let Some(hw) = moved {
+            self.high_watermark_moved(log, hw);
+        }
+        Ok(())
+    }
+
+    /// Follower: appends batches fetched from the leader under `leader_epoch`, offsets and
+    /// epochs as the leader wrote them. Refused once the partition has another leader or
+    /// epoch than the fetch was made under.
+    pub fn append_as_follower(
+        &self,
+        log: &mut Log,
+        records: &Bytes,
+        leader_epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<usize, AppendError> {
+        let mut state = lock(&self.state);
+        if !matches!(state.role(), Role::Follower { .. }) || state.leader_epoch() != leader_epoch {
+            return Err(AppendError::NotLeader);
+        }
+        let appended = log.append_as_follower(records, now_ms)?;
+        state.on_append(log.log_end_offset(), !self.durable());
+        Ok(appended)
+    }
+
+    /// Follower: the leader's high watermark, from a fetch response (applied as far as this
+    /// log is durable).
+    pub fn leader_high_watermark(&self, log: &mut Log, hw: i64) {
+        let moved = lock(&self.state).on_leader_high_watermark(hw);
+        if let Some(hw) = moved {
+            self.high_watermark_moved(log, hw);
+        }
+    }
+
+    /// Truncates the log to `offset` (a follower's divergent tail, or a restart at the leader's
+    /// log start when `offset` is below this log's start).
+    pub fn truncate(&self, log: &mut Log, offset: i64, now_ms: i64) -> Result<(), AppendError> {
+        let mut state = lock(&self.state);
+        if !matches!(state.role(), Role::Follower { .. }) {
+            return Err(AppendError::NotLeader);
+        }
+        if offset < log.log_start_offset() || log.log_end_offset() == log.log_start_offset() {
+            log.truncate_fully_and_start_at(offset, now_ms)?;
+        } else {
+            log.truncate_to(offset)?;
+        }
+        state.on_truncate(log.log_end_offset());
+        Ok(())
     }
 
     /// Wakes `waiter` the next time the high watermark moves. A waiter registered before it
@@ -98,11 +177,8 @@ impl Partition {
     /// produce it covers answered.
     fn high_watermark_moved(&self, log: &mut Log, hw: i64) {
         log.set_high_watermark(hw);
-        for waiter in std::mem::take(&mut *lock(&self.delayed_fetches)) {
-            if let Some(waiter) = waiter.upgrade() {
-                waiter.notify_one();
-            }
-        }
+        wake(&self.delayed_fetches);
+        wake(&self.delayed_replica_fetches);
         let mut produces = lock(&self.delayed_produces);
         if !produces.is_empty() {
             let (done, still): (Vec<_>, Vec<_>) = std::mem::take(&mut *produces)
@@ -139,8 +215,27 @@ impl Partition {
         drop(state);
         if let Some(hw) = moved {
             self.high_watermark_moved(log, hw);
+        } else {
+            wake(&self.delayed_replica_fetches);
         }
         Ok(info)
+    }
+
+    /// This broker no longer leads: the acks=all produces still waiting are refused
+    /// (NOT_LEADER_OR_FOLLOWER), since a new leader may not have their records.
+    fn leadership_lost(&self) {
+        lock(&self.delayed_produces).clear();
+        wake(&self.delayed_fetches);
+        wake(&self.delayed_replica_fetches);
+    }
+}
+
+/// Wakes and clears a delayed-fetch queue.
+fn wake(queue: &Mutex<Vec<Weak<Notify>>>) {
+    for waiter in std::mem::take(&mut *lock(queue)) {
+        if let Some(waiter) = waiter.upgrade() {
+            waiter.notify_one();
+        }
     }
 }
 
@@ -199,6 +294,9 @@ pub struct ReplicaManager {
     applied: Mutex<Option<Arc<MetadataImage>>>,
     /// The same image, for readers that must not wait for an apply under way.
     current: RwLock<Option<Arc<MetadataImage>>>,
+    /// Bumped whenever hosted partitions or their leadership change: the replica fetchers
+    /// follow it.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 fn lock_log(log: &Mutex<Log>) -> Result<std::sync::MutexGuard<'_, Log>, PartitionError> {
@@ -216,7 +314,22 @@ impl ReplicaManager {
             partitions: RwLock::new(HashMap::new()),
             applied: Mutex::new(None),
             current: RwLock::new(None),
+            changes: tokio::sync::watch::channel(0).0,
         }
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.node_id
+    }
+
+    /// Wakes after every change of hosted partitions or their leadership.
+    pub fn subscribe_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// The partition if this broker hosts a replica of it, leader or follower.
+    pub fn hosted(&self, tp: &TopicPartition) -> Option<Arc<Partition>> {
+        self.partitions.read().ok()?.get(tp).cloned()
     }
 
     /// The last metadata image the partitions were brought in line with.
@@ -423,7 +536,14 @@ impl ReplicaManager {
                 }
                 match &p.hosted {
                     Some(hosted) => {
-                        let applied = lock(&hosted.state).apply(p.leadership.clone());
+                        let mut state = lock(&hosted.state);
+                        let was_leader = state.role() == Role::Leader;
+                        let applied = state.apply(p.leadership.clone(), now_ms);
+                        let lost = was_leader && state.role() != Role::Leader;
+                        drop(state);
+                        if lost {
+                            hosted.leadership_lost();
+                        }
                         match applied {
                             Ok(Some(hw)) => hosted.high_watermark_moved(&mut log, hw),
                             Ok(None) => {}
@@ -487,12 +607,15 @@ impl ReplicaManager {
                             state: Mutex::new(state),
                             delayed_fetches: Mutex::new(Vec::new()),
                             delayed_produces: Mutex::new(Vec::new()),
+                            delayed_replica_fetches: Mutex::new(Vec::new()),
                         }),
                     );
                 }
                 (None, None) => {}
             }
         }
+        drop(partitions);
+        self.changes.send_modify(|n| *n += 1);
         Ok(())
     }
 
@@ -679,6 +802,7 @@ mod tests {
             state: Mutex::new(PartitionState::new(1, leadership, 0, 0, 0)),
             delayed_fetches: Mutex::new(Vec::new()),
             delayed_produces: Mutex::new(Vec::new()),
+            delayed_replica_fetches: Mutex::new(Vec::new()),
         })
     }
 

@@ -25,6 +25,23 @@ pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Java's `String.hashCode` (over UTF-16 code units, wrapping), which Kafka uses to place
+/// groups on `__consumer_offsets` partitions and partitions on replica fetchers.
+pub fn java_string_hash(s: &str) -> i32 {
+    s.encode_utf16().fold(0i32, |h, unit| {
+        h.wrapping_mul(31).wrapping_add(i32::from(unit))
+    })
+}
+
+/// Kafka's `Utils.abs`: the absolute value, with `i32::MIN` (which has none) mapped to 0.
+pub fn kafka_abs(n: i32) -> i32 {
+    if n == i32::MIN {
+        0
+    } else {
+        n.abs()
+    }
+}
+
 /// One partition of one topic.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {

@@ -745,6 +745,44 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
     broker_config!("compression.gzip.level", Int, Some("-1"), Check::None),
     broker_config!("compression.lz4.level", Int, Some("9"), Check::AtLeast(1)),
     broker_config!("compression.zstd.level", Int, Some("3"), Check::None),
+    broker_config!("num.replica.fetchers", Int, Some("1"), Check::AtLeast(1)),
+    broker_config!(
+        "replica.fetch.max.bytes",
+        Int,
+        Some("1048576"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "replica.fetch.response.max.bytes",
+        Int,
+        Some("10485760"),
+        Check::AtLeast(0)
+    ),
+    broker_config!("replica.fetch.min.bytes", Int, Some("1"), Check::AtLeast(1)),
+    broker_config!(
+        "replica.fetch.wait.max.ms",
+        Int,
+        Some("500"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "replica.fetch.backoff.ms",
+        Int,
+        Some("1000"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "replica.socket.timeout.ms",
+        Int,
+        Some("30000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "replica.lag.time.max.ms",
+        Long,
+        Some("30000"),
+        Check::AtLeast(0)
+    ),
     broker_config!("min.insync.replicas", Int, Some("1"), Check::AtLeast(1)),
     broker_config!(
         "unclean.leader.election.enable",
@@ -941,7 +979,6 @@ const NOT_ACTED_UPON: &[&str] = &[
     "compression.gzip.level",
     "compression.lz4.level",
     "compression.zstd.level",
-    "min.insync.replicas",
     "unclean.leader.election.enable",
     "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
@@ -960,6 +997,26 @@ pub struct Voter {
     pub id: i32,
     pub host: String,
     pub port: u16,
+}
+
+/// How this broker's followers fetch from their leaders (Kafka's `replica.*` keys), values
+/// already checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicationConfig {
+    /// Fetcher connections per source broker; a partition always uses the same one.
+    pub num_replica_fetchers: usize,
+    /// Bytes asked of each partition per fetch (at least one batch comes regardless).
+    pub fetch_max_bytes: i32,
+    /// Bytes asked of a whole fetch response.
+    pub fetch_response_max_bytes: i32,
+    pub fetch_min_bytes: i32,
+    /// How long the leader may hold a fetch that has less than `fetch_min_bytes`.
+    pub fetch_wait_max_ms: i32,
+    /// Pause after a failed fetch before the next.
+    pub fetch_backoff_ms: u64,
+    pub socket_timeout_ms: u64,
+    /// A follower not caught up for this long leaves the ISR.
+    pub lag_time_max_ms: i64,
 }
 
 /// This node's part in the cluster, from Kafka's KRaft keys.
@@ -1312,6 +1369,26 @@ impl BrokerConfig {
         Ok(cleaner)
     }
 
+    /// The follower side of ISR replication: `num.replica.fetchers` and `replica.fetch.*`.
+    pub fn replication(&self) -> ReplicationConfig {
+        let int = |key: &str| -> i64 {
+            self.get(key)
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+                .max(0)
+        };
+        ReplicationConfig {
+            num_replica_fetchers: int("num.replica.fetchers").max(1) as usize,
+            fetch_max_bytes: int("replica.fetch.max.bytes") as i32,
+            fetch_response_max_bytes: int("replica.fetch.response.max.bytes") as i32,
+            fetch_min_bytes: int("replica.fetch.min.bytes") as i32,
+            fetch_wait_max_ms: int("replica.fetch.wait.max.ms") as i32,
+            fetch_backoff_ms: int("replica.fetch.backoff.ms") as u64,
+            socket_timeout_ms: int("replica.socket.timeout.ms").max(1) as u64,
+            lag_time_max_ms: int("replica.lag.time.max.ms"),
+        }
+    }
+
     /// `replica.alter.log.dirs.io.max.bytes.per.second` from merged broker values: the log dir
     /// mover's read rate.
     pub fn log_dir_move_rate(values: &BTreeMap<String, String>) -> f64 {
@@ -1405,12 +1482,11 @@ pub fn not_acted_upon(key: &str) -> bool {
 }
 
 /// Topic configs fjord accepts (so that Kafka's tools and clients set them freely) but does not
-/// act upon yet; a topic that sets one gets a warning naming it. (min.insync.replicas and
-/// unclean.leader.election.enable come with replication.)
+/// act upon yet; a topic that sets one gets a warning naming it. (unclean.leader.election.enable
+/// comes with unclean elections.)
 const TOPIC_NOT_ACTED_UPON: &[&str] = &[
     "compression.gzip.level",
     "compression.zstd.level",
-    "min.insync.replicas",
     "preallocate",
     "segment.jitter.ms",
     "unclean.leader.election.enable",

@@ -180,7 +180,7 @@ pub fn plan_create_topic(
         }
         out
     };
-    single_replica(&replicas_by_partition)?;
+    same_replication_factor(&replicas_by_partition)?;
     let replication_factor = replicas_by_partition.first().map(|r| r.len()).unwrap_or(0) as i16;
     let mut records = vec![MetadataRecord::Topic(TopicRecord {
         name: request.name.clone(),
@@ -210,14 +210,12 @@ pub fn plan_create_topic(
     })
 }
 
-/// Partitions are not replicated yet: a second replica would never catch up, and the high
-/// watermark, which waits for every in-sync replica, would never move. Until ISR replication
-/// exists, more than one replica is refused rather than half-created.
-fn single_replica(replicas_by_partition: &[Vec<i32>]) -> Result<(), Refusal> {
-    match replicas_by_partition.iter().map(Vec::len).max() {
-        Some(n) if n > 1 => Err(refuse(
-            errors::INVALID_REPLICATION_FACTOR,
-            format!("Replication factor {n} is not supported by fjord yet: partitions are not replicated between brokers, so every partition must have exactly one replica."),
+/// Kafka's rule for explicit assignments: every partition of a topic has as many replicas.
+fn same_replication_factor(replicas_by_partition: &[Vec<i32>]) -> Result<(), Refusal> {
+    match replicas_by_partition.split_first() {
+        Some((first, rest)) if rest.iter().any(|r| r.len() != first.len()) => Err(refuse(
+            errors::INVALID_REPLICA_ASSIGNMENT,
+            "All partitions should have the same number of replicas",
         )),
         _ => Ok(()),
     }
@@ -351,7 +349,18 @@ pub fn plan_create_partitions(
                 .collect::<Result<_, _>>()?
         }
     };
-    single_replica(&replicas)?;
+    if let Some(existing) = topic.partitions.first() {
+        if replicas.iter().any(|r| r.len() != existing.replicas.len()) {
+            return Err(refuse(
+                errors::INVALID_REPLICA_ASSIGNMENT,
+                format!(
+                    "Inconsistent replication factor between partitions, partition 0 has {} while partitions [{current}] has replication factors [{}], respectively.",
+                    existing.replicas.len(),
+                    replicas.first().map_or(0, Vec::len)
+                ),
+            ));
+        }
+    }
     replicas
         .iter()
         .enumerate()
@@ -466,22 +475,32 @@ mod tests {
     }
 
     #[test]
-    fn more_than_one_replica_is_refused_until_partitions_replicate() {
+    fn replicas_go_to_distinct_brokers_and_explicit_ones_must_agree() {
         let image = MetadataImage::empty();
         let brokers: Vec<UsableBroker> = (1..=3).map(UsableBroker::live).collect();
-        let err = plan_create_topic(
+        let plan = plan_create_topic(
             &image,
-            &request("t", 3, 2),
+            &request("t", 6, 3),
             1,
             1,
             &brokers,
             fjord_common::Uuid([7; 16]),
         )
-        .unwrap_err();
-        assert_eq!(err.error_code, errors::INVALID_REPLICATION_FACTOR);
-        assert!(err.message.contains("not replicated"), "{}", err.message);
+        .unwrap();
+        assert_eq!(plan.replication_factor, 3);
+        for record in &plan.records {
+            if let MetadataRecord::Partition(p) = record {
+                let mut distinct = p.replicas.clone();
+                distinct.sort_unstable();
+                distinct.dedup();
+                assert_eq!(distinct, vec![1, 2, 3]);
+                assert_eq!(p.isr, p.replicas, "all live: all in sync");
+                assert_eq!(p.leader, p.replicas[0]);
+            }
+        }
         let mut explicit = request("t", -1, -1);
         explicit.assignments.insert(0, vec![1, 2]);
+        explicit.assignments.insert(1, vec![3]);
         let err = plan_create_topic(
             &image,
             &explicit,
@@ -491,7 +510,7 @@ mod tests {
             fjord_common::Uuid([7; 16]),
         )
         .unwrap_err();
-        assert_eq!(err.error_code, errors::INVALID_REPLICATION_FACTOR);
+        assert_eq!(err.error_code, errors::INVALID_REPLICA_ASSIGNMENT);
         // One replica each, spread over the brokers.
         let plan = plan_create_topic(
             &image,

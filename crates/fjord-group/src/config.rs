@@ -69,10 +69,7 @@ impl GroupConfig {
 /// UTF-16 code units (wrapping), made non-negative as Kafka's `Utils.abs` does (i32::MIN
 /// becomes 0), modulo the partition count. A non-positive count gives partition 0.
 pub fn partition_for(group_id: &str, num_partitions: i32) -> i32 {
-    let hash = group_id.encode_utf16().fold(0i32, |h, unit| {
-        h.wrapping_mul(31).wrapping_add(i32::from(unit))
-    });
-    let positive = if hash == i32::MIN { 0 } else { hash.abs() };
+    let positive = fjord_common::kafka_abs(fjord_common::java_string_hash(group_id));
     if num_partitions <= 0 {
         0
     } else {

@@ -1,0 +1,450 @@
+//! Follower replication, Kafka's replica fetchers: every partition this broker follows is
+//! fetched from its leader by one of `num.replica.fetchers` fetchers per leader (a partition
+//! always by the same one), with Fetch requests that carry this broker's replica id.
+//!
+//! A round of one fetcher: one Fetch for all its partitions, each from its log end with its
+//! leader epoch and the epoch of its last batch (KIP-320); then per partition either truncate
+//! where the leader says the logs diverged, or append what came (offsets, batches and epochs
+//! byte for byte as the leader wrote them); then, in fsync mode, sync what was appended before
+//! the next fetch — so the offset a follower fetches from, which the leader counts towards the
+//! high watermark, is durable here — and take the leader's high watermark and log start.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fjord_client::{ClientConfig, Connection};
+use fjord_common::{errors, lock, BrokerId, TopicPartition};
+use fjord_config::BrokerConfig;
+use fjord_metadata::MetadataQuorum;
+use fjord_protocol::messages::fetch_request::{
+    FetchPartition, FetchRequest, FetchTopic, ReplicaState,
+};
+use fjord_protocol::messages::fetch_response::PartitionData;
+use fjord_protocol::{ApiKey, RequestBody, ResponseBody, Uuid};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::broker::now_ms;
+use crate::flusher::{Durable, FlushTarget, FlusherHandle};
+use crate::partition::{divergence_truncation, Role};
+use crate::replica::{Partition, ReplicaManager};
+
+/// Lowest Fetch version a follower uses: the last fetched epoch and the diverging epoch
+/// (KIP-320) and flexible fields.
+const MIN_FETCH_VERSION: i16 = 12;
+
+/// Largest fetch response accepted from a leader: the configured response size plus the first
+/// batch of each partition, which may exceed it.
+const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
+
+/// The fetcher a partition uses among `fetchers` per leader, as Kafka spreads them.
+pub fn fetcher_id(tp: &TopicPartition, fetchers: usize) -> usize {
+    let hash = fjord_common::java_string_hash(&tp.topic)
+        .wrapping_mul(31)
+        .wrapping_add(tp.partition);
+    fjord_common::kafka_abs(hash) as usize % fetchers.max(1)
+}
+
+/// What the fetchers share.
+struct Context {
+    replicas: Arc<ReplicaManager>,
+    quorum: Arc<MetadataQuorum>,
+    config: Arc<BrokerConfig>,
+    flusher: FlusherHandle,
+}
+
+type Fetchers = HashMap<(BrokerId, usize), (watch::Sender<Vec<Arc<Partition>>>, JoinHandle<()>)>;
+
+/// Starts the fetcher manager: it follows the hosted partitions' leadership and runs one
+/// fetcher task per (leader, fetcher id) with partitions, until `shutdown`.
+pub fn start(
+    replicas: Arc<ReplicaManager>,
+    quorum: Arc<MetadataQuorum>,
+    config: Arc<BrokerConfig>,
+    flusher: FlusherHandle,
+    mut shutdown: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let context = Arc::new(Context {
+        replicas,
+        quorum,
+        config,
+        flusher,
+    });
+    tokio::spawn(async move {
+        let mut changes = context.replicas.subscribe_changes();
+        let mut fetchers: Fetchers = HashMap::new();
+        let local = context.replicas.node_id();
+        let count = context.config.replication().num_replica_fetchers;
+        while !*shutdown.borrow() {
+            let mut wanted: HashMap<(BrokerId, usize), Vec<Arc<Partition>>> = HashMap::new();
+            for partition in context.replicas.all() {
+                if let Role::Follower { leader } = partition.role() {
+                    if leader >= 0 && leader != local {
+                        let key = (leader, fetcher_id(&partition.tp, count));
+                        wanted.entry(key).or_default().push(partition);
+                    }
+                }
+            }
+            // A fetcher whose partitions all went stops when its sender goes.
+            fetchers.retain(|key, (_, task)| {
+                let keep = wanted.contains_key(key);
+                if !keep {
+                    task.abort();
+                }
+                keep
+            });
+            for (key, partitions) in wanted {
+                match fetchers.get(&key) {
+                    Some((sender, _)) => {
+                        sender.send_replace(partitions);
+                    }
+                    None => {
+                        let (sender, receiver) = watch::channel(partitions);
+                        let task = tokio::spawn(fetch_loop(context.clone(), key, receiver));
+                        fetchers.insert(key, (sender, task));
+                    }
+                }
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { break },
+                _ = shutdown.changed() => break,
+            }
+        }
+        // Stopped at an await point (a fetch in flight, a flush waited on): appends happen
+        // between them under the log's lock, so none is cut halfway.
+        for (_, (_, task)) in fetchers {
+            task.abort();
+            let _ = task.await;
+        }
+    })
+}
+
+/// One fetcher: rounds against `leader` for the partitions it is given, until they are taken
+/// away. Failures back off for `replica.fetch.backoff.ms` and reconnect.
+async fn fetch_loop(
+    context: Arc<Context>,
+    (leader, fetcher): (BrokerId, usize),
+    mut partitions: watch::Receiver<Vec<Arc<Partition>>>,
+) {
+    let settings = context.config.replication();
+    let backoff = Duration::from_millis(settings.fetch_backoff_ms.max(10));
+    let mut connection: Option<Connection> = None;
+    let mut failures = 0u32;
+    loop {
+        let current: Vec<Arc<Partition>> = partitions.borrow_and_update().clone();
+        let following: Vec<Arc<Partition>> = current
+            .into_iter()
+            .filter(|p| p.role() == Role::Follower { leader })
+            .collect();
+        let outcome = if following.is_empty() {
+            Ok(false)
+        } else {
+            round(&context, leader, fetcher, &mut connection, &following).await
+        };
+        let pause = match outcome {
+            Ok(true) => {
+                failures = 0;
+                None
+            }
+            // Nothing to fetch, or every partition refused: wait for metadata to move.
+            Ok(false) => Some(backoff),
+            Err(error) => {
+                failures += 1;
+                // The first failure and then one in fifty: a dead leader is fenced soon.
+                if failures == 1 || failures.is_multiple_of(50) {
+                    tracing::warn!(leader, fetcher, failures, %error, "replica fetch failed");
+                }
+                connection = None;
+                Some(backoff)
+            }
+        };
+        if let Some(pause) = pause {
+            tokio::select! {
+                changed = partitions.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep(pause) => {}
+            }
+        } else if partitions.has_changed().is_err() {
+            return;
+        }
+    }
+}
+
+/// One partition as fetched in a round.
+struct Fetched {
+    partition: Arc<Partition>,
+    leader_epoch: i32,
+}
+
+/// One fetch and its handling. Ok(true) when some partition was served.
+async fn round(
+    context: &Context,
+    leader: BrokerId,
+    fetcher: usize,
+    connection: &mut Option<Connection>,
+    partitions: &[Arc<Partition>],
+) -> Result<bool, String> {
+    let settings = context.config.replication();
+    let local = context.replicas.node_id();
+    if !connection.as_ref().is_some_and(Connection::is_usable) {
+        *connection = Some(connect(context, leader, fetcher, &settings).await?);
+    }
+    let Some(conn) = connection.as_mut() else {
+        return Err("no connection".into());
+    };
+    let version = conn
+        .version(ApiKey::Fetch)
+        .filter(|v| *v >= MIN_FETCH_VERSION)
+        .ok_or_else(|| format!("broker {leader} does not speak Fetch v{MIN_FETCH_VERSION}+"))?;
+    let broker_epoch = context
+        .quorum
+        .image()
+        .broker(local)
+        .map_or(-1, |b| b.broker_epoch);
+    let mut request = FetchRequest {
+        max_wait_ms: settings.fetch_wait_max_ms,
+        min_bytes: settings.fetch_min_bytes,
+        max_bytes: settings.fetch_response_max_bytes,
+        ..Default::default()
+    };
+    if version >= 15 {
+        request.replica_state = ReplicaState {
+            replica_id: local,
+            replica_epoch: broker_epoch,
+        };
+    } else {
+        request.replica_id = local;
+    }
+    let mut fetched: HashMap<(Uuid, String, i32), Fetched> = HashMap::new();
+    for partition in partitions {
+        let leader_epoch = partition.leader_epoch();
+        let (fetch_offset, last_fetched_epoch, log_start_offset) = {
+            let log = lock(&partition.log);
+            (
+                log.log_end_offset(),
+                log.latest_epoch().unwrap_or(-1),
+                log.log_start_offset(),
+            )
+        };
+        let (topic, topic_id) = if version >= 13 {
+            (String::new(), partition.topic_id)
+        } else {
+            (partition.tp.topic.clone(), Uuid::ZERO)
+        };
+        let entry = FetchPartition {
+            partition: partition.tp.partition,
+            current_leader_epoch: leader_epoch,
+            fetch_offset,
+            last_fetched_epoch,
+            log_start_offset,
+            partition_max_bytes: settings.fetch_max_bytes,
+            ..Default::default()
+        };
+        match request
+            .topics
+            .iter_mut()
+            .find(|t| t.topic == topic && t.topic_id == topic_id)
+        {
+            Some(t) => t.partitions.push(entry),
+            None => request.topics.push(FetchTopic {
+                topic: topic.clone(),
+                topic_id,
+                partitions: vec![entry],
+            }),
+        }
+        fetched.insert(
+            (topic_id, topic, partition.tp.partition),
+            Fetched {
+                partition: partition.clone(),
+                leader_epoch,
+            },
+        );
+    }
+    let response = conn
+        .send_at(version, RequestBody::Fetch(request))
+        .await
+        .map_err(|e| format!("fetch from broker {leader}: {e}"))?;
+    let ResponseBody::Fetch(response) = response else {
+        return Err(format!("broker {leader} answered a fetch with another API"));
+    };
+    if response.error_code != errors::NONE {
+        return Err(format!(
+            "broker {leader} refused the fetch: {}",
+            errors::name(response.error_code)
+        ));
+    }
+    let now = now_ms();
+    let mut served = false;
+    let mut to_flush: Vec<FlushTarget> = Vec::new();
+    let mut high_watermarks: Vec<(Arc<Partition>, i64, i64)> = Vec::new();
+    for topic in response.responses {
+        for data in topic.partitions {
+            let key = (topic.topic_id, topic.topic.clone(), data.partition_index);
+            let Some(f) = fetched.remove(&key) else {
+                continue;
+            };
+            match handle_partition(&context.replicas, &f, &data, now) {
+                Ok(Outcome::Appended(end)) => {
+                    served = true;
+                    if f.partition.durable() {
+                        to_flush.push((f.partition.clone() as Arc<dyn Durable>, end));
+                    }
+                    high_watermarks.push((f.partition, data.high_watermark, data.log_start_offset));
+                }
+                Ok(Outcome::Served) => {
+                    served = true;
+                    high_watermarks.push((f.partition, data.high_watermark, data.log_start_offset));
+                }
+                Ok(Outcome::Refused) => {}
+                Err(error) => {
+                    tracing::warn!(tp = %f.partition.tp, leader, %error, "cannot replicate");
+                }
+            }
+        }
+    }
+    // What was appended is synced before the next fetch announces it; one flusher round covers
+    // every partition.
+    for outcome in context.flusher.flush_all(to_flush).await {
+        if let Err(error) = outcome {
+            tracing::error!(leader, %error, "follower fsync failed");
+        }
+    }
+    for (partition, high_watermark, log_start_offset) in high_watermarks {
+        let mut log = lock(&partition.log);
+        partition.leader_high_watermark(&mut log, high_watermark);
+        let start = log_start_offset.min(log.high_watermark());
+        if start > log.log_start_offset() {
+            if let Err(error) = log.increment_log_start_offset(start, now) {
+                tracing::warn!(tp = %partition.tp, %error, "cannot follow the leader's log start");
+            }
+        }
+    }
+    Ok(served)
+}
+
+/// What one partition's answer did.
+enum Outcome {
+    /// Records appended; the log now ends here.
+    Appended(i64),
+    /// Nothing new, or truncated: the high watermark still applies.
+    Served,
+    /// The leader refused (it no longer leads, another epoch): metadata will say more.
+    Refused,
+}
+
+fn handle_partition(
+    replicas: &ReplicaManager,
+    fetched: &Fetched,
+    data: &PartitionData,
+    now: i64,
+) -> Result<Outcome, String> {
+    let partition = &fetched.partition;
+    let mut log = lock(&partition.log);
+    match data.error_code {
+        errors::NONE => {}
+        errors::OFFSET_OUT_OF_RANGE => {
+            // Below the leader's log start (retention there): start over at it. Past its end
+            // (a tail the leader never had that no epoch told apart): back to its high
+            // watermark, which every in-sync replica has.
+            let target = if log.log_end_offset() < data.log_start_offset {
+                data.log_start_offset
+            } else {
+                data.high_watermark.min(log.log_end_offset())
+            };
+            if target < 0 {
+                return Err("offset out of range and the leader gave no bounds".into());
+            }
+            tracing::info!(tp = %partition.tp, from = log.log_end_offset(), to = target,
+                "follower out of range at the leader: truncating");
+            partition
+                .truncate(&mut log, target, now)
+                .map_err(|e| e.to_string())?;
+            return Ok(Outcome::Served);
+        }
+        code => {
+            tracing::debug!(tp = %partition.tp, error = errors::name(code), "leader refused a follower fetch");
+            return Ok(Outcome::Refused);
+        }
+    }
+    if data.diverging_epoch.epoch >= 0 {
+        let local = log.end_offset_for_epoch(data.diverging_epoch.epoch);
+        let to = divergence_truncation(
+            data.diverging_epoch.epoch,
+            data.diverging_epoch.end_offset,
+            local,
+            log.log_end_offset(),
+        );
+        tracing::info!(tp = %partition.tp, from = log.log_end_offset(), to,
+            epoch = data.diverging_epoch.epoch, "follower log diverged from the leader's: truncating");
+        partition
+            .truncate(&mut log, to, now)
+            .map_err(|e| e.to_string())?;
+        return Ok(Outcome::Served);
+    }
+    let records = data.records.clone().unwrap_or_default();
+    if records.is_empty() {
+        return Ok(Outcome::Served);
+    }
+    match partition.append_as_follower(&mut log, &records, fetched.leader_epoch, now) {
+        Ok(_) => Ok(Outcome::Appended(log.log_end_offset())),
+        Err(crate::replica::AppendError::NotLeader) => Ok(Outcome::Refused),
+        Err(crate::replica::AppendError::Storage(e)) => {
+            let dir = log.dir().to_path_buf();
+            drop(log);
+            if e.is_disk_failure() {
+                replicas.storage_failure(&dir, &e.to_string());
+            }
+            Err(e.to_string())
+        }
+    }
+}
+
+async fn connect(
+    context: &Context,
+    leader: BrokerId,
+    fetcher: usize,
+    settings: &fjord_config::ReplicationConfig,
+) -> Result<Connection, String> {
+    let listener = &context.config.cluster.inter_broker_listener_name;
+    let image = context.quorum.image();
+    let endpoint = image
+        .broker(leader)
+        .and_then(|b| b.endpoints.iter().find(|e| &e.name == listener))
+        .ok_or_else(|| format!("broker {leader} has no {listener} listener registered"))?;
+    let addr = format!("{}:{}", endpoint.host, endpoint.port);
+    let config = ClientConfig {
+        client_id: format!(
+            "replica-fetcher-{}-{leader}-{fetcher}",
+            context.replicas.node_id()
+        ),
+        connect_timeout: Duration::from_secs(2),
+        // A long poll may take the whole wait before it answers.
+        request_timeout: Duration::from_millis(
+            settings.socket_timeout_ms + settings.fetch_wait_max_ms.max(0) as u64,
+        ),
+        max_response_bytes: MAX_RESPONSE_BYTES,
+    };
+    Connection::connect(&addr, &config)
+        .await
+        .map_err(|e| format!("connect to broker {leader} at {addr}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_spread_over_fetchers_as_kafka_spreads_them() {
+        // Kafka: abs(31 * topic.hashCode + partition) % fetchers; "a".hashCode() == 97.
+        assert_eq!(fetcher_id(&TopicPartition::new("a", 0), 4), (97 * 31) % 4);
+        assert_eq!(
+            fetcher_id(&TopicPartition::new("a", 1), 4),
+            (97 * 31 + 1) % 4
+        );
+        assert_eq!(fetcher_id(&TopicPartition::new("anything", 7), 1), 0);
+        let ids: std::collections::HashSet<usize> = (0..64)
+            .map(|p| fetcher_id(&TopicPartition::new("t", p), 3))
+            .collect();
+        assert_eq!(ids.len(), 3);
+    }
+}
