@@ -1,9 +1,11 @@
 """ISR replication on three combined nodes, with real clients: topics with replication factor 3 keep every record
 acknowledged with acks=all through kill -9 of a partition's leader, the replicas' logs end byte for byte the same,
-and acks=all is refused while the ISR is smaller than min.insync.replicas. Runs against fjord, or Apache Kafka with
-E2E_BROKER=kafka (same KRaft properties).
+acks=all is refused while the ISR is smaller than min.insync.replicas, a stalled follower leaves the ISR before its
+session ends, and replicas that come back rejoin it. Runs against fjord, or Apache Kafka with E2E_BROKER=kafka (same
+KRaft properties).
 """
 
+import signal
 import time
 from pathlib import Path
 
@@ -11,16 +13,18 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import Cluster
+from harness import Cluster, metadata_quorum_status
 
 SESSION_MS = 6000
+LAG_MS = 2000
 PARTITIONS = 3
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("replication"), controllers=3,
-                extra={"broker.session.timeout.ms": str(SESSION_MS), "broker.heartbeat.interval.ms": "1000"})
+                extra={"broker.session.timeout.ms": str(SESSION_MS), "broker.heartbeat.interval.ms": "1000",
+                       "replica.lag.time.max.ms": str(LAG_MS)})
     c.start()
     yield c
     c.stop()
@@ -84,6 +88,11 @@ def read_all(bootstrap: str, topic: str, expected: int) -> dict:
     return got
 
 
+def all_in_sync(bootstrap: str, topic: str, ids: list, deadline_s: float = 60) -> None:
+    wait_for(lambda: (lambda d: len(d) == PARTITIONS and all(isr == ids and l >= 0 for l, _, isr in d.values()))(
+        describe(bootstrap, topic)), f"{topic}: every partition led with {ids} in sync", deadline_s)
+
+
 def log_bytes(node, topic: str, partition: int) -> bytes:
     """A replica's whole log: its segments' bytes in offset order."""
     d = Path(node.data_dir) / f"{topic}-{partition}"
@@ -93,8 +102,7 @@ def log_bytes(node, topic: str, partition: int) -> bytes:
 def test_acks_all_records_survive_the_leaders_kill9_and_the_replicas_end_identical(cluster):
     create(cluster.bootstrap, "rf3", min_isr=2)
     ids = sorted(n.node_id for n in cluster.nodes)
-    wait_for(lambda: (lambda d: len(d) == PARTITIONS and all(isr == ids and l >= 0 for l, _, isr in d.values()))(
-        describe(cluster.bootstrap, "rf3")), "every partition led with all three in sync")
+    all_in_sync(cluster.bootstrap, "rf3", ids)
     produce(cluster.bootstrap, "rf3", 0, 3000)
 
     leader = describe(cluster.bootstrap, "rf3")[0][0]
@@ -109,8 +117,10 @@ def test_acks_all_records_survive_the_leaders_kill9_and_the_replicas_end_identic
     for p, values in got.items():
         assert values == [i for i in range(6000) if i % PARTITIONS == p], f"partition {p}: exactly once, in order"
 
-    # Back, the old leader truncates what it alone had, catches up, and every replica holds the same bytes.
+    # Back, the old leader truncates what it alone had, catches up, rejoins the ISR, and every replica holds the
+    # same bytes.
     victim.start(timeout_s=120)
+    all_in_sync(cluster.bootstrap, "rf3", ids)
     for p in range(PARTITIONS):
         wait_for(lambda: len({log_bytes(n, "rf3", p) for n in cluster.nodes}) == 1,
                  f"partition {p}: replicas differ", 60)
@@ -120,8 +130,7 @@ def test_acks_all_records_survive_the_leaders_kill9_and_the_replicas_end_identic
 def test_acks_all_is_refused_while_the_isr_is_below_min_insync_replicas(cluster):
     create(cluster.bootstrap, "strict", min_isr=3)
     ids = sorted(n.node_id for n in cluster.nodes)
-    wait_for(lambda: (lambda d: len(d) == PARTITIONS and all(isr == ids for _, _, isr in d.values()))(
-        describe(cluster.bootstrap, "strict")), "all three in sync")
+    all_in_sync(cluster.bootstrap, "strict", ids)
     produce(cluster.bootstrap, "strict", 0, 30)
 
     victim = cluster.node(describe(cluster.bootstrap, "strict")[0][1][-1])
@@ -146,4 +155,39 @@ def test_acks_all_is_refused_while_the_isr_is_below_min_insync_replicas(cluster)
         p.produce("strict", value=b"y", partition=partition, on_delivery=lambda e, m: acked.append(e))
     p.flush(30)
     assert acked == [None] * PARTITIONS
+    # Back in the ISR, acks=all is served again.
     victim.start(timeout_s=120)
+    all_in_sync(cluster.bootstrap, "strict", ids)
+    produce(cluster.bootstrap, "strict", 30, 30)
+
+
+def test_a_stalled_follower_leaves_the_isr_before_its_session_ends_and_rejoins(cluster):
+    create(cluster.bootstrap, "stall", min_isr=2)
+    ids = sorted(n.node_id for n in cluster.nodes)
+    all_in_sync(cluster.bootstrap, "stall", ids)
+    d = describe(cluster.bootstrap, "stall")
+    # Neither partition 0's leader nor the active controller: the leader's request must be committed at once.
+    controller = int(metadata_quorum_status(cluster.bootstrap)["LeaderId"])
+    victim = cluster.node(next(i for i in ids if i not in (d[0][0], controller)))
+    others = ",".join(n.bootstrap for n in cluster.nodes if n.node_id != victim.node_id)
+    victim.proc.send_signal(signal.SIGSTOP)
+    try:
+        stalled = time.monotonic()
+        # A follower level with its leader's log end counts as caught up (as in Kafka): records it cannot fetch
+        # start its lag.
+        p = Producer({"bootstrap.servers": others, "acks": 1})
+        p.produce("stall", value=b"-1", partition=0)
+        assert p.flush(10) == 0
+        # Out of partition 0's ISR after the lag time, by its leader's AlterPartition: the controller has not fenced
+        # it (its session is three times longer), so clients still see the broker.
+        wait_for(lambda: victim.node_id not in describe(others, "stall")[0][2], "the stalled follower left the ISR",
+                 SESSION_MS / 1000)
+        md = AdminClient({"bootstrap.servers": others}).list_topics(timeout=10)
+        assert victim.node_id in md.brokers, f"fenced after {time.monotonic() - stalled:.1f}s: not an ISR shrink"
+        # Two in sync meet min.insync.replicas=2: acks=all goes on without it.
+        produce(others, "stall", 0, 300)
+    finally:
+        victim.proc.send_signal(signal.SIGCONT)
+    all_in_sync(cluster.bootstrap, "stall", ids)
+    got = read_all(cluster.bootstrap, "stall", 301)
+    assert sorted(v for values in got.values() for v in values) == [-1] + list(range(300))

@@ -45,6 +45,7 @@ MESSAGES = [
     (44, "IncrementalAlterConfigs"),
     (47, "OffsetDelete"),
     (55, "DescribeQuorum"),
+    (56, "AlterPartition"),
     (58, "Envelope"),
     (60, "DescribeCluster"),
     (62, "BrokerRegistration"),

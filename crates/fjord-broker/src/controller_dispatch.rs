@@ -33,6 +33,7 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AllocateProducerIds, 0, 0),
     (ApiKey::BrokerRegistration, 0, 4),
     (ApiKey::BrokerHeartbeat, 0, 1),
+    (ApiKey::AlterPartition, 0, 3),
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::DescribeCluster, 1, 1),
 ];

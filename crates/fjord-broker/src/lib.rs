@@ -9,6 +9,7 @@ pub mod flusher;
 mod forwarding;
 pub mod group_runtime;
 mod groups;
+mod isr_manager;
 mod lifecycle;
 mod log_admin;
 pub mod log_dir_mover;
@@ -300,6 +301,8 @@ struct Serving {
     group_timers: tokio::task::JoinHandle<()>,
     /// The followers' fetchers; they stop on shutdown, before the flusher.
     replica_fetchers: tokio::task::JoinHandle<()>,
+    /// The leader's ISR checks (AlterPartition).
+    isr_manager: tokio::task::JoinHandle<()>,
     /// Heartbeats to the controller; told to ask for shutdown through `stopping`.
     heartbeats: tokio::task::JoinHandle<()>,
     stopping: watch::Sender<bool>,
@@ -340,10 +343,14 @@ impl Serving {
             group_timers,
             heartbeats,
             replica_fetchers,
+            isr_manager,
             ..
         } = self;
         heartbeats.abort();
         let _ = replica_fetchers.await;
+        // A request under way to the controller is not waited for: the change stays pending.
+        isr_manager.abort();
+        let _ = isr_manager.await;
         let _ = housekeeping.await;
         let _ = group_timers.await;
         drop(groups);
@@ -558,6 +565,14 @@ async fn start_broker(
         flusher.clone(),
         shutdown.clone(),
     );
+    // ISR changes go on a link of their own, as heartbeats do.
+    let isr_manager = isr_manager::start(
+        replicas.clone(),
+        quorum.clone(),
+        Arc::new(link().with_timeout(Duration::from_secs(10))),
+        config.clone(),
+        shutdown.clone(),
+    );
 
     // Producers that expired while the broker was down go before the first request, as Kafka
     // drops them when it loads producer state.
@@ -627,6 +642,7 @@ async fn start_broker(
         housekeeping,
         group_timers,
         replica_fetchers,
+        isr_manager,
     }))
 }
 

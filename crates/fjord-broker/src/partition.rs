@@ -70,6 +70,10 @@ pub struct PartitionState {
     role: Role,
     /// Leader only: every other replica's position.
     followers: BTreeMap<BrokerId, FollowerState>,
+    /// Leader only: the ISR asked of the controller and not answered yet. Until it is, the
+    /// high watermark counts the members of both (Kafka's maximal ISR): an expansion only
+    /// takes effect once committed, a shrink only once it is.
+    pending_isr: Option<Vec<BrokerId>>,
     /// The local log's end, as last reported.
     log_end_offset: i64,
     /// Below this the local log is durable (or, in page-cache mode, simply written).
@@ -86,6 +90,7 @@ impl PartitionState {
         log_end_offset: i64,
         durable_end: i64,
         high_watermark: i64,
+        now_ms: i64,
     ) -> PartitionState {
         assert!(high_watermark <= log_end_offset, "HW ≤ LEO");
         assert!(durable_end <= log_end_offset, "durable end ≤ LEO");
@@ -95,11 +100,12 @@ impl PartitionState {
             leadership,
             role,
             followers: BTreeMap::new(),
+            pending_isr: None,
             log_end_offset,
             durable_end,
             high_watermark,
         };
-        state.reset_followers(0);
+        state.reset_followers(now_ms);
         state.advance_high_watermark();
         state
     }
@@ -108,6 +114,7 @@ impl PartitionState {
     /// so the lag clock starts at the election, as in Kafka.
     fn reset_followers(&mut self, now_ms: i64) {
         self.followers.clear();
+        self.pending_isr = None;
         if self.role != Role::Leader {
             return;
         }
@@ -167,6 +174,64 @@ impl PartitionState {
         Ok(self.advance_high_watermark())
     }
 
+    /// Leader: the ISR change due now, if any and none is pending — Kafka's rules. A member
+    /// that has not caught up for `lag_time_max_ms` leaves; a replica joins once it has reached
+    /// the high watermark and the start of this leader's epoch (`epoch_start_offset`) and
+    /// `eligible` says its broker may (registered, unfenced, not shutting down). The new ISR
+    /// keeps replica order. The change stays pending until `apply` brings its outcome, or
+    /// `isr_change_done`.
+    pub fn propose_isr_change(
+        &mut self,
+        now_ms: i64,
+        lag_time_max_ms: i64,
+        epoch_start_offset: i64,
+        eligible: impl Fn(BrokerId) -> bool,
+    ) -> Option<Vec<BrokerId>> {
+        if self.role != Role::Leader || self.pending_isr.is_some() {
+            return None;
+        }
+        let isr = &self.leadership.isr;
+        let in_sync = |id: BrokerId| -> bool {
+            if id == self.local {
+                return true;
+            }
+            let Some(f) = self.followers.get(&id) else {
+                return false;
+            };
+            if isr.contains(&id) {
+                f.log_end_offset >= self.log_end_offset
+                    || now_ms.saturating_sub(f.last_caught_up_ms) <= lag_time_max_ms
+            } else {
+                f.log_end_offset >= self.high_watermark
+                    && f.log_end_offset >= epoch_start_offset
+                    && eligible(id)
+            }
+        };
+        let proposed: Vec<BrokerId> = self
+            .leadership
+            .replicas
+            .iter()
+            .copied()
+            .filter(|&id| in_sync(id))
+            .collect();
+        let same = proposed.len() == isr.len() && proposed.iter().all(|id| isr.contains(id));
+        if same {
+            return None;
+        }
+        self.pending_isr = Some(proposed.clone());
+        Some(proposed)
+    }
+
+    /// The controller answered (or never will) the pending ISR change: the next check may
+    /// propose again.
+    pub fn isr_change_done(&mut self) {
+        self.pending_isr = None;
+    }
+
+    pub fn pending_isr(&self) -> Option<&[BrokerId]> {
+        self.pending_isr.as_deref()
+    }
+
     /// A follower learned the leader's high watermark from a fetch response. Returns the new
     /// high watermark if it moved.
     pub fn on_leader_high_watermark(&mut self, leader_high_watermark: i64) -> Option<i64> {
@@ -219,6 +284,10 @@ impl PartitionState {
             });
         }
         let new_leadership = leadership.leader_epoch != current.leader_epoch;
+        if leadership.partition_epoch != current.partition_epoch {
+            // Whatever was pending was decided (this is its outcome) or overtaken.
+            self.pending_isr = None;
+        }
         let was = self.role;
         self.role = role_of(self.local, &leadership);
         self.leadership = leadership;
@@ -281,6 +350,7 @@ impl PartitionState {
                 .leadership
                 .isr
                 .iter()
+                .chain(self.pending_isr.iter().flatten())
                 .filter(|&&id| id != self.local)
                 .map(|id| self.followers.get(id).map_or(-1, |f| f.log_end_offset))
                 .fold(self.durable_end, i64::min),
@@ -362,7 +432,7 @@ mod tests {
 
     #[test]
     fn a_single_replica_leader_exposes_what_is_durable() {
-        let mut p = PartitionState::new(1, led(1, 0, &[1]), 10, 4, 4);
+        let mut p = PartitionState::new(1, led(1, 0, &[1]), 10, 4, 4, 0);
         assert_eq!(p.role(), Role::Leader);
         assert_eq!(p.high_watermark(), 4);
         // Appended, not yet fsynced: not visible.
@@ -378,17 +448,17 @@ mod tests {
 
     #[test]
     fn a_restart_raises_a_stale_checkpointed_high_watermark_to_the_durable_end() {
-        let p = PartitionState::new(1, led(1, 3, &[1]), 100, 100, 60);
+        let p = PartitionState::new(1, led(1, 3, &[1]), 100, 100, 60, 0);
         assert_eq!(p.high_watermark(), 100);
     }
 
     #[test]
     fn followers_and_leaders_waiting_on_their_isr_do_not_advance() {
-        let mut follower = PartitionState::new(2, led(1, 0, &[1, 2]), 10, 10, 0);
+        let mut follower = PartitionState::new(2, led(1, 0, &[1, 2]), 10, 10, 0, 0);
         assert_eq!(follower.role(), Role::Follower { leader: 1 });
         assert_eq!(follower.on_durable(10), None);
         assert_eq!(follower.high_watermark(), 0);
-        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 10, 10, 0);
+        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 10, 10, 0, 0);
         assert_eq!(leader.on_append(12, true), None);
         // The other replica leaves the ISR: what is here is committed.
         assert_eq!(leader.apply(led(1, 1, &[1]), 0), Ok(Some(12)));
@@ -396,7 +466,7 @@ mod tests {
 
     #[test]
     fn epochs_never_go_back() {
-        let mut p = PartitionState::new(1, led(1, 5, &[1]), 0, 0, 0);
+        let mut p = PartitionState::new(1, led(1, 5, &[1]), 0, 0, 0, 0);
         assert!(p.apply(led(1, 4, &[1]), 0).is_err());
         assert_eq!(p.leader_epoch(), 5);
         assert_eq!(p.apply(led(2, 6, &[2]), 0), Ok(None));
@@ -428,7 +498,7 @@ mod tests {
         /// never go back.
         #[test]
         fn invariants_hold_over_any_history(steps in proptest::collection::vec(step(), 0..60)) {
-            let mut p = PartitionState::new(1, led(1, 0, &[1]), 0, 0, 0);
+            let mut p = PartitionState::new(1, led(1, 0, &[1]), 0, 0, 0, 0);
             let (mut leo, mut durable) = (0i64, 0i64);
             for step in steps {
                 let (hw_before, epoch_before) = (p.high_watermark(), p.leader_epoch());
@@ -466,7 +536,7 @@ mod tests {
 
     #[test]
     fn a_leaders_high_watermark_is_the_least_position_in_its_isr() {
-        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2, 3]), 0, 0, 0);
+        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2, 3]), 0, 0, 0, 0);
         assert_eq!(leader.on_append(10, true), None, "followers unknown");
         assert_eq!(leader.on_follower_fetch(2, 6, 1), Ok(None));
         assert_eq!(leader.on_follower_fetch(3, 4, 1), Ok(Some(4)));
@@ -491,7 +561,7 @@ mod tests {
 
     #[test]
     fn in_fsync_mode_the_leader_waits_for_its_own_disk_too() {
-        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 0, 0, 0);
+        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 0, 0, 0, 0);
         assert_eq!(leader.on_append(10, false), None);
         assert_eq!(leader.on_follower_fetch(2, 10, 1), Ok(None));
         assert_eq!(leader.on_durable(10), Some(10));
@@ -499,7 +569,7 @@ mod tests {
 
     #[test]
     fn the_lag_clock_follows_kafkas_caught_up_rule() {
-        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 0, 0, 0);
+        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 0, 0, 0, 0);
         leader.on_append(10, true);
         leader.on_follower_fetch(2, 5, 100).unwrap();
         assert_eq!(leader.followers()[&2].last_caught_up_ms, 0, "behind");
@@ -513,7 +583,7 @@ mod tests {
 
     #[test]
     fn a_new_leadership_forgets_follower_positions() {
-        let mut p = PartitionState::new(1, led(1, 0, &[1, 2]), 10, 10, 0);
+        let mut p = PartitionState::new(1, led(1, 0, &[1, 2]), 10, 10, 0, 0);
         p.on_follower_fetch(2, 10, 1).unwrap();
         assert_eq!(p.high_watermark(), 10);
         p.on_append(15, true);
@@ -524,7 +594,7 @@ mod tests {
 
     #[test]
     fn a_followers_high_watermark_is_the_leaders_capped_at_its_durable_end() {
-        let mut f = PartitionState::new(2, led(1, 0, &[1, 2]), 0, 0, 0);
+        let mut f = PartitionState::new(2, led(1, 0, &[1, 2]), 0, 0, 0, 0);
         f.on_append(10, false);
         assert_eq!(f.on_leader_high_watermark(8), None, "not durable here");
         f.on_durable(10);
@@ -547,8 +617,49 @@ mod tests {
     }
 
     #[test]
+    fn a_lagging_member_leaves_the_isr_and_a_caught_up_replica_joins() {
+        let all = |_| true;
+        let mut p = PartitionState::new(1, led_isr(1, 2, 5, &[1, 2, 3], &[1, 2]), 0, 0, 0, 1000);
+        p.on_append(10, true);
+        // Broker 2 was caught up at the election (1000): in sync until 1000 + lag.
+        assert_eq!(p.propose_isr_change(1500, 1000, 0, all), None);
+        // Broker 3 reaches the high watermark (0) and the epoch start: it joins.
+        p.on_follower_fetch(3, 10, 1600).unwrap();
+        assert_eq!(
+            p.propose_isr_change(1600, 1000, 0, all),
+            Some(vec![1, 2, 3])
+        );
+        assert_eq!(p.pending_isr(), Some(&[1, 2, 3][..]));
+        assert_eq!(
+            p.propose_isr_change(1700, 1000, 0, all),
+            None,
+            "one at a time"
+        );
+        // Pending, the high watermark counts broker 3 too (the maximal ISR).
+        p.on_follower_fetch(2, 10, 1700).unwrap();
+        assert_eq!(p.high_watermark(), 10);
+        // Committed: the controller's answer is applied.
+        assert_eq!(
+            p.apply(led_isr(1, 2, 6, &[1, 2, 3], &[1, 2, 3]), 1800),
+            Ok(None)
+        );
+        assert_eq!(p.pending_isr(), None);
+        // Broker 2 falls behind for longer than the lag: it leaves.
+        p.on_append(20, true);
+        p.on_follower_fetch(3, 20, 2900).unwrap();
+        assert_eq!(p.propose_isr_change(2900, 1000, 0, all), Some(vec![1, 3]));
+        p.isr_change_done();
+        // A fenced broker, or one that has not reached this leader's epoch, does not join.
+        let mut p = PartitionState::new(1, led_isr(1, 2, 5, &[1, 2], &[1]), 10, 10, 10, 0);
+        p.on_follower_fetch(2, 10, 1).unwrap();
+        assert_eq!(p.propose_isr_change(1, 1000, 0, |_| false), None);
+        assert_eq!(p.propose_isr_change(1, 1000, 11, all), None);
+        assert_eq!(p.propose_isr_change(1, 1000, 10, all), Some(vec![1, 2]));
+    }
+
+    #[test]
     fn truncation_is_the_only_way_down() {
-        let mut p = PartitionState::new(1, led(1, 0, &[1]), 10, 10, 10);
+        let mut p = PartitionState::new(1, led(1, 0, &[1]), 10, 10, 10, 0);
         p.on_truncate(6);
         assert_eq!(p.high_watermark(), 6);
         assert_eq!(p.on_append(8, false), None);

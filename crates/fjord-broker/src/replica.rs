@@ -102,6 +102,40 @@ impl Partition {
         Ok(())
     }
 
+    /// Leader: the ISR change due now (see `PartitionState::propose_isr_change`), with the
+    /// epochs it is asked under; it is pending until `isr_change_answered`.
+    pub fn propose_isr_change(
+        &self,
+        now_ms: i64,
+        lag_time_max_ms: i64,
+        eligible: impl Fn(fjord_common::BrokerId) -> bool,
+    ) -> Option<LeaderAndIsr> {
+        let log = lock(&self.log);
+        let mut state = lock(&self.state);
+        let epoch_start = log
+            .epoch_start_offset(state.leader_epoch())
+            .unwrap_or(i64::MAX);
+        drop(log);
+        let isr = state.propose_isr_change(now_ms, lag_time_max_ms, epoch_start, eligible)?;
+        Some(LeaderAndIsr {
+            isr,
+            ..state.leadership().clone()
+        })
+    }
+
+    /// The controller's answer to a proposed ISR change: the partition's state as it committed
+    /// it, or None when refused or unanswered. The high watermark moves as the new ISR says.
+    pub fn isr_change_answered(&self, committed: Option<LeaderAndIsr>, now_ms: i64) {
+        let mut log = lock(&self.log);
+        let mut state = lock(&self.state);
+        state.isr_change_done();
+        let moved = committed.and_then(|leadership| state.apply(leadership, now_ms).ok().flatten());
+        drop(state);
+        if let Some(hw) = moved {
+            self.high_watermark_moved(&mut log, hw);
+        }
+    }
+
     /// Follower: appends batches fetched from the leader under `leader_epoch`, offsets and
     /// epochs as the leader wrote them. Refused once the partition has another leader or
     /// epoch than the fetch was made under.
@@ -548,7 +582,9 @@ impl ReplicaManager {
                             Ok(Some(hw)) => hosted.high_watermark_moved(&mut log, hw),
                             Ok(None) => {}
                             Err(stale) => {
-                                tracing::warn!(tp = %p.tp, %stale, "partition state from the metadata log ignored");
+                                // An ISR change answered by the controller before this node's
+                                // image applied it.
+                                tracing::debug!(tp = %p.tp, %stale, "partition state from the metadata log ignored");
                             }
                         }
                         None
@@ -562,6 +598,7 @@ impl ReplicaManager {
                             log.log_end_offset(),
                             log.recovery_point(),
                             log.high_watermark(),
+                            now_ms,
                         );
                         log.set_high_watermark(state.high_watermark());
                         Some(state)
@@ -799,7 +836,7 @@ mod tests {
                 config: Arc::new(config),
                 durable,
             }),
-            state: Mutex::new(PartitionState::new(1, leadership, 0, 0, 0)),
+            state: Mutex::new(PartitionState::new(1, leadership, 0, 0, 0, 0)),
             delayed_fetches: Mutex::new(Vec::new()),
             delayed_produces: Mutex::new(Vec::new()),
             delayed_replica_fetches: Mutex::new(Vec::new()),

@@ -17,6 +17,8 @@ use fjord_protocol::messages::allocate_producer_ids_response::AllocateProducerId
 use fjord_protocol::messages::alter_configs_response::{
     AlterConfigsResourceResponse as LegacyResult, AlterConfigsResponse,
 };
+use fjord_protocol::messages::alter_partition_request::AlterPartitionRequest;
+use fjord_protocol::messages::alter_partition_response::AlterPartitionResponse;
 use fjord_protocol::messages::broker_heartbeat_request::BrokerHeartbeatRequest;
 use fjord_protocol::messages::broker_heartbeat_response::BrokerHeartbeatResponse;
 use fjord_protocol::messages::broker_registration_request::BrokerRegistrationRequest;
@@ -67,6 +69,7 @@ pub enum ControllerApi {
     AllocateProducerIds(AllocateProducerIdsRequest),
     BrokerRegistration(BrokerRegistrationRequest),
     BrokerHeartbeat(BrokerHeartbeatRequest),
+    AlterPartition(AlterPartitionRequest),
     /// Answered from the quorum's state, not decided: see [`Controller::describe_quorum`].
     DescribeQuorum(DescribeQuorumRequest),
 }
@@ -83,6 +86,7 @@ impl ControllerApi {
             RequestBody::AllocateProducerIds(r) => ControllerApi::AllocateProducerIds(r),
             RequestBody::BrokerRegistration(r) => ControllerApi::BrokerRegistration(r),
             RequestBody::BrokerHeartbeat(r) => ControllerApi::BrokerHeartbeat(r),
+            RequestBody::AlterPartition(r) => ControllerApi::AlterPartition(r),
             RequestBody::DescribeQuorum(r) => ControllerApi::DescribeQuorum(r),
             other => return Err(Box::new(other)),
         })
@@ -99,6 +103,7 @@ impl ControllerApi {
             ControllerApi::AllocateProducerIds(r) => RequestBody::AllocateProducerIds(r),
             ControllerApi::BrokerRegistration(r) => RequestBody::BrokerRegistration(r),
             ControllerApi::BrokerHeartbeat(r) => RequestBody::BrokerHeartbeat(r),
+            ControllerApi::AlterPartition(r) => RequestBody::AlterPartition(r),
             ControllerApi::DescribeQuorum(r) => RequestBody::DescribeQuorum(r),
         }
     }
@@ -133,6 +138,7 @@ impl ControllerApi {
             ControllerApi::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
             ControllerApi::BrokerRegistration(_) => ApiKey::BrokerRegistration,
             ControllerApi::BrokerHeartbeat(_) => ApiKey::BrokerHeartbeat,
+            ControllerApi::AlterPartition(_) => ApiKey::AlterPartition,
             ControllerApi::DescribeQuorum(_) => ApiKey::DescribeQuorum,
         }
     }
@@ -296,6 +302,9 @@ impl Controller {
             ControllerApi::BrokerRegistration(r) => self.register_broker(image, r, now_ms),
             ControllerApi::BrokerHeartbeat(r) => {
                 membership::heartbeat(image, &mut self.sessions, r, now_ms)
+            }
+            ControllerApi::AlterPartition(r) => {
+                crate::isr::alter_partition(image, r, request.version)
             }
             // The shell answers it from the quorum; decided on the image alone it is refused.
             ControllerApi::DescribeQuorum(_) => Decision::answer(error_response(
@@ -840,6 +849,10 @@ pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -
                 ..Default::default()
             })
         }
+        ControllerApi::AlterPartition(_) => ResponseBody::AlterPartition(AlterPartitionResponse {
+            error_code,
+            ..Default::default()
+        }),
         ControllerApi::DescribeQuorum(_) => ResponseBody::DescribeQuorum(DescribeQuorumResponse {
             error_code,
             error_message: message,
@@ -861,6 +874,7 @@ pub fn is_not_controller(response: &ResponseBody) -> bool {
         ResponseBody::BrokerRegistration(r) => Some(r.error_code),
         ResponseBody::BrokerHeartbeat(r) => Some(r.error_code),
         ResponseBody::DescribeQuorum(r) => Some(r.error_code),
+        ResponseBody::AlterPartition(r) => Some(r.error_code),
         _ => None,
     };
     code == Some(errors::NOT_CONTROLLER)

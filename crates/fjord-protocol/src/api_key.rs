@@ -86,6 +86,7 @@ api_keys! {
     IncrementalAlterConfigs = 44 => IncrementalAlterConfigsRequest,
     OffsetDelete = 47 => OffsetDeleteRequest,
     DescribeQuorum = 55 => DescribeQuorumRequest,
+    AlterPartition = 56 => AlterPartitionRequest,
     Envelope = 58 => EnvelopeRequest,
     DescribeCluster = 60 => DescribeClusterRequest,
     BrokerRegistration = 62 => BrokerRegistrationRequest,

@@ -1346,6 +1346,15 @@ impl Log {
         self.leader_epoch_cache.latest_epoch()
     }
 
+    /// Where leader epoch `epoch` starts in this log, if it is known here.
+    pub fn epoch_start_offset(&self, epoch: i32) -> Option<i64> {
+        self.leader_epoch_cache
+            .entries()
+            .iter()
+            .find(|e| e.epoch == epoch)
+            .map(|e| e.start_offset)
+    }
+
     /// The epoch of the leader that wrote `offset`, if known.
     pub fn epoch_for_offset(&self, offset: i64) -> Option<i32> {
         self.leader_epoch_cache.epoch_for_offset(offset)

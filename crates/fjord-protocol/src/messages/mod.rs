@@ -11,6 +11,8 @@ pub mod allocate_producer_ids_request;
 pub mod allocate_producer_ids_response;
 pub mod alter_configs_request;
 pub mod alter_configs_response;
+pub mod alter_partition_request;
+pub mod alter_partition_response;
 pub mod alter_replica_log_dirs_request;
 pub mod alter_replica_log_dirs_response;
 pub mod api_versions_request;
@@ -88,6 +90,8 @@ pub use allocate_producer_ids_request::AllocateProducerIdsRequest;
 pub use allocate_producer_ids_response::AllocateProducerIdsResponse;
 pub use alter_configs_request::AlterConfigsRequest;
 pub use alter_configs_response::AlterConfigsResponse;
+pub use alter_partition_request::AlterPartitionRequest;
+pub use alter_partition_response::AlterPartitionResponse;
 pub use alter_replica_log_dirs_request::AlterReplicaLogDirsRequest;
 pub use alter_replica_log_dirs_response::AlterReplicaLogDirsResponse;
 pub use api_versions_request::ApiVersionsRequest;
@@ -195,6 +199,7 @@ pub enum RequestBody {
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
     OffsetDelete(OffsetDeleteRequest),
     DescribeQuorum(DescribeQuorumRequest),
+    AlterPartition(AlterPartitionRequest),
     Envelope(EnvelopeRequest),
     DescribeCluster(DescribeClusterRequest),
     BrokerRegistration(BrokerRegistrationRequest),
@@ -286,6 +291,9 @@ impl RequestBody {
             ApiKey::DescribeQuorum => {
                 RequestBody::DescribeQuorum(DescribeQuorumRequest::decode(input, version)?)
             }
+            ApiKey::AlterPartition => {
+                RequestBody::AlterPartition(AlterPartitionRequest::decode(input, version)?)
+            }
             ApiKey::Envelope => RequestBody::Envelope(EnvelopeRequest::decode(input, version)?),
             ApiKey::DescribeCluster => {
                 RequestBody::DescribeCluster(DescribeClusterRequest::decode(input, version)?)
@@ -341,6 +349,7 @@ impl RequestBody {
             RequestBody::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
             RequestBody::OffsetDelete(_) => ApiKey::OffsetDelete,
             RequestBody::DescribeQuorum(_) => ApiKey::DescribeQuorum,
+            RequestBody::AlterPartition(_) => ApiKey::AlterPartition,
             RequestBody::Envelope(_) => ApiKey::Envelope,
             RequestBody::DescribeCluster(_) => ApiKey::DescribeCluster,
             RequestBody::BrokerRegistration(_) => ApiKey::BrokerRegistration,
@@ -384,6 +393,7 @@ impl RequestBody {
             RequestBody::IncrementalAlterConfigs(body) => body.encode(out, version),
             RequestBody::OffsetDelete(body) => body.encode(out, version),
             RequestBody::DescribeQuorum(body) => body.encode(out, version),
+            RequestBody::AlterPartition(body) => body.encode(out, version),
             RequestBody::Envelope(body) => body.encode(out, version),
             RequestBody::DescribeCluster(body) => body.encode(out, version),
             RequestBody::BrokerRegistration(body) => body.encode(out, version),
@@ -429,6 +439,7 @@ pub enum ResponseBody {
     IncrementalAlterConfigs(IncrementalAlterConfigsResponse),
     OffsetDelete(OffsetDeleteResponse),
     DescribeQuorum(DescribeQuorumResponse),
+    AlterPartition(AlterPartitionResponse),
     Envelope(EnvelopeResponse),
     DescribeCluster(DescribeClusterResponse),
     BrokerRegistration(BrokerRegistrationResponse),
@@ -526,6 +537,9 @@ impl ResponseBody {
             ApiKey::DescribeQuorum => {
                 ResponseBody::DescribeQuorum(DescribeQuorumResponse::decode(input, version)?)
             }
+            ApiKey::AlterPartition => {
+                ResponseBody::AlterPartition(AlterPartitionResponse::decode(input, version)?)
+            }
             ApiKey::Envelope => ResponseBody::Envelope(EnvelopeResponse::decode(input, version)?),
             ApiKey::DescribeCluster => {
                 ResponseBody::DescribeCluster(DescribeClusterResponse::decode(input, version)?)
@@ -581,6 +595,7 @@ impl ResponseBody {
             ResponseBody::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
             ResponseBody::OffsetDelete(_) => ApiKey::OffsetDelete,
             ResponseBody::DescribeQuorum(_) => ApiKey::DescribeQuorum,
+            ResponseBody::AlterPartition(_) => ApiKey::AlterPartition,
             ResponseBody::Envelope(_) => ApiKey::Envelope,
             ResponseBody::DescribeCluster(_) => ApiKey::DescribeCluster,
             ResponseBody::BrokerRegistration(_) => ApiKey::BrokerRegistration,
@@ -624,6 +639,7 @@ impl ResponseBody {
             ResponseBody::IncrementalAlterConfigs(body) => body.encode(out, version),
             ResponseBody::OffsetDelete(body) => body.encode(out, version),
             ResponseBody::DescribeQuorum(body) => body.encode(out, version),
+            ResponseBody::AlterPartition(body) => body.encode(out, version),
             ResponseBody::Envelope(body) => body.encode(out, version),
             ResponseBody::DescribeCluster(body) => body.encode(out, version),
             ResponseBody::BrokerRegistration(body) => body.encode(out, version),

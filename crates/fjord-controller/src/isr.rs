@@ -1,0 +1,331 @@
+//! AlterPartition: a partition's leader asks to shrink or expand its ISR, and the controller's
+//! view is the truth. The request names the leader epoch and partition epoch the leader last
+//! saw; a request made on anything older is refused (FENCED_LEADER_EPOCH,
+//! INVALID_UPDATE_VERSION), so a deposed leader, or a change raced by another, cannot take
+//! effect. The new ISR must hold the leader, only replicas, and only brokers that are
+//! registered, unfenced and not shutting down, at the broker epoch the leader saw them fetch
+//! with (KIP-903; INELIGIBLE_REPLICA otherwise). An accepted change is one
+//! `PartitionChangeRecord` (the partition epoch moves by one) and is answered with the
+//! partition's new state.
+
+use fjord_common::errors;
+use fjord_metadata::{MetadataImage, MetadataRecord, PartitionChangeRecord, PartitionImage};
+use fjord_protocol::messages::alter_partition_request::{
+    AlterPartitionRequest, PartitionData as RequestPartition,
+};
+use fjord_protocol::messages::alter_partition_response::{
+    AlterPartitionResponse, PartitionData, TopicData,
+};
+use fjord_protocol::ResponseBody;
+
+use crate::apis::Decision;
+
+/// Decides an AlterPartition request at `version` on `image`.
+pub fn alter_partition(
+    image: &MetadataImage,
+    request: &AlterPartitionRequest,
+    version: i16,
+) -> Decision {
+    let registered = image
+        .broker(request.broker_id)
+        .is_some_and(|b| b.broker_epoch == request.broker_epoch || request.broker_epoch == -1);
+    if !registered {
+        return Decision {
+            records: Vec::new(),
+            response: ResponseBody::AlterPartition(AlterPartitionResponse {
+                error_code: errors::STALE_BROKER_EPOCH,
+                ..Default::default()
+            }),
+        };
+    }
+    let mut records = Vec::new();
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for topic in &request.topics {
+        let found = if version >= 2 {
+            image.topic_by_id(&topic.topic_id)
+        } else {
+            image.topic(&topic.topic_name)
+        };
+        let unknown_topic = if version >= 2 {
+            errors::UNKNOWN_TOPIC_ID
+        } else {
+            errors::UNKNOWN_TOPIC_OR_PARTITION
+        };
+        let partitions = topic
+            .partitions
+            .iter()
+            .map(|p| {
+                let Some(topic_image) = found else {
+                    return refused(p.partition_index, unknown_topic);
+                };
+                let current = usize::try_from(p.partition_index)
+                    .ok()
+                    .and_then(|i| topic_image.partitions.get(i));
+                let Some(current) = current else {
+                    return refused(p.partition_index, errors::UNKNOWN_TOPIC_OR_PARTITION);
+                };
+                let new_isr = requested_isr(p, version);
+                if let Err(code) = check(image, request.broker_id, current, p, &new_isr) {
+                    return refused(p.partition_index, code);
+                }
+                let isr: Vec<i32> = new_isr.iter().map(|(id, _)| *id).collect();
+                let mut partition_epoch = current.partition_epoch;
+                if isr != current.isr {
+                    records.push(MetadataRecord::PartitionChange(PartitionChangeRecord {
+                        partition_id: p.partition_index,
+                        topic_id: topic_image.topic_id,
+                        isr: Some(isr.clone()),
+                        leader: None,
+                        replicas: None,
+                    }));
+                    partition_epoch += 1;
+                }
+                PartitionData {
+                    partition_index: p.partition_index,
+                    error_code: errors::NONE,
+                    leader_id: current.leader,
+                    leader_epoch: current.leader_epoch,
+                    isr,
+                    leader_recovery_state: 0,
+                    partition_epoch,
+                }
+            })
+            .collect();
+        topics.push(TopicData {
+            topic_name: if version >= 2 {
+                String::new()
+            } else {
+                topic.topic_name.clone()
+            },
+            topic_id: if version >= 2 {
+                topic.topic_id
+            } else {
+                fjord_common::Uuid::ZERO
+            },
+            partitions,
+        });
+    }
+    Decision {
+        records,
+        response: ResponseBody::AlterPartition(AlterPartitionResponse {
+            error_code: errors::NONE,
+            topics,
+            ..Default::default()
+        }),
+    }
+}
+
+/// The new ISR with each member's broker epoch (-1: not given, before v3).
+fn requested_isr(p: &RequestPartition, version: i16) -> Vec<(i32, i64)> {
+    if version >= 3 {
+        p.new_isr_with_epochs
+            .iter()
+            .map(|b| (b.broker_id, b.broker_epoch))
+            .collect()
+    } else {
+        p.new_isr.iter().map(|id| (*id, -1)).collect()
+    }
+}
+
+fn check(
+    image: &MetadataImage,
+    requester: i32,
+    current: &PartitionImage,
+    p: &RequestPartition,
+    new_isr: &[(i32, i64)],
+) -> Result<(), i16> {
+    if current.leader != requester {
+        return Err(errors::INVALID_REQUEST);
+    }
+    // The controller behind the leader's view (it has not applied what the leader saw).
+    if p.leader_epoch > current.leader_epoch || p.partition_epoch > current.partition_epoch {
+        return Err(errors::NOT_CONTROLLER);
+    }
+    if p.leader_epoch < current.leader_epoch {
+        return Err(errors::FENCED_LEADER_EPOCH);
+    }
+    if p.partition_epoch < current.partition_epoch {
+        return Err(errors::INVALID_UPDATE_VERSION);
+    }
+    if p.leader_recovery_state != 0 {
+        return Err(errors::INVALID_REQUEST);
+    }
+    let mut seen = Vec::with_capacity(new_isr.len());
+    for &(id, _) in new_isr {
+        if seen.contains(&id) || !current.replicas.contains(&id) {
+            return Err(errors::INVALID_REQUEST);
+        }
+        seen.push(id);
+    }
+    if !seen.contains(&current.leader) {
+        return Err(errors::INVALID_REQUEST);
+    }
+    for &(id, epoch) in new_isr {
+        if current.isr.contains(&id) {
+            continue;
+        }
+        // Joining: must be a live broker, at the epoch the leader saw it fetch with.
+        let eligible = image.broker(id).is_some_and(|b| {
+            !b.fenced && !b.in_controlled_shutdown && (epoch == -1 || epoch == b.broker_epoch)
+        });
+        if !eligible {
+            return Err(errors::INELIGIBLE_REPLICA);
+        }
+    }
+    Ok(())
+}
+
+fn refused(partition_index: i32, error_code: i16) -> PartitionData {
+    PartitionData {
+        partition_index,
+        error_code,
+        leader_id: -1,
+        leader_epoch: -1,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fjord_common::Uuid;
+    use fjord_metadata::{MetadataDelta, PartitionRecord, RegisterBrokerRecord, TopicRecord};
+    use fjord_protocol::messages::alter_partition_request::{
+        BrokerState, TopicData as RequestTopic,
+    };
+
+    const T: Uuid = Uuid([9; 16]);
+
+    fn image() -> MetadataImage {
+        let mut records: Vec<MetadataRecord> = (1..=3)
+            .map(|id| {
+                MetadataRecord::RegisterBroker(RegisterBrokerRecord {
+                    broker_id: id,
+                    incarnation_id: Uuid([id as u8; 16]),
+                    broker_epoch: i64::from(id) * 10,
+                    endpoints: Vec::new(),
+                    rack: None,
+                    fenced: id == 3,
+                    in_controlled_shutdown: false,
+                })
+            })
+            .collect();
+        records.push(MetadataRecord::Topic(TopicRecord {
+            name: "t".into(),
+            topic_id: T,
+        }));
+        records.push(MetadataRecord::Partition(PartitionRecord {
+            partition_id: 0,
+            topic_id: T,
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2],
+            leader: 1,
+            leader_epoch: 4,
+            partition_epoch: 7,
+        }));
+        MetadataImage::from_records(1, &records).unwrap()
+    }
+
+    fn request(
+        broker: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: &[(i32, i64)],
+    ) -> AlterPartitionRequest {
+        AlterPartitionRequest {
+            broker_id: broker,
+            broker_epoch: i64::from(broker) * 10,
+            topics: vec![RequestTopic {
+                topic_id: T,
+                partitions: vec![RequestPartition {
+                    partition_index: 0,
+                    leader_epoch,
+                    partition_epoch,
+                    new_isr_with_epochs: isr
+                        .iter()
+                        .map(|&(broker_id, broker_epoch)| BrokerState {
+                            broker_id,
+                            broker_epoch,
+                        })
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    fn outcome(decision: &Decision) -> &PartitionData {
+        let ResponseBody::AlterPartition(r) = &decision.response else {
+            panic!("{:?}", decision.response)
+        };
+        &r.topics[0].partitions[0]
+    }
+
+    #[test]
+    fn a_leader_shrinks_its_isr_and_the_partition_epoch_moves() {
+        let image = image();
+        let d = alter_partition(&image, &request(1, 4, 7, &[(1, 10)]), 3);
+        assert_eq!(outcome(&d).error_code, errors::NONE);
+        assert_eq!(outcome(&d).isr, vec![1]);
+        assert_eq!(outcome(&d).partition_epoch, 8);
+        let mut delta = MetadataDelta::new(&image);
+        for r in &d.records {
+            delta.apply(r).unwrap();
+        }
+        let after = delta.finish(2);
+        let p = &after.topic("t").unwrap().partitions[0];
+        assert_eq!(
+            (p.isr.clone(), p.partition_epoch, p.leader_epoch),
+            (vec![1], 8, 4)
+        );
+    }
+
+    #[test]
+    fn stale_or_foreign_requests_are_refused() {
+        let image = image();
+        let code = |r: AlterPartitionRequest| outcome(&alter_partition(&image, &r, 3)).error_code;
+        assert_eq!(
+            code(request(1, 3, 7, &[(1, 10)])),
+            errors::FENCED_LEADER_EPOCH
+        );
+        assert_eq!(
+            code(request(1, 4, 6, &[(1, 10)])),
+            errors::INVALID_UPDATE_VERSION
+        );
+        assert_eq!(code(request(1, 5, 7, &[(1, 10)])), errors::NOT_CONTROLLER);
+        assert_eq!(
+            code(request(2, 4, 7, &[(2, 20)])),
+            errors::INVALID_REQUEST,
+            "not the leader"
+        );
+        assert_eq!(
+            code(request(1, 4, 7, &[(2, 20)])),
+            errors::INVALID_REQUEST,
+            "without the leader"
+        );
+        assert_eq!(
+            code(request(1, 4, 7, &[(1, 10), (4, 40)])),
+            errors::INVALID_REQUEST,
+            "not a replica"
+        );
+        // Broker 3 is fenced; broker 2 joins only at the epoch it fetched with.
+        assert_eq!(
+            code(request(1, 4, 7, &[(1, 10), (2, 20), (3, 30)])),
+            errors::INELIGIBLE_REPLICA
+        );
+        let mut stale = request(1, 4, 7, &[(1, 10)]);
+        stale.broker_epoch = 9;
+        let ResponseBody::AlterPartition(r) = alter_partition(&image, &stale, 3).response else {
+            panic!()
+        };
+        assert_eq!(r.error_code, errors::STALE_BROKER_EPOCH);
+    }
+
+    #[test]
+    fn an_unchanged_isr_writes_nothing() {
+        let d = alter_partition(&image(), &request(1, 4, 7, &[(1, 10), (2, 20)]), 3);
+        assert!(d.records.is_empty());
+        assert_eq!(outcome(&d).partition_epoch, 7);
+    }
+}
