@@ -220,6 +220,11 @@ async fn round(
         let leader_epoch = partition.leader_epoch();
         let (fetch_offset, last_fetched_epoch, log_start_offset) = {
             let log = lock(&partition.log);
+            // A failed disk (a write or fsync that failed): its log end is not durable, so it
+            // is not announced, and nothing more is copied there.
+            if log.is_offline() {
+                continue;
+            }
             (
                 log.log_end_offset(),
                 log.latest_epoch().unwrap_or(-1),
@@ -259,6 +264,9 @@ async fn round(
                 leader_epoch,
             },
         );
+    }
+    if fetched.is_empty() {
+        return Ok(false);
     }
     let response = conn
         .send_at(version, RequestBody::Fetch(request))

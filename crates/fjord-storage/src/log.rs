@@ -1280,6 +1280,9 @@ impl Log {
         {
             self.write_leader_epoch_cache()?;
         }
+        // Producers' sequences go back with the log: a batch cut away here must not be taken
+        // for a duplicate when its producer retries it (to this replica as a new leader).
+        self.reload_producer_state()?;
         self.check_invariants();
         Ok(())
     }

@@ -592,6 +592,28 @@ fn a_clean_restart_rewrites_no_leader_epoch_checkpoint() {
 }
 
 #[test]
+fn a_truncated_batch_is_not_a_duplicate_when_its_producer_retries_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(dir.path(), small_config(), true, 0);
+    log.append_as_leader(vec![idempotent(batch(&[1, 2], 5), 42, 0)], 0, 0)
+        .unwrap();
+    // A snapshot at a roll, then a batch the log loses again (a follower's divergent tail).
+    log.roll(0).unwrap();
+    log.append_as_leader(vec![idempotent(batch(&[3], 5), 42, 2)], 0, 0)
+        .unwrap();
+    log.truncate_to(2).unwrap();
+    let retried = log
+        .append_as_leader(vec![idempotent(batch(&[3], 5), 42, 2)], 1, 0)
+        .unwrap();
+    assert!(!retried.duplicate, "the retry is appended, not answered from memory");
+    assert_eq!(retried.first_offset, 2);
+    let again = log
+        .append_as_leader(vec![idempotent(batch(&[3], 5), 42, 2)], 1, 0)
+        .unwrap();
+    assert!(again.duplicate);
+}
+
+#[test]
 fn producer_retries_are_deduplicated_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let (mut log, _) = open(dir.path(), small_config(), true, 0);
