@@ -543,16 +543,33 @@ class Cluster:
         return node
 
     def stop(self) -> None:
-        for node in self.nodes:
-            if node.running():
-                node.proc.send_signal(signal.SIGTERM)
-        for node in self.nodes:
-            if node.proc is not None:
-                try:
-                    node.proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    node.proc.kill()
-                    node.proc.wait()
+        """Broker-only nodes first, while the controllers can still move their leadership (Kafka's order), then the
+        rest."""
+        broker_only = [n for n in self.nodes if "controller" not in n.roles]
+        rest = [n for n in self.nodes if "controller" in n.roles]
+        for group in (broker_only, rest):
+            for node in group:
+                if node.running():
+                    node.proc.send_signal(signal.SIGTERM)
+            for node in group:
+                if node.proc is not None:
+                    try:
+                        node.proc.wait(60)
+                    except subprocess.TimeoutExpired:
+                        node.proc.kill()
+                        node.proc.wait()
+
+
+def wait_for(check, what, deadline_s: float = 60):
+    """Polls `check` until it returns something true (returned); fails after `deadline_s` saying `what` (a string, or
+    a callable giving one, read at failure)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < end, what() if callable(what) else what
+        time.sleep(0.2)
 
 
 def kafka_tool(main: str, *args: str, timeout_s: float = 120) -> str:

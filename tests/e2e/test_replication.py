@@ -5,6 +5,7 @@ session ends, and replicas that come back rejoin it. Runs against fjord, or Apac
 KRaft properties).
 """
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import Cluster, metadata_quorum_status
+from harness import Cluster, kafka_tool, metadata_quorum_status, wait_for
 
 SESSION_MS = 6000
 LAG_MS = 2000
@@ -44,16 +45,6 @@ def describe(bootstrap: str, topic: str) -> dict:
     if t.error is not None:
         return {}
     return {p.id: (p.leader, sorted(p.replicas), sorted(p.isrs)) for p in t.partitions.values()}
-
-
-def wait_for(check, what: str, deadline_s: float = 60):
-    end = time.monotonic() + deadline_s
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < end, what
-        time.sleep(0.2)
 
 
 def produce(bootstrap: str, topic: str, first: int, count: int) -> None:
@@ -91,6 +82,13 @@ def read_all(bootstrap: str, topic: str, expected: int) -> dict:
 def all_in_sync(bootstrap: str, topic: str, ids: list, deadline_s: float = 60) -> None:
     wait_for(lambda: (lambda d: len(d) == PARTITIONS and all(isr == ids and l >= 0 for l, _, isr in d.values()))(
         describe(bootstrap, topic)), f"{topic}: every partition led with {ids} in sync", deadline_s)
+
+
+def under_replicated(bootstrap: str, topic: str) -> list:
+    """The partitions `kafka-topics --describe --under-replicated-partitions` (Kafka's own tool) lists."""
+    out = kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--describe",
+                     "--under-replicated-partitions", "--topic", topic)
+    return re.findall(r"Partition: (\d+)", out)
 
 
 def log_bytes(node, topic: str, partition: int) -> bytes:
@@ -186,8 +184,11 @@ def test_a_stalled_follower_leaves_the_isr_before_its_session_ends_and_rejoins(c
         assert victim.node_id in md.brokers, f"fenced after {time.monotonic() - stalled:.1f}s: not an ISR shrink"
         # Two in sync meet min.insync.replicas=2: acks=all goes on without it.
         produce(others, "stall", 0, 300)
+        assert "0" in under_replicated(others, "stall")
     finally:
         victim.proc.send_signal(signal.SIGCONT)
-    all_in_sync(cluster.bootstrap, "stall", ids)
+    # Asked of the nodes that never stopped: a node just resumed answers from its old metadata until it catches up.
+    all_in_sync(others, "stall", ids)
+    assert under_replicated(others, "stall") == []
     got = read_all(cluster.bootstrap, "stall", 301)
     assert sorted(v for values in got.values() for v in values) == [-1] + list(range(300))

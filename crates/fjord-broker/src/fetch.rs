@@ -113,6 +113,13 @@ pub fn check_leader_epoch(partition: &Partition, current_leader_epoch: i32) -> R
     }
 }
 
+/// The follower a fetch comes from: its broker id and the broker epoch it fetched with.
+#[derive(Clone, Copy)]
+struct Replica {
+    id: i32,
+    broker_epoch: i64,
+}
+
 /// What a follower's fetch may read.
 enum FollowerRead {
     /// Up to the log end; the follower's position was recorded.
@@ -121,6 +128,9 @@ enum FollowerRead {
     /// one, and where that epoch ends here. It truncates before fetching again.
     Diverged(i32, i64),
     NotAReplica,
+    /// Outside this log (below its start, past its end): answered OFFSET_OUT_OF_RANGE, and its
+    /// position not taken.
+    OutOfRange,
 }
 
 /// The leader's side of a follower's fetch: checks its last fetched epoch against this log's
@@ -128,10 +138,15 @@ enum FollowerRead {
 fn follower_read(
     partition: &Partition,
     log: &mut fjord_storage::log::Log,
-    replica: i32,
+    replica: Replica,
     target: &Target,
     now_ms: i64,
 ) -> FollowerRead {
+    // Checked first, as Kafka does: a divergence below the log start cannot be answered, and a
+    // position past the log end is not one this log can count.
+    if target.fetch_offset < log.log_start_offset() || target.fetch_offset > log.log_end_offset() {
+        return FollowerRead::OutOfRange;
+    }
     if target.last_fetched_epoch >= 0 {
         let (epoch, end_offset) = log.end_offset_for_epoch(target.last_fetched_epoch);
         // (-1, -1), an epoch newer than any here, cannot be told on the wire (it is the
@@ -140,7 +155,13 @@ fn follower_read(
             return FollowerRead::Diverged(epoch, end_offset);
         }
     }
-    match partition.follower_fetched(log, replica, target.fetch_offset, now_ms) {
+    match partition.follower_fetched(
+        log,
+        replica.id,
+        target.fetch_offset,
+        replica.broker_epoch,
+        now_ms,
+    ) {
         Ok(()) => FollowerRead::Read,
         Err(_) => FollowerRead::NotAReplica,
     }
@@ -159,12 +180,18 @@ impl Broker {
         let uses_ids = version >= 13;
         // A follower's fetch (Kafka's replica id, in ReplicaState from v15): it reads up to the
         // log end and tells the leader how far it has got.
-        let replica = if version >= 15 {
-            request.replica_state.replica_id
+        let (replica, broker_epoch) = if version >= 15 {
+            (
+                request.replica_state.replica_id,
+                request.replica_state.replica_epoch,
+            )
         } else {
-            request.replica_id
+            (request.replica_id, -1)
         };
-        let replica = (replica >= 0).then_some(replica);
+        let replica = (replica >= 0).then_some(Replica {
+            id: replica,
+            broker_epoch,
+        });
         let name_of = |topic: &str, id: Uuid| -> Option<String> {
             if uses_ids {
                 image.topic_by_id(&id).map(|t| t.name.clone())
@@ -418,7 +445,7 @@ impl Broker {
         targets: &[Target],
         max_bytes: usize,
         _read_committed: bool,
-        replica: Option<i32>,
+        replica: Option<Replica>,
         now_ms: i64,
     ) -> (Vec<PartitionRead>, usize, bool) {
         let mut results = Vec::with_capacity(targets.len());
@@ -447,6 +474,10 @@ impl Broker {
                                     }
                                     FollowerRead::NotAReplica => {
                                         data.error_code = errors::NOT_LEADER_OR_FOLLOWER;
+                                        max_offset = target.fetch_offset;
+                                    }
+                                    FollowerRead::OutOfRange => {
+                                        data.error_code = errors::OFFSET_OUT_OF_RANGE;
                                         max_offset = target.fetch_offset;
                                     }
                                 }
@@ -493,7 +524,8 @@ impl Broker {
                     }
                 }
             }
-            any_error |= data.error_code != errors::NONE;
+            // A divergence is answered at once, as an error is: the follower must truncate first.
+            any_error |= data.error_code != errors::NONE || data.diverging_epoch.epoch >= 0;
             results.push((target.clone(), data, file));
         }
         (results, total, any_error)

@@ -267,9 +267,9 @@ impl GroupRuntime {
             return pending;
         }
         match append_records(shard, &effects.records) {
-            Ok(end_offset) => {
+            Ok((end_offset, leader_epoch)) => {
                 pending.flush = Some((shard.partition.clone() as Arc<dyn Durable>, end_offset));
-                pending.replicated = Some((shard.partition.clone(), end_offset));
+                pending.replicated = Some((shard.partition.clone(), end_offset, leader_epoch));
             }
             Err(error) => {
                 tracing::error!(%error, "cannot append group coordinator records");
@@ -286,8 +286,8 @@ impl GroupRuntime {
                 failed = Some(error);
             }
         }
-        if let (None, Some((partition, end_offset))) = (&failed, pending.replicated) {
-            let wait = partition.delay_produce(end_offset);
+        if let (None, Some((partition, end_offset, leader_epoch))) = (&failed, pending.replicated) {
+            let wait = partition.delay_produce(end_offset, leader_epoch);
             match tokio::time::timeout(REPLICATION_TIMEOUT, wait).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => failed = Some("the coordinator's partition moved".into()),
@@ -524,13 +524,16 @@ struct Pending {
     flush: Option<FlushTarget>,
     /// The records' partition and end: answered once every in-sync replica has them, as
     /// Kafka's coordinator writes with acks=all.
-    replicated: Option<(Arc<Partition>, i64)>,
+    replicated: Option<(Arc<Partition>, i64, fjord_common::LeaderEpoch)>,
     responses: Vec<(RequestId, ResponseBody)>,
     failed: Option<String>,
 }
 
 /// Appends coordinator records as one uncompressed batch; returns the end offset (exclusive).
-fn append_records(shard: &mut Shard, records: &[CoordinatorRecord]) -> Result<i64, String> {
+fn append_records(
+    shard: &mut Shard,
+    records: &[CoordinatorRecord],
+) -> Result<(i64, fjord_common::LeaderEpoch), String> {
     let now = now_ms();
     let mut builder = BatchBuilder::new(Compression::None);
     for record in records {
@@ -544,10 +547,10 @@ fn append_records(shard: &mut Shard, records: &[CoordinatorRecord]) -> Result<i6
         .log
         .lock()
         .map_err(|_| "offsets log lock poisoned".to_string())?;
-    let info = partition
+    let (info, leader_epoch) = partition
         .append_as_leader(&mut log, vec![batch], now)
         .map_err(|e| e.to_string())?;
-    Ok(info.last_offset + 1)
+    Ok((info.last_offset + 1, leader_epoch))
 }
 
 /// Replays one `__consumer_offsets` partition into a fresh shard.

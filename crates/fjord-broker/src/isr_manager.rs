@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use crate::broker::now_ms;
 use crate::forwarding::ControllerLink;
 use crate::partition::LeaderAndIsr;
-use crate::replica::{Partition, ReplicaManager};
+use crate::replica::{IsrAnswer, Partition, ReplicaManager};
 
 /// How often a leader looks at its followers (Kafka checks for shrinking every half lag time;
 /// expansion it notices on each fetch).
@@ -63,7 +63,6 @@ async fn check(
     let Some(broker_epoch) = image.broker(local).map(|b| b.broker_epoch) else {
         return;
     };
-    let epoch_of = |id: i32| image.broker(id).map_or(-1, |b| b.broker_epoch);
     let eligible = |id: i32| {
         image
             .broker(id)
@@ -92,9 +91,15 @@ async fn check(
             new_isr_with_epochs: change
                 .isr
                 .iter()
+                // Each member at the broker epoch it fetched with (KIP-903): a broker that restarted
+                // since is not taken in on its predecessor's position.
                 .map(|&broker_id| BrokerState {
                     broker_id,
-                    broker_epoch: epoch_of(broker_id),
+                    broker_epoch: if broker_id == local {
+                        broker_epoch
+                    } else {
+                        partition.follower_broker_epoch(broker_id)
+                    },
                 })
                 .collect(),
             ..Default::default()
@@ -117,49 +122,61 @@ async fn check(
         }),
         local,
     );
-    let answers: HashMap<(TopicId, i32), LeaderAndIsr> = match link.call(request).await {
-        Ok(ResponseBody::AlterPartition(r)) if r.error_code == errors::NONE => r
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, p)))
-            .filter_map(|(topic_id, p)| {
-                if p.error_code != errors::NONE {
-                    tracing::info!(
-                        partition = p.partition_index,
-                        error = errors::name(p.error_code),
-                        "the controller refused an ISR change"
-                    );
-                    return None;
+    let mut answers: HashMap<(TopicId, i32), IsrAnswer> = HashMap::new();
+    // Without an answer the outcome is unknown (a commit that timed out may still land).
+    let mut otherwise = IsrAnswer::Unknown;
+    match link.call(request).await {
+        Ok(ResponseBody::AlterPartition(r)) if r.error_code == errors::NONE => {
+            for topic in &r.topics {
+                for p in &topic.partitions {
+                    let Some((asked_of, asked)) = proposed.iter().find(|(q, _)| {
+                        q.topic_id == topic.topic_id && q.tp.partition == p.partition_index
+                    }) else {
+                        continue;
+                    };
+                    let answer = match p.error_code {
+                        errors::NONE => IsrAnswer::Committed(LeaderAndIsr {
+                            leader: p.leader_id,
+                            leader_epoch: p.leader_epoch,
+                            partition_epoch: p.partition_epoch,
+                            replicas: asked.replicas.clone(),
+                            isr: p.isr.clone(),
+                        }),
+                        errors::NOT_CONTROLLER | errors::REQUEST_TIMED_OUT => IsrAnswer::Unknown,
+                        errors::INVALID_UPDATE_VERSION
+                        | errors::FENCED_LEADER_EPOCH
+                        | errors::UNKNOWN_TOPIC_ID
+                        | errors::UNKNOWN_TOPIC_OR_PARTITION => IsrAnswer::AwaitMetadata,
+                        _ => IsrAnswer::Refused,
+                    };
+                    if p.error_code != errors::NONE {
+                        tracing::info!(tp = %asked_of.tp,
+                            error = errors::name(p.error_code), "the controller refused an ISR change");
+                    }
+                    answers.insert((topic.topic_id, p.partition_index), answer);
                 }
-                let (_, asked) = proposed
-                    .iter()
-                    .find(|(q, _)| q.topic_id == topic_id && q.tp.partition == p.partition_index)?;
-                Some((
-                    (topic_id, p.partition_index),
-                    LeaderAndIsr {
-                        leader: p.leader_id,
-                        leader_epoch: p.leader_epoch,
-                        partition_epoch: p.partition_epoch,
-                        replicas: asked.replicas.clone(),
-                        isr: p.isr.clone(),
-                    },
-                ))
-            })
-            .collect(),
-        Ok(other) => {
-            tracing::warn!(response = ?other, "the controller refused the ISR changes");
-            HashMap::new()
+            }
         }
-        Err(error) => {
-            tracing::warn!(%error, "ISR changes not sent");
-            HashMap::new()
+        Ok(ResponseBody::AlterPartition(r)) => {
+            tracing::warn!(
+                error = errors::name(r.error_code),
+                "the controller refused the ISR changes"
+            );
+            if r.error_code == errors::STALE_BROKER_EPOCH {
+                otherwise = IsrAnswer::Refused;
+            }
         }
-    };
+        Ok(_) => tracing::warn!("the controller answered AlterPartition with another API"),
+        Err(error) => tracing::warn!(%error, "ISR changes not answered; asking again"),
+    }
     let now = now_ms();
-    for (partition, _) in proposed {
-        let committed = answers
-            .get(&(partition.topic_id, partition.tp.partition))
-            .cloned();
-        partition.isr_change_answered(committed, now);
+    for (partition, _) in &proposed {
+        let answer = answers
+            .remove(&(partition.topic_id, partition.tp.partition))
+            .unwrap_or(match otherwise {
+                IsrAnswer::Refused => IsrAnswer::Refused,
+                _ => IsrAnswer::Unknown,
+            });
+        partition.isr_change_answered(answer, now);
     }
 }

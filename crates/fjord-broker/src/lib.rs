@@ -263,6 +263,11 @@ pub async fn run(
         }
     }
     stop_listening.send_replace(true);
+    // In-flight requests waiting on this node's controller (a commit a lost quorum cannot make)
+    // are answered now rather than after their timeouts.
+    if let Some(controller) = &controller {
+        controller.stop();
+    }
     tracing::info!("shutting down: no new connections; finishing in-flight requests");
     for server in servers {
         let _ = server.await;

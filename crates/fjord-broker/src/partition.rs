@@ -55,6 +55,9 @@ pub struct FollowerState {
     /// This leader's log end and the time at its previous fetch.
     last_fetch_leader_log_end: i64,
     last_fetch_ms: i64,
+    /// The broker epoch it fetched with (-1: unknown); a new one (the broker restarted,
+    /// perhaps with an empty disk) forgets its position (KIP-903).
+    pub broker_epoch: i64,
 }
 
 /// A fetch from a broker that holds no replica of the partition.
@@ -74,6 +77,8 @@ pub struct PartitionState {
     /// high watermark counts the members of both (Kafka's maximal ISR): an expansion only
     /// takes effect once committed, a shrink only once it is.
     pending_isr: Option<Vec<BrokerId>>,
+    /// The pending change's outcome is unknown (no answer): it is asked again as it is.
+    resend_pending: bool,
     /// The local log's end, as last reported.
     log_end_offset: i64,
     /// Below this the local log is durable (or, in page-cache mode, simply written).
@@ -101,6 +106,7 @@ impl PartitionState {
             role,
             followers: BTreeMap::new(),
             pending_isr: None,
+            resend_pending: false,
             log_end_offset,
             durable_end,
             high_watermark,
@@ -115,6 +121,7 @@ impl PartitionState {
     fn reset_followers(&mut self, now_ms: i64) {
         self.followers.clear();
         self.pending_isr = None;
+        self.resend_pending = false;
         if self.role != Role::Leader {
             return;
         }
@@ -131,6 +138,7 @@ impl PartitionState {
                         },
                         last_fetch_leader_log_end: -1,
                         last_fetch_ms: now_ms,
+                        broker_epoch: -1,
                     },
                 );
             }
@@ -153,12 +161,18 @@ impl PartitionState {
         &mut self,
         replica: BrokerId,
         fetch_offset: i64,
+        broker_epoch: i64,
         now_ms: i64,
     ) -> Result<Option<i64>, NotAReplica> {
         let leader_log_end = self.log_end_offset;
         let Some(follower) = self.followers.get_mut(&replica) else {
             return Err(NotAReplica(replica));
         };
+        if broker_epoch != follower.broker_epoch {
+            // Another incarnation of that broker: what the last one had proves nothing.
+            follower.broker_epoch = broker_epoch;
+            follower.last_fetch_leader_log_end = -1;
+        }
         // Kafka's lag rule: caught up now if it reached this log end; else caught up at the
         // previous fetch if it reached the log end of then.
         if fetch_offset >= leader_log_end {
@@ -187,8 +201,13 @@ impl PartitionState {
         epoch_start_offset: i64,
         eligible: impl Fn(BrokerId) -> bool,
     ) -> Option<Vec<BrokerId>> {
-        if self.role != Role::Leader || self.pending_isr.is_some() {
+        if self.role != Role::Leader {
             return None;
+        }
+        if let Some(pending) = &self.pending_isr {
+            // Unanswered: it may have committed, so the same change is asked again, never
+            // another (the metadata log settles it either way).
+            return std::mem::take(&mut self.resend_pending).then(|| pending.clone());
         }
         let isr = &self.leadership.isr;
         let in_sync = |id: BrokerId| -> bool {
@@ -222,10 +241,18 @@ impl PartitionState {
         Some(proposed)
     }
 
-    /// The controller answered (or never will) the pending ISR change: the next check may
+    /// The controller refused the pending ISR change (it was not committed): the next check may
     /// propose again.
     pub fn isr_change_done(&mut self) {
         self.pending_isr = None;
+        self.resend_pending = false;
+    }
+
+    /// The pending ISR change got no answer (the controller unreachable, the commit timed out):
+    /// it may have committed, so it stays pending — the high watermark keeps counting both
+    /// ISRs — and is asked again.
+    pub fn isr_change_unknown(&mut self) {
+        self.resend_pending = self.pending_isr.is_some();
     }
 
     pub fn pending_isr(&self) -> Option<&[BrokerId]> {
@@ -265,6 +292,10 @@ impl PartitionState {
         self.high_watermark
     }
 
+    pub fn durable_end(&self) -> i64 {
+        self.durable_end
+    }
+
     /// A new leader and ISR from the metadata log. Epochs never go back: an older one is
     /// refused. Returns the new high watermark if it moved.
     pub fn apply(
@@ -287,6 +318,7 @@ impl PartitionState {
         if leadership.partition_epoch != current.partition_epoch {
             // Whatever was pending was decided (this is its outcome) or overtaken.
             self.pending_isr = None;
+            self.resend_pending = false;
         }
         let was = self.role;
         self.role = role_of(self.local, &leadership);
@@ -305,6 +337,7 @@ impl PartitionState {
                         last_caught_up_ms: 0,
                         last_fetch_leader_log_end: -1,
                         last_fetch_ms: now_ms,
+                        broker_epoch: -1,
                     });
                 }
             }
@@ -538,12 +571,12 @@ mod tests {
     fn a_leaders_high_watermark_is_the_least_position_in_its_isr() {
         let mut leader = PartitionState::new(1, led(1, 0, &[1, 2, 3]), 0, 0, 0, 0);
         assert_eq!(leader.on_append(10, true), None, "followers unknown");
-        assert_eq!(leader.on_follower_fetch(2, 6, 1), Ok(None));
-        assert_eq!(leader.on_follower_fetch(3, 4, 1), Ok(Some(4)));
-        assert_eq!(leader.on_follower_fetch(3, 10, 2), Ok(Some(6)));
-        assert_eq!(leader.on_follower_fetch(2, 10, 2), Ok(Some(10)));
+        assert_eq!(leader.on_follower_fetch(2, 6, -1, 1), Ok(None));
+        assert_eq!(leader.on_follower_fetch(3, 4, -1, 1), Ok(Some(4)));
+        assert_eq!(leader.on_follower_fetch(3, 10, -1, 2), Ok(Some(6)));
+        assert_eq!(leader.on_follower_fetch(2, 10, -1, 2), Ok(Some(10)));
         assert_eq!(
-            leader.on_follower_fetch(4, 10, 2),
+            leader.on_follower_fetch(4, 10, -1, 2),
             Err(NotAReplica(4)),
             "not a replica"
         );
@@ -553,9 +586,9 @@ mod tests {
             Ok(None)
         );
         assert_eq!(leader.on_append(12, true), None);
-        assert_eq!(leader.on_follower_fetch(2, 12, 4), Ok(Some(12)));
+        assert_eq!(leader.on_follower_fetch(2, 12, -1, 4), Ok(Some(12)));
         // A follower ahead (a divergent tail) counts only up to this log's end.
-        assert_eq!(leader.on_follower_fetch(3, 99, 5), Ok(None));
+        assert_eq!(leader.on_follower_fetch(3, 99, -1, 5), Ok(None));
         assert_eq!(leader.followers()[&3].log_end_offset, 12);
     }
 
@@ -563,7 +596,7 @@ mod tests {
     fn in_fsync_mode_the_leader_waits_for_its_own_disk_too() {
         let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 0, 0, 0, 0);
         assert_eq!(leader.on_append(10, false), None);
-        assert_eq!(leader.on_follower_fetch(2, 10, 1), Ok(None));
+        assert_eq!(leader.on_follower_fetch(2, 10, -1, 1), Ok(None));
         assert_eq!(leader.on_durable(10), Some(10));
     }
 
@@ -571,25 +604,25 @@ mod tests {
     fn the_lag_clock_follows_kafkas_caught_up_rule() {
         let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 0, 0, 0, 0);
         leader.on_append(10, true);
-        leader.on_follower_fetch(2, 5, 100).unwrap();
+        leader.on_follower_fetch(2, 5, -1, 100).unwrap();
         assert_eq!(leader.followers()[&2].last_caught_up_ms, 0, "behind");
         leader.on_append(20, true);
         // Reached the log end of its previous fetch: caught up as of then.
-        leader.on_follower_fetch(2, 10, 200).unwrap();
+        leader.on_follower_fetch(2, 10, -1, 200).unwrap();
         assert_eq!(leader.followers()[&2].last_caught_up_ms, 100);
-        leader.on_follower_fetch(2, 20, 300).unwrap();
+        leader.on_follower_fetch(2, 20, -1, 300).unwrap();
         assert_eq!(leader.followers()[&2].last_caught_up_ms, 300);
     }
 
     #[test]
     fn a_new_leadership_forgets_follower_positions() {
         let mut p = PartitionState::new(1, led(1, 0, &[1, 2]), 10, 10, 0, 0);
-        p.on_follower_fetch(2, 10, 1).unwrap();
+        p.on_follower_fetch(2, 10, -1, 1).unwrap();
         assert_eq!(p.high_watermark(), 10);
         p.on_append(15, true);
         assert_eq!(p.apply(led(1, 1, &[1, 2]), 2), Ok(None));
         assert_eq!(p.followers()[&2].log_end_offset, -1);
-        assert_eq!(p.on_follower_fetch(2, 15, 3), Ok(Some(15)));
+        assert_eq!(p.on_follower_fetch(2, 15, -1, 3), Ok(Some(15)));
     }
 
     #[test]
@@ -624,7 +657,7 @@ mod tests {
         // Broker 2 was caught up at the election (1000): in sync until 1000 + lag.
         assert_eq!(p.propose_isr_change(1500, 1000, 0, all), None);
         // Broker 3 reaches the high watermark (0) and the epoch start: it joins.
-        p.on_follower_fetch(3, 10, 1600).unwrap();
+        p.on_follower_fetch(3, 10, -1, 1600).unwrap();
         assert_eq!(
             p.propose_isr_change(1600, 1000, 0, all),
             Some(vec![1, 2, 3])
@@ -636,7 +669,7 @@ mod tests {
             "one at a time"
         );
         // Pending, the high watermark counts broker 3 too (the maximal ISR).
-        p.on_follower_fetch(2, 10, 1700).unwrap();
+        p.on_follower_fetch(2, 10, -1, 1700).unwrap();
         assert_eq!(p.high_watermark(), 10);
         // Committed: the controller's answer is applied.
         assert_eq!(
@@ -646,15 +679,45 @@ mod tests {
         assert_eq!(p.pending_isr(), None);
         // Broker 2 falls behind for longer than the lag: it leaves.
         p.on_append(20, true);
-        p.on_follower_fetch(3, 20, 2900).unwrap();
+        p.on_follower_fetch(3, 20, -1, 2900).unwrap();
         assert_eq!(p.propose_isr_change(2900, 1000, 0, all), Some(vec![1, 3]));
         p.isr_change_done();
         // A fenced broker, or one that has not reached this leader's epoch, does not join.
         let mut p = PartitionState::new(1, led_isr(1, 2, 5, &[1, 2], &[1]), 10, 10, 10, 0);
-        p.on_follower_fetch(2, 10, 1).unwrap();
+        p.on_follower_fetch(2, 10, -1, 1).unwrap();
         assert_eq!(p.propose_isr_change(1, 1000, 0, |_| false), None);
         assert_eq!(p.propose_isr_change(1, 1000, 11, all), None);
         assert_eq!(p.propose_isr_change(1, 1000, 10, all), Some(vec![1, 2]));
+    }
+
+    #[test]
+    fn an_unanswered_isr_change_stays_pending_and_is_asked_again_unchanged() {
+        let all = |_| true;
+        let mut p = PartitionState::new(1, led_isr(1, 0, 0, &[1, 2], &[1]), 10, 10, 10, 0);
+        p.on_follower_fetch(2, 10, 7, 1).unwrap();
+        assert_eq!(p.propose_isr_change(1, 1000, 0, all), Some(vec![1, 2]));
+        // No answer: it may have committed. The maximal ISR holds, and the same change goes
+        // again once, whatever the followers do meanwhile.
+        p.isr_change_unknown();
+        p.on_append(20, true);
+        assert_eq!(p.high_watermark(), 10, "broker 2 still counts");
+        assert_eq!(p.propose_isr_change(2, 1000, 0, all), Some(vec![1, 2]));
+        assert_eq!(p.propose_isr_change(3, 1000, 0, all), None);
+        // The metadata log brings the outcome.
+        assert_eq!(p.apply(led_isr(1, 0, 1, &[1, 2], &[1, 2]), 4), Ok(None));
+        assert_eq!(p.pending_isr(), None);
+    }
+
+    #[test]
+    fn a_follower_under_a_new_broker_epoch_starts_its_lag_afresh() {
+        let mut p = PartitionState::new(1, led_isr(1, 0, 0, &[1, 2], &[1, 2]), 10, 10, 10, 0);
+        p.on_follower_fetch(2, 10, 7, 100).unwrap();
+        assert_eq!(p.followers()[&2].broker_epoch, 7);
+        p.on_append(20, true);
+        // Restarted (epoch 9), behind: not caught up as of its predecessor's last fetch.
+        p.on_follower_fetch(2, 12, 9, 200).unwrap();
+        assert_eq!(p.followers()[&2].broker_epoch, 9);
+        assert_eq!(p.followers()[&2].last_caught_up_ms, 100);
     }
 
     #[test]

@@ -110,8 +110,10 @@ impl Broker {
                                         self.flush_if_due(&partition, now);
                                     }
                                     if acks == -1 {
-                                        replicated =
-                                            Some((partition.delay_produce(end), partition.clone()));
+                                        replicated = Some((
+                                            partition.delay_produce(end, appended.leader_epoch),
+                                            partition.clone(),
+                                        ));
                                     }
                                 }),
                         },

@@ -93,9 +93,11 @@ impl Partition {
         log: &mut Log,
         replica: fjord_common::BrokerId,
         fetch_offset: i64,
+        broker_epoch: i64,
         now_ms: i64,
     ) -> Result<(), crate::partition::NotAReplica> {
-        let moved = lock(&self.state).on_follower_fetch(replica, fetch_offset, now_ms)?;
+        let moved =
+            lock(&self.state).on_follower_fetch(replica, fetch_offset, broker_epoch, now_ms)?;
         if let Some(hw) = moved {
             self.high_watermark_moved(log, hw);
         }
@@ -123,13 +125,27 @@ impl Partition {
         })
     }
 
-    /// The controller's answer to a proposed ISR change: the partition's state as it committed
-    /// it, or None when refused or unanswered. The high watermark moves as the new ISR says.
-    pub fn isr_change_answered(&self, committed: Option<LeaderAndIsr>, now_ms: i64) {
+    /// The controller's answer to a proposed ISR change. The high watermark moves as the new
+    /// ISR says.
+    pub fn isr_change_answered(&self, answer: IsrAnswer, now_ms: i64) {
         let mut log = lock(&self.log);
         let mut state = lock(&self.state);
-        state.isr_change_done();
-        let moved = committed.and_then(|leadership| state.apply(leadership, now_ms).ok().flatten());
+        let moved = match answer {
+            IsrAnswer::Committed(leadership) => {
+                state.isr_change_done();
+                state.apply(leadership, now_ms).ok().flatten()
+            }
+            IsrAnswer::Refused => {
+                state.isr_change_done();
+                None
+            }
+            IsrAnswer::Unknown => {
+                state.isr_change_unknown();
+                None
+            }
+            // Pending until the metadata log brings the partition's newer state.
+            IsrAnswer::AwaitMetadata => None,
+        };
         drop(state);
         if let Some(hw) = moved {
             self.high_watermark_moved(&mut log, hw);
@@ -155,29 +171,59 @@ impl Partition {
         Ok(appended)
     }
 
-    /// Follower: the leader's high watermark, from a fetch response (applied as far as this
-    /// log is durable).
-    pub fn leader_high_watermark(&self, log: &mut Log, hw: i64) {
-        let moved = lock(&self.state).on_leader_high_watermark(hw);
+    /// Whether this broker follows the partition under `leader_epoch`: a fetch answer made under
+    /// another epoch (a stale fetcher's) must not touch the log.
+    pub fn follows_at(&self, leader_epoch: LeaderEpoch) -> bool {
+        let state = lock(&self.state);
+        matches!(state.role(), Role::Follower { .. }) && state.leader_epoch() == leader_epoch
+    }
+
+    /// Follower: the leader's high watermark from a fetch made under `leader_epoch` (applied as
+    /// far as this log is durable).
+    pub fn leader_high_watermark(&self, log: &mut Log, hw: i64, leader_epoch: LeaderEpoch) {
+        let moved = {
+            let mut state = lock(&self.state);
+            if state.leader_epoch() != leader_epoch {
+                return;
+            }
+            state.on_leader_high_watermark(hw)
+        };
         if let Some(hw) = moved {
             self.high_watermark_moved(log, hw);
         }
     }
 
-    /// Truncates the log to `offset` (a follower's divergent tail, or a restart at the leader's
-    /// log start when `offset` is below this log's start).
-    pub fn truncate(&self, log: &mut Log, offset: i64, now_ms: i64) -> Result<(), AppendError> {
+    /// Follower: the local log is durable below this (fjord's fsync mode; the log end in
+    /// page-cache mode) — what a follower may announce as its position.
+    pub fn durable_end(&self) -> i64 {
+        lock(&self.state).durable_end()
+    }
+
+    /// Truncates the log to `offset` as the follower of `leader_epoch` (a divergent tail; an
+    /// offset past the log end, or below its start, restarts the log empty there: the leader's
+    /// log starts there). The state hears the log's end whatever happens; a failed disk is
+    /// reported by the caller.
+    pub fn truncate(
+        &self,
+        log: &mut Log,
+        offset: i64,
+        leader_epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<(), AppendError> {
         let mut state = lock(&self.state);
-        if !matches!(state.role(), Role::Follower { .. }) {
+        if !matches!(state.role(), Role::Follower { .. }) || state.leader_epoch() != leader_epoch {
             return Err(AppendError::NotLeader);
         }
-        if offset < log.log_start_offset() || log.log_end_offset() == log.log_start_offset() {
-            log.truncate_fully_and_start_at(offset, now_ms)?;
+        let outcome = if offset < log.log_start_offset()
+            || offset > log.log_end_offset()
+            || log.log_end_offset() == log.log_start_offset()
+        {
+            log.truncate_fully_and_start_at(offset, now_ms)
         } else {
-            log.truncate_to(offset)?;
-        }
+            log.truncate_to(offset)
+        };
         state.on_truncate(log.log_end_offset());
-        Ok(())
+        outcome.map_err(AppendError::from)
     }
 
     /// Wakes `waiter` the next time the high watermark moves. A waiter registered before it
@@ -193,12 +239,18 @@ impl Partition {
     /// Resolves once the high watermark reaches `offset`: every in-sync replica has the records
     /// below it (acks=all). Dropping the receiver (the request gave up) leaves a dead entry that
     /// the next waiter clears.
-    pub fn delay_produce(&self, offset: i64) -> oneshot::Receiver<()> {
+    /// `leader_epoch` is the epoch the records were appended under: if this broker no longer
+    /// leads at it, the records may be truncated and the wait is refused at once (the receiver
+    /// sees its sender dropped).
+    pub fn delay_produce(&self, offset: i64, leader_epoch: LeaderEpoch) -> oneshot::Receiver<()> {
         let (done, wait) = oneshot::channel();
         // Held while the high watermark is read: a move that lands after the read drains the
         // queue only after this entry is in it.
         let mut waiting = lock(&self.delayed_produces);
-        if lock(&self.state).high_watermark() >= offset {
+        let state = lock(&self.state);
+        if state.role() != Role::Leader || state.leader_epoch() != leader_epoch {
+            drop(done);
+        } else if state.high_watermark() >= offset {
             let _ = done.send(());
         } else {
             waiting.retain(|(_, w)| !w.is_closed());
@@ -233,7 +285,7 @@ impl Partition {
         log: &mut Log,
         batches: Vec<B>,
         now_ms: i64,
-    ) -> Result<AppendInfo, AppendError>
+    ) -> Result<(AppendInfo, LeaderEpoch), AppendError>
     where
         B: TryInto<AppendBatch>,
         fjord_storage::StorageError: From<B::Error>,
@@ -244,7 +296,8 @@ impl Partition {
         if state.role() != Role::Leader {
             return Err(AppendError::NotLeader);
         }
-        let info = log.append_as_leader(batches, state.leader_epoch(), now_ms)?;
+        let leader_epoch = state.leader_epoch();
+        let info = log.append_as_leader(batches, leader_epoch, now_ms)?;
         let moved = state.on_append(log.log_end_offset(), !self.durable());
         drop(state);
         if let Some(hw) = moved {
@@ -252,7 +305,7 @@ impl Partition {
         } else {
             wake(&self.delayed_replica_fetches);
         }
-        Ok(info)
+        Ok((info, leader_epoch))
     }
 
     /// This broker no longer leads: the acks=all produces still waiting are refused
@@ -286,6 +339,29 @@ impl crate::flusher::Durable for Partition {
     }
 }
 
+/// What became of a proposed ISR change.
+pub enum IsrAnswer {
+    /// Committed: the partition's state as the controller has it now.
+    Committed(LeaderAndIsr),
+    /// Refused, not committed: the next check may propose anew.
+    Refused,
+    /// No answer: it may have committed; asked again as it is.
+    Unknown,
+    /// Refused because the controller's partition is newer than this leader's view: pending
+    /// until the metadata log brings that.
+    AwaitMetadata,
+}
+
+/// The broker epoch each follower fetched with, as this leader saw (-1: not known).
+impl Partition {
+    pub fn follower_broker_epoch(&self, id: fjord_common::BrokerId) -> i64 {
+        lock(&self.state)
+            .followers()
+            .get(&id)
+            .map_or(-1, |f| f.broker_epoch)
+    }
+}
+
 /// Why an append as the leader failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AppendError {
@@ -316,6 +392,8 @@ impl PartitionError {
 
 pub struct Appended {
     pub info: AppendInfo,
+    /// The leader epoch the records were appended under (acks=all waits only while it leads).
+    pub leader_epoch: LeaderEpoch,
     pub log_append_time_ms: i64,
 }
 
@@ -724,8 +802,8 @@ impl ReplicaManager {
             owned.push(batch);
         }
         let mut log = lock_log(&partition.log)?;
-        let info = match partition.append_as_leader(&mut log, owned, now_ms) {
-            Ok(info) => info,
+        let (info, leader_epoch) = match partition.append_as_leader(&mut log, owned, now_ms) {
+            Ok(appended) => appended,
             Err(AppendError::NotLeader) => {
                 return Err(PartitionError::new(
                     errors::NOT_LEADER_OR_FOLLOWER,
@@ -748,6 +826,7 @@ impl ReplicaManager {
         };
         Ok(Appended {
             info,
+            leader_epoch,
             log_append_time_ms,
         })
     }
@@ -950,8 +1029,8 @@ mod tests {
     fn an_acks_all_produce_waits_until_the_high_watermark_passes_it() {
         let dir = tempfile::tempdir().unwrap();
         let p = partition(dir.path(), "acks", false);
-        let mut two = p.delay_produce(2);
-        let abandoned = p.delay_produce(5);
+        let mut two = p.delay_produce(2, 0);
+        let abandoned = p.delay_produce(5, 0);
         append(&p);
         assert!(
             two.try_recv().is_err(),
@@ -966,13 +1045,13 @@ mod tests {
             .unwrap()
             .iter()
             .all(|(o, _)| *o == 5));
-        let mut covered = p.delay_produce(1);
+        let mut covered = p.delay_produce(1, 0);
         assert!(
             covered.try_recv().is_ok(),
             "already below the high watermark"
         );
         // The next waiter clears the abandoned entry.
-        let _three = p.delay_produce(3);
+        let _three = p.delay_produce(3, 0);
         assert_eq!(p.delayed_produces.lock().unwrap().len(), 1);
     }
 

@@ -215,6 +215,19 @@ async fn round(
     } else {
         request.replica_id = local;
     }
+    // A follower announces only what is durable here: what an earlier round appended and did
+    // not get to sync (a fetcher stopped during its flush) is synced first.
+    let unsynced: Vec<FlushTarget> = partitions
+        .iter()
+        .filter(|p| p.durable())
+        .filter_map(|p| {
+            let end = lock(&p.log).log_end_offset();
+            (p.durable_end() < end).then(|| (p.clone() as Arc<dyn Durable>, end))
+        })
+        .collect();
+    if !unsynced.is_empty() {
+        context.flusher.flush_all(unsynced).await;
+    }
     let mut fetched: HashMap<(Uuid, String, i32), Fetched> = HashMap::new();
     for partition in partitions {
         let leader_epoch = partition.leader_epoch();
@@ -222,7 +235,9 @@ async fn round(
             let log = lock(&partition.log);
             // A failed disk (a write or fsync that failed): its log end is not durable, so it
             // is not announced, and nothing more is copied there.
-            if log.is_offline() {
+            if log.is_offline()
+                || (partition.durable() && partition.durable_end() < log.log_end_offset())
+            {
                 continue;
             }
             (
@@ -284,28 +299,43 @@ async fn round(
     let now = now_ms();
     let mut served = false;
     let mut to_flush: Vec<FlushTarget> = Vec::new();
-    let mut high_watermarks: Vec<(Arc<Partition>, i64, i64)> = Vec::new();
+    let mut high_watermarks: Vec<(Arc<Partition>, i64, i64, i32)> = Vec::new();
     for topic in response.responses {
         for data in topic.partitions {
             let key = (topic.topic_id, topic.topic.clone(), data.partition_index);
             let Some(f) = fetched.remove(&key) else {
                 continue;
             };
-            match handle_partition(&context.replicas, &f, &data, now) {
+            match handle_partition(&f, &data, now) {
                 Ok(Outcome::Appended(end)) => {
                     served = true;
                     if f.partition.durable() {
                         to_flush.push((f.partition.clone() as Arc<dyn Durable>, end));
                     }
-                    high_watermarks.push((f.partition, data.high_watermark, data.log_start_offset));
+                    high_watermarks.push((
+                        f.partition,
+                        data.high_watermark,
+                        data.log_start_offset,
+                        f.leader_epoch,
+                    ));
                 }
                 Ok(Outcome::Served) => {
                     served = true;
-                    high_watermarks.push((f.partition, data.high_watermark, data.log_start_offset));
+                    high_watermarks.push((
+                        f.partition,
+                        data.high_watermark,
+                        data.log_start_offset,
+                        f.leader_epoch,
+                    ));
                 }
                 Ok(Outcome::Refused) => {}
-                Err(error) => {
-                    tracing::warn!(tp = %f.partition.tp, leader, %error, "cannot replicate");
+                Err(failure) => {
+                    tracing::warn!(tp = %f.partition.tp, leader, error = %failure.message, "cannot replicate");
+                    // Outside the log's lock: taking a dir offline locks each of its logs. The
+                    // log then refuses everything, so it is not fetched for again.
+                    if let Some(dir) = failure.failed_dir {
+                        context.replicas.storage_failure(&dir, &failure.message);
+                    }
                 }
             }
         }
@@ -317,9 +347,12 @@ async fn round(
             tracing::error!(leader, %error, "follower fsync failed");
         }
     }
-    for (partition, high_watermark, log_start_offset) in high_watermarks {
+    for (partition, high_watermark, log_start_offset, leader_epoch) in high_watermarks {
         let mut log = lock(&partition.log);
-        partition.leader_high_watermark(&mut log, high_watermark);
+        if !partition.follows_at(leader_epoch) {
+            continue;
+        }
+        partition.leader_high_watermark(&mut log, high_watermark, leader_epoch);
         let start = log_start_offset.min(log.high_watermark());
         if start > log.log_start_offset() {
             if let Err(error) = log.increment_log_start_offset(start, now) {
@@ -340,14 +373,19 @@ enum Outcome {
     Refused,
 }
 
-fn handle_partition(
-    replicas: &ReplicaManager,
-    fetched: &Fetched,
-    data: &PartitionData,
-    now: i64,
-) -> Result<Outcome, String> {
+fn handle_partition(fetched: &Fetched, data: &PartitionData, now: i64) -> Result<Outcome, Failure> {
     let partition = &fetched.partition;
     let mut log = lock(&partition.log);
+    // An answer to a fetch made under another leadership (a fetcher that was replaced while
+    // its request was out) is dropped: acting on it could cut what the new leader counts on.
+    if !partition.follows_at(fetched.leader_epoch) {
+        return Ok(Outcome::Refused);
+    }
+    let truncate = |log: &mut fjord_storage::log::Log, to: i64| {
+        partition
+            .truncate(log, to, fetched.leader_epoch, now)
+            .map_err(|e| storage_error(log, e))
+    };
     match data.error_code {
         errors::NONE => {}
         errors::OFFSET_OUT_OF_RANGE => {
@@ -357,16 +395,18 @@ fn handle_partition(
             let target = if log.log_end_offset() < data.log_start_offset {
                 data.log_start_offset
             } else {
-                data.high_watermark.min(log.log_end_offset())
+                // Past its end: back to what is committed, which is below the end of every
+                // leader — never below this log's own high watermark.
+                data.high_watermark
+                    .max(log.high_watermark())
+                    .min(log.log_end_offset())
             };
             if target < 0 {
                 return Err("offset out of range and the leader gave no bounds".into());
             }
             tracing::info!(tp = %partition.tp, from = log.log_end_offset(), to = target,
                 "follower out of range at the leader: truncating");
-            partition
-                .truncate(&mut log, target, now)
-                .map_err(|e| e.to_string())?;
+            truncate(&mut log, target)?;
             return Ok(Outcome::Served);
         }
         code => {
@@ -384,9 +424,7 @@ fn handle_partition(
         );
         tracing::info!(tp = %partition.tp, from = log.log_end_offset(), to,
             epoch = data.diverging_epoch.epoch, "follower log diverged from the leader's: truncating");
-        partition
-            .truncate(&mut log, to, now)
-            .map_err(|e| e.to_string())?;
+        truncate(&mut log, to)?;
         return Ok(Outcome::Served);
     }
     let records = data.records.clone().unwrap_or_default();
@@ -396,14 +434,35 @@ fn handle_partition(
     match partition.append_as_follower(&mut log, &records, fetched.leader_epoch, now) {
         Ok(_) => Ok(Outcome::Appended(log.log_end_offset())),
         Err(crate::replica::AppendError::NotLeader) => Ok(Outcome::Refused),
-        Err(crate::replica::AppendError::Storage(e)) => {
-            let dir = log.dir().to_path_buf();
-            drop(log);
-            if e.is_disk_failure() {
-                replicas.storage_failure(&dir, &e.to_string());
-            }
-            Err(e.to_string())
+        Err(e) => Err(storage_error(&log, e)),
+    }
+}
+
+/// A failed append or truncation, and the log dir to take offline if the disk failed.
+struct Failure {
+    message: String,
+    failed_dir: Option<std::path::PathBuf>,
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Self {
+        Failure {
+            message: message.to_string(),
+            failed_dir: None,
         }
+    }
+}
+
+fn storage_error(log: &fjord_storage::log::Log, error: crate::replica::AppendError) -> Failure {
+    let failed_dir = match &error {
+        crate::replica::AppendError::Storage(e) if e.is_disk_failure() => {
+            Some(log.dir().to_path_buf())
+        }
+        _ => None,
+    };
+    Failure {
+        message: error.to_string(),
+        failed_dir,
     }
 }
 

@@ -783,6 +783,12 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
         Some("30000"),
         Check::AtLeast(0)
     ),
+    broker_config!(
+        "unclean.leader.election.interval.ms",
+        Long,
+        Some("300000"),
+        Check::AtLeast(1)
+    ),
     broker_config!("min.insync.replicas", Int, Some("1"), Check::AtLeast(1)),
     broker_config!(
         "unclean.leader.election.enable",
@@ -979,7 +985,6 @@ const NOT_ACTED_UPON: &[&str] = &[
     "compression.gzip.level",
     "compression.lz4.level",
     "compression.zstd.level",
-    "unclean.leader.election.enable",
     "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
     "num.network.threads",
@@ -1482,14 +1487,12 @@ pub fn not_acted_upon(key: &str) -> bool {
 }
 
 /// Topic configs fjord accepts (so that Kafka's tools and clients set them freely) but does not
-/// act upon yet; a topic that sets one gets a warning naming it. (unclean.leader.election.enable
-/// comes with unclean elections.)
+/// act upon yet; a topic that sets one gets a warning naming it.
 const TOPIC_NOT_ACTED_UPON: &[&str] = &[
     "compression.gzip.level",
     "compression.zstd.level",
     "preallocate",
     "segment.jitter.ms",
-    "unclean.leader.election.enable",
 ];
 
 impl TopicConfig {

@@ -271,7 +271,19 @@ impl Controller {
     ) -> Option<(i32, Vec<MetadataRecord>)> {
         let broker_id = self.sessions.stale_broker(image, now_ms)?;
         self.sessions.fenced(broker_id);
-        Some((broker_id, membership::fence(image, broker_id)))
+        let unclean = self.unclean_allowed(image);
+        Some((broker_id, membership::fence(image, broker_id, &unclean)))
+    }
+
+    /// Unclean elections due on `image`: leaderless partitions of topics that allow them (Kafka
+    /// checks every `unclean.leader.election.interval.ms`, so a topic allowed later gets its
+    /// leader then).
+    pub fn elect_unclean_leaders(&self, image: &MetadataImage) -> Vec<MetadataRecord> {
+        membership::elect_unclean_leaders(image, &self.unclean_allowed(image))
+    }
+
+    fn unclean_allowed<'a>(&'a self, image: &'a MetadataImage) -> impl Fn(&str) -> bool + 'a {
+        unclean_policy(&self.config, image)
     }
 
     /// Milliseconds until a session on `image` could next expire.
@@ -301,7 +313,8 @@ impl Controller {
             ControllerApi::AllocateProducerIds(r) => allocate_producer_ids(image, r),
             ControllerApi::BrokerRegistration(r) => self.register_broker(image, r, now_ms),
             ControllerApi::BrokerHeartbeat(r) => {
-                membership::heartbeat(image, &mut self.sessions, r, now_ms)
+                let unclean = unclean_policy(&self.config, image);
+                membership::heartbeat(image, &mut self.sessions, r, now_ms, &unclean)
             }
             ControllerApi::AlterPartition(r) => {
                 crate::isr::alter_partition(image, r, request.version)
@@ -719,7 +732,7 @@ impl Controller {
             .registered(request.broker_id, broker_epoch, now_ms);
         // An earlier incarnation that was never fenced (killed, back before its session
         // expired) leads nothing once the new one registers fenced.
-        let records = membership::register(image, record);
+        let records = membership::register(image, record, &self.unclean_allowed(image));
         if records.is_empty() {
             // The record would not apply: nothing to commit, so nothing to claim.
             return Decision::answer(answer(errors::INVALID_REQUEST, -1));
@@ -858,6 +871,23 @@ pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -
             error_message: message,
             ..Default::default()
         }),
+    }
+}
+
+/// `unclean.leader.election.enable` for a topic, as its config resolves on the controller: the
+/// topic's override, else the cluster's dynamic default, else this node's properties.
+fn unclean_policy<'a>(
+    config: &'a BrokerConfig,
+    image: &'a MetadataImage,
+) -> impl Fn(&str) -> bool + 'a {
+    let dynamic = fjord_config::DynamicBrokerConfig::from_image(image, config.node_id);
+    move |topic: &str| {
+        let empty = std::collections::BTreeMap::new();
+        let overrides = image.topic_config(topic).unwrap_or(&empty);
+        fjord_config::TopicConfig::resolve(config, &dynamic, overrides)
+            .get("unclean.leader.election.enable")
+            .trim()
+            .eq_ignore_ascii_case("true")
     }
 }
 

@@ -2,8 +2,8 @@
 //! view is the truth. The request names the leader epoch and partition epoch the leader last
 //! saw; a request made on anything older is refused (FENCED_LEADER_EPOCH,
 //! INVALID_UPDATE_VERSION), so a deposed leader, or a change raced by another, cannot take
-//! effect. The new ISR must hold the leader, only replicas, and only brokers that are
-//! registered, unfenced and not shutting down, at the broker epoch the leader saw them fetch
+//! effect. The new ISR must hold the leader and only replicas, each a broker that is
+//! registered, unfenced and not shutting down, at the broker epoch the leader saw it fetch
 //! with (KIP-903; INELIGIBLE_REPLICA otherwise). An accepted change is one
 //! `PartitionChangeRecord` (the partition epoch moves by one) and is answered with the
 //! partition's new state.
@@ -28,7 +28,7 @@ pub fn alter_partition(
 ) -> Decision {
     let registered = image
         .broker(request.broker_id)
-        .is_some_and(|b| b.broker_epoch == request.broker_epoch || request.broker_epoch == -1);
+        .is_some_and(|b| b.broker_epoch == request.broker_epoch);
     if !registered {
         return Decision {
             records: Vec::new(),
@@ -134,9 +134,6 @@ fn check(
     p: &RequestPartition,
     new_isr: &[(i32, i64)],
 ) -> Result<(), i16> {
-    if current.leader != requester {
-        return Err(errors::INVALID_REQUEST);
-    }
     // The controller behind the leader's view (it has not applied what the leader saw).
     if p.leader_epoch > current.leader_epoch || p.partition_epoch > current.partition_epoch {
         return Err(errors::NOT_CONTROLLER);
@@ -146,6 +143,9 @@ fn check(
     }
     if p.partition_epoch < current.partition_epoch {
         return Err(errors::INVALID_UPDATE_VERSION);
+    }
+    if current.leader != requester {
+        return Err(errors::INVALID_REQUEST);
     }
     if p.leader_recovery_state != 0 {
         return Err(errors::INVALID_REQUEST);
@@ -161,10 +161,8 @@ fn check(
         return Err(errors::INVALID_REQUEST);
     }
     for &(id, epoch) in new_isr {
-        if current.isr.contains(&id) {
-            continue;
-        }
-        // Joining: must be a live broker, at the epoch the leader saw it fetch with.
+        // Every member: a live broker, at the broker epoch the leader saw it fetch with (a
+        // broker that restarted since, perhaps on an empty disk, is not taken in).
         let eligible = image.broker(id).is_some_and(|b| {
             !b.fenced && !b.in_controlled_shutdown && (epoch == -1 || epoch == b.broker_epoch)
         });

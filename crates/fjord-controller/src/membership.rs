@@ -147,6 +147,7 @@ pub fn heartbeat(
     sessions: &mut BrokerSessions,
     request: &BrokerHeartbeatRequest,
     now_ms: i64,
+    unclean: Unclean,
 ) -> Decision {
     let refuse = |error_code| Decision {
         records: Vec::new(),
@@ -197,13 +198,19 @@ pub fn heartbeat(
     };
     let records = match (current, next) {
         (a, b) if a == b => Vec::new(),
-        (_, BrokerState::Fenced | BrokerState::ShutdownNow) => fence(image, request.broker_id),
+        (_, BrokerState::Fenced | BrokerState::ShutdownNow) => {
+            fence(image, request.broker_id, unclean)
+        }
         (_, BrokerState::Unfenced) => {
-            with_elections(image, change(Some(false), None), NO_LEADER, true)
+            with_elections(image, change(Some(false), None), NO_LEADER, true, unclean)
         }
-        (_, BrokerState::ControlledShutdown) => {
-            with_elections(image, change(None, Some(true)), request.broker_id, false)
-        }
+        (_, BrokerState::ControlledShutdown) => with_elections(
+            image,
+            change(None, Some(true)),
+            request.broker_id,
+            false,
+            unclean,
+        ),
     };
     sessions.touch(request.broker_id, request.broker_epoch, now_ms);
     Decision {
@@ -221,7 +228,7 @@ pub fn heartbeat(
 /// The records that fence `broker_id`: it leaves every ISR it is in (unless it is the last
 /// member, which stays so that the partition comes back with it) and every partition it led gets
 /// a new leader, or none.
-pub fn fence(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
+pub fn fence(image: &MetadataImage, broker_id: i32, unclean: Unclean) -> Vec<MetadataRecord> {
     let Some(registration) = image.broker(broker_id) else {
         return Vec::new();
     };
@@ -231,7 +238,7 @@ pub fn fence(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
         fenced: Some(true),
         in_controlled_shutdown: Some(false),
     });
-    with_elections(image, fenced, broker_id, false)
+    with_elections(image, fenced, broker_id, false, unclean)
 }
 
 /// The records of a registration: the broker registers fenced, and if an earlier incarnation
@@ -239,6 +246,7 @@ pub fn fence(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
 pub fn register(
     image: &MetadataImage,
     record: fjord_metadata::RegisterBrokerRecord,
+    unclean: Unclean,
 ) -> Vec<MetadataRecord> {
     let broker_id = record.broker_id;
     with_elections(
@@ -246,17 +254,55 @@ pub fn register(
         MetadataRecord::RegisterBroker(record),
         broker_id,
         false,
+        unclean,
     )
+}
+
+/// Whether a topic (by name) allows unclean leader election (`unclean.leader.election.enable`,
+/// resolved as the topic's config is).
+pub type Unclean<'a> = &'a dyn Fn(&str) -> bool;
+
+/// Unclean elections for every leaderless partition whose topic allows them: the first active
+/// replica, in replica order, leads alone (ISR: itself). What only the old ISR had is lost, as
+/// Kafka documents.
+pub fn elect_unclean_leaders(image: &MetadataImage, unclean: Unclean) -> Vec<MetadataRecord> {
+    let active = |id: i32| image.broker(id).is_some_and(|b| b.is_active());
+    let mut records = Vec::new();
+    for topic in image.topics() {
+        let leaderless = topic.partitions.iter().any(|p| p.leader == NO_LEADER);
+        if !leaderless || !unclean(&topic.name) {
+            continue;
+        }
+        for (partition_id, partition) in (0i32..).zip(&topic.partitions) {
+            if partition.leader != NO_LEADER {
+                continue;
+            }
+            if let Some(leader) = partition.replicas.iter().copied().find(|&id| active(id)) {
+                tracing::warn!(topic = %topic.name, partition = partition_id, leader,
+                    "unclean leader election: records only the old ISR had are lost");
+                records.push(MetadataRecord::PartitionChange(PartitionChangeRecord {
+                    partition_id,
+                    topic_id: topic.topic_id,
+                    isr: Some(vec![leader]),
+                    leader: Some(leader),
+                    replicas: None,
+                }));
+            }
+        }
+    }
+    records
 }
 
 /// `change` to a broker's registration, then the partition changes it causes on the image it
 /// leaves: `leaving` (or [`NO_LEADER`] for none) drops out of ISRs and leadership; with
-/// `elect_leaderless`, partitions without a leader get one if an ISR member is now active.
+/// `elect_leaderless`, partitions without a leader get one if an ISR member is now active. With
+/// no active ISR member, a topic that allows it (`unclean`) gets an unclean election.
 fn with_elections(
     image: &MetadataImage,
     change: MetadataRecord,
     leaving: i32,
     elect_leaderless: bool,
+    unclean: Unclean,
 ) -> Vec<MetadataRecord> {
     let mut delta = fjord_metadata::MetadataDelta::new(image);
     if delta.apply(&change).is_err() {
@@ -267,7 +313,7 @@ fn with_elections(
     let mut records = vec![change];
     for topic in after.topics() {
         for (partition_id, partition) in (0i32..).zip(&topic.partitions) {
-            let isr: Vec<i32> = if partition.isr.contains(&leaving) && partition.isr.len() > 1 {
+            let mut isr: Vec<i32> = if partition.isr.contains(&leaving) && partition.isr.len() > 1 {
                 partition
                     .isr
                     .iter()
@@ -282,12 +328,23 @@ fn with_elections(
                 || (partition.leader != NO_LEADER && !active(partition.leader));
             let leader = if needs_leader {
                 // The first live in-sync replica, in replica order.
-                let elected = partition
+                let clean = partition
                     .replicas
                     .iter()
                     .copied()
-                    .find(|&id| isr.contains(&id) && active(id))
-                    .unwrap_or(NO_LEADER);
+                    .find(|&id| isr.contains(&id) && active(id));
+                let elected = match clean {
+                    Some(id) => id,
+                    None => match partition.replicas.iter().copied().find(|&id| active(id)) {
+                        Some(id) if unclean(&topic.name) => {
+                            tracing::warn!(topic = %topic.name, partition = partition_id, leader = id,
+                                "unclean leader election: records only the old ISR had are lost");
+                            isr = vec![id];
+                            id
+                        }
+                        _ => NO_LEADER,
+                    },
+                };
                 (elected != partition.leader).then_some(elected)
             } else {
                 None
@@ -375,7 +432,7 @@ mod tests {
     #[test]
     fn fencing_elects_the_first_live_isr_member_in_replica_order() {
         let before = image(&[&[1, 2, 3], &[2, 1, 3], &[1]]);
-        let after = apply(&before, &fence(&before, 1));
+        let after = apply(&before, &fence(&before, 1, &|_| false));
         assert!(after.broker(1).unwrap().fenced);
         assert_eq!(
             state(&after),
@@ -388,14 +445,42 @@ mod tests {
             ]
         );
         // Fencing 2 as well: partition 0 goes to 3, the first live ISR member.
-        let after = apply(&after, &fence(&after, 2));
+        let after = apply(&after, &fence(&after, 2, &|_| false));
         assert_eq!(state(&after)[0], (3, vec![3], 2));
+    }
+
+    #[test]
+    fn an_unclean_election_happens_only_where_the_topic_allows_it() {
+        // Partition 0: ISR [1] only (2 and 3 fell out). Broker 1 is fenced.
+        let mut before = image(&[&[1, 2, 3]]);
+        before = apply(
+            &before,
+            &[MetadataRecord::PartitionChange(PartitionChangeRecord {
+                partition_id: 0,
+                topic_id: T,
+                isr: Some(vec![1]),
+                leader: None,
+                replicas: None,
+            })],
+        );
+        let clean = apply(&before, &fence(&before, 1, &|_| false));
+        assert_eq!(state(&clean)[0].0, -1, "offline: no live ISR member");
+        assert!(elect_unclean_leaders(&clean, &|_| false).is_empty());
+        let unclean = apply(&before, &fence(&before, 1, &|t| t == "t"));
+        assert_eq!(state(&unclean)[0].0, 2);
+        assert_eq!(state(&unclean)[0].1, vec![2], "it leads alone");
+        // Allowed later (a config change): the periodic check elects the same way.
+        let later = apply(&clean, &elect_unclean_leaders(&clean, &|_| true));
+        assert_eq!(
+            (state(&later)[0].0, state(&later)[0].1.clone()),
+            (2, vec![2])
+        );
     }
 
     #[test]
     fn an_unfenced_broker_leads_the_leaderless_partitions_it_is_in_sync_for() {
         let before = image(&[&[1], &[2]]);
-        let fenced = apply(&before, &fence(&before, 1));
+        let fenced = apply(&before, &fence(&before, 1, &|_| false));
         let mut sessions = BrokerSessions::new(9000);
         sessions.activate(&fenced, 0);
         let request = BrokerHeartbeatRequest {
@@ -404,7 +489,7 @@ mod tests {
             current_metadata_offset: fenced.offset() as i64,
             ..Default::default()
         };
-        let decision = heartbeat(&fenced, &mut sessions, &request, 4000);
+        let decision = heartbeat(&fenced, &mut sessions, &request, 4000, &|_| false);
         let back = apply(&fenced, &decision.records);
         assert!(back.broker(1).unwrap().is_active());
         assert_eq!(state(&back), vec![(1, vec![1], 2), (2, vec![2], 0)]);
@@ -418,7 +503,7 @@ mod tests {
     #[test]
     fn a_broker_behind_its_registration_stays_fenced() {
         let mut before = image(&[&[1]]);
-        before = apply(&before, &fence(&before, 1));
+        before = apply(&before, &fence(&before, 1, &|_| false));
         let registered_at = before.broker(1).unwrap().registered_at as i64;
         let request = BrokerHeartbeatRequest {
             broker_id: 1,
@@ -426,7 +511,13 @@ mod tests {
             current_metadata_offset: registered_at - 1,
             ..Default::default()
         };
-        let decision = heartbeat(&before, &mut BrokerSessions::new(9000), &request, 0);
+        let decision = heartbeat(
+            &before,
+            &mut BrokerSessions::new(9000),
+            &request,
+            0,
+            &|_| false,
+        );
         assert!(decision.records.is_empty());
         let ResponseBody::BrokerHeartbeat(r) = decision.response else {
             panic!("not a BrokerHeartbeat answer")

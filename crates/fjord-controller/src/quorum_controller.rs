@@ -54,9 +54,11 @@ impl ControllerError {
 
 type Reply = oneshot::Sender<Result<ResponseBody, ControllerError>>;
 
-/// The handle requests are sent through; the controller stops when every handle is dropped.
+/// The handle requests are sent through; the controller stops when every handle is dropped, or
+/// at once on `stop`.
 pub struct QuorumController {
     events: mpsc::Sender<(ControllerRequest, Reply)>,
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl QuorumController {
@@ -68,30 +70,67 @@ impl QuorumController {
         commit_timeout: Duration,
     ) -> (QuorumController, JoinHandle<()>) {
         let (events, mut queue) = mpsc::channel::<(ControllerRequest, Reply)>(QUEUE_DEPTH);
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
+            let unclean_interval = Duration::from_millis(
+                controller
+                    .config
+                    .get("unclean.leader.election.interval.ms")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(300_000)
+                    .max(1),
+            );
             let mut shell = Shell {
                 controller,
                 quorum,
                 commit_timeout,
                 epoch: tokio::time::Instant::now(),
                 active_term: None,
+                unclean_interval,
+                next_unclean_check: tokio::time::Instant::now() + unclean_interval,
             };
             loop {
-                // Sessions expire on the clock, not on requests: wake up when the next could.
-                let wait = shell.next_expiry_in();
+                // Sessions expire on the clock, not on requests: wake up when the next could, or
+                // when unclean elections are next due.
+                let wait = shell.next_expiry_in().min(
+                    shell
+                        .next_unclean_check
+                        .saturating_duration_since(tokio::time::Instant::now()),
+                );
                 tokio::select! {
                     event = queue.recv() => {
                         let Some((request, reply)) = event else { break };
-                        let result = shell.process(&request).await;
+                        // A commit that cannot land (no quorum) is not waited out on shutdown:
+                        // its caller hears the controller stopped.
+                        let result = tokio::select! {
+                            result = shell.process(&request) => result,
+                            _ = until_stopped(&mut stopped) => Err(ControllerError::Stopped),
+                        };
                         let _ = reply.send(result);
-                        // A steady stream of requests must not hold fencing off.
-                        shell.fence_stale_brokers().await;
                     }
-                    _ = tokio::time::sleep(wait) => shell.fence_stale_brokers().await,
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = until_stopped(&mut stopped) => break,
+                }
+                if *stopped.borrow() {
+                    break;
+                }
+                // A steady stream of requests must hold off neither fencing nor elections.
+                tokio::select! {
+                    _ = async {
+                        shell.fence_stale_brokers().await;
+                        shell.elect_unclean_leaders_if_due().await;
+                    } => {}
+                    _ = until_stopped(&mut stopped) => break,
                 }
             }
         });
-        (QuorumController { events }, task)
+        (QuorumController { events, stop }, task)
+    }
+
+    /// Stops deciding: queued and later requests are answered as by a stopped controller, and
+    /// a commit under way is no longer waited for (the node is shutting down).
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
     }
 
     /// Decides `request` and commits what it decided; answers once committed.
@@ -116,6 +155,9 @@ struct Shell {
     commit_timeout: Duration,
     epoch: tokio::time::Instant,
     active_term: Option<u64>,
+    /// `unclean.leader.election.interval.ms`, and when the next check is due.
+    unclean_interval: Duration,
+    next_unclean_check: tokio::time::Instant,
 }
 
 impl Shell {
@@ -159,6 +201,26 @@ impl Shell {
                 tracing::warn!(broker_id, %error, "could not fence a broker; trying again");
                 return;
             }
+        }
+    }
+
+    /// Every `unclean.leader.election.interval.ms`: leaderless partitions whose topic allows it
+    /// get an unclean leader, in one commit.
+    async fn elect_unclean_leaders_if_due(&mut self) {
+        let now = tokio::time::Instant::now();
+        if now < self.next_unclean_check {
+            return;
+        }
+        self.next_unclean_check = now + self.unclean_interval;
+        if !self.activate_if_leader() {
+            return;
+        }
+        let records = self.controller.elect_unclean_leaders(&self.quorum.image());
+        if records.is_empty() {
+            return;
+        }
+        if let Err(error) = self.commit(records).await {
+            tracing::warn!(%error, "could not commit unclean leader elections; trying again later");
         }
     }
 
@@ -230,6 +292,11 @@ impl Shell {
             Err(_) => Err(ControllerError::Timeout(self.commit_timeout)),
         }
     }
+}
+
+/// Resolves once `stop` was called.
+async fn until_stopped(stopped: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|s| *s).await;
 }
 
 fn random_topic_id() -> TopicId {

@@ -605,7 +605,10 @@ fn a_truncated_batch_is_not_a_duplicate_when_its_producer_retries_it() {
     let retried = log
         .append_as_leader(vec![idempotent(batch(&[3], 5), 42, 2)], 1, 0)
         .unwrap();
-    assert!(!retried.duplicate, "the retry is appended, not answered from memory");
+    assert!(
+        !retried.duplicate,
+        "the retry is appended, not answered from memory"
+    );
     assert_eq!(retried.first_offset, 2);
     let again = log
         .append_as_leader(vec![idempotent(batch(&[3], 5), 42, 2)], 1, 0)
