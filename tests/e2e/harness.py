@@ -560,6 +560,22 @@ class Cluster:
                         node.proc.wait()
 
 
+def round_trip(client: str, bootstrap: str, topic: str, partitions: int, count: int, codec: str, workdir: Path) -> None:
+    """`client` produces `count` records with acks=all to `topic` (record i to partition i % partitions) and consumes
+    them back: every one acknowledged once, offsets rising in send order, each read back exactly once."""
+    seed = fresh_seed()
+    acked = workdir / "produce.out"
+    run_tool(client, "produce", bootstrap=bootstrap, topic=topic, count=count, codec=codec, acks="all", seed=seed,
+             out=acked)
+    acks = read_acks(acked)
+    assert sorted(acks) == list(range(count))
+    check_acks(acks, partitions)
+    out = workdir / "consume.out"
+    run_tool(client, "consume", bootstrap=bootstrap, topic=topic, partitions=partitions, expect=count, out=out,
+             timeout_s=120)
+    check_consumed(out, seed, acks, partitions, exact=True)
+
+
 def wait_for(check, what, deadline_s: float = 60):
     """Polls `check` until it returns something true (returned); fails after `deadline_s` saying `what` (a string, or
     a callable giving one, read at failure)."""

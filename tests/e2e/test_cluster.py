@@ -14,8 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import (CLIENTS, Cluster, check_acks, check_consumed, fresh_seed, kafka_tool, metadata_quorum_status,
-                     read_acks, run_tool)
+from harness import CLIENTS, Cluster, kafka_tool, metadata_quorum_status, round_trip, run_tool
 
 
 @pytest.fixture(scope="module", params=["combined", "split"])
@@ -183,20 +182,11 @@ def test_every_client_produces_and_consumes_across_the_brokers(cluster, tmp_path
     split one, whose brokers answer the same code, runs librdkafka only (the test command's time budget)."""
     if cluster.mode == "split" and client != "confluent":
         pytest.skip("client matrix: combined cluster only")
-    partitions, count, seed = 6, 3000, fresh_seed()
+    partitions = 6
     topic = f"clients-{client}"
     run_tool(client, "create-topic", bootstrap=cluster.bootstrap, topic=topic, partitions=partitions)
     assert sorted(set(leaders(cluster.bootstrap, topic).values())) == sorted(b.node_id for b in cluster.brokers)
-    acked = tmp_path / "produce.out"
-    run_tool(client, "produce", bootstrap=cluster.bootstrap, topic=topic, count=count, codec="lz4", acks="all",
-             seed=seed, out=acked)
-    acks = read_acks(acked)
-    assert sorted(acks) == list(range(count))
-    check_acks(acks, partitions)
-    out = tmp_path / "consume.out"
-    run_tool(client, "consume", bootstrap=cluster.bootstrap, topic=topic, partitions=partitions, expect=count,
-             out=out, timeout_s=120)
-    check_consumed(out, seed, acks, partitions, exact=True)
+    round_trip(client, cluster.bootstrap, topic, partitions, 3000, "lz4", tmp_path)
 
 
 def test_kafka_tools_see_the_cluster(cluster):
