@@ -352,8 +352,8 @@ pub enum IsrAnswer {
     AwaitMetadata,
 }
 
-/// The broker epoch each follower fetched with, as this leader saw (-1: not known).
 impl Partition {
+    /// The broker epoch follower `id` fetched with, as this leader saw (-1: not known).
     pub fn follower_broker_epoch(&self, id: fjord_common::BrokerId) -> i64 {
         lock(&self.state)
             .followers()
