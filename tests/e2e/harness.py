@@ -411,14 +411,70 @@ def check_consumed(path: Path, seed: int, acks: Dict[int, tuple], partitions: in
         last_index[p] = i
 
 
+def ip(*args: str, ns: str = None) -> None:
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip", *args]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=30)
+
+
+class Network:
+    """A bridge in namespace `hub`; node i in namespace `node{i}` at 10.77.<subnet>.<i>; the test at .254. A
+    partition is a node's link taken down (this kernel has no netem); inside its namespace the node still reaches
+    itself, so a client started there with `prefix(i)` talks to the isolated node alone."""
+
+    def __init__(self, nodes: int = 3):
+        tag = uuid.uuid4().hex[:4]
+        self.subnet = 10 + int(tag, 16) % 200
+        self.hub = f"fjhub{tag}"
+        self.nodes = [f"fjnode{tag}{i}" for i in range(1, nodes + 1)]
+        self.links = [f"fjh{tag}{i}" for i in range(1, nodes + 1)]
+        self.client_link = f"fjc{tag}"
+        ip("netns", "add", self.hub)
+        ip("link", "add", "br0", "type", "bridge", ns=self.hub)
+        ip("link", "set", "br0", "up", ns=self.hub)
+        for i, (ns, link) in enumerate(zip(self.nodes, self.links), start=1):
+            ip("netns", "add", ns)
+            ip("link", "set", "lo", "up", ns=ns)
+            ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", ns, ns=self.hub)
+            ip("link", "set", link, "master", "br0", ns=self.hub)
+            ip("link", "set", link, "up", ns=self.hub)
+            ip("addr", "add", f"{self.address(i)}/24", "dev", "eth0", ns=ns)
+            ip("link", "set", "eth0", "up", ns=ns)
+        # The test's own way in: one end here, the other on the bridge.
+        ip("link", "add", self.client_link, "type", "veth", "peer", "name", "client", "netns", self.hub)
+        ip("link", "set", "client", "master", "br0", ns=self.hub)
+        ip("link", "set", "client", "up", ns=self.hub)
+        ip("addr", "add", f"10.77.{self.subnet}.254/24", "dev", self.client_link)
+        ip("link", "set", self.client_link, "up")
+
+    def address(self, i: int) -> str:
+        return f"10.77.{self.subnet}.{i}"
+
+    def prefix(self, i: int) -> List[str]:
+        """The command prefix that runs a process in node i's namespace."""
+        return ["ip", "netns", "exec", self.nodes[i - 1]]
+
+    def isolate(self, i: int) -> None:
+        ip("link", "set", self.links[i - 1], "down", ns=self.hub)
+
+    def heal(self, i: int) -> None:
+        ip("link", "set", self.links[i - 1], "up", ns=self.hub)
+
+    def close(self) -> None:
+        subprocess.run(["ip", "link", "del", self.client_link], capture_output=True)
+        for ns in self.nodes + [self.hub]:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
 class ClusterNode(Broker):
     """One node of a cluster — broker, controller or both — running fjord's binary or Apache Kafka, configured with
     the same KRaft keys."""
 
     def __init__(self, workdir: Path, node_id: int, roles: str, port: int, controller_port: int, voters: str,
                  kind: str, extra: Optional[Dict[str, str]] = None, host: str = "127.0.0.1",
-                 prefix: Optional[List[str]] = None):
-        # A command prefix runs the node elsewhere (`ip netns exec NS`), listening on `host` there.
+                 prefix: Optional[List[str]] = None, metadata_dir: bool = False):
+        # A command prefix runs the node elsewhere (`ip netns exec NS`), listening on `host` there. With
+        # `metadata_dir` the metadata log has a dir of its own (`metadata.log.dir`), so the data dir can be wiped
+        # alone.
         self.prefix = prefix or []
         self.kind = kind
         self.clean_exit_codes = (0, 143) if kind == "kafka" else (0,)
@@ -452,6 +508,8 @@ class ClusterNode(Broker):
             "offsets.topic.num.partitions": "3",
             "group.initial.rebalance.delay.ms": "0",
         }
+        if metadata_dir:
+            props["metadata.log.dir"] = str(workdir / "metadata")
         if "broker" in roles:
             props["advertised.listeners"] = f"PLAINTEXT://{self.bootstrap}"
             props["inter.broker.listener.name"] = "PLAINTEXT"
@@ -468,9 +526,11 @@ class ClusterNode(Broker):
     def is_broker(self) -> bool:
         return "broker" in self.roles
 
-    def format(self, cluster_id: str) -> None:
+    def format(self, cluster_id: str, ignore_formatted: bool = False) -> None:
+        """Kafka's storage format; with `ignore_formatted` only the dirs not yet formatted (a wiped data dir)."""
         subprocess.run(
-            self.jvm + ["kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(self.config)],
+            self.jvm + ["kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(self.config)]
+            + (["--ignore-formatted"] if ignore_formatted else []),
             check=True,
             stdout=subprocess.DEVNULL,
             cwd=self.workdir,
@@ -495,8 +555,10 @@ class Cluster:
     broker + controller nodes unless `brokers` adds that many broker-only nodes (ids after the voters')."""
 
     def __init__(self, workdir: Path, controllers: int = 3, brokers: int = 0, extra: Optional[Dict[str, str]] = None,
-                 hosts: Optional[List[str]] = None, prefixes: Optional[List[List[str]]] = None):
-        """`hosts` and `prefixes` (one per node) place nodes elsewhere than loopback, e.g. in network namespaces."""
+                 hosts: Optional[List[str]] = None, prefixes: Optional[List[List[str]]] = None,
+                 metadata_dirs: bool = False):
+        """`hosts` and `prefixes` (one per node) place nodes elsewhere than loopback, e.g. in network namespaces;
+        `metadata_dirs` gives each node's metadata log a dir of its own."""
         self.kind = os.environ.get("E2E_BROKER", "fjord")
         self.voters_spec = None
         combined = brokers == 0
@@ -510,7 +572,7 @@ class Cluster:
         self.extra = extra or {}
         self.nodes = [
             ClusterNode(workdir / f"node-{i + 1}", i + 1, roles(i), p, c, voters, self.kind, self.extra, hosts[i],
-                        prefixes[i])
+                        prefixes[i], metadata_dirs)
             for i, (p, c) in enumerate(ports)
         ]
         self.cluster_id = None

@@ -12,71 +12,22 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import REPO_ROOT, Cluster, metadata_quorum_status
+from harness import REPO_ROOT, Cluster, Network, metadata_quorum_status
 
 NODES = 3
 SESSION_MS = 6000
 VENV_PYTHON = sys.executable
 
 
-def ip(*args: str, ns: str = None) -> None:
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip", *args]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=30)
-
-
-class Network:
-    """A bridge in namespace `hub`; node i in namespace `node{i}` at 10.77.<subnet>.<i>; the test at .254."""
-
-    def __init__(self):
-        tag = uuid.uuid4().hex[:4]
-        self.subnet = 10 + int(tag, 16) % 200
-        self.hub = f"fjhub{tag}"
-        self.nodes = [f"fjnode{tag}{i}" for i in range(1, NODES + 1)]
-        self.links = [f"fjh{tag}{i}" for i in range(1, NODES + 1)]
-        self.client_link = f"fjc{tag}"
-        ip("netns", "add", self.hub)
-        ip("link", "add", "br0", "type", "bridge", ns=self.hub)
-        ip("link", "set", "br0", "up", ns=self.hub)
-        for i, (ns, link) in enumerate(zip(self.nodes, self.links), start=1):
-            ip("netns", "add", ns)
-            ip("link", "set", "lo", "up", ns=ns)
-            ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", ns, ns=self.hub)
-            ip("link", "set", link, "master", "br0", ns=self.hub)
-            ip("link", "set", link, "up", ns=self.hub)
-            ip("addr", "add", f"{self.address(i)}/24", "dev", "eth0", ns=ns)
-            ip("link", "set", "eth0", "up", ns=ns)
-        # The test's own way in: one end here, the other on the bridge.
-        ip("link", "add", self.client_link, "type", "veth", "peer", "name", "client", "netns", self.hub)
-        ip("link", "set", "client", "master", "br0", ns=self.hub)
-        ip("link", "set", "client", "up", ns=self.hub)
-        ip("addr", "add", f"10.77.{self.subnet}.254/24", "dev", self.client_link)
-        ip("link", "set", self.client_link, "up")
-
-    def address(self, i: int) -> str:
-        return f"10.77.{self.subnet}.{i}"
-
-    def isolate(self, i: int) -> None:
-        ip("link", "set", self.links[i - 1], "down", ns=self.hub)
-
-    def heal(self, i: int) -> None:
-        ip("link", "set", self.links[i - 1], "up", ns=self.hub)
-
-    def close(self) -> None:
-        subprocess.run(["ip", "link", "del", self.client_link], capture_output=True)
-        for ns in self.nodes + [self.hub]:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def net():
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
-    n = Network()
+    n = Network(NODES)
     yield n
     n.close()
 
@@ -86,7 +37,7 @@ def cluster(net, tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("partition"), controllers=NODES,
                 extra={"broker.session.timeout.ms": str(SESSION_MS), "broker.heartbeat.interval.ms": "1000"},
                 hosts=[net.address(i) for i in range(1, NODES + 1)],
-                prefixes=[["ip", "netns", "exec", ns] for ns in net.nodes])
+                prefixes=[net.prefix(i) for i in range(1, NODES + 1)])
     c.start()
     yield c
     c.stop()
