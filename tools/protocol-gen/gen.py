@@ -42,6 +42,7 @@ MESSAGES = [
     (36, "SaslAuthenticate"),
     (37, "CreatePartitions"),
     (42, "DeleteGroups"),
+    (43, "ElectLeaders"),
     (44, "IncrementalAlterConfigs"),
     (47, "OffsetDelete"),
     (55, "DescribeQuorum"),

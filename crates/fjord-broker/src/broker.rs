@@ -58,6 +58,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterReplicaLogDirs, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::FindCoordinator, 0, 6),
@@ -295,6 +296,13 @@ impl Broker {
                 let this = self.clone();
                 self.later(api, version, correlation_id, async move {
                     this.forward(version, ControllerApi::CreatePartitions(request))
+                        .await
+                })
+            }
+            RequestBody::ElectLeaders(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    this.forward(version, ControllerApi::ElectLeaders(request))
                         .await
                 })
             }

@@ -784,6 +784,24 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
         Check::AtLeast(0)
     ),
     broker_config!(
+        "auto.leader.rebalance.enable",
+        Boolean,
+        Some("true"),
+        Check::None
+    ),
+    broker_config!(
+        "leader.imbalance.check.interval.seconds",
+        Long,
+        Some("300"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "leader.imbalance.per.broker.percentage",
+        Int,
+        Some("10"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
         "unclean.leader.election.interval.ms",
         Long,
         Some("300000"),

@@ -41,6 +41,8 @@ use fjord_protocol::messages::describe_quorum_response::{
     PartitionData as DescribeQuorumPartition, ReplicaState as DescribeQuorumReplica,
     TopicData as DescribeQuorumTopic,
 };
+use fjord_protocol::messages::elect_leaders_request::ElectLeadersRequest;
+use fjord_protocol::messages::elect_leaders_response::ElectLeadersResponse;
 use fjord_protocol::messages::incremental_alter_configs_response::{
     AlterConfigsResourceResponse, IncrementalAlterConfigsResponse,
 };
@@ -64,6 +66,7 @@ pub enum ControllerApi {
     CreateTopics(CreateTopicsRequest),
     DeleteTopics(DeleteTopicsRequest),
     CreatePartitions(CreatePartitionsRequest),
+    ElectLeaders(ElectLeadersRequest),
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
     AlterConfigs(AlterConfigsRequest),
     AllocateProducerIds(AllocateProducerIdsRequest),
@@ -81,6 +84,7 @@ impl ControllerApi {
             RequestBody::CreateTopics(r) => ControllerApi::CreateTopics(r),
             RequestBody::DeleteTopics(r) => ControllerApi::DeleteTopics(r),
             RequestBody::CreatePartitions(r) => ControllerApi::CreatePartitions(r),
+            RequestBody::ElectLeaders(r) => ControllerApi::ElectLeaders(r),
             RequestBody::IncrementalAlterConfigs(r) => ControllerApi::IncrementalAlterConfigs(r),
             RequestBody::AlterConfigs(r) => ControllerApi::AlterConfigs(r),
             RequestBody::AllocateProducerIds(r) => ControllerApi::AllocateProducerIds(r),
@@ -98,6 +102,7 @@ impl ControllerApi {
             ControllerApi::CreateTopics(r) => RequestBody::CreateTopics(r),
             ControllerApi::DeleteTopics(r) => RequestBody::DeleteTopics(r),
             ControllerApi::CreatePartitions(r) => RequestBody::CreatePartitions(r),
+            ControllerApi::ElectLeaders(r) => RequestBody::ElectLeaders(r),
             ControllerApi::IncrementalAlterConfigs(r) => RequestBody::IncrementalAlterConfigs(r),
             ControllerApi::AlterConfigs(r) => RequestBody::AlterConfigs(r),
             ControllerApi::AllocateProducerIds(r) => RequestBody::AllocateProducerIds(r),
@@ -114,6 +119,7 @@ impl ControllerApi {
             ControllerApi::CreateTopics(r) => r.timeout_ms,
             ControllerApi::DeleteTopics(r) => r.timeout_ms,
             ControllerApi::CreatePartitions(r) => r.timeout_ms,
+            ControllerApi::ElectLeaders(r) => r.timeout_ms,
             _ => return None,
         };
         (ms > 0).then_some(ms)
@@ -124,6 +130,7 @@ impl ControllerApi {
             ControllerApi::CreateTopics(r) => r.timeout_ms = ms,
             ControllerApi::DeleteTopics(r) => r.timeout_ms = ms,
             ControllerApi::CreatePartitions(r) => r.timeout_ms = ms,
+            ControllerApi::ElectLeaders(r) => r.timeout_ms = ms,
             _ => {}
         }
     }
@@ -133,6 +140,7 @@ impl ControllerApi {
             ControllerApi::CreateTopics(_) => ApiKey::CreateTopics,
             ControllerApi::DeleteTopics(_) => ApiKey::DeleteTopics,
             ControllerApi::CreatePartitions(_) => ApiKey::CreatePartitions,
+            ControllerApi::ElectLeaders(_) => ApiKey::ElectLeaders,
             ControllerApi::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
             ControllerApi::AlterConfigs(_) => ApiKey::AlterConfigs,
             ControllerApi::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
@@ -146,7 +154,7 @@ impl ControllerApi {
 
 /// One request for the controller at its version, and the node id of the broker that received
 /// it from a client (or sent it on its own behalf). A request that carries a timeout (CreateTopics,
-/// DeleteTopics, CreatePartitions) has a deadline: past it the request is answered
+/// DeleteTopics, CreatePartitions, ElectLeaders) has a deadline: past it the request is answered
 /// REQUEST_TIMED_OUT and never decided, so a change the client gave up on is not made later.
 #[derive(Debug, Clone)]
 pub struct ControllerRequest {
@@ -212,20 +220,28 @@ pub(crate) fn committed_unless(
 
 /// The image as a request's earlier entries left it, so later entries see them (a topic created
 /// by entry 1 exists for entry 2).
-struct Working {
+pub(crate) struct Working {
     image: MetadataImage,
     records: Vec<MetadataRecord>,
 }
 
 impl Working {
-    fn new(image: &MetadataImage) -> Self {
+    pub(crate) fn new(image: &MetadataImage) -> Self {
         Working {
             image: image.clone(),
             records: Vec::new(),
         }
     }
 
-    fn add(&mut self, records: Vec<MetadataRecord>) {
+    pub(crate) fn image(&self) -> &MetadataImage {
+        &self.image
+    }
+
+    pub(crate) fn into_records(self) -> Vec<MetadataRecord> {
+        self.records
+    }
+
+    pub(crate) fn add(&mut self, records: Vec<MetadataRecord>) {
         let mut delta = MetadataDelta::new(&self.image);
         for record in &records {
             // Plans are made against this image, so they apply; a record that does not is
@@ -286,6 +302,16 @@ impl Controller {
         unclean_policy(&self.config, image)
     }
 
+    /// The preferred elections due on `image` by `leader.imbalance.per.broker.percentage`.
+    pub fn balance_leaders(&self, image: &MetadataImage) -> Vec<MetadataRecord> {
+        let percentage = self
+            .config
+            .get("leader.imbalance.per.broker.percentage")
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .unwrap_or(10);
+        crate::election::balance_leaders(image, percentage)
+    }
+
     /// Milliseconds until a session on `image` could next expire.
     pub fn next_session_expiry_in(&self, image: &MetadataImage, now_ms: i64) -> i64 {
         self.sessions.next_expiry_in(image, now_ms)
@@ -306,6 +332,9 @@ impl Controller {
             }
             ControllerApi::DeleteTopics(r) => self.delete_topics(image, r),
             ControllerApi::CreatePartitions(r) => self.create_partitions(image, r),
+            ControllerApi::ElectLeaders(r) => {
+                crate::election::elect_leaders(image, r, request.version)
+            }
             ControllerApi::IncrementalAlterConfigs(r) => {
                 self.incremental_alter_configs(image, r, request.requester)
             }
@@ -812,6 +841,10 @@ pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -
                 ..Default::default()
             })
         }
+        ControllerApi::ElectLeaders(_) => ResponseBody::ElectLeaders(ElectLeadersResponse {
+            error_code,
+            ..Default::default()
+        }),
         ControllerApi::IncrementalAlterConfigs(r) => {
             ResponseBody::IncrementalAlterConfigs(IncrementalAlterConfigsResponse {
                 responses: r
@@ -905,6 +938,7 @@ pub fn is_not_controller(response: &ResponseBody) -> bool {
         ResponseBody::BrokerHeartbeat(r) => Some(r.error_code),
         ResponseBody::DescribeQuorum(r) => Some(r.error_code),
         ResponseBody::AlterPartition(r) => Some(r.error_code),
+        ResponseBody::ElectLeaders(r) => Some(r.error_code),
         _ => None,
     };
     code == Some(errors::NOT_CONTROLLER)

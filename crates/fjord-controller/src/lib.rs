@@ -14,6 +14,7 @@
 
 mod apis;
 mod config_admin;
+mod election;
 mod isr;
 mod membership;
 pub mod placement;

@@ -72,14 +72,25 @@ impl QuorumController {
         let (events, mut queue) = mpsc::channel::<(ControllerRequest, Reply)>(QUEUE_DEPTH);
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
-            let unclean_interval = Duration::from_millis(
+            let setting = |key: &str, default: u64| {
                 controller
                     .config
-                    .get("unclean.leader.election.interval.ms")
+                    .get(key)
                     .and_then(|v| v.trim().parse::<u64>().ok())
-                    .unwrap_or(300_000)
-                    .max(1),
-            );
+                    .unwrap_or(default)
+                    .max(1)
+            };
+            let unclean_interval =
+                Duration::from_millis(setting("unclean.leader.election.interval.ms", 300_000));
+            // `auto.leader.rebalance.enable`: the balance runs every check interval; off, never.
+            let balance_interval = controller
+                .config
+                .get("auto.leader.rebalance.enable")
+                .is_none_or(|v| v.trim().eq_ignore_ascii_case("true"))
+                .then(|| {
+                    Duration::from_secs(setting("leader.imbalance.check.interval.seconds", 300))
+                });
+            let now = tokio::time::Instant::now();
             let mut shell = Shell {
                 controller,
                 quorum,
@@ -87,16 +98,19 @@ impl QuorumController {
                 epoch: tokio::time::Instant::now(),
                 active_term: None,
                 unclean_interval,
-                next_unclean_check: tokio::time::Instant::now() + unclean_interval,
+                next_unclean_check: now + unclean_interval,
+                balance_interval,
+                next_balance_check: balance_interval.map(|i| now + i),
             };
             loop {
                 // Sessions expire on the clock, not on requests: wake up when the next could, or
-                // when unclean elections are next due.
-                let wait = shell.next_expiry_in().min(
-                    shell
-                        .next_unclean_check
-                        .saturating_duration_since(tokio::time::Instant::now()),
-                );
+                // when unclean elections or the leader balance are next due.
+                let now = tokio::time::Instant::now();
+                let wait = [Some(shell.next_unclean_check), shell.next_balance_check]
+                    .into_iter()
+                    .flatten()
+                    .map(|at| at.saturating_duration_since(now))
+                    .fold(shell.next_expiry_in(), Duration::min);
                 tokio::select! {
                     event = queue.recv() => {
                         let Some((request, reply)) = event else { break };
@@ -119,6 +133,7 @@ impl QuorumController {
                     _ = async {
                         shell.fence_stale_brokers().await;
                         shell.elect_unclean_leaders_if_due().await;
+                        shell.balance_leaders_if_due().await;
                     } => {}
                     _ = until_stopped(&mut stopped) => break,
                 }
@@ -158,6 +173,9 @@ struct Shell {
     /// `unclean.leader.election.interval.ms`, and when the next check is due.
     unclean_interval: Duration,
     next_unclean_check: tokio::time::Instant,
+    /// `leader.imbalance.check.interval.seconds` when `auto.leader.rebalance.enable`.
+    balance_interval: Option<Duration>,
+    next_balance_check: Option<tokio::time::Instant>,
 }
 
 impl Shell {
@@ -221,6 +239,30 @@ impl Shell {
         }
         if let Err(error) = self.commit(records).await {
             tracing::warn!(%error, "could not commit unclean leader elections; trying again later");
+        }
+    }
+
+    /// Every `leader.imbalance.check.interval.seconds`: preferred replicas lead again where
+    /// `leader.imbalance.per.broker.percentage` says a broker leads too few of its own.
+    async fn balance_leaders_if_due(&mut self) {
+        let (Some(interval), Some(due)) = (self.balance_interval, self.next_balance_check) else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        if now < due {
+            return;
+        }
+        self.next_balance_check = Some(now + interval);
+        if !self.activate_if_leader() {
+            return;
+        }
+        let records = self.controller.balance_leaders(&self.quorum.image());
+        if records.is_empty() {
+            return;
+        }
+        tracing::info!(elections = records.len(), "preferred replicas lead again");
+        if let Err(error) = self.commit(records).await {
+            tracing::warn!(%error, "could not commit the leader balance; trying again later");
         }
     }
 

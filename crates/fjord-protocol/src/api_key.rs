@@ -83,6 +83,7 @@ api_keys! {
     SaslAuthenticate = 36 => SaslAuthenticateRequest,
     CreatePartitions = 37 => CreatePartitionsRequest,
     DeleteGroups = 42 => DeleteGroupsRequest,
+    ElectLeaders = 43 => ElectLeadersRequest,
     IncrementalAlterConfigs = 44 => IncrementalAlterConfigsRequest,
     OffsetDelete = 47 => OffsetDeleteRequest,
     DescribeQuorum = 55 => DescribeQuorumRequest,

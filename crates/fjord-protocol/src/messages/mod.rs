@@ -45,6 +45,8 @@ pub mod describe_log_dirs_request;
 pub mod describe_log_dirs_response;
 pub mod describe_quorum_request;
 pub mod describe_quorum_response;
+pub mod elect_leaders_request;
+pub mod elect_leaders_response;
 pub mod envelope_request;
 pub mod envelope_response;
 pub mod fetch_request;
@@ -124,6 +126,8 @@ pub use describe_log_dirs_request::DescribeLogDirsRequest;
 pub use describe_log_dirs_response::DescribeLogDirsResponse;
 pub use describe_quorum_request::DescribeQuorumRequest;
 pub use describe_quorum_response::DescribeQuorumResponse;
+pub use elect_leaders_request::ElectLeadersRequest;
+pub use elect_leaders_response::ElectLeadersResponse;
 pub use envelope_request::EnvelopeRequest;
 pub use envelope_response::EnvelopeResponse;
 pub use fetch_request::FetchRequest;
@@ -196,6 +200,7 @@ pub enum RequestBody {
     SaslAuthenticate(SaslAuthenticateRequest),
     CreatePartitions(CreatePartitionsRequest),
     DeleteGroups(DeleteGroupsRequest),
+    ElectLeaders(ElectLeadersRequest),
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
     OffsetDelete(OffsetDeleteRequest),
     DescribeQuorum(DescribeQuorumRequest),
@@ -282,6 +287,9 @@ impl RequestBody {
             ApiKey::DeleteGroups => {
                 RequestBody::DeleteGroups(DeleteGroupsRequest::decode(input, version)?)
             }
+            ApiKey::ElectLeaders => {
+                RequestBody::ElectLeaders(ElectLeadersRequest::decode(input, version)?)
+            }
             ApiKey::IncrementalAlterConfigs => RequestBody::IncrementalAlterConfigs(
                 IncrementalAlterConfigsRequest::decode(input, version)?,
             ),
@@ -346,6 +354,7 @@ impl RequestBody {
             RequestBody::SaslAuthenticate(_) => ApiKey::SaslAuthenticate,
             RequestBody::CreatePartitions(_) => ApiKey::CreatePartitions,
             RequestBody::DeleteGroups(_) => ApiKey::DeleteGroups,
+            RequestBody::ElectLeaders(_) => ApiKey::ElectLeaders,
             RequestBody::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
             RequestBody::OffsetDelete(_) => ApiKey::OffsetDelete,
             RequestBody::DescribeQuorum(_) => ApiKey::DescribeQuorum,
@@ -390,6 +399,7 @@ impl RequestBody {
             RequestBody::SaslAuthenticate(body) => body.encode(out, version),
             RequestBody::CreatePartitions(body) => body.encode(out, version),
             RequestBody::DeleteGroups(body) => body.encode(out, version),
+            RequestBody::ElectLeaders(body) => body.encode(out, version),
             RequestBody::IncrementalAlterConfigs(body) => body.encode(out, version),
             RequestBody::OffsetDelete(body) => body.encode(out, version),
             RequestBody::DescribeQuorum(body) => body.encode(out, version),
@@ -436,6 +446,7 @@ pub enum ResponseBody {
     SaslAuthenticate(SaslAuthenticateResponse),
     CreatePartitions(CreatePartitionsResponse),
     DeleteGroups(DeleteGroupsResponse),
+    ElectLeaders(ElectLeadersResponse),
     IncrementalAlterConfigs(IncrementalAlterConfigsResponse),
     OffsetDelete(OffsetDeleteResponse),
     DescribeQuorum(DescribeQuorumResponse),
@@ -528,6 +539,9 @@ impl ResponseBody {
             ApiKey::DeleteGroups => {
                 ResponseBody::DeleteGroups(DeleteGroupsResponse::decode(input, version)?)
             }
+            ApiKey::ElectLeaders => {
+                ResponseBody::ElectLeaders(ElectLeadersResponse::decode(input, version)?)
+            }
             ApiKey::IncrementalAlterConfigs => ResponseBody::IncrementalAlterConfigs(
                 IncrementalAlterConfigsResponse::decode(input, version)?,
             ),
@@ -592,6 +606,7 @@ impl ResponseBody {
             ResponseBody::SaslAuthenticate(_) => ApiKey::SaslAuthenticate,
             ResponseBody::CreatePartitions(_) => ApiKey::CreatePartitions,
             ResponseBody::DeleteGroups(_) => ApiKey::DeleteGroups,
+            ResponseBody::ElectLeaders(_) => ApiKey::ElectLeaders,
             ResponseBody::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
             ResponseBody::OffsetDelete(_) => ApiKey::OffsetDelete,
             ResponseBody::DescribeQuorum(_) => ApiKey::DescribeQuorum,
@@ -636,6 +651,7 @@ impl ResponseBody {
             ResponseBody::SaslAuthenticate(body) => body.encode(out, version),
             ResponseBody::CreatePartitions(body) => body.encode(out, version),
             ResponseBody::DeleteGroups(body) => body.encode(out, version),
+            ResponseBody::ElectLeaders(body) => body.encode(out, version),
             ResponseBody::IncrementalAlterConfigs(body) => body.encode(out, version),
             ResponseBody::OffsetDelete(body) => body.encode(out, version),
             ResponseBody::DescribeQuorum(body) => body.encode(out, version),
