@@ -6,7 +6,9 @@ they report against the record generator.
 """
 
 import base64
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -672,3 +674,51 @@ def metadata_quorum_status(bootstrap: str, timeout_s: float = 60) -> Dict[str, s
         key, _, value = line.partition(":")
         status[key.strip()] = value.strip()
     return status
+
+
+GO_MOD = E2E_DIR / "clients" / "go" / "go.mod"
+# franz-go's kgo integration tests (every one that talks to a broker), but for those needing what fjord does not
+# have yet: transactions (TestTxnEtl) and share groups (KIP-932: TestShareGroup*, TestConsumeRegexShareSkipsInternal).
+FRANZ_TESTS = [
+    "TestGroupETL", "TestGroupSimple", "TestConsumeRegex", "Test848RegexBrokerResolves", "TestIssue325",
+    "TestIssue337", "TestIssue434", "TestAddRemovePartitions", "TestPauseIssue489", "TestPauseIssueOct2023",
+    "TestIssue523", "TestIssue648", "TestIssue810", "TestIssue865", "TestUnknownGroupOffsetFetchPinned",
+    "TestPing", "TestIssue1034", "TestConsumeTopicRetrieval", "TestConsumeTopicRetrieval_Many",
+    "TestDirectPartitionPurge", "TestIssueFetchLargerThanBrokerMaxReadBytes", "TestPooling", "TestHookPollStart",
+    "TestConsumeMaxDecompressBatchBytes", "TestClient_Produce", "TestIssue769", "TestIssueProduceBrokerTooOldFailsRecords",
+    "TestIssueProduceSyncManualPartitionNegativeDoesNotPanic", "TestIssue831", "TestClient_ProduceLargeMessages",
+]
+# Subtests that must run (not be skipped) against a broker with KIP-848 and static membership.
+FRANZ_MUST_PASS = [
+    "TestGroupETL/range", "TestGroupETL/cooperative-sticky", "TestGroupETL/range/848", "TestGroupETL/sticky/848",
+    "TestGroupETL/cooperative-sticky/static", "TestGroupETL/sticky/848/static", "TestGroupSimple/classic",
+    "TestGroupSimple/848", "TestConsumeRegex", "Test848RegexBrokerResolves", "TestIssue523/roundrobin",
+    "TestIssue523/sticky",
+]
+
+
+def franz_go_dir() -> Path:
+    version = re.search(r"github.com/twmb/franz-go (v\S+)", GO_MOD.read_text())
+    assert version, "no franz-go version in clients/go/go.mod"
+    out = subprocess.run(["go", "mod", "download", "-json", f"github.com/twmb/franz-go@{version.group(1)}"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    return Path(json.loads(out.stdout)["Dir"])
+
+
+def franz_go_tests(bootstrap: str, replication_factor: int, workdir: Path) -> None:
+    """franz-go's own pkg/kgo integration tests (FRANZ_TESTS), from the module cache, with KGO_SEEDS pointing at
+    `bootstrap` and its topics created with `replication_factor` replicas."""
+    env = dict(os.environ, KGO_SEEDS=bootstrap, KGO_TEST_RF=str(replication_factor), KGO_TEST_RECORDS="20000")
+    started = time.monotonic()
+    proc = subprocess.run(["go", "test", "./pkg/kgo", "-count=1", "-timeout", "400s", "-v", "-run",
+                           "^(" + "|".join(FRANZ_TESTS) + ")$"],
+                          cwd=franz_go_dir(), env=env, capture_output=True, text=True, timeout=480)
+    (workdir / "go-test.out").write_text(proc.stdout + proc.stderr)
+    results: Dict[str, str] = {}
+    for m in re.finditer(r"^\s*--- (PASS|FAIL|SKIP): (\S+)", proc.stdout, re.M):
+        results[m.group(2)] = m.group(1)
+    print(f"franz-go ({time.monotonic() - started:.0f}s): " + ", ".join(f"{k}={v}" for k, v in sorted(results.items())))
+    failed = sorted(k for k, v in results.items() if v == "FAIL")
+    assert proc.returncode == 0 and not failed, f"failed: {failed}; see {workdir / 'go-test.out'}"
+    not_passed = [t for t in FRANZ_MUST_PASS if results.get(t) != "PASS"]
+    assert not not_passed, f"did not pass: {[(t, results.get(t)) for t in not_passed]}"

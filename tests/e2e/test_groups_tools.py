@@ -5,15 +5,13 @@ integration tests run from Go's module cache against the broker.
 
 import json
 import os
-import re
 import subprocess
-import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
 
-from harness import E2E_DIR, REPO_ROOT, Broker, kafka_tool, run_tool, fresh_seed
+from harness import REPO_ROOT, Broker, franz_go_tests, kafka_tool, run_tool, fresh_seed
 from test_groups import Member, gbroker, group_broker, unique  # noqa: F401 (fixtures)
 
 FJORD_BIN = Path(os.environ.get("FJORD_BIN", REPO_ROOT / "target" / "release" / "fjord"))
@@ -143,44 +141,7 @@ def test_verifiable_consumer(gbroker: Broker, protocol: str):
     assert rows == sorted((topic, p, str(off), off, "0") for p, off in next_offset.items()), rows
 
 
-GO_MOD = E2E_DIR / "clients" / "go" / "go.mod"
-# franz-go's kgo integration tests that involve groups. TestTxnEtl is left out: it needs transactions.
-FRANZ_TESTS = [
-    "TestGroupETL", "TestGroupSimple", "TestConsumeRegex", "Test848RegexBrokerResolves", "TestIssue325",
-    "TestIssue337", "TestIssue434", "TestAddRemovePartitions", "TestPauseIssue489", "TestPauseIssueOct2023",
-    "TestIssue523", "TestIssue648", "TestIssue810", "TestIssue865", "TestUnknownGroupOffsetFetchPinned",
-]
-# Subtests that must run (not be skipped) against a broker with KIP-848 and static membership.
-FRANZ_MUST_PASS = [
-    "TestGroupETL/range", "TestGroupETL/cooperative-sticky", "TestGroupETL/range/848", "TestGroupETL/sticky/848",
-    "TestGroupETL/cooperative-sticky/static", "TestGroupETL/sticky/848/static", "TestGroupSimple/classic",
-    "TestGroupSimple/848", "TestConsumeRegex", "Test848RegexBrokerResolves", "TestIssue523/roundrobin",
-    "TestIssue523/sticky",
-]
-
-
-def franz_go_dir() -> Path:
-    version = re.search(r"github.com/twmb/franz-go (v\S+)", GO_MOD.read_text())
-    assert version, "no franz-go version in clients/go/go.mod"
-    out = subprocess.run(["go", "mod", "download", "-json", f"github.com/twmb/franz-go@{version.group(1)}"],
-                         capture_output=True, text=True, timeout=300, check=True)
-    return Path(json.loads(out.stdout)["Dir"])
-
-
 @pytest.mark.slow
 def test_franz_go_group_tests(gbroker: Broker, tmp_path: Path):
     """franz-go's own pkg/kgo group tests, from the module cache, with KGO_SEEDS pointing at the broker."""
-    env = dict(os.environ, KGO_SEEDS=gbroker.bootstrap, KGO_TEST_RF="1", KGO_TEST_RECORDS="20000")
-    started = time.monotonic()
-    proc = subprocess.run(["go", "test", "./pkg/kgo", "-count=1", "-timeout", "400s", "-v", "-run",
-                           "^(" + "|".join(FRANZ_TESTS) + ")$"],
-                          cwd=franz_go_dir(), env=env, capture_output=True, text=True, timeout=480)
-    (tmp_path / "go-test.out").write_text(proc.stdout + proc.stderr)
-    results: Dict[str, str] = {}
-    for m in re.finditer(r"^\s*--- (PASS|FAIL|SKIP): (\S+)", proc.stdout, re.M):
-        results[m.group(2)] = m.group(1)
-    print(f"franz-go ({time.monotonic() - started:.0f}s): " + ", ".join(f"{k}={v}" for k, v in sorted(results.items())))
-    failed = sorted(k for k, v in results.items() if v == "FAIL")
-    assert proc.returncode == 0 and not failed, f"failed: {failed}; see {tmp_path / 'go-test.out'}"
-    not_passed = [t for t in FRANZ_MUST_PASS if results.get(t) != "PASS"]
-    assert not not_passed, f"did not pass: {[(t, results.get(t)) for t in not_passed]}"
+    franz_go_tests(gbroker.bootstrap, 1, tmp_path)

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import CLIENTS, Cluster, kafka_tool, metadata_quorum_status, round_trip, wait_for
+from harness import CLIENTS, Cluster, franz_go_tests, kafka_tool, metadata_quorum_status, round_trip, wait_for
 
 SESSION_MS = 6000
 LAG_MS = 2000
@@ -202,3 +202,9 @@ def test_every_client_round_trips_at_replication_factor_3(cluster, tmp_path, cli
     create(cluster.bootstrap, topic, min_isr=2)
     all_in_sync(cluster.bootstrap, topic, sorted(n.node_id for n in cluster.nodes))
     round_trip(client, cluster.bootstrap, topic, PARTITIONS, 3000, "zstd", tmp_path)
+
+
+@pytest.mark.slow
+def test_franz_go_kgo_tests_at_replication_factor_3(cluster, tmp_path):
+    """franz-go's own pkg/kgo integration tests against the three nodes, its topics at replication factor 3."""
+    franz_go_tests(cluster.bootstrap, 3, tmp_path)
