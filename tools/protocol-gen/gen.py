@@ -44,6 +44,8 @@ MESSAGES = [
     (42, "DeleteGroups"),
     (43, "ElectLeaders"),
     (44, "IncrementalAlterConfigs"),
+    (45, "AlterPartitionReassignments"),
+    (46, "ListPartitionReassignments"),
     (47, "OffsetDelete"),
     (55, "DescribeQuorum"),
     (56, "AlterPartition"),

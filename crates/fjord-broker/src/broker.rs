@@ -59,6 +59,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 0),
+    (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::FindCoordinator, 0, 6),
@@ -303,6 +305,20 @@ impl Broker {
                 let this = self.clone();
                 self.later(api, version, correlation_id, async move {
                     this.forward(version, ControllerApi::ElectLeaders(request))
+                        .await
+                })
+            }
+            RequestBody::AlterPartitionReassignments(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    this.forward(version, ControllerApi::AlterPartitionReassignments(request))
+                        .await
+                })
+            }
+            RequestBody::ListPartitionReassignments(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    this.forward(version, ControllerApi::ListPartitionReassignments(request))
                         .await
                 })
             }

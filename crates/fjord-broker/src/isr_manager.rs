@@ -143,7 +143,10 @@ async fn check(
                             isr: p.isr.clone(),
                         }),
                         errors::NOT_CONTROLLER | errors::REQUEST_TIMED_OUT => IsrAnswer::Unknown,
+                        // A reassignment that completed without this broker among the
+                        // replicas elected another leader.
                         errors::INVALID_UPDATE_VERSION
+                        | errors::NEW_LEADER_ELECTED
                         | errors::FENCED_LEADER_EPOCH
                         | errors::UNKNOWN_TOPIC_ID
                         | errors::UNKNOWN_TOPIC_OR_PARTITION => IsrAnswer::AwaitMetadata,

@@ -153,11 +153,25 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         Check::AtLeast(0)
     ),
     topic_config!(
+        "follower.replication.throttled.replicas",
+        None,
+        List,
+        "",
+        Check::None
+    ),
+    topic_config!(
         "index.interval.bytes",
         Some("log.index.interval.bytes"),
         Int,
         "4096",
         Check::AtLeast(0)
+    ),
+    topic_config!(
+        "leader.replication.throttled.replicas",
+        None,
+        List,
+        "",
+        Check::None
     ),
     topic_config!(
         "max.compaction.lag.ms",
@@ -1509,6 +1523,9 @@ pub fn not_acted_upon(key: &str) -> bool {
 const TOPIC_NOT_ACTED_UPON: &[&str] = &[
     "compression.gzip.level",
     "compression.zstd.level",
+    // Replication throttles (kafka-reassign-partitions --throttle sets and clears them).
+    "follower.replication.throttled.replicas",
+    "leader.replication.throttled.replicas",
     "preallocate",
     "segment.jitter.ms",
 ];

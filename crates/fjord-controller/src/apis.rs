@@ -49,6 +49,10 @@ use fjord_protocol::messages::incremental_alter_configs_response::{
 use fjord_protocol::messages::{
     AlterConfigsRequest, IncrementalAlterConfigsRequest, RequestBody, ResponseBody,
 };
+use fjord_protocol::messages::{
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
+    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
+};
 use fjord_protocol::ApiKey;
 
 /// The metadata log's topic, as Kafka names it.
@@ -67,6 +71,9 @@ pub enum ControllerApi {
     DeleteTopics(DeleteTopicsRequest),
     CreatePartitions(CreatePartitionsRequest),
     ElectLeaders(ElectLeadersRequest),
+    AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
+    /// Answered from the image, nothing decided.
+    ListPartitionReassignments(ListPartitionReassignmentsRequest),
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
     AlterConfigs(AlterConfigsRequest),
     AllocateProducerIds(AllocateProducerIdsRequest),
@@ -85,6 +92,12 @@ impl ControllerApi {
             RequestBody::DeleteTopics(r) => ControllerApi::DeleteTopics(r),
             RequestBody::CreatePartitions(r) => ControllerApi::CreatePartitions(r),
             RequestBody::ElectLeaders(r) => ControllerApi::ElectLeaders(r),
+            RequestBody::AlterPartitionReassignments(r) => {
+                ControllerApi::AlterPartitionReassignments(r)
+            }
+            RequestBody::ListPartitionReassignments(r) => {
+                ControllerApi::ListPartitionReassignments(r)
+            }
             RequestBody::IncrementalAlterConfigs(r) => ControllerApi::IncrementalAlterConfigs(r),
             RequestBody::AlterConfigs(r) => ControllerApi::AlterConfigs(r),
             RequestBody::AllocateProducerIds(r) => ControllerApi::AllocateProducerIds(r),
@@ -103,6 +116,12 @@ impl ControllerApi {
             ControllerApi::DeleteTopics(r) => RequestBody::DeleteTopics(r),
             ControllerApi::CreatePartitions(r) => RequestBody::CreatePartitions(r),
             ControllerApi::ElectLeaders(r) => RequestBody::ElectLeaders(r),
+            ControllerApi::AlterPartitionReassignments(r) => {
+                RequestBody::AlterPartitionReassignments(r)
+            }
+            ControllerApi::ListPartitionReassignments(r) => {
+                RequestBody::ListPartitionReassignments(r)
+            }
             ControllerApi::IncrementalAlterConfigs(r) => RequestBody::IncrementalAlterConfigs(r),
             ControllerApi::AlterConfigs(r) => RequestBody::AlterConfigs(r),
             ControllerApi::AllocateProducerIds(r) => RequestBody::AllocateProducerIds(r),
@@ -120,6 +139,8 @@ impl ControllerApi {
             ControllerApi::DeleteTopics(r) => r.timeout_ms,
             ControllerApi::CreatePartitions(r) => r.timeout_ms,
             ControllerApi::ElectLeaders(r) => r.timeout_ms,
+            ControllerApi::AlterPartitionReassignments(r) => r.timeout_ms,
+            ControllerApi::ListPartitionReassignments(r) => r.timeout_ms,
             _ => return None,
         };
         (ms > 0).then_some(ms)
@@ -131,6 +152,8 @@ impl ControllerApi {
             ControllerApi::DeleteTopics(r) => r.timeout_ms = ms,
             ControllerApi::CreatePartitions(r) => r.timeout_ms = ms,
             ControllerApi::ElectLeaders(r) => r.timeout_ms = ms,
+            ControllerApi::AlterPartitionReassignments(r) => r.timeout_ms = ms,
+            ControllerApi::ListPartitionReassignments(r) => r.timeout_ms = ms,
             _ => {}
         }
     }
@@ -141,6 +164,8 @@ impl ControllerApi {
             ControllerApi::DeleteTopics(_) => ApiKey::DeleteTopics,
             ControllerApi::CreatePartitions(_) => ApiKey::CreatePartitions,
             ControllerApi::ElectLeaders(_) => ApiKey::ElectLeaders,
+            ControllerApi::AlterPartitionReassignments(_) => ApiKey::AlterPartitionReassignments,
+            ControllerApi::ListPartitionReassignments(_) => ApiKey::ListPartitionReassignments,
             ControllerApi::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
             ControllerApi::AlterConfigs(_) => ApiKey::AlterConfigs,
             ControllerApi::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
@@ -154,7 +179,7 @@ impl ControllerApi {
 
 /// One request for the controller at its version, and the node id of the broker that received
 /// it from a client (or sent it on its own behalf). A request that carries a timeout (CreateTopics,
-/// DeleteTopics, CreatePartitions, ElectLeaders) has a deadline: past it the request is answered
+/// DeleteTopics, CreatePartitions, ElectLeaders, the reassignment APIs) has a deadline: past it the request is answered
 /// REQUEST_TIMED_OUT and never decided, so a change the client gave up on is not made later.
 #[derive(Debug, Clone)]
 pub struct ControllerRequest {
@@ -334,6 +359,16 @@ impl Controller {
             ControllerApi::CreatePartitions(r) => self.create_partitions(image, r),
             ControllerApi::ElectLeaders(r) => {
                 crate::election::elect_leaders(image, r, request.version)
+            }
+            ControllerApi::AlterPartitionReassignments(r) => {
+                crate::reassignment::alter_partition_reassignments(
+                    image,
+                    r,
+                    &self.unclean_allowed(image),
+                )
+            }
+            ControllerApi::ListPartitionReassignments(r) => {
+                crate::reassignment::list_partition_reassignments(image, r)
             }
             ControllerApi::IncrementalAlterConfigs(r) => {
                 self.incremental_alter_configs(image, r, request.requester)
@@ -845,6 +880,20 @@ pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -
             error_code,
             ..Default::default()
         }),
+        ControllerApi::AlterPartitionReassignments(_) => {
+            ResponseBody::AlterPartitionReassignments(AlterPartitionReassignmentsResponse {
+                error_code,
+                error_message: message,
+                ..Default::default()
+            })
+        }
+        ControllerApi::ListPartitionReassignments(_) => {
+            ResponseBody::ListPartitionReassignments(ListPartitionReassignmentsResponse {
+                error_code,
+                error_message: message,
+                ..Default::default()
+            })
+        }
         ControllerApi::IncrementalAlterConfigs(r) => {
             ResponseBody::IncrementalAlterConfigs(IncrementalAlterConfigsResponse {
                 responses: r
@@ -939,6 +988,8 @@ pub fn is_not_controller(response: &ResponseBody) -> bool {
         ResponseBody::DescribeQuorum(r) => Some(r.error_code),
         ResponseBody::AlterPartition(r) => Some(r.error_code),
         ResponseBody::ElectLeaders(r) => Some(r.error_code),
+        ResponseBody::AlterPartitionReassignments(r) => Some(r.error_code),
+        ResponseBody::ListPartitionReassignments(r) => Some(r.error_code),
         _ => None,
     };
     code == Some(errors::NOT_CONTROLLER)

@@ -214,6 +214,8 @@ fn change(
         isr,
         leader: Some(leader),
         replicas: None,
+        adding_replicas: None,
+        removing_replicas: None,
     })
 }
 
@@ -301,6 +303,8 @@ mod tests {
                 leader,
                 leader_epoch: 1,
                 partition_epoch: 1,
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
             }));
         }
         MetadataImage::from_records(1, &records).unwrap()

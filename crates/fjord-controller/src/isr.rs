@@ -68,15 +68,52 @@ pub fn alter_partition(
                 if let Err(code) = check(image, request.broker_id, current, p, &new_isr) {
                     return refused(p.partition_index, code);
                 }
-                let isr: Vec<i32> = new_isr.iter().map(|(id, _)| *id).collect();
+                let mut isr: Vec<i32> = new_isr.iter().map(|(id, _)| *id).collect();
                 let mut partition_epoch = current.partition_epoch;
-                if isr != current.isr {
+                // A reassignment whose target replicas are now all in sync completes here.
+                let completed = current
+                    .is_reassigning()
+                    .then(|| {
+                        crate::reassignment::completes(
+                            image,
+                            current,
+                            &current.replicas,
+                            &current.removing_replicas,
+                            &isr,
+                        )
+                    })
+                    .flatten();
+                if let Some(done) = completed {
+                    let new_leader = done.leader;
+                    records.push(MetadataRecord::PartitionChange(PartitionChangeRecord {
+                        partition_id: p.partition_index,
+                        topic_id: topic_image.topic_id,
+                        isr: Some(done.isr.clone()),
+                        leader: new_leader,
+                        replicas: Some(done.replicas),
+                        adding_replicas: Some(Vec::new()),
+                        removing_replicas: Some(Vec::new()),
+                    }));
+                    if new_leader.is_some() {
+                        // The requester was removed: it leads no more.
+                        let code = if version > 1 {
+                            errors::NEW_LEADER_ELECTED
+                        } else {
+                            errors::FENCED_LEADER_EPOCH
+                        };
+                        return refused(p.partition_index, code);
+                    }
+                    isr = done.isr;
+                    partition_epoch += 1;
+                } else if isr != current.isr {
                     records.push(MetadataRecord::PartitionChange(PartitionChangeRecord {
                         partition_id: p.partition_index,
                         topic_id: topic_image.topic_id,
                         isr: Some(isr.clone()),
                         leader: None,
                         replicas: None,
+                        adding_replicas: None,
+                        removing_replicas: None,
                     }));
                     partition_epoch += 1;
                 }
@@ -220,6 +257,8 @@ mod tests {
             leader: 1,
             leader_epoch: 4,
             partition_epoch: 7,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }));
         MetadataImage::from_records(1, &records).unwrap()
     }

@@ -20,6 +20,7 @@ mod membership;
 pub mod placement;
 pub mod plan;
 mod quorum_controller;
+mod reassignment;
 
 pub use apis::{
     error_response, is_not_controller, Controller, ControllerApi, ControllerRequest, Decision,

@@ -286,6 +286,8 @@ pub fn elect_unclean_leaders(image: &MetadataImage, unclean: Unclean) -> Vec<Met
                     isr: Some(vec![leader]),
                     leader: Some(leader),
                     replicas: None,
+                    adding_replicas: None,
+                    removing_replicas: None,
                 }));
             }
         }
@@ -356,6 +358,8 @@ fn with_elections(
                     isr: (isr != partition.isr).then_some(isr),
                     leader,
                     replicas: None,
+                    adding_replicas: None,
+                    removing_replicas: None,
                 }));
             }
         }
@@ -406,6 +410,8 @@ mod tests {
                 leader: replicas[0],
                 leader_epoch: 0,
                 partition_epoch: 0,
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
             }));
         }
         MetadataImage::from_records(1, &records).unwrap()
@@ -461,6 +467,8 @@ mod tests {
                 isr: Some(vec![1]),
                 leader: None,
                 replicas: None,
+                adding_replicas: None,
+                removing_replicas: None,
             })],
         );
         let clean = apply(&before, &fence(&before, 1, &|_| false));

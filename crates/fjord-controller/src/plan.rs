@@ -247,6 +247,8 @@ fn partition_record(
         leader,
         leader_epoch: 0,
         partition_epoch: 0,
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
     }))
 }
 

@@ -101,6 +101,16 @@ pub struct PartitionImage {
     pub leader: i32,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// A reassignment in progress: the replicas it adds and those it will drop (both in
+    /// `replicas`); the target is `replicas` without `removing_replicas`.
+    pub adding_replicas: Vec<i32>,
+    pub removing_replicas: Vec<i32>,
+}
+
+impl PartitionImage {
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
 }
 
 /// The current state of one topic. `partitions[i]` is partition `i`.
@@ -269,6 +279,8 @@ impl MetadataImage {
                     leader: p.leader,
                     leader_epoch: p.leader_epoch,
                     partition_epoch: p.partition_epoch,
+                    adding_replicas: p.adding_replicas.clone(),
+                    removing_replicas: p.removing_replicas.clone(),
                 }));
             }
         }
@@ -448,12 +460,16 @@ impl MetadataDelta {
             return Err(invalid("epochs must not be negative"));
         }
         check_assignment(&r.replicas, &r.isr, r.leader).map_err(invalid)?;
+        check_reassignment(&r.replicas, &r.adding_replicas, &r.removing_replicas)
+            .map_err(invalid)?;
         topic.partitions.push(PartitionImage {
             replicas: r.replicas.clone(),
             isr: r.isr.clone(),
             leader: r.leader,
             leader_epoch: r.leader_epoch,
             partition_epoch: r.partition_epoch,
+            adding_replicas: r.adding_replicas.clone(),
+            removing_replicas: r.removing_replicas.clone(),
         });
         Ok(())
     }
@@ -469,12 +485,21 @@ impl MetadataDelta {
         let replicas = r.replicas.as_ref().unwrap_or(&partition.replicas);
         let isr = r.isr.as_ref().unwrap_or(&partition.isr);
         let leader = r.leader.unwrap_or(partition.leader);
+        let adding = r
+            .adding_replicas
+            .as_ref()
+            .unwrap_or(&partition.adding_replicas);
+        let removing = r
+            .removing_replicas
+            .as_ref()
+            .unwrap_or(&partition.removing_replicas);
         let invalid = |reason: &str| ImageError::InvalidAssignment {
             topic_id: r.topic_id,
             partition_id: r.partition_id,
             reason: reason.to_owned(),
         };
         check_assignment(replicas, isr, leader).map_err(invalid)?;
+        check_reassignment(replicas, adding, removing).map_err(invalid)?;
         let overflow = ImageError::EpochOverflow {
             topic_id: r.topic_id,
             partition_id: r.partition_id,
@@ -495,6 +520,8 @@ impl MetadataDelta {
             leader,
             leader_epoch,
             partition_epoch,
+            adding_replicas: adding.clone(),
+            removing_replicas: removing.clone(),
         };
         Ok(())
     }
@@ -662,6 +689,27 @@ fn check_assignment(replicas: &[i32], isr: &[i32], leader: i32) -> Result<(), &'
     Ok(())
 }
 
+/// A reassignment's adding and removing replicas are distinct replicas, and some replica stays.
+fn check_reassignment(
+    replicas: &[i32],
+    adding: &[i32],
+    removing: &[i32],
+) -> Result<(), &'static str> {
+    if has_duplicates(adding) || has_duplicates(removing) {
+        return Err("adding and removing replicas must be distinct");
+    }
+    if !adding.iter().chain(removing).all(|r| replicas.contains(r)) {
+        return Err("adding and removing replicas must be replicas");
+    }
+    if adding.iter().any(|r| removing.contains(r)) {
+        return Err("a replica cannot be both added and removed");
+    }
+    if removing.len() >= replicas.len() {
+        return Err("a reassignment must keep some replica");
+    }
+    Ok(())
+}
+
 fn has_duplicates(ids: &[i32]) -> bool {
     let mut sorted = ids.to_vec();
     sorted.sort_unstable();
@@ -691,6 +739,8 @@ mod tests {
             leader,
             leader_epoch: 0,
             partition_epoch: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         })
     }
 
@@ -843,6 +893,8 @@ mod tests {
                 leader,
                 leader_epoch: 0,
                 partition_epoch: 0,
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
             });
             let err = build(&[topic("a", T1), record]).unwrap_err();
             assert!(matches!(err, ImageError::InvalidAssignment { .. }), "{err}");
@@ -861,6 +913,8 @@ mod tests {
                 isr: Some(vec![1, 2]),
                 leader: None,
                 replicas: None,
+                adding_replicas: None,
+                removing_replicas: None,
             }))
             .unwrap();
         // New leader: both epochs move.
@@ -871,6 +925,8 @@ mod tests {
                 isr: None,
                 leader: Some(2),
                 replicas: None,
+                adding_replicas: None,
+                removing_replicas: None,
             }))
             .unwrap();
         let next = delta.finish(9);
@@ -887,6 +943,8 @@ mod tests {
             isr: None,
             leader: Some(3),
             replicas: None,
+            adding_replicas: None,
+            removing_replicas: None,
         });
         assert!(matches!(
             delta.apply(&bad_leader),
@@ -898,6 +956,8 @@ mod tests {
             isr: None,
             leader: None,
             replicas: None,
+            adding_replicas: None,
+            removing_replicas: None,
         });
         assert!(matches!(
             delta.apply(&unknown),
@@ -916,6 +976,8 @@ mod tests {
             leader: 1,
             leader_epoch: i32::MAX,
             partition_epoch: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         });
         let base = build(&[topic("a", T1), record]).unwrap();
         let mut delta = MetadataDelta::new(&base);
@@ -926,6 +988,8 @@ mod tests {
                 isr: None,
                 leader: Some(1),
                 replicas: None,
+                adding_replicas: None,
+                removing_replicas: None,
             }))
             .unwrap_err();
         assert!(matches!(err, ImageError::EpochOverflow { .. }));
@@ -1144,6 +1208,8 @@ mod tests {
                 isr: None,
                 leader: Some(1),
                 replicas: None,
+                adding_replicas: None,
+                removing_replicas: None,
             }),
         ])
         .unwrap();

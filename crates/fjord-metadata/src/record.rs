@@ -48,6 +48,12 @@ pub struct PartitionRecord {
     pub leader: i32,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// Replicas a reassignment is adding (in `replicas`, not yet in sync).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding_replicas: Vec<i32>,
+    /// Replicas a reassignment will drop once the target replicas are all in sync.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing_replicas: Vec<i32>,
 }
 
 /// Changes an existing partition. `None` fields are left as they are.
@@ -63,6 +69,10 @@ pub struct PartitionChangeRecord {
     /// New leader broker id or [`NO_LEADER`]; `None` keeps the current leader.
     pub leader: Option<i32>,
     pub replicas: Option<Vec<i32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adding_replicas: Option<Vec<i32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removing_replicas: Option<Vec<i32>>,
 }
 
 /// Sets (`value: Some`) or deletes (`value: None`) one dynamic config.

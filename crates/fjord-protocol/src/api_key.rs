@@ -85,6 +85,8 @@ api_keys! {
     DeleteGroups = 42 => DeleteGroupsRequest,
     ElectLeaders = 43 => ElectLeadersRequest,
     IncrementalAlterConfigs = 44 => IncrementalAlterConfigsRequest,
+    AlterPartitionReassignments = 45 => AlterPartitionReassignmentsRequest,
+    ListPartitionReassignments = 46 => ListPartitionReassignmentsRequest,
     OffsetDelete = 47 => OffsetDeleteRequest,
     DescribeQuorum = 55 => DescribeQuorumRequest,
     AlterPartition = 56 => AlterPartitionRequest,

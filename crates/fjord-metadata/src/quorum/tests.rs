@@ -44,6 +44,8 @@ fn partition(id: u8, partition_id: i32) -> MetadataRecord {
         leader: 1,
         leader_epoch: 0,
         partition_epoch: 0,
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
     })
 }
 
@@ -96,6 +98,8 @@ async fn propose_then_restart_gives_the_same_image() {
                 isr: None,
                 leader: Some(1),
                 replicas: None,
+                adding_replicas: None,
+                removing_replicas: None,
             }),
         ])
         .await

@@ -11,6 +11,8 @@ pub mod allocate_producer_ids_request;
 pub mod allocate_producer_ids_response;
 pub mod alter_configs_request;
 pub mod alter_configs_response;
+pub mod alter_partition_reassignments_request;
+pub mod alter_partition_reassignments_response;
 pub mod alter_partition_request;
 pub mod alter_partition_response;
 pub mod alter_replica_log_dirs_request;
@@ -67,6 +69,8 @@ pub mod list_groups_request;
 pub mod list_groups_response;
 pub mod list_offsets_request;
 pub mod list_offsets_response;
+pub mod list_partition_reassignments_request;
+pub mod list_partition_reassignments_response;
 pub mod metadata_request;
 pub mod metadata_response;
 pub mod offset_commit_request;
@@ -92,6 +96,8 @@ pub use allocate_producer_ids_request::AllocateProducerIdsRequest;
 pub use allocate_producer_ids_response::AllocateProducerIdsResponse;
 pub use alter_configs_request::AlterConfigsRequest;
 pub use alter_configs_response::AlterConfigsResponse;
+pub use alter_partition_reassignments_request::AlterPartitionReassignmentsRequest;
+pub use alter_partition_reassignments_response::AlterPartitionReassignmentsResponse;
 pub use alter_partition_request::AlterPartitionRequest;
 pub use alter_partition_response::AlterPartitionResponse;
 pub use alter_replica_log_dirs_request::AlterReplicaLogDirsRequest;
@@ -148,6 +154,8 @@ pub use list_groups_request::ListGroupsRequest;
 pub use list_groups_response::ListGroupsResponse;
 pub use list_offsets_request::ListOffsetsRequest;
 pub use list_offsets_response::ListOffsetsResponse;
+pub use list_partition_reassignments_request::ListPartitionReassignmentsRequest;
+pub use list_partition_reassignments_response::ListPartitionReassignmentsResponse;
 pub use metadata_request::MetadataRequest;
 pub use metadata_response::MetadataResponse;
 pub use offset_commit_request::OffsetCommitRequest;
@@ -202,6 +210,8 @@ pub enum RequestBody {
     DeleteGroups(DeleteGroupsRequest),
     ElectLeaders(ElectLeadersRequest),
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
+    AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
+    ListPartitionReassignments(ListPartitionReassignmentsRequest),
     OffsetDelete(OffsetDeleteRequest),
     DescribeQuorum(DescribeQuorumRequest),
     AlterPartition(AlterPartitionRequest),
@@ -293,6 +303,12 @@ impl RequestBody {
             ApiKey::IncrementalAlterConfigs => RequestBody::IncrementalAlterConfigs(
                 IncrementalAlterConfigsRequest::decode(input, version)?,
             ),
+            ApiKey::AlterPartitionReassignments => RequestBody::AlterPartitionReassignments(
+                AlterPartitionReassignmentsRequest::decode(input, version)?,
+            ),
+            ApiKey::ListPartitionReassignments => RequestBody::ListPartitionReassignments(
+                ListPartitionReassignmentsRequest::decode(input, version)?,
+            ),
             ApiKey::OffsetDelete => {
                 RequestBody::OffsetDelete(OffsetDeleteRequest::decode(input, version)?)
             }
@@ -356,6 +372,8 @@ impl RequestBody {
             RequestBody::DeleteGroups(_) => ApiKey::DeleteGroups,
             RequestBody::ElectLeaders(_) => ApiKey::ElectLeaders,
             RequestBody::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
+            RequestBody::AlterPartitionReassignments(_) => ApiKey::AlterPartitionReassignments,
+            RequestBody::ListPartitionReassignments(_) => ApiKey::ListPartitionReassignments,
             RequestBody::OffsetDelete(_) => ApiKey::OffsetDelete,
             RequestBody::DescribeQuorum(_) => ApiKey::DescribeQuorum,
             RequestBody::AlterPartition(_) => ApiKey::AlterPartition,
@@ -401,6 +419,8 @@ impl RequestBody {
             RequestBody::DeleteGroups(body) => body.encode(out, version),
             RequestBody::ElectLeaders(body) => body.encode(out, version),
             RequestBody::IncrementalAlterConfigs(body) => body.encode(out, version),
+            RequestBody::AlterPartitionReassignments(body) => body.encode(out, version),
+            RequestBody::ListPartitionReassignments(body) => body.encode(out, version),
             RequestBody::OffsetDelete(body) => body.encode(out, version),
             RequestBody::DescribeQuorum(body) => body.encode(out, version),
             RequestBody::AlterPartition(body) => body.encode(out, version),
@@ -448,6 +468,8 @@ pub enum ResponseBody {
     DeleteGroups(DeleteGroupsResponse),
     ElectLeaders(ElectLeadersResponse),
     IncrementalAlterConfigs(IncrementalAlterConfigsResponse),
+    AlterPartitionReassignments(AlterPartitionReassignmentsResponse),
+    ListPartitionReassignments(ListPartitionReassignmentsResponse),
     OffsetDelete(OffsetDeleteResponse),
     DescribeQuorum(DescribeQuorumResponse),
     AlterPartition(AlterPartitionResponse),
@@ -545,6 +567,12 @@ impl ResponseBody {
             ApiKey::IncrementalAlterConfigs => ResponseBody::IncrementalAlterConfigs(
                 IncrementalAlterConfigsResponse::decode(input, version)?,
             ),
+            ApiKey::AlterPartitionReassignments => ResponseBody::AlterPartitionReassignments(
+                AlterPartitionReassignmentsResponse::decode(input, version)?,
+            ),
+            ApiKey::ListPartitionReassignments => ResponseBody::ListPartitionReassignments(
+                ListPartitionReassignmentsResponse::decode(input, version)?,
+            ),
             ApiKey::OffsetDelete => {
                 ResponseBody::OffsetDelete(OffsetDeleteResponse::decode(input, version)?)
             }
@@ -608,6 +636,8 @@ impl ResponseBody {
             ResponseBody::DeleteGroups(_) => ApiKey::DeleteGroups,
             ResponseBody::ElectLeaders(_) => ApiKey::ElectLeaders,
             ResponseBody::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
+            ResponseBody::AlterPartitionReassignments(_) => ApiKey::AlterPartitionReassignments,
+            ResponseBody::ListPartitionReassignments(_) => ApiKey::ListPartitionReassignments,
             ResponseBody::OffsetDelete(_) => ApiKey::OffsetDelete,
             ResponseBody::DescribeQuorum(_) => ApiKey::DescribeQuorum,
             ResponseBody::AlterPartition(_) => ApiKey::AlterPartition,
@@ -653,6 +683,8 @@ impl ResponseBody {
             ResponseBody::DeleteGroups(body) => body.encode(out, version),
             ResponseBody::ElectLeaders(body) => body.encode(out, version),
             ResponseBody::IncrementalAlterConfigs(body) => body.encode(out, version),
+            ResponseBody::AlterPartitionReassignments(body) => body.encode(out, version),
+            ResponseBody::ListPartitionReassignments(body) => body.encode(out, version),
             ResponseBody::OffsetDelete(body) => body.encode(out, version),
             ResponseBody::DescribeQuorum(body) => body.encode(out, version),
             ResponseBody::AlterPartition(body) => body.encode(out, version),
