@@ -263,7 +263,7 @@ pub fn balance_leaders(image: &MetadataImage, imbalance_percentage: i64) -> Vec<
 mod tests {
     use super::*;
     use fjord_common::Uuid;
-    use fjord_metadata::{PartitionRecord, RegisterBrokerRecord, TopicRecord};
+    use fjord_metadata::{PartitionRecord, TopicRecord};
     use fjord_protocol::messages::elect_leaders_request::TopicPartitions;
 
     const T: Uuid = Uuid([7; 16]);
@@ -272,19 +272,7 @@ mod tests {
     /// partition 1 led by its preferred 2, partition 2 leaderless (ISR 3, replicas 3,2),
     /// partition 3 led by 2 (prefers 3, fenced).
     fn image() -> MetadataImage {
-        let mut records: Vec<MetadataRecord> = (1..=3)
-            .map(|id| {
-                MetadataRecord::RegisterBroker(RegisterBrokerRecord {
-                    broker_id: id,
-                    incarnation_id: Uuid([id as u8; 16]),
-                    broker_epoch: 10,
-                    endpoints: Vec::new(),
-                    rack: None,
-                    fenced: id == 3,
-                    in_controlled_shutdown: false,
-                })
-            })
-            .collect();
+        let mut records = crate::testing::registered(1..=3, |_| 10, |id| id == 3);
         records.push(MetadataRecord::Topic(TopicRecord {
             name: "t".into(),
             topic_id: T,

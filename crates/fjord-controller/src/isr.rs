@@ -224,7 +224,7 @@ fn refused(partition_index: i32, error_code: i16) -> PartitionData {
 mod tests {
     use super::*;
     use fjord_common::Uuid;
-    use fjord_metadata::{MetadataDelta, PartitionRecord, RegisterBrokerRecord, TopicRecord};
+    use fjord_metadata::{MetadataDelta, PartitionRecord, TopicRecord};
     use fjord_protocol::messages::alter_partition_request::{
         BrokerState, TopicData as RequestTopic,
     };
@@ -232,19 +232,7 @@ mod tests {
     const T: Uuid = Uuid([9; 16]);
 
     fn image() -> MetadataImage {
-        let mut records: Vec<MetadataRecord> = (1..=3)
-            .map(|id| {
-                MetadataRecord::RegisterBroker(RegisterBrokerRecord {
-                    broker_id: id,
-                    incarnation_id: Uuid([id as u8; 16]),
-                    broker_epoch: i64::from(id) * 10,
-                    endpoints: Vec::new(),
-                    rack: None,
-                    fenced: id == 3,
-                    in_controlled_shutdown: false,
-                })
-            })
-            .collect();
+        let mut records = crate::testing::registered(1..=3, |id| i64::from(id) * 10, |id| id == 3);
         records.push(MetadataRecord::Topic(TopicRecord {
             name: "t".into(),
             topic_id: T,

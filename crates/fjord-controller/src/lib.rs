@@ -27,3 +27,30 @@ pub use apis::{
     PRODUCER_ID_BLOCK,
 };
 pub use quorum_controller::{ControllerError, QuorumController};
+
+#[cfg(test)]
+mod testing {
+    use fjord_common::Uuid;
+    use fjord_metadata::{MetadataRecord, RegisterBrokerRecord};
+
+    /// Registrations of brokers `ids`, at the broker epoch `epoch` gives, fenced where `fenced`
+    /// says.
+    pub fn registered(
+        ids: std::ops::RangeInclusive<i32>,
+        epoch: impl Fn(i32) -> i64,
+        fenced: impl Fn(i32) -> bool,
+    ) -> Vec<MetadataRecord> {
+        ids.map(|id| {
+            MetadataRecord::RegisterBroker(RegisterBrokerRecord {
+                broker_id: id,
+                incarnation_id: Uuid([id as u8; 16]),
+                broker_epoch: epoch(id),
+                endpoints: Vec::new(),
+                rack: None,
+                fenced: fenced(id),
+                in_controlled_shutdown: false,
+            })
+        })
+        .collect()
+    }
+}

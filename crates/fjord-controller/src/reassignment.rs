@@ -328,7 +328,7 @@ pub fn list_partition_reassignments(
 mod tests {
     use super::*;
     use fjord_common::Uuid;
-    use fjord_metadata::{MetadataDelta, PartitionRecord, RegisterBrokerRecord, TopicRecord};
+    use fjord_metadata::{MetadataDelta, PartitionRecord, TopicRecord};
     use fjord_protocol::messages::alter_partition_reassignments_request::{
         ReassignablePartition, ReassignableTopic,
     };
@@ -337,19 +337,7 @@ mod tests {
 
     /// Brokers 1..=4 registered and active; "t"-0 on 1,2,3 led by 1, all in sync.
     fn image() -> MetadataImage {
-        let mut records: Vec<MetadataRecord> = (1..=4)
-            .map(|id| {
-                MetadataRecord::RegisterBroker(RegisterBrokerRecord {
-                    broker_id: id,
-                    incarnation_id: Uuid([id as u8; 16]),
-                    broker_epoch: 10,
-                    endpoints: Vec::new(),
-                    rack: None,
-                    fenced: false,
-                    in_controlled_shutdown: false,
-                })
-            })
-            .collect();
+        let mut records = crate::testing::registered(1..=4, |_| 10, |_| false);
         records.push(MetadataRecord::Topic(TopicRecord {
             name: "t".into(),
             topic_id: T,
