@@ -558,9 +558,10 @@ class Cluster:
 
     def __init__(self, workdir: Path, controllers: int = 3, brokers: int = 0, extra: Optional[Dict[str, str]] = None,
                  hosts: Optional[List[str]] = None, prefixes: Optional[List[List[str]]] = None,
-                 metadata_dirs: bool = False):
+                 metadata_dirs: bool = False, node_extra: Optional[Dict[int, Dict[str, str]]] = None):
         """`hosts` and `prefixes` (one per node) place nodes elsewhere than loopback, e.g. in network namespaces;
-        `metadata_dirs` gives each node's metadata log a dir of its own."""
+        `metadata_dirs` gives each node's metadata log a dir of its own; `node_extra` adds properties to some nodes
+        (by node id), e.g. `broker.rack`."""
         self.kind = os.environ.get("E2E_BROKER", "fjord")
         self.voters_spec = None
         combined = brokers == 0
@@ -573,8 +574,8 @@ class Cluster:
         self.voters_spec = voters
         self.extra = extra or {}
         self.nodes = [
-            ClusterNode(workdir / f"node-{i + 1}", i + 1, roles(i), p, c, voters, self.kind, self.extra, hosts[i],
-                        prefixes[i], metadata_dirs)
+            ClusterNode(workdir / f"node-{i + 1}", i + 1, roles(i), p, c, voters, self.kind,
+                        {**self.extra, **(node_extra or {}).get(i + 1, {})}, hosts[i], prefixes[i], metadata_dirs)
             for i, (p, c) in enumerate(ports)
         ]
         self.cluster_id = None

@@ -113,6 +113,13 @@ pub fn check_leader_epoch(partition: &Partition, current_leader_epoch: i32) -> R
     }
 }
 
+/// A consumer's fetch from v11 (KIP-392): it may read from a follower (below that replica's
+/// high watermark), and a leader may send it to a replica in its rack.
+struct ConsumerReads {
+    rack: String,
+    image: Arc<fjord_metadata::MetadataImage>,
+}
+
 /// The follower a fetch comes from: its broker id and the broker epoch it fetched with.
 #[derive(Clone, Copy)]
 struct Replica {
@@ -191,6 +198,12 @@ impl Broker {
         let replica = (replica >= 0).then_some(Replica {
             id: replica,
             broker_epoch,
+        });
+        // KIP-392: a consumer from v11 may read from a follower, and one naming its rack may be
+        // sent to a follower in it.
+        let consumer = (replica.is_none() && version >= 11).then(|| ConsumerReads {
+            rack: request.rack_id.clone(),
+            image: image.clone(),
         });
         let name_of = |topic: &str, id: Uuid| -> Option<String> {
             if uses_ids {
@@ -342,7 +355,8 @@ impl Broker {
                                 data.high_watermark,
                                 data.log_start_offset,
                                 has_records,
-                                data.error_code != 0,
+                                // A consumer sent elsewhere must hear so.
+                                data.error_code != 0 || data.preferred_read_replica >= 0,
                             )
                         })
                         .unwrap_or(true);
@@ -394,8 +408,14 @@ impl Broker {
         if max_wait_ms > 0 {
             this.delay_on_targets(&targets, &waiter, replica.is_some());
         }
-        let (results, bytes_read, any_error) =
-            this.read_targets(&targets, max_bytes, read_committed, replica, now);
+        let (results, bytes_read, any_error) = this.read_targets(
+            &targets,
+            max_bytes,
+            read_committed,
+            replica,
+            consumer.as_ref(),
+            now,
+        );
         if max_wait_ms == 0 || bytes_read >= min_bytes.max(1) || any_error || targets.is_empty() {
             return Reply::Now(respond(&this, results));
         }
@@ -410,6 +430,7 @@ impl Broker {
                     max_bytes,
                     read_committed,
                     replica,
+                    consumer.as_ref(),
                     crate::broker::now_ms(),
                 );
                 let timed_out = woke.is_err();
@@ -428,7 +449,7 @@ impl Broker {
     /// followers' queue for a follower's fetch).
     fn delay_on_targets(&self, targets: &[Target], waiter: &Arc<Notify>, replica: bool) {
         for target in targets {
-            if let Some(partition) = self.replicas.get(&target.topic, target.partition) {
+            if let Some(partition) = self.replicas.get_hosted(&target.topic, target.partition) {
                 if replica {
                     partition.delay_replica_fetch(waiter);
                 } else {
@@ -446,6 +467,7 @@ impl Broker {
         max_bytes: usize,
         _read_committed: bool,
         replica: Option<Replica>,
+        consumer: Option<&ConsumerReads>,
         now_ms: i64,
     ) -> (Vec<PartitionRead>, usize, bool) {
         let mut results = Vec::with_capacity(targets.len());
@@ -454,11 +476,31 @@ impl Broker {
         for target in targets {
             let mut file = None;
             let mut data = no_data(target.partition);
-            match self.replicas.get(&target.topic, target.partition) {
+            let hosted = if consumer.is_some() {
+                self.replicas.get_hosted(&target.topic, target.partition)
+            } else {
+                self.replicas.get(&target.topic, target.partition)
+            };
+            match hosted {
                 None => data.error_code = self.not_hosted(&target.topic, target.partition),
                 Some(partition) => {
+                    let preferred = consumer.and_then(|c| {
+                        if !self.config.cluster.rack_aware_reads {
+                            return None;
+                        }
+                        let rack_of = |id: i32| c.image.broker(id).and_then(|b| b.rack.clone());
+                        partition.preferred_read_replica(target.fetch_offset, &c.rack, rack_of)
+                    });
                     if let Err(code) = check_leader_epoch(&partition, target.current_leader_epoch) {
                         data.error_code = code;
+                    } else if let Some(id) = preferred {
+                        // Sent elsewhere: no records, the offsets the consumer needs.
+                        data.preferred_read_replica = id;
+                        if let Ok(log) = partition.log.lock() {
+                            data.high_watermark = log.high_watermark();
+                            data.last_stable_offset = log.high_watermark();
+                            data.log_start_offset = log.log_start_offset();
+                        }
                     } else {
                         let remaining = max_bytes.saturating_sub(total);
                         let limit = (target.partition_max_bytes.max(0) as usize).min(remaining);
@@ -524,8 +566,11 @@ impl Broker {
                     }
                 }
             }
-            // A divergence is answered at once, as an error is: the follower must truncate first.
-            any_error |= data.error_code != errors::NONE || data.diverging_epoch.epoch >= 0;
+            // A divergence is answered at once, as an error is (the follower must truncate
+            // first), and so is a consumer sent to another replica.
+            any_error |= data.error_code != errors::NONE
+                || data.diverging_epoch.epoch >= 0
+                || data.preferred_read_replica >= 0;
             results.push((target.clone(), data, file));
         }
         (results, total, any_error)

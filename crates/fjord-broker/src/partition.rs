@@ -154,6 +154,31 @@ impl PartitionState {
         self.log_end_offset
     }
 
+    /// The replica a consumer in `client_rack` should read `fetch_offset` from, as Kafka's
+    /// rack-aware selector picks it (KIP-392): None for this leader (it is in that rack, or no
+    /// in-sync follower there has the offset), else the in-sync follower in the rack that is
+    /// furthest along, the one caught up most recently on a tie.
+    pub fn preferred_read_replica(
+        &self,
+        fetch_offset: i64,
+        client_rack: &str,
+        rack_of: impl Fn(BrokerId) -> Option<String>,
+    ) -> Option<BrokerId> {
+        let in_rack = |id: BrokerId| rack_of(id).is_some_and(|r| r == client_rack);
+        if self.role != Role::Leader || client_rack.is_empty() || in_rack(self.local) {
+            return None;
+        }
+        self.followers
+            .iter()
+            .filter(|(id, f)| {
+                self.leadership.isr.contains(id)
+                    && f.log_end_offset >= fetch_offset
+                    && in_rack(**id)
+            })
+            .max_by_key(|(_, f)| (f.log_end_offset, f.last_caught_up_ms))
+            .map(|(id, _)| *id)
+    }
+
     /// A leader heard a fetch from follower `replica` at `fetch_offset`: everything below it is
     /// on that follower (durable there in fsync mode). Returns the new high watermark if it
     /// moved.
@@ -477,6 +502,28 @@ mod tests {
         // Page-cache mode: an append counts at once.
         assert_eq!(p.on_append(25, true), Some(25));
         assert_eq!(p.high_watermark(), 25);
+    }
+
+    #[test]
+    fn consumers_are_sent_to_the_in_sync_follower_in_their_rack_furthest_along() {
+        // Leader 1 in rack a; 2 and 3 in rack b, 4 in rack b but out of the ISR.
+        let racks = |id: BrokerId| Some(if id == 1 { "a" } else { "b" }.to_string());
+        let mut p =
+            PartitionState::new(1, led_isr(1, 0, 0, &[1, 2, 3, 4], &[1, 2, 3]), 10, 10, 0, 0);
+        for (id, offset) in [(2, 8), (3, 10), (4, 10)] {
+            p.on_follower_fetch(id, offset, -1, 1).unwrap();
+        }
+        assert_eq!(p.preferred_read_replica(5, "b", racks), Some(3));
+        // Only replicas that have the offset.
+        assert_eq!(p.preferred_read_replica(10, "b", racks), Some(3));
+        assert_eq!(p.preferred_read_replica(11, "b", racks), None);
+        // The leader's own rack, an unknown rack, no rack: the leader serves.
+        assert_eq!(p.preferred_read_replica(5, "a", racks), None);
+        assert_eq!(p.preferred_read_replica(5, "c", racks), None);
+        assert_eq!(p.preferred_read_replica(5, "", racks), None);
+        // Followers send nobody anywhere.
+        let f = PartitionState::new(2, led_isr(1, 0, 0, &[1, 2, 3], &[1, 2, 3]), 10, 10, 0, 0);
+        assert_eq!(f.preferred_read_replica(5, "b", racks), None);
     }
 
     #[test]

@@ -73,6 +73,16 @@ impl Partition {
         lock(&self.state).role()
     }
 
+    /// See [`PartitionState::preferred_read_replica`].
+    pub fn preferred_read_replica(
+        &self,
+        fetch_offset: i64,
+        client_rack: &str,
+        rack_of: impl Fn(i32) -> Option<String>,
+    ) -> Option<i32> {
+        lock(&self.state).preferred_read_replica(fetch_offset, client_rack, rack_of)
+    }
+
     /// The in-sync replicas, as the metadata log last said.
     pub fn isr(&self) -> Vec<fjord_common::BrokerId> {
         lock(&self.state).leadership().isr.clone()
@@ -468,6 +478,13 @@ impl ReplicaManager {
         let key = TopicPartition::new(topic, partition);
         let partition = self.partitions.read().ok()?.get(&key).cloned()?;
         partition.is_leader().then_some(partition)
+    }
+
+    /// A partition this broker hosts a replica of, leader or follower (consumers may read from
+    /// followers, KIP-392).
+    pub fn get_hosted(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        let key = TopicPartition::new(topic, partition);
+        self.partitions.read().ok()?.get(&key).cloned()
     }
 
     /// Every partition this broker hosts a replica of, leader or not (retention, flushing and

@@ -71,6 +71,10 @@ pub struct TopicConfigDef {
     check: Check,
 }
 
+/// Kafka's rack-aware replica selector (KIP-392), the one `replica.selector.class` fjord has.
+pub const RACK_AWARE_REPLICA_SELECTOR: &str =
+    "org.apache.kafka.common.replica.RackAwareReplicaSelector";
+
 const COMPRESSION_TYPES: &[&str] = &["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"];
 const TIMESTAMP_TYPES: &[&str] = &["CreateTime", "LogAppendTime"];
 const CLEANUP_POLICIES: &[&str] = &["compact", "delete"];
@@ -987,6 +991,12 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
     broker_config!("cluster.id", String, None, Check::None),
     broker_config!("broker.rack", String, None, Check::None),
     broker_config!(
+        "replica.selector.class",
+        Class,
+        None,
+        Check::OneOf(&[RACK_AWARE_REPLICA_SELECTOR])
+    ),
+    broker_config!(
         "broker.session.timeout.ms",
         Int,
         Some("9000"),
@@ -1073,6 +1083,9 @@ pub struct ClusterConfig {
     pub inter_broker_listener_name: String,
     /// `broker.rack`, sent with the registration.
     pub rack: Option<String>,
+    /// `replica.selector.class` is Kafka's rack-aware selector: a leader sends consumers that
+    /// name a rack (`client.rack`) to an in-sync replica in it (KIP-392).
+    pub rack_aware_reads: bool,
     /// `broker.session.timeout.ms`: a broker not heard from for this long is fenced.
     pub broker_session_timeout_ms: i64,
     /// `broker.heartbeat.interval.ms`: how often a broker tells the controller it is alive.
@@ -1228,6 +1241,7 @@ impl ClusterConfig {
             controller_listener_names,
             inter_broker_listener_name,
             rack: (!rack.trim().is_empty()).then(|| rack.trim().to_string()),
+            rack_aware_reads: get("replica.selector.class").trim() == RACK_AWARE_REPLICA_SELECTOR,
             broker_session_timeout_ms: millis("broker.session.timeout.ms")?,
             broker_heartbeat_interval_ms: millis("broker.heartbeat.interval.ms")?,
             controlled_shutdown_enable: get("controlled.shutdown.enable")
