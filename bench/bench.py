@@ -264,11 +264,12 @@ def write_properties(path: Path, props: Dict[str, str]) -> None:
 class Broker:
     kind = "?"
 
-    def __init__(self, workdir: Path, overrides: Dict[str, str]):
+    def __init__(self, workdir: Path, overrides: Dict[str, str], port: Optional[int] = None):
+        """`port`: the client listener's port (a cluster's nodes know each other's before they start)."""
         self.workdir = workdir
         self.data_dir = workdir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = port or free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.overrides = overrides
         self.proc: Optional[subprocess.Popen] = None
@@ -326,8 +327,8 @@ class Broker:
 class FjordBroker(Broker):
     kind = "fjord"
 
-    def __init__(self, workdir: Path, overrides: Dict[str, str]):
-        super().__init__(workdir, overrides)
+    def __init__(self, workdir: Path, overrides: Dict[str, str], port: Optional[int] = None):
+        super().__init__(workdir, overrides, port)
         self.binary = Path(os.environ.get("FJORD_BIN", ROOT / "target" / "release" / "fjord"))
         self.config = workdir / "server.properties"
         props = {
@@ -363,13 +364,23 @@ class FjordBroker(Broker):
         return [float(m.group(1)) for m in re.finditer(rb"round_ms=(\d+)", text) if int(m.group(1)) >= 10]
 
 
+def new_cluster_id() -> str:
+    # As Kafka's own generator does: an id starting with '-' would read as an option.
+    cluster_id = "-"
+    while cluster_id.startswith("-"):
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+    return cluster_id
+
+
 class KafkaBroker(Broker):
     """Single-node KRaft Kafka (broker and controller in one JVM) from the Maven Central jars."""
 
     kind = "kafka"
 
-    def __init__(self, workdir: Path, overrides: Dict[str, str]):
-        super().__init__(workdir, overrides)
+    def __init__(self, workdir: Path, overrides: Dict[str, str], port: Optional[int] = None,
+                 cluster_id: Optional[str] = None):
+        """`cluster_id`: the one every node of a cluster is formatted with (default: a new one)."""
+        super().__init__(workdir, overrides, port)
         self.classpath = (BUILD / "kafka.classpath").read_text().strip()
         controller_port = free_port()
         self.config = workdir / "server.properties"
@@ -409,10 +420,7 @@ class KafkaBroker(Broker):
             "appender.file.layout.type=PatternLayout\n"
             "appender.file.layout.pattern=[%d] %p %m (%c)%n\n"
         )
-        # As Kafka's own generator does: an id starting with '-' would read as an option.
-        cluster_id = "-"
-        while cluster_id.startswith("-"):
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        cluster_id = cluster_id or new_cluster_id()
         subprocess.run(
             self.jvm(TOOL_JVM)
             + ["kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(self.config)],

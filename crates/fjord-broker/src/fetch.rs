@@ -25,6 +25,7 @@ use tokio::sync::Notify;
 use crate::broker::{encode_response, Broker};
 use crate::fetch_session::{RequestedPartition, SessionDecision};
 use crate::network::{OutPart, Reply, Response};
+use crate::partition::FollowerFetch;
 use crate::replica::Partition;
 use fjord_common::errors;
 
@@ -140,8 +141,9 @@ enum FollowerRead {
     OutOfRange,
 }
 
-/// The leader's side of a follower's fetch: checks its last fetched epoch against this log's
-/// epochs, then records its position (which may move the high watermark), as Kafka does.
+/// The leader's side of a follower's fetch: checks it against this log's bounds and epochs
+/// (`check_follower_fetch`), then records its position (which may move the high watermark), as
+/// Kafka does.
 fn follower_read(
     partition: &Partition,
     log: &mut fjord_storage::log::Log,
@@ -149,18 +151,19 @@ fn follower_read(
     target: &Target,
     now_ms: i64,
 ) -> FollowerRead {
-    // Checked first, as Kafka does: a divergence below the log start cannot be answered, and a
-    // position past the log end is not one this log can count.
-    if target.fetch_offset < log.log_start_offset() || target.fetch_offset > log.log_end_offset() {
-        return FollowerRead::OutOfRange;
-    }
-    if target.last_fetched_epoch >= 0 {
-        let (epoch, end_offset) = log.end_offset_for_epoch(target.last_fetched_epoch);
-        // (-1, -1), an epoch newer than any here, cannot be told on the wire (it is the
-        // field's default): the fetch offset then decides (out of range past the log end).
-        if epoch >= 0 && (epoch < target.last_fetched_epoch || end_offset < target.fetch_offset) {
-            return FollowerRead::Diverged(epoch, end_offset);
+    let check = crate::partition::check_follower_fetch(
+        target.fetch_offset,
+        target.last_fetched_epoch,
+        log.log_start_offset(),
+        log.log_end_offset(),
+        |epoch| log.end_offset_for_epoch(epoch),
+    );
+    match check {
+        FollowerFetch::OutOfRange => return FollowerRead::OutOfRange,
+        FollowerFetch::Diverged { epoch, end_offset } => {
+            return FollowerRead::Diverged(epoch, end_offset)
         }
+        FollowerFetch::Read => {}
     }
     match partition.follower_fetched(
         log,

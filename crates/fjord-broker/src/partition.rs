@@ -424,6 +424,44 @@ impl PartitionState {
     }
 }
 
+/// What a leader answers a follower's fetch at `fetch_offset` whose last fetched batch was of
+/// `last_fetched_epoch` (-1: none), in Kafka's order: below the log start is out of range; then a
+/// divergence (KIP-320: `end_offset_for_epoch` gives the largest epoch here at most the
+/// follower's and where it ends; older than the follower's, or ending before its fetch offset,
+/// the logs diverged there); only then past the log end is out of range. So a follower holding a
+/// tail of an old epoch past a new leader's end truncates that tail alone, never back to a high
+/// watermark that may be stale on both sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowerFetch {
+    Read,
+    Diverged { epoch: LeaderEpoch, end_offset: i64 },
+    OutOfRange,
+}
+
+pub fn check_follower_fetch(
+    fetch_offset: i64,
+    last_fetched_epoch: LeaderEpoch,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    end_offset_for_epoch: impl Fn(LeaderEpoch) -> (LeaderEpoch, i64),
+) -> FollowerFetch {
+    if fetch_offset < log_start_offset {
+        return FollowerFetch::OutOfRange;
+    }
+    if last_fetched_epoch >= 0 {
+        let (epoch, end_offset) = end_offset_for_epoch(last_fetched_epoch);
+        // (-1, -1), an epoch newer than any here, cannot be told on the wire (it is the
+        // field's default): the fetch offset then decides (out of range past the log end).
+        if epoch >= 0 && (epoch < last_fetched_epoch || end_offset < fetch_offset) {
+            return FollowerFetch::Diverged { epoch, end_offset };
+        }
+    }
+    if fetch_offset > log_end_offset {
+        return FollowerFetch::OutOfRange;
+    }
+    FollowerFetch::Read
+}
+
 /// Where a follower truncates when its leader answers that their logs diverged (KIP-320): the
 /// leader's largest epoch at most the follower's last fetched one is `diverging_epoch`, ending
 /// at `diverging_end` on the leader. `local` is this log's own answer for that epoch
@@ -524,6 +562,41 @@ mod tests {
         // Followers send nobody anywhere.
         let f = PartitionState::new(2, led_isr(1, 0, 0, &[1, 2, 3], &[1, 2, 3]), 10, 10, 0, 0);
         assert_eq!(f.preferred_read_replica(5, "b", racks), None);
+    }
+
+    #[test]
+    fn a_follower_past_a_new_leaders_end_hears_of_the_divergence_not_out_of_range() {
+        // The leader: epoch 0 ends at 46, epoch 1 from there to its end at 48.
+        let epochs = |e: LeaderEpoch| if e >= 1 { (1, 48) } else { (0, 46) };
+        // A follower with one more entry of epoch 0 (offsets 0..47), past what the leader kept.
+        assert_eq!(
+            check_follower_fetch(47, 0, 0, 46, epochs),
+            FollowerFetch::Diverged {
+                epoch: 0,
+                end_offset: 46
+            }
+        );
+        assert_eq!(
+            check_follower_fetch(46, 0, 0, 48, epochs),
+            FollowerFetch::Read
+        );
+        // Past the end in the leader's own epoch: that epoch ends at the leader's end.
+        assert_eq!(
+            check_follower_fetch(49, 1, 0, 48, epochs),
+            FollowerFetch::Diverged {
+                epoch: 1,
+                end_offset: 48
+            }
+        );
+        assert_eq!(
+            check_follower_fetch(3, 0, 5, 48, epochs),
+            FollowerFetch::OutOfRange
+        );
+        // No epoch to go by: past the end is out of range.
+        assert_eq!(
+            check_follower_fetch(47, -1, 0, 46, epochs),
+            FollowerFetch::OutOfRange
+        );
     }
 
     #[test]
