@@ -501,14 +501,15 @@ def producer_performance(bootstrap, topic, records, size, acks, codec, extra, th
     }
 
 
-def create_topics(bootstrap: str, prefix: str, topics: int, partitions: int, timeout: float) -> None:
+def create_topics(bootstrap: str, prefix: str, topics: int, partitions: int, timeout: float,
+                  replication_factor: int = 1) -> None:
     loadgen(["create-topics", "--bootstrap", bootstrap, "--prefix", prefix, "--topics", str(topics),
-             "--partitions", str(partitions)], timeout)
+             "--partitions", str(partitions), "--replication-factor", str(replication_factor)], timeout)
 
 
-def create_topic(bootstrap: str, prefix: str, partitions: int) -> str:
+def create_topic(bootstrap: str, prefix: str, partitions: int, replication_factor: int = 1) -> str:
     """Creates one topic; returns its name (create-topics names topics PREFIX-INDEX)."""
-    create_topics(bootstrap, prefix, 1, partitions, 120)
+    create_topics(bootstrap, prefix, 1, partitions, 120, replication_factor)
     topic = f"{prefix}-0"
     # The first produce to a freshly created Kafka partition stalls for seconds (the client backs off and
     # retries); a few small records first keep that one-time cost out of every measurement, for both brokers.

@@ -3,7 +3,8 @@
 cluster").
 
 Each round starts, for each flush mode and each broker (Kafka first), three combined broker + controller nodes on
-loopback with the same KRaft properties, `default.replication.factor=3` and `min.insync.replicas=2`, and measures:
+loopback with the same KRaft properties and `min.insync.replicas=2`, creates every topic with replication factor 3,
+and measures:
 
 1. *Throughput:* Kafka's ProducerPerformance, acks=all, 1 KiB records, 6 partitions, as fast as it goes.
 2. *Produce latency:* ProducerPerformance at half of Kafka's throughput in the same mode and round (linger.ms=0,
@@ -52,7 +53,6 @@ class Cluster:
                 "controller.listener.names": "CONTROLLER",
                 "inter.broker.listener.name": "PLAINTEXT",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                "default.replication.factor": "3",
                 "min.insync.replicas": "2",
                 "offsets.topic.replication.factor": "3",
                 **overrides,
@@ -103,7 +103,7 @@ def run_round(results: Results, work: Path, rnd: int, mode: str, smoke: bool, ka
             continue
         try:
             section = f"3 nodes, RF=3, acks=all, 1 KiB ({mode})"
-            topic = create_topic(cluster.bootstrap, "tput", PARTITIONS)
+            topic = create_topic(cluster.bootstrap, "tput", PARTITIONS, NODES)
             records = row_bytes // KIB
             r = producer_performance(cluster.bootstrap, topic, records, KIB, "all", "none", {}, -1, 1800,
                                      warmup=records // 10)
@@ -114,13 +114,13 @@ def run_round(results: Results, work: Path, rnd: int, mode: str, smoke: bool, ka
             if kind == "kafka":
                 kafka_max[(rnd, mode)] = r["records_per_s"]
             rate = max(10, int(kafka_max.get((rnd, mode), 1000) * 0.5))
-            topic = create_topic(cluster.bootstrap, "lat", 1)
+            topic = create_topic(cluster.bootstrap, "lat", 1, NODES)
             r = producer_performance(cluster.bootstrap, topic, rate * seconds, KIB, "all", "none",
                                      {"linger.ms": "0"}, rate, 600, warmup=rate)
             for q in ("p50", "p99", "p999"):
                 results.add(section, f"produce latency {q} at 50% of Kafka's max ({rate} rec/s, 1 partition)",
                             "ms", "lower", kind, r[f"{q}_ms"])
-            topic = create_topic(cluster.bootstrap, "e2e", 1)
+            topic = create_topic(cluster.bootstrap, "e2e", 1, NODES)
             r = loadgen(["e2e", "--bootstrap", cluster.bootstrap, "--topic", topic, "--records",
                          str(rate * seconds), "--size", str(KIB), "--rate", str(rate)], 600)
             for q in ("p50", "p99"):

@@ -140,10 +140,11 @@ func percentiles(us []int64) map[string]any {
 
 func createTopics(args []string) error {
 	fs := flag.NewFlagSet("create-topics", flag.ExitOnError)
-	bootstrap := fs.String("bootstrap", "", "bootstrap servers")
+	bootstrap := fs.String("bootstrap", "", "bootstrap servers, comma-separated")
 	prefix := fs.String("prefix", "t", "topic name prefix")
 	topics := fs.Int("topics", 1, "number of topics")
 	partitions := fs.Int("partitions", 1, "partitions per topic")
+	replicationFactor := fs.Int("replication-factor", 1, "replicas per partition")
 	configList := fs.String("configs", "", "topic configs, k=v[,k=v...]")
 	_ = fs.Parse(args)
 	var configs map[string]*string
@@ -157,7 +158,7 @@ func createTopics(args []string) error {
 			configs[k] = &v
 		}
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(*bootstrap), kgo.RequestTimeoutOverhead(120*time.Second))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*bootstrap, ",")...), kgo.RequestTimeoutOverhead(120*time.Second))
 	if err != nil {
 		return err
 	}
@@ -173,7 +174,7 @@ func createTopics(args []string) error {
 			names = append(names, fmt.Sprintf("%s-%d", *prefix, i))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
-		resp, err := adm.CreateTopics(ctx, int32(*partitions), 1, configs, names...)
+		resp, err := adm.CreateTopics(ctx, int32(*partitions), int16(*replicationFactor), configs, names...)
 		cancel()
 		if err != nil {
 			return err
@@ -222,7 +223,7 @@ func allLeaders(adm *kadm.Client, names []string, partitions int) bool {
 
 func produce(args []string) error {
 	fs := flag.NewFlagSet("produce", flag.ExitOnError)
-	bootstrap := fs.String("bootstrap", "", "bootstrap servers")
+	bootstrap := fs.String("bootstrap", "", "bootstrap servers, comma-separated")
 	topic := fs.String("topic", "", "topic")
 	records := fs.Int("records", 100000, "records to send")
 	size := fs.Int("size", 100, "value size in bytes")
@@ -239,7 +240,7 @@ func produce(args []string) error {
 		return err
 	}
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(*bootstrap),
+		kgo.SeedBrokers(strings.Split(*bootstrap, ",")...),
 		kgo.DefaultProduceTopic(*topic),
 		kgo.ProducerBatchCompression(codec),
 		// Default: the Java producer's linger, so batching is comparable.
@@ -307,7 +308,7 @@ func produce(args []string) error {
 
 func consume(args []string) error {
 	fs := flag.NewFlagSet("consume", flag.ExitOnError)
-	bootstrap := fs.String("bootstrap", "", "bootstrap servers")
+	bootstrap := fs.String("bootstrap", "", "bootstrap servers, comma-separated")
 	topic := fs.String("topic", "", "topic")
 	partitions := fs.Int("partitions", 1, "partitions to read")
 	records := fs.Int("records", 0, "records to read before stopping")
@@ -319,7 +320,7 @@ func consume(args []string) error {
 		offsets[int32(p)] = kgo.NewOffset().AtStart()
 	}
 	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(*bootstrap),
+		kgo.SeedBrokers(strings.Split(*bootstrap, ",")...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{*topic: offsets}),
 	)
 	if err != nil {
@@ -376,7 +377,7 @@ func processCPUSeconds() float64 {
 
 func endToEnd(args []string) error {
 	fs := flag.NewFlagSet("e2e", flag.ExitOnError)
-	bootstrap := fs.String("bootstrap", "", "bootstrap servers")
+	bootstrap := fs.String("bootstrap", "", "bootstrap servers, comma-separated")
 	topic := fs.String("topic", "", "topic with one partition, empty")
 	records := fs.Int("records", 10000, "records to send")
 	size := fs.Int("size", 100, "value size in bytes (at least 8)")
@@ -387,7 +388,7 @@ func endToEnd(args []string) error {
 		return errors.New("size must be at least 8 to hold the send timestamp")
 	}
 	consumer, err := kgo.NewClient(
-		kgo.SeedBrokers(*bootstrap),
+		kgo.SeedBrokers(strings.Split(*bootstrap, ",")...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{*topic: {0: kgo.NewOffset().AtStart()}}),
 		kgo.FetchMaxWait(500*time.Millisecond),
 	)
@@ -396,7 +397,7 @@ func endToEnd(args []string) error {
 	}
 	defer consumer.Close()
 	producer, err := kgo.NewClient(
-		kgo.SeedBrokers(*bootstrap),
+		kgo.SeedBrokers(strings.Split(*bootstrap, ",")...),
 		kgo.DefaultProduceTopic(*topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		// One record per batch at these rates: latency, not batching, is measured.

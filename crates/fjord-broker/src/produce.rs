@@ -29,10 +29,15 @@ struct PendingPartition {
 }
 
 /// acks=all needs `min.insync.replicas` in sync: NOT_ENOUGH_REPLICAS before the append, and
-/// NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below it while the records waited.
+/// NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below it while the records waited. As in
+/// Kafka, a partition with fewer replicas needs them all (the setting is capped at its replica
+/// count).
 fn under_min_isr(partition: &Partition, code: i16) -> Option<PartitionError> {
-    let min_isr = partition.config().get_i64("min.insync.replicas");
-    let isr = partition.isr();
+    let (isr, replicas) = partition.isr_and_replica_count();
+    let min_isr = partition
+        .config()
+        .get_i64("min.insync.replicas")
+        .min(i64::try_from(replicas).unwrap_or(i64::MAX));
     (i64::try_from(isr.len()).unwrap_or(i64::MAX) < min_isr).then(|| {
         PartitionError::new(
             code,

@@ -84,8 +84,10 @@ impl Partition {
     }
 
     /// The in-sync replicas, as the metadata log last said.
-    pub fn isr(&self) -> Vec<fjord_common::BrokerId> {
-        lock(&self.state).leadership().isr.clone()
+    /// The ISR and how many replicas the partition has.
+    pub fn isr_and_replica_count(&self) -> (Vec<fjord_common::BrokerId>, usize) {
+        let state = lock(&self.state);
+        (state.leadership().isr.clone(), state.leadership().replicas.len())
     }
 
     /// As `delay_fetch`, for a follower's fetch: woken by appends too, since a follower reads
