@@ -87,7 +87,10 @@ impl Partition {
     /// The ISR and how many replicas the partition has.
     pub fn isr_and_replica_count(&self) -> (Vec<fjord_common::BrokerId>, usize) {
         let state = lock(&self.state);
-        (state.leadership().isr.clone(), state.leadership().replicas.len())
+        (
+            state.leadership().isr.clone(),
+            state.leadership().replicas.len(),
+        )
     }
 
     /// As `delay_fetch`, for a follower's fetch: woken by appends too, since a follower reads
