@@ -2624,6 +2624,41 @@ fn every_advertised_version_answers() {
                         include_authorized_operations: false,
                     },
                 ),
+                ApiKey::ElectLeaders => RequestBody::ElectLeaders(
+                    fjord_protocol::messages::elect_leaders_request::ElectLeadersRequest {
+                        election_type: 0,
+                        topic_partitions: Some(vec![
+                            fjord_protocol::messages::elect_leaders_request::TopicPartitions {
+                                topic: "every".into(),
+                                partitions: vec![0],
+                            },
+                        ]),
+                        timeout_ms: 1_000,
+                    },
+                ),
+                ApiKey::AlterPartitionReassignments => RequestBody::AlterPartitionReassignments(
+                    fjord_protocol::messages::AlterPartitionReassignmentsRequest {
+                        timeout_ms: 1_000,
+                        topics: vec![
+                            fjord_protocol::messages::alter_partition_reassignments_request::ReassignableTopic {
+                                name: "every".into(),
+                                partitions: vec![
+                                    // Cancelling where nothing is in progress changes nothing.
+                                    fjord_protocol::messages::alter_partition_reassignments_request::ReassignablePartition {
+                                        partition_index: 0,
+                                        replicas: None,
+                                    },
+                                ],
+                            },
+                        ],
+                    },
+                ),
+                ApiKey::ListPartitionReassignments => RequestBody::ListPartitionReassignments(
+                    fjord_protocol::messages::ListPartitionReassignmentsRequest {
+                        timeout_ms: 1_000,
+                        topics: None,
+                    },
+                ),
                 other => panic!("no request built for {}", other.name()),
             };
             let frame = client.encode_request(*api, version, &body);
