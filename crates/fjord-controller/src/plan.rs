@@ -252,21 +252,26 @@ fn partition_record(
     }))
 }
 
-fn check_assignment(assigned: &[i32], brokers: &[UsableBroker]) -> Result<(), Refusal> {
+/// An explicit replica list: not empty, each broker once and registered. Linear in the list,
+/// which comes from the network and may be long.
+pub(crate) fn check_assignment(assigned: &[i32], brokers: &[UsableBroker]) -> Result<(), Refusal> {
     if assigned.is_empty() {
         return Err(refuse(
             errors::INVALID_REPLICA_ASSIGNMENT,
             "Replica assignment must not be empty",
         ));
     }
-    for (i, broker) in assigned.iter().enumerate() {
-        if assigned.iter().take(i).any(|b| b == broker) {
+    let registered: std::collections::HashSet<i32> = brokers.iter().map(|b| b.id).collect();
+    let mut seen =
+        std::collections::HashSet::with_capacity(assigned.len().min(registered.len() + 1));
+    for broker in assigned {
+        if !seen.insert(*broker) {
             return Err(refuse(
                 errors::INVALID_REPLICA_ASSIGNMENT,
                 format!("Duplicate broker {broker} in replica assignment"),
             ));
         }
-        if !brokers.iter().any(|b| b.id == *broker) {
+        if !registered.contains(broker) {
             return Err(refuse(
                 errors::INVALID_REPLICA_ASSIGNMENT,
                 format!("The manual partition assignment includes broker {broker}, but no such broker is registered."),

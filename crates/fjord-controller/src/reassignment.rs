@@ -247,21 +247,18 @@ fn reassign(
     }
 }
 
-/// A target assignment: replicas, distinct, each a registered broker.
+/// A target assignment: replicas, distinct, each a registered broker (as for CreateTopics).
 fn validate(image: &MetadataImage, target: &[i32]) -> Result<(), Refusal> {
-    let invalid = |message: String| (errors::INVALID_REPLICA_ASSIGNMENT, message);
-    if target.is_empty() {
-        return Err(invalid("the target replicas must not be empty".into()));
-    }
-    for (i, id) in target.iter().enumerate() {
-        if target.iter().take(i).any(|other| other == id) {
-            return Err(invalid(format!("broker {id} is named twice")));
-        }
-        if image.broker(*id).is_none() {
-            return Err(invalid(format!("broker {id} is not registered")));
-        }
-    }
-    Ok(())
+    let registered: Vec<crate::placement::UsableBroker> = image
+        .brokers()
+        .map(|b| crate::placement::UsableBroker {
+            id: b.broker_id,
+            rack: b.rack.clone(),
+            fenced: b.fenced,
+        })
+        .collect();
+    crate::plan::check_assignment(target, &registered)
+        .map_err(|refusal| (refusal.error_code, refusal.message))
 }
 
 /// Answers ListPartitionReassignments from `image`: the partitions asked for (every one, with no
