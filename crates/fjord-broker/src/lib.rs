@@ -147,7 +147,16 @@ pub async fn run(
         config.node_id as u64,
         &cluster_id,
         peers,
-        QuorumConfig::default(),
+        QuorumConfig {
+            max_bytes_between_snapshots: config.cluster.metadata_max_bytes_between_snapshots,
+            max_snapshot_interval: u64::try_from(config.cluster.metadata_max_snapshot_interval_ms)
+                .ok()
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
+            max_retained_log_bytes: u64::try_from(config.cluster.metadata_max_retention_bytes)
+                .unwrap_or(u64::MAX),
+            ..QuorumConfig::default()
+        },
     )
     .await
     .map_err(|e| startup(format!("metadata log at {}: {e}", metadata_dir.display())))?;

@@ -600,6 +600,24 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
     broker_config!("log.dir", String, Some("./fjord-data"), Check::None),
     broker_config!("log.dirs", List, None, Check::None),
     broker_config!("metadata.log.dir", String, None, Check::None),
+    broker_config!(
+        "metadata.log.max.record.bytes.between.snapshots",
+        Long,
+        Some("20971520"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "metadata.log.max.snapshot.interval.ms",
+        Long,
+        Some("3600000"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "metadata.max.retention.bytes",
+        Long,
+        Some("104857600"),
+        Check::None
+    ),
     broker_config!("num.partitions", Int, Some("1"), Check::AtLeast(1)),
     broker_config!(
         "default.replication.factor",
@@ -1092,6 +1110,15 @@ pub struct ClusterConfig {
     pub broker_heartbeat_interval_ms: i64,
     /// `controlled.shutdown.enable`: a stopping broker first has its leadership moved away.
     pub controlled_shutdown_enable: bool,
+    /// `metadata.log.max.record.bytes.between.snapshots`: this node snapshots its metadata image
+    /// once records of this size were applied since the last snapshot.
+    pub metadata_max_bytes_between_snapshots: u64,
+    /// `metadata.log.max.snapshot.interval.ms`: and once the last snapshot is this old, if
+    /// anything was applied since (0: never for age alone).
+    pub metadata_max_snapshot_interval_ms: i64,
+    /// `metadata.max.retention.bytes`: a metadata log larger than this drops every entry its
+    /// snapshot covers (-1: no limit).
+    pub metadata_max_retention_bytes: i64,
 }
 
 impl ClusterConfig {
@@ -1226,7 +1253,7 @@ impl ClusterConfig {
                 }
             }
         };
-        let millis = |key: &str| {
+        let integer = |key: &str| {
             let value = get(key);
             value
                 .trim()
@@ -1242,11 +1269,17 @@ impl ClusterConfig {
             inter_broker_listener_name,
             rack: (!rack.trim().is_empty()).then(|| rack.trim().to_string()),
             rack_aware_reads: get("replica.selector.class").trim() == RACK_AWARE_REPLICA_SELECTOR,
-            broker_session_timeout_ms: millis("broker.session.timeout.ms")?,
-            broker_heartbeat_interval_ms: millis("broker.heartbeat.interval.ms")?,
+            broker_session_timeout_ms: integer("broker.session.timeout.ms")?,
+            broker_heartbeat_interval_ms: integer("broker.heartbeat.interval.ms")?,
             controlled_shutdown_enable: get("controlled.shutdown.enable")
                 .trim()
                 .eq_ignore_ascii_case("true"),
+            metadata_max_bytes_between_snapshots: integer(
+                "metadata.log.max.record.bytes.between.snapshots",
+            )?
+            .max(1) as u64,
+            metadata_max_snapshot_interval_ms: integer("metadata.log.max.snapshot.interval.ms")?,
+            metadata_max_retention_bytes: integer("metadata.max.retention.bytes")?,
         })
     }
 

@@ -168,6 +168,11 @@ impl LogStore {
         })
     }
 
+    /// The size of `raft.log` in bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.inner.lock().map_or(0, |inner| inner.file_len)
+    }
+
     fn lock(&self) -> Result<MutexGuard<'_, LogInner>, StorageError> {
         self.inner.lock().map_err(|_| {
             StorageIOError::read_logs(AnyError::error("log store lock poisoned")).into()

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Config, Raft, ServerState, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::error::MetadataError;
 use crate::frame;
@@ -73,8 +75,15 @@ pub struct ReplicaStatus {
 /// Tuning of a [`MetadataQuorum`]; [`QuorumConfig::default`] suits a broker.
 #[derive(Debug, Clone)]
 pub struct QuorumConfig {
-    /// Take a snapshot of the image once this many entries were applied since the last one.
-    pub snapshot_every: u64,
+    /// Take a snapshot of the image once records of this many bytes were applied since the last
+    /// one (`metadata.log.max.record.bytes.between.snapshots`).
+    pub max_bytes_between_snapshots: u64,
+    /// Take one anyway when anything was applied and the last is this old
+    /// (`metadata.log.max.snapshot.interval.ms`; None: never for age alone).
+    pub max_snapshot_interval: Option<Duration>,
+    /// Once the log is larger than this, every entry a snapshot covers is purged
+    /// (`metadata.max.retention.bytes`), however many `entries_kept_after_snapshot` asks for.
+    pub max_retained_log_bytes: u64,
     /// Entries already covered by a snapshot that stay in the log after a purge.
     pub entries_kept_after_snapshot: u64,
     /// How long `start` waits for this node to lead and catch up.
@@ -83,11 +92,60 @@ pub struct QuorumConfig {
 
 impl Default for QuorumConfig {
     fn default() -> Self {
+        // Kafka's defaults.
         Self {
-            snapshot_every: 10_000,
+            max_bytes_between_snapshots: 20 * 1024 * 1024,
+            max_snapshot_interval: Some(Duration::from_secs(3600)),
+            max_retained_log_bytes: 100 * 1024 * 1024,
             entries_kept_after_snapshot: 1_000,
             leader_timeout: Duration::from_secs(30),
         }
+    }
+}
+
+/// Takes a snapshot whenever the records applied since the last one reach the configured size,
+/// or their age the configured interval, as every KRaft node does on its own, and purges what a
+/// snapshot covers once the log outgrows its retention; ends when raft shuts down.
+async fn take_snapshots(
+    raft: Raft<TypeConfig>,
+    log: LogStore,
+    mut image_rx: watch::Receiver<Arc<MetadataImage>>,
+    bytes_since_snapshot: Arc<AtomicU64>,
+    config: QuorumConfig,
+) {
+    // Applied records wait at most this long for an age-triggered snapshot past the interval.
+    const AGE_CHECK: Duration = Duration::from_secs(1);
+    let mut last_snapshot = Instant::now();
+    let mut age_check = tokio::time::interval(AGE_CHECK);
+    loop {
+        tokio::select! {
+            changed = image_rx.changed() => if changed.is_err() { return },
+            _ = age_check.tick() => {}
+        }
+        if log.size() > config.max_retained_log_bytes {
+            let (snapshot, purged) = {
+                let metrics = raft.metrics();
+                let m = metrics.borrow();
+                (m.snapshot.map(|id| id.index), m.purged.map(|id| id.index))
+            };
+            if let Some(snapshot) = snapshot.filter(|s| Some(*s) > purged) {
+                if raft.trigger().purge_log(snapshot).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let pending = bytes_since_snapshot.load(Ordering::Relaxed);
+        let too_old = config
+            .max_snapshot_interval
+            .is_some_and(|interval| last_snapshot.elapsed() >= interval);
+        if pending == 0 || (pending < config.max_bytes_between_snapshots && !too_old) {
+            continue;
+        }
+        // openraft ignores the trigger while a snapshot is being built.
+        if raft.trigger().snapshot().await.is_err() {
+            return;
+        }
+        last_snapshot = Instant::now();
     }
 }
 
@@ -134,12 +192,14 @@ impl MetadataQuorum {
 
         let log_store = LogStore::open(metadata_dir)?;
         let (state_machine, image_rx) = StateMachine::open(metadata_dir)?;
+        let bytes_since_snapshot = state_machine.bytes_since_snapshot();
         let raft_config = Config {
             cluster_name: cluster_id.to_owned(),
             heartbeat_interval: 100,
             election_timeout_min: 500,
             election_timeout_max: 1000,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every.max(1)),
+            // Snapshots are triggered by size and age, by `take_snapshots`.
+            snapshot_policy: SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: config.entries_kept_after_snapshot,
             // Purge as soon as a snapshot allows it; purges are already rare.
             purge_batch_size: 1,
@@ -152,7 +212,7 @@ impl MetadataQuorum {
             node_id,
             Arc::new(raft_config),
             TcpNetwork { node_id },
-            log_store,
+            log_store.clone(),
             state_machine,
         )
         .await
@@ -187,6 +247,13 @@ impl MetadataQuorum {
                 .await
                 .map_err(|e| MetadataError::raft("initialize", e))?;
         }
+        tokio::spawn(take_snapshots(
+            raft.clone(),
+            log_store.clone(),
+            image_rx.clone(),
+            bytes_since_snapshot,
+            config.clone(),
+        ));
         let quorum = MetadataQuorum { raft, image_rx };
         if alone {
             quorum.caught_up(config.leader_timeout).await?;

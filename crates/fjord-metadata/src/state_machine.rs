@@ -12,6 +12,7 @@
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -73,6 +74,9 @@ struct Shared {
     dir: PathBuf,
     state: Mutex<SmState>,
     image_tx: watch::Sender<Arc<MetadataImage>>,
+    /// Bytes of records applied since the stored snapshot, which decides when the next one is
+    /// taken (`metadata.log.max.record.bytes.between.snapshots`).
+    bytes_since_snapshot: Arc<AtomicU64>,
 }
 
 impl Shared {
@@ -156,9 +160,34 @@ impl StateMachine {
             dir: dir.to_path_buf(),
             state: Mutex::new(state),
             image_tx,
+            bytes_since_snapshot: Arc::new(AtomicU64::new(0)),
         });
         Ok((Self { shared }, image_rx))
     }
+
+    /// The count of record bytes applied since the stored snapshot, kept up to date as entries
+    /// are applied and snapshots stored.
+    pub(crate) fn bytes_since_snapshot(&self) -> Arc<AtomicU64> {
+        self.shared.bytes_since_snapshot.clone()
+    }
+}
+
+/// The size of `records` as the log stores them.
+fn encoded_len(records: &[MetadataRecord]) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Serializing plain data into a sink that cannot fail does not fail.
+    let _ = serde_json::to_writer(&mut count, records);
+    count.0
 }
 
 /// Builds a snapshot of the state as it was when the builder was made.
@@ -167,6 +196,8 @@ pub(crate) struct SnapshotBuilder {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     image: Arc<MetadataImage>,
+    /// The bytes applied up to `last_applied`, which the snapshot covers once stored.
+    covered_bytes: u64,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -182,7 +213,11 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         };
         let records = self.image.to_records();
         let mut state = self.shared.lock()?;
-        self.shared.store_snapshot(&mut state, meta, records)?;
+        if self.shared.store_snapshot(&mut state, meta, records)? {
+            self.shared
+                .bytes_since_snapshot
+                .fetch_sub(self.covered_bytes, Ordering::Relaxed);
+        }
         // Whether this one or a newer one is stored, report what is stored now.
         match &state.snapshot {
             Some(stored) => stored.to_snapshot(),
@@ -211,6 +246,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut state = self.shared.lock()?;
         let mut image = state.image.clone();
         let mut results = Vec::new();
+        let mut applied_bytes = 0;
         for entry in entries {
             let log_id = entry.log_id;
             state.last_applied = Some(log_id);
@@ -221,6 +257,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     Ok(())
                 }
                 EntryPayload::Normal(proposal) => {
+                    applied_bytes += encoded_len(&proposal.records);
                     let mut delta = MetadataDelta::new(&image);
                     match proposal.records.iter().try_for_each(|r| delta.apply(r)) {
                         Ok(()) => {
@@ -244,6 +281,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }
         }
         state.image = image.clone();
+        // Counted under the lock, so that a snapshot builder made now covers exactly these.
+        self.shared
+            .bytes_since_snapshot
+            .fetch_add(applied_bytes, Ordering::Relaxed);
         drop(state);
         self.shared.image_tx.send_replace(image);
         Ok(results)
@@ -252,16 +293,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         // A poisoned lock means an earlier panic; build from an empty state, which
         // openraft will then fail to use rather than us panicking here too.
-        let (last_applied, membership, image) = match self.shared.lock() {
+        let (last_applied, membership, image, covered_bytes) = match self.shared.lock() {
             Ok(state) => (
                 state.last_applied,
                 state.membership.clone(),
                 state.image.clone(),
+                self.shared.bytes_since_snapshot.load(Ordering::Relaxed),
             ),
             Err(_) => (
                 None,
                 StoredMembership::default(),
                 Arc::new(MetadataImage::empty()),
+                0,
             ),
         };
         SnapshotBuilder {
@@ -269,6 +312,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             last_applied,
             membership,
             image,
+            covered_bytes,
         }
     }
 
@@ -296,6 +340,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         state.last_applied = meta.last_log_id;
         state.membership = meta.last_membership.clone();
         state.image = image.clone();
+        // Everything applied here before is replaced by the snapshot.
+        self.shared.bytes_since_snapshot.store(0, Ordering::Relaxed);
         drop(state);
         self.shared.image_tx.send_replace(image);
         Ok(())

@@ -62,7 +62,9 @@ fn serve(listener: TcpListener, quorum: Weak<MetadataQuorum>) -> JoinHandle<()> 
 
 fn config() -> QuorumConfig {
     QuorumConfig {
-        snapshot_every: 20,
+        max_bytes_between_snapshots: 2000,
+        max_snapshot_interval: None,
+        max_retained_log_bytes: u64::MAX,
         entries_kept_after_snapshot: 5,
         leader_timeout: Duration::from_secs(10),
     }

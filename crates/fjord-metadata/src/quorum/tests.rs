@@ -16,7 +16,9 @@ const CLUSTER: &str = "test-cluster";
 
 fn config() -> QuorumConfig {
     QuorumConfig {
-        snapshot_every: 10_000,
+        max_bytes_between_snapshots: 1 << 20,
+        max_snapshot_interval: None,
+        max_retained_log_bytes: u64::MAX,
         entries_kept_after_snapshot: 100,
         leader_timeout: Duration::from_secs(10),
     }
@@ -227,7 +229,7 @@ async fn a_torn_last_entry_is_dropped_at_every_byte() {
 async fn snapshot_purge_and_restart() {
     let dir = tempfile::tempdir().unwrap();
     let config = QuorumConfig {
-        snapshot_every: 5,
+        max_bytes_between_snapshots: 500,
         entries_kept_after_snapshot: 2,
         ..config()
     };
@@ -274,6 +276,43 @@ async fn snapshot_purge_and_restart() {
             .await
             .unwrap();
     assert_eq!(quorum.image().to_records(), before.to_records());
+    quorum.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn snapshots_follow_applied_bytes_and_retention_purges_what_they_cover() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = QuorumConfig {
+        max_bytes_between_snapshots: 1000,
+        // Kept entries would hold the whole log; retention overrides them.
+        entries_kept_after_snapshot: 1000,
+        max_retained_log_bytes: 2000,
+        ..config()
+    };
+    let quorum =
+        MetadataQuorum::start_with_config(dir.path(), 1, CLUSTER, QuorumPeers::alone(), config)
+            .await
+            .unwrap();
+    // Below the threshold nothing is snapshotted.
+    quorum.propose(vec![topic("small", 1)]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(quorum.raft().metrics().borrow().snapshot, None);
+
+    for i in 0..30u8 {
+        quorum
+            .propose(vec![topic(&format!("t{i}"), i + 2), partition(i + 2, 0)])
+            .await
+            .unwrap();
+    }
+    // With 1000 entries to keep, only retention purges any of these 32.
+    let metrics = quorum
+        .raft()
+        .wait(Some(Duration::from_secs(10)))
+        .metrics(|m| m.purged.is_some(), "a purge")
+        .await
+        .unwrap();
+    assert!(metrics.purged.index() <= metrics.snapshot.index());
+    assert!(metrics.snapshot.index().unwrap() > 2);
     quorum.shutdown().await.unwrap();
 }
 
