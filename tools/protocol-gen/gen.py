@@ -35,6 +35,11 @@ MESSAGES = [
     (21, "DeleteRecords"),
     (22, "InitProducerId"),
     (23, "OffsetForLeaderEpoch"),
+    (24, "AddPartitionsToTxn"),
+    (25, "AddOffsetsToTxn"),
+    (26, "EndTxn"),
+    (27, "WriteTxnMarkers"),
+    (28, "TxnOffsetCommit"),
     (32, "DescribeConfigs"),
     (33, "AlterConfigs"),
     (34, "AlterReplicaLogDirs"),
@@ -51,17 +56,22 @@ MESSAGES = [
     (56, "AlterPartition"),
     (58, "Envelope"),
     (60, "DescribeCluster"),
+    (61, "DescribeProducers"),
     (62, "BrokerRegistration"),
     (63, "BrokerHeartbeat"),
+    (65, "DescribeTransactions"),
+    (66, "ListTransactions"),
     (67, "AllocateProducerIds"),
     (68, "ConsumerGroupHeartbeat"),
     (69, "ConsumerGroupDescribe"),
 ]
 HEADERS = ["RequestHeader", "ResponseHeader"]
 
-# The `__consumer_offsets` key and value schemas ("type": "data") generated with --records into
-# fjord-group. Kafka keeps them in group-coordinator/src/main/resources/common/message/.
-RECORDS = [
+# The coordinators' record key and value schemas ("type": "data"), generated with --records SET into
+# the crate of that coordinator: `group` (`__consumer_offsets`, fjord-group; Kafka keeps them in
+# group-coordinator/src/main/resources/common/message/) and `txn` (`__transaction_state`, fjord-txn;
+# in transaction-coordinator/src/main/resources/common/message/).
+GROUP_RECORDS = [
     "OffsetCommitKey",
     "OffsetCommitValue",
     "GroupMetadataKey",
@@ -79,6 +89,11 @@ RECORDS = [
     "ConsumerGroupCurrentMemberAssignmentKey",
     "ConsumerGroupCurrentMemberAssignmentValue",
 ]
+TXN_RECORDS = ["TransactionLogKey", "TransactionLogValue"]
+RECORD_SETS = {
+    "group": (GROUP_RECORDS, "`__consumer_offsets`"),
+    "txn": (TXN_RECORDS, "`__transaction_state`"),
+}
 
 # Where generated code finds the protocol primitives and the per-message test check. Inside
 # fjord-protocol they are crate items; --records generates for a crate depending on it.
@@ -95,7 +110,7 @@ RECORDS_PATHS = {
     "encoder": "fjord_protocol",
     "varint": "fjord_protocol::varint",
     "root": "fjord_protocol",
-    "check": "crate::records::check_record",
+    "check": "fjord_protocol::test_support::check_message",
     # A record whose only tagged field is one struct decodes it with a one-armed match.
     "extra_lints": "clippy::single_match, ",
 }
@@ -188,7 +203,8 @@ class Field:
         self.name = spec["name"]
         self.ident = snake(self.name)
         self.type = spec["type"]
-        self.versions = parse_versions(spec.get("versions", "none"))
+        # A tagged-only field (no "versions") exists in its tagged versions, as Kafka's generator reads it.
+        self.versions = parse_versions(spec.get("versions", spec.get("taggedVersions", "none")))
         self.nullable = intersect(parse_versions(spec.get("nullableVersions", "none")), self.versions)
         self.tagged = intersect(parse_versions(spec.get("taggedVersions", "none")), self.versions)
         self.tag = spec.get("tag")
@@ -877,9 +893,9 @@ def gen_mod(messages):
     return "\n".join(out) + "\n"
 
 
-def gen_records_mod(messages):
+def gen_records_mod(messages, topic):
     out = [HEADER_LINE]
-    out.append("//! Codecs for the `__consumer_offsets` record keys and values, one module per schema.\n")
+    out.append(f"//! Codecs for the {topic} record keys and values, one module per schema.\n")
     for m in messages:
         out.append(f"pub mod {module_name(m.name)};")
     out.append("")
@@ -905,14 +921,15 @@ def main():
     parser.add_argument("--out", required=True, help="output directory for the generated Rust modules")
     parser.add_argument(
         "--records",
-        action="store_true",
-        help="generate the group coordinator's record schemas (RECORDS) for fjord-group instead",
+        choices=sorted(RECORD_SETS),
+        help="generate a coordinator's record schemas (RECORD_SETS) for its crate instead",
     )
     args = parser.parse_args()
     if args.records:
         PATHS.update(RECORDS_PATHS)
-        messages = [load(args.schemas, name, None) for name in RECORDS]
-        mod_text = gen_records_mod(messages)
+        names, topic = RECORD_SETS[args.records]
+        messages = [load(args.schemas, name, None) for name in names]
+        mod_text = gen_records_mod(messages, topic)
     else:
         messages = [load(args.schemas, h, None) for h in HEADERS]
         for api_key, base in MESSAGES:

@@ -1,6 +1,6 @@
 //! The vocabulary every fjord crate shares, defined once here at the bottom of the crate graph:
 //! Kafka's error codes, its 128-bit `Uuid` (topic ids), `TopicPartition`, broker ids and leader
-//! epochs. Nothing here does I/O.
+//! epochs, and the key/value records and placement both coordinators use. Nothing here does I/O.
 
 pub mod errors;
 mod uuid;
@@ -31,6 +31,25 @@ pub fn java_string_hash(s: &str) -> i32 {
     s.encode_utf16().fold(0i32, |h, unit| {
         h.wrapping_mul(31).wrapping_add(i32::from(unit))
     })
+}
+
+/// One record of a coordinator's topic (`__consumer_offsets`, `__transaction_state`) in Kafka's
+/// key/value format; `value: None` is a tombstone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoordinatorRecord {
+    pub key: bytes::Bytes,
+    pub value: Option<bytes::Bytes>,
+}
+
+/// The partition of a coordinator's topic that owns `key` (a group id, a transactional id):
+/// Java's `String.hashCode`, made non-negative as Kafka's `Utils.abs` does, modulo the partition
+/// count. A non-positive count gives partition 0.
+pub fn coordinator_partition(key: &str, num_partitions: i32) -> i32 {
+    if num_partitions <= 0 {
+        0
+    } else {
+        kafka_abs(java_string_hash(key)) % num_partitions
+    }
 }
 
 /// Kafka's `Utils.abs`: the absolute value, with `i32::MIN` (which has none) mapped to 0.

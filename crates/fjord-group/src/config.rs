@@ -65,16 +65,9 @@ impl GroupConfig {
     }
 }
 
-/// The `__consumer_offsets` partition that owns `group_id`: Java's `String.hashCode` over the
-/// UTF-16 code units (wrapping), made non-negative as Kafka's `Utils.abs` does (i32::MIN
-/// becomes 0), modulo the partition count. A non-positive count gives partition 0.
+/// The `__consumer_offsets` partition that owns `group_id`, as Kafka places groups.
 pub fn partition_for(group_id: &str, num_partitions: i32) -> i32 {
-    let positive = fjord_common::kafka_abs(fjord_common::java_string_hash(group_id));
-    if num_partitions <= 0 {
-        0
-    } else {
-        positive % num_partitions
-    }
+    fjord_common::coordinator_partition(group_id, num_partitions)
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use bytes::Bytes;
 use fjord_protocol::ResponseBody;
 
 pub mod assignor;
@@ -31,12 +30,7 @@ pub use shard::{
 /// rebalance) can be matched to their connection.
 pub type RequestId = u64;
 
-/// One record of `__consumer_offsets` in Kafka's key/value format; `value: None` is a tombstone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CoordinatorRecord {
-    pub key: Bytes,
-    pub value: Option<Bytes>,
-}
+pub use fjord_common::CoordinatorRecord;
 
 /// What handling an input produced. The broker appends `records` to the shard's partition and
 /// sends `responses` only after the append is durable.

@@ -17,8 +17,9 @@ mod encoder;
 mod error;
 mod header;
 pub mod messages;
-#[cfg(test)]
-mod test_support;
+// Used by the generated tests here and in the coordinators' record codecs.
+#[doc(hidden)]
+pub mod test_support;
 pub mod varint;
 
 pub use api_key::ApiKey;

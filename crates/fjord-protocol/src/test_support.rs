@@ -8,7 +8,7 @@ use crate::{Decodable, Decoder, Encodable};
 
 /// For every version: the sample encodes, decodes back to itself consuming every byte, and
 /// every strict prefix of its encoding fails to decode instead of panicking.
-pub(crate) fn check_message<T>(versions: RangeInclusive<i16>, sample: fn(i16) -> T)
+pub fn check_message<T>(versions: RangeInclusive<i16>, sample: fn(i16) -> T)
 where
     T: Encodable + Decodable + PartialEq + std::fmt::Debug,
 {

@@ -268,36 +268,6 @@ fn expect_end(input: &Decoder) -> Result<(), GroupError> {
     }
 }
 
-/// The check every generated record module's test runs: each version's sample encodes,
-/// decodes back to itself using every byte, and every strict prefix fails to decode.
-#[cfg(test)]
-pub(crate) fn check_record<T>(versions: std::ops::RangeInclusive<i16>, sample: fn(i16) -> T)
-where
-    T: Encodable + Decodable + PartialEq + std::fmt::Debug,
-{
-    for version in versions {
-        let value = sample(version);
-        let mut out = BytesMut::new();
-        value
-            .encode(&mut out, version)
-            .unwrap_or_else(|e| panic!("encode v{version}: {e}"));
-        let frame = out.freeze();
-        let mut input = Decoder::new(frame.clone());
-        let decoded =
-            T::decode(&mut input, version).unwrap_or_else(|e| panic!("decode v{version}: {e}"));
-        assert_eq!(decoded, value, "round trip of version {version}");
-        assert_eq!(input.remaining(), 0, "trailing bytes in version {version}");
-        for cut in 0..frame.len() {
-            let mut input = Decoder::new(frame.slice(..cut));
-            assert!(
-                T::decode(&mut input, version).is_err(),
-                "prefix of {cut}/{} bytes decoded in version {version}",
-                frame.len()
-            );
-        }
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {

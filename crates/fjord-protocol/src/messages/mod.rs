@@ -7,6 +7,10 @@ use bytes::BytesMut;
 
 use crate::{ApiKey, Decodable, DecodeError, Decoder, Encodable, EncodeError};
 
+pub mod add_offsets_to_txn_request;
+pub mod add_offsets_to_txn_response;
+pub mod add_partitions_to_txn_request;
+pub mod add_partitions_to_txn_response;
 pub mod allocate_producer_ids_request;
 pub mod allocate_producer_ids_response;
 pub mod alter_configs_request;
@@ -45,10 +49,16 @@ pub mod describe_groups_request;
 pub mod describe_groups_response;
 pub mod describe_log_dirs_request;
 pub mod describe_log_dirs_response;
+pub mod describe_producers_request;
+pub mod describe_producers_response;
 pub mod describe_quorum_request;
 pub mod describe_quorum_response;
+pub mod describe_transactions_request;
+pub mod describe_transactions_response;
 pub mod elect_leaders_request;
 pub mod elect_leaders_response;
+pub mod end_txn_request;
+pub mod end_txn_response;
 pub mod envelope_request;
 pub mod envelope_response;
 pub mod fetch_request;
@@ -71,6 +81,8 @@ pub mod list_offsets_request;
 pub mod list_offsets_response;
 pub mod list_partition_reassignments_request;
 pub mod list_partition_reassignments_response;
+pub mod list_transactions_request;
+pub mod list_transactions_response;
 pub mod metadata_request;
 pub mod metadata_response;
 pub mod offset_commit_request;
@@ -91,7 +103,15 @@ pub mod sasl_handshake_request;
 pub mod sasl_handshake_response;
 pub mod sync_group_request;
 pub mod sync_group_response;
+pub mod txn_offset_commit_request;
+pub mod txn_offset_commit_response;
+pub mod write_txn_markers_request;
+pub mod write_txn_markers_response;
 
+pub use add_offsets_to_txn_request::AddOffsetsToTxnRequest;
+pub use add_offsets_to_txn_response::AddOffsetsToTxnResponse;
+pub use add_partitions_to_txn_request::AddPartitionsToTxnRequest;
+pub use add_partitions_to_txn_response::AddPartitionsToTxnResponse;
 pub use allocate_producer_ids_request::AllocateProducerIdsRequest;
 pub use allocate_producer_ids_response::AllocateProducerIdsResponse;
 pub use alter_configs_request::AlterConfigsRequest;
@@ -130,10 +150,16 @@ pub use describe_groups_request::DescribeGroupsRequest;
 pub use describe_groups_response::DescribeGroupsResponse;
 pub use describe_log_dirs_request::DescribeLogDirsRequest;
 pub use describe_log_dirs_response::DescribeLogDirsResponse;
+pub use describe_producers_request::DescribeProducersRequest;
+pub use describe_producers_response::DescribeProducersResponse;
 pub use describe_quorum_request::DescribeQuorumRequest;
 pub use describe_quorum_response::DescribeQuorumResponse;
+pub use describe_transactions_request::DescribeTransactionsRequest;
+pub use describe_transactions_response::DescribeTransactionsResponse;
 pub use elect_leaders_request::ElectLeadersRequest;
 pub use elect_leaders_response::ElectLeadersResponse;
+pub use end_txn_request::EndTxnRequest;
+pub use end_txn_response::EndTxnResponse;
 pub use envelope_request::EnvelopeRequest;
 pub use envelope_response::EnvelopeResponse;
 pub use fetch_request::FetchRequest;
@@ -156,6 +182,8 @@ pub use list_offsets_request::ListOffsetsRequest;
 pub use list_offsets_response::ListOffsetsResponse;
 pub use list_partition_reassignments_request::ListPartitionReassignmentsRequest;
 pub use list_partition_reassignments_response::ListPartitionReassignmentsResponse;
+pub use list_transactions_request::ListTransactionsRequest;
+pub use list_transactions_response::ListTransactionsResponse;
 pub use metadata_request::MetadataRequest;
 pub use metadata_response::MetadataResponse;
 pub use offset_commit_request::OffsetCommitRequest;
@@ -176,6 +204,10 @@ pub use sasl_handshake_request::SaslHandshakeRequest;
 pub use sasl_handshake_response::SaslHandshakeResponse;
 pub use sync_group_request::SyncGroupRequest;
 pub use sync_group_response::SyncGroupResponse;
+pub use txn_offset_commit_request::TxnOffsetCommitRequest;
+pub use txn_offset_commit_response::TxnOffsetCommitResponse;
+pub use write_txn_markers_request::WriteTxnMarkersRequest;
+pub use write_txn_markers_response::WriteTxnMarkersResponse;
 
 /// The body of any supported request, tagged by its API.
 #[derive(Debug, Clone, PartialEq)]
@@ -201,6 +233,11 @@ pub enum RequestBody {
     DeleteRecords(DeleteRecordsRequest),
     InitProducerId(InitProducerIdRequest),
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
+    AddPartitionsToTxn(AddPartitionsToTxnRequest),
+    AddOffsetsToTxn(AddOffsetsToTxnRequest),
+    EndTxn(EndTxnRequest),
+    WriteTxnMarkers(WriteTxnMarkersRequest),
+    TxnOffsetCommit(TxnOffsetCommitRequest),
     DescribeConfigs(DescribeConfigsRequest),
     AlterConfigs(AlterConfigsRequest),
     AlterReplicaLogDirs(AlterReplicaLogDirsRequest),
@@ -217,8 +254,11 @@ pub enum RequestBody {
     AlterPartition(AlterPartitionRequest),
     Envelope(EnvelopeRequest),
     DescribeCluster(DescribeClusterRequest),
+    DescribeProducers(DescribeProducersRequest),
     BrokerRegistration(BrokerRegistrationRequest),
     BrokerHeartbeat(BrokerHeartbeatRequest),
+    DescribeTransactions(DescribeTransactionsRequest),
+    ListTransactions(ListTransactionsRequest),
     AllocateProducerIds(AllocateProducerIdsRequest),
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
     ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
@@ -276,6 +316,19 @@ impl RequestBody {
             ApiKey::OffsetForLeaderEpoch => RequestBody::OffsetForLeaderEpoch(
                 OffsetForLeaderEpochRequest::decode(input, version)?,
             ),
+            ApiKey::AddPartitionsToTxn => {
+                RequestBody::AddPartitionsToTxn(AddPartitionsToTxnRequest::decode(input, version)?)
+            }
+            ApiKey::AddOffsetsToTxn => {
+                RequestBody::AddOffsetsToTxn(AddOffsetsToTxnRequest::decode(input, version)?)
+            }
+            ApiKey::EndTxn => RequestBody::EndTxn(EndTxnRequest::decode(input, version)?),
+            ApiKey::WriteTxnMarkers => {
+                RequestBody::WriteTxnMarkers(WriteTxnMarkersRequest::decode(input, version)?)
+            }
+            ApiKey::TxnOffsetCommit => {
+                RequestBody::TxnOffsetCommit(TxnOffsetCommitRequest::decode(input, version)?)
+            }
             ApiKey::DescribeConfigs => {
                 RequestBody::DescribeConfigs(DescribeConfigsRequest::decode(input, version)?)
             }
@@ -322,11 +375,20 @@ impl RequestBody {
             ApiKey::DescribeCluster => {
                 RequestBody::DescribeCluster(DescribeClusterRequest::decode(input, version)?)
             }
+            ApiKey::DescribeProducers => {
+                RequestBody::DescribeProducers(DescribeProducersRequest::decode(input, version)?)
+            }
             ApiKey::BrokerRegistration => {
                 RequestBody::BrokerRegistration(BrokerRegistrationRequest::decode(input, version)?)
             }
             ApiKey::BrokerHeartbeat => {
                 RequestBody::BrokerHeartbeat(BrokerHeartbeatRequest::decode(input, version)?)
+            }
+            ApiKey::DescribeTransactions => RequestBody::DescribeTransactions(
+                DescribeTransactionsRequest::decode(input, version)?,
+            ),
+            ApiKey::ListTransactions => {
+                RequestBody::ListTransactions(ListTransactionsRequest::decode(input, version)?)
             }
             ApiKey::AllocateProducerIds => RequestBody::AllocateProducerIds(
                 AllocateProducerIdsRequest::decode(input, version)?,
@@ -363,6 +425,11 @@ impl RequestBody {
             RequestBody::DeleteRecords(_) => ApiKey::DeleteRecords,
             RequestBody::InitProducerId(_) => ApiKey::InitProducerId,
             RequestBody::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
+            RequestBody::AddPartitionsToTxn(_) => ApiKey::AddPartitionsToTxn,
+            RequestBody::AddOffsetsToTxn(_) => ApiKey::AddOffsetsToTxn,
+            RequestBody::EndTxn(_) => ApiKey::EndTxn,
+            RequestBody::WriteTxnMarkers(_) => ApiKey::WriteTxnMarkers,
+            RequestBody::TxnOffsetCommit(_) => ApiKey::TxnOffsetCommit,
             RequestBody::DescribeConfigs(_) => ApiKey::DescribeConfigs,
             RequestBody::AlterConfigs(_) => ApiKey::AlterConfigs,
             RequestBody::AlterReplicaLogDirs(_) => ApiKey::AlterReplicaLogDirs,
@@ -379,8 +446,11 @@ impl RequestBody {
             RequestBody::AlterPartition(_) => ApiKey::AlterPartition,
             RequestBody::Envelope(_) => ApiKey::Envelope,
             RequestBody::DescribeCluster(_) => ApiKey::DescribeCluster,
+            RequestBody::DescribeProducers(_) => ApiKey::DescribeProducers,
             RequestBody::BrokerRegistration(_) => ApiKey::BrokerRegistration,
             RequestBody::BrokerHeartbeat(_) => ApiKey::BrokerHeartbeat,
+            RequestBody::DescribeTransactions(_) => ApiKey::DescribeTransactions,
+            RequestBody::ListTransactions(_) => ApiKey::ListTransactions,
             RequestBody::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
             RequestBody::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
             RequestBody::ConsumerGroupDescribe(_) => ApiKey::ConsumerGroupDescribe,
@@ -410,6 +480,11 @@ impl RequestBody {
             RequestBody::DeleteRecords(body) => body.encode(out, version),
             RequestBody::InitProducerId(body) => body.encode(out, version),
             RequestBody::OffsetForLeaderEpoch(body) => body.encode(out, version),
+            RequestBody::AddPartitionsToTxn(body) => body.encode(out, version),
+            RequestBody::AddOffsetsToTxn(body) => body.encode(out, version),
+            RequestBody::EndTxn(body) => body.encode(out, version),
+            RequestBody::WriteTxnMarkers(body) => body.encode(out, version),
+            RequestBody::TxnOffsetCommit(body) => body.encode(out, version),
             RequestBody::DescribeConfigs(body) => body.encode(out, version),
             RequestBody::AlterConfigs(body) => body.encode(out, version),
             RequestBody::AlterReplicaLogDirs(body) => body.encode(out, version),
@@ -426,8 +501,11 @@ impl RequestBody {
             RequestBody::AlterPartition(body) => body.encode(out, version),
             RequestBody::Envelope(body) => body.encode(out, version),
             RequestBody::DescribeCluster(body) => body.encode(out, version),
+            RequestBody::DescribeProducers(body) => body.encode(out, version),
             RequestBody::BrokerRegistration(body) => body.encode(out, version),
             RequestBody::BrokerHeartbeat(body) => body.encode(out, version),
+            RequestBody::DescribeTransactions(body) => body.encode(out, version),
+            RequestBody::ListTransactions(body) => body.encode(out, version),
             RequestBody::AllocateProducerIds(body) => body.encode(out, version),
             RequestBody::ConsumerGroupHeartbeat(body) => body.encode(out, version),
             RequestBody::ConsumerGroupDescribe(body) => body.encode(out, version),
@@ -459,6 +537,11 @@ pub enum ResponseBody {
     DeleteRecords(DeleteRecordsResponse),
     InitProducerId(InitProducerIdResponse),
     OffsetForLeaderEpoch(OffsetForLeaderEpochResponse),
+    AddPartitionsToTxn(AddPartitionsToTxnResponse),
+    AddOffsetsToTxn(AddOffsetsToTxnResponse),
+    EndTxn(EndTxnResponse),
+    WriteTxnMarkers(WriteTxnMarkersResponse),
+    TxnOffsetCommit(TxnOffsetCommitResponse),
     DescribeConfigs(DescribeConfigsResponse),
     AlterConfigs(AlterConfigsResponse),
     AlterReplicaLogDirs(AlterReplicaLogDirsResponse),
@@ -475,8 +558,11 @@ pub enum ResponseBody {
     AlterPartition(AlterPartitionResponse),
     Envelope(EnvelopeResponse),
     DescribeCluster(DescribeClusterResponse),
+    DescribeProducers(DescribeProducersResponse),
     BrokerRegistration(BrokerRegistrationResponse),
     BrokerHeartbeat(BrokerHeartbeatResponse),
+    DescribeTransactions(DescribeTransactionsResponse),
+    ListTransactions(ListTransactionsResponse),
     AllocateProducerIds(AllocateProducerIdsResponse),
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse),
     ConsumerGroupDescribe(ConsumerGroupDescribeResponse),
@@ -540,6 +626,19 @@ impl ResponseBody {
             ApiKey::OffsetForLeaderEpoch => ResponseBody::OffsetForLeaderEpoch(
                 OffsetForLeaderEpochResponse::decode(input, version)?,
             ),
+            ApiKey::AddPartitionsToTxn => ResponseBody::AddPartitionsToTxn(
+                AddPartitionsToTxnResponse::decode(input, version)?,
+            ),
+            ApiKey::AddOffsetsToTxn => {
+                ResponseBody::AddOffsetsToTxn(AddOffsetsToTxnResponse::decode(input, version)?)
+            }
+            ApiKey::EndTxn => ResponseBody::EndTxn(EndTxnResponse::decode(input, version)?),
+            ApiKey::WriteTxnMarkers => {
+                ResponseBody::WriteTxnMarkers(WriteTxnMarkersResponse::decode(input, version)?)
+            }
+            ApiKey::TxnOffsetCommit => {
+                ResponseBody::TxnOffsetCommit(TxnOffsetCommitResponse::decode(input, version)?)
+            }
             ApiKey::DescribeConfigs => {
                 ResponseBody::DescribeConfigs(DescribeConfigsResponse::decode(input, version)?)
             }
@@ -586,11 +685,20 @@ impl ResponseBody {
             ApiKey::DescribeCluster => {
                 ResponseBody::DescribeCluster(DescribeClusterResponse::decode(input, version)?)
             }
+            ApiKey::DescribeProducers => {
+                ResponseBody::DescribeProducers(DescribeProducersResponse::decode(input, version)?)
+            }
             ApiKey::BrokerRegistration => ResponseBody::BrokerRegistration(
                 BrokerRegistrationResponse::decode(input, version)?,
             ),
             ApiKey::BrokerHeartbeat => {
                 ResponseBody::BrokerHeartbeat(BrokerHeartbeatResponse::decode(input, version)?)
+            }
+            ApiKey::DescribeTransactions => ResponseBody::DescribeTransactions(
+                DescribeTransactionsResponse::decode(input, version)?,
+            ),
+            ApiKey::ListTransactions => {
+                ResponseBody::ListTransactions(ListTransactionsResponse::decode(input, version)?)
             }
             ApiKey::AllocateProducerIds => ResponseBody::AllocateProducerIds(
                 AllocateProducerIdsResponse::decode(input, version)?,
@@ -627,6 +735,11 @@ impl ResponseBody {
             ResponseBody::DeleteRecords(_) => ApiKey::DeleteRecords,
             ResponseBody::InitProducerId(_) => ApiKey::InitProducerId,
             ResponseBody::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
+            ResponseBody::AddPartitionsToTxn(_) => ApiKey::AddPartitionsToTxn,
+            ResponseBody::AddOffsetsToTxn(_) => ApiKey::AddOffsetsToTxn,
+            ResponseBody::EndTxn(_) => ApiKey::EndTxn,
+            ResponseBody::WriteTxnMarkers(_) => ApiKey::WriteTxnMarkers,
+            ResponseBody::TxnOffsetCommit(_) => ApiKey::TxnOffsetCommit,
             ResponseBody::DescribeConfigs(_) => ApiKey::DescribeConfigs,
             ResponseBody::AlterConfigs(_) => ApiKey::AlterConfigs,
             ResponseBody::AlterReplicaLogDirs(_) => ApiKey::AlterReplicaLogDirs,
@@ -643,8 +756,11 @@ impl ResponseBody {
             ResponseBody::AlterPartition(_) => ApiKey::AlterPartition,
             ResponseBody::Envelope(_) => ApiKey::Envelope,
             ResponseBody::DescribeCluster(_) => ApiKey::DescribeCluster,
+            ResponseBody::DescribeProducers(_) => ApiKey::DescribeProducers,
             ResponseBody::BrokerRegistration(_) => ApiKey::BrokerRegistration,
             ResponseBody::BrokerHeartbeat(_) => ApiKey::BrokerHeartbeat,
+            ResponseBody::DescribeTransactions(_) => ApiKey::DescribeTransactions,
+            ResponseBody::ListTransactions(_) => ApiKey::ListTransactions,
             ResponseBody::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
             ResponseBody::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
             ResponseBody::ConsumerGroupDescribe(_) => ApiKey::ConsumerGroupDescribe,
@@ -674,6 +790,11 @@ impl ResponseBody {
             ResponseBody::DeleteRecords(body) => body.encode(out, version),
             ResponseBody::InitProducerId(body) => body.encode(out, version),
             ResponseBody::OffsetForLeaderEpoch(body) => body.encode(out, version),
+            ResponseBody::AddPartitionsToTxn(body) => body.encode(out, version),
+            ResponseBody::AddOffsetsToTxn(body) => body.encode(out, version),
+            ResponseBody::EndTxn(body) => body.encode(out, version),
+            ResponseBody::WriteTxnMarkers(body) => body.encode(out, version),
+            ResponseBody::TxnOffsetCommit(body) => body.encode(out, version),
             ResponseBody::DescribeConfigs(body) => body.encode(out, version),
             ResponseBody::AlterConfigs(body) => body.encode(out, version),
             ResponseBody::AlterReplicaLogDirs(body) => body.encode(out, version),
@@ -690,8 +811,11 @@ impl ResponseBody {
             ResponseBody::AlterPartition(body) => body.encode(out, version),
             ResponseBody::Envelope(body) => body.encode(out, version),
             ResponseBody::DescribeCluster(body) => body.encode(out, version),
+            ResponseBody::DescribeProducers(body) => body.encode(out, version),
             ResponseBody::BrokerRegistration(body) => body.encode(out, version),
             ResponseBody::BrokerHeartbeat(body) => body.encode(out, version),
+            ResponseBody::DescribeTransactions(body) => body.encode(out, version),
+            ResponseBody::ListTransactions(body) => body.encode(out, version),
             ResponseBody::AllocateProducerIds(body) => body.encode(out, version),
             ResponseBody::ConsumerGroupHeartbeat(body) => body.encode(out, version),
             ResponseBody::ConsumerGroupDescribe(body) => body.encode(out, version),

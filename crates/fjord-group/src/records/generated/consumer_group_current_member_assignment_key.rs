@@ -78,7 +78,7 @@ impl ConsumerGroupCurrentMemberAssignmentKey {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::ConsumerGroupCurrentMemberAssignmentKey>(
+        fjord_protocol::test_support::check_message::<super::ConsumerGroupCurrentMemberAssignmentKey>(
             8..=8,
             super::ConsumerGroupCurrentMemberAssignmentKey::sample,
         );

@@ -157,7 +157,9 @@ impl TopicPartitions {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::ConsumerGroupCurrentMemberAssignmentValue>(
+        fjord_protocol::test_support::check_message::<
+            super::ConsumerGroupCurrentMemberAssignmentValue,
+        >(
             0..=0,
             super::ConsumerGroupCurrentMemberAssignmentValue::sample,
         );

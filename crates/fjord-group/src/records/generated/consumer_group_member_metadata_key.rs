@@ -78,7 +78,7 @@ impl ConsumerGroupMemberMetadataKey {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::ConsumerGroupMemberMetadataKey>(
+        fjord_protocol::test_support::check_message::<super::ConsumerGroupMemberMetadataKey>(
             5..=5,
             super::ConsumerGroupMemberMetadataKey::sample,
         );

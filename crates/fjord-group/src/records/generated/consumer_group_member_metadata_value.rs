@@ -244,7 +244,7 @@ impl ClassicProtocol {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::ConsumerGroupMemberMetadataValue>(
+        fjord_protocol::test_support::check_message::<super::ConsumerGroupMemberMetadataValue>(
             0..=0,
             super::ConsumerGroupMemberMetadataValue::sample,
         );

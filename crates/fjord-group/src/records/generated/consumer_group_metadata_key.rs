@@ -73,7 +73,7 @@ impl ConsumerGroupMetadataKey {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::ConsumerGroupMetadataKey>(
+        fjord_protocol::test_support::check_message::<super::ConsumerGroupMetadataKey>(
             3..=3,
             super::ConsumerGroupMetadataKey::sample,
         );

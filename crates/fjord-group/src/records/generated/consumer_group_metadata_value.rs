@@ -72,7 +72,7 @@ impl ConsumerGroupMetadataValue {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::ConsumerGroupMetadataValue>(
+        fjord_protocol::test_support::check_message::<super::ConsumerGroupMetadataValue>(
             0..=0,
             super::ConsumerGroupMetadataValue::sample,
         );

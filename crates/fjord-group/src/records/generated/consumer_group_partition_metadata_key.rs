@@ -73,7 +73,7 @@ impl ConsumerGroupPartitionMetadataKey {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::ConsumerGroupPartitionMetadataKey>(
+        fjord_protocol::test_support::check_message::<super::ConsumerGroupPartitionMetadataKey>(
             4..=4,
             super::ConsumerGroupPartitionMetadataKey::sample,
         );

@@ -187,7 +187,7 @@ impl PartitionMetadata {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::ConsumerGroupPartitionMetadataValue>(
+        fjord_protocol::test_support::check_message::<super::ConsumerGroupPartitionMetadataValue>(
             0..=0,
             super::ConsumerGroupPartitionMetadataValue::sample,
         );

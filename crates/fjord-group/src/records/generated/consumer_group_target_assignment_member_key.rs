@@ -78,7 +78,7 @@ impl ConsumerGroupTargetAssignmentMemberKey {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::ConsumerGroupTargetAssignmentMemberKey>(
+        fjord_protocol::test_support::check_message::<super::ConsumerGroupTargetAssignmentMemberKey>(
             7..=7,
             super::ConsumerGroupTargetAssignmentMemberKey::sample,
         );

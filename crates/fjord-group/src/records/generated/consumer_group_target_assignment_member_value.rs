@@ -131,7 +131,9 @@ impl TopicPartition {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::ConsumerGroupTargetAssignmentMemberValue>(
+        fjord_protocol::test_support::check_message::<
+            super::ConsumerGroupTargetAssignmentMemberValue,
+        >(
             0..=0,
             super::ConsumerGroupTargetAssignmentMemberValue::sample,
         );

@@ -73,7 +73,9 @@ impl ConsumerGroupTargetAssignmentMetadataKey {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::ConsumerGroupTargetAssignmentMetadataKey>(
+        fjord_protocol::test_support::check_message::<
+            super::ConsumerGroupTargetAssignmentMetadataKey,
+        >(
             6..=6,
             super::ConsumerGroupTargetAssignmentMetadataKey::sample,
         );

@@ -74,7 +74,9 @@ impl ConsumerGroupTargetAssignmentMetadataValue {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::ConsumerGroupTargetAssignmentMetadataValue>(
+        fjord_protocol::test_support::check_message::<
+            super::ConsumerGroupTargetAssignmentMetadataValue,
+        >(
             0..=0,
             super::ConsumerGroupTargetAssignmentMetadataValue::sample,
         );

@@ -73,7 +73,7 @@ impl GroupMetadataKey {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::GroupMetadataKey>(
+        fjord_protocol::test_support::check_message::<super::GroupMetadataKey>(
             2..=2,
             super::GroupMetadataKey::sample,
         );

@@ -232,7 +232,7 @@ impl MemberMetadata {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::GroupMetadataValue>(
+        fjord_protocol::test_support::check_message::<super::GroupMetadataValue>(
             0..=4,
             super::GroupMetadataValue::sample,
         );

@@ -83,7 +83,7 @@ impl OffsetCommitKey {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::OffsetCommitKey>(
+        fjord_protocol::test_support::check_message::<super::OffsetCommitKey>(
             0..=1,
             super::OffsetCommitKey::sample,
         );

@@ -112,7 +112,7 @@ impl OffsetCommitValue {
 mod tests {
     #[test]
     fn sample_round_trips_and_truncation_fails_in_every_version() {
-        crate::records::check_record::<super::OffsetCommitValue>(
+        fjord_protocol::test_support::check_message::<super::OffsetCommitValue>(
             0..=4,
             super::OffsetCommitValue::sample,
         );
