@@ -21,6 +21,7 @@ pub mod append;
 pub mod builder;
 pub mod compact;
 pub mod compression;
+pub mod control;
 pub mod header;
 pub mod record;
 pub mod validate;

@@ -13,12 +13,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use fjord_common::{TopicId, TopicPartition};
+use fjord_records::control::{build_marker, read_marker, EndTxnMarker};
 use fjord_records::header::compute_crc;
 use fjord_records::{split_batches, AppendBatch, RecordsError};
 
 use crate::error::{IoResultExt, StorageError};
 use crate::leader_epoch::{LeaderEpochCache, LEADER_EPOCH_CHECKPOINT_FILE_NAME};
-use crate::producer_state::{ProducerStateManager, SequenceCheck};
+use crate::producer_state::{CompletedTxn, ProducerStateManager, SequenceCheck};
 use crate::segment::{
     parse_segment_file_name, segment_file_name, FileSlice, LogSegment, CLEANED_FILE_SUFFIX,
     DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
@@ -442,8 +443,8 @@ impl Log {
         let state = &mut self.producer_state;
         for segment in self.segments.values() {
             if segment.next_offset() > from {
-                segment.for_each_batch_from(from, |header| {
-                    state.record_append(header, header.max_timestamp)
+                segment.for_each_batch_from(from, |header, marker| {
+                    state.record_append(header, header.max_timestamp, marker);
                 })?;
             }
         }
@@ -562,9 +563,14 @@ impl Log {
                 });
             }
             next = header.last_offset() + 1;
-            batches.push(batch);
+            let marker = if header.is_control() {
+                read_marker(&bytes)
+            } else {
+                None
+            };
+            batches.push((batch, marker));
         }
-        for batch in &batches {
+        for (batch, marker) in &batches {
             let header = *batch.header();
             let active = self.active_segment();
             // Past what the active segment's 32-bit relative offsets reach, or by Kafka's roll
@@ -583,7 +589,7 @@ impl Log {
             }
             self.active_segment_mut()?.append(batch)?;
             self.producer_state
-                .record_append(&header, header.max_timestamp);
+                .record_append(&header, header.max_timestamp, *marker);
             let epoch = header.partition_leader_epoch;
             if epoch >= 0
                 && self
@@ -626,10 +632,6 @@ impl Log {
         for batch in input {
             batches.push(batch.try_into()?);
         }
-        let mut total_bytes: u64 = 0;
-        for batch in &batches {
-            total_bytes += batch.len() as u64;
-        }
         for batch in &batches {
             if let SequenceCheck::Duplicate {
                 base_offset,
@@ -649,8 +651,48 @@ impl Log {
                 });
             }
         }
+        self.append_assigning_offsets(batches, leader_epoch, now_ms, None)
+            .map(|(info, _)| info)
+    }
+
+    /// Appends a commit or abort marker for a producer's transaction, as the partition leader
+    /// does for WriteTxnMarkers: refused when the producer or coordinator epoch is older than
+    /// the partition has seen. Answers the transaction it completed.
+    pub fn append_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: EndTxnMarker,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<(AppendInfo, Option<CompletedTxn>), StorageError> {
+        self.ensure_open()?;
+        let batch =
+            AppendBatch::new(build_marker(producer_id, producer_epoch, marker, now_ms)?.freeze())?;
+        self.producer_state.check_marker(batch.header(), &marker)?;
+        self.append_assigning_offsets(vec![batch], leader_epoch, now_ms, Some(marker))
+    }
+
+    /// The offset below which every transaction is decided: the high watermark, or the first
+    /// offset of the oldest open transaction if that is lower. read_committed consumers read
+    /// below it.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.producer_state
+            .first_unstable_offset()
+            .map_or(self.high_watermark, |first| first.min(self.high_watermark))
+    }
+
+    /// The append shared by clients' batches and markers (`marker`: the batch is that marker).
+    fn append_assigning_offsets(
+        &mut self,
+        mut batches: Vec<AppendBatch>,
+        leader_epoch: i32,
+        now_ms: i64,
+        marker: Option<EndTxnMarker>,
+    ) -> Result<(AppendInfo, Option<CompletedTxn>), StorageError> {
+        let total_bytes: u64 = batches.iter().map(|b| b.len() as u64).sum();
         if batches.is_empty() {
-            return Ok(AppendInfo {
+            let nothing = AppendInfo {
                 first_offset: -1,
                 last_offset: -1,
                 max_timestamp: -1,
@@ -658,7 +700,8 @@ impl Log {
                 log_start_offset: self.log_start_offset,
                 duplicate: false,
                 record_count: 0,
-            });
+            };
+            return Ok((nothing, None));
         }
         if total_bytes > self.config.segment_bytes {
             return Err(StorageError::RecordBatchTooLarge {
@@ -696,8 +739,12 @@ impl Log {
         for batch in &batches {
             segment.append(batch)?;
         }
+        let mut completed = None;
         for batch in &batches {
-            self.producer_state.record_append(batch.header(), now_ms);
+            completed = self
+                .producer_state
+                .record_append(batch.header(), now_ms, marker)
+                .or(completed);
         }
         debug_assert!(next > self.log_end_offset, "offsets only grow");
         if self
@@ -713,7 +760,7 @@ impl Log {
         }
         self.log_end_offset = next;
         self.check_invariants();
-        Ok(AppendInfo {
+        let info = AppendInfo {
             first_offset,
             last_offset,
             max_timestamp,
@@ -721,7 +768,8 @@ impl Log {
             log_start_offset: self.log_start_offset,
             duplicate: false,
             record_count,
-        })
+        };
+        Ok((info, completed))
     }
 
     /// Starts a new active segment at the log end offset.

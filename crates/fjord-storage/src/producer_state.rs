@@ -1,20 +1,26 @@
-//! Idempotent-producer state of one partition and its `<offset>.snapshot` files.
+//! Idempotent and transactional producer state of one partition and its `<offset>.snapshot`
+//! files.
 //!
 //! For every producer id seen in the log the manager keeps the producer epoch, the metadata of
-//! its last [`NUM_BATCHES_TO_RETAIN`] batches (to answer retries with the original offsets) and
-//! the timestamp used to expire idle producers. [`ProducerStateManager::check`] applies Kafka's
+//! its last [`NUM_BATCHES_TO_RETAIN`] batches (to answer retries with the original offsets), the
+//! timestamp used to expire idle producers, and its open transaction's first offset (the least
+//! of which is the first unstable offset, bounding the last stable offset). A commit or abort
+//! marker ends a producer's transaction: [`ProducerStateManager::record_append`] then tells
+//! the log of the completed transaction, so an aborted one goes into the aborted-transaction
+//! index. [`ProducerStateManager::check`] applies Kafka's
 //! sequence and epoch rules to an incoming client batch; [`ProducerStateManager::record_append`]
 //! folds an appended batch in. The state is sans-IO; the snapshot functions read and write
 //! Kafka's binary snapshot format (version 1, CRC32C) in a partition directory so the log can
 //! rebuild state from the newest snapshot plus the batches after it.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
 use fjord_common::errors;
+use fjord_records::control::EndTxnMarker;
 use fjord_records::BatchHeader;
 
 use crate::checkpoint::write_file_atomically;
@@ -61,6 +67,17 @@ pub enum ProducerStateError {
         /// `-1` when the producer has no retained batch in its current epoch.
         last_sequence: i32,
     },
+    #[error("producer {producer_id} wrote a non-transactional batch during its open transaction")]
+    InvalidTxnState { producer_id: i64 },
+    #[error(
+        "marker for producer {producer_id} from coordinator epoch {marker_epoch}, older than \
+         {current_epoch}"
+    )]
+    CoordinatorFenced {
+        producer_id: i64,
+        marker_epoch: i32,
+        current_epoch: i32,
+    },
     #[error("corrupt producer snapshot {path}: {reason}")]
     CorruptSnapshot { path: PathBuf, reason: String },
     #[error("producer snapshot I/O error in {path}: {source}")]
@@ -77,6 +94,8 @@ impl ProducerStateError {
         match self {
             Self::InvalidProducerEpoch { .. } => errors::INVALID_PRODUCER_EPOCH,
             Self::OutOfOrderSequence { .. } => errors::OUT_OF_ORDER_SEQUENCE_NUMBER,
+            Self::InvalidTxnState { .. } => errors::INVALID_TXN_STATE,
+            Self::CoordinatorFenced { .. } => errors::TRANSACTION_COORDINATOR_FENCED,
             Self::CorruptSnapshot { .. } | Self::Io { .. } => errors::KAFKA_STORAGE_ERROR,
         }
     }
@@ -133,9 +152,22 @@ pub struct ProducerStateEntry {
     pub coordinator_epoch: i32,
     /// Max timestamp of the producer's last batch; drives expiration.
     pub last_timestamp: i64,
-    /// First offset of the producer's open transaction. Transactions are not tracked yet, so
-    /// this is only carried through snapshots.
+    /// First offset of the producer's open transaction.
     pub current_txn_first_offset: Option<i64>,
+}
+
+/// A transaction a marker ended on this partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    /// Its first batch's offset (the marker's own when it wrote nothing here).
+    pub first_offset: i64,
+    /// The marker's offset.
+    pub last_offset: i64,
+    pub aborted: bool,
+    /// The last stable offset once it completed: the first offset of the oldest transaction
+    /// still open, else just past the marker.
+    pub last_stable_offset: i64,
 }
 
 impl ProducerStateEntry {
@@ -165,12 +197,16 @@ impl ProducerStateEntry {
             .copied()
     }
 
-    fn add_batch(&mut self, epoch: i16, batch: BatchMetadata) {
+    fn set_epoch(&mut self, epoch: i16) {
         if epoch != self.producer_epoch {
             // A new epoch restarts sequences, so older batches can no longer be matched.
             self.batches.clear();
             self.producer_epoch = epoch;
         }
+    }
+
+    fn add_batch(&mut self, epoch: i16, batch: BatchMetadata) {
+        self.set_epoch(epoch);
         if self.batches.len() == NUM_BATCHES_TO_RETAIN {
             self.batches.pop_front();
         }
@@ -183,6 +219,8 @@ impl ProducerStateEntry {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProducerStateManager {
     producers: BTreeMap<i64, ProducerStateEntry>,
+    /// Open transactions as (first offset, producer id): the first is the first unstable offset.
+    ongoing: BTreeSet<(i64, i64)>,
     last_mapped_offset: i64,
 }
 
@@ -195,11 +233,57 @@ impl ProducerStateManager {
     pub fn new(start_offset: i64) -> Self {
         Self {
             producers: BTreeMap::new(),
+            ongoing: BTreeSet::new(),
             last_mapped_offset: start_offset,
         }
     }
 
-    /// Applies Kafka's rules for a non-transactional batch arriving from a client.
+    fn with_producers(producers: BTreeMap<i64, ProducerStateEntry>, offset: i64) -> Self {
+        let ongoing = producers
+            .values()
+            .filter_map(|e| Some((e.current_txn_first_offset?, e.producer_id)))
+            .collect();
+        Self {
+            producers,
+            ongoing,
+            last_mapped_offset: offset,
+        }
+    }
+
+    /// The first offset of the oldest open transaction: nothing from it on is stable.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.first().map(|(offset, _)| *offset)
+    }
+
+    /// Applies Kafka's rules to a commit or abort marker about to be written for `header`'s
+    /// producer: an older producer epoch or coordinator epoch than the partition has seen is
+    /// fenced.
+    pub fn check_marker(
+        &self,
+        header: &BatchHeader,
+        marker: &EndTxnMarker,
+    ) -> Result<(), ProducerStateError> {
+        let Some(entry) = self.producers.get(&header.producer_id) else {
+            return Ok(());
+        };
+        if header.producer_epoch < entry.producer_epoch {
+            return Err(ProducerStateError::InvalidProducerEpoch {
+                producer_id: header.producer_id,
+                batch_epoch: header.producer_epoch,
+                current_epoch: entry.producer_epoch,
+            });
+        }
+        if marker.coordinator_epoch < entry.coordinator_epoch {
+            return Err(ProducerStateError::CoordinatorFenced {
+                producer_id: header.producer_id,
+                marker_epoch: marker.coordinator_epoch,
+                current_epoch: entry.coordinator_epoch,
+            });
+        }
+        Ok(())
+    }
+
+    /// Applies Kafka's rules for a data batch (transactional or not) arriving from a client.
     pub fn check(&self, header: &BatchHeader) -> Result<SequenceCheck, ProducerStateError> {
         let producer_id = header.producer_id;
         if producer_id < 0 {
@@ -226,6 +310,9 @@ impl ProducerStateManager {
                 current_epoch: entry.producer_epoch,
             });
         }
+        if !header.is_transactional() && entry.current_txn_first_offset.is_some() {
+            return Err(ProducerStateError::InvalidTxnState { producer_id });
+        }
         let out_of_order = || ProducerStateError::OutOfOrderSequence {
             producer_id,
             producer_epoch: epoch,
@@ -247,15 +334,48 @@ impl ProducerStateManager {
     }
 
     /// Folds in a batch that has been appended (offsets assigned). Every appended batch should
-    /// be passed, with or without a producer id, so [`Self::last_mapped_offset`] tracks the log.
-    /// `append_time_ms` is the batch timestamp when the topic uses LogAppendTime.
-    pub fn record_append(&mut self, header: &BatchHeader, append_time_ms: i64) {
+    /// be passed, with or without a producer id, so [`Self::last_mapped_offset`] tracks the log;
+    /// a control batch with the marker it holds. `append_time_ms` is the batch timestamp when the
+    /// topic uses LogAppendTime. A marker answers the transaction it completed.
+    pub fn record_append(
+        &mut self,
+        header: &BatchHeader,
+        append_time_ms: i64,
+        marker: Option<EndTxnMarker>,
+    ) -> Option<CompletedTxn> {
         let last_offset = header
             .base_offset
             .saturating_add(i64::from(header.last_offset_delta));
         self.last_mapped_offset = last_offset.saturating_add(1);
         if header.producer_id < 0 {
-            return;
+            return None;
+        }
+        if header.is_control() {
+            // Control batches other than markers (none from clients) change no producer.
+            let marker = marker?;
+            let entry = self
+                .producers
+                .entry(header.producer_id)
+                .or_insert_with(|| ProducerStateEntry::empty(header.producer_id));
+            entry.set_epoch(header.producer_epoch);
+            entry.coordinator_epoch = marker.coordinator_epoch;
+            let first_offset = match entry.current_txn_first_offset.take() {
+                Some(first) => {
+                    self.ongoing.remove(&(first, header.producer_id));
+                    first
+                }
+                None => header.base_offset,
+            };
+            let last_stable_offset = self
+                .first_unstable_offset()
+                .unwrap_or(last_offset.saturating_add(1));
+            return Some(CompletedTxn {
+                producer_id: header.producer_id,
+                first_offset,
+                last_offset,
+                aborted: !marker.commit,
+                last_stable_offset,
+            });
         }
         let max_timestamp = if header.is_log_append_time() {
             append_time_ms
@@ -268,10 +388,17 @@ impl ProducerStateManager {
             offset_delta: header.last_offset_delta,
             max_timestamp,
         };
-        self.producers
+        let entry = self
+            .producers
             .entry(header.producer_id)
-            .or_insert_with(|| ProducerStateEntry::empty(header.producer_id))
-            .add_batch(header.producer_epoch, batch);
+            .or_insert_with(|| ProducerStateEntry::empty(header.producer_id));
+        entry.add_batch(header.producer_epoch, batch);
+        if header.is_transactional() && entry.current_txn_first_offset.is_none() {
+            entry.current_txn_first_offset = Some(header.base_offset);
+            self.ongoing
+                .insert((header.base_offset, header.producer_id));
+        }
+        None
     }
 
     /// The offset up to which (exclusive) batches have been folded in.
@@ -311,6 +438,7 @@ impl ProducerStateManager {
     /// Drops all state and snapshots; folding restarts at `offset`.
     pub fn truncate_fully_and_start_at(&mut self, dir: &Path, offset: i64) -> io::Result<()> {
         self.producers.clear();
+        self.ongoing.clear();
         self.last_mapped_offset = offset;
         delete_snapshots_matching(dir, |_| true)
     }
@@ -365,12 +493,7 @@ impl ProducerStateManager {
                 source,
             })?;
             match decode_snapshot(&bytes) {
-                Ok(producers) => {
-                    return Ok(Self {
-                        producers,
-                        last_mapped_offset: offset,
-                    })
-                }
+                Ok(producers) => return Ok(Self::with_producers(producers, offset)),
                 Err(reason) => {
                     tracing::warn!(path = %path.display(), %reason, "deleting corrupt producer snapshot");
                     remove_if_exists(&path).map_err(|source| ProducerStateError::Io {
@@ -592,7 +715,7 @@ mod tests {
     fn six_batches() -> ProducerStateManager {
         let mut m = ProducerStateManager::new(100);
         for i in 0..6 {
-            m.record_append(&batch(7, 2, i * 2, 2, 100 + i64::from(i) * 2), 0);
+            m.record_append(&batch(7, 2, i * 2, 2, 100 + i64::from(i) * 2), 0, None);
         }
         m
     }
@@ -699,7 +822,7 @@ mod tests {
     #[test]
     fn sequence_wraps_at_i32_max() {
         let mut m = ProducerStateManager::new(0);
-        m.record_append(&batch(1, 0, i32::MAX - 1, 2, 0), 0);
+        m.record_append(&batch(1, 0, i32::MAX - 1, 2, 0), 0, None);
         assert_eq!(m.last_entry(1).unwrap().last_seq(), i32::MAX);
         assert_eq!(
             m.check(&batch(1, 0, 0, 1, 0)).unwrap(),
@@ -708,7 +831,7 @@ mod tests {
         assert!(out_of_order(m.check(&batch(1, 0, 1, 1, 0))));
 
         // A batch whose sequences cross the wrap point.
-        m.record_append(&batch(1, 0, i32::MAX, 3, 2), 0);
+        m.record_append(&batch(1, 0, i32::MAX, 3, 2), 0, None);
         let entry = m.last_entry(1).unwrap();
         assert_eq!(entry.last_seq(), 1);
         assert_eq!(entry.batches.back().unwrap().first_seq(), i32::MAX);
@@ -783,13 +906,13 @@ mod tests {
     #[test]
     fn record_append_tracks_offsets_epochs_and_times() {
         let mut m = ProducerStateManager::new(0);
-        m.record_append(&batch(-1, -1, -1, 4, 0), 0);
+        m.record_append(&batch(-1, -1, -1, 4, 0), 0, None);
         assert_eq!((m.last_mapped_offset(), m.producer_count()), (4, 0));
-        m.record_append(&batch(3, 0, 0, 2, 4), 0);
+        m.record_append(&batch(3, 0, 0, 2, 4), 0, None);
         assert_eq!(m.last_mapped_offset(), 6);
         let mut lat = batch(3, 1, 0, 1, 6);
         lat.attributes = attributes::TIMESTAMP_TYPE_LOG_APPEND;
-        m.record_append(&lat, 77_777);
+        m.record_append(&lat, 77_777, None);
         let e = m.last_entry(3).unwrap();
         assert_eq!(
             (e.producer_epoch, e.batches.len()),
@@ -864,9 +987,9 @@ mod tests {
     fn snapshot_bytes_match_kafka_layout() {
         let dir = tempfile::tempdir().unwrap();
         let mut m = ProducerStateManager::new(0);
-        m.record_append(&batch(9, 3, 5, 4, 0), 0);
-        m.record_append(&batch(-1, -1, -1, 2, 4), 0);
-        m.record_append(&batch(2, 0, 0, 1, 6), 0);
+        m.record_append(&batch(9, 3, 5, 4, 0), 0, None);
+        m.record_append(&batch(-1, -1, -1, 2, 4), 0, None);
+        m.record_append(&batch(2, 0, 0, 1, 6), 0, None);
         let path = m.take_snapshot(dir.path()).unwrap();
         assert_eq!(path.file_name().unwrap(), "00000000000000000007.snapshot");
 
@@ -896,9 +1019,9 @@ mod tests {
     fn corrupt_snapshots_fall_back_and_are_deleted() {
         let dir = tempfile::tempdir().unwrap();
         let mut m = ProducerStateManager::new(0);
-        m.record_append(&batch(1, 0, 0, 1, 0), 0);
+        m.record_append(&batch(1, 0, 0, 1, 0), 0, None);
         m.take_snapshot(dir.path()).unwrap(); // offset 1
-        m.record_append(&batch(1, 0, 1, 1, 1), 0);
+        m.record_append(&batch(1, 0, 1, 1, 1), 0, None);
         let newest = m.take_snapshot(dir.path()).unwrap(); // offset 2
 
         // Flip one bit inside the entries: the CRC no longer matches.
@@ -1011,7 +1134,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut m = ProducerStateManager::new(0);
         for i in 0..6 {
-            m.record_append(&batch(1, 0, i, 1, i64::from(i)), 0);
+            m.record_append(&batch(1, 0, i, 1, i64::from(i)), 0, None);
             m.take_snapshot(dir.path()).unwrap(); // offsets 1..=6
         }
         // Already at the end: only the out-of-range snapshots go.
@@ -1032,7 +1155,7 @@ mod tests {
         m.truncate_and_reload(dir.path(), 4, 7).unwrap();
         assert_eq!(m, ProducerStateManager::new(4));
 
-        m.record_append(&batch(1, 0, 0, 1, 4), 0);
+        m.record_append(&batch(1, 0, 0, 1, 4), 0, None);
         m.take_snapshot(dir.path()).unwrap();
         m.truncate_fully_and_start_at(dir.path(), 100).unwrap();
         assert_eq!(m, ProducerStateManager::new(100));
@@ -1103,8 +1226,8 @@ mod tests {
                         };
                         prop_assert_eq!(live.check(&header).unwrap(), SequenceCheck::Append);
                         prop_assert_eq!(recovered.check(&header).unwrap(), SequenceCheck::Append);
-                        live.record_append(&header, 0);
-                        recovered.record_append(&header, 0);
+                        live.record_append(&header, 0, None);
+                        recovered.record_append(&header, 0, None);
                         log.push(header);
                         end += i64::from(records);
                     }
@@ -1115,7 +1238,7 @@ mod tests {
                         recovered = ProducerStateManager::load_latest_snapshot(dir.path(), end).unwrap();
                         let from = recovered.last_mapped_offset();
                         for h in log.iter().filter(|h| h.base_offset >= from) {
-                            recovered.record_append(h, 0);
+                            recovered.record_append(h, 0, None);
                         }
                     }
                 }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use fjord_records::control::{read_marker, EndTxnMarker, MARKER_READ_LEN};
 use fjord_records::header::compute_crc;
 use fjord_records::{AppendBatch, BatchHeader, BATCH_HEADER_LEN};
 
@@ -396,20 +397,49 @@ impl LogSegment {
         Ok(position)
     }
 
-    /// Visits the headers of all batches whose last offset is at least `from_offset`, in order.
+    /// Visits the headers of all batches whose last offset is at least `from_offset`, in order,
+    /// each control batch with the transaction marker it holds.
     pub fn for_each_batch_from(
         &self,
         from_offset: i64,
-        mut f: impl FnMut(&BatchHeader),
+        mut f: impl FnMut(&BatchHeader, Option<EndTxnMarker>),
     ) -> Result<(), StorageError> {
         let start = self.offset_index.lookup(from_offset).position;
-        self.scan_headers(u64::from(start), |_, header| {
-            if header.last_offset() >= from_offset {
-                f(header);
+        let mut failed = None;
+        self.scan_headers(u64::from(start), |position, header| {
+            if header.last_offset() < from_offset {
+                return true;
             }
+            let marker = if header.is_control() {
+                match self.read_marker_at(position, header) {
+                    Ok(marker) => marker,
+                    Err(e) => {
+                        failed = Some(e);
+                        return false;
+                    }
+                }
+            } else {
+                None
+            };
+            f(header, marker);
             true
         })?;
-        Ok(())
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// The marker of the control batch at `position` (None: another kind of control batch).
+    fn read_marker_at(
+        &self,
+        position: u64,
+        header: &BatchHeader,
+    ) -> Result<Option<EndTxnMarker>, StorageError> {
+        // A marker is small; reading no more than one needs bounds the work on a bad header.
+        let len = header.total_len().min(MARKER_READ_LEN);
+        let mut buf = vec![0; len];
+        self.log
+            .read_exact_at(&mut buf, position)
+            .at(&self.log_path)?;
+        Ok(read_marker(&buf))
     }
 
     /// Rebuilds the indexes from the log, validating every batch (sanity, CRC, ascending

@@ -654,3 +654,137 @@ fn producer_retries_are_deduplicated_across_restarts() {
     assert!(!next.duplicate);
     assert_eq!(next.first_offset, 3);
 }
+
+#[test]
+fn open_transactions_hold_back_the_last_stable_offset_until_their_markers() {
+    use fjord_records::control::EndTxnMarker;
+    let commit = EndTxnMarker {
+        commit: true,
+        coordinator_epoch: 0,
+    };
+    let abort = EndTxnMarker {
+        commit: false,
+        ..commit
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(dir.path(), small_config(), true, 0);
+    log.append_as_leader(vec![batch(&[1, 2], 5)], 0, 0).unwrap();
+    log.append_as_leader(vec![transactional(batch(&[3], 5), 7, 0)], 0, 0)
+        .unwrap();
+    log.append_as_leader(vec![transactional(batch(&[4], 5), 8, 0)], 0, 0)
+        .unwrap();
+    log.set_high_watermark(log.log_end_offset());
+    assert_eq!(
+        log.last_stable_offset(),
+        2,
+        "producer 7's transaction is open"
+    );
+    // A producer may not write outside its open transaction.
+    let outside = log
+        .append_as_leader(vec![idempotent(batch(&[5], 5), 7, 1)], 0, 0)
+        .unwrap_err();
+    assert_eq!(outside.kafka_error_code(), 48);
+
+    let (info, completed) = log.append_marker(7, 0, commit, 0, 10).unwrap();
+    assert_eq!(info.first_offset, 4);
+    let completed = completed.unwrap();
+    assert_eq!(
+        (
+            completed.first_offset,
+            completed.last_offset,
+            completed.aborted
+        ),
+        (2, 4, false)
+    );
+    assert_eq!(
+        completed.last_stable_offset, 3,
+        "producer 8's is still open"
+    );
+    log.set_high_watermark(log.log_end_offset());
+    assert_eq!(log.last_stable_offset(), 3);
+
+    // Rebuilt from the log alone (no snapshot), the markers are read back.
+    drop(log);
+    let (mut log, _) = open(dir.path(), small_config(), false, 0);
+    log.restore_high_watermark(5);
+    assert_eq!(log.last_stable_offset(), 3);
+    // Fenced markers: an older coordinator, an older producer epoch.
+    log.append_marker(8, 0, abort, 0, 11).unwrap();
+    let old_coordinator = log
+        .append_marker(
+            8,
+            0,
+            EndTxnMarker {
+                coordinator_epoch: -1,
+                ..abort
+            },
+            0,
+            12,
+        )
+        .unwrap_err();
+    assert_eq!(old_coordinator.kafka_error_code(), 52);
+    log.append_marker(8, 2, abort, 0, 12).unwrap();
+    let old_epoch = log.append_marker(8, 1, abort, 0, 13).unwrap_err();
+    assert_eq!(old_epoch.kafka_error_code(), 47);
+    log.set_high_watermark(log.log_end_offset());
+    assert_eq!(log.last_stable_offset(), log.high_watermark());
+
+    // An open transaction survives a snapshot and a clean restart.
+    log.append_as_leader(vec![transactional(batch(&[6], 5), 9, 0)], 0, 0)
+        .unwrap();
+    let open_at = log.log_end_offset() - 1;
+    log.roll(20).unwrap();
+    log.append_as_leader(vec![batch(&[7], 5)], 0, 0).unwrap();
+    log.set_high_watermark(log.log_end_offset());
+    log.close().unwrap();
+    let (mut log, _) = open(dir.path(), small_config(), true, 0);
+    log.restore_high_watermark(log.log_end_offset());
+    assert_eq!(log.last_stable_offset(), open_at);
+}
+
+#[test]
+fn a_follower_copying_markers_ends_the_same_transactions() {
+    use fjord_records::control::EndTxnMarker;
+    let leader_dir = tempfile::tempdir().unwrap();
+    let follower_dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        ..small_config()
+    };
+    let (mut leader, _) = open(leader_dir.path(), config.clone(), true, 0);
+    let (mut follower, _) = open(follower_dir.path(), config, true, 0);
+    leader
+        .append_as_leader(vec![transactional(batch(&[1], 5), 7, 0)], 0, 0)
+        .unwrap();
+    leader
+        .append_as_leader(vec![transactional(batch(&[2], 5), 8, 0)], 0, 0)
+        .unwrap();
+    let marker = EndTxnMarker {
+        commit: false,
+        coordinator_epoch: 3,
+    };
+    leader.append_marker(7, 0, marker, 0, 5).unwrap();
+    let end = leader.log_end_offset();
+    let slice = leader.read(0, 1 << 20, end, true).unwrap().records.unwrap();
+    follower
+        .append_as_follower(&slice.read_to_bytes().unwrap(), 5)
+        .unwrap();
+    follower.set_high_watermark(end);
+    leader.set_high_watermark(end);
+    assert_eq!(leader.last_stable_offset(), 1, "producer 8's is open");
+    assert_eq!(follower.last_stable_offset(), 1);
+    // The follower knows the coordinator epoch the marker carried.
+    let stale = follower
+        .append_marker(
+            7,
+            0,
+            EndTxnMarker {
+                coordinator_epoch: 2,
+                ..marker
+            },
+            0,
+            6,
+        )
+        .unwrap_err();
+    assert_eq!(stale.kafka_error_code(), 52);
+}

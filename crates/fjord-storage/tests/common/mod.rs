@@ -65,6 +65,16 @@ pub fn idempotent(mut b: BytesMut, producer_id: i64, sequence: i32) -> BytesMut 
     b
 }
 
+/// `b` as written by transactional producer `producer_id` (epoch 0) starting at `sequence`.
+pub fn transactional(b: BytesMut, producer_id: i64, sequence: i32) -> BytesMut {
+    let mut b = idempotent(b, producer_id, sequence);
+    let attributes = i16::from_be_bytes([b[21], b[22]]) | 0x10;
+    b[21..23].copy_from_slice(&attributes.to_be_bytes());
+    let crc = compute_crc(&b);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
 pub fn tp() -> TopicPartition {
     TopicPartition::new("events", 0)
 }
