@@ -468,7 +468,7 @@ impl Broker {
         &self,
         targets: &[Target],
         max_bytes: usize,
-        _read_committed: bool,
+        read_committed: bool,
         replica: Option<Replica>,
         consumer: Option<&ConsumerReads>,
         now_ms: i64,
@@ -501,7 +501,7 @@ impl Broker {
                         data.preferred_read_replica = id;
                         if let Ok(log) = partition.log.lock() {
                             data.high_watermark = log.high_watermark();
-                            data.last_stable_offset = log.high_watermark();
+                            data.last_stable_offset = log.last_stable_offset();
                             data.log_start_offset = log.log_start_offset();
                         }
                     } else {
@@ -509,7 +509,12 @@ impl Broker {
                         let limit = (target.partition_max_bytes.max(0) as usize).min(remaining);
                         let min_one_batch = total == 0;
                         let read = partition.log.lock().map_err(|_| None).and_then(|mut log| {
-                            let mut max_offset = log.high_watermark();
+                            // read_committed consumers read only decided transactions.
+                            let mut max_offset = if read_committed && replica.is_none() {
+                                log.last_stable_offset()
+                            } else {
+                                log.high_watermark()
+                            };
                             if let Some(replica) = replica {
                                 match follower_read(&partition, &mut log, replica, target, now_ms) {
                                     FollowerRead::Read => max_offset = log.log_end_offset(),
@@ -527,10 +532,21 @@ impl Broker {
                                     }
                                 }
                             }
-                            let hw = log.high_watermark();
-                            data.high_watermark = hw;
-                            data.last_stable_offset = hw;
+                            data.high_watermark = log.high_watermark();
+                            data.last_stable_offset = log.last_stable_offset();
                             data.log_start_offset = log.log_start_offset();
+                            if read_committed && replica.is_none() {
+                                let aborted = log.aborted_txns(target.fetch_offset, max_offset);
+                                data.aborted_transactions = Some(
+                                    aborted
+                                        .into_iter()
+                                        .map(|txn| AbortedTransaction {
+                                            producer_id: txn.producer_id,
+                                            first_offset: txn.first_offset,
+                                        })
+                                        .collect(),
+                                );
+                            }
                             if data.error_code != errors::NONE || data.diverging_epoch.epoch >= 0 {
                                 return Ok(fjord_storage::log::ReadInfo {
                                     records: None,
@@ -598,6 +614,7 @@ impl Broker {
                             p.partition_index,
                             p.current_leader_epoch,
                             p.timestamp,
+                            request.isolation_level == 1,
                         );
                         if version < 4 {
                             // Not on the wire before v4; the encoder refuses a set value.
@@ -620,6 +637,7 @@ impl Broker {
         partition_index: i32,
         current_leader_epoch: i32,
         timestamp: i64,
+        read_committed: bool,
     ) -> ListOffsetsPartitionResponse {
         let mut out = ListOffsetsPartitionResponse {
             partition_index,
@@ -640,17 +658,20 @@ impl Broker {
             out.error_code = errors::KAFKA_STORAGE_ERROR;
             return out;
         };
-        let high_watermark = log.high_watermark();
+        // What the consumer may read: below the high watermark, or under read_committed the
+        // last stable offset.
+        let readable = if read_committed {
+            log.last_stable_offset()
+        } else {
+            log.high_watermark()
+        };
         if timestamp == -1 {
-            // Latest: consumers may read up to the high watermark.
-            out.offset = high_watermark;
+            out.offset = readable;
             out.leader_epoch = partition.leader_epoch();
             return out;
         }
         match log.fetch_offset_by_timestamp(timestamp) {
-            Ok(Some(found))
-                if found.offset < high_watermark || timestamp == -2 || timestamp == -4 =>
-            {
+            Ok(Some(found)) if found.offset < readable || timestamp == -2 || timestamp == -4 => {
                 out.offset = found.offset;
                 out.timestamp = found.timestamp;
                 out.leader_epoch = found.leader_epoch.unwrap_or(-1);

@@ -10,6 +10,7 @@ pub mod log;
 pub mod log_manager;
 pub mod parallel;
 pub mod segment;
+pub mod txn_index;
 
 // Owned by the storage-support engineer: small files and state kept beside the log.
 pub mod checkpoint;

@@ -25,6 +25,7 @@ use crate::segment::{
     DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
 };
+use crate::txn_index::{AbortedTxn, TXN_INDEX_FILE_SUFFIX};
 
 /// Sentinel timestamps of the ListOffsets API.
 pub const LATEST_TIMESTAMP: i64 = -1;
@@ -441,11 +442,19 @@ impl Log {
         )?;
         let from = self.producer_state.last_mapped_offset();
         let state = &mut self.producer_state;
-        for segment in self.segments.values() {
-            if segment.next_offset() > from {
-                segment.for_each_batch_from(from, |header, marker| {
-                    state.record_append(header, header.max_timestamp, marker);
-                })?;
+        // The markers read back record their aborted transactions again.
+        for segment in self.segments.values_mut() {
+            if segment.next_offset() <= from {
+                continue;
+            }
+            segment.truncate_aborted_txns_from(from)?;
+            let mut aborted = Vec::new();
+            segment.for_each_batch_from(from, |header, marker| {
+                let completed = state.record_append(header, header.max_timestamp, marker);
+                aborted.extend(completed.and_then(aborted_txn));
+            })?;
+            for txn in aborted {
+                segment.append_aborted_txn(txn)?;
             }
         }
         Ok(())
@@ -588,8 +597,12 @@ impl Log {
                 self.roll_at(header.base_offset, now_ms)?;
             }
             self.active_segment_mut()?.append(batch)?;
-            self.producer_state
-                .record_append(&header, header.max_timestamp, *marker);
+            let completed =
+                self.producer_state
+                    .record_append(&header, header.max_timestamp, *marker);
+            if let Some(txn) = completed.and_then(aborted_txn) {
+                self.active_segment_mut()?.append_aborted_txn(txn)?;
+            }
             let epoch = header.partition_leader_epoch;
             if epoch >= 0
                 && self
@@ -682,6 +695,29 @@ impl Log {
             .map_or(self.high_watermark, |first| first.min(self.high_watermark))
     }
 
+    /// The aborted transactions a read_committed fetch from `start_offset` up to `upper_offset`
+    /// (exclusive) must name: those whose records overlap the range.
+    pub fn aborted_txns(&self, start_offset: i64, upper_offset: i64) -> Vec<AbortedTxn> {
+        let first = self
+            .segments
+            .range(..=start_offset)
+            .next_back()
+            .map_or(i64::MIN, |(base, _)| *base);
+        let mut found = Vec::new();
+        for segment in self.segments.range(first..).map(|(_, s)| s) {
+            for txn in segment.aborted_txns() {
+                if txn.last_offset >= start_offset && txn.first_offset < upper_offset {
+                    found.push(*txn);
+                }
+                // Every transaction aborted later began at or past this one's stable offset.
+                if txn.last_stable_offset >= upper_offset {
+                    return found;
+                }
+            }
+        }
+        found
+    }
+
     /// The append shared by clients' batches and markers (`marker`: the batch is that marker).
     fn append_assigning_offsets(
         &mut self,
@@ -745,6 +781,9 @@ impl Log {
                 .producer_state
                 .record_append(batch.header(), now_ms, marker)
                 .or(completed);
+        }
+        if let Some(txn) = completed.and_then(aborted_txn) {
+            self.active_segment_mut()?.append_aborted_txn(txn)?;
         }
         debug_assert!(next > self.log_end_offset, "offsets only grow");
         if self
@@ -1196,6 +1235,16 @@ impl Log {
             delete_segment_files(cleaned)?;
             return Ok(false);
         }
+        // The aborted transactions of the replaced segments stay known in the cleaned one.
+        let aborted: Vec<AbortedTxn> = replaced
+            .iter()
+            .filter_map(|source| self.segments.get(&source.base_offset))
+            .flat_map(|segment| segment.aborted_txns().iter().copied())
+            .collect();
+        if !aborted.is_empty() {
+            cleaned.adopt_aborted_txns(&aborted)?;
+            cleaned.flush()?;
+        }
         cleaned.change_suffix(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)?;
         sync_dir(&self.dir)?;
         let due = now_ms.saturating_add(self.config.file_delete_delay_ms);
@@ -1475,6 +1524,16 @@ impl Log {
     }
 }
 
+/// The index entry of a completed transaction, if it was aborted.
+fn aborted_txn(completed: CompletedTxn) -> Option<AbortedTxn> {
+    completed.aborted.then_some(AbortedTxn {
+        producer_id: completed.producer_id,
+        first_offset: completed.first_offset,
+        last_offset: completed.last_offset,
+        last_stable_offset: completed.last_stable_offset,
+    })
+}
+
 /// Removes leftovers of interrupted operations, finishes interrupted cleaner swaps, and returns
 /// the base offsets of the segments.
 fn clean_dir_and_list_segments(dir: &Path) -> Result<Vec<i64>, StorageError> {
@@ -1491,6 +1550,9 @@ fn clean_dir_and_list_segments(dir: &Path) -> Result<Vec<i64>, StorageError> {
         } else if let Some(stem) = name.strip_suffix(SWAP_FILE_SUFFIX) {
             match parse_segment_file_name(stem, LOG_FILE_SUFFIX) {
                 Some(base) => swaps.push(base),
+                // Its log's swap completes it, or (the log renamed first) it belongs to the
+                // segment now in place: the replaced segment's went to `.deleted` before.
+                None if parse_segment_file_name(stem, TXN_INDEX_FILE_SUFFIX).is_some() => {}
                 // A swapped index: rebuilt from its log instead.
                 None => std::fs::remove_file(&path).at(&path)?,
             }
@@ -1499,6 +1561,17 @@ fn clean_dir_and_list_segments(dir: &Path) -> Result<Vec<i64>, StorageError> {
     swaps.sort_unstable();
     for base in swaps {
         complete_swap(dir, base)?;
+    }
+    for entry in std::fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        let name = entry.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(SWAP_FILE_SUFFIX)) else {
+            continue;
+        };
+        if parse_segment_file_name(stem, TXN_INDEX_FILE_SUFFIX).is_some() {
+            let path = entry.path();
+            std::fs::rename(&path, dir.join(stem)).at(&path)?;
+        }
     }
     let mut bases = Vec::new();
     let mut index_files = Vec::new();
@@ -1512,6 +1585,7 @@ fn clean_dir_and_list_segments(dir: &Path) -> Result<Vec<i64>, StorageError> {
             bases.push(base);
         } else if let Some(base) = parse_segment_file_name(&name, INDEX_FILE_SUFFIX)
             .or_else(|| parse_segment_file_name(&name, TIME_INDEX_FILE_SUFFIX))
+            .or_else(|| parse_segment_file_name(&name, TXN_INDEX_FILE_SUFFIX))
         {
             index_files.push((base, path));
         }
@@ -1532,18 +1606,27 @@ fn clean_dir_and_list_segments(dir: &Path) -> Result<Vec<i64>, StorageError> {
 /// file that does not read back whole is discarded instead, keeping the old segments.
 fn complete_swap(dir: &Path, base: i64) -> Result<(), StorageError> {
     let swap = dir.join(segment_file_name(base, LOG_FILE_SUFFIX) + SWAP_FILE_SUFFIX);
+    let txn_swap = dir.join(segment_file_name(base, TXN_INDEX_FILE_SUFFIX) + SWAP_FILE_SUFFIX);
     let Some(next_offset) = scan_whole_segment(&swap, base)? else {
         tracing::warn!(path = %swap.display(), "discarding a cleaned segment that does not read back whole");
+        if txn_swap.exists() {
+            std::fs::remove_file(&txn_swap).at(&txn_swap)?;
+        }
         return std::fs::remove_file(&swap).at(&swap);
     };
     for entry in std::fs::read_dir(dir).at(dir)? {
         let entry = entry.at(dir)?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        let covered = [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
-            .iter()
-            .filter_map(|suffix| parse_segment_file_name(name, suffix))
-            .any(|b| b == base || (b > base && b < next_offset));
+        let covered = [
+            LOG_FILE_SUFFIX,
+            INDEX_FILE_SUFFIX,
+            TIME_INDEX_FILE_SUFFIX,
+            TXN_INDEX_FILE_SUFFIX,
+        ]
+        .iter()
+        .filter_map(|suffix| parse_segment_file_name(name, suffix))
+        .any(|b| b == base || (b > base && b < next_offset));
         if covered {
             let path = entry.path();
             std::fs::remove_file(&path).at(&path)?;

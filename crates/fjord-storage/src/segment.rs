@@ -1,4 +1,5 @@
-//! One log segment: a `.log` file of record batches plus its `.index` and `.timeindex`.
+//! One log segment: a `.log` file of record batches plus its `.index`, `.timeindex` and (once a
+//! marker in it aborted a transaction) `.txnindex`.
 //!
 //! A segment is named by its base offset, zero-padded to 20 digits. It owns appending batches
 //! (with offsets already assigned), the sparse index entries that go with them, reading whole
@@ -24,6 +25,7 @@ use fjord_records::{AppendBatch, BatchHeader, BATCH_HEADER_LEN};
 use crate::error::{IoResultExt, StorageError};
 use crate::file_io;
 use crate::index::{OffsetIndex, TimeIndex, TimestampOffset};
+use crate::txn_index::{AbortedTxn, TxnIndex, TXN_INDEX_FILE_SUFFIX};
 
 pub const LOG_FILE_SUFFIX: &str = ".log";
 pub const INDEX_FILE_SUFFIX: &str = ".index";
@@ -122,6 +124,7 @@ pub struct LogSegment {
     size: u64,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
+    txn_index: TxnIndex,
     index_interval_bytes: u64,
     bytes_since_last_index_entry: u64,
     /// Largest batch max timestamp so far (-1: none) and the last offset of that batch.
@@ -160,7 +163,7 @@ impl LogSegment {
         )
     }
 
-    /// Creates a new empty segment whose three files carry `suffix` after their usual names
+    /// Creates a new empty segment whose files carry `suffix` after their usual names
     /// (the cleaner's [`CLEANED_FILE_SUFFIX`]), replacing stale files of the same names.
     pub fn create_with_suffix(
         dir: &Path,
@@ -182,6 +185,10 @@ impl LogSegment {
         let offset_index = OffsetIndex::create(&name(INDEX_FILE_SUFFIX), base_offset, index_bytes)?;
         let time_index =
             TimeIndex::create(&name(TIME_INDEX_FILE_SUFFIX), base_offset, index_bytes)?;
+        let txn_index_path = name(TXN_INDEX_FILE_SUFFIX);
+        if txn_index_path.exists() {
+            std::fs::remove_file(&txn_index_path).at(&txn_index_path)?;
+        }
         Ok(LogSegment {
             base_offset,
             log_path,
@@ -189,6 +196,7 @@ impl LogSegment {
             size: 0,
             offset_index,
             time_index,
+            txn_index: TxnIndex::empty(txn_index_path),
             index_interval_bytes,
             bytes_since_last_index_entry: 0,
             max_timestamp_so_far: -1,
@@ -234,6 +242,8 @@ impl LogSegment {
                 TimeIndex::create(&time_index_path, base_offset, index_bytes)?
             }
         };
+        let txn_index =
+            TxnIndex::open(dir.join(segment_file_name(base_offset, TXN_INDEX_FILE_SUFFIX)))?;
         let mut segment = LogSegment {
             base_offset,
             log_path,
@@ -241,6 +251,7 @@ impl LogSegment {
             size,
             offset_index,
             time_index,
+            txn_index,
             index_interval_bytes,
             bytes_since_last_index_entry: 0,
             max_timestamp_so_far: -1,
@@ -702,6 +713,7 @@ impl LogSegment {
         // Time index entries name the last offset of a batch, so entries for the removed
         // batches are exactly those at or above `offset`.
         self.time_index.truncate_to(offset)?;
+        self.txn_index.truncate_from(offset)?;
         self.load_tail()?;
         if self.size == 0 {
             self.rolling_based_timestamp = None;
@@ -737,6 +749,7 @@ impl LogSegment {
         self.flush()?;
         self.offset_index.release_file();
         self.time_index.release_file();
+        self.txn_index.release_file();
         Ok(())
     }
 
@@ -751,6 +764,7 @@ impl LogSegment {
         [
             self.offset_index.written_file(),
             self.time_index.written_file(),
+            self.txn_index.written_file(),
         ]
         .into_iter()
         .flatten()
@@ -758,12 +772,12 @@ impl LogSegment {
         .collect()
     }
 
-    /// Renames the three files with the `.deleted` suffix; returns the new paths.
+    /// Renames the segment's files with the `.deleted` suffix; returns the new paths.
     pub fn rename_to_deleted(&mut self) -> Result<Vec<PathBuf>, StorageError> {
         self.rename_files(|path| with_suffix(path, DELETED_FILE_SUFFIX))
     }
 
-    /// Renames the three files from names ending in `from` to names ending in `to` instead
+    /// Renames the segment's files from names ending in `from` to names ending in `to` instead
     /// (the cleaner's `.cleaned` → `.swap` → no suffix).
     pub fn change_suffix(&mut self, from: &str, to: &str) -> Result<(), StorageError> {
         self.rename_files(|path| {
@@ -791,6 +805,10 @@ impl LogSegment {
         rename_if_exists(self.time_index.path(), &time_path)?;
         self.time_index.set_path(time_path.clone());
         renamed.push(time_path);
+        let txn_path = rename(self.txn_index.path());
+        rename_if_exists(self.txn_index.path(), &txn_path)?;
+        self.txn_index.set_path(txn_path.clone());
+        renamed.push(txn_path);
         Ok(renamed)
     }
 
@@ -836,6 +854,27 @@ impl LogSegment {
 
     pub fn offset_index(&self) -> &OffsetIndex {
         &self.offset_index
+    }
+
+    /// The transactions aborted by markers in this segment, oldest first.
+    pub fn aborted_txns(&self) -> &[AbortedTxn] {
+        self.txn_index.entries()
+    }
+
+    /// Records a transaction aborted by a marker in this segment.
+    pub fn append_aborted_txn(&mut self, txn: AbortedTxn) -> Result<(), StorageError> {
+        self.txn_index.append(txn)
+    }
+
+    /// Adopts the aborted transactions of the segments this cleaned one replaces.
+    pub fn adopt_aborted_txns(&mut self, txns: &[AbortedTxn]) -> Result<(), StorageError> {
+        self.txn_index.extend(txns)
+    }
+
+    /// Forgets the aborted transactions of markers at or above `offset`, which the log is about
+    /// to read back and record again.
+    pub fn truncate_aborted_txns_from(&mut self, offset: i64) -> Result<(), StorageError> {
+        self.txn_index.truncate_from(offset)
     }
 
     pub fn time_index(&self) -> &TimeIndex {

@@ -591,3 +591,31 @@ fn max_compaction_lag_rolls_the_active_segment_sooner() {
         assert_eq!(log.num_segments() == 2, rolls, "compact={compact}");
     }
 }
+
+#[test]
+fn cleaned_segments_keep_the_aborted_transactions_of_those_they_replace() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = Log::open(dir.path(), common::tp(), None, config(), 0, 0, true, T0).unwrap();
+    let mut txn = BatchBuilder::new(Compression::None)
+        .producer(5, 0, 0)
+        .transactional(true);
+    txn.append(T0, Some(b"k00"), Some(b"aborted"), &[]).unwrap();
+    append(&mut log, txn.build().unwrap().freeze(), T0);
+    let marker = fjord_records::control::EndTxnMarker {
+        commit: false,
+        coordinator_epoch: 0,
+    };
+    log.append_marker(5, 0, marker, 0, T0).unwrap();
+    fill(&mut log);
+    let end = log.log_end_offset();
+    log.set_high_watermark(end);
+    let aborted = log.aborted_txns(0, end);
+    assert_eq!(aborted.len(), 1);
+    let log = Mutex::new(log);
+    pass(&log, None, 1 << 20, T0 + 1);
+    let log = log.into_inner().unwrap();
+    assert_eq!(log.aborted_txns(0, end), aborted);
+    drop(log);
+    let (log, _) = Log::open(dir.path(), common::tp(), None, config(), 0, 0, true, T0).unwrap();
+    assert_eq!(log.aborted_txns(0, end), aborted);
+}

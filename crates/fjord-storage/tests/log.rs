@@ -788,3 +788,58 @@ fn a_follower_copying_markers_ends_the_same_transactions() {
         .unwrap_err();
     assert_eq!(stale.kafka_error_code(), 52);
 }
+
+#[test]
+fn aborted_transactions_are_indexed_once_through_restarts_and_truncation() {
+    use fjord_records::control::EndTxnMarker;
+    let abort = EndTxnMarker {
+        commit: false,
+        coordinator_epoch: 0,
+    };
+    let commit = EndTxnMarker {
+        commit: true,
+        ..abort
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(dir.path(), small_config(), true, 0);
+    log.append_as_leader(vec![transactional(batch(&[1, 2], 5), 7, 0)], 0, 0)
+        .unwrap();
+    log.append_as_leader(vec![transactional(batch(&[3], 5), 8, 0)], 0, 0)
+        .unwrap();
+    log.append_marker(7, 0, abort, 0, 4).unwrap(); // offset 3
+    log.append_marker(8, 0, commit, 0, 4).unwrap(); // offset 4, committed: not indexed
+    log.append_as_leader(vec![transactional(batch(&[5], 5), 9, 0)], 0, 0)
+        .unwrap(); // offset 5
+    log.append_marker(9, 0, abort, 0, 6).unwrap(); // offset 6
+    let aborted = log.aborted_txns(0, 7);
+    assert_eq!(
+        aborted
+            .iter()
+            .map(|t| (t.producer_id, t.first_offset, t.last_offset))
+            .collect::<Vec<_>>(),
+        vec![(7, 0, 3), (9, 5, 6)]
+    );
+    assert_eq!(
+        aborted[0].last_stable_offset, 2,
+        "producer 8's was still open"
+    );
+    // Only those overlapping the fetched range.
+    assert_eq!(log.aborted_txns(4, 7).len(), 1);
+    assert_eq!(log.aborted_txns(0, 1).len(), 1);
+    assert!(log.aborted_txns(7, 8).is_empty());
+    let txn_files = seg_files(dir.path(), "txnindex");
+    assert_eq!(txn_files.len(), 1);
+    assert_eq!(std::fs::metadata(&txn_files[0]).unwrap().len(), 2 * 34);
+
+    // Rebuilt by an unclean restart without a snapshot: the same entries, not twice.
+    drop(log);
+    let (mut log, _) = open(dir.path(), small_config(), false, 0);
+    assert_eq!(log.aborted_txns(0, 7), aborted);
+    assert_eq!(std::fs::metadata(&txn_files[0]).unwrap().len(), 2 * 34);
+    // Cut below the second marker: its entry goes with it.
+    log.truncate_to(6).unwrap();
+    assert_eq!(log.aborted_txns(0, 7), aborted[..1]);
+    log.close().unwrap();
+    let (log, _) = open(dir.path(), small_config(), true, 0);
+    assert_eq!(log.aborted_txns(0, 7), aborted[..1]);
+}
