@@ -77,6 +77,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 0),
+    (ApiKey::WriteTxnMarkers, 1, 1),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -373,6 +374,12 @@ impl Broker {
                 self.produce(request, api, version, correlation_id, now)
             }
             RequestBody::Fetch(request) => self.fetch(request, api, version, correlation_id, now),
+            RequestBody::WriteTxnMarkers(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::WriteTxnMarkers(this.write_txn_markers(request, now).await)
+                })
+            }
             RequestBody::FindCoordinator(request) => {
                 let answer =
                     self.find_coordinator(request, version, listener, self.advertised(listener));

@@ -18,6 +18,7 @@ pub mod partition;
 mod produce;
 pub mod replica;
 mod replica_fetcher;
+mod txn_markers;
 
 use std::path::PathBuf;
 use std::sync::Arc;

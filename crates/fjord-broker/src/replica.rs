@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use bytes::Bytes;
 use fjord_common::{lock, LeaderEpoch, TopicId, TopicPartition};
 use fjord_metadata::MetadataImage;
+use fjord_records::control::EndTxnMarker;
 use fjord_records::{AppendBatch, Compression, TimestampType, ValidationConfig};
 use fjord_storage::log::{AppendInfo, CompactionConfig, Log, LogConfig};
 use fjord_storage::log_manager::LogManager;
@@ -305,6 +306,18 @@ impl Partition {
         B: TryInto<AppendBatch>,
         fjord_storage::StorageError: From<B::Error>,
     {
+        self.append_under_leadership(log, |log, leader_epoch| {
+            log.append_as_leader(batches, leader_epoch, now_ms)
+        })
+    }
+
+    /// Runs `append` (given the leader epoch to stamp) if this broker leads, then moves the high
+    /// watermark as the partition's state says.
+    fn append_under_leadership(
+        &self,
+        log: &mut Log,
+        append: impl FnOnce(&mut Log, LeaderEpoch) -> Result<AppendInfo, fjord_storage::StorageError>,
+    ) -> Result<(AppendInfo, LeaderEpoch), AppendError> {
         let mut state = lock(&self.state);
         // Leadership can move between finding the partition and appending: a broker that was
         // fenced, or lost the partition, appends nothing.
@@ -312,7 +325,7 @@ impl Partition {
             return Err(AppendError::NotLeader);
         }
         let leader_epoch = state.leader_epoch();
-        let info = log.append_as_leader(batches, leader_epoch, now_ms)?;
+        let info = append(log, leader_epoch)?;
         let moved = state.on_append(log.log_end_offset(), !self.durable());
         drop(state);
         if let Some(hw) = moved {
@@ -321,6 +334,22 @@ impl Partition {
             wake(&self.delayed_replica_fetches);
         }
         Ok((info, leader_epoch))
+    }
+
+    /// Appends a transaction's commit or abort marker as leader (WriteTxnMarkers), as
+    /// [`Partition::append_as_leader`] appends records.
+    pub fn append_marker(
+        &self,
+        log: &mut Log,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: EndTxnMarker,
+        now_ms: i64,
+    ) -> Result<(AppendInfo, LeaderEpoch), AppendError> {
+        self.append_under_leadership(log, |log, leader_epoch| {
+            log.append_marker(producer_id, producer_epoch, marker, leader_epoch, now_ms)
+                .map(|(info, _)| info)
+        })
     }
 
     /// This broker no longer leads: the acks=all produces still waiting are refused
@@ -759,6 +788,45 @@ impl ReplicaManager {
     /// Validates and appends one partition's records from a produce request. Runs on the
     /// connection's reader, in request order, so pipelined batches of one producer append in the
     /// order they were sent.
+    /// Appends a transaction marker to a partition this broker leads (WriteTxnMarkers).
+    pub fn append_marker(
+        &self,
+        partition: &Partition,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: EndTxnMarker,
+        now_ms: i64,
+    ) -> Result<(AppendInfo, LeaderEpoch), PartitionError> {
+        self.leader_append(partition, |partition, log| {
+            partition.append_marker(log, producer_id, producer_epoch, marker, now_ms)
+        })
+    }
+
+    /// Runs a leader append under the partition's log lock, turning its failures into Kafka
+    /// errors; a failed disk takes its log dir offline.
+    fn leader_append(
+        &self,
+        partition: &Partition,
+        append: impl FnOnce(&Partition, &mut Log) -> Result<(AppendInfo, LeaderEpoch), AppendError>,
+    ) -> Result<(AppendInfo, LeaderEpoch), PartitionError> {
+        let mut log = lock_log(&partition.log)?;
+        match append(partition, &mut log) {
+            Ok(appended) => Ok(appended),
+            Err(AppendError::NotLeader) => Err(PartitionError::new(
+                errors::NOT_LEADER_OR_FOLLOWER,
+                AppendError::NotLeader.to_string(),
+            )),
+            Err(AppendError::Storage(e)) => {
+                let dir = log.dir().to_path_buf();
+                drop(log);
+                if e.is_disk_failure() {
+                    self.storage_failure(&dir, &e.to_string());
+                }
+                Err(PartitionError::new(e.kafka_error_code(), e.to_string()))
+            }
+        }
+    }
+
     pub fn append(
         &self,
         partition: &Partition,
@@ -823,24 +891,9 @@ impl ReplicaManager {
             }
             owned.push(batch);
         }
-        let mut log = lock_log(&partition.log)?;
-        let (info, leader_epoch) = match partition.append_as_leader(&mut log, owned, now_ms) {
-            Ok(appended) => appended,
-            Err(AppendError::NotLeader) => {
-                return Err(PartitionError::new(
-                    errors::NOT_LEADER_OR_FOLLOWER,
-                    AppendError::NotLeader.to_string(),
-                ))
-            }
-            Err(AppendError::Storage(e)) => {
-                let dir = log.dir().to_path_buf();
-                drop(log);
-                if e.is_disk_failure() {
-                    self.storage_failure(&dir, &e.to_string());
-                }
-                return Err(PartitionError::new(e.kafka_error_code(), e.to_string()));
-            }
-        };
+        let (info, leader_epoch) = self.leader_append(partition, |partition, log| {
+            partition.append_as_leader(log, owned, now_ms)
+        })?;
         let log_append_time_ms = if timestamp_type == TimestampType::LogAppendTime {
             now_ms
         } else {

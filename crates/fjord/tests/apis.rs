@@ -2659,6 +2659,14 @@ fn every_advertised_version_answers() {
                         topics: None,
                     },
                 ),
+                ApiKey::WriteTxnMarkers => RequestBody::WriteTxnMarkers(marker_request(
+                    4242,
+                    0,
+                    false,
+                    0,
+                    "every",
+                    &[0],
+                )),
                 other => panic!("no request built for {}", other.name()),
             };
             let frame = client.encode_request(*api, version, &body);
@@ -2677,6 +2685,114 @@ fn every_advertised_version_answers() {
             assert_eq!(response.api_key(), *api);
         }
     }
+}
+
+fn marker_request(
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    topic: &str,
+    partitions: &[i32],
+) -> fjord_protocol::messages::write_txn_markers_request::WriteTxnMarkersRequest {
+    use fjord_protocol::messages::write_txn_markers_request::*;
+    WriteTxnMarkersRequest {
+        markers: vec![WritableTxnMarker {
+            producer_id,
+            producer_epoch,
+            transaction_result: commit,
+            topics: vec![WritableTxnMarkerTopic {
+                name: topic.into(),
+                partition_indexes: partitions.to_vec(),
+            }],
+            coordinator_epoch,
+        }],
+    }
+}
+
+/// Each partition's error code in a WriteTxnMarkers answer, in request order.
+fn write_markers(
+    client: &mut Client,
+    request: fjord_protocol::messages::write_txn_markers_request::WriteTxnMarkersRequest,
+) -> Vec<i16> {
+    match client.request(1, RequestBody::WriteTxnMarkers(request)) {
+        ResponseBody::WriteTxnMarkers(r) => r
+            .markers
+            .iter()
+            .flat_map(|m| &m.topics)
+            .flat_map(|t| &t.partitions)
+            .map(|p| p.error_code)
+            .collect(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn write_txn_markers_end_transactions_and_read_committed_fetches_name_the_aborted() {
+    let mut broker = TestBroker::start();
+    let mut client = broker.connect();
+    let id = create(&mut client, "markers", 1, &[]);
+    produce_ok(&mut client, "markers", 0, &["a"]);
+    // An abort and a commit marker for two producers; a partition this broker lacks.
+    let abort = write_markers(
+        &mut client,
+        marker_request(77, 0, false, 5, "markers", &[0]),
+    );
+    assert_eq!(abort, vec![NONE]);
+    let commit = write_markers(&mut client, marker_request(78, 0, true, 5, "markers", &[0]));
+    assert_eq!(commit, vec![NONE]);
+    let unknown = write_markers(&mut client, marker_request(77, 0, false, 5, "nope", &[0]));
+    assert_eq!(unknown, vec![UNKNOWN_TOPIC_OR_PARTITION]);
+    // Fenced: an older coordinator, an older producer epoch.
+    let fenced = write_markers(
+        &mut client,
+        marker_request(77, 0, false, 4, "markers", &[0]),
+    );
+    assert_eq!(fenced, vec![52]);
+    write_markers(
+        &mut client,
+        marker_request(77, 3, false, 5, "markers", &[0]),
+    );
+    let old_epoch = write_markers(
+        &mut client,
+        marker_request(77, 2, false, 5, "markers", &[0]),
+    );
+    assert_eq!(old_epoch, vec![47]);
+
+    let read = |client: &mut Client, isolation: i8| {
+        let mut request = fetch_request(&[("markers", id, 0, 0)], 1 << 20);
+        request.isolation_level = isolation;
+        match client.request(12, RequestBody::Fetch(request)) {
+            ResponseBody::Fetch(r) => r.responses[0].partitions[0].clone(),
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let committed = read(&mut client, 1);
+    assert_eq!(committed.error_code, NONE);
+    assert_eq!(committed.last_stable_offset, committed.high_watermark);
+    assert_eq!(committed.high_watermark, 4, "one record and three markers");
+    let aborted: Vec<(i64, i64)> = committed
+        .aborted_transactions
+        .iter()
+        .flatten()
+        .map(|t| (t.producer_id, t.first_offset))
+        .collect();
+    assert_eq!(aborted, vec![(77, 1), (77, 3)]);
+    let uncommitted = read(&mut client, 0);
+    assert_eq!(uncommitted.aborted_transactions.iter().flatten().count(), 0);
+
+    // The index is on disk: a crash and restart answer the same.
+    broker.kill9();
+    broker.restart();
+    let mut client = broker.connect();
+    let again = read(&mut client, 1);
+    let after: Vec<(i64, i64)> = again
+        .aborted_transactions
+        .iter()
+        .flatten()
+        .map(|t| (t.producer_id, t.first_offset))
+        .collect();
+    assert_eq!(after, aborted);
 }
 
 #[test]
