@@ -440,6 +440,9 @@ async fn start_broker(
         if *shutdown.borrow() {
             return Ok(None);
         }
+        if let Some(fatal) = quorum.fatal_error() {
+            return Err(startup(format!("the metadata log stopped: {fatal}")));
+        }
         tracing::info!("waiting for the metadata quorum to elect a leader");
     }
     let broker_epoch =

@@ -235,7 +235,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         let Some(start) = start else {
             return Ok(Vec::new());
         };
-        let entries = match end {
+        let entries: Vec<Entry> = match end {
             Some(end) if end <= start => Vec::new(),
             Some(end) => inner
                 .entries
@@ -248,6 +248,15 @@ impl RaftLogReader<TypeConfig> for LogStore {
                 .map(|(_, e)| e.clone())
                 .collect(),
         };
+        // Entries are sent on from the first one asked for. If that one was purged meanwhile
+        // (a snapshot covers it), what is left would reach a follower as if it came right
+        // after the entries it has: answer nothing, so the leader sends the snapshot instead.
+        if entries
+            .first()
+            .is_some_and(|e| e.get_log_id().index != start)
+        {
+            return Ok(Vec::new());
+        }
         Ok(entries)
     }
 }
@@ -396,8 +405,10 @@ mod tests {
         let state = store.get_log_state().await.unwrap();
         assert_eq!(state.last_purged_log_id, Some(entry(2).log_id));
         assert_eq!(state.last_log_id, Some(entry(4).log_id));
-        let got = store.try_get_log_entries(0..100).await.unwrap();
+        let got = store.try_get_log_entries(3..100).await.unwrap();
         assert_eq!(got, vec![entry(3), entry(4)]);
+        // A range starting at a purged entry gets nothing, never the entries after a gap.
+        assert!(store.try_get_log_entries(0..100).await.unwrap().is_empty());
         let inverted = (Bound::Included(5), Bound::Excluded(3));
         assert!(store
             .try_get_log_entries(inverted)

@@ -266,6 +266,18 @@ impl MetadataQuorum {
         Ok(quorum)
     }
 
+    /// Why raft stopped on this node (a storage failure), if it did: nothing will change here
+    /// again until a restart.
+    pub fn fatal_error(&self) -> Option<String> {
+        self.raft
+            .metrics()
+            .borrow()
+            .running_state
+            .as_ref()
+            .err()
+            .map(|fatal| fatal.to_string())
+    }
+
     /// Waits until this node knows the quorum's leader and has applied every entry it holds,
     /// for at most `timeout`.
     pub async fn caught_up(&self, timeout: Duration) -> Result<(), MetadataError> {

@@ -1114,9 +1114,9 @@ impl Log {
                 .range(dirty_from..active_base)
                 .map(|(_, segment)| segment)
         };
-        // Not past the high watermark (the last stable offset, without transactions), nor into
-        // the active segment, nor into segments younger than min.compaction.lag.ms.
-        let mut uncleanable = self.high_watermark.min(active_base);
+        // Not past the last stable offset (an open transaction's records are not decided), nor
+        // into the active segment, nor into segments younger than min.compaction.lag.ms.
+        let mut uncleanable = self.last_stable_offset().min(active_base);
         if compaction.min_compaction_lag_ms > 0 {
             let young = dirty_sealed().find(|s| {
                 s.largest_timestamp() > now_ms.saturating_sub(compaction.min_compaction_lag_ms)

@@ -619,3 +619,41 @@ fn cleaned_segments_keep_the_aborted_transactions_of_those_they_replace() {
     let (log, _) = Log::open(dir.path(), common::tp(), None, config(), 0, 0, true, T0).unwrap();
     assert_eq!(log.aborted_txns(0, end), aborted);
 }
+
+#[test]
+fn an_open_transaction_bounds_what_the_cleaner_may_touch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = Log::open(dir.path(), common::tp(), None, config(), 0, 0, true, T0).unwrap();
+    fill(&mut log);
+    let sealed_end = log.log_end_offset();
+    let mut txn = BatchBuilder::new(Compression::None)
+        .producer(5, 0, 0)
+        .transactional(true);
+    txn.append(T0, Some(b"k00"), Some(b"open"), &[]).unwrap();
+    append(&mut log, txn.build().unwrap().freeze(), T0);
+    fill(&mut log);
+    let end = log.log_end_offset();
+    log.set_high_watermark(end);
+    assert_eq!(log.last_stable_offset(), sealed_end);
+    let cleanable = log.cleanable(None, T0 + 1).unwrap();
+    assert!(
+        cleanable.first_uncleanable_offset <= sealed_end,
+        "{} is past the open transaction at {sealed_end}",
+        cleanable.first_uncleanable_offset
+    );
+    log.append_marker(
+        5,
+        0,
+        fjord_records::control::EndTxnMarker {
+            commit: true,
+            coordinator_epoch: 0,
+        },
+        0,
+        T0,
+    )
+    .unwrap();
+    log.roll(T0).unwrap();
+    log.set_high_watermark(log.log_end_offset());
+    let decided = log.cleanable(None, T0 + 1).unwrap();
+    assert!(decided.first_uncleanable_offset > sealed_end);
+}
