@@ -34,6 +34,7 @@ use crate::group_runtime::GroupRuntime;
 use crate::log_dir_mover::LogDirMover;
 use crate::network::{Dispatch, Reply, Response, Sequencing};
 use crate::replica::ReplicaManager;
+use crate::txn_runtime::TxnRuntime;
 use fjord_common::errors;
 use fjord_config::{
     broker_config_keys, broker_config_kind, broker_key_synonyms, is_dynamic_broker_key,
@@ -78,6 +79,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 0),
     (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -130,6 +134,8 @@ pub struct Broker {
     pub broker_epoch: i64,
     /// The group coordinator shards this broker hosts.
     pub groups: Arc<GroupRuntime>,
+    /// The transaction coordinator shards this broker hosts.
+    pub txns: Arc<TxnRuntime>,
     /// Moves partitions between log dirs (AlterReplicaLogDirs).
     pub log_dir_mover: Arc<LogDirMover>,
 }
@@ -176,6 +182,7 @@ impl Broker {
         replicas: Arc<ReplicaManager>,
         flusher: FlusherHandle,
         groups: Arc<GroupRuntime>,
+        txns: Arc<TxnRuntime>,
         log_dir_mover: Arc<LogDirMover>,
     ) -> Self {
         Broker {
@@ -189,6 +196,7 @@ impl Broker {
             controller,
             broker_epoch,
             groups,
+            txns,
             log_dir_mover,
         }
     }
@@ -374,6 +382,26 @@ impl Broker {
                 self.produce(request, api, version, correlation_id, now)
             }
             RequestBody::Fetch(request) => self.fetch(request, api, version, correlation_id, now),
+            RequestBody::AddPartitionsToTxn(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::AddPartitionsToTxn(
+                        this.add_partitions_to_txn(request, version).await,
+                    )
+                })
+            }
+            RequestBody::AddOffsetsToTxn(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::AddOffsetsToTxn(this.add_offsets_to_txn(request).await)
+                })
+            }
+            RequestBody::EndTxn(request) => {
+                let this = self.clone();
+                self.later(api, version, correlation_id, async move {
+                    ResponseBody::EndTxn(this.end_txn(request, version).await)
+                })
+            }
             RequestBody::WriteTxnMarkers(request) => {
                 let this = self.clone();
                 self.later(api, version, correlation_id, async move {
@@ -797,15 +825,10 @@ impl Broker {
         self: Arc<Self>,
         request: InitProducerIdRequest,
     ) -> InitProducerIdResponse {
-        if request.transactional_id.is_some() {
-            // Transactions are not implemented yet; a transactional producer must not proceed as
-            // if they were.
-            return InitProducerIdResponse {
-                error_code: errors::COORDINATOR_NOT_AVAILABLE,
-                producer_id: -1,
-                producer_epoch: -1,
-                ..Default::default()
-            };
+        if let Some(transactional_id) = request.transactional_id.clone() {
+            return self
+                .init_transactional_producer_id(request, transactional_id)
+                .await;
         }
         // Without a transactional id Kafka ignores the producer id and epoch in the request and
         // always hands out a fresh id at epoch 0; idempotent producers bump epochs locally.
@@ -833,35 +856,55 @@ impl Broker {
     async fn next_producer_id(&self) -> Result<i64, String> {
         let mut block = self.producer_ids.lock().await;
         if block.next >= block.end {
-            let request = AllocateProducerIdsRequest {
-                broker_id: self.config.node_id,
-                broker_epoch: self.broker_epoch,
-            };
-            match self
-                .forward(0, ControllerApi::AllocateProducerIds(request))
-                .await
-            {
-                ResponseBody::AllocateProducerIds(r) if r.error_code == errors::NONE => {
-                    block.next = r.producer_id_start;
-                    block.end = r.producer_id_start + r.producer_id_len as i64;
-                }
-                ResponseBody::AllocateProducerIds(r) => {
-                    return Err(format!(
-                        "the controller refused a block of producer ids: {}",
-                        errors::name(r.error_code)
-                    ))
-                }
-                other => {
-                    return Err(format!(
-                        "the controller answered {} to AllocateProducerIds",
-                        other.api_key().name()
-                    ))
-                }
-            }
+            self.refill_producer_ids(&mut block).await?;
         }
         let id = block.next;
         block.next += 1;
         Ok(id)
+    }
+
+    /// Makes sure a producer id can be taken without waiting: a coordinator needs one while it
+    /// holds a shard's lock.
+    pub(crate) async fn reserve_producer_ids(&self) -> Result<(), String> {
+        let mut block = self.producer_ids.lock().await;
+        if block.next >= block.end {
+            self.refill_producer_ids(&mut block).await?;
+        }
+        Ok(())
+    }
+
+    /// A producer id from the reserved block, if one is left and no refill is under way.
+    pub(crate) fn take_producer_id(&self) -> Option<i64> {
+        let mut block = self.producer_ids.try_lock().ok()?;
+        (block.next < block.end).then(|| {
+            block.next += 1;
+            block.next - 1
+        })
+    }
+
+    async fn refill_producer_ids(&self, block: &mut ProducerIdBlock) -> Result<(), String> {
+        let request = AllocateProducerIdsRequest {
+            broker_id: self.config.node_id,
+            broker_epoch: self.broker_epoch,
+        };
+        match self
+            .forward(0, ControllerApi::AllocateProducerIds(request))
+            .await
+        {
+            ResponseBody::AllocateProducerIds(r) if r.error_code == errors::NONE => {
+                block.next = r.producer_id_start;
+                block.end = r.producer_id_start + r.producer_id_len as i64;
+                Ok(())
+            }
+            ResponseBody::AllocateProducerIds(r) => Err(format!(
+                "the controller refused a block of producer ids: {}",
+                errors::name(r.error_code)
+            )),
+            other => Err(format!(
+                "the controller answered {} to AllocateProducerIds",
+                other.api_key().name()
+            )),
+        }
     }
 }
 

@@ -15,10 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use fjord_group::{
-    partition_for, ClientInfo, CoordinatorRecord, Effects, GroupConfig, GroupCoordinatorShard,
-    RequestId, TopicInfo, Topics,
+    partition_for, ClientInfo, Effects, GroupConfig, GroupCoordinatorShard, RequestId, TopicInfo,
+    Topics,
 };
 use fjord_metadata::MetadataImage;
 use fjord_protocol::messages::consumer_group_describe_request::ConsumerGroupDescribeRequest;
@@ -31,11 +30,11 @@ use fjord_protocol::messages::list_groups_response::ListGroupsResponse;
 use fjord_protocol::messages::offset_fetch_request::OffsetFetchRequest;
 use fjord_protocol::messages::offset_fetch_response::OffsetFetchResponse;
 use fjord_protocol::{RequestBody, ResponseBody};
-use fjord_records::{BatchBuilder, Compression};
 use tokio::sync::{oneshot, Notify};
 
 use crate::broker::now_ms;
-use crate::flusher::{Durable, FlushTarget, FlusherHandle};
+use crate::coordinator_log;
+use crate::flusher::FlusherHandle;
 use crate::replica::{Partition, ReplicaManager};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -258,22 +257,18 @@ impl GroupRuntime {
     /// responses to release after the flush.
     fn persist_and_release(&self, shard: &mut Shard, effects: Effects) -> Pending {
         let mut pending = Pending {
-            flush: None,
-            replicated: None,
+            appended: None,
             responses: effects.responses,
             failed: None,
         };
         if effects.records.is_empty() {
             return pending;
         }
-        match append_records(shard, &effects.records) {
-            Ok((end_offset, leader_epoch)) => {
-                pending.flush = Some((shard.partition.clone() as Arc<dyn Durable>, end_offset));
-                pending.replicated = Some((shard.partition.clone(), end_offset, leader_epoch));
-            }
+        match coordinator_log::append(&shard.partition, &effects.records) {
+            Ok(appended) => pending.appended = Some(appended),
             Err(error) => {
                 tracing::error!(%error, "cannot append group coordinator records");
-                pending.failed = Some(error);
+                pending.failed = Some(error.to_string());
             }
         }
         pending
@@ -281,17 +276,9 @@ impl GroupRuntime {
 
     async fn await_durable_and_release(&self, pending: Pending) {
         let mut failed = pending.failed;
-        if let Some((target, end_offset)) = pending.flush {
-            if let Err(error) = self.flusher.flush(target, end_offset).await {
-                failed = Some(error);
-            }
-        }
-        if let (None, Some((partition, end_offset, leader_epoch))) = (&failed, pending.replicated) {
-            let wait = partition.delay_produce(end_offset, leader_epoch);
-            match tokio::time::timeout(REPLICATION_TIMEOUT, wait).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => failed = Some("the coordinator's partition moved".into()),
-                Err(_) => failed = Some("the in-sync replicas did not confirm in time".into()),
+        if let Some(appended) = pending.appended {
+            if let Err(error) = coordinator_log::written(&self.flusher, appended).await {
+                failed = Some(error.to_string());
             }
         }
         if let Some(error) = failed {
@@ -513,102 +500,22 @@ impl GroupRuntime {
     }
 }
 
-/// How long a coordinator write waits for its in-sync replicas (Kafka's
-/// `offsets.commit.timeout.ms` default).
-const REPLICATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// The answer to a group request started on its shard.
 pub type GroupAnswer = Pin<Box<dyn Future<Output = Result<ResponseBody, String>> + Send + 'static>>;
 
 struct Pending {
-    flush: Option<FlushTarget>,
-    /// The records' partition and end: answered once every in-sync replica has them, as
-    /// Kafka's coordinator writes with acks=all.
-    replicated: Option<(Arc<Partition>, i64, fjord_common::LeaderEpoch)>,
+    /// The records' end: answered once durable and in every in-sync replica.
+    appended: Option<coordinator_log::Appended>,
     responses: Vec<(RequestId, ResponseBody)>,
     failed: Option<String>,
 }
 
-/// Appends coordinator records as one uncompressed batch; returns the end offset (exclusive).
-fn append_records(
-    shard: &mut Shard,
-    records: &[CoordinatorRecord],
-) -> Result<(i64, fjord_common::LeaderEpoch), String> {
-    let now = now_ms();
-    let mut builder = BatchBuilder::new(Compression::None);
-    for record in records {
-        builder
-            .append(now, Some(&record.key[..]), record.value.as_deref(), &[])
-            .map_err(|e| e.to_string())?;
-    }
-    let batch = builder.build().map_err(|e| e.to_string())?;
-    let partition = &shard.partition;
-    let mut log = partition
-        .log
-        .lock()
-        .map_err(|_| "offsets log lock poisoned".to_string())?;
-    let (info, leader_epoch) = partition
-        .append_as_leader(&mut log, vec![batch], now)
-        .map_err(|e| e.to_string())?;
-    Ok((info.last_offset + 1, leader_epoch))
-}
-
 /// Replays one `__consumer_offsets` partition into a fresh shard.
 fn load_shard(config: &GroupConfig, partition: Arc<Partition>) -> Result<Shard, String> {
-    let log = partition.log.clone();
     let mut core = GroupCoordinatorShard::new(config.clone());
-    let (mut offset, end) = {
-        let guard = log
-            .lock()
-            .map_err(|_| "offsets log lock poisoned".to_string())?;
-        (guard.log_start_offset(), guard.log_end_offset())
-    };
-    let mut replayed = 0usize;
-    while offset < end {
-        let slice = {
-            let guard = log
-                .lock()
-                .map_err(|_| "offsets log lock poisoned".to_string())?;
-            guard
-                .read(offset, 1024 * 1024, end, true)
-                .map_err(|e| e.to_string())?
-                .records
-        };
-        let Some(slice) = slice else { break };
-        let bytes = slice.read_to_bytes().map_err(|e| e.to_string())?;
-        let mut position = 0usize;
-        let mut progressed = false;
-        while position < bytes.len() {
-            let header =
-                fjord_records::BatchHeader::parse(&bytes[position..]).map_err(|e| e.to_string())?;
-            let end_of_batch = position + header.total_len();
-            if end_of_batch > bytes.len() {
-                break;
-            }
-            let batch: Bytes = bytes.slice(position..end_of_batch);
-            position = end_of_batch;
-            offset = header.last_offset() + 1;
-            progressed = true;
-            if header.is_control() {
-                continue;
-            }
-            let records =
-                fjord_records::records(&batch, 256 * 1024 * 1024).map_err(|e| e.to_string())?;
-            for record in records {
-                let record = record.map_err(|e| e.to_string())?;
-                let Some(key) = record.key else { continue };
-                core.replay(&CoordinatorRecord {
-                    key,
-                    value: record.value,
-                })
-                .map_err(|e| e.to_string())?;
-                replayed += 1;
-            }
-        }
-        if !progressed {
-            break;
-        }
-    }
+    let replayed = coordinator_log::replay(&partition, |record| {
+        core.replay(&record).map_err(|e| e.to_string())
+    })?;
     tracing::debug!(replayed, "coordinator records replayed");
     let leader_epoch = partition.leader_epoch();
     Ok(Shard {

@@ -15,62 +15,31 @@ use crate::broker::{encode_response, Broker};
 use crate::forwarding::InternalTopic;
 use crate::group_runtime::{topics_view, GroupAnswer, OFFSETS_TOPIC};
 use crate::network::{Reply, Response};
+use crate::txn_runtime::TXN_TOPIC;
 use fjord_common::errors;
 
 /// FindCoordinator key types.
 const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
 
 impl Broker {
     /// Creates `__consumer_offsets` if missing and loads the coordinator shards this broker hosts.
     pub(crate) async fn ensure_group_coordinator(&self) -> Result<(), String> {
-        if self.quorum.image().topic(OFFSETS_TOPIC).is_none() {
-            let partitions = self
-                .config
-                .get("offsets.topic.num.partitions")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(50);
-            let wanted_rf: i16 = self
-                .config
-                .get("offsets.topic.replication.factor")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(3);
-            // As Kafka, a cluster creates it with the configured factor, which fails (the
-            // coordinator is not available) until that many brokers are up. A bare node alone
-            // is the one exception: it would never have enough, so it takes one replica.
-            let replication_factor = if self.config.cluster.voters.is_empty() && wanted_rf > 1 {
-                tracing::info!(
-                    wanted_rf,
-                    "{OFFSETS_TOPIC} gets one replica per partition on a node alone"
-                );
-                1
-            } else {
-                wanted_rf
-            };
-            let mut configs = BTreeMap::new();
-            configs.insert("cleanup.policy".to_string(), "compact".to_string());
-            configs.insert("compression.type".to_string(), "producer".to_string());
-            configs.insert(
-                "segment.bytes".to_string(),
-                self.config
-                    .get("offsets.topic.segment.bytes")
-                    .unwrap_or_else(|| "104857600".to_string()),
-            );
-            let topic = InternalTopic {
-                name: OFFSETS_TOPIC.to_string(),
-                num_partitions: partitions,
-                replication_factor,
-                configs,
-            };
-            for (_, error_code, message) in self.create_internal_topics(vec![topic]).await {
-                if error_code != errors::NONE && error_code != errors::TOPIC_ALREADY_EXISTS {
-                    return Err(format!(
-                        "cannot create {OFFSETS_TOPIC}: {} {}",
-                        errors::name(error_code),
-                        message.unwrap_or_default()
-                    ));
-                }
-            }
-        }
+        let segment_bytes = self
+            .config
+            .get("offsets.topic.segment.bytes")
+            .unwrap_or_else(|| "104857600".to_string());
+        self.ensure_internal_topic(
+            OFFSETS_TOPIC,
+            self.groups.num_partitions(),
+            "offsets.topic.replication.factor",
+            &[
+                ("cleanup.policy", "compact".into()),
+                ("compression.type", "producer".into()),
+                ("segment.bytes", segment_bytes),
+            ],
+        )
+        .await?;
         if !self.groups.all_loaded() {
             // Another request may have committed the topic a moment ago and not yet opened its
             // partitions: bring them in line with the image before loading the shards.
@@ -78,6 +47,55 @@ impl Broker {
                 .apply_image(&self.quorum.image(), crate::broker::now_ms())?;
         }
         self.groups.load_hosted().await
+    }
+
+    /// Creates a coordinator's internal topic if it is missing. As Kafka, a cluster creates it
+    /// with the configured replication factor (`rf_key`, default 3), which fails (the
+    /// coordinator is not available) until that many brokers are up. A bare node alone is the
+    /// one exception: it would never have enough, so it takes one replica.
+    pub(crate) async fn ensure_internal_topic(
+        &self,
+        name: &str,
+        num_partitions: i32,
+        rf_key: &str,
+        configs: &[(&str, String)],
+    ) -> Result<(), String> {
+        if self.quorum.image().topic(name).is_some() {
+            return Ok(());
+        }
+        let wanted_rf: i16 = self
+            .config
+            .get(rf_key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3);
+        let replication_factor = if self.config.cluster.voters.is_empty() && wanted_rf > 1 {
+            tracing::info!(
+                wanted_rf,
+                "{name} gets one replica per partition on a node alone"
+            );
+            1
+        } else {
+            wanted_rf
+        };
+        let topic = InternalTopic {
+            name: name.to_string(),
+            num_partitions,
+            replication_factor,
+            configs: configs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect::<BTreeMap<_, _>>(),
+        };
+        for (_, error_code, message) in self.create_internal_topics(vec![topic]).await {
+            if error_code != errors::NONE && error_code != errors::TOPIC_ALREADY_EXISTS {
+                return Err(format!(
+                    "cannot create {name}: {} {}",
+                    errors::name(error_code),
+                    message.unwrap_or_default()
+                ));
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn find_coordinator(
@@ -95,61 +113,65 @@ impl Broker {
             } else {
                 vec![request.key.clone()]
             };
-            let ready = if request.key_type == KEY_TYPE_GROUP {
-                this.ensure_group_coordinator().await
-            } else {
-                Ok(())
+            let ready = match request.key_type {
+                KEY_TYPE_GROUP => this.ensure_group_coordinator().await,
+                KEY_TYPE_TRANSACTION => this.ensure_txn_coordinator().await,
+                _ => Ok(()),
             };
             // Every registered broker's endpoint on this listener, read once for all the keys.
             let endpoints = this.live_endpoints(&listener, own);
-            let coordinators: Vec<Coordinator> = keys
-                .iter()
-                .map(|key| {
-                    let (error_code, error_message) = match (&ready, request.key_type) {
-                        (Ok(()), KEY_TYPE_GROUP) => (errors::NONE, None),
-                        (Err(message), KEY_TYPE_GROUP) => {
-                            (errors::COORDINATOR_NOT_AVAILABLE, Some(message.clone()))
-                        }
-                        // Transaction (1) and share (2) coordinators are not implemented yet.
-                        (_, 1) | (_, 2) => (
-                            errors::COORDINATOR_NOT_AVAILABLE,
-                            Some("this broker has no such coordinator yet".to_string()),
-                        ),
-                        _ => (
-                            errors::INVALID_REQUEST,
-                            Some(format!("unknown key type {}", request.key_type)),
-                        ),
-                    };
-                    // The coordinator is the leader of the group's `__consumer_offsets`
-                    // partition, reached on the listener this request came in on.
-                    let leader = (error_code == errors::NONE)
-                        .then(|| this.offsets_leader(this.groups.partition_of(key)))
-                        .flatten()
-                        .and_then(|id| endpoints.iter().find(|b| b.0 == id).cloned());
-                    match leader {
-                        Some((node_id, host, port, _)) => Coordinator {
-                            key: key.clone(),
-                            node_id,
-                            host,
-                            port,
-                            error_code,
-                            error_message,
-                        },
-                        None => Coordinator {
-                            key: key.clone(),
-                            node_id: -1,
-                            host: String::new(),
-                            port: -1,
-                            error_code: if error_code == errors::NONE {
-                                errors::COORDINATOR_NOT_AVAILABLE
-                            } else {
-                                error_code
+            let coordinators: Vec<Coordinator> =
+                keys.iter()
+                    .map(|key| {
+                        let (error_code, error_message) = match (&ready, request.key_type) {
+                            (Ok(()), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => (errors::NONE, None),
+                            (Err(message), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => {
+                                (errors::COORDINATOR_NOT_AVAILABLE, Some(message.clone()))
+                            }
+                            // Share coordinators (2) are not implemented yet.
+                            (_, 2) => (
+                                errors::COORDINATOR_NOT_AVAILABLE,
+                                Some("this broker has no such coordinator yet".to_string()),
+                            ),
+                            _ => (
+                                errors::INVALID_REQUEST,
+                                Some(format!("unknown key type {}", request.key_type)),
+                            ),
+                        };
+                        // The coordinator is the leader of the key's partition of the coordinator's
+                        // topic, reached on the listener this request came in on.
+                        let leader = (error_code == errors::NONE)
+                            .then(|| match request.key_type {
+                                KEY_TYPE_GROUP => this
+                                    .internal_leader(OFFSETS_TOPIC, this.groups.partition_of(key)),
+                                _ => this.internal_leader(TXN_TOPIC, this.txns.partition_of(key)),
+                            })
+                            .flatten()
+                            .and_then(|id| endpoints.iter().find(|b| b.0 == id).cloned());
+                        match leader {
+                            Some((node_id, host, port, _)) => Coordinator {
+                                key: key.clone(),
+                                node_id,
+                                host,
+                                port,
+                                error_code,
+                                error_message,
                             },
-                            error_message,
-                        },
-                    }
-                })
-                .collect();
+                            None => Coordinator {
+                                key: key.clone(),
+                                node_id: -1,
+                                host: String::new(),
+                                port: -1,
+                                error_code: if error_code == errors::NONE {
+                                    errors::COORDINATOR_NOT_AVAILABLE
+                                } else {
+                                    error_code
+                                },
+                                error_message,
+                            },
+                        }
+                    })
+                    .collect();
             if version >= 4 {
                 FindCoordinatorResponse {
                     coordinators,
@@ -169,11 +191,11 @@ impl Broker {
         }
     }
 
-    /// The leader of `__consumer_offsets` partition `partition`, if it has one.
-    fn offsets_leader(&self, partition: i32) -> Option<i32> {
+    /// The leader of an internal topic's partition, if it has one.
+    fn internal_leader(&self, topic: &str, partition: i32) -> Option<i32> {
         let image = self.quorum.image();
         let leader = image
-            .topic(OFFSETS_TOPIC)?
+            .topic(topic)?
             .partitions
             .get(usize::try_from(partition).ok()?)?
             .leader;

@@ -3,6 +3,7 @@
 
 pub mod broker;
 mod controller_dispatch;
+mod coordinator_log;
 mod fetch;
 pub mod fetch_session;
 pub mod flusher;
@@ -18,7 +19,9 @@ pub mod partition;
 mod produce;
 pub mod replica;
 mod replica_fetcher;
+mod txn;
 mod txn_markers;
+pub mod txn_runtime;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -314,6 +317,7 @@ struct Serving {
     image_task: tokio::task::JoinHandle<()>,
     housekeeping: tokio::task::JoinHandle<()>,
     group_timers: tokio::task::JoinHandle<()>,
+    txn_timers: tokio::task::JoinHandle<()>,
     /// The followers' fetchers; they stop on shutdown, before the flusher.
     replica_fetchers: tokio::task::JoinHandle<()>,
     /// The leader's ISR checks (AlterPartition).
@@ -356,6 +360,7 @@ impl Serving {
             image_task,
             housekeeping,
             group_timers,
+            txn_timers,
             heartbeats,
             replica_fetchers,
             isr_manager,
@@ -368,6 +373,9 @@ impl Serving {
         let _ = isr_manager.await;
         let _ = housekeeping.await;
         let _ = group_timers.await;
+        let _ = txn_timers.await;
+        // Marker senders stop with their shards.
+        broker.txns.close();
         drop(groups);
         image_task.abort();
         drop(broker);
@@ -515,6 +523,15 @@ async fn start_broker(
         "group coordinators loaded"
     );
     let group_timers = tokio::spawn(groups.clone().run_timers(shutdown.clone()));
+    let txns = Arc::new(txn_runtime::TxnRuntime::new(
+        txn_config(config),
+        config
+            .get("transaction.state.log.num.partitions")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(50),
+        replicas.clone(),
+        flusher.clone(),
+    ));
     // Moves between log dirs, including those a restart interrupted.
     let log_dir_mover = Arc::new(
         log_dir_mover::LogDirMover::start(
@@ -532,14 +549,19 @@ async fn start_broker(
         replicas.clone(),
         flusher.clone(),
         groups.clone(),
+        txns.clone(),
         log_dir_mover.clone(),
     ));
+    // Transactions prepared before a restart get their markers; open ones time out.
+    broker.load_txn_coordinators().map_err(startup)?;
+    let txn_timers = tokio::spawn(broker.clone().run_txn_timers(shutdown.clone()));
 
     // Follow metadata changes (a single node applies its own proposals already; this keeps
     // hosted partitions in line with any other writer, e.g. a future controller).
     let mut images = quorum.subscribe();
     let follower_replicas = replicas.clone();
     let image_groups = groups.clone();
+    let image_broker = broker.clone();
     let image_cleaner = cleaner.clone();
     let image_mover = log_dir_mover.clone();
     let image_config = config.clone();
@@ -555,6 +577,12 @@ async fn start_broker(
             if !image_groups.all_loaded() {
                 if let Err(error) = image_groups.load_hosted().await {
                     tracing::warn!(%error, "cannot load a group coordinator shard");
+                }
+            }
+            image_broker.txns.unload_unled();
+            if !image_broker.txns.all_loaded() {
+                if let Err(error) = image_broker.load_txn_coordinators() {
+                    tracing::warn!(%error, "cannot load a transaction coordinator shard");
                 }
             }
             let now = fjord_config::DynamicBrokerConfig::from_image(&image, image_config.node_id);
@@ -659,6 +687,7 @@ async fn start_broker(
         image_task,
         housekeeping,
         group_timers,
+        txn_timers,
         replica_fetchers,
         isr_manager,
     }))
@@ -701,6 +730,27 @@ async fn apply_dynamic_broker_config(
         Ok(_) => {}
         Err(error) => tracing::warn!(%error, "dynamic cleaner settings ignored"),
     }
+}
+
+/// The transaction coordinator's settings from the broker config (Kafka's names and defaults).
+fn txn_config(config: &BrokerConfig) -> fjord_txn::TxnConfig {
+    let mut txn = fjord_txn::TxnConfig::default();
+    if let Some(v) = config
+        .get("transaction.max.timeout.ms")
+        .and_then(|v| v.trim().parse().ok())
+    {
+        txn.max_timeout_ms = v;
+    }
+    if let Some(v) = config
+        .get("transactional.id.expiration.ms")
+        .and_then(|v| v.trim().parse().ok())
+    {
+        txn.transactional_id_expiration_ms = v;
+    }
+    // Clients are not told of a finalized transaction.version 2 yet, so they take the
+    // version 1 paths, and the coordinator's own aborts follow them.
+    txn.transaction_version = 1;
+    txn
 }
 
 /// The group coordinator's settings from the broker config (Kafka's names and defaults).

@@ -82,11 +82,6 @@ impl Broker {
                         errors::INVALID_REQUIRED_ACKS,
                         "acks must be -1, 0 or 1",
                     ))
-                } else if request.transactional_id.is_some() {
-                    Err(PartitionError::new(
-                        errors::UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                        "transactional produce is not supported by this broker yet",
-                    ))
                 } else {
                     match self.replicas.get(&topic.name, data.index) {
                         None => Err(PartitionError::new(
@@ -104,9 +99,15 @@ impl Broker {
                                 "records are null",
                             )),
                             (Some(_), Some(refused)) => Err(refused),
-                            (Some(records), None) => self
-                                .replicas
-                                .append(&partition, records, now)
+                            (Some(records), None) => request
+                                .transactional_id
+                                .as_deref()
+                                .map_or(Ok(()), |id| {
+                                    self.verify_transactional_produce(
+                                        id, &partition, records, version,
+                                    )
+                                })
+                                .and_then(|()| self.replicas.append(&partition, records, now))
                                 .inspect(|appended| {
                                     let end = appended.info.last_offset + 1;
                                     if partition.durable() {

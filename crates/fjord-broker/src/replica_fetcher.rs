@@ -472,13 +472,6 @@ async fn connect(
     fetcher: usize,
     settings: &fjord_config::ReplicationConfig,
 ) -> Result<Connection, String> {
-    let listener = &context.config.cluster.inter_broker_listener_name;
-    let image = context.quorum.image();
-    let endpoint = image
-        .broker(leader)
-        .and_then(|b| b.endpoints.iter().find(|e| &e.name == listener))
-        .ok_or_else(|| format!("broker {leader} has no {listener} listener registered"))?;
-    let addr = format!("{}:{}", endpoint.host, endpoint.port);
     let config = ClientConfig {
         client_id: format!(
             "replica-fetcher-{}-{leader}-{fetcher}",
@@ -491,9 +484,30 @@ async fn connect(
         ),
         max_response_bytes: MAX_RESPONSE_BYTES,
     };
-    Connection::connect(&addr, &config)
+    connect_to_broker(
+        &context.quorum.image(),
+        &context.config.cluster.inter_broker_listener_name,
+        leader,
+        &config,
+    )
+    .await
+}
+
+/// Connects to `broker` on `listener` at the endpoint its registration gives.
+pub(crate) async fn connect_to_broker(
+    image: &fjord_metadata::MetadataImage,
+    listener: &str,
+    broker: BrokerId,
+    config: &ClientConfig,
+) -> Result<Connection, String> {
+    let endpoint = image
+        .broker(broker)
+        .and_then(|b| b.endpoints.iter().find(|e| e.name == listener))
+        .ok_or_else(|| format!("broker {broker} has no {listener} listener registered"))?;
+    let addr = format!("{}:{}", endpoint.host, endpoint.port);
+    Connection::connect(&addr, config)
         .await
-        .map_err(|e| format!("connect to broker {leader} at {addr}: {e}"))
+        .map_err(|e| format!("connect to broker {broker} at {addr}: {e}"))
 }
 
 #[cfg(test)]

@@ -686,6 +686,14 @@ impl Log {
         self.append_assigning_offsets(vec![batch], leader_epoch, now_ms, Some(marker))
     }
 
+    /// Whether `producer_id` has a transaction open on this partition (records after its last
+    /// marker).
+    pub fn in_transaction(&self, producer_id: i64) -> bool {
+        self.producer_state
+            .last_entry(producer_id)
+            .is_some_and(|e| e.current_txn_first_offset.is_some())
+    }
+
     /// The offset below which every transaction is decided: the high watermark, or the first
     /// offset of the oldest open transaction if that is lower. read_committed consumers read
     /// below it.

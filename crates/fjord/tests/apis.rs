@@ -2667,6 +2667,49 @@ fn every_advertised_version_answers() {
                     "every",
                     &[0],
                 )),
+                ApiKey::AddPartitionsToTxn => {
+                    use fjord_protocol::messages::add_partitions_to_txn_request::*;
+                    let topics = vec![AddPartitionsToTxnTopic {
+                        name: "every".into(),
+                        partitions: vec![0],
+                    }];
+                    RequestBody::AddPartitionsToTxn(if version <= 3 {
+                        AddPartitionsToTxnRequest {
+                            v3_and_below_transactional_id: "every-txn".into(),
+                            v3_and_below_producer_id: 4242,
+                            v3_and_below_producer_epoch: 0,
+                            v3_and_below_topics: topics,
+                            ..Default::default()
+                        }
+                    } else {
+                        AddPartitionsToTxnRequest {
+                            transactions: vec![AddPartitionsToTxnTransaction {
+                                transactional_id: "every-txn".into(),
+                                producer_id: 4242,
+                                producer_epoch: 0,
+                                verify_only: true,
+                                topics,
+                            }],
+                            ..Default::default()
+                        }
+                    })
+                }
+                ApiKey::AddOffsetsToTxn => RequestBody::AddOffsetsToTxn(
+                    fjord_protocol::messages::add_offsets_to_txn_request::AddOffsetsToTxnRequest {
+                        transactional_id: "every-txn".into(),
+                        producer_id: 4242,
+                        producer_epoch: 0,
+                        group_id: "every-group".into(),
+                    },
+                ),
+                ApiKey::EndTxn => RequestBody::EndTxn(
+                    fjord_protocol::messages::end_txn_request::EndTxnRequest {
+                        transactional_id: "every-txn".into(),
+                        producer_id: 4242,
+                        producer_epoch: 0,
+                        committed: true,
+                    },
+                ),
                 other => panic!("no request built for {}", other.name()),
             };
             let frame = client.encode_request(*api, version, &body);

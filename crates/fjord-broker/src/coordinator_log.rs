@@ -1,0 +1,160 @@
+//! What every coordinator (group, transaction) does with its partition of an internal topic:
+//! appends its records through the partition like any produce, waits until they are durable and
+//! in every in-sync replica (Kafka's coordinators write with acks=all), and loads its state by
+//! replaying the partition from the log start.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fjord_common::{CoordinatorRecord, LeaderEpoch};
+use fjord_records::{BatchBuilder, Compression};
+
+use crate::broker::now_ms;
+use crate::flusher::{Durable, FlusherHandle};
+use crate::replica::Partition;
+
+/// How long a coordinator write waits for its in-sync replicas (Kafka's
+/// `offsets.commit.timeout.ms` default).
+const REPLICATION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where appended records end: what to wait for before they count as written.
+#[derive(Clone)]
+pub struct Appended {
+    pub partition: Arc<Partition>,
+    /// Exclusive end offset of the records.
+    pub end_offset: i64,
+    pub leader_epoch: LeaderEpoch,
+}
+
+/// Why records did not become durable and replicated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteFailure {
+    /// The partition is led elsewhere now (or under a new epoch): the coordinator moved.
+    Moved,
+    Failed(String),
+}
+
+impl std::fmt::Display for WriteFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteFailure::Moved => f.write_str("the coordinator's partition moved"),
+            WriteFailure::Failed(message) => f.write_str(message),
+        }
+    }
+}
+
+/// Appends coordinator records to `partition` as one uncompressed batch, as its leader.
+pub fn append(
+    partition: &Arc<Partition>,
+    records: &[CoordinatorRecord],
+) -> Result<Appended, WriteFailure> {
+    debug_assert!(!records.is_empty(), "an empty coordinator write");
+    let now = now_ms();
+    let failed = |e: &dyn std::fmt::Display| WriteFailure::Failed(e.to_string());
+    let mut builder = BatchBuilder::new(Compression::None);
+    for record in records {
+        builder
+            .append(now, Some(&record.key[..]), record.value.as_deref(), &[])
+            .map_err(|e| failed(&e))?;
+    }
+    let batch = builder.build().map_err(|e| failed(&e))?;
+    let mut log = partition
+        .log
+        .lock()
+        .map_err(|_| failed(&"coordinator log lock poisoned"))?;
+    let (info, leader_epoch) = partition
+        .append_as_leader(&mut log, vec![batch], now)
+        .map_err(|e| {
+            if partition.is_leader() {
+                failed(&e)
+            } else {
+                WriteFailure::Moved
+            }
+        })?;
+    Ok(Appended {
+        partition: partition.clone(),
+        end_offset: info.last_offset + 1,
+        leader_epoch,
+    })
+}
+
+/// Waits until appended records are durable (when the partition syncs) and in the high
+/// watermark.
+pub async fn written(flusher: &FlusherHandle, appended: Appended) -> Result<(), WriteFailure> {
+    let Appended {
+        partition,
+        end_offset,
+        leader_epoch,
+    } = appended;
+    flusher
+        .flush(partition.clone() as Arc<dyn Durable>, end_offset)
+        .await
+        .map_err(WriteFailure::Failed)?;
+    let wait = partition.delay_produce(end_offset, leader_epoch);
+    match tokio::time::timeout(REPLICATION_TIMEOUT, wait).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(WriteFailure::Moved),
+        Err(_) => Err(WriteFailure::Failed(
+            "the in-sync replicas did not confirm in time".into(),
+        )),
+    }
+}
+
+/// Replays every coordinator record of `partition`, in log order, into `apply`; control
+/// batches (transaction markers) are skipped. Returns how many records were replayed.
+pub fn replay(
+    partition: &Partition,
+    mut apply: impl FnMut(CoordinatorRecord) -> Result<(), String>,
+) -> Result<usize, String> {
+    let log = partition.log.clone();
+    let poisoned = || "coordinator log lock poisoned".to_string();
+    let (mut offset, end) = {
+        let guard = log.lock().map_err(|_| poisoned())?;
+        (guard.log_start_offset(), guard.log_end_offset())
+    };
+    let mut replayed = 0usize;
+    while offset < end {
+        let slice = {
+            let guard = log.lock().map_err(|_| poisoned())?;
+            guard
+                .read(offset, 1024 * 1024, end, true)
+                .map_err(|e| e.to_string())?
+                .records
+        };
+        let Some(slice) = slice else { break };
+        let bytes = slice.read_to_bytes().map_err(|e| e.to_string())?;
+        let mut position = 0usize;
+        let mut progressed = false;
+        while position < bytes.len() {
+            let header =
+                fjord_records::BatchHeader::parse(&bytes[position..]).map_err(|e| e.to_string())?;
+            let end_of_batch = position + header.total_len();
+            if end_of_batch > bytes.len() {
+                break;
+            }
+            let batch: Bytes = bytes.slice(position..end_of_batch);
+            position = end_of_batch;
+            offset = header.last_offset() + 1;
+            progressed = true;
+            if header.is_control() {
+                continue;
+            }
+            let records =
+                fjord_records::records(&batch, 256 * 1024 * 1024).map_err(|e| e.to_string())?;
+            for record in records {
+                let record = record.map_err(|e| e.to_string())?;
+                let Some(key) = record.key else { continue };
+                apply(CoordinatorRecord {
+                    key,
+                    value: record.value,
+                })?;
+                replayed += 1;
+            }
+        }
+        if !progressed {
+            break;
+        }
+    }
+    Ok(replayed)
+}
