@@ -610,6 +610,10 @@ impl TransactionCoordinatorShard {
                     TxnState::Ongoing => {
                         Some(f.start_ms.saturating_add(i64::from(f.timeout_ms)) + 1)
                     }
+                    // Every marker is written but the completion failed to be: due now.
+                    TxnState::PrepareCommit | TxnState::PrepareAbort if f.partitions.is_empty() => {
+                        Some(f.last_update_ms)
+                    }
                     s if s.expiration_allowed() => {
                         Some(f.last_update_ms.saturating_add(expiration_ms))
                     }

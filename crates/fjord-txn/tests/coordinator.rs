@@ -272,6 +272,29 @@ fn a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() {
 }
 
 #[test]
+fn a_completion_that_failed_to_be_written_is_due_at_once_and_retried_by_tick() {
+    let mut h = Harness::v1();
+    let p = h.init(1_000, None);
+    h.add(2_000, p, &[tp("a", 0)]);
+    let job = h.end(3_000, p, true, 1).1.unwrap();
+    let complete = h
+        .shard
+        .markers_written(4_000, TXN, job.producer_epoch, &job.partitions)
+        .unwrap()
+        .unwrap();
+    let failed = h
+        .shard
+        .written(&complete.transactional_id, Err(errors::NOT_COORDINATOR));
+    assert_eq!(failed, Written::default());
+    assert_eq!(h.state(), TxnState::PrepareCommit);
+    assert!(h.shard.next_deadline().is_some_and(|d| d <= 4_000));
+    let retried = h.shard.tick(4_001).unwrap();
+    assert_eq!(retried.len(), 1);
+    h.durable(retried.into_iter().next().unwrap());
+    assert_eq!(h.state(), TxnState::CompleteCommit);
+}
+
+#[test]
 fn an_idle_transactional_id_expires() {
     let mut h = Harness::new(TxnConfig {
         transactional_id_expiration_ms: 10_000,
