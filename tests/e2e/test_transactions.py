@@ -114,3 +114,93 @@ def test_transactions_survive_kill9(broker):
     assert len(committed) == 40 and labels(committed) == ["after", "before"]
     everything = consume_all(broker.bootstrap, topic, partitions, "read_uncommitted", 80)
     assert len(everything) == 80 and labels(everything) == ["after", "before", "dropped", "open"]
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int):
+    """The group's committed offsets as a read_committed consumer fetches them (require_stable)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
+                  "enable.auto.commit": False})
+    try:
+        found = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        # A partition without a committed offset answers a negative one (librdkafka's OFFSET_INVALID).
+        return [max(tp.offset, 0) for tp in sorted(found, key=lambda tp: tp.partition)]
+    finally:
+        c.close()
+
+
+def copy_batch(consumer: Consumer, p: Producer, out_topic: str, batch: int, commit: bool, wait_s: float = 30):
+    """One consume-transform-produce transaction: up to `batch` input records copied to `out_topic` with the
+    consumer's positions committed in the same transaction. Returns how many records it copied."""
+    copied = 0
+    p.begin_transaction()
+    deadline = time.monotonic() + wait_s
+    while copied < batch and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is None:
+            if copied:
+                break
+            continue
+        assert not m.error(), m.error()
+        p.produce(out_topic, value=b"copy-" + m.value(), partition=m.partition())
+        copied += 1
+    positions = consumer.position(consumer.assignment())
+    p.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 60)
+    if commit:
+        p.commit_transaction(60)
+    else:
+        p.abort_transaction(60)
+    return copied
+
+
+def test_offsets_commit_and_abort_with_their_transaction(broker):
+    """Exactly-once copying: the input offsets committed in a transaction become the group's committed offsets
+    only with its commit; an aborted or killed transaction leaves them where they were."""
+    in_topic, out_topic, partitions = f"txin-{uuid.uuid4().hex[:8]}", f"txout-{uuid.uuid4().hex[:8]}", 2
+    create_topic(broker.bootstrap, in_topic, partitions)
+    create_topic(broker.bootstrap, out_topic, partitions)
+    source = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+    for i in range(60):
+        source.produce(in_topic, value=f"in-{i}".encode(), partition=i % partitions)
+    source.flush(60)
+    group = f"copier-{uuid.uuid4().hex[:8]}"
+
+    def consumer():
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "isolation.level": "read_committed",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        c.subscribe([in_topic])
+        return c
+
+    c, p = consumer(), producer(broker.bootstrap, f"tx-{group}")
+    assert copy_batch(c, p, out_topic, 20, commit=True) == 20
+    after_first = committed_offsets(broker.bootstrap, group, in_topic, partitions)
+    assert sum(after_first) == 20, after_first
+    # An aborted transaction: its copies vanish and the offsets stay.
+    assert copy_batch(c, p, out_topic, 20, commit=False) > 0
+    assert committed_offsets(broker.bootstrap, group, in_topic, partitions) == after_first
+    c.close()
+    # A transaction left open by a kill -9: the next producer of the id aborts it.
+    c = consumer()
+    p.begin_transaction()
+    m = None
+    while m is None:
+        m = c.poll(0.5)
+    p.produce(out_topic, value=b"copy-" + m.value(), partition=m.partition())
+    p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 60)
+    p.flush(60)
+    # The consumer leaves first: a member the restarted broker still knew would hold the next
+    # rebalance for its whole session.
+    c.close()
+    broker.kill9()
+    broker.start()
+    c, p = consumer(), producer(broker.bootstrap, f"tx-{group}")
+    assert committed_offsets(broker.bootstrap, group, in_topic, partitions) == after_first
+    copied = 20
+    while copied < 60:
+        got = copy_batch(c, p, out_topic, 15, commit=True)
+        assert got > 0, f"stuck at {copied} copied"
+        copied += got
+    c.close()
+    assert copied == 60
+    assert committed_offsets(broker.bootstrap, group, in_topic, partitions) == [30, 30]
+    out = consume_all(broker.bootstrap, out_topic, partitions, "read_committed", 60)
+    assert sorted(out) == sorted(f"copy-in-{i}" for i in range(60))

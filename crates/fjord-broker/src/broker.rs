@@ -81,6 +81,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
     (ApiKey::EndTxn, 0, 5),
 ];
 
@@ -105,6 +106,7 @@ fn is_group_api(api: ApiKey) -> bool {
             | ApiKey::Heartbeat
             | ApiKey::LeaveGroup
             | ApiKey::OffsetCommit
+            | ApiKey::TxnOffsetCommit
             | ApiKey::OffsetFetch
             | ApiKey::OffsetDelete
             | ApiKey::ListGroups

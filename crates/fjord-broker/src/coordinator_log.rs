@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fjord_common::{CoordinatorRecord, LeaderEpoch};
-use fjord_records::{BatchBuilder, Compression};
+use fjord_group::TxnProducer;
+use fjord_records::{AppendBatch, BatchBuilder, Compression};
 
 use crate::broker::now_ms;
 use crate::flusher::{Durable, FlusherHandle};
@@ -44,27 +45,36 @@ impl std::fmt::Display for WriteFailure {
     }
 }
 
-/// Appends coordinator records to `partition` as one uncompressed batch, as its leader.
+/// Appends coordinator records to `partition` as one uncompressed batch, as its leader; with
+/// `transaction`, as that producer's transactional batch (a TxnOffsetCommit's offsets, which
+/// its marker decides later; no sequence numbers, as Kafka's coordinators write them).
 pub fn append(
     partition: &Arc<Partition>,
     records: &[CoordinatorRecord],
+    transaction: Option<TxnProducer>,
 ) -> Result<Appended, WriteFailure> {
     debug_assert!(!records.is_empty(), "an empty coordinator write");
     let now = now_ms();
     let failed = |e: &dyn std::fmt::Display| WriteFailure::Failed(e.to_string());
     let mut builder = BatchBuilder::new(Compression::None);
+    if let Some(producer) = transaction {
+        builder = builder
+            .producer(producer.producer_id, producer.producer_epoch, -1)
+            .transactional(true);
+    }
     for record in records {
         builder
             .append(now, Some(&record.key[..]), record.value.as_deref(), &[])
             .map_err(|e| failed(&e))?;
     }
     let batch = builder.build().map_err(|e| failed(&e))?;
+    let batch = AppendBatch::new(batch.freeze()).map_err(|e| failed(&e))?;
     let mut log = partition
         .log
         .lock()
         .map_err(|_| failed(&"coordinator log lock poisoned"))?;
     let (info, leader_epoch) = partition
-        .append_as_leader(&mut log, vec![batch], now)
+        .append_as_coordinator(&mut log, batch, now)
         .map_err(|e| {
             if partition.is_leader() {
                 failed(&e)
@@ -101,17 +111,30 @@ pub async fn written(flusher: &FlusherHandle, appended: Appended) -> Result<(), 
     }
 }
 
-/// Replays every coordinator record of `partition`, in log order, into `apply`; control
-/// batches (transaction markers) are skipped. Returns how many records were replayed.
+/// What a coordinator's partition holds, as replay hands it over.
+pub enum Replayed {
+    /// A coordinator record; `producer_id` when it is in a transactional batch.
+    Record {
+        producer_id: Option<i64>,
+        record: CoordinatorRecord,
+    },
+    /// A transaction's commit or abort marker.
+    Marker { producer_id: i64, commit: bool },
+}
+
+/// Replays `partition` from `from` (its log start when `None`) to its log end, in log order,
+/// into `apply`. Returns how many records were replayed and the offset it stopped at.
 pub fn replay(
     partition: &Partition,
-    mut apply: impl FnMut(CoordinatorRecord) -> Result<(), String>,
-) -> Result<usize, String> {
+    from: Option<i64>,
+    mut apply: impl FnMut(Replayed) -> Result<(), String>,
+) -> Result<(usize, i64), String> {
     let log = partition.log.clone();
     let poisoned = || "coordinator log lock poisoned".to_string();
     let (mut offset, end) = {
         let guard = log.lock().map_err(|_| poisoned())?;
-        (guard.log_start_offset(), guard.log_end_offset())
+        let start = guard.log_start_offset();
+        (from.map_or(start, |f| f.max(start)), guard.log_end_offset())
     };
     let mut replayed = 0usize;
     while offset < end {
@@ -138,16 +161,27 @@ pub fn replay(
             offset = header.last_offset() + 1;
             progressed = true;
             if header.is_control() {
+                // Control batches other than markers (none are written) are skipped.
+                if let Some(marker) = fjord_records::control::read_marker(&batch) {
+                    apply(Replayed::Marker {
+                        producer_id: header.producer_id,
+                        commit: marker.commit,
+                    })?;
+                }
                 continue;
             }
+            let producer_id = header.is_transactional().then_some(header.producer_id);
             let records =
                 fjord_records::records(&batch, 256 * 1024 * 1024).map_err(|e| e.to_string())?;
             for record in records {
                 let record = record.map_err(|e| e.to_string())?;
                 let Some(key) = record.key else { continue };
-                apply(CoordinatorRecord {
-                    key,
-                    value: record.value,
+                apply(Replayed::Record {
+                    producer_id,
+                    record: CoordinatorRecord {
+                        key,
+                        value: record.value,
+                    },
                 })?;
                 replayed += 1;
             }
@@ -156,5 +190,5 @@ pub fn replay(
             break;
         }
     }
-    Ok(replayed)
+    Ok((replayed, offset))
 }

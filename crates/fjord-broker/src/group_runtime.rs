@@ -33,7 +33,7 @@ use fjord_protocol::{RequestBody, ResponseBody};
 use tokio::sync::{oneshot, Notify};
 
 use crate::broker::now_ms;
-use crate::coordinator_log;
+use crate::coordinator_log::{self, Replayed};
 use crate::flusher::FlusherHandle;
 use crate::replica::{Partition, ReplicaManager};
 
@@ -117,11 +117,17 @@ impl GroupRuntime {
             if self.shard(partition).is_none() {
                 if let Some(hosted) = self.replicas.get(OFFSETS_TOPIC, partition) {
                     let started = std::time::Instant::now();
-                    let shard = load_shard(&self.config, hosted)?;
+                    let (mut shard, loaded_to) = load_shard(&self.config, hosted)?;
                     if let Ok(mut shards) = self.shards.lock() {
-                        shards
-                            .entry(partition)
-                            .or_insert_with(|| Arc::new(Mutex::new(shard)));
+                        if let std::collections::hash_map::Entry::Vacant(slot) =
+                            shards.entry(partition)
+                        {
+                            // Markers written since the load read the log (while no shard
+                            // was there to hear them: see `append_marker`) are replayed
+                            // before the shard takes requests.
+                            replay_into(&mut shard, Some(loaded_to))?;
+                            slot.insert(Arc::new(Mutex::new(shard)));
+                        }
                     }
                     tracing::debug!(
                         partition,
@@ -189,6 +195,32 @@ impl GroupRuntime {
             .unwrap_or_default()
     }
 
+    /// Appends a transaction's commit or abort marker (`append`) to a `__consumer_offsets`
+    /// partition this broker leads, and tells its shard, so that the transaction's offsets
+    /// become committed or are dropped as the marker lands. The shards' lock is held
+    /// throughout: the shard cannot be loaded or replaced in between, so a shard either hears
+    /// of the marker here or reads it in its load.
+    pub fn append_marker<T, E>(
+        &self,
+        partition: i32,
+        producer_id: i64,
+        commit: bool,
+        append: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let Ok(shards) = self.shards.lock() else {
+            return append();
+        };
+        let Some(shard) = shards.get(&partition) else {
+            return append();
+        };
+        let Ok(mut shard) = shard.lock() else {
+            return append();
+        };
+        let appended = append()?;
+        shard.core.complete_transaction(producer_id, commit);
+        Ok(appended)
+    }
+
     /// Runs one request on its shard now — the state change is made and its records appended
     /// before this returns, so requests started in turn take effect in turn — and returns the
     /// wait for its answer (after the records are durable, or when a parked request completes).
@@ -200,6 +232,22 @@ impl GroupRuntime {
         topics: &Topics,
         client: &ClientInfo,
     ) -> GroupAnswer {
+        self.start_checked(partition, version, request, topics, client, |_| Ok(()))
+    }
+
+    /// `start` for a request that `check` may refuse first, with the error code for its every
+    /// partition, on the shard's partition under the shard's lock (a transaction's offset
+    /// commit: its producer epoch and its transaction are checked where no marker can come
+    /// between the check and the write).
+    pub fn start_checked(
+        self: &Arc<Self>,
+        partition: i32,
+        version: i16,
+        request: RequestBody,
+        topics: &Topics,
+        client: &ClientInfo,
+        check: impl FnOnce(&Partition) -> Result<(), i16>,
+    ) -> GroupAnswer {
         if self.shard(partition).is_none() {
             // Its `__consumer_offsets` partition is led elsewhere (or nowhere yet): the client
             // asks FindCoordinator again.
@@ -208,7 +256,7 @@ impl GroupRuntime {
                     .ok_or_else(|| format!("{} is not a group request", request.api_key().name()));
             return Box::pin(async move { answer });
         }
-        let started = self.run_on_shard(partition, version, request, topics, client);
+        let started = self.run_on_shard(partition, version, request, topics, client, check);
         let this = self.clone();
         Box::pin(async move {
             let (request_id, receiver, pending) = started?;
@@ -233,6 +281,7 @@ impl GroupRuntime {
         request: RequestBody,
         topics: &Topics,
         client: &ClientInfo,
+        check: impl FnOnce(&Partition) -> Result<(), i16>,
     ) -> Result<(RequestId, oneshot::Receiver<ResponseBody>, Pending), String> {
         let shard = self.shard(partition).ok_or_else(|| {
             format!("group coordinator for {OFFSETS_TOPIC}-{partition} is not loaded")
@@ -245,10 +294,19 @@ impl GroupRuntime {
         if let Ok(mut parked) = self.parked.lock() {
             parked.insert(request_id, sender);
         }
-        let effects =
-            guard
-                .core
-                .handle_from(now_ms(), request_id, version, request, topics, client);
+        let effects = match check(&guard.partition) {
+            Ok(()) => {
+                guard
+                    .core
+                    .handle_from(now_ms(), request_id, version, request, topics, client)
+            }
+            Err(code) => Effects {
+                responses: fjord_group::refusal(version, &request, code)
+                    .map(|r| vec![(request_id, r)])
+                    .unwrap_or_default(),
+                ..Effects::default()
+            },
+        };
         let pending = self.persist_and_release(&mut guard, effects);
         Ok((request_id, receiver, pending))
     }
@@ -264,7 +322,7 @@ impl GroupRuntime {
         if effects.records.is_empty() {
             return pending;
         }
-        match coordinator_log::append(&shard.partition, &effects.records) {
+        match coordinator_log::append(&shard.partition, &effects.records, effects.transaction) {
             Ok(appended) => pending.appended = Some(appended),
             Err(error) => {
                 tracing::error!(%error, "cannot append group coordinator records");
@@ -510,17 +568,43 @@ struct Pending {
     failed: Option<String>,
 }
 
-/// Replays one `__consumer_offsets` partition into a fresh shard.
-fn load_shard(config: &GroupConfig, partition: Arc<Partition>) -> Result<Shard, String> {
-    let mut core = GroupCoordinatorShard::new(config.clone());
-    let replayed = coordinator_log::replay(&partition, |record| {
-        core.replay(&record).map_err(|e| e.to_string())
-    })?;
-    tracing::debug!(replayed, "coordinator records replayed");
+/// Replays one `__consumer_offsets` partition into a fresh shard; answers it with the offset
+/// the replay reached.
+fn load_shard(config: &GroupConfig, partition: Arc<Partition>) -> Result<(Shard, i64), String> {
     let leader_epoch = partition.leader_epoch();
-    Ok(Shard {
-        core,
+    let mut shard = Shard {
+        core: GroupCoordinatorShard::new(config.clone()),
         partition,
         leader_epoch,
-    })
+    };
+    let loaded_to = replay_into(&mut shard, None)?;
+    Ok((shard, loaded_to))
+}
+
+/// Replays the shard's partition from `from` (its start when `None`) to its end into the shard:
+/// plain records, a transaction's offsets (pending) and the markers deciding them. Answers the
+/// offset it reached.
+fn replay_into(shard: &mut Shard, from: Option<i64>) -> Result<i64, String> {
+    let core = &mut shard.core;
+    let (replayed, reached) = coordinator_log::replay(&shard.partition, from, |item| match item {
+        Replayed::Record {
+            producer_id: None,
+            record,
+        } => core.replay(&record).map_err(|e| e.to_string()),
+        Replayed::Record {
+            producer_id: Some(producer_id),
+            record,
+        } => core
+            .replay_transactional(producer_id, &record)
+            .map_err(|e| e.to_string()),
+        Replayed::Marker {
+            producer_id,
+            commit,
+        } => {
+            core.complete_transaction(producer_id, commit);
+            Ok(())
+        }
+    })?;
+    tracing::debug!(replayed, "coordinator records replayed");
+    Ok(reached)
 }

@@ -246,6 +246,16 @@ impl Broker {
         client: &ClientInfo,
     ) -> GroupAnswer {
         let topics = topics_view(&self.quorum.image());
+        if let RequestBody::TxnOffsetCommit(r) = &body {
+            let partition = self.groups.partition_of(&r.group_id);
+            let (id, producer_id, epoch) =
+                (r.transactional_id.clone(), r.producer_id, r.producer_epoch);
+            return self
+                .groups
+                .start_checked(partition, version, body, &topics, client, |p| {
+                    self.check_txn_offset_commit(&id, producer_id, epoch, p)
+                });
+        }
         let group_id = match &body {
             RequestBody::JoinGroup(r) => Some(&r.group_id),
             RequestBody::SyncGroup(r) => Some(&r.group_id),

@@ -311,6 +311,19 @@ impl Partition {
         })
     }
 
+    /// Appends a batch a coordinator built (`Log::append_as_coordinator`: producer epochs
+    /// checked, sequences not) as the leader, as `append_as_leader` does.
+    pub fn append_as_coordinator(
+        &self,
+        log: &mut Log,
+        batch: AppendBatch,
+        now_ms: i64,
+    ) -> Result<(AppendInfo, LeaderEpoch), AppendError> {
+        self.append_under_leadership(log, |log, leader_epoch| {
+            log.append_as_coordinator(batch, leader_epoch, now_ms)
+        })
+    }
+
     /// Runs `append` (given the leader epoch to stamp) if this broker leads, then moves the high
     /// watermark as the partition's state says.
     fn append_under_leadership(

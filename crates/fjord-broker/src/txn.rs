@@ -573,40 +573,12 @@ impl Broker {
         if !header.is_transactional() {
             return Ok(());
         }
-        let open = partition
-            .log
-            .lock()
-            .is_ok_and(|log| log.in_transaction(header.producer_id));
-        if open {
-            return Ok(());
-        }
-        let txn_partition = self.txns.partition_of(transactional_id);
-        let code = match self.txns.shard(txn_partition) {
-            Some(shard) => lock(&shard)
-                .core
-                .verify_partitions(
-                    transactional_id,
-                    header.producer_id,
-                    header.producer_epoch,
-                    std::slice::from_ref(&partition.tp),
-                )
-                .pop()
-                .map_or(errors::UNKNOWN_SERVER_ERROR, |(_, code)| code),
-            // Led here but not loaded yet.
-            None if self.replicas.get(TXN_TOPIC, txn_partition).is_some() => {
-                errors::COORDINATOR_LOAD_IN_PROGRESS
-            }
-            None => {
-                // The coordinator is another broker: asking it is not built yet, so the batch
-                // is taken unverified, as brokers before KIP-890 did.
-                tracing::debug!(
-                    transactional_id,
-                    "transactional produce not verified: the coordinator is remote"
-                );
-                return Ok(());
-            }
-        };
-        let code = match code {
+        let code = match self.verify_in_transaction(
+            transactional_id,
+            header.producer_id,
+            header.producer_epoch,
+            partition,
+        ) {
             errors::NONE => return Ok(()),
             // Producers before produce v11 do not know TRANSACTION_ABORTABLE.
             errors::TRANSACTION_ABORTABLE if produce_version < 11 => errors::INVALID_TXN_STATE,
@@ -624,6 +596,83 @@ impl Broker {
                 partition.tp
             ),
         ))
+    }
+
+    /// KIP-890 part 1 for a transaction's offset commit (TxnOffsetCommit, checked on the
+    /// group's `__consumer_offsets` partition under its shard's lock): the producer's epoch
+    /// must not be older than the partition has seen, and the partition must be in its
+    /// transaction. The error code for every partition of the request, if refused.
+    pub(crate) fn check_txn_offset_commit(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partition: &Partition,
+    ) -> Result<(), i16> {
+        let fenced = partition
+            .log
+            .lock()
+            .is_ok_and(|log| log.producer_epoch(producer_id) > Some(producer_epoch));
+        if fenced {
+            return Err(errors::INVALID_PRODUCER_EPOCH);
+        }
+        match self.verify_in_transaction(transactional_id, producer_id, producer_epoch, partition) {
+            errors::NONE => Ok(()),
+            // TxnOffsetCommit before v5 knows no TRANSACTION_ABORTABLE.
+            errors::TRANSACTION_ABORTABLE => Err(errors::INVALID_TXN_STATE),
+            // The transaction coordinator cannot say now: the producer retries with this
+            // group coordinator.
+            errors::NOT_COORDINATOR
+            | errors::COORDINATOR_NOT_AVAILABLE
+            | errors::COORDINATOR_LOAD_IN_PROGRESS
+            | errors::CONCURRENT_TRANSACTIONS => Err(errors::COORDINATOR_LOAD_IN_PROGRESS),
+            code => Err(code),
+        }
+    }
+
+    /// Whether `partition` is in the transaction of `transactional_id`'s producer: at once if
+    /// the producer has a transaction open there, else as the transaction coordinator says
+    /// (AddPartitionsToTxn's verify form). NONE when it is, else the coordinator's error.
+    fn verify_in_transaction(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partition: &Partition,
+    ) -> i16 {
+        let open = partition
+            .log
+            .lock()
+            .is_ok_and(|log| log.in_transaction(producer_id));
+        if open {
+            return errors::NONE;
+        }
+        let txn_partition = self.txns.partition_of(transactional_id);
+        match self.txns.shard(txn_partition) {
+            Some(shard) => lock(&shard)
+                .core
+                .verify_partitions(
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    std::slice::from_ref(&partition.tp),
+                )
+                .pop()
+                .map_or(errors::UNKNOWN_SERVER_ERROR, |(_, code)| code),
+            // Led here but not loaded yet.
+            None if self.replicas.get(TXN_TOPIC, txn_partition).is_some() => {
+                errors::COORDINATOR_LOAD_IN_PROGRESS
+            }
+            None => {
+                // The coordinator is another broker: asking it is not built yet, so the write
+                // is taken unverified, as brokers before KIP-890 did.
+                tracing::debug!(
+                    transactional_id,
+                    "transactional write not verified: the coordinator is remote"
+                );
+                errors::NONE
+            }
+        }
     }
 }
 

@@ -17,12 +17,38 @@ use fjord_records::control::EndTxnMarker;
 
 use crate::broker::Broker;
 use crate::flusher::Durable;
+use crate::group_runtime::OFFSETS_TOPIC;
+use crate::replica::{Partition, PartitionError};
+use fjord_common::LeaderEpoch;
+use fjord_storage::log::AppendInfo;
 
 /// How long a marker waits to be replicated before it is answered REQUEST_TIMED_OUT (Kafka's
 /// default `request.timeout.ms`); the coordinator then sends it again.
 const MARKER_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Broker {
+    /// Appends one marker through its partition; on a `__consumer_offsets` partition through
+    /// the group coordinator too, which commits or drops the transaction's offsets with it.
+    fn append_marker(
+        &self,
+        partition: &Arc<Partition>,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: EndTxnMarker,
+        now_ms: i64,
+    ) -> Result<(AppendInfo, LeaderEpoch), PartitionError> {
+        let append = || {
+            self.replicas
+                .append_marker(partition, producer_id, producer_epoch, marker, now_ms)
+        };
+        if partition.tp.topic == OFFSETS_TOPIC {
+            self.groups
+                .append_marker(partition.tp.partition, producer_id, marker.commit, append)
+        } else {
+            append()
+        }
+    }
+
     pub(crate) async fn write_txn_markers(
         self: Arc<Self>,
         request: WriteTxnMarkersRequest,
@@ -42,7 +68,7 @@ impl Broker {
                 for (p, &index) in topic.partition_indexes.iter().enumerate() {
                     let error_code = match self.replicas.get(&topic.name, index) {
                         None => self.not_hosted(&topic.name, index),
-                        Some(partition) => match self.replicas.append_marker(
+                        Some(partition) => match self.append_marker(
                             &partition,
                             marker.producer_id,
                             marker.producer_epoch,

@@ -128,8 +128,12 @@ impl TxnRuntime {
             };
             let leader_epoch = hosted.leader_epoch();
             let mut core = TransactionCoordinatorShard::new(leader_epoch, self.config.clone());
-            let replayed = coordinator_log::replay(&hosted, |record| {
-                core.replay(&record).map_err(|e| e.to_string())
+            let (replayed, _) = coordinator_log::replay(&hosted, None, |item| match item {
+                coordinator_log::Replayed::Record { record, .. } => {
+                    core.replay(&record).map_err(|e| e.to_string())
+                }
+                // No transaction writes to the transaction log.
+                coordinator_log::Replayed::Marker { .. } => Ok(()),
             })?;
             let jobs = core.unfinished_markers();
             tracing::info!(
@@ -226,7 +230,7 @@ impl TxnRuntime {
         let records: Vec<_> = writes.into_iter().map(|w| w.record).collect();
         let appended = {
             let guard = lock(shard);
-            coordinator_log::append(&guard.partition, &records)
+            coordinator_log::append(&guard.partition, &records, None)
         };
         let result = match appended {
             Ok(appended) => coordinator_log::written(&self.flusher, appended).await,

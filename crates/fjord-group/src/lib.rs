@@ -38,13 +38,16 @@ pub use fjord_common::CoordinatorRecord;
 pub struct Effects {
     pub records: Vec<CoordinatorRecord>,
     pub responses: Vec<(RequestId, ResponseBody)>,
+    /// Set when `records` are a transaction's offset commits (TxnOffsetCommit): they go into
+    /// the partition as one transactional batch of that producer, decided later by its marker.
+    pub transaction: Option<TxnProducer>,
 }
 
-impl Effects {
-    pub fn merge(&mut self, other: Effects) {
-        self.records.extend(other.records);
-        self.responses.extend(other.responses);
-    }
+/// A transactional producer as its batches carry it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnProducer {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
 }
 
 /// A topic as the coordinator needs to know it (from the broker's metadata image).

@@ -6,7 +6,7 @@
 //! rebuilds exactly the state its handlers produced. A group id names at most one group: a
 //! classic group or a consumer group, never both.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use fjord_protocol::messages::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
@@ -37,6 +37,10 @@ use fjord_protocol::messages::offset_fetch_response::{
 };
 use fjord_protocol::messages::sync_group_request::SyncGroupRequest;
 use fjord_protocol::messages::sync_group_response::SyncGroupResponse;
+use fjord_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequest;
+use fjord_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use fjord_protocol::messages::{
     consumer_group_describe_response, consumer_group_heartbeat_response,
 };
@@ -50,7 +54,7 @@ use crate::records::{
     self, GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, RecordKey,
     RecordValue,
 };
-use crate::{CoordinatorRecord, Effects, GroupConfig, GroupError, RequestId, Topics};
+use crate::{CoordinatorRecord, Effects, GroupConfig, GroupError, RequestId, Topics, TxnProducer};
 use fjord_common::errors::*;
 
 /// How long a member that joined but never completed a join phase may stay (Kafka's
@@ -79,7 +83,13 @@ pub struct CommittedOffset {
     pub commit_timestamp_ms: i64,
     /// Only from records written for OffsetCommit v1-v4 requests with a retention time.
     pub expire_timestamp_ms: Option<i64>,
+    /// Where its record stands among the shard's records, in log order: when a transaction's
+    /// commit marker comes, its offset replaces a committed one only if written after it.
+    pub record_position: u64,
 }
+
+/// Offsets by group id, then (topic, partition).
+type GroupOffsets = BTreeMap<String, BTreeMap<(String, i32), CommittedOffset>>;
 
 /// One topic's fetched partitions: index and committed offset, if any.
 type FetchedPartitions<'a> = Vec<(i32, Option<&'a CommittedOffset>)>;
@@ -89,7 +99,13 @@ pub struct GroupCoordinatorShard {
     groups: BTreeMap<String, ClassicGroup>,
     /// KIP-848 groups; their ids never also name a classic group in `groups`.
     consumer: ConsumerGroups,
-    offsets: BTreeMap<String, BTreeMap<(String, i32), CommittedOffset>>,
+    offsets: GroupOffsets,
+    /// Offsets committed in transactions not yet decided (TxnOffsetCommit), by producer id and
+    /// group: the producer's commit marker moves them into `offsets`, its abort marker drops
+    /// them.
+    pending: BTreeMap<i64, GroupOffsets>,
+    /// How many records the shard has applied: the position of the next one.
+    records_applied: u64,
     /// Loaded members have no session timer until the first call that knows the time.
     timers_unarmed: bool,
     next_offset_expiry_ms: Option<i64>,
@@ -179,6 +195,24 @@ pub fn refusal(version: i16, request: &RequestBody, error_code: i16) -> Option<R
                 })
                 .collect(),
             ..OffsetCommitResponse::default()
+        }),
+        RequestBody::TxnOffsetCommit(r) => ResponseBody::TxnOffsetCommit(TxnOffsetCommitResponse {
+            topics: r
+                .topics
+                .iter()
+                .map(|t| TxnOffsetCommitResponseTopic {
+                    name: t.name.clone(),
+                    partitions: t
+                        .partitions
+                        .iter()
+                        .map(|p| TxnOffsetCommitResponsePartition {
+                            partition_index: p.partition_index,
+                            error_code,
+                        })
+                        .collect(),
+                })
+                .collect(),
+            ..TxnOffsetCommitResponse::default()
         }),
         RequestBody::OffsetFetch(r) if version >= 8 => {
             ResponseBody::OffsetFetch(OffsetFetchResponse {
@@ -317,6 +351,8 @@ impl GroupCoordinatorShard {
             config,
             groups: BTreeMap::new(),
             offsets: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            records_applied: 0,
             timers_unarmed: false,
             next_offset_expiry_ms: None,
             member_id_counter: 0,
@@ -326,6 +362,65 @@ impl GroupCoordinatorShard {
     /// Applies one record of this shard's partition, in log order, while loading. Tombstones
     /// delete. Records of types this coordinator does not know are skipped, as Kafka does.
     pub fn replay(&mut self, record: &CoordinatorRecord) -> Result<(), GroupError> {
+        self.apply(None, record)
+    }
+
+    /// Applies one record of a transactional batch of `producer_id` (a TxnOffsetCommit's
+    /// offsets): pending until the producer's marker decides them.
+    pub fn replay_transactional(
+        &mut self,
+        producer_id: i64,
+        record: &CoordinatorRecord,
+    ) -> Result<(), GroupError> {
+        self.apply(Some(producer_id), record)
+    }
+
+    /// A commit or abort marker of `producer_id`'s transaction in this shard's partition,
+    /// replayed or just written: a commit makes its pending offsets the committed ones (each
+    /// unless a later plain commit of the partition came first), an abort drops them.
+    pub fn complete_transaction(&mut self, producer_id: i64, commit: bool) {
+        let Some(groups) = self.pending.remove(&producer_id) else {
+            return;
+        };
+        if !commit {
+            return;
+        }
+        for (group_id, offsets) in groups {
+            let committed = self.offsets.entry(group_id).or_default();
+            for (partition, offset) in offsets {
+                let newer = committed
+                    .get(&partition)
+                    .is_none_or(|c| c.record_position < offset.record_position);
+                if newer {
+                    committed.insert(partition, offset);
+                }
+            }
+        }
+    }
+
+    /// Whether a transaction not yet decided committed an offset of the group's partition.
+    fn has_pending_offset(&self, group_id: &str, topic: &str, partition: i32) -> bool {
+        self.pending.values().any(|groups| {
+            groups
+                .get(group_id)
+                .is_some_and(|o| o.contains_key(&(topic.to_string(), partition)))
+        })
+    }
+
+    /// Whether a transaction not yet decided committed offsets of the group.
+    fn has_open_transaction(&self, group_id: &str) -> bool {
+        self.pending
+            .values()
+            .any(|groups| groups.contains_key(group_id))
+    }
+
+    fn apply(
+        &mut self,
+        producer_id: Option<i64>,
+        record: &CoordinatorRecord,
+    ) -> Result<(), GroupError> {
+        let position = self.records_applied;
+        self.records_applied += 1;
         let (key, value) = match records::decode(record) {
             Err(GroupError::UnknownRecordType(_)) => return Ok(()),
             other => other?,
@@ -339,7 +434,11 @@ impl GroupCoordinatorShard {
                         .entry(k.group.clone())
                         .or_insert_with(|| ClassicGroup::new(&k.group));
                 }
-                self.offsets.entry(k.group).or_default().insert(
+                let offsets = match producer_id {
+                    None => &mut self.offsets,
+                    Some(producer_id) => self.pending.entry(producer_id).or_default(),
+                };
+                offsets.entry(k.group).or_default().insert(
                     (k.topic, k.partition),
                     CommittedOffset {
                         offset: v.offset,
@@ -348,16 +447,22 @@ impl GroupCoordinatorShard {
                         commit_timestamp_ms: v.commit_timestamp,
                         expire_timestamp_ms: (v.expire_timestamp >= 0)
                             .then_some(v.expire_timestamp),
+                        record_position: position,
                     },
                 );
             }
             (RecordKey::OffsetCommit(k), None) => {
-                if let Some(offsets) = self.offsets.get_mut(&k.group) {
-                    offsets.remove(&(k.topic, k.partition));
-                    if offsets.is_empty() {
-                        self.offsets.remove(&k.group);
+                // A tombstone deletes the committed offset and every pending one.
+                let partition = (k.topic, k.partition);
+                for offsets in std::iter::once(&mut self.offsets).chain(self.pending.values_mut()) {
+                    if let Some(group) = offsets.get_mut(&k.group) {
+                        group.remove(&partition);
+                        if group.is_empty() {
+                            offsets.remove(&k.group);
+                        }
                     }
                 }
+                self.pending.retain(|_, groups| !groups.is_empty());
             }
             (RecordKey::GroupMetadata(k), Some(RecordValue::GroupMetadata(v))) => {
                 // The later record wins a group id: a consumer group of the same id was
@@ -435,7 +540,7 @@ impl GroupCoordinatorShard {
     }
 
     /// Handles one group request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-    /// OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups,
+    /// TxnOffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups,
     /// ConsumerGroupHeartbeat, ConsumerGroupDescribe; other APIs get no response). Responses for this or earlier parked requests come out in
     /// `Effects`, each with its request id; the records must be appended (durably) before the
     /// responses are sent.
@@ -470,6 +575,7 @@ impl GroupCoordinatorShard {
             RequestBody::OffsetCommit(r) => {
                 Some(self.offset_commit(now_ms, version, r, topics, &mut fx))
             }
+            RequestBody::TxnOffsetCommit(r) => Some(self.txn_offset_commit(now_ms, r, &mut fx)),
             RequestBody::OffsetFetch(r) => Some(self.offset_fetch(version, r)),
             RequestBody::OffsetDelete(r) => Some(self.offset_delete(r, &mut fx)),
             RequestBody::ListGroups(r) => Some(self.list_groups(&r.states_filter, &r.types_filter)),
@@ -1556,19 +1662,15 @@ impl GroupCoordinatorShard {
                 } else {
                     let expire = (request.retention_time_ms >= 0 && (2..=4).contains(&version))
                         .then(|| now_ms.saturating_add(request.retention_time_ms));
-                    let key = RecordKey::OffsetCommit(OffsetCommitKey {
-                        group: request.group_id.clone(),
-                        topic: t.name.clone(),
-                        partition: p.partition_index,
-                    });
-                    let value = RecordValue::OffsetCommit(OffsetCommitValue {
+                    let value = OffsetCommitValue {
                         offset: p.committed_offset,
                         leader_epoch: p.committed_leader_epoch,
                         metadata,
                         commit_timestamp: now_ms,
                         expire_timestamp: expire.unwrap_or(-1),
-                    });
-                    match records::encode(&key, Some(&value)) {
+                    };
+                    match offset_record(&request.group_id, &t.name, p.partition_index, Some(value))
+                    {
                         Ok(record) => {
                             records.push(record);
                             NONE
@@ -1589,6 +1691,114 @@ impl GroupCoordinatorShard {
             fx.records.push(record);
         }
         ResponseBody::OffsetCommit(response)
+    }
+
+    /// TxnOffsetCommit: offsets committed within a transaction stay pending — OffsetFetch
+    /// asking for stable offsets is told UNSTABLE_OFFSET_COMMIT — until the producer's marker
+    /// decides them. Its records are the producer's transactional batch (`Effects::transaction`).
+    /// The broker has checked the producer's epoch and that the partition is in its transaction.
+    fn txn_offset_commit(
+        &mut self,
+        now_ms: i64,
+        request: TxnOffsetCommitRequest,
+        fx: &mut Effects,
+    ) -> ResponseBody {
+        debug_assert!(
+            fx.records.is_empty(),
+            "a transactional write mixed with others"
+        );
+        let group_error = self.validate_txn_offset_commit(&request);
+        let max_metadata = usize::try_from(self.config.offset_metadata_max_bytes).unwrap_or(0);
+        let mut response = TxnOffsetCommitResponse::default();
+        let mut records = Vec::new();
+        for t in &request.topics {
+            let mut out = TxnOffsetCommitResponseTopic {
+                name: t.name.clone(),
+                ..Default::default()
+            };
+            for p in &t.partitions {
+                let metadata = p.committed_metadata.clone().unwrap_or_default();
+                let code = if let Some(code) = group_error {
+                    code
+                } else if metadata.len() > max_metadata {
+                    OFFSET_METADATA_TOO_LARGE
+                } else {
+                    let value = OffsetCommitValue {
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata,
+                        commit_timestamp: now_ms,
+                        expire_timestamp: -1,
+                    };
+                    match offset_record(&request.group_id, &t.name, p.partition_index, Some(value))
+                    {
+                        Ok(record) => {
+                            records.push(record);
+                            NONE
+                        }
+                        Err(_) => INVALID_REQUEST,
+                    }
+                };
+                out.partitions.push(TxnOffsetCommitResponsePartition {
+                    partition_index: p.partition_index,
+                    error_code: code,
+                });
+            }
+            response.topics.push(out);
+        }
+        for record in records {
+            // The shard's own records always decode.
+            let _ = self.apply(Some(request.producer_id), &record);
+            fx.records.push(record);
+        }
+        if !fx.records.is_empty() {
+            fx.transaction = Some(TxnProducer {
+                producer_id: request.producer_id,
+                producer_epoch: request.producer_epoch,
+            });
+        }
+        ResponseBody::TxnOffsetCommit(response)
+    }
+
+    /// Kafka's checks of a TxnOffsetCommit's group: as an OffsetCommit's, except that a
+    /// rebalance in progress does not refuse it and a stale member epoch is ILLEGAL_GENERATION.
+    fn validate_txn_offset_commit(&self, request: &TxnOffsetCommitRequest) -> Option<i16> {
+        if request.group_id.is_empty() {
+            return Some(INVALID_GROUP_ID);
+        }
+        let generation = request.generation_id;
+        if self.consumer.contains(&request.group_id) {
+            return match self.consumer.validate_offset_commit(
+                &request.group_id,
+                &request.member_id,
+                generation,
+            ) {
+                Ok(()) => None,
+                Err(STALE_MEMBER_EPOCH) => Some(ILLEGAL_GENERATION),
+                Err(code) => Some(code),
+            };
+        }
+        let Some(group) = self.groups.get(&request.group_id) else {
+            // A simple (group-less) consumer's offsets make the group.
+            return (generation >= 0).then_some(ILLEGAL_GENERATION);
+        };
+        if group.state == GroupState::Dead {
+            return Some(COORDINATOR_NOT_AVAILABLE);
+        }
+        if generation < 0 && group.state == GroupState::Empty {
+            return None;
+        }
+        if generation >= 0 || !request.member_id.is_empty() || request.group_instance_id.is_some() {
+            if let Some(code) =
+                group.validate_member(&request.member_id, request.group_instance_id.as_deref())
+            {
+                return Some(code);
+            }
+            if generation != group.generation_id {
+                return Some(ILLEGAL_GENERATION);
+            }
+        }
+        None
     }
 
     fn validate_offset_commit(
@@ -1680,8 +1890,30 @@ impl GroupCoordinatorShard {
         }
     }
 
+    /// One fetched partition as OffsetFetch answers it: (offset, leader epoch, metadata, error).
+    /// Asked for stable offsets (read_committed consumers), a partition with an offset
+    /// committed in a transaction not yet decided is UNSTABLE_OFFSET_COMMIT: the consumer asks
+    /// again rather than start from an offset about to change.
+    fn fetched(
+        &self,
+        group_id: &str,
+        topic: &str,
+        partition: i32,
+        committed: Option<&CommittedOffset>,
+        require_stable: bool,
+    ) -> (i64, i32, String, i16) {
+        if require_stable && self.has_pending_offset(group_id, topic, partition) {
+            return (-1, -1, String::new(), UNSTABLE_OFFSET_COMMIT);
+        }
+        match committed {
+            Some(c) => (c.offset, c.leader_epoch, c.metadata.clone(), NONE),
+            None => (-1, -1, String::new(), NONE),
+        }
+    }
+
     fn offset_fetch(&self, version: i16, request: OffsetFetchRequest) -> ResponseBody {
         let mut response = OffsetFetchResponse::default();
+        let require_stable = request.require_stable;
         if version >= 8 {
             for g in request.groups {
                 let topics = g.topics.map(|ts| {
@@ -1716,17 +1948,21 @@ impl GroupCoordinatorShard {
                     .fetch_group(&g.group_id, topics)
                     .into_iter()
                     .map(|(name, parts)| OffsetFetchResponseTopics {
-                        name,
                         partitions: parts
                             .into_iter()
-                            .map(|(p, c)| OffsetFetchResponsePartitions {
-                                partition_index: p,
-                                committed_offset: c.map_or(-1, |c| c.offset),
-                                committed_leader_epoch: c.map_or(-1, |c| c.leader_epoch),
-                                metadata: Some(c.map(|c| c.metadata.clone()).unwrap_or_default()),
-                                error_code: NONE,
+                            .map(|(p, c)| {
+                                let (offset, epoch, metadata, error_code) =
+                                    self.fetched(&g.group_id, &name, p, c, require_stable);
+                                OffsetFetchResponsePartitions {
+                                    partition_index: p,
+                                    committed_offset: offset,
+                                    committed_leader_epoch: epoch,
+                                    metadata: Some(metadata),
+                                    error_code,
+                                }
                             })
                             .collect(),
+                        name,
                     })
                     .collect();
                 response.groups.push(OffsetFetchResponseGroup {
@@ -1745,21 +1981,21 @@ impl GroupCoordinatorShard {
                 .fetch_group(&request.group_id, topics)
                 .into_iter()
                 .map(|(name, parts)| OffsetFetchResponseTopic {
-                    name,
                     partitions: parts
                         .into_iter()
-                        .map(|(p, c)| OffsetFetchResponsePartition {
-                            partition_index: p,
-                            committed_offset: c.map_or(-1, |c| c.offset),
-                            committed_leader_epoch: if version >= 5 {
-                                c.map_or(-1, |c| c.leader_epoch)
-                            } else {
-                                -1
-                            },
-                            metadata: Some(c.map(|c| c.metadata.clone()).unwrap_or_default()),
-                            error_code: NONE,
+                        .map(|(p, c)| {
+                            let (offset, epoch, metadata, error_code) =
+                                self.fetched(&request.group_id, &name, p, c, require_stable);
+                            OffsetFetchResponsePartition {
+                                partition_index: p,
+                                committed_offset: offset,
+                                committed_leader_epoch: if version >= 5 { epoch } else { -1 },
+                                metadata: Some(metadata),
+                                error_code,
+                            }
                         })
                         .collect(),
+                    name,
                 })
                 .collect();
             if request.group_id.is_empty() && version >= 2 {
@@ -1828,12 +2064,9 @@ impl GroupCoordinatorShard {
                         .get(&request.group_id)
                         .is_some_and(|o| o.contains_key(&(t.name.clone(), p.partition_index)));
                     if exists {
-                        let key = RecordKey::OffsetCommit(OffsetCommitKey {
-                            group: request.group_id.clone(),
-                            topic: t.name.clone(),
-                            partition: p.partition_index,
-                        });
-                        if let Ok(record) = records::encode(&key, None) {
+                        if let Ok(record) =
+                            offset_record(&request.group_id, &t.name, p.partition_index, None)
+                        {
                             records.push(record);
                         }
                     }
@@ -1874,21 +2107,20 @@ impl GroupCoordinatorShard {
                 .collect();
             let mut all_expired = true;
             for ((topic, partition), expired) in committed {
-                if !expired || self.consumer.is_subscribed_to_topic(&id, &topic) {
+                // An offset a transaction is about to replace stays until it is decided.
+                if !expired
+                    || self.consumer.is_subscribed_to_topic(&id, &topic)
+                    || self.has_pending_offset(&id, &topic, partition)
+                {
                     all_expired = false;
                     continue;
                 }
-                let key = RecordKey::OffsetCommit(OffsetCommitKey {
-                    group: id.clone(),
-                    topic,
-                    partition,
-                });
-                if let Ok(record) = records::encode(&key, None) {
+                if let Ok(record) = offset_record(&id, &topic, partition, None) {
                     let _ = self.replay(&record);
                     fx.records.push(record);
                 }
             }
-            if all_expired && self.consumer.is_empty(&id) {
+            if all_expired && self.consumer.is_empty(&id) && !self.has_open_transaction(&id) {
                 if let Ok(tombstones) = self.consumer.delete_group(&id) {
                     fx.records.extend(tombstones);
                 }
@@ -1910,6 +2142,9 @@ impl GroupCoordinatorShard {
             let base = group.current_state_timestamp;
             let mut records = Vec::new();
             for ((topic, partition), c) in self.offsets.get(&id).into_iter().flatten() {
+                if self.has_pending_offset(&id, topic, *partition) {
+                    continue;
+                }
                 let expired = match c.expire_timestamp_ms {
                     Some(t) => now_ms >= t,
                     None => {
@@ -1917,12 +2152,7 @@ impl GroupCoordinatorShard {
                     }
                 };
                 if expired {
-                    let key = RecordKey::OffsetCommit(OffsetCommitKey {
-                        group: id.clone(),
-                        topic: topic.clone(),
-                        partition: *partition,
-                    });
-                    if let Ok(record) = records::encode(&key, None) {
+                    if let Ok(record) = offset_record(&id, topic, *partition, None) {
                         records.push(record);
                     }
                 }
@@ -1935,7 +2165,7 @@ impl GroupCoordinatorShard {
             let empty = self.groups.get(&id).is_some_and(|g| {
                 g.state == GroupState::Empty && g.members.is_empty() && g.pending_join.is_empty()
             });
-            if no_offsets && empty {
+            if no_offsets && empty && !self.has_open_transaction(&id) {
                 self.groups.remove(&id);
                 if let Ok(record) = records::encode(
                     &RecordKey::GroupMetadata(GroupMetadataKey { group: id.clone() }),
@@ -2044,28 +2274,28 @@ impl GroupCoordinatorShard {
     }
 
     /// Deletes an empty consumer group: its offsets' tombstones, then the group's.
+    /// Tombstones for every offset of a group being deleted: committed, and pending in open
+    /// transactions (their commit then finds nothing to make committed).
+    fn delete_all_offsets(&mut self, group_id: &str, fx: &mut Effects) {
+        let partitions: BTreeSet<(String, i32)> = std::iter::once(&self.offsets)
+            .chain(self.pending.values())
+            .filter_map(|offsets| offsets.get(group_id))
+            .flat_map(|o| o.keys().cloned())
+            .collect();
+        for (topic, partition) in partitions {
+            if let Ok(record) = offset_record(group_id, &topic, partition, None) {
+                let _ = self.replay(&record);
+                fx.records.push(record);
+            }
+        }
+    }
+
     fn delete_consumer_group(&mut self, group_id: &str, fx: &mut Effects) -> i16 {
         let group_records = match self.consumer.delete_group(group_id) {
             Ok(records) => records,
             Err(code) => return code,
         };
-        let keys: Vec<(String, i32)> = self
-            .offsets
-            .get(group_id)
-            .into_iter()
-            .flat_map(|o| o.keys().cloned())
-            .collect();
-        for (topic, partition) in keys {
-            let key = RecordKey::OffsetCommit(OffsetCommitKey {
-                group: group_id.to_string(),
-                topic,
-                partition,
-            });
-            if let Ok(record) = records::encode(&key, None) {
-                let _ = self.replay(&record);
-                fx.records.push(record);
-            }
-        }
+        self.delete_all_offsets(group_id, fx);
         // Already applied by `delete_group`.
         fx.records.extend(group_records);
         NONE
@@ -2083,23 +2313,7 @@ impl GroupCoordinatorShard {
                     NON_EMPTY_GROUP
                 }
                 Some(_) => {
-                    let keys: Vec<(String, i32)> = self
-                        .offsets
-                        .get(id)
-                        .into_iter()
-                        .flat_map(|o| o.keys().cloned())
-                        .collect();
-                    for (topic, partition) in keys {
-                        let key = RecordKey::OffsetCommit(OffsetCommitKey {
-                            group: id.clone(),
-                            topic,
-                            partition,
-                        });
-                        if let Ok(record) = records::encode(&key, None) {
-                            let _ = self.replay(&record);
-                            fx.records.push(record);
-                        }
-                    }
+                    self.delete_all_offsets(id, fx);
                     if let Ok(record) = records::encode(
                         &RecordKey::GroupMetadata(GroupMetadataKey { group: id.clone() }),
                         None,
@@ -2120,6 +2334,21 @@ impl GroupCoordinatorShard {
             ..Default::default()
         })
     }
+}
+
+/// An offset's `__consumer_offsets` record: its value, or its tombstone with `None`.
+fn offset_record(
+    group_id: &str,
+    topic: &str,
+    partition: i32,
+    value: Option<OffsetCommitValue>,
+) -> Result<CoordinatorRecord, GroupError> {
+    let key = RecordKey::OffsetCommit(OffsetCommitKey {
+        group: group_id.to_string(),
+        topic: topic.to_string(),
+        partition,
+    });
+    records::encode(&key, value.map(RecordValue::OffsetCommit).as_ref())
 }
 
 fn splitmix(mut z: u64) -> u64 {

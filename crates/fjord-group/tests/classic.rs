@@ -36,12 +36,23 @@ use fjord_protocol::{RequestBody, ResponseBody};
 const G: &str = "g";
 const JOIN_V: i16 = 9;
 
+#[derive(Clone)]
+enum Logged {
+    /// A record, with the producer id of its transactional batch.
+    Record(Option<i64>, fjord_group::CoordinatorRecord),
+    /// A commit (true) or abort marker of a producer's transaction.
+    Marker(i64, bool),
+}
+
 struct Harness {
     shard: GroupCoordinatorShard,
     now: i64,
     next_id: RequestId,
     topics: Topics,
     records: Vec<fjord_group::CoordinatorRecord>,
+    /// The shard's partition as the broker writes it: each record with the transaction it was
+    /// written in, and the markers that decided transactions.
+    log: Vec<Logged>,
     /// Responses not yet taken by a test, by request id.
     responses: BTreeMap<RequestId, (i16, ResponseBody)>,
     versions: BTreeMap<RequestId, i16>,
@@ -76,12 +87,17 @@ impl Harness {
             next_id: 1,
             topics: Topics { by_name },
             records: Vec::new(),
+            log: Vec::new(),
             responses: BTreeMap::new(),
             versions: BTreeMap::new(),
         }
     }
 
     fn absorb(&mut self, fx: Effects) {
+        let producer = fx.transaction.map(|t| t.producer_id);
+        for record in &fx.records {
+            self.log.push(Logged::Record(producer, record.clone()));
+        }
         self.records.extend(fx.records);
         for (id, response) in fx.responses {
             let version = self.versions[&id];
@@ -934,4 +950,279 @@ fn list_groups_filters_by_state_and_type() {
     assert!(list(&mut h, &["Empty"], &[]).is_empty());
     assert!(list(&mut h, &[], &["consumer"]).is_empty());
     assert_eq!(list(&mut h, &[], &["Classic"]).len(), 1);
+}
+
+// ----- transactional offset commits (TxnOffsetCommit) -----------------------------------------
+
+impl Harness {
+    /// A TxnOffsetCommit of `producer_id` for `(topic, partition, offset)`s; answers each
+    /// partition's error code.
+    fn txn_commit(
+        &mut self,
+        producer_id: i64,
+        member_id: &str,
+        generation: i32,
+        offsets: &[(&str, i32, i64)],
+    ) -> Vec<i16> {
+        use fjord_protocol::messages::txn_offset_commit_request::*;
+        let mut topics: Vec<TxnOffsetCommitRequestTopic> = Vec::new();
+        for &(topic, partition, offset) in offsets {
+            let p = TxnOffsetCommitRequestPartition {
+                partition_index: partition,
+                committed_offset: offset,
+                committed_leader_epoch: 2,
+                committed_metadata: Some("txn".into()),
+            };
+            match topics.iter_mut().find(|t| t.name == topic) {
+                Some(t) => t.partitions.push(p),
+                None => topics.push(TxnOffsetCommitRequestTopic {
+                    name: topic.into(),
+                    partitions: vec![p],
+                }),
+            }
+        }
+        let id = self.send(
+            3,
+            RequestBody::TxnOffsetCommit(TxnOffsetCommitRequest {
+                transactional_id: "tx".into(),
+                group_id: G.into(),
+                producer_id,
+                producer_epoch: 0,
+                generation_id: generation,
+                member_id: member_id.into(),
+                group_instance_id: None,
+                topics,
+            }),
+        );
+        let Some(ResponseBody::TxnOffsetCommit(r)) = self.take(id) else {
+            panic!()
+        };
+        r.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect()
+    }
+
+    /// The producer's marker, as the broker hands it to the shard once it is in the log.
+    fn marker(&mut self, producer_id: i64, commit: bool) {
+        self.shard.complete_transaction(producer_id, commit);
+        self.log.push(Logged::Marker(producer_id, commit));
+    }
+
+    /// OffsetFetch v8 of `(topic, partition)`s: (offset, error) each.
+    fn fetch_stable(
+        &mut self,
+        partitions: &[(&str, i32)],
+        require_stable: bool,
+    ) -> Vec<(i64, i16)> {
+        use fjord_protocol::messages::offset_fetch_request::*;
+        let topics = partitions
+            .iter()
+            .map(|&(name, p)| OffsetFetchRequestTopics {
+                name: name.into(),
+                partition_indexes: vec![p],
+            })
+            .collect();
+        let id = self.send(
+            8,
+            RequestBody::OffsetFetch(OffsetFetchRequest {
+                groups: vec![OffsetFetchRequestGroup {
+                    group_id: G.into(),
+                    topics: Some(topics),
+                    ..Default::default()
+                }],
+                require_stable,
+                ..Default::default()
+            }),
+        );
+        let Some(ResponseBody::OffsetFetch(r)) = self.take(id) else {
+            panic!()
+        };
+        r.groups[0]
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (p.committed_offset, p.error_code))
+            })
+            .collect()
+    }
+
+    /// A shard loaded from this one's log.
+    fn reloaded(&self) -> Harness {
+        let mut h = Harness::new();
+        for entry in &self.log {
+            match entry {
+                Logged::Record(None, r) => h.shard.replay(r).unwrap(),
+                Logged::Record(Some(producer_id), r) => {
+                    h.shard.replay_transactional(*producer_id, r).unwrap()
+                }
+                Logged::Marker(producer_id, commit) => {
+                    h.shard.complete_transaction(*producer_id, *commit)
+                }
+            }
+        }
+        h.log = self.log.clone();
+        h
+    }
+}
+
+#[test]
+fn transactional_offsets_are_pending_until_the_commit_marker() {
+    let mut h = Harness::new();
+    assert_eq!(h.commit(8, "", -1, "t", 0, 5, ""), NONE);
+    assert_eq!(
+        h.txn_commit(7, "", -1, &[("t", 0, 10), ("t", 1, 11)]),
+        [NONE, NONE]
+    );
+    assert!(
+        h.records.len() == 3 && matches!(h.log[1], Logged::Record(Some(7), _)),
+        "the offsets are written as producer 7's transactional batch"
+    );
+    // Not yet committed: read_uncommitted consumers see the old offsets, stable fetches wait.
+    let before = [(5, NONE), (-1, NONE)];
+    assert_eq!(h.fetch_stable(&[("t", 0), ("t", 1)], false), before);
+    let unstable = [(-1, UNSTABLE_OFFSET_COMMIT), (-1, UNSTABLE_OFFSET_COMMIT)];
+    assert_eq!(h.fetch_stable(&[("t", 0), ("t", 1)], true), unstable);
+    assert_eq!(h.fetch_stable(&[("t", 2)], true), [(-1, NONE)]);
+    // Loading the partition mid-transaction finds the same.
+    assert_eq!(
+        h.reloaded().fetch_stable(&[("t", 0), ("t", 1)], true),
+        unstable
+    );
+    h.marker(7, true);
+    let after = [(10, NONE), (11, NONE)];
+    assert_eq!(h.fetch_stable(&[("t", 0), ("t", 1)], true), after);
+    assert_eq!(
+        h.reloaded().fetch_stable(&[("t", 0), ("t", 1)], true),
+        after
+    );
+    // The next transaction of the producer, aborted: nothing changes.
+    assert_eq!(h.txn_commit(7, "", -1, &[("t", 0, 20)]), [NONE]);
+    h.marker(7, false);
+    assert_eq!(h.fetch_stable(&[("t", 0), ("t", 1)], true), after);
+    assert_eq!(
+        h.reloaded().fetch_stable(&[("t", 0), ("t", 1)], true),
+        after
+    );
+}
+
+#[test]
+fn a_plain_commit_written_after_a_transactional_one_wins() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.txn_commit(7, "", -1, &[("t", 0, 10), ("t", 1, 10)]),
+        [NONE, NONE]
+    );
+    // Written after the transaction's offsets, before its marker.
+    assert_eq!(h.commit(8, "", -1, "t", 0, 3, ""), NONE);
+    h.marker(7, true);
+    let expected = [(3, NONE), (10, NONE)];
+    assert_eq!(h.fetch_stable(&[("t", 0), ("t", 1)], true), expected);
+    assert_eq!(
+        h.reloaded().fetch_stable(&[("t", 0), ("t", 1)], true),
+        expected
+    );
+}
+
+#[test]
+fn transactional_offset_commits_are_checked_against_the_group() {
+    let mut h = Harness::new();
+    // No group: a generation names a group that does not exist.
+    assert_eq!(
+        h.txn_commit(7, "m", 1, &[("t", 0, 1)]),
+        [ILLEGAL_GENERATION]
+    );
+    let m = h.stable_single();
+    assert_eq!(h.txn_commit(7, &m, 2, &[("t", 0, 1)]), [ILLEGAL_GENERATION]);
+    assert_eq!(h.txn_commit(7, "x", 1, &[("t", 0, 1)]), [UNKNOWN_MEMBER_ID]);
+    assert_eq!(h.txn_commit(7, &m, 1, &[("t", 0, 1)]), [NONE]);
+    // v0-v2 requests carry no member: accepted as Kafka accepts them.
+    assert_eq!(h.txn_commit(8, "", -1, &[("t", 1, 1)]), [NONE]);
+    let long = "x".repeat(4097);
+    use fjord_protocol::messages::txn_offset_commit_request::*;
+    let id = h.send(
+        3,
+        RequestBody::TxnOffsetCommit(TxnOffsetCommitRequest {
+            transactional_id: "tx".into(),
+            group_id: G.into(),
+            producer_id: 9,
+            topics: vec![TxnOffsetCommitRequestTopic {
+                name: "t".into(),
+                partitions: vec![TxnOffsetCommitRequestPartition {
+                    partition_index: 0,
+                    committed_offset: 1,
+                    committed_leader_epoch: -1,
+                    committed_metadata: Some(long),
+                }],
+            }],
+            ..Default::default()
+        }),
+    );
+    let Some(ResponseBody::TxnOffsetCommit(r)) = h.take(id) else {
+        panic!()
+    };
+    assert_eq!(
+        r.topics[0].partitions[0].error_code,
+        OFFSET_METADATA_TOO_LARGE
+    );
+    let id = h.send(
+        3,
+        RequestBody::TxnOffsetCommit(TxnOffsetCommitRequest {
+            group_id: String::new(),
+            topics: vec![TxnOffsetCommitRequestTopic {
+                name: "t".into(),
+                partitions: vec![TxnOffsetCommitRequestPartition::default()],
+            }],
+            ..Default::default()
+        }),
+    );
+    let Some(ResponseBody::TxnOffsetCommit(r)) = h.take(id) else {
+        panic!()
+    };
+    assert_eq!(r.topics[0].partitions[0].error_code, INVALID_GROUP_ID);
+}
+
+#[test]
+fn deleting_a_group_drops_its_pending_offsets_and_retention_waits_for_the_transaction() {
+    let mut h = Harness::with_config(GroupConfig {
+        offsets_retention_minutes: 1,
+        offsets_retention_check_interval_ms: 1_000,
+        ..GroupConfig::default()
+    });
+    assert_eq!(h.commit(8, "", -1, "t", 0, 5, ""), NONE);
+    assert_eq!(
+        h.txn_commit(7, "", -1, &[("t", 0, 6), ("u", 0, 1)]),
+        [NONE, NONE]
+    );
+    // Past retention: the offset a transaction is about to replace stays, and so does the group.
+    h.advance(120_000);
+    assert_eq!(h.state(), Some(GroupState::Empty));
+    assert_eq!(h.fetch_stable(&[("t", 0)], false), [(5, NONE)]);
+    h.marker(7, true);
+    assert_eq!(
+        h.fetch_stable(&[("t", 0), ("u", 0)], false),
+        [(6, NONE), (1, NONE)]
+    );
+    // Deleting the group while another transaction is open tombstones its pending offsets too.
+    assert_eq!(h.txn_commit(8, "", -1, &[("t", 3, 4)]), [NONE]);
+    let id = h.send(
+        2,
+        RequestBody::DeleteGroups(DeleteGroupsRequest {
+            groups_names: vec![G.into()],
+        }),
+    );
+    let Some(ResponseBody::DeleteGroups(r)) = h.take(id) else {
+        panic!()
+    };
+    assert_eq!(r.results[0].error_code, NONE);
+    h.marker(8, true);
+    let mut reloaded = h.reloaded();
+    for shard in [&mut h, &mut reloaded] {
+        assert_eq!(
+            shard.fetch_stable(&[("t", 0), ("t", 3)], true),
+            [(-1, NONE), (-1, NONE)]
+        );
+    }
 }

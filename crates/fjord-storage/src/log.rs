@@ -668,6 +668,21 @@ impl Log {
             .map(|(info, _)| info)
     }
 
+    /// Appends batches a coordinator wrote (its own records, or a transaction's offset commits
+    /// in the producer's name), as the partition leader: producer epochs are checked, sequences
+    /// not (`ProducerStateManager::check_coordinator`).
+    pub fn append_as_coordinator(
+        &mut self,
+        batch: AppendBatch,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, StorageError> {
+        self.ensure_open()?;
+        self.producer_state.check_coordinator(batch.header())?;
+        self.append_assigning_offsets(vec![batch], leader_epoch, now_ms, None)
+            .map(|(info, _)| info)
+    }
+
     /// Appends a commit or abort marker for a producer's transaction, as the partition leader
     /// does for WriteTxnMarkers: refused when the producer or coordinator epoch is older than
     /// the partition has seen. Answers the transaction it completed.
@@ -684,6 +699,13 @@ impl Log {
             AppendBatch::new(build_marker(producer_id, producer_epoch, marker, now_ms)?.freeze())?;
         self.producer_state.check_marker(batch.header(), &marker)?;
         self.append_assigning_offsets(vec![batch], leader_epoch, now_ms, Some(marker))
+    }
+
+    /// The latest epoch of `producer_id` this partition has seen, if it knows the producer.
+    pub fn producer_epoch(&self, producer_id: i64) -> Option<i16> {
+        self.producer_state
+            .last_entry(producer_id)
+            .map(|e| e.producer_epoch)
     }
 
     /// Whether `producer_id` has a transaction open on this partition (records after its last

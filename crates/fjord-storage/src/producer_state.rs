@@ -283,6 +283,22 @@ impl ProducerStateManager {
         Ok(())
     }
 
+    /// Applies Kafka's rules for a batch a coordinator writes in a producer's name (a
+    /// transaction's offset commits): only an older producer epoch is refused. Coordinators
+    /// carry no sequence numbers and never retry a batch, so neither is checked.
+    pub fn check_coordinator(&self, header: &BatchHeader) -> Result<(), ProducerStateError> {
+        match self.producers.get(&header.producer_id) {
+            Some(entry) if header.producer_epoch < entry.producer_epoch => {
+                Err(ProducerStateError::InvalidProducerEpoch {
+                    producer_id: header.producer_id,
+                    batch_epoch: header.producer_epoch,
+                    current_epoch: entry.producer_epoch,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Applies Kafka's rules for a data batch (transactional or not) arriving from a client.
     pub fn check(&self, header: &BatchHeader) -> Result<SequenceCheck, ProducerStateError> {
         let producer_id = header.producer_id;

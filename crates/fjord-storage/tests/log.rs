@@ -843,3 +843,29 @@ fn aborted_transactions_are_indexed_once_through_restarts_and_truncation() {
     let (log, _) = open(dir.path(), small_config(), true, 0);
     assert_eq!(log.aborted_txns(0, 7), aborted[..1]);
 }
+
+#[test]
+fn coordinator_batches_check_producer_epochs_but_not_sequences() {
+    use fjord_records::control::EndTxnMarker;
+    use fjord_records::AppendBatch;
+    let commit = EndTxnMarker {
+        commit: true,
+        coordinator_epoch: 0,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(dir.path(), small_config(), true, 0);
+    // A group coordinator's offset commits in producer 7's transaction carry no sequence.
+    let offsets = || AppendBatch::new(transactional(batch(&[1], 5), 7, -1).freeze()).unwrap();
+    log.append_as_coordinator(offsets(), 0, 0).unwrap();
+    log.append_as_coordinator(offsets(), 0, 0).unwrap();
+    assert!(log.in_transaction(7));
+    // The same batch from a client would be out of sequence.
+    let client = log.append_as_leader(vec![offsets()], 0, 0).unwrap_err();
+    assert_eq!(client.kafka_error_code(), 45);
+    // Once the producer's epoch moved on (its next transaction's marker), the old one is fenced.
+    log.append_marker(7, 1, commit, 0, 10).unwrap();
+    assert_eq!(log.producer_epoch(7), Some(1));
+    let fenced = log.append_as_coordinator(offsets(), 0, 0).unwrap_err();
+    assert_eq!(fenced.kafka_error_code(), 47);
+    assert_eq!(log.log_end_offset(), 3);
+}

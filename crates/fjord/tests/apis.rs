@@ -2702,6 +2702,26 @@ fn every_advertised_version_answers() {
                         group_id: "every-group".into(),
                     },
                 ),
+                ApiKey::TxnOffsetCommit => RequestBody::TxnOffsetCommit(
+                    fjord_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequest {
+                        transactional_id: "every-txn".into(),
+                        group_id: "every-group".into(),
+                        producer_id: 4242,
+                        producer_epoch: 0,
+                        topics: vec![
+                            fjord_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequestTopic {
+                                name: "every".into(),
+                                partitions: vec![fjord_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequestPartition {
+                                    partition_index: 0,
+                                    committed_offset: 1,
+                                    committed_leader_epoch: -1,
+                                    committed_metadata: None,
+                                }],
+                            },
+                        ],
+                        ..Default::default()
+                    },
+                ),
                 ApiKey::EndTxn => RequestBody::EndTxn(
                     fjord_protocol::messages::end_txn_request::EndTxnRequest {
                         transactional_id: "every-txn".into(),
