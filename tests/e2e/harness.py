@@ -679,9 +679,9 @@ def metadata_quorum_status(bootstrap: str, timeout_s: float = 60) -> Dict[str, s
 
 GO_MOD = E2E_DIR / "clients" / "go" / "go.mod"
 # franz-go's kgo integration tests (every one that talks to a broker), but for those needing what fjord does not
-# have yet: transactions (TestTxnEtl) and share groups (KIP-932: TestShareGroup*, TestConsumeRegexShareSkipsInternal).
+# have yet: share groups (KIP-932: TestShareGroup*, TestConsumeRegexShareSkipsInternal).
 FRANZ_TESTS = [
-    "TestGroupETL", "TestGroupSimple", "TestConsumeRegex", "Test848RegexBrokerResolves", "TestIssue325",
+    "TestTxnEtl", "TestGroupETL", "TestGroupSimple", "TestConsumeRegex", "Test848RegexBrokerResolves", "TestIssue325",
     "TestIssue337", "TestIssue434", "TestAddRemovePartitions", "TestPauseIssue489", "TestPauseIssueOct2023",
     "TestIssue523", "TestIssue648", "TestIssue810", "TestIssue865", "TestUnknownGroupOffsetFetchPinned",
     "TestPing", "TestIssue1034", "TestConsumeTopicRetrieval", "TestConsumeTopicRetrieval_Many",
@@ -694,7 +694,8 @@ FRANZ_MUST_PASS = [
     "TestGroupETL/range", "TestGroupETL/cooperative-sticky", "TestGroupETL/range/848", "TestGroupETL/sticky/848",
     "TestGroupETL/cooperative-sticky/static", "TestGroupETL/sticky/848/static", "TestGroupSimple/classic",
     "TestGroupSimple/848", "TestConsumeRegex", "Test848RegexBrokerResolves", "TestIssue523/roundrobin",
-    "TestIssue523/sticky",
+    "TestIssue523/sticky", "TestTxnEtl/range", "TestTxnEtl/cooperative-sticky", "TestTxnEtl/sticky/848",
+    "TestTxnEtl/cooperative-sticky/static", "TestTxnEtl/sticky/848/static",
 ]
 
 
