@@ -9,6 +9,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness import kafka_tool
+
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -204,3 +206,45 @@ def test_offsets_commit_and_abort_with_their_transaction(broker):
     assert committed_offsets(broker.bootstrap, group, in_topic, partitions) == [30, 30]
     out = consume_all(broker.bootstrap, out_topic, partitions, "read_committed", 60)
     assert sorted(out) == sorted(f"copy-in-{i}" for i in range(60))
+
+
+def transactions_tool(bootstrap: str, *args: str) -> list:
+    """Kafka's `kafka-transactions` (TransactionsCommand): the rows of the table it prints, as lists of cells."""
+    out = kafka_tool("org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", bootstrap, *args)
+    return [[cell.strip() for cell in line.split("\t") if cell.strip()] for line in out.splitlines()
+            if "\t" in line]
+
+
+def test_kafka_transactions_tool_lists_describes_and_aborts(broker):
+    """kafka-transactions list / describe / describe-producers / find-hanging see an open transaction as Kafka
+    shows it, and abort ends it on its partition (the last stable offset moves past it)."""
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 2)
+    transactional_id = f"tool-{topic}"
+    p = producer(broker.bootstrap, transactional_id)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, value=f"open-{i}".encode(), partition=0)
+    p.flush(60)
+
+    listed = transactions_tool(broker.bootstrap, "list")
+    assert listed[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    mine = [row for row in listed[1:] if row[0] == transactional_id]
+    assert len(mine) == 1 and mine[0][3] == "Ongoing", listed
+    described = dict(zip(*transactions_tool(broker.bootstrap, "describe", "--transactional-id", transactional_id)))
+    assert described["TransactionState"] == "Ongoing" and described["TopicPartitions"] == f"{topic}-0", described
+    assert described["ProducerId"] == mine[0][2]
+    producers = transactions_tool(broker.bootstrap, "describe-producers", "--topic", topic, "--partition", "0")
+    row = dict(zip(*producers))
+    assert row["ProducerId"] == mine[0][2] and row["CurrentTransactionStartOffset"] == "0", producers
+    assert row["LastSequence"] == "4"
+    # Open for seconds, not past the longest transaction timeout: not hanging.
+    hanging = transactions_tool(broker.bootstrap, "find-hanging", "--topic", topic)
+    assert len(hanging) == 1, hanging
+
+    transactions_tool(broker.bootstrap, "abort", "--topic", topic, "--partition", "0", "--start-offset", "0")
+    row = dict(zip(*transactions_tool(broker.bootstrap, "describe-producers", "--topic", topic, "--partition", "0")))
+    assert row["CurrentTransactionStartOffset"] == "None", row
+    # Aborted on the partition: read_committed consumers go past it to what comes next.
+    send_transaction(producer(broker.bootstrap, f"{transactional_id}-next"), topic, 1, "next", 3, commit=True)
+    assert labels(consume_all(broker.bootstrap, topic, 1, "read_committed", 3)) == ["next"]

@@ -82,6 +82,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
     (ApiKey::EndTxn, 0, 5),
 ];
 
@@ -410,6 +413,15 @@ impl Broker {
                     ResponseBody::WriteTxnMarkers(this.write_txn_markers(request, now).await)
                 })
             }
+            RequestBody::DescribeTransactions(request) => respond(
+                ResponseBody::DescribeTransactions(self.describe_transactions(&request)),
+            ),
+            RequestBody::ListTransactions(request) => respond(ResponseBody::ListTransactions(
+                self.list_transactions(&request, now),
+            )),
+            RequestBody::DescribeProducers(request) => respond(ResponseBody::DescribeProducers(
+                self.describe_producers(&request),
+            )),
             RequestBody::FindCoordinator(request) => {
                 let answer =
                     self.find_coordinator(request, version, listener, self.advertised(listener));

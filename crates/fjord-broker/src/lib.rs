@@ -20,6 +20,7 @@ mod produce;
 pub mod replica;
 mod replica_fetcher;
 mod txn;
+mod txn_admin;
 mod txn_markers;
 pub mod txn_runtime;
 

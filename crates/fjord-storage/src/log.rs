@@ -701,6 +701,11 @@ impl Log {
         self.append_assigning_offsets(vec![batch], leader_epoch, now_ms, Some(marker))
     }
 
+    /// Every producer this partition keeps state for (DescribeProducers), by producer id.
+    pub fn active_producers(&self) -> Vec<crate::producer_state::ProducerStateEntry> {
+        self.producer_state.producers().cloned().collect()
+    }
+
     /// The latest epoch of `producer_id` this partition has seen, if it knows the producer.
     pub fn producer_epoch(&self, producer_id: i64) -> Option<i16> {
         self.producer_state

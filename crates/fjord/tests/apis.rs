@@ -2722,6 +2722,28 @@ fn every_advertised_version_answers() {
                         ..Default::default()
                     },
                 ),
+                ApiKey::DescribeTransactions => RequestBody::DescribeTransactions(
+                    fjord_protocol::messages::describe_transactions_request::DescribeTransactionsRequest {
+                        transactional_ids: vec!["every-txn".into()],
+                    },
+                ),
+                ApiKey::ListTransactions => RequestBody::ListTransactions(
+                    fjord_protocol::messages::list_transactions_request::ListTransactionsRequest {
+                        state_filters: vec!["Ongoing".into(), "Nonsense".into()],
+                        duration_filter: -1,
+                        ..Default::default()
+                    },
+                ),
+                ApiKey::DescribeProducers => RequestBody::DescribeProducers(
+                    fjord_protocol::messages::describe_producers_request::DescribeProducersRequest {
+                        topics: vec![
+                            fjord_protocol::messages::describe_producers_request::TopicRequest {
+                                name: "every".into(),
+                                partition_indexes: vec![0, 7],
+                            },
+                        ],
+                    },
+                ),
                 ApiKey::EndTxn => RequestBody::EndTxn(
                     fjord_protocol::messages::end_txn_request::EndTxnRequest {
                         transactional_id: "every-txn".into(),
