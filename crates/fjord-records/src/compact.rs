@@ -126,6 +126,38 @@ pub fn filter_batch(
     Ok((Filtered::Rewritten(out.encode_with(&section)?), counts))
 }
 
+/// `batch` (one whole v2 batch without a delete horizon) stamped with `delete_horizon_ms`, its
+/// records unchanged: a transaction marker the cleaner may remove once the horizon passes.
+pub fn stamp_delete_horizon(
+    batch: &[u8],
+    delete_horizon_ms: i64,
+    max_decompressed: usize,
+) -> Result<BytesMut, RecordsError> {
+    let (header, codec, data) = open_batch(batch, max_decompressed)?;
+    let mut out = header;
+    out.attributes |= attributes::DELETE_HORIZON;
+    out.base_timestamp = delete_horizon_ms;
+    let mut encoded = Vec::with_capacity(data.as_ref().len());
+    let mut records = RecordRefIter::new(&data, header.record_count);
+    for record in records.by_ref() {
+        let record = record?;
+        let timestamp = header.base_timestamp.saturating_add(record.timestamp_delta);
+        let headers: Vec<(&[u8], Option<&[u8]>)> = record.headers().collect();
+        encode_record(
+            &mut encoded,
+            record.attributes,
+            timestamp.saturating_sub(delete_horizon_ms),
+            record.offset_delta,
+            record.key,
+            record.value,
+            &headers,
+        )?;
+    }
+    records.finish()?;
+    let section = compress(codec, &encoded, None)?;
+    out.encode_with(&section)
+}
+
 /// A batch's records section, borrowed when uncompressed.
 enum Section<'a> {
     Borrowed(&'a [u8]),

@@ -219,6 +219,8 @@ pub struct CleaningSources {
     /// Producer id → last offset of its last batch: those batches stay, so the producers'
     /// sequence state survives cleaning.
     pub producer_last_offsets: std::collections::HashMap<i64, i64>,
+    /// The aborted transactions of those segments (their `.txnindex` entries).
+    pub aborted_txns: Vec<AbortedTxn>,
     pub config: LogConfig,
 }
 
@@ -1216,10 +1218,16 @@ impl Log {
             .producers()
             .filter_map(|p| Some((p.producer_id, p.batches.back()?.last_offset)))
             .collect();
+        let aborted_txns = self
+            .segments
+            .range(..limit)
+            .flat_map(|(_, segment)| segment.aborted_txns().iter().copied())
+            .collect();
         CleaningSources {
             dir: self.dir.clone(),
             segments,
             producer_last_offsets,
+            aborted_txns,
             config: self.config.clone(),
         }
     }
@@ -1240,8 +1248,8 @@ impl Log {
         )
     }
 
-    /// Swaps `cleaned` (written and synced as `.cleaned` files) in for the `replaced`
-    /// segments, as Kafka does: rename to `.swap` and sync the directory (the commit point:
+    /// Swaps `cleaned` (written and synced as `.cleaned` files, its `.txnindex` holding the
+    /// aborted transactions whose markers it kept) in for the `replaced` segments, as Kafka does: rename to `.swap` and sync the directory (the commit point:
     /// from here recovery completes the swap), rename the replaced segments to `.deleted`,
     /// drop the `.swap` suffix. Returns false, deleting `cleaned`, when the log changed
     /// underneath (a replaced segment is gone or was rewritten, or the log closed): the pass
@@ -1269,16 +1277,6 @@ impl Log {
         if !intact {
             delete_segment_files(cleaned)?;
             return Ok(false);
-        }
-        // The aborted transactions of the replaced segments stay known in the cleaned one.
-        let aborted: Vec<AbortedTxn> = replaced
-            .iter()
-            .filter_map(|source| self.segments.get(&source.base_offset))
-            .flat_map(|segment| segment.aborted_txns().iter().copied())
-            .collect();
-        if !aborted.is_empty() {
-            cleaned.adopt_aborted_txns(&aborted)?;
-            cleaned.flush()?;
         }
         cleaned.change_suffix(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)?;
         sync_dir(&self.dir)?;

@@ -64,8 +64,8 @@ fn append(log: &mut Log, batch: Bytes, now: i64) {
     log.set_high_watermark(leo);
 }
 
-/// Every record in the log: (offset, key, value).
-fn read_all(log: &Log) -> Vec<(i64, String, Option<String>)> {
+/// Every batch in the log, whole, in offset order.
+fn batches(log: &Log) -> Vec<Bytes> {
     let mut out = Vec::new();
     let mut offset = log.log_start_offset();
     while offset < log.log_end_offset() {
@@ -75,17 +75,26 @@ fn read_all(log: &Log) -> Vec<(i64, String, Option<String>)> {
         let mut at = 0;
         while at < bytes.len() {
             let header = fjord_records::BatchHeader::parse(&bytes[at..]).unwrap();
-            let batch = bytes.slice(at..at + header.total_len());
-            for record in fjord_records::records(&batch, 1 << 24).unwrap() {
-                let record = record.unwrap();
-                out.push((
-                    header.base_offset + i64::from(record.offset_delta),
-                    String::from_utf8(record.key.unwrap().to_vec()).unwrap(),
-                    record.value.map(|v| String::from_utf8(v.to_vec()).unwrap()),
-                ));
-            }
+            out.push(bytes.slice(at..at + header.total_len()));
             at += header.total_len();
             offset = header.last_offset() + 1;
+        }
+    }
+    out
+}
+
+/// Every record in the log: (offset, key, value).
+fn read_all(log: &Log) -> Vec<(i64, String, Option<String>)> {
+    let mut out = Vec::new();
+    for batch in batches(log) {
+        let header = fjord_records::BatchHeader::parse(&batch).unwrap();
+        for record in fjord_records::records(&batch, 1 << 24).unwrap() {
+            let record = record.unwrap();
+            out.push((
+                header.base_offset + i64::from(record.offset_delta),
+                String::from_utf8(record.key.unwrap().to_vec()).unwrap(),
+                record.value.map(|v| String::from_utf8(v.to_vec()).unwrap()),
+            ));
         }
     }
     out
@@ -656,4 +665,127 @@ fn an_open_transaction_bounds_what_the_cleaner_may_touch() {
     log.set_high_watermark(log.log_end_offset());
     let decided = log.cleanable(None, T0 + 1).unwrap();
     assert!(decided.first_uncleanable_offset > sealed_end);
+}
+
+/// The transaction markers in the log: (offset, producer id, commit, delete horizon stamped).
+fn markers(log: &Log) -> Vec<(i64, i64, bool, bool)> {
+    batches(log)
+        .iter()
+        .filter_map(|batch| {
+            let header = fjord_records::BatchHeader::parse(batch).unwrap();
+            let marker = fjord_records::control::read_marker(batch)?;
+            let horizon = header.delete_horizon_ms().is_some();
+            Some((
+                header.base_offset,
+                header.producer_id,
+                marker.commit,
+                horizon,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn aborted_transactions_are_cleaned_away_then_their_markers_after_the_horizon() {
+    use fjord_records::control::EndTxnMarker;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = Log::open(dir.path(), common::tp(), None, config(), 0, 0, true, T0).unwrap();
+    let txn = |pid: i64, seq: i32, records: &[(&str, &str)]| {
+        let mut b = BatchBuilder::new(Compression::None)
+            .producer(pid, 0, seq)
+            .transactional(true);
+        for (k, v) in records {
+            b.append(T0, Some(k.as_bytes()), Some(v.as_bytes()), &[])
+                .unwrap();
+        }
+        b.build().unwrap().freeze()
+    };
+    let end_txn = |log: &mut Log, pid: i64, commit: bool| {
+        let marker = EndTxnMarker {
+            commit,
+            coordinator_epoch: 0,
+        };
+        log.append_marker(pid, 0, marker, 0, T0).unwrap();
+    };
+    append(
+        &mut log,
+        keyed_batch(
+            &[("x".into(), Some("v1".into()))],
+            T0,
+            Compression::None,
+            None,
+        ),
+        T0,
+    );
+    append(
+        &mut log,
+        txn(5, 0, &[("x", "aborted"), ("y", "aborted")]),
+        T0,
+    ); // 1, 2
+    end_txn(&mut log, 5, false); // 3
+    append(&mut log, txn(6, 0, &[("z", "committed")]), T0); // 4
+    end_txn(&mut log, 6, true); // 5
+    append(&mut log, txn(5, 2, &[("w", "later")]), T0); // 6
+    end_txn(&mut log, 5, true); // 7
+    log.roll(T0).unwrap();
+    let end = log.log_end_offset();
+    log.set_high_watermark(end);
+    assert_eq!(log.aborted_txns(0, end).len(), 1);
+    let values = |log: &Log| -> Vec<(String, String)> {
+        read_all(log)
+            .into_iter()
+            .filter(|(_, k, _)| k.len() == 1)
+            .map(|(_, k, v)| (k, v.unwrap_or_default()))
+            .collect()
+    };
+    let expected: Vec<(String, String)> = [("x", "v1"), ("z", "committed"), ("w", "later")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+
+    // First pass: the aborted batch goes — its records never shadowed the older "x" — and its
+    // marker stays (its batch was there), indexed.
+    let log = Mutex::new(log);
+    pass(&log, None, 1 << 20, T0 + 1);
+    let all = vec![
+        (3, 5, false, false),
+        (5, 6, true, false),
+        (7, 5, true, false),
+    ];
+    {
+        let log = log.lock().unwrap();
+        assert_eq!(values(&log), expected);
+        assert_eq!(markers(&log), all);
+        assert_eq!(log.aborted_txns(0, end).len(), 1);
+    }
+    // Second pass: nothing of the aborted transaction is left, so its marker may go once the
+    // horizon stamped now has passed; its index entry goes now. Committed ones stay with data.
+    pass(&log, None, 1 << 20, T0 + 2);
+    {
+        let log = log.lock().unwrap();
+        assert_eq!(values(&log), expected);
+        assert_eq!(
+            markers(&log),
+            vec![
+                (3, 5, false, true),
+                (5, 6, true, false),
+                (7, 5, true, false)
+            ]
+        );
+        assert!(log.aborted_txns(0, end).is_empty());
+    }
+    pass(&log, None, 1 << 20, T0 + 3 + DELETE_RETENTION_MS);
+    let log = log.into_inner().unwrap();
+    assert_eq!(values(&log), expected);
+    assert_eq!(
+        markers(&log),
+        vec![(5, 6, true, false), (7, 5, true, false)]
+    );
+    // What a reload finds: the same, with no transaction left open.
+    drop(log);
+    let (mut log, _) =
+        Log::open(dir.path(), common::tp(), None, config(), 0, 0, false, T0).unwrap();
+    log.set_high_watermark(log.log_end_offset());
+    assert_eq!(values(&log), expected);
+    assert_eq!(log.last_stable_offset(), log.high_watermark());
 }

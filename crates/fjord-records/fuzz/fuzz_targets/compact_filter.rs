@@ -1,10 +1,12 @@
 //! Arbitrary bytes as a batch read back from a segment by the log cleaner: filtering and key
-//! visits must return errors, never panic, hang or over-allocate, and a rewritten batch must be
-//! a valid batch holding at most the records it came from.
+//! visits and horizon stamping must return errors, never panic, hang or over-allocate, and a
+//! rewritten batch must be a valid batch holding at most the records it came from.
 #![no_main]
 
 use bytes::Bytes;
-use fjord_records::compact::{filter_batch, for_each_key, FilterOptions, Filtered};
+use fjord_records::compact::{
+    filter_batch, for_each_key, stamp_delete_horizon, FilterOptions, Filtered,
+};
 use fjord_records::header::compute_crc;
 use fjord_records::{records, BatchHeader};
 use libfuzzer_sys::fuzz_target;
@@ -14,6 +16,13 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let _ = for_each_key(batch, 1 << 20, |_, _| true);
+    if let Ok(stamped) = stamp_delete_horizon(batch, 1_700_000_000_000, 1 << 20) {
+        // A stamped batch is a valid batch with the horizon and the same records.
+        let header = BatchHeader::parse(&stamped).expect("a stamped batch parses");
+        assert_eq!(header.total_len(), stamped.len());
+        assert_eq!(compute_crc(&stamped), header.crc);
+        assert_eq!(header.delete_horizon_ms(), Some(1_700_000_000_000));
+    }
     let options = FilterOptions {
         retain_empty: mode & 1 != 0,
         delete_horizon_ms: 1_700_000_000_000,

@@ -10,6 +10,7 @@
 pub mod offset_map;
 pub mod pass;
 pub mod throttle;
+pub mod txn;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -12,12 +12,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use fjord_records::compact::{filter_batch, for_each_key, FilterOptions, Filtered};
+use fjord_records::compact::{
+    filter_batch, for_each_key, stamp_delete_horizon, FilterOptions, Filtered,
+};
+use fjord_records::control::read_marker;
 use fjord_records::header::compute_crc;
 use fjord_records::{BatchHeader, BATCH_HEADER_LEN};
 
 use super::offset_map::OffsetMap;
 use super::throttle::Throttler;
+use super::txn::TxnTracker;
 use crate::error::StorageError;
 use crate::log::{delete_segment_files, CleanableLog, CleaningSources, Log, SegmentSource};
 use crate::log_manager::lock;
@@ -93,7 +97,11 @@ pub fn clean_log(
         config.segment_index_bytes as usize,
     );
     let horizon = now_ms.saturating_add(config.compaction.delete_retention_ms.max(0));
+    // One view of the transactions for the whole rewrite: it reads the log from its start.
+    let mut txns = TxnTracker::new(sources.aborted_txns.clone());
     for group in groups {
+        // The aborted transactions whose markers this group keeps, for its `.txnindex`.
+        let mut retained = Vec::new();
         let cleaned = LogSegment::create_with_suffix(
             &sources.dir,
             group[0].base_offset,
@@ -117,11 +125,26 @@ pub fn clean_log(
                     return Ok(PassOutcome::Aborted);
                 }
                 if header.is_control() {
-                    // Transaction markers are kept whole until the transactions work decides
-                    // when they may go.
-                    writer.push(bytes, io.throttler)?;
+                    let (removable, aborted) = txns.on_control(&header, read_marker(bytes));
+                    retained.extend(aborted);
+                    let last_cleanable =
+                        header.last_offset() + 1 == cleanable.first_uncleanable_offset;
+                    match header.delete_horizon_ms() {
+                        // Kept: its transaction still has batches here, or it keeps the
+                        // offsets continuous up to the uncleanable part.
+                        _ if !removable || last_cleanable => writer.push(bytes, io.throttler)?,
+                        Some(due) if now_ms >= due => {}
+                        Some(_) => writer.push(bytes, io.throttler)?,
+                        None => {
+                            let stamped =
+                                stamp_delete_horizon(bytes, horizon, MAX_DECOMPRESSED_BATCH_BYTES)
+                                    .map_err(|e| corrupt(source, &e.to_string()))?;
+                            writer.push(&stamped, io.throttler)?;
+                        }
+                    }
                     continue;
                 }
+                let aborted = txns.on_batch(&header);
                 let last_of_producer = header.producer_id >= 0
                     && sources.producer_last_offsets.get(&header.producer_id)
                         == Some(&header.last_offset());
@@ -134,6 +157,9 @@ pub fn clean_log(
                 };
                 let delete_horizon = header.delete_horizon_ms();
                 let (filtered, counts) = filter_batch(bytes, options, |record| {
+                    if aborted {
+                        return false;
+                    }
                     if record.offset > map.latest_offset() {
                         return true;
                     }
@@ -160,6 +186,9 @@ pub fn clean_log(
         writer.flush(io.throttler)?;
         stats.bytes_written += writer.written;
         let mut cleaned = writer.segment;
+        if !retained.is_empty() {
+            cleaned.adopt_aborted_txns(&retained)?;
+        }
         cleaned.on_become_inactive()?;
         cleaned.flush()?;
         if let Some(last) = group.last() {
@@ -187,6 +216,8 @@ fn build_offset_map(
     stop: &AtomicBool,
 ) -> Result<Option<i64>, StorageError> {
     let first_dirty = cleanable.first_dirty_offset;
+    // The records of aborted transactions shadow nothing: they never enter the map.
+    let mut txns = TxnTracker::new(sources.aborted_txns.clone());
     for source in sources
         .segments
         .iter()
@@ -200,7 +231,9 @@ fn build_offset_map(
             if header.last_offset() < first_dirty {
                 continue;
             }
-            if !header.is_control() {
+            if header.is_control() {
+                txns.on_control(&header, read_marker(bytes));
+            } else if !txns.on_batch(&header) {
                 let mut full = false;
                 for_each_key(
                     bytes,
