@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import kafka_tool
+from harness import kafka_tool, wait_for
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -248,3 +248,26 @@ def test_kafka_transactions_tool_lists_describes_and_aborts(broker):
     # Aborted on the partition: read_committed consumers go past it to what comes next.
     send_transaction(producer(broker.bootstrap, f"{transactional_id}-next"), topic, 1, "next", 3, commit=True)
     assert labels(consume_all(broker.bootstrap, topic, 1, "read_committed", 3)) == ["next"]
+
+
+def test_kafka_dump_log_reads_the_transaction_index(broker):
+    """An aborted transaction is in its segment's `.txnindex`, in Kafka's format: Kafka's DumpLogSegments lists it
+    (and reads the markers in the segment)."""
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 1)
+    p = producer(broker.bootstrap, f"dump-{topic}")
+    send_transaction(p, topic, 1, "kept", 3, commit=True)  # offsets 0-2, marker 3
+    send_transaction(p, topic, 1, "dropped", 4, commit=False)  # offsets 4-7, marker 8
+    # The markers are written after EndTxn is answered.
+    indexes = wait_for(lambda: [f for d in broker.partition_dirs(topic) for f in d.glob("*.txnindex")
+                                if f.stat().st_size > 0], "the aborted transaction indexed")
+    assert len(indexes) == 1, indexes
+    out = kafka_tool("org.apache.kafka.tools.DumpLogSegments", "--files", str(indexes[0]))
+    entries = [line for line in out.splitlines() if line.startswith("version:")]
+    assert len(entries) == 1, out
+    producer_id = entries[0].split("producerId: ")[1].split()[0]
+    assert entries[0] == f"version: 0 producerId: {producer_id} firstOffset: 4 lastOffset: 8 lastStableOffset: 9", out
+    log = kafka_tool("org.apache.kafka.tools.DumpLogSegments", "--files",
+                     str(indexes[0].with_suffix(".log")), "--print-data-log")
+    markers = [line for line in log.splitlines() if "endTxnMarker" in line]
+    assert [m.split("endTxnMarker: ")[1].split()[0] for m in markers] == ["COMMIT", "ABORT"], log
