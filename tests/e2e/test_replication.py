@@ -208,3 +208,70 @@ def test_every_client_round_trips_at_replication_factor_3(cluster, tmp_path, cli
 def test_franz_go_kgo_tests_at_replication_factor_3(cluster, tmp_path):
     """franz-go's own pkg/kgo integration tests against the three nodes, its topics at replication factor 3."""
     franz_go_tests(cluster.bootstrap, 3, tmp_path)
+
+
+def coordinator_of(bootstrap: str, transactional_id: str) -> int:
+    """The node coordinating a transactional id, as `kafka-transactions describe` shows it."""
+    out = kafka_tool("org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", bootstrap, "describe",
+                     "--transactional-id", transactional_id)
+    rows = [[cell.strip() for cell in line.split("\t")] for line in out.splitlines() if "\t" in line]
+    return int(dict(zip(rows[0], rows[1]))["CoordinatorId"])
+
+
+def read_committed(bootstrap: str, topic: str, expected: int) -> list:
+    """Every value a read_committed consumer finds in the topic, once `expected` came and a quiet spell after."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rc-{time.monotonic_ns()}",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    values, quiet_since, end = [], None, time.monotonic() + 90
+    while time.monotonic() < end:
+        m = c.poll(0.5)
+        if m is None or m.error():
+            if len(values) >= expected:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > 3:
+                    break
+            continue
+        quiet_since = None
+        values.append(m.value().decode())
+    c.close()
+    return values
+
+
+def test_transactions_commit_through_a_partition_leaders_kill9(cluster):
+    """A transaction whose coordinator is one node and whose partitions are led by others (the markers go over the
+    network) commits through a kill -9 of a partition leader that is not its coordinator: the marker reaches the new
+    leader. read_committed consumers then find the committed transactions exactly once and nothing of an aborted
+    one."""
+    topic = "txn-rf3"
+    create(cluster.bootstrap, topic, min_isr=2)
+    ids = sorted(n.node_id for n in cluster.nodes)
+    all_in_sync(cluster.bootstrap, topic, ids)
+    transactional_id = "txn-rf3-producer"
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": transactional_id,
+                  "transaction.timeout.ms": 60000})
+    p.init_transactions(60)
+    coordinator = coordinator_of(cluster.bootstrap, transactional_id)
+
+    def send(label: str, count: int) -> None:
+        p.begin_transaction()
+        for i in range(count):
+            p.produce(topic, value=f"{label}-{i}", partition=i % PARTITIONS)
+        p.flush(60)
+
+    send("first", 300)
+    p.commit_transaction(60)
+    send("aborted", 300)
+    p.abort_transaction(60)
+    send("through-kill", 300)
+    leaders = {part: leader for part, (leader, _, _) in describe(cluster.bootstrap, topic).items()}
+    victim = next(cluster.node(leader) for leader in leaders.values() if leader != coordinator)
+    victim.kill9()
+    try:
+        p.commit_transaction(90)
+        survivors = ",".join(n.bootstrap for n in cluster.nodes if n.node_id != victim.node_id)
+        values = read_committed(survivors, topic, 600)
+    finally:
+        victim.start(timeout_s=120)
+    assert sorted(values) == sorted([f"first-{i}" for i in range(300)] + [f"through-kill-{i}" for i in range(300)])
+    all_in_sync(cluster.bootstrap, topic, ids)
