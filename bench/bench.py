@@ -475,15 +475,16 @@ PP_SUMMARY = re.compile(
 
 
 def producer_performance(bootstrap, topic, records, size, acks, codec, extra, throughput, timeout,
-                         warmup=0) -> dict:
+                         warmup=0, tool_args=()) -> dict:
     """Runs ProducerPerformance; with `warmup` records, the figures are its steady-state summary
-    (printed last), which leaves out the client's own start (JIT, connecting, first metadata)."""
+    (printed last), which leaves out the client's own start (JIT, connecting, first metadata).
+    `tool_args`: more of the tool's own options (a transactional id, ...)."""
     props = [f"bootstrap.servers={bootstrap}", f"acks={acks}", f"compression.type={codec}"]
     props += [f"{k}={v}" for k, v in extra.items()]
     out = kafka_tool(
         "ProducerPerformance",
         ["--topic", topic, "--num-records", str(records + warmup), "--record-size", str(size),
-         "--throughput", str(throughput)]
+         "--throughput", str(throughput), *tool_args]
         + (["--warmup-records", str(warmup)] if warmup else []) + ["--producer-props", *props],
         timeout,
     )

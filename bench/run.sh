@@ -4,6 +4,7 @@
 #   bench/run.sh --smoke   seconds-long run that checks the harness end to end; results go to bench/.work/results
 #   bench/run.sh --cleaner [--smoke]   the log cleaner against Kafka's (bench/cleaner.py)
 #   bench/run.sh --cluster [--smoke]   three-node clusters at replication factor 3 (bench/cluster.py)
+#   bench/run.sh --txn [--smoke]       transactional produce and read_committed latency (bench/txn.py)
 # Needs: java 17+, mvn, go, cargo, python3; iperf3 and fio (Debian packages; installed here when apt-get can).
 # Downloads land in ~/.m2 and Go's module cache; build outputs in bench/.build (not committed).
 set -euo pipefail
@@ -47,6 +48,10 @@ fi
 if [ "${1:-}" = "--cluster" ]; then
     shift
     exec python3 "$BENCH/cluster.py" --command "bench/run.sh --cluster $*" "$@"
+fi
+if [ "${1:-}" = "--txn" ]; then
+    shift
+    exec python3 "$BENCH/txn.py" --command "bench/run.sh --txn $*" "$@"
 fi
 if [ "${1:-}" = "--cleaner" ]; then
     shift

@@ -4,11 +4,13 @@
 //	create-topics --bootstrap B --prefix P --topics N --partitions P
 //	produce       --bootstrap B --topic T --records N --size S --acks all|1 --codec C [--rate R]
 //	consume       --bootstrap B --topic T --partitions P --records N
-//	e2e           --bootstrap B --topic T --records N --size S --rate R
+//	e2e           --bootstrap B --topic T --records N --size S --rate R [--transaction-records K]
 //
 // produce reports throughput and send-to-acknowledgement latency; consume reads every partition from
 // the start without a consumer group; e2e sends timestamped records to a one-partition topic and
-// measures send-to-receipt latency in the same process (one clock).
+// measures send-to-receipt latency in the same process (one clock); with --transaction-records it
+// sends them in transactions of K records and reads as read_committed, so a record arrives once
+// its transaction commits.
 package main
 
 import (
@@ -383,26 +385,33 @@ func endToEnd(args []string) error {
 	size := fs.Int("size", 100, "value size in bytes (at least 8)")
 	rate := fs.Float64("rate", 1000, "records per second")
 	timeout := fs.Duration("timeout", 120*time.Second, "give up after this long")
+	txnRecords := fs.Int("transaction-records", 0, "send in transactions of this many records, read read_committed")
 	_ = fs.Parse(args)
 	if *size < 8 {
 		return errors.New("size must be at least 8 to hold the send timestamp")
 	}
-	consumer, err := kgo.NewClient(
+	consumerOpts := []kgo.Opt{
 		kgo.SeedBrokers(strings.Split(*bootstrap, ",")...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{*topic: {0: kgo.NewOffset().AtStart()}}),
-		kgo.FetchMaxWait(500*time.Millisecond),
-	)
-	if err != nil {
-		return err
+		kgo.FetchMaxWait(500 * time.Millisecond),
 	}
-	defer consumer.Close()
-	producer, err := kgo.NewClient(
+	producerOpts := []kgo.Opt{
 		kgo.SeedBrokers(strings.Split(*bootstrap, ",")...),
 		kgo.DefaultProduceTopic(*topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		// One record per batch at these rates: latency, not batching, is measured.
 		kgo.ProducerLinger(0),
-	)
+	}
+	if *txnRecords > 0 {
+		consumerOpts = append(consumerOpts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		producerOpts = append(producerOpts, kgo.TransactionalID(fmt.Sprintf("loadgen-e2e-%d", rand.Int63())))
+	}
+	consumer, err := kgo.NewClient(consumerOpts...)
+	if err != nil {
+		return err
+	}
+	defer consumer.Close()
+	producer, err := kgo.NewClient(producerOpts...)
 	if err != nil {
 		return err
 	}
@@ -439,6 +448,11 @@ func endToEnd(args []string) error {
 	var mu sync.Mutex
 	for i := 0; i < *records; i++ {
 		p.wait(i)
+		if *txnRecords > 0 && i%*txnRecords == 0 {
+			if err := producer.BeginTransaction(); err != nil {
+				return err
+			}
+		}
 		v := make([]byte, *size)
 		copy(v, pad)
 		binary.BigEndian.PutUint64(v, uint64(time.Now().UnixNano()))
@@ -449,6 +463,14 @@ func endToEnd(args []string) error {
 				mu.Unlock()
 			}
 		})
+		if *txnRecords > 0 && (i%*txnRecords == *txnRecords-1 || i == *records-1) {
+			if err := producer.Flush(ctx); err != nil {
+				return err
+			}
+			if err := producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				return err
+			}
+		}
 	}
 	if err := <-done; err != nil {
 		return err
