@@ -271,3 +271,24 @@ def test_kafka_dump_log_reads_the_transaction_index(broker):
                      str(indexes[0].with_suffix(".log")), "--print-data-log")
     markers = [line for line in log.splitlines() if "endTxnMarker" in line]
     assert [m.split("endTxnMarker: ")[1].split()[0] for m in markers] == ["COMMIT", "ABORT"], log
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(broker):
+    """A producer that goes quiet mid-transaction does not hold read_committed consumers back for long: past
+    `transaction.timeout.ms` the coordinator aborts its transaction (the last stable offset moves on) and fences
+    the producer, whose commit then fails."""
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 1)
+    stalled = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"stalled-{topic}",
+                        "transaction.timeout.ms": 3000})
+    stalled.init_transactions(60)
+    stalled.begin_transaction()
+    for i in range(5):
+        stalled.produce(topic, value=f"stalled-{i}".encode(), partition=0)
+    stalled.flush(60)
+    send_transaction(producer(broker.bootstrap, f"other-{topic}"), topic, 1, "after", 3, commit=True)
+    # Kafka looks for timed-out transactions every 10 s (transaction.abort.timed.out.transaction.cleanup
+    # .interval.ms); the consumer waits that long at most.
+    assert labels(consume_all(broker.bootstrap, topic, 1, "read_committed", 3, wait_s=40)) == ["after"]
+    with pytest.raises(KafkaException):
+        stalled.commit_transaction(30)
