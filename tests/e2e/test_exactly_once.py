@@ -73,24 +73,30 @@ def test_transactional_copiers_copy_exactly_once_through_kills(broker, tmp_path)
     copiers = [Copier(tmp_path, broker.bootstrap, p, in_topic, out_topic, group) for p in range(PARTITIONS)]
     for c in copiers:
         c.start()
-    # Faults while the copiers are mid-way, each once its copier's run has committed a fifth of its partition:
-    # each copier killed (its successor fences it and aborts its open transaction), then the broker killed
-    # (every coordinator with it) while the restarted copiers work.
-    threshold = MESSAGES // PARTITIONS // 5
-    for fault, victim in [("copier-0", copiers[0]), ("copier-1", copiers[1]), ("broker", copiers[0])]:
-        wait_for(lambda: victim.processed() >= threshold or victim.proc.poll() is not None,
-                 f"{fault}'s copier reaching {threshold} messages", 120)
-        assert victim.proc.poll() is None, f"the copier finished before the {fault} fault: input too small"
-        if fault == "broker":
-            broker.kill9()
-            broker.start()
-        else:
-            victim.kill9()
-            victim.start()
-    for c in copiers:
-        # A copier that never gets to the end was given a position beyond what it copied: input skipped.
-        c.proc.wait(150)
-        assert c.proc.returncode == 0, (c.workdir / f"copier-{c.partition}-{c.runs}.err").read_text()[-3000:]
+    try:
+        # Faults while the copiers are mid-way, each once its copier's run has committed a fifth of its partition:
+        # each copier killed (its successor fences it and aborts its open transaction), then the broker killed
+        # (every coordinator with it) while the restarted copiers work.
+        threshold = MESSAGES // PARTITIONS // 5
+        for fault, victim in [("copier-0", copiers[0]), ("copier-1", copiers[1]), ("broker", copiers[0])]:
+            wait_for(lambda: victim.processed() >= threshold or victim.proc.poll() is not None,
+                     f"{fault}'s copier reaching {threshold} messages", 120)
+            assert victim.proc.poll() is None, f"the copier finished before the {fault} fault: input too small"
+            if fault == "broker":
+                broker.kill9()
+                broker.start()
+            else:
+                victim.kill9()
+                victim.start()
+        for c in copiers:
+            # A copier that never gets to the end was given a position beyond what it copied: input skipped.
+            c.proc.wait(150)
+            assert c.proc.returncode == 0, (c.workdir / f"copier-{c.partition}-{c.runs}.err").read_text()[-3000:]
+    finally:
+        # A failed run leaves no copier behind.
+        for c in copiers:
+            if c.proc.poll() is None:
+                c.kill9()
 
     consumer_config = tmp_path / "consumer.properties"
     consumer_config.write_text("isolation.level=read_committed\n")
