@@ -219,7 +219,7 @@ pub struct CleaningSources {
     /// Producer id → last offset of its last batch: those batches stay, so the producers'
     /// sequence state survives cleaning.
     pub producer_last_offsets: std::collections::HashMap<i64, i64>,
-    /// The aborted transactions of those segments (their `.txnindex` entries).
+    /// The aborted transactions with batches in those segments (`.txnindex` entries).
     pub aborted_txns: Vec<AbortedTxn>,
     pub config: LogConfig,
 }
@@ -1218,11 +1218,9 @@ impl Log {
             .producers()
             .filter_map(|p| Some((p.producer_id, p.batches.back()?.last_offset)))
             .collect();
-        let aborted_txns = self
-            .segments
-            .range(..limit)
-            .flat_map(|(_, segment)| segment.aborted_txns().iter().copied())
-            .collect();
+        // Every aborted transaction with batches in those segments, wherever its marker is (a
+        // marker past them, in the active segment say, still makes its batches aborted).
+        let aborted_txns = self.aborted_txns(self.log_start_offset, limit);
         CleaningSources {
             dir: self.dir.clone(),
             segments,

@@ -789,3 +789,42 @@ fn aborted_transactions_are_cleaned_away_then_their_markers_after_the_horizon() 
     assert_eq!(values(&log), expected);
     assert_eq!(log.last_stable_offset(), log.high_watermark());
 }
+
+#[test]
+fn an_aborted_transaction_whose_marker_is_in_the_active_segment_shadows_nothing() {
+    use fjord_records::control::EndTxnMarker;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = Log::open(dir.path(), common::tp(), None, config(), 0, 0, true, T0).unwrap();
+    append(
+        &mut log,
+        keyed_batch(
+            &[("x".into(), Some("v1".into()))],
+            T0,
+            Compression::None,
+            None,
+        ),
+        T0,
+    );
+    let mut b = BatchBuilder::new(Compression::None)
+        .producer(5, 0, 0)
+        .transactional(true);
+    b.append(T0, Some(b"x"), Some(b"aborted"), &[]).unwrap();
+    append(&mut log, b.build().unwrap().freeze(), T0);
+    // The batch is sealed; its abort marker lands in the new active segment, which is not cleaned.
+    log.roll(T0).unwrap();
+    let marker = EndTxnMarker {
+        commit: false,
+        coordinator_epoch: 0,
+    };
+    log.append_marker(5, 0, marker, 0, T0).unwrap();
+    log.set_high_watermark(log.log_end_offset());
+    let log = Mutex::new(log);
+    pass(&log, None, 1 << 20, T0 + 1);
+    let log = log.into_inner().unwrap();
+    let values: Vec<(String, Option<String>)> = read_all(&log)
+        .into_iter()
+        .filter(|(_, k, _)| k == "x")
+        .map(|(_, k, v)| (k, v))
+        .collect();
+    assert_eq!(values, vec![("x".to_string(), Some("v1".to_string()))]);
+}

@@ -216,8 +216,16 @@ fn build_offset_map(
     stop: &AtomicBool,
 ) -> Result<Option<i64>, StorageError> {
     let first_dirty = cleanable.first_dirty_offset;
-    // The records of aborted transactions shadow nothing: they never enter the map.
-    let mut txns = TxnTracker::new(sources.aborted_txns.clone());
+    // The records of aborted transactions shadow nothing: they never enter the map. Only those
+    // ending in the dirty section matter here (the batches before it are not read).
+    let mut txns = TxnTracker::new(
+        sources
+            .aborted_txns
+            .iter()
+            .filter(|t| t.last_offset >= first_dirty)
+            .copied()
+            .collect(),
+    );
     for source in sources
         .segments
         .iter()
