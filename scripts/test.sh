@@ -10,7 +10,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-step() { echo; echo "==== $*"; }
+# Each step says when it starts and how long the test command has run, so a slow step shows in CI's log.
+step() { echo; echo "==== [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 
 step "install test dependencies"
 scripts/install-test-deps.sh

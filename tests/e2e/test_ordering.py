@@ -21,8 +21,10 @@ from harness import REPO_ROOT, fresh_seed, run_tool
 
 def test_raw_pipelined_requests_observe_earlier_ones(broker):
     env = dict(os.environ, FJORD_TEST_BOOTSTRAP=broker.bootstrap, FJORD_TEST_BROKER_KIND=broker.kind)
+    # --workspace, not -p fjord: the same feature set as the test command's `cargo test --workspace`,
+    # so the test binary it built is reused instead of rebuilding part of the workspace.
     proc = subprocess.run(
-        ["cargo", "test", "-q", "-p", "fjord", "--test", "ordering", "--", "--test-threads=1"],
+        ["cargo", "test", "-q", "--workspace", "--test", "ordering", "--", "--test-threads=1"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, f"ordering tests against {broker.kind}:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"

@@ -138,6 +138,10 @@ struct Member {
     state: MemberState,
     assigned: Assignment,
     pending_revocation: Assignment,
+    /// The member epoch at which each partition it holds (assigned or pending revocation) was
+    /// assigned to it (KIP-1251). Entries for partitions it no longer holds mean nothing;
+    /// [`Member::assignment_epoch`] is the way to read them.
+    assignment_epochs: BTreeMap<(TopicId, i32), i32>,
 }
 
 impl Member {
@@ -157,7 +161,24 @@ impl Member {
             state: MemberState::Stable,
             assigned: Assignment::new(),
             pending_revocation: Assignment::new(),
+            assignment_epochs: BTreeMap::new(),
         }
+    }
+
+    /// The epoch at which `partition` of `topic_id` was assigned to this member, if it holds
+    /// it. A partition read from a record without epochs counts as assigned at the member's
+    /// epoch, which accepts commits exactly as before KIP-1251.
+    fn assignment_epoch(&self, topic_id: &TopicId, partition: i32) -> Option<i32> {
+        let holds = |a: &Assignment| a.get(topic_id).is_some_and(|ps| ps.contains(&partition));
+        if !holds(&self.assigned) && !holds(&self.pending_revocation) {
+            return None;
+        }
+        Some(
+            self.assignment_epochs
+                .get(&(*topic_id, partition))
+                .copied()
+                .unwrap_or(self.member_epoch),
+        )
     }
 
     fn is_reconciled_to(&self, assignment_epoch: i32) -> bool {
@@ -184,6 +205,11 @@ impl Member {
                 .map(|(t, ps)| current_value::TopicPartitions {
                     topic_id: *t,
                     partitions: ps.iter().copied().collect(),
+                    assignment_epochs: Some(
+                        ps.iter()
+                            .map(|p| self.assignment_epoch(t, *p).unwrap_or(self.member_epoch))
+                            .collect(),
+                    ),
                 })
                 .collect()
         };
@@ -396,19 +422,35 @@ impl ConsumerGroups {
     /// OffsetCommit by a KIP-848 group: the member epoch plays the generation's role. Commits
     /// with a negative epoch (admin clients, `assign()` users) are accepted only while the group
     /// has no members.
+    ///
+    /// A commit with an epoch older than the member's is still the member's own when it holds
+    /// every committed partition since that epoch or earlier (KIP-1251's assignment epochs):
+    /// an epoch bump that did not move those partitions does not fence commits already on
+    /// their way. `partitions` are the committed ones, by topic id (`None`: a topic that
+    /// does not exist, which no member holds).
     pub fn validate_offset_commit(
         &self,
         group_id: &str,
         member_id: &str,
         member_epoch: i32,
+        partitions: impl IntoIterator<Item = (Option<TopicId>, i32)>,
     ) -> Result<(), i16> {
         let group = self.groups.get(group_id).ok_or(GROUP_ID_NOT_FOUND)?;
         if member_epoch < 0 && group.members.is_empty() {
             return Ok(());
         }
         let member = group.members.get(member_id).ok_or(UNKNOWN_MEMBER_ID)?;
-        if member.member_epoch != member_epoch {
+        if member_epoch == member.member_epoch {
+            return Ok(());
+        }
+        if member_epoch > member.member_epoch {
             return Err(STALE_MEMBER_EPOCH);
+        }
+        for (topic_id, partition) in partitions {
+            let assigned_at = topic_id.and_then(|t| member.assignment_epoch(&t, partition));
+            if assigned_at.is_none_or(|epoch| epoch > member_epoch) {
+                return Err(STALE_MEMBER_EPOCH);
+            }
         }
         Ok(())
     }
@@ -740,20 +782,32 @@ impl ConsumerGroups {
                 };
                 match v {
                     Some(RecordValue::ConsumerGroupCurrentMemberAssignment(v)) => {
-                        let from_record = |tps: &[current_value::TopicPartitions]| {
+                        let mut epochs = BTreeMap::new();
+                        let mut from_record = |tps: &[current_value::TopicPartitions]| {
                             let mut a = Assignment::new();
                             for tp in tps {
                                 a.entry(tp.topic_id)
                                     .or_default()
                                     .extend(tp.partitions.iter().copied());
+                                // Epochs of another length than the partitions' are ignored:
+                                // those partitions count as assigned at the member epoch.
+                                let Some(e) = &tp.assignment_epochs else {
+                                    continue;
+                                };
+                                if e.len() == tp.partitions.len() {
+                                    for (p, epoch) in tp.partitions.iter().zip(e) {
+                                        epochs.insert((tp.topic_id, *p), *epoch);
+                                    }
+                                }
                             }
                             a
                         };
+                        m.assigned = from_record(&v.assigned_partitions);
+                        m.pending_revocation = from_record(&v.partitions_pending_revocation);
+                        m.assignment_epochs = epochs;
                         m.member_epoch = v.member_epoch;
                         m.previous_member_epoch = v.previous_member_epoch;
                         m.state = MemberState::from_record(v.state);
-                        m.assigned = from_record(&v.assigned_partitions);
-                        m.pending_revocation = from_record(&v.partitions_pending_revocation);
                     }
                     Some(_) => return,
                     None => {
@@ -1485,6 +1539,18 @@ fn next_assignment(
         }
     }
     let mut next = member.clone();
+    // Kept and revoking partitions keep the epoch they were assigned at.
+    next.assignment_epochs = assigned
+        .iter()
+        .chain(revoking.iter())
+        .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
+        .map(|(t, p)| {
+            let epoch = member
+                .assignment_epoch(&t, p)
+                .unwrap_or(member.member_epoch);
+            ((t, p), epoch)
+        })
+        .collect();
     if !revoking.is_empty() && still_owns(&revoking) {
         // Revoke first; the member keeps its epoch until the client confirms.
         next.state = MemberState::UnrevokedPartitions;
@@ -1494,6 +1560,9 @@ fn next_assignment(
         return next;
     }
     for (t, ps) in adding {
+        for p in &ps {
+            next.assignment_epochs.insert((t, *p), target_epoch);
+        }
         assigned.entry(t).or_default().extend(ps);
     }
     next.state = if unreleased {
@@ -1839,15 +1908,67 @@ mod tests {
         let mut rejoin = Client::new("a");
         let r = beat(&mut groups, &mut log, 2, &mut rejoin, &t);
         assert_eq!(r.member_epoch, 1);
-        assert_eq!(groups.validate_offset_commit("g", "a", 1), Ok(()));
+        let t0 = [(Some(Uuid([1; 16])), 0)];
+        assert_eq!(groups.validate_offset_commit("g", "a", 1, t0), Ok(()));
+        // Partition 0 was assigned at epoch 1: a commit from epoch 0 is a zombie's.
         assert_eq!(
-            groups.validate_offset_commit("g", "a", 0),
+            groups.validate_offset_commit("g", "a", 0, t0),
             Err(STALE_MEMBER_EPOCH)
         );
         assert_eq!(
-            groups.validate_offset_commit("g", "x", 1),
+            groups.validate_offset_commit("g", "a", 2, t0),
+            Err(STALE_MEMBER_EPOCH)
+        );
+        assert_eq!(
+            groups.validate_offset_commit("g", "x", 1, t0),
             Err(UNKNOWN_MEMBER_ID)
         );
+    }
+
+    /// KIP-1251: an epoch bump that leaves a partition with its member does not fence that
+    /// member's commits of it made at the older epoch; partitions it gained at the new epoch,
+    /// lost, or never had are still fenced. The epochs survive a reload from the records.
+    #[test]
+    fn commits_from_an_older_epoch_are_accepted_for_partitions_held_since() {
+        let t = topics(&[("t", 1, 4)]);
+        let id = Uuid([1; 16]);
+        let mut groups = ConsumerGroups::new(ConsumerGroupConfig::default());
+        let mut log = Vec::new();
+        let mut a = Client::new("a");
+        beat(&mut groups, &mut log, 0, &mut a, &t);
+        assert_eq!((a.epoch, count(&a.owned)), (1, 4));
+        // b joins: a revokes two partitions, then both reach the new epoch.
+        let mut b = Client::new("b");
+        for now in 1..4 {
+            beat(&mut groups, &mut log, now, &mut a, &t);
+            beat(&mut groups, &mut log, now, &mut b, &t);
+        }
+        assert_eq!(groups.group_state("g"), Some("Stable"));
+        assert!(a.epoch > 1 && count(&a.owned) == 2 && count(&b.owned) == 2);
+        let kept: Vec<(Option<TopicId>, i32)> =
+            a.owned[&id].iter().map(|p| (Some(id), *p)).collect();
+        let lost: Vec<(Option<TopicId>, i32)> =
+            b.owned[&id].iter().map(|p| (Some(id), *p)).collect();
+        for g in [&groups, &rebuild(&log)] {
+            assert_eq!(g.validate_offset_commit("g", "a", 1, kept.clone()), Ok(()));
+            assert_eq!(
+                g.validate_offset_commit("g", "a", 1, lost.clone()),
+                Err(STALE_MEMBER_EPOCH)
+            );
+            assert_eq!(
+                g.validate_offset_commit("g", "a", 1, [(None, 0)]),
+                Err(STALE_MEMBER_EPOCH)
+            );
+            // b got its partitions at its first epoch, which is the current one.
+            assert_eq!(
+                g.validate_offset_commit("g", "b", b.epoch - 1, lost.clone()),
+                Err(STALE_MEMBER_EPOCH)
+            );
+            assert_eq!(
+                g.validate_offset_commit("g", "b", b.epoch, lost.clone()),
+                Ok(())
+            );
+        }
     }
 
     #[test]

@@ -575,7 +575,9 @@ impl GroupCoordinatorShard {
             RequestBody::OffsetCommit(r) => {
                 Some(self.offset_commit(now_ms, version, r, topics, &mut fx))
             }
-            RequestBody::TxnOffsetCommit(r) => Some(self.txn_offset_commit(now_ms, r, &mut fx)),
+            RequestBody::TxnOffsetCommit(r) => {
+                Some(self.txn_offset_commit(now_ms, r, topics, &mut fx))
+            }
             RequestBody::OffsetFetch(r) => Some(self.offset_fetch(version, r)),
             RequestBody::OffsetDelete(r) => Some(self.offset_delete(r, &mut fx)),
             RequestBody::ListGroups(r) => Some(self.list_groups(&r.states_filter, &r.types_filter)),
@@ -1638,7 +1640,7 @@ impl GroupCoordinatorShard {
         topics: &Topics,
         fx: &mut Effects,
     ) -> ResponseBody {
-        let group_error = self.validate_offset_commit(version, &request);
+        let group_error = self.validate_offset_commit(version, &request, topics);
         let mut response = OffsetCommitResponse::default();
         let mut records = Vec::new();
         for t in &request.topics {
@@ -1701,13 +1703,14 @@ impl GroupCoordinatorShard {
         &mut self,
         now_ms: i64,
         request: TxnOffsetCommitRequest,
+        topics: &Topics,
         fx: &mut Effects,
     ) -> ResponseBody {
         debug_assert!(
             fx.records.is_empty(),
             "a transactional write mixed with others"
         );
-        let group_error = self.validate_txn_offset_commit(&request);
+        let group_error = self.validate_txn_offset_commit(&request, topics);
         let max_metadata = usize::try_from(self.config.offset_metadata_max_bytes).unwrap_or(0);
         let mut response = TxnOffsetCommitResponse::default();
         let mut records = Vec::new();
@@ -1762,16 +1765,27 @@ impl GroupCoordinatorShard {
 
     /// Kafka's checks of a TxnOffsetCommit's group: as an OffsetCommit's, except that a
     /// rebalance in progress does not refuse it and a stale member epoch is ILLEGAL_GENERATION.
-    fn validate_txn_offset_commit(&self, request: &TxnOffsetCommitRequest) -> Option<i16> {
+    fn validate_txn_offset_commit(
+        &self,
+        request: &TxnOffsetCommitRequest,
+        topics: &Topics,
+    ) -> Option<i16> {
         if request.group_id.is_empty() {
             return Some(INVALID_GROUP_ID);
         }
         let generation = request.generation_id;
         if self.consumer.contains(&request.group_id) {
+            let partitions = request.topics.iter().flat_map(|t| {
+                let topic_id = topics.get(&t.name).map(|info| info.topic_id);
+                t.partitions
+                    .iter()
+                    .map(move |p| (topic_id, p.partition_index))
+            });
             return match self.consumer.validate_offset_commit(
                 &request.group_id,
                 &request.member_id,
                 generation,
+                partitions,
             ) {
                 Ok(()) => None,
                 Err(STALE_MEMBER_EPOCH) => Some(ILLEGAL_GENERATION),
@@ -1805,6 +1819,7 @@ impl GroupCoordinatorShard {
         &mut self,
         version: i16,
         request: &OffsetCommitRequest,
+        topics: &Topics,
     ) -> Option<i16> {
         if request.group_id.is_empty() {
             return Some(INVALID_GROUP_ID);
@@ -1812,9 +1827,18 @@ impl GroupCoordinatorShard {
         let generation = request.generation_id_or_member_epoch;
         if self.consumer.contains(&request.group_id) {
             let group_id = &request.group_id;
-            let result =
-                self.consumer
-                    .validate_offset_commit(group_id, &request.member_id, generation);
+            let partitions = request.topics.iter().flat_map(|t| {
+                let topic_id = topics.get(&t.name).map(|info| info.topic_id);
+                t.partitions
+                    .iter()
+                    .map(move |p| (topic_id, p.partition_index))
+            });
+            let result = self.consumer.validate_offset_commit(
+                group_id,
+                &request.member_id,
+                generation,
+                partitions,
+            );
             let by_admin = generation < 0 && self.consumer.is_empty(group_id);
             return match result {
                 Err(code) if code == UNKNOWN_MEMBER_ID || code == GROUP_ID_NOT_FOUND => Some(code),

@@ -1,5 +1,6 @@
 """The e2e client tool for kafka-python: create-topic, produce, consume and group-consume."""
 
+import logging
 import sys
 import time
 
@@ -104,6 +105,9 @@ def group_consume(a: dict) -> int:
     o = group_flags(a)
     if o["protocol"] != "classic":
         raise SystemExit("kafka-python speaks only the classic group protocol")
+    # The coordinator's joins, syncs, heartbeat failures and rejoins go to the member's log (stderr), so a member
+    # stuck in a rebalance shows where.
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     log = GroupLog(o["out"])
     stop = Stop()
     consumer = KafkaConsumer(
