@@ -190,8 +190,8 @@ def test_every_client_produces_and_consumes_across_the_brokers(cluster, tmp_path
 
 
 def test_kafka_tools_see_the_cluster(cluster):
-    """kafka-topics --describe, kafka-broker-api-versions on every broker and kafka-consumer-groups, from Kafka's
-    own jars, against the cluster."""
+    """kafka-topics --describe, kafka-broker-api-versions on every broker, kafka-consumer-groups and kafka-features
+    describe, from Kafka's own jars, against the cluster."""
     broker_ids = sorted(b.node_id for b in cluster.brokers)
     create(cluster.bootstrap, "tools", 6)
     produce(cluster.bootstrap, "tools", 6, 60, "t")
@@ -219,3 +219,14 @@ def test_kafka_tools_see_the_cluster(cluster):
             offsets[int(f[2])] = (f[3], f[4])
     assert sorted(offsets) == list(range(6)), groups
     assert all(current == end == "10" for current, end in offsets.values()), groups
+
+    # The finalized features every node reports in ApiVersions, as a Kafka 4.x cluster has them.
+    for node in cluster.brokers:
+        features = kafka_tool("org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", node.bootstrap,
+                              "describe")
+        finalized = dict(re.findall(r"Feature: (\S+)\s+SupportedMinVersion: \S+\s+SupportedMaxVersion: \S+\s+"
+                                    r"FinalizedVersionLevel: (\S+)", features))
+        assert re.fullmatch(r"4\.\d+-IV\d+", finalized.get("metadata.version", "")), features
+        assert int(finalized.get("transaction.version", "0")) >= 1, features
+        assert int(finalized.get("group.version", "0")) >= 1, features
+        assert finalized.get("kraft.version") in ("0", "1"), features

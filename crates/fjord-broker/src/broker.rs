@@ -922,11 +922,38 @@ impl Broker {
     }
 }
 
+/// The cluster features fjord implements, as Kafka 4.x brokers report theirs in ApiVersions
+/// (v3+): name, the lowest and highest level a node supports, and the level the cluster runs
+/// at. Clients pick code paths by the finalized levels (a 4.x producer uses transaction version
+/// 2 only when it is finalized). fjord has no UpdateFeatures: each level is fixed per build.
+pub const FEATURES: &[(&str, i16, i16, i16)] = &[
+    // 4.0-IV3: the metadata records and inter-broker APIs of Kafka 4.0.
+    ("metadata.version", 25, 25, 25),
+    // A static voter set (`controller.quorum.voters`); dynamic quorums (KIP-853) are level 1.
+    ("kraft.version", 0, 0, 0),
+    // Flexible `__transaction_state` records; version 2 (KIP-890 part 2) is not built.
+    ("transaction.version", 0, 1, 1),
+    // KIP-848 consumer groups.
+    ("group.version", 0, 1, 1),
+];
+
+/// The epoch of [`FEATURES`]' finalized levels. Clients take finalized features only from an
+/// answer with an epoch above -1 (and keep the highest epoch's); the levels never change.
+pub const FINALIZED_FEATURES_EPOCH: i64 = 0;
+
+/// The finalized level of feature `name` (0: off or unknown).
+pub fn finalized_level(name: &str) -> i16 {
+    FEATURES
+        .iter()
+        .find(|(n, ..)| *n == name)
+        .map_or(0, |(.., level)| *level)
+}
+
 pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {
     api_versions_of(SUPPORTED_APIS, error_code)
 }
 
-/// An ApiVersions answer advertising `apis`.
+/// An ApiVersions answer advertising `apis` and [`FEATURES`].
 pub fn api_versions_of(apis: &[(ApiKey, i16, i16)], error_code: i16) -> ApiVersionsResponse {
     ApiVersionsResponse {
         error_code,
@@ -938,7 +965,25 @@ pub fn api_versions_of(apis: &[(ApiKey, i16, i16)], error_code: i16) -> ApiVersi
                 max_version: *max,
             })
             .collect(),
-        finalized_features_epoch: -1,
+        supported_features: FEATURES
+            .iter()
+            .map(|(name, min, max, _)| SupportedFeatureKey {
+                name: (*name).to_string(),
+                min_version: *min,
+                max_version: *max,
+            })
+            .collect(),
+        finalized_features_epoch: FINALIZED_FEATURES_EPOCH,
+        // As in Kafka, a feature at level 0 is not finalized: it is off.
+        finalized_features: FEATURES
+            .iter()
+            .filter(|(_, _, _, level)| *level > 0)
+            .map(|(name, _, _, level)| FinalizedFeatureKey {
+                name: (*name).to_string(),
+                max_version_level: *level,
+                min_version_level: *level,
+            })
+            .collect(),
         ..Default::default()
     }
 }

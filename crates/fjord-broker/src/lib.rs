@@ -748,9 +748,8 @@ fn txn_config(config: &BrokerConfig) -> fjord_txn::TxnConfig {
     {
         txn.transactional_id_expiration_ms = v;
     }
-    // Clients are not told of a finalized transaction.version 2 yet, so they take the
-    // version 1 paths, and the coordinator's own aborts follow them.
-    txn.transaction_version = 1;
+    // The coordinator's own aborts follow the version clients are told is finalized.
+    txn.transaction_version = crate::broker::finalized_level("transaction.version");
     txn
 }
 

@@ -302,6 +302,40 @@ fn api_versions_lowest_highest_and_unsupported() {
             .map(|(k, min, max)| (*k as i16, *min, *max))
             .collect();
         assert_eq!(advertised, expected, "v{version}");
+        // Features are tagged fields of v3+.
+        let finalized: Vec<(&str, i16, i16)> = r
+            .finalized_features
+            .iter()
+            .map(|f| (f.name.as_str(), f.min_version_level, f.max_version_level))
+            .collect();
+        let supported: Vec<&str> = r
+            .supported_features
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        if version >= 3 {
+            assert_eq!(r.finalized_features_epoch, 0);
+            assert_eq!(
+                finalized,
+                [
+                    ("metadata.version", 25, 25),
+                    ("transaction.version", 1, 1),
+                    ("group.version", 1, 1)
+                ]
+            );
+            assert_eq!(
+                supported,
+                [
+                    "metadata.version",
+                    "kraft.version",
+                    "transaction.version",
+                    "group.version"
+                ]
+            );
+        } else {
+            assert!(finalized.is_empty() && supported.is_empty());
+            assert_eq!(r.finalized_features_epoch, -1);
+        }
     }
     // A version newer than the broker knows: a v0 response with UNSUPPORTED_VERSION and the
     // supported ranges, so the client can pick one (KIP-511).
