@@ -326,6 +326,20 @@ def run_tool(client: str, cmd: str, wall_s: float = 300, **kw) -> subprocess.Com
     return proc
 
 
+def unadded_produce(bootstrap: str, topic: str, transactional_id: str, added: int) -> List[Dict[str, int]]:
+    """The franz-go tool's txn-unadded-produce: a transaction with partition `added` added, then one raw
+    transactional batch (Produce v11) to every partition of `topic`, then an abort. One row per partition:
+    partition, leader, coordinator (the transaction coordinator's node), added (0/1), error (the Produce error
+    code)."""
+    out = run_tool("go", "txn-unadded-produce", wall_s=120, bootstrap=bootstrap, topic=topic,
+                   transactional_id=transactional_id, added=added).stdout
+    rows = []
+    for line in out.splitlines():
+        f = line.split()
+        rows.append({f[i]: int(f[i + 1]) for i in range(0, len(f), 2)})
+    return rows
+
+
 def start_tool(client: str, cmd: str, log: Path, **kw) -> subprocess.Popen:
     """Starts a client tool in the background with its output going to `log`."""
     with open(log, "wb") as f:

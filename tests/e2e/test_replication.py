@@ -14,7 +14,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import CLIENTS, Cluster, franz_go_tests, kafka_tool, metadata_quorum_status, round_trip, wait_for
+from harness import (CLIENTS, Cluster, franz_go_tests, kafka_tool, metadata_quorum_status, round_trip, unadded_produce,
+                     wait_for)
 
 SESSION_MS = 6000
 LAG_MS = 2000
@@ -236,6 +237,22 @@ def read_committed(bootstrap: str, topic: str, expected: int) -> list:
         values.append(m.value().decode())
     c.close()
     return values
+
+
+def test_a_batch_for_a_partition_not_in_the_transaction_is_refused_by_every_leader(cluster):
+    """KIP-890 part 1 across nodes: a transactional producer that skips AddPartitionsToTxn (raw Produce v11) has its
+    batch refused by every leader, also by those whose transaction coordinator is another node (they ask it before
+    the append); the partition it added takes its batch."""
+    topic = "txn-unadded-rf3"
+    create(cluster.bootstrap, topic, min_isr=2)
+    ids = sorted(n.node_id for n in cluster.nodes)
+    all_in_sync(cluster.bootstrap, topic, ids)
+    rows = unadded_produce(cluster.bootstrap, topic, "txn-unadded-producer", added=0)
+    assert len(rows) == PARTITIONS, rows
+    assert any(r["leader"] != r["coordinator"] and not r["added"] for r in rows), rows
+    assert [r["error"] for r in rows if r["added"]] == [0], rows
+    # TRANSACTION_ABORTABLE (Produce v11 knows it).
+    assert all(r["error"] == 120 for r in rows if not r["added"]), rows
 
 
 def test_transactions_commit_through_a_partition_leaders_kill9(cluster):

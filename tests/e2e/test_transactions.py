@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import kafka_tool, wait_for
+from harness import kafka_tool, unadded_produce, wait_for
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -292,3 +292,17 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(broke
     assert labels(consume_all(broker.bootstrap, topic, 1, "read_committed", 3, wait_s=40)) == ["after"]
     with pytest.raises(KafkaException):
         stalled.commit_transaction(30)
+
+
+def test_a_batch_for_a_partition_not_in_the_transaction_is_refused(broker):
+    """KIP-890 part 1: a transactional producer that skips AddPartitionsToTxn for a partition (raw Produce v11) has
+    its batch there refused, so no transaction the coordinator does not know of can hang the partition; the
+    partition it did add takes its batch."""
+    topic = f"txn-unadded-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 3)
+    rows = unadded_produce(broker.bootstrap, topic, f"unadded-{uuid.uuid4().hex[:8]}", added=1)
+    assert sorted(r["partition"] for r in rows) == [0, 1, 2], rows
+    assert [r["error"] for r in rows if r["added"]] == [0], rows
+    # TRANSACTION_ABORTABLE (Produce v11 knows it).
+    assert all(r["error"] == 120 for r in rows if not r["added"]), rows
+

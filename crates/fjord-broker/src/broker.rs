@@ -226,6 +226,11 @@ impl Broker {
             .get(0..2)
             .and_then(|b| ApiKey::from_i16(i16::from_be_bytes([b[0], b[1]])));
         match api {
+            // A transactional produce that must first ask a remote coordinator (KIP-890) waits
+            // for everything before it and holds back everything after it.
+            Some(ApiKey::Produce) if self.produce_needs_remote_verification(frame) => {
+                Sequencing::AfterAll
+            }
             Some(ApiKey::Produce) => Sequencing::Lane(PRODUCE_LANE),
             Some(api) if is_group_api(api) && self.groups.all_loaded() => {
                 Sequencing::Lane(GROUP_LANE)
@@ -383,9 +388,37 @@ impl Broker {
             RequestBody::OffsetForLeaderEpoch(request) => respond(
                 ResponseBody::OffsetForLeaderEpoch(self.offset_for_leader_epoch(&request)),
             ),
-            RequestBody::Produce(request) => {
-                self.produce(request, api, version, correlation_id, now)
-            }
+            RequestBody::Produce(request) => match self.remote_verification(&request) {
+                None => self.produce(
+                    request,
+                    api,
+                    version,
+                    correlation_id,
+                    now,
+                    &Default::default(),
+                ),
+                // Sequenced after every earlier request, holding back the later ones (see
+                // `sequencing`): the append still happens in arrival order.
+                Some(verification) => {
+                    let this = self.clone();
+                    Reply::Later(Box::pin(async move {
+                        let verdicts = this.verify_remotely(verification).await;
+                        let reply = this.produce(
+                            request,
+                            api,
+                            version,
+                            correlation_id,
+                            now_ms(),
+                            &verdicts,
+                        );
+                        match reply {
+                            Reply::Now(response) => response,
+                            Reply::Later(future) => future.await,
+                            Reply::Close(message) => Response::Close(message),
+                        }
+                    }))
+                }
+            },
             RequestBody::Fetch(request) => self.fetch(request, api, version, correlation_id, now),
             RequestBody::AddPartitionsToTxn(request) => {
                 let this = self.clone();

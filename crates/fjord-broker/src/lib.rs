@@ -23,6 +23,7 @@ mod txn;
 mod txn_admin;
 mod txn_markers;
 pub mod txn_runtime;
+mod txn_verify;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -15,6 +15,7 @@ use crate::broker::{encode_response, Broker};
 use crate::flusher::{Durable, FlushTarget};
 use crate::network::{Reply, Response};
 use crate::replica::{Partition, PartitionError};
+use crate::txn_verify::RemoteVerdicts;
 use fjord_common::errors;
 
 /// What one partition's append left to do before it can be answered.
@@ -57,6 +58,7 @@ impl Broker {
         version: i16,
         correlation_id: i32,
         now: i64,
+        remote: &RemoteVerdicts,
     ) -> Reply {
         let acks = request.acks;
         let mut topics: Vec<TopicProduceResponse> = Vec::with_capacity(request.topic_data.len());
@@ -104,7 +106,7 @@ impl Broker {
                                 .as_deref()
                                 .map_or(Ok(()), |id| {
                                     self.verify_transactional_produce(
-                                        id, &partition, records, version,
+                                        id, &partition, records, version, remote,
                                     )
                                 })
                                 .and_then(|()| self.replicas.append(&partition, records, now))

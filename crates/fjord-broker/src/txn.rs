@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use fjord_client::{ClientConfig, Connection};
 use fjord_common::{errors, lock, TopicPartition};
 use fjord_protocol::messages::add_offsets_to_txn_request::AddOffsetsToTxnRequest;
@@ -38,8 +37,8 @@ use fjord_txn::{Answer, MarkerJob, ProducerAnswer};
 
 use crate::broker::{now_ms, Broker};
 use crate::group_runtime::OFFSETS_TOPIC;
-use crate::replica::{Partition, PartitionError};
-use crate::txn_runtime::{Ran, SharedShard, TXN_TOPIC};
+
+use crate::txn_runtime::{MarkerLink, Ran, SharedShard, TXN_TOPIC};
 
 /// The version of WriteTxnMarkers sent to other brokers.
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
@@ -198,15 +197,7 @@ impl Broker {
         self: &Arc<Self>,
         transaction: AddPartitionsToTxnTransaction,
     ) -> AddPartitionsToTxnResult {
-        let partitions: Vec<TopicPartition> = transaction
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partitions
-                    .iter()
-                    .map(|&p| TopicPartition::new(t.name.as_str(), p))
-            })
-            .collect();
+        let partitions = transaction_partitions(&transaction);
         let image = self.quorum.image();
         let exists = |tp: &TopicPartition| {
             image.topic(&tp.topic).is_some_and(|t| {
@@ -485,13 +476,46 @@ impl Broker {
         request: WriteTxnMarkersRequest,
     ) -> Result<WriteTxnMarkersResponse, String> {
         let link = self.txns.marker_link(broker);
+        let client_id = format!("txn-markers-{}", self.config.node_id);
+        // A marker waits up to 30 s for its replicas at the leader.
+        let timeout = Duration::from_secs(35);
+        let body = RequestBody::WriteTxnMarkers(request);
+        match self
+            .send_on_link(
+                &link,
+                broker,
+                client_id,
+                timeout,
+                WRITE_TXN_MARKERS_VERSION,
+                body,
+            )
+            .await?
+        {
+            ResponseBody::WriteTxnMarkers(response) => Ok(response),
+            other => Err(format!(
+                "broker {broker} answered {} to WriteTxnMarkers",
+                other.api_key().name()
+            )),
+        }
+    }
+
+    /// Sends one request to `broker` over the inter-broker listener on `link`, connecting it
+    /// first if it has no usable connection.
+    pub(crate) async fn send_on_link(
+        &self,
+        link: &MarkerLink,
+        broker: i32,
+        client_id: String,
+        request_timeout: Duration,
+        version: i16,
+        body: RequestBody,
+    ) -> Result<ResponseBody, String> {
         let mut connection = link.lock().await;
         if !connection.as_ref().is_some_and(Connection::is_usable) {
             let config = ClientConfig {
-                client_id: format!("txn-markers-{}", self.config.node_id),
+                client_id,
                 connect_timeout: Duration::from_secs(2),
-                // A marker waits up to 30 s for its replicas at the leader.
-                request_timeout: Duration::from_secs(35),
+                request_timeout,
                 max_response_bytes: 1024 * 1024,
             };
             *connection = Some(
@@ -507,20 +531,10 @@ impl Broker {
         let Some(connection) = connection.as_mut() else {
             return Err("no connection".into());
         };
-        match connection
-            .send_at(
-                WRITE_TXN_MARKERS_VERSION,
-                RequestBody::WriteTxnMarkers(request),
-            )
+        connection
+            .send_at(version, body)
             .await
-        {
-            Ok(ResponseBody::WriteTxnMarkers(response)) => Ok(response),
-            Ok(other) => Err(format!(
-                "broker {broker} answered {} to WriteTxnMarkers",
-                other.api_key().name()
-            )),
-            Err(error) => Err(error.to_string()),
-        }
+            .map_err(|error| error.to_string())
     }
 
     // ---- Timers ---------------------------------------------------------------------------
@@ -554,126 +568,21 @@ impl Broker {
             }
         }
     }
+}
 
-    // ---- Produce ----------------------------------------------------------------------------
-
-    /// KIP-890 part 1: a transactional batch for a partition where its producer has no
-    /// transaction open yet must be in the producer's transaction at the coordinator.
-    pub(crate) fn verify_transactional_produce(
-        &self,
-        transactional_id: &str,
-        partition: &Partition,
-        records: &Bytes,
-        produce_version: i16,
-    ) -> Result<(), PartitionError> {
-        let Ok(header) = fjord_records::BatchHeader::parse(records) else {
-            // The append reports what is wrong with it.
-            return Ok(());
-        };
-        if !header.is_transactional() {
-            return Ok(());
-        }
-        let code = match self.verify_in_transaction(
-            transactional_id,
-            header.producer_id,
-            header.producer_epoch,
-            partition,
-        ) {
-            errors::NONE => return Ok(()),
-            // Producers before produce v11 do not know TRANSACTION_ABORTABLE.
-            errors::TRANSACTION_ABORTABLE if produce_version < 11 => errors::INVALID_TXN_STATE,
-            // The coordinator cannot say now: the producer retries.
-            errors::NOT_COORDINATOR
-            | errors::COORDINATOR_NOT_AVAILABLE
-            | errors::COORDINATOR_LOAD_IN_PROGRESS
-            | errors::CONCURRENT_TRANSACTIONS => errors::NOT_ENOUGH_REPLICAS,
-            code => code,
-        };
-        Err(PartitionError::new(
-            code,
-            format!(
-                "the partition {} is not in the transaction of {transactional_id}",
-                partition.tp
-            ),
-        ))
-    }
-
-    /// KIP-890 part 1 for a transaction's offset commit (TxnOffsetCommit, checked on the
-    /// group's `__consumer_offsets` partition under its shard's lock): the producer's epoch
-    /// must not be older than the partition has seen, and the partition must be in its
-    /// transaction. The error code for every partition of the request, if refused.
-    pub(crate) fn check_txn_offset_commit(
-        &self,
-        transactional_id: &str,
-        producer_id: i64,
-        producer_epoch: i16,
-        partition: &Partition,
-    ) -> Result<(), i16> {
-        let fenced = partition
-            .log
-            .lock()
-            .is_ok_and(|log| log.producer_epoch(producer_id) > Some(producer_epoch));
-        if fenced {
-            return Err(errors::INVALID_PRODUCER_EPOCH);
-        }
-        match self.verify_in_transaction(transactional_id, producer_id, producer_epoch, partition) {
-            errors::NONE => Ok(()),
-            // TxnOffsetCommit before v5 knows no TRANSACTION_ABORTABLE.
-            errors::TRANSACTION_ABORTABLE => Err(errors::INVALID_TXN_STATE),
-            // The transaction coordinator cannot say now: the producer retries with this
-            // group coordinator.
-            errors::NOT_COORDINATOR
-            | errors::COORDINATOR_NOT_AVAILABLE
-            | errors::COORDINATOR_LOAD_IN_PROGRESS
-            | errors::CONCURRENT_TRANSACTIONS => Err(errors::COORDINATOR_LOAD_IN_PROGRESS),
-            code => Err(code),
-        }
-    }
-
-    /// Whether `partition` is in the transaction of `transactional_id`'s producer: at once if
-    /// the producer has a transaction open there, else as the transaction coordinator says
-    /// (AddPartitionsToTxn's verify form). NONE when it is, else the coordinator's error.
-    fn verify_in_transaction(
-        &self,
-        transactional_id: &str,
-        producer_id: i64,
-        producer_epoch: i16,
-        partition: &Partition,
-    ) -> i16 {
-        let open = partition
-            .log
-            .lock()
-            .is_ok_and(|log| log.in_transaction(producer_id));
-        if open {
-            return errors::NONE;
-        }
-        let txn_partition = self.txns.partition_of(transactional_id);
-        match self.txns.shard(txn_partition) {
-            Some(shard) => lock(&shard)
-                .core
-                .verify_partitions(
-                    transactional_id,
-                    producer_id,
-                    producer_epoch,
-                    std::slice::from_ref(&partition.tp),
-                )
-                .pop()
-                .map_or(errors::UNKNOWN_SERVER_ERROR, |(_, code)| code),
-            // Led here but not loaded yet.
-            None if self.replicas.get(TXN_TOPIC, txn_partition).is_some() => {
-                errors::COORDINATOR_LOAD_IN_PROGRESS
-            }
-            None => {
-                // The coordinator is another broker: asking it is not built yet, so the write
-                // is taken unverified, as brokers before KIP-890 did.
-                tracing::debug!(
-                    transactional_id,
-                    "transactional write not verified: the coordinator is remote"
-                );
-                errors::NONE
-            }
-        }
-    }
+/// The partitions an AddPartitionsToTxn transaction names.
+pub(crate) fn transaction_partitions(
+    transaction: &AddPartitionsToTxnTransaction,
+) -> Vec<TopicPartition> {
+    transaction
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|&p| TopicPartition::new(t.name.as_str(), p))
+        })
+        .collect()
 }
 
 /// The WriteTxnMarkers request ending `job`'s transaction on `partitions`.

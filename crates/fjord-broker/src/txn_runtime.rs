@@ -49,6 +49,9 @@ pub struct TxnRuntime {
     pub deadline_moved: Notify,
     /// One connection per broker that markers are sent to.
     marker_links: Mutex<HashMap<i32, MarkerLink>>,
+    /// Connections to other brokers' coordinators for KIP-890 verification, by broker id:
+    /// apart from the markers', which can wait long for replicas.
+    verification_links: Mutex<HashMap<i32, MarkerLink>>,
 }
 
 pub type MarkerLink = Arc<tokio::sync::Mutex<Option<fjord_client::Connection>>>;
@@ -76,12 +79,21 @@ impl TxnRuntime {
             shards: Mutex::new(HashMap::new()),
             deadline_moved: Notify::new(),
             marker_links: Mutex::new(HashMap::new()),
+            verification_links: Mutex::new(HashMap::new()),
         }
     }
 
     /// The connection markers for `broker` go on (connected by the sender).
     pub fn marker_link(&self, broker: i32) -> MarkerLink {
         lock(&self.marker_links).entry(broker).or_default().clone()
+    }
+
+    /// The connection produce verifications for `broker`'s coordinators go on.
+    pub fn verification_link(&self, broker: i32) -> MarkerLink {
+        lock(&self.verification_links)
+            .entry(broker)
+            .or_default()
+            .clone()
     }
 
     pub fn partition_of(&self, transactional_id: &str) -> i32 {

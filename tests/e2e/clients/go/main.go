@@ -301,6 +301,13 @@ func main() {
 		os.Exit(64)
 	}
 	cmd := os.Args[1]
+	if cmd == "txn-unadded-produce" {
+		if err := unaddedProduce(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", cmd, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if cmd == "group-consume" {
 		o, err := parseGroup(os.Args[2:])
 		if err != nil {
