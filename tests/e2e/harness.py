@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 E2E_DIR = Path(__file__).resolve().parent
 REPO_ROOT = E2E_DIR.parent.parent
@@ -326,18 +326,23 @@ def run_tool(client: str, cmd: str, wall_s: float = 300, **kw) -> subprocess.Com
     return proc
 
 
-def unadded_produce(bootstrap: str, topic: str, transactional_id: str, added: int) -> List[Dict[str, int]]:
+def unadded_produce(bootstrap: str, topic: str, transactional_id: str, added: int,
+                    offsets_group: Optional[str] = None) -> Tuple[List[Dict[str, int]], Optional[Dict[str, str]]]:
     """The franz-go tool's txn-unadded-produce: a transaction with partition `added` added, then one raw
     transactional batch (Produce v11) to every partition of `topic`, then an abort. One row per partition:
     partition, leader, coordinator (the transaction coordinator's node), added (0/1), error (the Produce error
-    code)."""
+    code). With `offsets_group`, also a TxnOffsetCommit without AddOffsetsToTxn for a group named after it (one whose
+    coordinator is not the transaction coordinator, where there is one): its group, coordinator and error."""
     out = run_tool("go", "txn-unadded-produce", wall_s=120, bootstrap=bootstrap, topic=topic,
-                   transactional_id=transactional_id, added=added).stdout
-    rows = []
+                   transactional_id=transactional_id, added=added, offsets_group=offsets_group).stdout
+    rows, offsets = [], None
     for line in out.splitlines():
         f = line.split()
-        rows.append({f[i]: int(f[i + 1]) for i in range(0, len(f), 2)})
-    return rows
+        if f[0] == "offsets":
+            offsets = dict(zip(f[1::2], f[2::2]))
+        else:
+            rows.append({f[i]: int(f[i + 1]) for i in range(0, len(f), 2)})
+    return rows, offsets
 
 
 def start_tool(client: str, cmd: str, log: Path, **kw) -> subprocess.Popen:

@@ -242,17 +242,23 @@ def read_committed(bootstrap: str, topic: str, expected: int) -> list:
 def test_a_batch_for_a_partition_not_in_the_transaction_is_refused_by_every_leader(cluster):
     """KIP-890 part 1 across nodes: a transactional producer that skips AddPartitionsToTxn (raw Produce v11) has its
     batch refused by every leader, also by those whose transaction coordinator is another node (they ask it before
-    the append); the partition it added takes its batch."""
+    the append); the partition it added takes its batch. A group coordinator on another node than the transaction
+    coordinator refuses offsets committed in the transaction without AddOffsetsToTxn."""
     topic = "txn-unadded-rf3"
     create(cluster.bootstrap, topic, min_isr=2)
     ids = sorted(n.node_id for n in cluster.nodes)
     all_in_sync(cluster.bootstrap, topic, ids)
-    rows = unadded_produce(cluster.bootstrap, topic, "txn-unadded-producer", added=0)
+    rows, offsets = unadded_produce(cluster.bootstrap, topic, "txn-unadded-producer", added=0,
+                                    offsets_group="txn-unadded-group")
     assert len(rows) == PARTITIONS, rows
     assert any(r["leader"] != r["coordinator"] and not r["added"] for r in rows), rows
     assert [r["error"] for r in rows if r["added"]] == [0], rows
     # TRANSACTION_ABORTABLE (Produce v11 knows it).
     assert all(r["error"] == 120 for r in rows if not r["added"]), rows
+    # Offsets committed in the transaction without AddOffsetsToTxn, at a group coordinator that is not the
+    # transaction coordinator: TRANSACTION_ABORTABLE (TxnOffsetCommit v4).
+    assert offsets and int(offsets["coordinator"]) != rows[0]["coordinator"], (offsets, rows)
+    assert offsets["error"] == "120", offsets
 
 
 def test_transactions_commit_through_a_partition_leaders_kill9(cluster):

@@ -297,12 +297,16 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(broke
 def test_a_batch_for_a_partition_not_in_the_transaction_is_refused(broker):
     """KIP-890 part 1: a transactional producer that skips AddPartitionsToTxn for a partition (raw Produce v11) has
     its batch there refused, so no transaction the coordinator does not know of can hang the partition; the
-    partition it did add takes its batch."""
+    partition it did add takes its batch. Offsets it commits in the transaction without AddOffsetsToTxn are refused
+    too."""
     topic = f"txn-unadded-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic, 3)
-    rows = unadded_produce(broker.bootstrap, topic, f"unadded-{uuid.uuid4().hex[:8]}", added=1)
+    rows, offsets = unadded_produce(broker.bootstrap, topic, f"unadded-{uuid.uuid4().hex[:8]}", added=1,
+                                    offsets_group=f"unadded-group-{uuid.uuid4().hex[:8]}")
     assert sorted(r["partition"] for r in rows) == [0, 1, 2], rows
     assert [r["error"] for r in rows if r["added"]] == [0], rows
     # TRANSACTION_ABORTABLE (Produce v11 knows it).
     assert all(r["error"] == 120 for r in rows if not r["added"]), rows
+    # Offsets committed in the transaction without AddOffsetsToTxn: TRANSACTION_ABORTABLE (TxnOffsetCommit v4).
+    assert offsets and offsets["error"] == "120", offsets
 

@@ -232,6 +232,13 @@ impl Broker {
                 Sequencing::AfterAll
             }
             Some(ApiKey::Produce) => Sequencing::Lane(PRODUCE_LANE),
+            // Like a transactional produce, a TxnOffsetCommit that must first ask a remote
+            // transaction coordinator runs alone.
+            Some(ApiKey::TxnOffsetCommit)
+                if self.txn_offset_commit_needs_remote_verification(frame) =>
+            {
+                Sequencing::AfterAll
+            }
             Some(api) if is_group_api(api) && self.groups.all_loaded() => {
                 Sequencing::Lane(GROUP_LANE)
             }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use fjord_group::ClientInfo;
+use fjord_group::{ClientInfo, Topics};
 use fjord_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
 use fjord_protocol::messages::find_coordinator_response::{Coordinator, FindCoordinatorResponse};
 use fjord_protocol::{ApiKey, RequestBody, ResponseBody};
@@ -16,6 +16,7 @@ use crate::forwarding::InternalTopic;
 use crate::group_runtime::{topics_view, GroupAnswer, OFFSETS_TOPIC};
 use crate::network::{Reply, Response};
 use crate::txn_runtime::TXN_TOPIC;
+use crate::txn_verify::RemoteVerdicts;
 use fjord_common::errors;
 
 /// FindCoordinator key types.
@@ -238,23 +239,54 @@ impl Broker {
         }))
     }
 
+    /// Starts a TxnOffsetCommit on its group's shard, checked there against the producer's
+    /// state and transaction (`remote`: a remote coordinator's verdicts, asked beforehand).
+    fn start_txn_offset_commit(
+        &self,
+        body: RequestBody,
+        version: i16,
+        topics: &Topics,
+        client: &ClientInfo,
+        remote: &RemoteVerdicts,
+    ) -> GroupAnswer {
+        let RequestBody::TxnOffsetCommit(r) = &body else {
+            return Box::pin(async { Err("not a TxnOffsetCommit".to_string()) });
+        };
+        let partition = self.groups.partition_of(&r.group_id);
+        let (id, producer_id, epoch) =
+            (r.transactional_id.clone(), r.producer_id, r.producer_epoch);
+        self.groups
+            .start_checked(partition, version, body, topics, client, |p| {
+                self.check_txn_offset_commit(&id, producer_id, epoch, p, remote, version)
+            })
+    }
+
     /// Starts a group request on the shard(s) owning its group(s).
     fn start_group_request(
-        &self,
+        self: &Arc<Self>,
         body: RequestBody,
         version: i16,
         client: &ClientInfo,
     ) -> GroupAnswer {
         let topics = topics_view(&self.quorum.image());
         if let RequestBody::TxnOffsetCommit(r) = &body {
-            let partition = self.groups.partition_of(&r.group_id);
-            let (id, producer_id, epoch) =
-                (r.transactional_id.clone(), r.producer_id, r.producer_epoch);
-            return self
-                .groups
-                .start_checked(partition, version, body, &topics, client, |p| {
-                    self.check_txn_offset_commit(&id, producer_id, epoch, p)
-                });
+            // A remote transaction coordinator is asked first (KIP-890; the request is then
+            // sequenced after everything before it, `txn_verify`).
+            let Some(verification) = self.remote_offsets_verification(r) else {
+                return self.start_txn_offset_commit(
+                    body,
+                    version,
+                    &topics,
+                    client,
+                    &Default::default(),
+                );
+            };
+            let (this, client) = (self.clone(), client.clone());
+            return Box::pin(async move {
+                let verdicts = this.verify_remotely(verification).await;
+                this.start_txn_offset_commit(body, version, &topics, &client, &verdicts)
+                    .await
+            });
         }
         let group_id = match &body {
             RequestBody::JoinGroup(r) => Some(&r.group_id),

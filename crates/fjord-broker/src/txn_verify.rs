@@ -6,10 +6,8 @@
 //! (v4+) before the produce takes effect: such a produce is sequenced after every earlier
 //! request of its connection and holds back the later ones (`Broker::sequencing`), so its
 //! records still go in in arrival order. Once the first batch is in, the partition has the
-//! transaction open and later batches need no asking.
-//!
-//! A TxnOffsetCommit whose transaction coordinator is remote is not verified yet: its offsets
-//! are taken as before KIP-890.
+//! transaction open and later batches need no asking. A TxnOffsetCommit is verified the same
+//! way for its group's `__consumer_offsets` partition.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -21,9 +19,11 @@ use fjord_protocol::messages::add_partitions_to_txn_request::{
 };
 use fjord_protocol::messages::add_partitions_to_txn_response::AddPartitionsToTxnResponse;
 use fjord_protocol::messages::produce_request::ProduceRequest;
+use fjord_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequest;
 use fjord_protocol::{ApiKey, Decoder, RequestBody, ResponseBody};
 
 use crate::broker::Broker;
+use crate::group_runtime::OFFSETS_TOPIC;
 use crate::replica::{Partition, PartitionError};
 use crate::txn_runtime::TXN_TOPIC;
 
@@ -66,7 +66,7 @@ impl Broker {
             header.producer_id,
             header.producer_epoch,
             partition,
-            Some(remote),
+            remote,
         ) {
             errors::NONE => return Ok(()),
             // Producers before produce v11 do not know TRANSACTION_ABORTABLE.
@@ -97,6 +97,8 @@ impl Broker {
         producer_id: i64,
         producer_epoch: i16,
         partition: &Partition,
+        remote: &RemoteVerdicts,
+        version: i16,
     ) -> Result<(), i16> {
         let fenced = partition
             .log
@@ -105,17 +107,16 @@ impl Broker {
         if fenced {
             return Err(errors::INVALID_PRODUCER_EPOCH);
         }
-        // A remote transaction coordinator is not asked here (see the module doc).
         match self.verify_in_transaction(
             transactional_id,
             producer_id,
             producer_epoch,
             partition,
-            None,
+            remote,
         ) {
             errors::NONE => Ok(()),
-            // TxnOffsetCommit before v5 knows no TRANSACTION_ABORTABLE.
-            errors::TRANSACTION_ABORTABLE => Err(errors::INVALID_TXN_STATE),
+            // Kafka 4.4 answers TRANSACTION_ABORTABLE from v4 on; older producers know it not.
+            errors::TRANSACTION_ABORTABLE if version < 4 => Err(errors::INVALID_TXN_STATE),
             // The transaction coordinator cannot say now: the producer retries with this
             // group coordinator.
             errors::NOT_COORDINATOR
@@ -135,7 +136,7 @@ impl Broker {
         producer_id: i64,
         producer_epoch: i16,
         partition: &Partition,
-        remote: Option<&RemoteVerdicts>,
+        remote: &RemoteVerdicts,
     ) -> i16 {
         let open = partition
             .log
@@ -162,14 +163,10 @@ impl Broker {
             }
             // The coordinator is another broker: its answer was fetched before this request
             // took effect (`verify_remotely`); one not fetched makes the producer try again.
-            // Without answers (a TxnOffsetCommit) the write is taken unverified, as brokers
-            // before KIP-890 took it.
-            None => remote.map_or(errors::NONE, |verdicts| {
-                verdicts
-                    .get(&partition.tp)
-                    .copied()
-                    .unwrap_or(errors::COORDINATOR_NOT_AVAILABLE)
-            }),
+            None => remote
+                .get(&partition.tp)
+                .copied()
+                .unwrap_or(errors::COORDINATOR_NOT_AVAILABLE),
         }
     }
 
@@ -183,10 +180,7 @@ impl Broker {
         request: &ProduceRequest,
     ) -> Option<RemoteVerification> {
         let transactional_id = request.transactional_id.as_deref()?;
-        let txn_partition = self.txns.partition_of(transactional_id);
-        if self.replicas.get(TXN_TOPIC, txn_partition).is_some() {
-            return None;
-        }
+        let coordinator = self.remote_txn_coordinator(transactional_id)?;
         let mut producer = None;
         let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
         for topic in &request.topic_data {
@@ -215,13 +209,6 @@ impl Broker {
             }
         }
         let (producer_id, producer_epoch) = producer?;
-        let coordinator = self
-            .quorum
-            .image()
-            .topic(TXN_TOPIC)?
-            .partitions
-            .get(usize::try_from(txn_partition).ok()?)?
-            .leader;
         Some(RemoteVerification {
             coordinator,
             transaction: AddPartitionsToTxnTransaction {
@@ -238,6 +225,70 @@ impl Broker {
                     .collect(),
             },
         })
+    }
+
+    /// The same for a TxnOffsetCommit, whose one partition is its group's `__consumer_offsets`
+    /// partition (when led here; elsewhere the request is refused NOT_COORDINATOR anyway).
+    pub(crate) fn remote_offsets_verification(
+        &self,
+        request: &TxnOffsetCommitRequest,
+    ) -> Option<RemoteVerification> {
+        let coordinator = self.remote_txn_coordinator(&request.transactional_id)?;
+        let offsets_partition = self.groups.partition_of(&request.group_id);
+        let partition = self.replicas.get(OFFSETS_TOPIC, offsets_partition)?;
+        let open = partition
+            .log
+            .lock()
+            .is_ok_and(|log| log.in_transaction(request.producer_id));
+        (!open).then(|| RemoteVerification {
+            coordinator,
+            transaction: AddPartitionsToTxnTransaction {
+                transactional_id: request.transactional_id.clone(),
+                producer_id: request.producer_id,
+                producer_epoch: request.producer_epoch,
+                verify_only: true,
+                topics: vec![AddPartitionsToTxnTopic {
+                    name: OFFSETS_TOPIC.to_string(),
+                    partitions: vec![offsets_partition],
+                }],
+            },
+        })
+    }
+
+    /// The broker leading the transaction coordinator of `transactional_id` (-1 when none
+    /// does), unless it is this one.
+    fn remote_txn_coordinator(&self, transactional_id: &str) -> Option<i32> {
+        let txn_partition = self.txns.partition_of(transactional_id);
+        if self.replicas.get(TXN_TOPIC, txn_partition).is_some() {
+            return None;
+        }
+        let leader = self
+            .quorum
+            .image()
+            .topic(TXN_TOPIC)
+            .and_then(|t| {
+                t.partitions
+                    .get(usize::try_from(txn_partition).ok()?)
+                    .map(|p| p.leader)
+            })
+            .unwrap_or(-1);
+        Some(leader)
+    }
+
+    /// Whether the TxnOffsetCommit in `frame` must ask a remote coordinator before it takes
+    /// effect (then it is sequenced after everything before it).
+    pub(crate) fn txn_offset_commit_needs_remote_verification(&self, frame: &Bytes) -> bool {
+        let mut input = Decoder::new(frame.clone());
+        let Ok(header) = fjord_protocol::decode_request_header(&mut input) else {
+            return false;
+        };
+        let version = header.request_api_version;
+        match RequestBody::decode(ApiKey::TxnOffsetCommit, &mut input, version) {
+            Ok(RequestBody::TxnOffsetCommit(request)) => {
+                self.remote_offsets_verification(&request).is_some()
+            }
+            _ => false,
+        }
     }
 
     /// Whether the Produce in `frame` must ask a remote coordinator before it takes effect

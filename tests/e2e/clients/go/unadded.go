@@ -27,6 +27,7 @@ func unaddedProduce(args []string) error {
 	topic := fs.String("topic", "", "topic")
 	txnID := fs.String("transactional-id", "", "transactional id")
 	added := fs.Int("added", 0, "the partition added to the transaction")
+	group := fs.String("offsets-group", "", "also commit offsets for a group (prefix) without AddOffsetsToTxn")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -35,6 +36,7 @@ func unaddedProduce(args []string) error {
 	versions := kversion.Stable()
 	versions.SetMaxKeyVersion(0, 11)
 	versions.SetMaxKeyVersion(24, 3)
+	versions.SetMaxKeyVersion(28, 4) // TxnOffsetCommit: from v5 the group coordinator adds its partition itself
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(*bootstrap)...), kgo.MaxVersions(versions))
 	if err != nil {
 		return err
@@ -135,6 +137,12 @@ func unaddedProduce(args []string) error {
 			isAdded, code)
 	}
 
+	if *group != "" {
+		if err := unaddedOffsets(ctx, cl, *group, *txnID, producerID, epoch, coordinator, *topic); err != nil {
+			return err
+		}
+	}
+
 	end := kmsg.NewPtrEndTxnRequest()
 	end.TransactionalID = *txnID
 	end.ProducerID, end.ProducerEpoch = producerID, epoch
@@ -182,4 +190,59 @@ func transactionalBatch(producerID int64, epoch int16, value string) []byte {
 	batch = append(batch, 2)                                              // magic
 	batch = binary.BigEndian.AppendUint32(batch, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
 	return append(batch, body...)
+}
+
+// unaddedOffsets commits an offset within the transaction for a group whose coordinator is, if any of 20
+// candidates' is, not the transaction coordinator, without AddOffsetsToTxn first. Prints `offsets group <id>
+// coordinator <id> error <code>`.
+func unaddedOffsets(ctx context.Context, cl *kgo.Client, prefix, txnID string, producerID int64, epoch int16,
+	txnCoordinator int32, topic string) error {
+	var group string
+	var groupCoordinator int32
+	for i := 0; i < 20; i++ {
+		group = fmt.Sprintf("%s-%d", prefix, i)
+		for {
+			find := kmsg.NewPtrFindCoordinatorRequest()
+			find.CoordinatorKeys = []string{group}
+			resp, err := find.RequestWith(ctx, cl)
+			if err != nil {
+				return err
+			}
+			if len(resp.Coordinators) != 1 {
+				return fmt.Errorf("FindCoordinator answered %d coordinators", len(resp.Coordinators))
+			}
+			err = kerr.ErrorForCode(resp.Coordinators[0].ErrorCode)
+			if err == nil {
+				groupCoordinator = resp.Coordinators[0].NodeID
+				break
+			}
+			if !kerr.IsRetriable(err) || ctx.Err() != nil {
+				return fmt.Errorf("no group coordinator: %w", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if groupCoordinator != txnCoordinator {
+			break
+		}
+	}
+	commit := kmsg.NewPtrTxnOffsetCommitRequest()
+	commit.TransactionalID = txnID
+	commit.Group = group
+	commit.ProducerID, commit.ProducerEpoch = producerID, epoch
+	commit.Topics = []kmsg.TxnOffsetCommitRequestTopic{{
+		Topic:      topic,
+		Partitions: []kmsg.TxnOffsetCommitRequestTopicPartition{{Partition: 0, Offset: 1, LeaderEpoch: -1}},
+	}}
+	resp, err := commit.RequestWith(ctx, cl.Broker(int(groupCoordinator)))
+	if err != nil {
+		return err
+	}
+	code := int16(-1)
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			code = p.ErrorCode
+		}
+	}
+	fmt.Printf("offsets group %s coordinator %d error %d\n", group, groupCoordinator, code)
+	return nil
 }
