@@ -27,7 +27,7 @@ step "cargo test --workspace"
 cargo test --workspace
 
 step "fuzz: every target, bounded (long runs: scripts/fuzz.sh 600)"
-scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
+scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
 
 step "benchmark harness, smoke mode (the full comparison: bench/run.sh)"
 bench/run.sh --smoke
