@@ -172,9 +172,9 @@ impl Broker {
 
     /// The partitions of `request` that need a remote coordinator's verdict before it takes
     /// effect: transactional batches on partitions led here where the producer has no
-    /// transaction open, when the coordinator of its transactional id is another broker.
-    /// Partitions whose coordinator has no leader are left out: they are refused as
-    /// unverifiable.
+    /// transaction open, when the coordinator of its transactional id is another broker (or
+    /// none: `verify_remotely` then answers COORDINATOR_NOT_AVAILABLE, and the producer
+    /// retries).
     pub(crate) fn remote_verification(
         &self,
         request: &ProduceRequest,
