@@ -29,7 +29,8 @@ def cluster(tmp_path_factory):
 
 def state(bootstrap: str) -> tuple:
     """(leader, isr) of partition 0 of `unclean`, as `bootstrap` tells it (a metadata request that fails, as one to
-    a broker being restarted may, is retried)."""
+    a broker being restarted may, is retried). (-2, []) while the broker asked does not know the topic yet: topics
+    reach the brokers' metadata after CreateTopics answers, in Kafka too."""
     for attempt in range(5):
         admin = AdminClient({"bootstrap.servers": bootstrap})
         try:
@@ -39,7 +40,10 @@ def state(bootstrap: str) -> tuple:
                 raise
             time.sleep(0.5)
             continue
-        p = md.topics["unclean"].partitions[0]
+        topic = md.topics.get("unclean")
+        p = topic.partitions.get(0) if topic is not None else None
+        if p is None:
+            return -2, []
         return p.leader, sorted(p.isrs)
 
 
