@@ -26,8 +26,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test --workspace"
 cargo test --workspace
 
-step "fuzz: every target, bounded (long runs: scripts/fuzz.sh 600)"
-scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
+step "fuzz: every target, bounded, no sanitizer (long runs, with AddressSanitizer: scripts/fuzz.sh 600)"
+FUZZ_SANITIZER="${FUZZ_SANITIZER:-none}" scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
 
 step "benchmark harness, smoke mode (the full comparison: bench/run.sh)"
 bench/run.sh --smoke
