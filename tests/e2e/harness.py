@@ -345,6 +345,47 @@ def unadded_produce(bootstrap: str, topic: str, transactional_id: str, added: in
     return rows, offsets
 
 
+def implicit_add(bootstrap: str, topic: str, transactional_id: str, offsets_group: str) -> List[Dict[str, str]]:
+    """The franz-go tool's txn-implicit-add: a producer on transaction version 2 (KIP-890 part 2) that never adds
+    partitions itself. Transaction 1 writes `committed-<p>` to every partition with Produce v12 and commits an
+    offset (TxnOffsetCommit v5, for a group named after `offsets_group` whose coordinator is, where there is one,
+    not the transaction coordinator), then commits; a batch with the epoch before EndTxn's bump follows; transaction
+    2 writes `aborted-0` and aborts. One row per line printed, its first word as `kind`: produce (txn, partition,
+    leader, epoch, error), offsets (group, coordinator, error), end (txn, commit, epoch answered, error), stale
+    (partition, epoch, error)."""
+    out = run_tool("go", "txn-implicit-add", wall_s=120, bootstrap=bootstrap, topic=topic,
+                   transactional_id=transactional_id, offsets_group=offsets_group).stdout
+    rows = []
+    for line in out.splitlines():
+        f = line.split()
+        rows.append({"kind": f[0], **dict(zip(f[1::2], f[2::2]))})
+    return rows
+
+
+def check_implicit_add(rows: List[Dict[str, str]], partitions: int) -> str:
+    """Checks what `implicit_add` printed: every batch and the offset commit taken without the producer adding
+    partitions, each EndTxn bumping the epoch by one, the zombie batch with the old epoch refused. Returns the
+    group the offset was committed for."""
+    kinds = {}
+    for r in rows:
+        kinds.setdefault(r["kind"], []).append(r)
+    first = kinds["produce"][:partitions]
+    assert sorted(int(r["partition"]) for r in first) == list(range(partitions)), rows
+    assert all(r["txn"] == "1" and r["error"] == "0" for r in first), rows
+    epoch = int(first[0]["epoch"])
+    [offsets] = kinds["offsets"]
+    assert offsets["error"] == "0", rows
+    end1, end2 = kinds["end"]
+    assert (end1["error"], int(end1["epoch"])) == ("0", epoch + 1), rows
+    # The zombie's batch: INVALID_PRODUCER_EPOCH (the partition has seen the newer epoch; Kafka 4.4 answers so).
+    [stale] = kinds["stale"]
+    assert stale["error"] == "47", rows
+    [second] = kinds["produce"][partitions:]
+    assert (second["txn"], second["error"], int(second["epoch"])) == ("2", "0", epoch + 1), rows
+    assert (end2["error"], int(end2["epoch"])) == ("0", epoch + 2), rows
+    return offsets["group"]
+
+
 def start_tool(client: str, cmd: str, log: Path, **kw) -> subprocess.Popen:
     """Starts a client tool in the background with its output going to `log`."""
     with open(log, "wb") as f:

@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import (CLIENTS, Cluster, franz_go_tests, kafka_tool, metadata_quorum_status, round_trip, unadded_produce,
-                     wait_for)
+from harness import (CLIENTS, Cluster, check_implicit_add, franz_go_tests, implicit_add, kafka_tool,
+                     metadata_quorum_status, round_trip, unadded_produce, wait_for)
 
 SESSION_MS = 6000
 LAG_MS = 2000
@@ -259,6 +259,26 @@ def test_a_batch_for_a_partition_not_in_the_transaction_is_refused_by_every_lead
     # transaction coordinator: TRANSACTION_ABORTABLE (TxnOffsetCommit v4).
     assert offsets and int(offsets["coordinator"]) != rows[0]["coordinator"], (offsets, rows)
     assert offsets["error"] == "120", offsets
+
+
+def test_leaders_on_other_nodes_add_partitions_for_a_producer_on_transaction_version_2(cluster):
+    """KIP-890 part 2 across nodes: a producer on transaction version 2 (raw Produce v12, TxnOffsetCommit v5) never
+    adds partitions itself; leaders and a group coordinator that are not its transaction coordinator add them over
+    the network before appending. The committed transaction is read back, the aborted one is not, and a zombie batch
+    with the epoch before EndTxn's bump is refused."""
+    topic = "txn-tv2-rf3"
+    create(cluster.bootstrap, topic, min_isr=2)
+    ids = sorted(n.node_id for n in cluster.nodes)
+    all_in_sync(cluster.bootstrap, topic, ids)
+    transactional_id = "txn-tv2-producer"
+    rows = implicit_add(cluster.bootstrap, topic, transactional_id, offsets_group="txn-tv2-group")
+    check_implicit_add(rows, PARTITIONS)
+    coordinator = coordinator_of(cluster.bootstrap, transactional_id)
+    assert any(int(r["leader"]) != coordinator for r in rows if r["kind"] == "produce"), (coordinator, rows)
+    [offsets] = [r for r in rows if r["kind"] == "offsets"]
+    assert int(offsets["coordinator"]) != coordinator, (coordinator, rows)
+    assert sorted(read_committed(cluster.bootstrap, topic, PARTITIONS)) == [
+        f"committed-{p}" for p in range(PARTITIONS)]
 
 
 def test_transactions_commit_through_a_partition_leaders_kill9(cluster):

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import kafka_tool, unadded_produce, wait_for
+from harness import check_implicit_add, implicit_add, kafka_tool, unadded_produce, wait_for
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -310,3 +310,23 @@ def test_a_batch_for_a_partition_not_in_the_transaction_is_refused(broker):
     # Offsets committed in the transaction without AddOffsetsToTxn: TRANSACTION_ABORTABLE (TxnOffsetCommit v4).
     assert offsets and offsets["error"] == "120", offsets
 
+
+
+def test_a_producer_on_transaction_version_2_leaves_adding_partitions_to_the_leader(broker):
+    """KIP-890 part 2: a producer on transaction version 2 (raw Produce v12, TxnOffsetCommit v5) never sends
+    AddPartitionsToTxn or AddOffsetsToTxn; the leader and the group coordinator add the partitions. Every EndTxn
+    bumps the epoch, so a zombie batch of the committed transaction is refused. read_committed consumers see the
+    committed transaction and not the aborted one; the offset is committed with its transaction."""
+    topic = f"txn-tv2-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 3)
+    rows = implicit_add(broker.bootstrap, topic, f"tv2-{uuid.uuid4().hex[:8]}",
+                        offsets_group=f"tv2-group-{uuid.uuid4().hex[:8]}")
+    group = check_implicit_add(rows, 3)
+    assert sorted(consume_all(broker.bootstrap, topic, 3, "read_committed", 3)) == [
+        "committed-0", "committed-1", "committed-2"]
+    assert sorted(consume_all(broker.bootstrap, topic, 3, "read_uncommitted", 4)) == [
+        "aborted-0", "committed-0", "committed-1", "committed-2"]
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    [committed] = c.committed([TopicPartition(topic, 0)], timeout=30)
+    c.close()
+    assert committed.offset == 1, committed

@@ -44,7 +44,7 @@ use fjord_config::{
 /// The API versions fjord implements and advertises: Kafka 4.x's minimums (KIP-896) up to the
 /// newest version tested here.
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 11),
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 8),
     (ApiKey::DeleteRecords, 0, 2),
@@ -56,7 +56,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
-    (ApiKey::AlterReplicaLogDirs, 0, 2),
+    (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::ElectLeaders, 0, 2),
@@ -81,7 +81,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
-    (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
@@ -226,17 +226,13 @@ impl Broker {
             .get(0..2)
             .and_then(|b| ApiKey::from_i16(i16::from_be_bytes([b[0], b[1]])));
         match api {
-            // A transactional produce that must first ask a remote coordinator (KIP-890) waits
-            // for everything before it and holds back everything after it.
-            Some(ApiKey::Produce) if self.produce_needs_remote_verification(frame) => {
-                Sequencing::AfterAll
-            }
+            // A transactional produce that must first ask its transaction coordinator (KIP-890,
+            // `txn_verify`) waits for everything before it and holds back everything after it.
+            Some(ApiKey::Produce) if self.produce_must_ask(frame) => Sequencing::AfterAll,
             Some(ApiKey::Produce) => Sequencing::Lane(PRODUCE_LANE),
-            // Like a transactional produce, a TxnOffsetCommit that must first ask a remote
+            // Like a transactional produce, a TxnOffsetCommit that must first ask its
             // transaction coordinator runs alone.
-            Some(ApiKey::TxnOffsetCommit)
-                if self.txn_offset_commit_needs_remote_verification(frame) =>
-            {
+            Some(ApiKey::TxnOffsetCommit) if self.txn_offset_commit_must_ask(frame) => {
                 Sequencing::AfterAll
             }
             Some(api) if is_group_api(api) && self.groups.all_loaded() => {
@@ -395,7 +391,7 @@ impl Broker {
             RequestBody::OffsetForLeaderEpoch(request) => respond(
                 ResponseBody::OffsetForLeaderEpoch(self.offset_for_leader_epoch(&request)),
             ),
-            RequestBody::Produce(request) => match self.remote_verification(&request) {
+            RequestBody::Produce(request) => match self.produce_ask(&request, version) {
                 None => self.produce(
                     request,
                     api,
@@ -406,10 +402,10 @@ impl Broker {
                 ),
                 // Sequenced after every earlier request, holding back the later ones (see
                 // `sequencing`): the append still happens in arrival order.
-                Some(verification) => {
+                Some(ask) => {
                     let this = self.clone();
                     Reply::Later(Box::pin(async move {
-                        let verdicts = this.verify_remotely(verification).await;
+                        let verdicts = this.ask_coordinator(ask).await;
                         let reply = this.produce(
                             request,
                             api,
@@ -725,6 +721,8 @@ impl Broker {
                     host,
                     port,
                     rack,
+                    // Only live brokers are listed (DescribeCluster v2 may ask for fenced ones).
+                    is_fenced: false,
                 })
                 .collect(),
             cluster_authorized_operations: i32::MIN,
@@ -782,8 +780,6 @@ impl Broker {
                                 name: name.to_string(),
                                 value: Some(value.to_string()),
                                 read_only: false,
-                                // A v0-only field (fjord starts at v1); config_source carries it.
-                                is_default: false,
                                 config_source: source as i8,
                                 is_sensitive: false,
                                 synonyms,
@@ -971,8 +967,12 @@ pub const FEATURES: &[(&str, i16, i16, i16)] = &[
     ("metadata.version", 25, 25, 25),
     // A static voter set (`controller.quorum.voters`); dynamic quorums (KIP-853) are level 1.
     ("kraft.version", 0, 0, 0),
-    // Flexible `__transaction_state` records; version 2 (KIP-890 part 2) is not built.
-    ("transaction.version", 0, 1, 1),
+    // 1: flexible `__transaction_state` records; 2: KIP-890 part 2 (the epoch bumps at every
+    // commit and abort, leaders add partitions to transactions: Produce v12, TxnOffsetCommit v5,
+    // EndTxn v5), served to producers that use it but not finalized: a franz-go producer on it
+    // sends an empty abort right after a commit, which is fenced while the commit's markers are
+    // still being written (as in Kafka), and fjord's markers take longer to complete.
+    ("transaction.version", 0, 2, 1),
     // KIP-848 consumer groups.
     ("group.version", 0, 1, 1),
 ];
@@ -1095,8 +1095,6 @@ fn broker_entry(
         name: name.to_string(),
         value,
         read_only: !is_dynamic_broker_key(name),
-        // A v0-only field (fjord starts at v1); config_source carries it.
-        is_default: false,
         config_source: source as i8,
         is_sensitive: false,
         synonyms,

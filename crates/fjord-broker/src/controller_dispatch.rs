@@ -36,7 +36,7 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AllocateProducerIds, 0, 0),
     (ApiKey::BrokerRegistration, 0, 4),
     (ApiKey::BrokerHeartbeat, 0, 1),
-    (ApiKey::AlterPartition, 0, 3),
+    (ApiKey::AlterPartition, 2, 3),
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::DescribeCluster, 1, 1),
 ];
@@ -94,6 +94,7 @@ impl ControllerDispatch {
                     host: v.host.clone(),
                     port: v.port as i32,
                     rack: None,
+                    is_fenced: false,
                 })
                 .collect(),
             cluster_authorized_operations: i32::MIN,

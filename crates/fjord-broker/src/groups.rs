@@ -16,7 +16,7 @@ use crate::forwarding::InternalTopic;
 use crate::group_runtime::{topics_view, GroupAnswer, OFFSETS_TOPIC};
 use crate::network::{Reply, Response};
 use crate::txn_runtime::TXN_TOPIC;
-use crate::txn_verify::RemoteVerdicts;
+use crate::txn_verify::Verdicts;
 use fjord_common::errors;
 
 /// FindCoordinator key types.
@@ -240,14 +240,14 @@ impl Broker {
     }
 
     /// Starts a TxnOffsetCommit on its group's shard, checked there against the producer's
-    /// state and transaction (`remote`: a remote coordinator's verdicts, asked beforehand).
+    /// state and transaction (`verdicts`: its transaction coordinator's, if asked beforehand).
     fn start_txn_offset_commit(
         &self,
         body: RequestBody,
         version: i16,
         topics: &Topics,
         client: &ClientInfo,
-        remote: &RemoteVerdicts,
+        verdicts: &Verdicts,
     ) -> GroupAnswer {
         let RequestBody::TxnOffsetCommit(r) = &body else {
             return Box::pin(async { Err("not a TxnOffsetCommit".to_string()) });
@@ -257,7 +257,7 @@ impl Broker {
             (r.transactional_id.clone(), r.producer_id, r.producer_epoch);
         self.groups
             .start_checked(partition, version, body, topics, client, |p| {
-                self.check_txn_offset_commit(&id, producer_id, epoch, p, remote, version)
+                self.check_txn_offset_commit(&id, producer_id, epoch, p, verdicts, version)
             })
     }
 
@@ -270,9 +270,9 @@ impl Broker {
     ) -> GroupAnswer {
         let topics = topics_view(&self.quorum.image());
         if let RequestBody::TxnOffsetCommit(r) = &body {
-            // A remote transaction coordinator is asked first (KIP-890; the request is then
-            // sequenced after everything before it, `txn_verify`).
-            let Some(verification) = self.remote_offsets_verification(r) else {
+            // The transaction coordinator is asked first when it must be (KIP-890; the request
+            // is then sequenced after everything before it, `txn_verify`).
+            let Some(ask) = self.offsets_ask(r, version) else {
                 return self.start_txn_offset_commit(
                     body,
                     version,
@@ -283,7 +283,7 @@ impl Broker {
             };
             let (this, client) = (self.clone(), client.clone());
             return Box::pin(async move {
-                let verdicts = this.verify_remotely(verification).await;
+                let verdicts = this.ask_coordinator(ask).await;
                 this.start_txn_offset_commit(body, version, &topics, &client, &verdicts)
                     .await
             });

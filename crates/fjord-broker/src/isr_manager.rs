@@ -109,7 +109,6 @@ async fn check(
             None => topics.push(TopicData {
                 topic_id: partition.topic_id,
                 partitions: vec![entry],
-                ..Default::default()
             }),
         }
     }

@@ -158,6 +158,7 @@ pub async fn heartbeat(
                 want_fence: want_shut_down && !config.cluster.controlled_shutdown_enable,
                 want_shut_down,
                 offline_log_dirs: Vec::new(),
+                cordoned_log_dirs: None,
             }),
             config.node_id,
         );

@@ -279,6 +279,7 @@ fn describe_dirs(
                     topics: Vec::new(),
                     total_bytes: -1,
                     usable_bytes: -1,
+                    is_cordoned: false,
                 };
             }
             let mut topics: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
@@ -337,6 +338,7 @@ fn describe_dirs(
             };
             DescribeLogDirsResult {
                 error_code: errors::NONE,
+                is_cordoned: false,
                 log_dir,
                 topics: topics
                     .into_iter()

@@ -15,7 +15,7 @@ use crate::broker::{encode_response, Broker};
 use crate::flusher::{Durable, FlushTarget};
 use crate::network::{Reply, Response};
 use crate::replica::{Partition, PartitionError};
-use crate::txn_verify::RemoteVerdicts;
+use crate::txn_verify::Verdicts;
 use fjord_common::errors;
 
 /// What one partition's append left to do before it can be answered.
@@ -58,7 +58,7 @@ impl Broker {
         version: i16,
         correlation_id: i32,
         now: i64,
-        remote: &RemoteVerdicts,
+        verdicts: &Verdicts,
     ) -> Reply {
         let acks = request.acks;
         let mut topics: Vec<TopicProduceResponse> = Vec::with_capacity(request.topic_data.len());
@@ -67,6 +67,7 @@ impl Broker {
         for (topic_index, topic) in request.topic_data.iter().enumerate() {
             topics.push(TopicProduceResponse {
                 name: topic.name.clone(),
+                topic_id: Default::default(),
                 partition_responses: Vec::new(),
             });
             for data in &topic.partition_data {
@@ -106,7 +107,7 @@ impl Broker {
                                 .as_deref()
                                 .map_or(Ok(()), |id| {
                                     self.verify_transactional_produce(
-                                        id, &partition, records, version, remote,
+                                        id, &partition, records, version, verdicts,
                                     )
                                 })
                                 .and_then(|()| self.replicas.append(&partition, records, now))

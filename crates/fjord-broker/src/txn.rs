@@ -176,16 +176,17 @@ impl Broker {
                 verify_only: false,
                 topics: request.v3_and_below_topics,
             };
-            let result = self.add_partitions(transaction).await;
+            let result = self.add_partitions(transaction, 0).await;
             return AddPartitionsToTxnResponse {
                 results_by_topic_v3_and_below: result.topic_results,
                 ..Default::default()
             };
         }
-        // The brokers' batched form (KIP-890).
+        // The brokers' batched form (KIP-890): verifying for part 1, adding for producers on
+        // transaction version 2 (part 2).
         let mut results = Vec::with_capacity(request.transactions.len());
         for transaction in request.transactions {
-            results.push(self.add_partitions(transaction).await);
+            results.push(self.add_partitions(transaction, 2).await);
         }
         AddPartitionsToTxnResponse {
             results_by_transaction: results,
@@ -193,9 +194,12 @@ impl Broker {
         }
     }
 
-    async fn add_partitions(
+    /// One transaction's AddPartitionsToTxn: verified, or added as by a producer on
+    /// `client_transaction_version`.
+    pub(crate) async fn add_partitions(
         self: &Arc<Self>,
         transaction: AddPartitionsToTxnTransaction,
+        client_transaction_version: i16,
     ) -> AddPartitionsToTxnResult {
         let partitions = transaction_partitions(&transaction);
         let image = self.quorum.image();
@@ -235,7 +239,13 @@ impl Broker {
                 ),
                 Some(_) => {
                     let code = self
-                        .add_to_txn(id, producer_id, producer_epoch, &partitions)
+                        .add_to_txn(
+                            id,
+                            producer_id,
+                            producer_epoch,
+                            &partitions,
+                            client_transaction_version,
+                        )
                         .await;
                     partitions.iter().map(|tp| (tp.clone(), code)).collect()
                 }
@@ -272,6 +282,7 @@ impl Broker {
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[TopicPartition],
+        client_transaction_version: i16,
     ) -> i16 {
         let partition = self.txns.partition_of(transactional_id);
         let Some(shard) = self.txns.shard(partition) else {
@@ -287,6 +298,7 @@ impl Broker {
                     producer_id,
                     producer_epoch,
                     partitions,
+                    client_transaction_version,
                 )
             })
             .await;
@@ -316,6 +328,7 @@ impl Broker {
                 request.producer_id,
                 request.producer_epoch,
                 std::slice::from_ref(&offsets),
+                0,
             )
             .await;
         AddOffsetsToTxnResponse {
@@ -450,10 +463,11 @@ impl Broker {
                     }
                 }
             }
-            if !done.is_empty() {
-                for tp in &done {
-                    remaining.remove(tp);
-                }
+            for tp in &done {
+                remaining.remove(tp);
+            }
+            // A transaction with no partitions (an empty abort) completes at once.
+            if !done.is_empty() || remaining.is_empty() {
                 let now = now_ms();
                 self.txns
                     .run_writes(&shard, |core| {
@@ -597,6 +611,8 @@ fn marker_request(job: &MarkerJob, partitions: &[TopicPartition]) -> WriteTxnMar
             producer_epoch: job.producer_epoch,
             transaction_result: job.commit,
             coordinator_epoch: job.coordinator_epoch,
+            // Sent from WriteTxnMarkers v2 (KIP-1228); fjord's brokers speak v1.
+            transaction_version: job.transaction_version as i8,
             topics: by_topic
                 .into_iter()
                 .map(|(name, partition_indexes)| WritableTxnMarkerTopic {

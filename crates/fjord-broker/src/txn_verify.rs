@@ -1,23 +1,32 @@
-//! KIP-890 part 1 at the partition leader: a transactional batch for a partition where its
-//! producer has no transaction open yet is appended only if the transaction coordinator says
-//! the partition is in the producer's transaction, so no hanging transaction can start behind
-//! the coordinator's back. A coordinator on this broker is asked at once, under its shard's
-//! lock. A coordinator on another broker is asked with AddPartitionsToTxn's verify-only form
-//! (v4+) before the produce takes effect: such a produce is sequenced after every earlier
-//! request of its connection and holds back the later ones (`Broker::sequencing`), so its
-//! records still go in in arrival order. Once the first batch is in, the partition has the
-//! transaction open and later batches need no asking. A TxnOffsetCommit is verified the same
-//! way for its group's `__consumer_offsets` partition.
+//! KIP-890 at the partition leader.
+//!
+//! Part 1: a transactional batch for a partition where its producer has no transaction open (at
+//! its epoch) is appended only if the transaction coordinator says the partition is in the
+//! producer's transaction, so no hanging transaction can start behind the coordinator's back.
+//! Part 2: producers on transaction version 2 skip AddPartitionsToTxn and AddOffsetsToTxn
+//! (Produce v12+, TxnOffsetCommit v5+); the leader adds the partition to the transaction itself,
+//! with AddPartitionsToTxn's brokers' form not verify-only.
+//!
+//! A coordinator on this broker verifies at once, under its shard's lock. What must wait for a
+//! coordinator — one on another broker, or an add, whose record is written to
+//! `__transaction_state` first — is asked before the request takes effect: such a request is
+//! sequenced after every earlier request of its connection and holds back the later ones
+//! (`Broker::sequencing`), so records still go in in arrival order. Once the first batch is in,
+//! the partition has the transaction open and later batches need no asking. A TxnOffsetCommit
+//! is checked the same way for its group's `__consumer_offsets` partition.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fjord_common::{errors, lock, TopicPartition};
 use fjord_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };
-use fjord_protocol::messages::add_partitions_to_txn_response::AddPartitionsToTxnResponse;
+use fjord_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnResponse, AddPartitionsToTxnResult,
+};
 use fjord_protocol::messages::produce_request::ProduceRequest;
 use fjord_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequest;
 use fjord_protocol::{ApiKey, Decoder, RequestBody, ResponseBody};
@@ -27,32 +36,47 @@ use crate::group_runtime::OFFSETS_TOPIC;
 use crate::replica::{Partition, PartitionError};
 use crate::txn_runtime::TXN_TOPIC;
 
-/// The coordinators' answers for the partitions of one produce whose transaction coordinator
-/// is another broker: NONE when the partition is in the producer's transaction.
-pub(crate) type RemoteVerdicts = HashMap<TopicPartition, i16>;
+/// A transaction coordinator's answers for the partitions of one request, asked before it took
+/// effect: NONE when the partition is in the producer's transaction (or now added to it).
+pub(crate) type Verdicts = HashMap<TopicPartition, i16>;
 
-/// The AddPartitionsToTxn version a leader verifies with (the first with the brokers' form).
-const VERIFY_VERSION: i16 = 4;
+/// The first Produce version whose producers leave adding partitions to the leader.
+const PRODUCE_ADDS_FROM: i16 = 12;
 
-/// How long a leader waits for a remote coordinator's verdict.
-const VERIFY_TIMEOUT: Duration = Duration::from_secs(5);
+/// The first TxnOffsetCommit version whose producers leave adding the group's partition to the
+/// group coordinator.
+const TXN_OFFSET_COMMIT_ADDS_FROM: i16 = 5;
 
-/// What one produce must have verified by a remote coordinator before it takes effect.
-pub(crate) struct RemoteVerification {
+/// The AddPartitionsToTxn version a leader asks another broker with (the brokers' form).
+const ASK_VERSION: i16 = 5;
+
+/// How long a leader waits for a remote coordinator's answer.
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An add refused with CONCURRENT_TRANSACTIONS (the producer's previous transaction is still
+/// being completed) is tried again after this, for up to `ADD_RETRY_MAX` before the producer
+/// hears it (Kafka's `add.partitions.to.txn.retry.backoff.ms` and `.max.ms` defaults).
+const ADD_RETRY_BACKOFF: Duration = Duration::from_millis(20);
+const ADD_RETRY_MAX: Duration = Duration::from_millis(100);
+
+/// What one request must have asked its transaction coordinator before it takes effect.
+pub(crate) struct CoordinatorAsk {
+    /// The coordinator's broker: this one for an add on a local shard, -1 when none leads it.
     coordinator: i32,
+    /// Verify-only for part 1, an add for part 2.
     transaction: AddPartitionsToTxnTransaction,
 }
 
 impl Broker {
-    /// KIP-890 part 1: a transactional batch for a partition where its producer has no
-    /// transaction open yet must be in the producer's transaction at the coordinator.
+    /// KIP-890: a transactional batch for a partition where its producer has no transaction
+    /// open yet must be in the producer's transaction at the coordinator.
     pub(crate) fn verify_transactional_produce(
         &self,
         transactional_id: &str,
         partition: &Partition,
         records: &Bytes,
         produce_version: i16,
-        remote: &RemoteVerdicts,
+        verdicts: &Verdicts,
     ) -> Result<(), PartitionError> {
         let Ok(header) = fjord_records::BatchHeader::parse(records) else {
             // The append reports what is wrong with it.
@@ -66,11 +90,15 @@ impl Broker {
             header.producer_id,
             header.producer_epoch,
             partition,
-            remote,
+            verdicts,
         ) {
             errors::NONE => return Ok(()),
             // Producers before produce v11 do not know TRANSACTION_ABORTABLE.
             errors::TRANSACTION_ABORTABLE if produce_version < 11 => errors::INVALID_TXN_STATE,
+            // A producer whose leader adds partitions retries this one itself (as Kafka answers).
+            errors::CONCURRENT_TRANSACTIONS if produce_version >= PRODUCE_ADDS_FROM => {
+                errors::CONCURRENT_TRANSACTIONS
+            }
             // The coordinator cannot say now: the producer retries.
             errors::NOT_COORDINATOR
             | errors::COORDINATOR_NOT_AVAILABLE
@@ -87,17 +115,17 @@ impl Broker {
         ))
     }
 
-    /// KIP-890 part 1 for a transaction's offset commit (TxnOffsetCommit, checked on the
-    /// group's `__consumer_offsets` partition under its shard's lock): the producer's epoch
-    /// must not be older than the partition has seen, and the partition must be in its
-    /// transaction. The error code for every partition of the request, if refused.
+    /// KIP-890 for a transaction's offset commit (TxnOffsetCommit, checked on the group's
+    /// `__consumer_offsets` partition under its shard's lock): the producer's epoch must not be
+    /// older than the partition has seen, and the partition must be in its transaction. The
+    /// error code for every partition of the request, if refused.
     pub(crate) fn check_txn_offset_commit(
         &self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         partition: &Partition,
-        remote: &RemoteVerdicts,
+        verdicts: &Verdicts,
         version: i16,
     ) -> Result<(), i16> {
         let fenced = partition
@@ -112,7 +140,7 @@ impl Broker {
             producer_id,
             producer_epoch,
             partition,
-            remote,
+            verdicts,
         ) {
             errors::NONE => Ok(()),
             // Kafka 4.4 answers TRANSACTION_ABORTABLE from v4 on; older producers know it not.
@@ -128,22 +156,27 @@ impl Broker {
     }
 
     /// Whether `partition` is in the transaction of `transactional_id`'s producer: at once if
-    /// the producer has a transaction open there, else as the transaction coordinator says
-    /// (AddPartitionsToTxn's verify form). NONE when it is, else the coordinator's error.
+    /// the partition needs no word from the coordinator (`needs_transaction_verification`),
+    /// else as the coordinator answered when asked beforehand, else as a coordinator on this
+    /// broker says (AddPartitionsToTxn's verify form). NONE when it is (or the append decides),
+    /// else the coordinator's error.
     fn verify_in_transaction(
         &self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         partition: &Partition,
-        remote: &RemoteVerdicts,
+        verdicts: &Verdicts,
     ) -> i16 {
-        let open = partition
+        let needed = partition
             .log
             .lock()
-            .is_ok_and(|log| log.in_transaction(producer_id));
-        if open {
+            .is_ok_and(|log| log.needs_transaction_verification(producer_id, producer_epoch));
+        if !needed {
             return errors::NONE;
+        }
+        if let Some(code) = verdicts.get(&partition.tp) {
+            return *code;
         }
         let txn_partition = self.txns.partition_of(transactional_id);
         match self.txns.shard(txn_partition) {
@@ -161,26 +194,23 @@ impl Broker {
             None if self.replicas.get(TXN_TOPIC, txn_partition).is_some() => {
                 errors::COORDINATOR_LOAD_IN_PROGRESS
             }
-            // The coordinator is another broker: its answer was fetched before this request
-            // took effect (`verify_remotely`); one not fetched makes the producer try again.
-            None => remote
-                .get(&partition.tp)
-                .copied()
-                .unwrap_or(errors::COORDINATOR_NOT_AVAILABLE),
+            // The coordinator is another broker and was not asked (the transaction was open
+            // then): the producer tries again.
+            None => errors::COORDINATOR_NOT_AVAILABLE,
         }
     }
 
-    /// The partitions of `request` that need a remote coordinator's verdict before it takes
-    /// effect: transactional batches on partitions led here where the producer has no
-    /// transaction open, when the coordinator of its transactional id is another broker (or
-    /// none: `verify_remotely` then answers COORDINATOR_NOT_AVAILABLE, and the producer
-    /// retries).
-    pub(crate) fn remote_verification(
+    /// What `request` must ask its transaction coordinator before it takes effect: its
+    /// transactional batches on partitions led here that need the coordinator's word, when the coordinator is another broker (or none: `ask_coordinator` then
+    /// answers COORDINATOR_NOT_AVAILABLE, and the producer retries) or the leader adds them.
+    pub(crate) fn produce_ask(
         &self,
         request: &ProduceRequest,
-    ) -> Option<RemoteVerification> {
+        version: i16,
+    ) -> Option<CoordinatorAsk> {
         let transactional_id = request.transactional_id.as_deref()?;
-        let coordinator = self.remote_txn_coordinator(transactional_id)?;
+        let add = version >= PRODUCE_ADDS_FROM;
+        let coordinator = self.coordinator_to_ask(transactional_id, add)?;
         let mut producer = None;
         let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
         for topic in &request.topic_data {
@@ -198,24 +228,23 @@ impl Broker {
                 let Some(partition) = self.replicas.get(&topic.name, data.index) else {
                     continue;
                 };
-                let open = partition
-                    .log
-                    .lock()
-                    .is_ok_and(|log| log.in_transaction(header.producer_id));
-                if !open {
+                let needed = partition.log.lock().is_ok_and(|log| {
+                    log.needs_transaction_verification(header.producer_id, header.producer_epoch)
+                });
+                if needed {
                     producer = Some((header.producer_id, header.producer_epoch));
                     topics.entry(&topic.name).or_default().push(data.index);
                 }
             }
         }
         let (producer_id, producer_epoch) = producer?;
-        Some(RemoteVerification {
+        Some(CoordinatorAsk {
             coordinator,
             transaction: AddPartitionsToTxnTransaction {
                 transactional_id: transactional_id.to_string(),
                 producer_id,
                 producer_epoch,
-                verify_only: true,
+                verify_only: !add,
                 topics: topics
                     .into_iter()
                     .map(|(name, partitions)| AddPartitionsToTxnTopic {
@@ -229,24 +258,25 @@ impl Broker {
 
     /// The same for a TxnOffsetCommit, whose one partition is its group's `__consumer_offsets`
     /// partition (when led here; elsewhere the request is refused NOT_COORDINATOR anyway).
-    pub(crate) fn remote_offsets_verification(
+    pub(crate) fn offsets_ask(
         &self,
         request: &TxnOffsetCommitRequest,
-    ) -> Option<RemoteVerification> {
-        let coordinator = self.remote_txn_coordinator(&request.transactional_id)?;
+        version: i16,
+    ) -> Option<CoordinatorAsk> {
+        let add = version >= TXN_OFFSET_COMMIT_ADDS_FROM;
+        let coordinator = self.coordinator_to_ask(&request.transactional_id, add)?;
         let offsets_partition = self.groups.partition_of(&request.group_id);
         let partition = self.replicas.get(OFFSETS_TOPIC, offsets_partition)?;
-        let open = partition
-            .log
-            .lock()
-            .is_ok_and(|log| log.in_transaction(request.producer_id));
-        (!open).then(|| RemoteVerification {
+        let needed = partition.log.lock().is_ok_and(|log| {
+            log.needs_transaction_verification(request.producer_id, request.producer_epoch)
+        });
+        needed.then(|| CoordinatorAsk {
             coordinator,
             transaction: AddPartitionsToTxnTransaction {
                 transactional_id: request.transactional_id.clone(),
                 producer_id: request.producer_id,
                 producer_epoch: request.producer_epoch,
-                verify_only: true,
+                verify_only: !add,
                 topics: vec![AddPartitionsToTxnTopic {
                     name: OFFSETS_TOPIC.to_string(),
                     partitions: vec![offsets_partition],
@@ -255,12 +285,13 @@ impl Broker {
         })
     }
 
-    /// The broker leading the transaction coordinator of `transactional_id` (-1 when none
-    /// does), unless it is this one.
-    fn remote_txn_coordinator(&self, transactional_id: &str) -> Option<i32> {
+    /// The broker to ask about `transactional_id`'s transaction before a request takes effect
+    /// (-1 when no broker leads its coordinator), or None when a coordinator on this broker
+    /// answers at once: it does for verification, while an add waits for its record.
+    fn coordinator_to_ask(&self, transactional_id: &str, add: bool) -> Option<i32> {
         let txn_partition = self.txns.partition_of(transactional_id);
         if self.replicas.get(TXN_TOPIC, txn_partition).is_some() {
-            return None;
+            return add.then_some(self.config.node_id);
         }
         let leader = self
             .quorum
@@ -275,9 +306,9 @@ impl Broker {
         Some(leader)
     }
 
-    /// Whether the TxnOffsetCommit in `frame` must ask a remote coordinator before it takes
-    /// effect (then it is sequenced after everything before it).
-    pub(crate) fn txn_offset_commit_needs_remote_verification(&self, frame: &Bytes) -> bool {
+    /// Whether the TxnOffsetCommit in `frame` must ask its transaction coordinator before it
+    /// takes effect (then it is sequenced after everything before it).
+    pub(crate) fn txn_offset_commit_must_ask(&self, frame: &Bytes) -> bool {
         let mut input = Decoder::new(frame.clone());
         let Ok(header) = fjord_protocol::decode_request_header(&mut input) else {
             return false;
@@ -285,16 +316,16 @@ impl Broker {
         let version = header.request_api_version;
         match RequestBody::decode(ApiKey::TxnOffsetCommit, &mut input, version) {
             Ok(RequestBody::TxnOffsetCommit(request)) => {
-                self.remote_offsets_verification(&request).is_some()
+                self.offsets_ask(&request, version).is_some()
             }
             _ => false,
         }
     }
 
-    /// Whether the Produce in `frame` must ask a remote coordinator before it takes effect
-    /// (then it is sequenced after everything before it). Frames of other producers are not
-    /// decoded beyond their transactional id.
-    pub(crate) fn produce_needs_remote_verification(&self, frame: &Bytes) -> bool {
+    /// Whether the Produce in `frame` must ask its transaction coordinator before it takes
+    /// effect (then it is sequenced after everything before it). Frames of other producers are
+    /// not decoded beyond their transactional id.
+    pub(crate) fn produce_must_ask(&self, frame: &Bytes) -> bool {
         let mut input = Decoder::new(frame.clone());
         let Ok(header) = fjord_protocol::decode_request_header(&mut input) else {
             return false;
@@ -309,60 +340,76 @@ impl Broker {
             return false;
         }
         match RequestBody::decode(ApiKey::Produce, &mut input, version) {
-            Ok(RequestBody::Produce(request)) => self.remote_verification(&request).is_some(),
+            Ok(RequestBody::Produce(request)) => self.produce_ask(&request, version).is_some(),
             _ => false,
         }
     }
 
-    /// Asks the remote coordinator whether the partitions of `verification` are in the
-    /// producer's transaction; one verdict per partition (COORDINATOR_NOT_AVAILABLE for all
-    /// when it cannot be asked, so the producer retries).
-    pub(crate) async fn verify_remotely(&self, verification: RemoteVerification) -> RemoteVerdicts {
-        let partitions = crate::txn::transaction_partitions(&verification.transaction);
-        let unavailable = |partitions: &[TopicPartition]| {
-            partitions
-                .iter()
-                .map(|tp| (tp.clone(), errors::COORDINATOR_NOT_AVAILABLE))
+    /// Asks the coordinator of `ask` to verify or add its partitions; one verdict per partition
+    /// (COORDINATOR_NOT_AVAILABLE for all when it cannot be asked, so the producer retries).
+    pub(crate) async fn ask_coordinator(self: &Arc<Self>, ask: CoordinatorAsk) -> Verdicts {
+        let add = !ask.transaction.verify_only;
+        let started = Instant::now();
+        loop {
+            let verdicts = if ask.coordinator == self.config.node_id {
+                verdicts_of(self.add_partitions(ask.transaction.clone(), 2).await)
+            } else {
+                self.ask_remote_coordinator(ask.coordinator, &ask.transaction)
+                    .await
+            };
+            let busy = add
+                && verdicts
+                    .values()
+                    .any(|code| *code == errors::CONCURRENT_TRANSACTIONS);
+            if !busy || started.elapsed() >= ADD_RETRY_MAX {
+                return verdicts;
+            }
+            tokio::time::sleep(ADD_RETRY_BACKOFF).await;
+        }
+    }
+
+    async fn ask_remote_coordinator(
+        &self,
+        coordinator: i32,
+        transaction: &AddPartitionsToTxnTransaction,
+    ) -> Verdicts {
+        let unavailable = || {
+            crate::txn::transaction_partitions(transaction)
+                .into_iter()
+                .map(|tp| (tp, errors::COORDINATOR_NOT_AVAILABLE))
                 .collect()
         };
-        if verification.coordinator < 0 {
-            return unavailable(&partitions);
+        if coordinator < 0 {
+            return unavailable();
         }
         let request = AddPartitionsToTxnRequest {
-            transactions: vec![verification.transaction],
+            transactions: vec![transaction.clone()],
             ..Default::default()
         };
-        let asked = tokio::time::timeout(
-            VERIFY_TIMEOUT,
-            self.send_verification(verification.coordinator, request),
-        )
-        .await;
+        let asked =
+            tokio::time::timeout(ASK_TIMEOUT, self.send_add_partitions(coordinator, request)).await;
         let response = match asked {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => {
-                tracing::debug!(%error, coordinator = verification.coordinator, "cannot verify a transactional produce");
-                return unavailable(&partitions);
+                tracing::debug!(%error, coordinator, "cannot ask a transaction coordinator");
+                return unavailable();
             }
-            Err(_) => return unavailable(&partitions),
+            Err(_) => return unavailable(),
         };
-        let mut verdicts = RemoteVerdicts::new();
-        for result in response.results_by_transaction {
-            for topic in result.topic_results {
-                for p in topic.results_by_partition {
-                    let tp = TopicPartition::new(topic.name.as_str(), p.partition_index);
-                    verdicts.insert(tp, p.partition_error_code);
-                }
-            }
-        }
         if response.error_code != errors::NONE {
-            for tp in &partitions {
-                verdicts.insert(tp.clone(), response.error_code);
-            }
+            return crate::txn::transaction_partitions(transaction)
+                .into_iter()
+                .map(|tp| (tp, response.error_code))
+                .collect();
         }
-        verdicts
+        response
+            .results_by_transaction
+            .into_iter()
+            .flat_map(verdicts_of)
+            .collect()
     }
 
-    async fn send_verification(
+    async fn send_add_partitions(
         &self,
         broker: i32,
         request: AddPartitionsToTxnRequest,
@@ -371,14 +418,7 @@ impl Broker {
         let client_id = format!("txn-verification-{}", self.config.node_id);
         let body = RequestBody::AddPartitionsToTxn(request);
         match self
-            .send_on_link(
-                &link,
-                broker,
-                client_id,
-                VERIFY_TIMEOUT,
-                VERIFY_VERSION,
-                body,
-            )
+            .send_on_link(&link, broker, client_id, ASK_TIMEOUT, ASK_VERSION, body)
             .await?
         {
             ResponseBody::AddPartitionsToTxn(response) => Ok(response),
@@ -388,4 +428,20 @@ impl Broker {
             )),
         }
     }
+}
+
+/// One transaction's AddPartitionsToTxn result as a verdict per partition.
+fn verdicts_of(result: AddPartitionsToTxnResult) -> Verdicts {
+    result
+        .topic_results
+        .into_iter()
+        .flat_map(|topic| {
+            topic.results_by_partition.into_iter().map(move |p| {
+                (
+                    TopicPartition::new(topic.name.as_str(), p.partition_index),
+                    p.partition_error_code,
+                )
+            })
+        })
+        .collect()
 }

@@ -573,7 +573,6 @@ impl Sim {
                         new_isr_with_epochs: members,
                         ..Default::default()
                     }],
-                    ..Default::default()
                 }],
             }),
             3,

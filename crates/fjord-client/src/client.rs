@@ -725,7 +725,6 @@ impl Client {
                     partition_index: tp.partition,
                     committed_offset: *offset,
                     committed_leader_epoch: -1,
-                    commit_timestamp: -1,
                     committed_metadata: Some(String::new()),
                 });
         }
@@ -734,6 +733,7 @@ impl Client {
             .map(|(name, partitions)| OffsetCommitRequestTopic {
                 name: name.to_string(),
                 partitions,
+                ..Default::default()
             })
             .collect();
         self.group_call(
@@ -843,7 +843,6 @@ impl Client {
                                     partition_index: p,
                                     current_leader_epoch: -1,
                                     timestamp: spec.wire(),
-                                    max_num_offsets: 1,
                                 })
                                 .collect(),
                         })

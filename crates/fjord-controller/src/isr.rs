@@ -41,16 +41,8 @@ pub fn alter_partition(
     let mut records = Vec::new();
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
-        let found = if version >= 2 {
-            image.topic_by_id(&topic.topic_id)
-        } else {
-            image.topic(&topic.topic_name)
-        };
-        let unknown_topic = if version >= 2 {
-            errors::UNKNOWN_TOPIC_ID
-        } else {
-            errors::UNKNOWN_TOPIC_OR_PARTITION
-        };
+        let found = image.topic_by_id(&topic.topic_id);
+        let unknown_topic = errors::UNKNOWN_TOPIC_ID;
         let partitions = topic
             .partitions
             .iter()
@@ -129,16 +121,7 @@ pub fn alter_partition(
             })
             .collect();
         topics.push(TopicData {
-            topic_name: if version >= 2 {
-                String::new()
-            } else {
-                topic.topic_name.clone()
-            },
-            topic_id: if version >= 2 {
-                topic.topic_id
-            } else {
-                fjord_common::Uuid::ZERO
-            },
+            topic_id: topic.topic_id,
             partitions,
         });
     }
@@ -275,7 +258,6 @@ mod tests {
                         .collect(),
                     ..Default::default()
                 }],
-                ..Default::default()
             }],
         }
     }

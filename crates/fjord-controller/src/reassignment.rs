@@ -363,6 +363,7 @@ mod tests {
                     replicas,
                 }],
             }],
+            ..Default::default()
         };
         let d = alter_partition_reassignments(image, &request, &|_| false);
         let ResponseBody::AlterPartitionReassignments(r) = &d.response else {

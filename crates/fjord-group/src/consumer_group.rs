@@ -657,6 +657,7 @@ impl ConsumerGroups {
                                 .cloned()
                                 .collect(),
                             subscribed_topic_regex: m.subscribed_topic_regex.clone(),
+                            member_type: describe::Member::default().member_type,
                             assignment: describe_assignment(&m.assigned, topics),
                             target_assignment: describe_assignment(
                                 g.target.get(&m.member_id).unwrap_or(&Assignment::new()),

@@ -184,6 +184,7 @@ pub fn refusal(version: i16, request: &RequestBody, error_code: i16) -> Option<R
                 .iter()
                 .map(|t| OffsetCommitResponseTopic {
                     name: t.name.clone(),
+                    topic_id: Default::default(),
                     partitions: t
                         .partitions
                         .iter()
@@ -202,6 +203,7 @@ pub fn refusal(version: i16, request: &RequestBody, error_code: i16) -> Option<R
                 .iter()
                 .map(|t| TxnOffsetCommitResponseTopic {
                     name: t.name.clone(),
+                    topic_id: Default::default(),
                     partitions: t
                         .partitions
                         .iter()
@@ -255,6 +257,7 @@ pub fn refusal(version: i16, request: &RequestBody, error_code: i16) -> Option<R
                 .map(|g| DeletableGroupResult {
                     group_id: g.clone(),
                     error_code,
+                    error_message: None,
                 })
                 .collect(),
             ..DeleteGroupsResponse::default()
@@ -1773,7 +1776,7 @@ impl GroupCoordinatorShard {
         if request.group_id.is_empty() {
             return Some(INVALID_GROUP_ID);
         }
-        let generation = request.generation_id;
+        let generation = request.generation_id_or_member_epoch;
         if self.consumer.contains(&request.group_id) {
             let partitions = request.topics.iter().flat_map(|t| {
                 let topic_id = topics.get(&t.name).map(|info| info.topic_id);
@@ -1972,6 +1975,7 @@ impl GroupCoordinatorShard {
                     .fetch_group(&g.group_id, topics)
                     .into_iter()
                     .map(|(name, parts)| OffsetFetchResponseTopics {
+                        topic_id: Default::default(),
                         partitions: parts
                             .into_iter()
                             .map(|(p, c)| {
@@ -2351,6 +2355,7 @@ impl GroupCoordinatorShard {
             results.push(DeletableGroupResult {
                 group_id: id.clone(),
                 error_code: code,
+                error_message: None,
             });
         }
         ResponseBody::DeleteGroups(DeleteGroupsResponse {

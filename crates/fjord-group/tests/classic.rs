@@ -254,9 +254,9 @@ impl Harness {
                         partition_index: partition,
                         committed_offset: offset,
                         committed_leader_epoch: 3,
-                        commit_timestamp: -1,
                         committed_metadata: Some(metadata.into()),
                     }],
+                    ..Default::default()
                 }],
             }),
         );
@@ -734,6 +734,7 @@ fn offset_commit_validation_and_fetch() {
                         fjord_protocol::messages::offset_fetch_request::OffsetFetchRequestTopics {
                             name: "t".into(),
                             partition_indexes: vec![0, 3],
+                            ..Default::default()
                         },
                     ]),
                     ..Default::default()
@@ -978,6 +979,7 @@ impl Harness {
                 None => topics.push(TxnOffsetCommitRequestTopic {
                     name: topic.into(),
                     partitions: vec![p],
+                    ..Default::default()
                 }),
             }
         }
@@ -988,7 +990,7 @@ impl Harness {
                 group_id: G.into(),
                 producer_id,
                 producer_epoch: 0,
-                generation_id: generation,
+                generation_id_or_member_epoch: generation,
                 member_id: member_id.into(),
                 group_instance_id: None,
                 topics,
@@ -1021,6 +1023,7 @@ impl Harness {
             .map(|&(name, p)| OffsetFetchRequestTopics {
                 name: name.into(),
                 partition_indexes: vec![p],
+                ..Default::default()
             })
             .collect();
         let id = self.send(
@@ -1156,6 +1159,7 @@ fn transactional_offset_commits_are_checked_against_the_group() {
                     committed_leader_epoch: -1,
                     committed_metadata: Some(long),
                 }],
+                ..Default::default()
             }],
             ..Default::default()
         }),
@@ -1174,6 +1178,7 @@ fn transactional_offset_commits_are_checked_against_the_group() {
             topics: vec![TxnOffsetCommitRequestTopic {
                 name: "t".into(),
                 partitions: vec![TxnOffsetCommitRequestPartition::default()],
+                ..Default::default()
             }],
             ..Default::default()
         }),

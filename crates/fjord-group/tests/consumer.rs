@@ -194,8 +194,8 @@ impl Harness {
                     committed_offset: offset,
                     committed_leader_epoch: 3,
                     committed_metadata: Some("m".into()),
-                    ..Default::default()
                 }],
+                ..Default::default()
             }],
             ..Default::default()
         };

@@ -7,12 +7,10 @@ use bytes::{Bytes, BytesMut};
 use fjord_protocol::messages::api_versions_request::ApiVersionsRequest;
 use fjord_protocol::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
 use fjord_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
-use fjord_protocol::messages::offset_commit_request::{
-    OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
 use fjord_protocol::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
 };
+use fjord_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequest;
 use fjord_protocol::*;
 use proptest::prelude::*;
 
@@ -85,6 +83,7 @@ fn api_versions_request_v3_compact_strings() {
     let request = ApiVersionsRequest {
         client_software_name: "k".into(),
         client_software_version: "1".into(),
+        ..Default::default()
     };
     assert_eq!(&encode(&request, 3)[..], &[2, b'k', 2, b'1', 0]);
     // Version 0 has no fields at all; the ignorable strings are dropped.
@@ -117,6 +116,7 @@ fn unknown_tagged_fields_are_skipped() {
     let request = ApiVersionsRequest {
         client_software_name: "k".into(),
         client_software_version: "1".into(),
+        ..Default::default()
     };
     // Same body with two unknown tags (7 and 200) carrying 3 and 0 bytes.
     let frame = [2, b'k', 2, b'1', 2, 7, 3, 0xde, 0xad, 0xbe, 0xc8, 0x01, 0];
@@ -245,18 +245,12 @@ fn encode_refuses_what_the_version_cannot_express() {
         all_topics.encode(&mut out, 0),
         Err(EncodeError::NullValue { version: 0, .. })
     ));
-    // commit_timestamp exists only in OffsetCommit v1 and is not ignorable.
-    let request = OffsetCommitRequest {
-        topics: vec![OffsetCommitRequestTopic {
-            name: "t".into(),
-            partitions: vec![OffsetCommitRequestPartition {
-                commit_timestamp: 5,
-                ..Default::default()
-            }],
-        }],
+    // The generation exists from TxnOffsetCommit v3 on and is not ignorable.
+    let request = TxnOffsetCommitRequest {
+        generation_id_or_member_epoch: 5,
         ..Default::default()
     };
-    assert!(request.encode(&mut BytesMut::new(), 1).is_ok());
+    assert!(request.encode(&mut BytesMut::new(), 3).is_ok());
     assert!(matches!(
         request.encode(&mut BytesMut::new(), 2),
         Err(EncodeError::FieldNotSupported { version: 2, .. })
@@ -274,6 +268,7 @@ fn records_are_zero_copy_slices_of_the_frame() {
                 index: 0,
                 records: Some(Bytes::from_static(b"batch-bytes")),
             }],
+            ..Default::default()
         }],
         ..Default::default()
     };

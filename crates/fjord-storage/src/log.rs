@@ -715,12 +715,19 @@ impl Log {
             .map(|e| e.producer_epoch)
     }
 
-    /// Whether `producer_id` has a transaction open on this partition (records after its last
-    /// marker).
-    pub fn in_transaction(&self, producer_id: i64) -> bool {
-        self.producer_state
-            .last_entry(producer_id)
-            .is_some_and(|e| e.current_txn_first_offset.is_some())
+    /// Whether a transactional batch of `producer_id` at `producer_epoch` needs its transaction
+    /// coordinator's word before it is appended (KIP-890). Not when the producer has a
+    /// transaction open here (records after its last marker) at that epoch; nor when the
+    /// partition knows a newer epoch of the producer, as the append refuses the batch
+    /// (INVALID_PRODUCER_EPOCH). A transaction open at an older epoch does not count: on
+    /// transaction version 2 every transaction has its own epoch, and a batch of the next one
+    /// must not join the previous before that one's marker arrives.
+    pub fn needs_transaction_verification(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        match self.producer_state.last_entry(producer_id) {
+            None => true,
+            Some(e) if e.producer_epoch > producer_epoch => false,
+            Some(e) => e.current_txn_first_offset.is_none() || e.producer_epoch != producer_epoch,
+        }
     }
 
     /// The offset below which every transaction is decided: the high watermark, or the first

@@ -858,13 +858,22 @@ fn coordinator_batches_check_producer_epochs_but_not_sequences() {
     let offsets = || AppendBatch::new(transactional(batch(&[1], 5), 7, -1).freeze()).unwrap();
     log.append_as_coordinator(offsets(), 0, 0).unwrap();
     log.append_as_coordinator(offsets(), 0, 0).unwrap();
-    assert!(log.in_transaction(7));
+    assert!(!log.needs_transaction_verification(7, 0));
+    assert!(
+        log.needs_transaction_verification(7, 1),
+        "open at epoch 0, not at the next one"
+    );
     // The same batch from a client would be out of sequence.
     let client = log.append_as_leader(vec![offsets()], 0, 0).unwrap_err();
     assert_eq!(client.kafka_error_code(), 45);
     // Once the producer's epoch moved on (its next transaction's marker), the old one is fenced.
     log.append_marker(7, 1, commit, 0, 10).unwrap();
     assert_eq!(log.producer_epoch(7), Some(1));
+    assert!(log.needs_transaction_verification(7, 1));
+    assert!(
+        !log.needs_transaction_verification(7, 0),
+        "an older epoch is refused by the append"
+    );
     let fenced = log.append_as_coordinator(offsets(), 0, 0).unwrap_err();
     assert_eq!(fenced.kafka_error_code(), 47);
     assert_eq!(log.log_end_offset(), 3);

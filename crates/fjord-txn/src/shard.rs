@@ -29,8 +29,8 @@ pub struct TxnConfig {
     pub max_timeout_ms: i32,
     /// `transactional.id.expiration.ms`: an idle transactional id is forgotten after this.
     pub transactional_id_expiration_ms: i64,
-    /// The finalized `transaction.version`: what the coordinator's own aborts use, and 1+ writes
-    /// record values of version 1.
+    /// The finalized `transaction.version`: 1+ writes record values of version 1. (The
+    /// coordinator's own aborts follow the version each transaction's producer uses.)
     pub transaction_version: i16,
 }
 
@@ -213,7 +213,6 @@ impl TransactionCoordinatorShard {
                 TxnMetadata::new(transactional_id, producer_id, timeout_ms, now),
             );
         }
-        let transaction_version = self.config.transaction_version;
         let Some(meta) = self.txns.get_mut(transactional_id) else {
             return refuse(errors::COORDINATOR_LOAD_IN_PROGRESS);
         };
@@ -259,7 +258,8 @@ impl TransactionCoordinatorShard {
                 // Abort it under a new epoch, fencing its producer; this producer retries and
                 // gets the epoch after that.
                 meta.fence();
-                let target = meta.prepare_end(false, transaction_version, NO_PRODUCER_ID, now);
+                let version = meta.fields.client_transaction_version;
+                let target = meta.prepare_end(false, version, NO_PRODUCER_ID, now);
                 (target, Purpose::FenceForInit)
             }
             // Neither is ever the state at rest.
@@ -271,8 +271,10 @@ impl TransactionCoordinatorShard {
             .map(Step::Write)
     }
 
-    /// AddPartitionsToTxn from a producer (or a broker adding a partition for it, KIP-890 part
-    /// 2), and AddOffsetsToTxn with the group's `__consumer_offsets` partition.
+    /// AddPartitionsToTxn from a producer, and AddOffsetsToTxn with the group's
+    /// `__consumer_offsets` partition (`client_transaction_version` 0), or a partition leader
+    /// adding a partition for a producer on transaction version 2 (KIP-890 part 2): the
+    /// transaction remembers the version, which its aborts by the coordinator follow.
     pub fn add_partitions(
         &mut self,
         now: i64,
@@ -280,6 +282,7 @@ impl TransactionCoordinatorShard {
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[TopicPartition],
+        client_transaction_version: i16,
     ) -> Result<Step<i16>, TxnError> {
         if transactional_id.is_empty() {
             return Ok(Step::Answer(errors::INVALID_REQUEST));
@@ -306,7 +309,11 @@ impl TransactionCoordinatorShard {
         if let Some(code) = refusal {
             return Ok(Step::Answer(code));
         }
-        let target = meta.prepare_add_partitions(partitions.iter().cloned(), now);
+        let target = meta.prepare_add_partitions(
+            partitions.iter().cloned(),
+            client_transaction_version,
+            now,
+        );
         self.write(transactional_id, &target, Purpose::AddPartitions)
             .map(Step::Write)
     }
@@ -376,17 +383,19 @@ impl TransactionCoordinatorShard {
         let f = &meta.fields;
         // With transaction version 2 every end bumps the epoch, so a retry comes with the epoch
         // before the bump.
-        let v2 = f.client_transaction_version >= 2;
+        let v2 = client_transaction_version >= 2;
         let retry_on_overflow = v2
             && f.previous_producer_id == producer_id
             && producer_epoch == i16::MAX - 1
             && f.producer_epoch == 0;
         let retry_on_bump = v2 && i32::from(f.producer_epoch) == i32::from(producer_epoch) + 1;
+        let retry = retry_on_bump || retry_on_overflow;
         let valid_epoch = if v2 {
             match f.state {
                 TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump,
+                // The current epoch: a new (empty) abort.
                 TxnState::CompleteCommit | TxnState::CompleteAbort => {
-                    retry_on_bump || retry_on_overflow
+                    retry || producer_epoch == f.producer_epoch
                 }
                 _ => producer_epoch == f.producer_epoch,
             }
@@ -405,11 +414,19 @@ impl TransactionCoordinatorShard {
         let done = ProducerAnswer::ok(f.producer_id, f.producer_epoch);
         let code = match (f.state, commit) {
             (TxnState::Ongoing, _) => None,
-            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if !v2 || retry => {
                 return Ok(Step::Answer(done))
             }
             (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
                 Some(errors::CONCURRENT_TRANSACTIONS)
+            }
+            // Transaction version 2: an abort with nothing to abort is taken, and bumps the
+            // epoch like any end (the producer cannot know whether its produces reached a
+            // partition, so it aborts to be sure).
+            (TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort, false)
+                if v2 && !retry =>
+            {
+                None
             }
             _ => Some(errors::INVALID_TXN_STATE),
         };
@@ -544,7 +561,6 @@ impl TransactionCoordinatorShard {
     /// failed to be written complete, and transactional ids idle past
     /// `transactional.id.expiration.ms` are forgotten (a tombstone each).
     pub fn tick(&mut self, now: i64) -> Result<Vec<Write>, TxnError> {
-        let transaction_version = self.config.transaction_version;
         let expiration_ms = self.config.transactional_id_expiration_ms;
         let mut due = Vec::new();
         for (id, meta) in &self.txns {
@@ -577,7 +593,8 @@ impl TransactionCoordinatorShard {
                         continue;
                     };
                     meta.fence();
-                    let target = meta.prepare_end(false, transaction_version, NO_PRODUCER_ID, now);
+                    let version = meta.fields.client_transaction_version;
+                    let target = meta.prepare_end(false, version, NO_PRODUCER_ID, now);
                     Some(self.write(&id, &target, Purpose::TimeoutAbort)?)
                 }
                 Purpose::Complete => self.complete_if_marked(now, &id)?,

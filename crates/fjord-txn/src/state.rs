@@ -91,7 +91,11 @@ impl TxnState {
             Empty => matches!(previous, Empty | CompleteCommit | CompleteAbort),
             Ongoing => matches!(previous, Ongoing | Empty | CompleteCommit | CompleteAbort),
             PrepareCommit | PrepareEpochFence => previous == Ongoing,
-            PrepareAbort => matches!(previous, Ongoing | PrepareEpochFence),
+            // From an idle state: transaction version 2's abort with nothing to abort.
+            PrepareAbort => matches!(
+                previous,
+                Ongoing | PrepareEpochFence | Empty | CompleteCommit | CompleteAbort
+            ),
             CompleteCommit => previous == PrepareCommit,
             CompleteAbort => previous == PrepareAbort,
             Dead => matches!(previous, Empty | CompleteCommit | CompleteAbort),
@@ -346,6 +350,7 @@ impl TxnMetadata {
     pub fn prepare_add_partitions(
         &mut self,
         added: impl IntoIterator<Item = TopicPartition>,
+        client_transaction_version: i16,
         now: i64,
     ) -> TxnFields {
         let f = &self.fields;
@@ -360,6 +365,7 @@ impl TxnMetadata {
             partitions,
             start_ms,
             last_update_ms: now,
+            client_transaction_version,
             ..f.clone()
         };
         self.prepare(target)

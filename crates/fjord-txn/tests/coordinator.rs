@@ -65,10 +65,29 @@ impl Harness {
         }
     }
 
+    /// AddPartitionsToTxn from the producer.
     fn add(&mut self, now: i64, p: ProducerAnswer, partitions: &[TopicPartition]) -> i16 {
+        self.add_as(now, p, partitions, 0)
+    }
+
+    /// `client_transaction_version` 2: a partition leader adds for the producer (KIP-890 part 2).
+    fn add_as(
+        &mut self,
+        now: i64,
+        p: ProducerAnswer,
+        partitions: &[TopicPartition],
+        client_transaction_version: i16,
+    ) -> i16 {
         match self
             .shard
-            .add_partitions(now, TXN, p.producer_id, p.producer_epoch, partitions)
+            .add_partitions(
+                now,
+                TXN,
+                p.producer_id,
+                p.producer_epoch,
+                partitions,
+                client_transaction_version,
+            )
             .unwrap()
         {
             Step::Answer(code) => code,
@@ -272,6 +291,29 @@ fn a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() {
 }
 
 #[test]
+fn a_timeout_abort_follows_the_transaction_version_of_its_producer() {
+    // The finalized version is 2 in both runs; what differs is how the partitions were added.
+    for (client_version, marker_epoch) in [(0, 1), (2, 2)] {
+        let mut h = Harness::new(TxnConfig::default());
+        let p = h.init(1_000, None);
+        assert_eq!(
+            h.add_as(2_000, p, &[tp("a", 0)], client_version),
+            errors::NONE
+        );
+        let writes = h.shard.tick(2_001 + i64::from(TIMEOUT)).unwrap();
+        let job = h
+            .durable(writes.into_iter().next().unwrap())
+            .markers
+            .unwrap();
+        // Fenced (epoch + 1), then on version 2 bumped once more by the abort itself.
+        assert_eq!(job.producer_epoch, marker_epoch, "version {client_version}");
+        assert_eq!(job.transaction_version, client_version);
+        h.finish(70_001, &job);
+        assert_eq!(h.state(), TxnState::CompleteAbort);
+    }
+}
+
+#[test]
 fn a_completion_that_failed_to_be_written_is_due_at_once_and_retried_by_tick() {
     let mut h = Harness::v1();
     let p = h.init(1_000, None);
@@ -357,7 +399,7 @@ fn a_failed_write_changes_nothing_and_is_answered_with_its_error() {
     let p = h.init(1, None);
     let Step::Write(w) = h
         .shard
-        .add_partitions(2, TXN, p.producer_id, p.producer_epoch, &[tp("a", 0)])
+        .add_partitions(2, TXN, p.producer_id, p.producer_epoch, &[tp("a", 0)], 0)
         .unwrap()
     else {
         panic!("a write")
@@ -436,7 +478,7 @@ fn requests_that_cannot_be_served_are_refused_with_kafkas_errors() {
     assert_eq!(h.end(2, p, true, 1).0.error_code, errors::INVALID_TXN_STATE);
     assert_eq!(
         h.shard
-            .add_partitions(2, "unknown", 1, 0, &[tp("a", 0)])
+            .add_partitions(2, "unknown", 1, 0, &[tp("a", 0)], 0)
             .unwrap(),
         Step::Answer(errors::INVALID_PRODUCER_ID_MAPPING)
     );
@@ -502,6 +544,38 @@ fn transaction_version_2_bumps_the_epoch_at_every_end_and_recognises_retries() {
     assert_eq!(
         h.shard.get(TXN).unwrap().fields.client_transaction_version,
         2
+    );
+}
+
+#[test]
+fn transaction_version_2_takes_an_abort_with_nothing_to_abort_and_bumps_the_epoch() {
+    let mut h = Harness::new(TxnConfig::default());
+    let p = h.init(1, None);
+    // Nothing to commit.
+    assert_eq!(h.end(2, p, true, 2).0.error_code, errors::INVALID_TXN_STATE);
+    // The abort of a transaction no partition joined: taken, its epoch bumped, complete at once.
+    let (aborted, markers) = h.end(3, p, false, 2);
+    assert_eq!(
+        (aborted.error_code, aborted.producer_epoch),
+        (errors::NONE, p.producer_epoch + 1)
+    );
+    let job = markers.unwrap();
+    assert!(job.partitions.is_empty() && !job.commit);
+    h.finish(4, &job);
+    assert_eq!(h.state(), TxnState::CompleteAbort);
+    // Its retry (the epoch before the bump) is answered as the first was; a new empty abort
+    // with the current epoch bumps again.
+    assert_eq!(h.end(5, p, false, 2).0, aborted);
+    assert_eq!(
+        h.end(6, aborted, false, 2).0.producer_epoch,
+        p.producer_epoch + 2
+    );
+    // On transaction version 1 there is nothing to abort.
+    let mut v1 = Harness::v1();
+    let p = v1.init(1, None);
+    assert_eq!(
+        v1.end(2, p, false, 0).0.error_code,
+        errors::INVALID_TXN_STATE
     );
 }
 

@@ -159,6 +159,7 @@ fn produce_request(acks: i16, topic: &str, partition: i32, records: Bytes) -> Re
                 index: partition,
                 records: Some(records),
             }],
+            ..Default::default()
         }],
     })
 }
@@ -287,6 +288,7 @@ fn api_versions_lowest_highest_and_unsupported() {
                 RequestBody::ApiVersions(ApiVersionsRequest {
                     client_software_name: "fjord-test".into(),
                     client_software_version: "1".into(),
+                    ..Default::default()
                 }),
             ),
             ApiVersions
@@ -1271,7 +1273,6 @@ fn list_offsets(
                         partition_index: partition,
                         current_leader_epoch: -1,
                         timestamp,
-                        max_num_offsets: 1,
                     }],
                 }],
                 timeout_ms: 10_000,
@@ -1423,6 +1424,7 @@ fn init_producer_id(
                 transaction_timeout_ms: 60_000,
                 producer_id: id,
                 producer_epoch: epoch,
+                ..Default::default()
             })
         ),
         InitProducerId
@@ -1474,6 +1476,7 @@ fn describe_cluster_lowest_and_highest() {
                 RequestBody::DescribeCluster(DescribeClusterRequest {
                     include_cluster_authorized_operations: false,
                     endpoint_type: 1,
+                    ..Default::default()
                 })
             ),
             DescribeCluster
@@ -1496,6 +1499,7 @@ fn describe_cluster_lowest_and_highest() {
                 RequestBody::DescribeCluster(DescribeClusterRequest {
                     include_cluster_authorized_operations: false,
                     endpoint_type,
+                    ..Default::default()
                 })
             ),
             DescribeCluster
@@ -2386,7 +2390,6 @@ fn every_advertised_version_answers() {
                                 partition_index: 0,
                                 current_leader_epoch: -1,
                                 timestamp,
-                                max_num_offsets: 1,
                             })
                             .collect(),
                     }],
@@ -2492,6 +2495,7 @@ fn every_advertised_version_answers() {
                     transaction_timeout_ms: 60_000,
                     producer_id: -1,
                     producer_epoch: -1,
+                    ..Default::default()
                 }),
                 ApiKey::OffsetForLeaderEpoch => {
                     RequestBody::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest {
@@ -2537,6 +2541,7 @@ fn every_advertised_version_answers() {
                 ApiKey::DescribeCluster => RequestBody::DescribeCluster(DescribeClusterRequest {
                     include_cluster_authorized_operations: false,
                     endpoint_type: 1,
+                    ..Default::default()
                 }),
                 ApiKey::FindCoordinator => {
                     RequestBody::FindCoordinator(fjord_protocol::messages::find_coordinator_request::FindCoordinatorRequest {
@@ -2595,9 +2600,9 @@ fn every_advertised_version_answers() {
                             partition_index: 0,
                             committed_offset: 1,
                             committed_leader_epoch: -1,
-                            commit_timestamp: -1,
                             committed_metadata: Some("m".into()),
                         }],
+                        ..Default::default()
                     }],
                     ..Default::default()
                 }),
@@ -2685,6 +2690,7 @@ fn every_advertised_version_answers() {
                                 ],
                             },
                         ],
+                        ..Default::default()
                     },
                 ),
                 ApiKey::ListPartitionReassignments => RequestBody::ListPartitionReassignments(
@@ -2751,6 +2757,7 @@ fn every_advertised_version_answers() {
                                     committed_leader_epoch: -1,
                                     committed_metadata: None,
                                 }],
+                                ..Default::default()
                             },
                         ],
                         ..Default::default()
@@ -2825,6 +2832,7 @@ fn marker_request(
                 partition_indexes: partitions.to_vec(),
             }],
             coordinator_epoch,
+            ..Default::default()
         }],
     }
 }

@@ -183,6 +183,7 @@ fn produce_with_acks(
                 index: partition,
                 records: Some(records),
             }],
+            ..Default::default()
         }],
     };
     let ResponseBody::Produce(response) =
@@ -308,6 +309,7 @@ fn init_producer_id(client: &mut Client, producer_id: i64, producer_epoch: i16) 
         transaction_timeout_ms: 60_000,
         producer_id,
         producer_epoch,
+        ..Default::default()
     };
     let ResponseBody::InitProducerId(response) =
         client.request(4, RequestBody::InitProducerId(request))
@@ -992,6 +994,7 @@ fn pipelined_requests_are_answered_in_order() {
                             index: 0,
                             records: Some(batch(1)),
                         }],
+                        ..Default::default()
                     }],
                     ..Default::default()
                 }),

@@ -241,10 +241,10 @@ fn commit(client: &mut Client, group: &str, topic: &str, offset: i64) {
                                 partition_index: partition,
                                 committed_offset: offset + i64::from(partition),
                                 committed_leader_epoch: -1,
-                                commit_timestamp: -1,
                                 committed_metadata: Some(String::new()),
                             })
                             .collect(),
+                        ..Default::default()
                     }],
                 })
             ),

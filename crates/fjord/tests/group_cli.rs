@@ -101,6 +101,7 @@ fn produce(client: &mut Client, topic: &str, partition: i32, count: usize) {
                         index: partition,
                         records: Some(records),
                     }],
+                    ..Default::default()
                 }],
             }),
         ),
@@ -159,9 +160,9 @@ fn commit(
                             partition_index: *p,
                             committed_offset: *o,
                             committed_leader_epoch: -1,
-                            commit_timestamp: -1,
                             committed_metadata: Some(String::new()),
                         }],
+                        ..Default::default()
                     })
                     .collect(),
             }),

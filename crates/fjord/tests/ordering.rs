@@ -219,9 +219,9 @@ fn commit_request(group: &str, topic: &str, offset: i64) -> RequestBody {
                 partition_index: 0,
                 committed_offset: offset,
                 committed_leader_epoch: -1,
-                commit_timestamp: -1,
                 committed_metadata: Some(String::new()),
             }],
+            ..Default::default()
         }],
     })
 }
@@ -310,6 +310,7 @@ fn produce_request(acks: i16, topic: &str, records: Bytes) -> RequestBody {
                 index: 0,
                 records: Some(records),
             }],
+            ..Default::default()
         }],
     })
 }
@@ -324,7 +325,6 @@ fn list_offsets_latest(topic: &str) -> RequestBody {
                 partition_index: 0,
                 current_leader_epoch: -1,
                 timestamp: LATEST_TIMESTAMP,
-                max_num_offsets: 1,
             }],
         }],
         timeout_ms: 30_000,

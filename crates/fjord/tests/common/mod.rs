@@ -364,6 +364,7 @@ pub fn produce_batch(client: &mut Client, topic: &str, records: Bytes) -> (i16, 
                     index: 0,
                     records: Some(records),
                 }],
+                ..Default::default()
             }],
         }),
     );

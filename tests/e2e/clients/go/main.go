@@ -301,8 +301,12 @@ func main() {
 		os.Exit(64)
 	}
 	cmd := os.Args[1]
-	if cmd == "txn-unadded-produce" {
-		if err := unaddedProduce(os.Args[2:]); err != nil {
+	if cmd == "txn-unadded-produce" || cmd == "txn-implicit-add" {
+		run := unaddedProduce
+		if cmd == "txn-implicit-add" {
+			run = implicitAdd
+		}
+		if err := run(os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", cmd, err)
 			os.Exit(1)
 		}

@@ -45,41 +45,9 @@ func unaddedProduce(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	// The first FindCoordinator creates __transaction_state: retriable errors until its coordinators load.
-	var coordinator int32
-	var producerID int64
-	var epoch int16
-	for {
-		find := kmsg.NewPtrFindCoordinatorRequest()
-		find.CoordinatorType = 1
-		find.CoordinatorKeys = []string{*txnID}
-		findResp, err := find.RequestWith(ctx, cl)
-		if err != nil {
-			return err
-		}
-		if len(findResp.Coordinators) != 1 {
-			return fmt.Errorf("FindCoordinator answered %d coordinators", len(findResp.Coordinators))
-		}
-		coordinator = findResp.Coordinators[0].NodeID
-		err = kerr.ErrorForCode(findResp.Coordinators[0].ErrorCode)
-		if err == nil {
-			init := kmsg.NewPtrInitProducerIDRequest()
-			init.TransactionalID = txnID
-			init.TransactionTimeoutMillis = 60000
-			initResp, ierr := init.RequestWith(ctx, cl)
-			if ierr != nil {
-				return ierr
-			}
-			producerID, epoch = initResp.ProducerID, initResp.ProducerEpoch
-			err = kerr.ErrorForCode(initResp.ErrorCode)
-			if err == nil {
-				break
-			}
-		}
-		if !kerr.IsRetriable(err) || ctx.Err() != nil {
-			return fmt.Errorf("no producer id: %w", err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	coordinator, producerID, epoch, err := initTransactional(ctx, cl, *txnID)
+	if err != nil {
+		return err
 	}
 
 	add := kmsg.NewPtrAddPartitionsToTxnRequest()
@@ -98,36 +66,15 @@ func unaddedProduce(args []string) error {
 		}
 	}
 
-	meta := kmsg.NewPtrMetadataRequest()
-	meta.Topics = []kmsg.MetadataRequestTopic{{Topic: topic}}
-	metaResp, err := meta.RequestWith(ctx, cl)
+	partitions, err := partitionLeaders(ctx, cl, *topic)
 	if err != nil {
 		return err
 	}
-	if len(metaResp.Topics) != 1 || metaResp.Topics[0].ErrorCode != 0 {
-		return fmt.Errorf("no metadata for %s", *topic)
-	}
-	for _, p := range metaResp.Topics[0].Partitions {
-		produce := kmsg.NewPtrProduceRequest()
-		produce.TransactionID = txnID
-		produce.Acks = -1
-		produce.TimeoutMillis = 30000
-		produce.Topics = []kmsg.ProduceRequestTopic{{
-			Topic: *topic,
-			Partitions: []kmsg.ProduceRequestTopicPartition{{
-				Partition: p.Partition,
-				Records:   transactionalBatch(producerID, epoch, fmt.Sprintf("unadded-%d", p.Partition)),
-			}},
-		}}
-		resp, err := produce.RequestWith(ctx, cl.Broker(int(p.Leader)))
+	for _, p := range partitions {
+		code, err := produceOne(ctx, cl, p.Leader, *txnID, *topic, p.Partition,
+			transactionalBatch(producerID, epoch, 0, fmt.Sprintf("unadded-%d", p.Partition)))
 		if err != nil {
-			return fmt.Errorf("produce to partition %d: %w", p.Partition, err)
-		}
-		code := int16(-1)
-		for _, t := range resp.Topics {
-			for _, rp := range t.Partitions {
-				code = rp.ErrorCode
-			}
+			return err
 		}
 		isAdded := 0
 		if p.Partition == int32(*added) {
@@ -143,22 +90,112 @@ func unaddedProduce(args []string) error {
 		}
 	}
 
-	end := kmsg.NewPtrEndTxnRequest()
-	end.TransactionalID = *txnID
-	end.ProducerID, end.ProducerEpoch = producerID, epoch
-	end.Commit = false
-	endResp, err := end.RequestWith(ctx, cl)
+	_, _, code, err := endTxn(ctx, cl, *txnID, producerID, epoch, false)
 	if err != nil {
 		return err
 	}
-	if err := kerr.ErrorForCode(endResp.ErrorCode); err != nil {
+	if err := kerr.ErrorForCode(code); err != nil {
 		return fmt.Errorf("EndTxn: %w", err)
 	}
 	return nil
 }
 
-// transactionalBatch is one uncompressed v2 record batch of one record, marked transactional, at sequence 0.
-func transactionalBatch(producerID int64, epoch int16, value string) []byte {
+// initTransactional finds the transaction coordinator of txnID and has it give a producer id and epoch. The first
+// FindCoordinator creates __transaction_state: retriable errors until its coordinators load.
+func initTransactional(ctx context.Context, cl *kgo.Client, txnID string) (int32, int64, int16, error) {
+	for {
+		find := kmsg.NewPtrFindCoordinatorRequest()
+		find.CoordinatorType = 1
+		find.CoordinatorKeys = []string{txnID}
+		findResp, err := find.RequestWith(ctx, cl)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if len(findResp.Coordinators) != 1 {
+			return 0, 0, 0, fmt.Errorf("FindCoordinator answered %d coordinators", len(findResp.Coordinators))
+		}
+		coordinator := findResp.Coordinators[0].NodeID
+		err = kerr.ErrorForCode(findResp.Coordinators[0].ErrorCode)
+		if err == nil {
+			init := kmsg.NewPtrInitProducerIDRequest()
+			init.TransactionalID = &txnID
+			init.TransactionTimeoutMillis = 60000
+			initResp, ierr := init.RequestWith(ctx, cl)
+			if ierr != nil {
+				return 0, 0, 0, ierr
+			}
+			err = kerr.ErrorForCode(initResp.ErrorCode)
+			if err == nil {
+				return coordinator, initResp.ProducerID, initResp.ProducerEpoch, nil
+			}
+		}
+		if !kerr.IsRetriable(err) || ctx.Err() != nil {
+			return 0, 0, 0, fmt.Errorf("no producer id: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// partitionLeaders is the topic's partitions with their leaders.
+func partitionLeaders(ctx context.Context, cl *kgo.Client, topic string) ([]kmsg.MetadataResponseTopicPartition, error) {
+	meta := kmsg.NewPtrMetadataRequest()
+	meta.Topics = []kmsg.MetadataRequestTopic{{Topic: &topic}}
+	metaResp, err := meta.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	if len(metaResp.Topics) != 1 || metaResp.Topics[0].ErrorCode != 0 {
+		return nil, fmt.Errorf("no metadata for %s", topic)
+	}
+	return metaResp.Topics[0].Partitions, nil
+}
+
+// endTxn commits or aborts the producer's transaction; the producer id and epoch it answers with (EndTxn v5 bumps
+// the epoch), and its error code. CONCURRENT_TRANSACTIONS is retried.
+func endTxn(ctx context.Context, cl *kgo.Client, txnID string, producerID int64, epoch int16,
+	commit bool) (int64, int16, int16, error) {
+	for {
+		end := kmsg.NewPtrEndTxnRequest()
+		end.TransactionalID = txnID
+		end.ProducerID, end.ProducerEpoch = producerID, epoch
+		end.Commit = commit
+		resp, err := end.RequestWith(ctx, cl)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if resp.ErrorCode != kerr.ConcurrentTransactions.Code || ctx.Err() != nil {
+			return resp.ProducerID, resp.ProducerEpoch, resp.ErrorCode, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// produceOne sends one transactional batch to one partition's leader (acks=all) and returns the partition's error code.
+func produceOne(ctx context.Context, cl *kgo.Client, leader int32, txnID, topic string, partition int32,
+	batch []byte) (int16, error) {
+	produce := kmsg.NewPtrProduceRequest()
+	produce.TransactionID = &txnID
+	produce.Acks = -1
+	produce.TimeoutMillis = 30000
+	produce.Topics = []kmsg.ProduceRequestTopic{{
+		Topic:      topic,
+		Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: partition, Records: batch}},
+	}}
+	resp, err := produce.RequestWith(ctx, cl.Broker(int(leader)))
+	if err != nil {
+		return 0, fmt.Errorf("produce to partition %d: %w", partition, err)
+	}
+	code := int16(-1)
+	for _, t := range resp.Topics {
+		for _, rp := range t.Partitions {
+			code = rp.ErrorCode
+		}
+	}
+	return code, nil
+}
+
+// transactionalBatch is one uncompressed v2 record batch of one record, marked transactional.
+func transactionalBatch(producerID int64, epoch int16, sequence int32, value string) []byte {
 	var record []byte
 	record = append(record, 0)               // attributes
 	record = binary.AppendVarint(record, 0)  // timestamp delta
@@ -179,7 +216,7 @@ func transactionalBatch(producerID int64, epoch int16, value string) []byte {
 	body = binary.BigEndian.AppendUint64(body, uint64(now))
 	body = binary.BigEndian.AppendUint64(body, uint64(producerID))
 	body = binary.BigEndian.AppendUint16(body, uint16(epoch))
-	body = binary.BigEndian.AppendUint32(body, 0) // base sequence
+	body = binary.BigEndian.AppendUint32(body, uint32(sequence))
 	body = binary.BigEndian.AppendUint32(body, 1) // record count
 	body = append(body, records...)
 
