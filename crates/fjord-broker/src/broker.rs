@@ -969,10 +969,8 @@ pub const FEATURES: &[(&str, i16, i16, i16)] = &[
     ("kraft.version", 0, 0, 0),
     // 1: flexible `__transaction_state` records; 2: KIP-890 part 2 (the epoch bumps at every
     // commit and abort, leaders add partitions to transactions: Produce v12, TxnOffsetCommit v5,
-    // EndTxn v5), served to producers that use it but not finalized: a franz-go producer on it
-    // sends an empty abort right after a commit, which is fenced while the commit's markers are
-    // still being written (as in Kafka), and fjord's markers take longer to complete.
-    ("transaction.version", 0, 2, 1),
+    // EndTxn v5).
+    ("transaction.version", 0, 2, 2),
     // KIP-848 consumer groups.
     ("group.version", 0, 1, 1),
 ];

@@ -390,9 +390,15 @@ impl TransactionCoordinatorShard {
             && f.producer_epoch == 0;
         let retry_on_bump = v2 && i32::from(f.producer_epoch) == i32::from(producer_epoch) + 1;
         let retry = retry_on_bump || retry_on_overflow;
+        // The producer's next end (with the epoch this end handed it) before this one's markers
+        // are all written: Kafka fences it; fjord has it wait, as the producer that holds the
+        // bumped epoch is the current one (franz-go aborts an emptied transaction at once).
+        let early_next_end = v2
+            && matches!(f.state, TxnState::PrepareCommit | TxnState::PrepareAbort)
+            && producer_epoch == f.producer_epoch;
         let valid_epoch = if v2 {
             match f.state {
-                TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump,
+                TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump || early_next_end,
                 // The current epoch: a new (empty) abort.
                 TxnState::CompleteCommit | TxnState::CompleteAbort => {
                     retry || producer_epoch == f.producer_epoch
@@ -413,6 +419,7 @@ impl TransactionCoordinatorShard {
         }
         let done = ProducerAnswer::ok(f.producer_id, f.producer_epoch);
         let code = match (f.state, commit) {
+            _ if early_next_end => Some(errors::CONCURRENT_TRANSACTIONS),
             (TxnState::Ongoing, _) => None,
             (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if !v2 || retry => {
                 return Ok(Step::Answer(done))

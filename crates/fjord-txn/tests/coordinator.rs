@@ -566,10 +566,18 @@ fn transaction_version_2_takes_an_abort_with_nothing_to_abort_and_bumps_the_epoc
     // Its retry (the epoch before the bump) is answered as the first was; a new empty abort
     // with the current epoch bumps again.
     assert_eq!(h.end(5, p, false, 2).0, aborted);
+    let (current, job) = h.end(6, aborted, false, 2);
+    assert_eq!(current.producer_epoch, p.producer_epoch + 2);
+    h.finish(7, &job.unwrap());
+    // The producer's next end before this one's markers are written waits (Kafka fences it).
+    assert_eq!(h.add(8, current, &[tp("a", 0)]), errors::NONE);
+    let (committed, job) = h.end(9, current, true, 2);
     assert_eq!(
-        h.end(6, aborted, false, 2).0.producer_epoch,
-        p.producer_epoch + 2
+        h.end(10, committed, false, 2).0.error_code,
+        errors::CONCURRENT_TRANSACTIONS
     );
+    h.finish(11, &job.unwrap());
+    assert_eq!(h.end(12, committed, false, 2).0.error_code, errors::NONE);
     // On transaction version 1 there is nothing to abort.
     let mut v1 = Harness::v1();
     let p = v1.init(1, None);

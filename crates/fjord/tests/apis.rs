@@ -321,7 +321,7 @@ fn api_versions_lowest_highest_and_unsupported() {
                 finalized,
                 [
                     ("metadata.version", 25, 25),
-                    ("transaction.version", 1, 1),
+                    ("transaction.version", 2, 2),
                     ("group.version", 1, 1)
                 ]
             );
