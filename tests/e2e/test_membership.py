@@ -73,10 +73,15 @@ def produce(bootstrap: str, partitions, tag: str, per_partition: int = 20) -> No
 
 
 def read(bootstrap: str, partition: int) -> list:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
-                  "enable.auto.commit": False})
-    # Leadership that just moved (a leader not yet applying its election, a resumed broker catching up on the
-    # metadata log) answers NOT_LEADER_OR_FOLLOWER or no leader for a moment: clients retry.
+    def consumer():
+        return Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
+                         "enable.auto.commit": False})
+
+    # Leadership that just moved (a leader not yet applying its election, a resumed broker replaying the metadata
+    # log it missed, its partitions briefly without a leader) answers NOT_LEADER_OR_FOLLOWER or no leader for a
+    # moment. librdkafka keeps a partition it saw without a leader as unknown in its metadata cache and answers
+    # the watermark query from that cache again, so each retry starts a new consumer.
+    c = consumer()
     end = time.monotonic() + 30
     while True:
         try:
@@ -87,7 +92,9 @@ def read(bootstrap: str, partition: int) -> list:
                          KafkaError._UNKNOWN_PARTITION)
             if e.args[0].code() not in transient or time.monotonic() > end:
                 raise
+            c.close()
             time.sleep(0.2)
+            c = consumer()
     c.assign([TopicPartition("members", partition, 0)])
     values = []
     end = time.monotonic() + 60
