@@ -23,8 +23,8 @@ step "lint: cargo fmt --check, cargo clippy -D warnings"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 
-step "cargo test --workspace"
-cargo test --workspace
+step "cargo test --workspace, three test binaries at a time"
+scripts/cargo-test.sh
 
 step "fuzz: every target, bounded, no sanitizer (long runs, with AddressSanitizer: scripts/fuzz.sh 600)"
 FUZZ_SANITIZER="${FUZZ_SANITIZER:-none}" scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
