@@ -1,122 +1,13 @@
-"""Exactly-once copying as Kafka's own transactions system test checks it: Kafka's TransactionalMessageCopier
-(kafka-tools, Java kafka-clients) copies every input partition to an output topic in transactions that carry the
-consumed offsets, with random aborts, while the copiers and the broker (the transaction and group coordinator)
-are killed with SIGKILL and restarted. A read_committed VerifiableConsumer must then find every input message in
-the output exactly once."""
+"""Exactly-once copying on one node, as Kafka's own transactions system test checks it (copier.py): the copiers
+are killed with SIGKILL, then the broker (the transaction and group coordinator) while the restarted copiers work.
+The three-node run is in test_replication.py."""
 
-import json
-import signal
-import subprocess
-import time
-import uuid
-from pathlib import Path
-
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
-
-from harness import java_bin, read_classpath, wait_for
-
-PARTITIONS = 2
-MESSAGES = 4000
-TRANSACTION_SIZE = 25
-
-
-def tool(main: str, *args: str) -> list:
-    return [java_bin(), "-cp", read_classpath("kafka-broker.classpath"), f"org.apache.kafka.tools.{main}", *args]
-
-
-class Copier:
-    """One TransactionalMessageCopier for one input partition; restarted processes keep its transactional id."""
-
-    def __init__(self, workdir: Path, bootstrap: str, partition: int, in_topic: str, out_topic: str, group: str):
-        self.workdir, self.partition, self.runs, self.proc = workdir, partition, 0, None
-        self.args = ["--input-topic", in_topic, "--input-partition", str(partition), "--output-topic", out_topic,
-                     "--broker-list", bootstrap, "--consumer-group", group, "--transactional-id",
-                     f"{group}-copier-{partition}", "--transaction-size", str(TRANSACTION_SIZE),
-                     "--transaction-timeout", "10000", "--enable-random-aborts", "--use-group-metadata"]
-
-    def out(self, run: int) -> Path:
-        return self.workdir / f"copier-{self.partition}-{run}.out"
-
-    def start(self) -> None:
-        self.runs += 1
-        with open(self.out(self.runs), "wb") as out, open(self.workdir / f"copier-{self.partition}-{self.runs}.err",
-                                                          "wb") as err:
-            self.proc = subprocess.Popen(tool("TransactionalMessageCopier", *self.args), stdout=out, stderr=err)
-
-    def kill9(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def processed(self) -> int:
-        """Messages the current run has committed, from its last status line."""
-        total = 0
-        for line in self.out(self.runs).read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                total = json.loads(line).get("totalProcessed", total)
-        return total
+from copier import copy_exactly_once
 
 
 def test_transactional_copiers_copy_exactly_once_through_kills(broker, tmp_path):
-    tag = uuid.uuid4().hex[:8]
-    in_topic, out_topic, group = f"eos-in-{tag}", f"eos-out-{tag}", f"eos-{tag}"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (in_topic, out_topic)]).values():
-        future.result(30)
-    # The input, spread evenly (a copier per partition must have work to be killed in).
-    seed = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
-    for i in range(MESSAGES):
-        seed.produce(in_topic, value=str(i).encode(), partition=i % PARTITIONS)
-    assert seed.flush(60) == 0
-    inputs = sorted(str(i) for i in range(MESSAGES))
+    def kill_the_broker(copiers, out_topic):
+        broker.kill9()
+        broker.start()
 
-    copiers = [Copier(tmp_path, broker.bootstrap, p, in_topic, out_topic, group) for p in range(PARTITIONS)]
-    for c in copiers:
-        c.start()
-    try:
-        # Faults while the copiers are mid-way, each once its copier's run has committed a fifth of its partition:
-        # each copier killed (its successor fences it and aborts its open transaction), then the broker killed
-        # (every coordinator with it) while the restarted copiers work.
-        threshold = MESSAGES // PARTITIONS // 5
-        for fault, victim in [("copier-0", copiers[0]), ("copier-1", copiers[1]), ("broker", copiers[0])]:
-            wait_for(lambda: victim.processed() >= threshold or victim.proc.poll() is not None,
-                     f"{fault}'s copier reaching {threshold} messages", 120)
-            assert victim.proc.poll() is None, f"the copier finished before the {fault} fault: input too small"
-            if fault == "broker":
-                broker.kill9()
-                broker.start()
-            else:
-                victim.kill9()
-                victim.start()
-        for c in copiers:
-            # A copier that never gets to the end was given a position beyond what it copied: input skipped.
-            c.proc.wait(150)
-            assert c.proc.returncode == 0, (c.workdir / f"copier-{c.partition}-{c.runs}.err").read_text()[-3000:]
-    finally:
-        # A failed run leaves no copier behind.
-        for c in copiers:
-            if c.proc.poll() is None:
-                c.kill9()
-
-    consumer_config = tmp_path / "consumer.properties"
-    consumer_config.write_text("isolation.level=read_committed\n")
-    out = tmp_path / "verifiable-consumer.out"
-    with open(out, "wb") as stdout:
-        reader = subprocess.Popen(tool("VerifiableConsumer", "--topic", out_topic, "--bootstrap-server",
-                                       broker.bootstrap, "--group-id", f"{group}-verify", "--reset-policy", "earliest",
-                                       "--verbose", "--consumer.config", str(consumer_config)),
-                                  stdout=stdout, stderr=subprocess.DEVNULL)
-
-    def values():
-        return [e["value"] for e in (json.loads(line) for line in out.read_text(errors="replace").splitlines()
-                                     if line.startswith("{")) if e.get("name") == "record_data"]
-    try:
-        wait_for(lambda: len(values()) >= MESSAGES, "the output read back", 120)
-        time.sleep(3)  # anything beyond the input (a duplicate) shows up too
-    finally:
-        reader.send_signal(signal.SIGTERM)
-        reader.wait(30)
-    copied = sorted(values())
-    duplicates = len(copied) - len(set(copied))
-    missing = sorted(set(inputs) - set(copied))
-    assert duplicates == 0 and not missing and copied == inputs, (duplicates, missing[:20], len(copied))
+    copy_exactly_once(broker.bootstrap, tmp_path, 1, [("broker", 0, kill_the_broker)])

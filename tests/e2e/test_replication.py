@@ -1,7 +1,9 @@
 """ISR replication on three combined nodes, with real clients: topics with replication factor 3 keep every record
 acknowledged with acks=all through kill -9 of a partition's leader, the replicas' logs end byte for byte the same,
 acks=all is refused while the ISR is smaller than min.insync.replicas, a stalled follower leaves the ISR before its
-session ends, and replicas that come back rejoin it. Runs against fjord, or Apache Kafka with E2E_BROKER=kafka (same
+session ends, and replicas that come back rejoin it. Transactions across nodes: KIP-890's checks by leaders that
+are not the coordinator, markers through a leader's kill -9, and Kafka's exactly-once copy through kills of a
+coordinator and a leader. Runs against fjord, or Apache Kafka with E2E_BROKER=kafka (same
 KRaft properties).
 """
 
@@ -14,6 +16,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from copier import copy_exactly_once
 from harness import (CLIENTS, Cluster, check_implicit_add, franz_go_tests, implicit_add, kafka_tool,
                      metadata_quorum_status, round_trip, unadded_produce, wait_for)
 
@@ -318,3 +321,26 @@ def test_transactions_commit_through_a_partition_leaders_kill9(cluster):
         victim.start(timeout_s=120)
     assert sorted(values) == sorted([f"first-{i}" for i in range(300)] + [f"through-kill-{i}" for i in range(300)])
     all_in_sync(cluster.bootstrap, topic, ids)
+
+
+def test_transactional_copiers_copy_exactly_once_through_kills_of_a_coordinator_and_a_leader(cluster, tmp_path):
+    """Kafka's exactly-once copy (copier.py) on three nodes, its topics at replication factor 3: after each copier
+    is killed, the node coordinating the first copier's transactions is killed with SIGKILL and restarted, then a
+    leader of the output topic (one coordinating no copier's transactions when there is one) as soon as that node is
+    back (the other copier, whose coordinator stayed, may have finished by then), while the first copier is
+    mid-way. Every input message is in the output exactly once."""
+    def kill_and_restart(node_id: int) -> None:
+        node = cluster.node(node_id)
+        node.kill9()
+        node.start(timeout_s=120)
+
+    def kill_the_coordinator(copiers, out_topic):
+        kill_and_restart(coordinator_of(cluster.bootstrap, copiers[0].transactional_id))
+
+    def kill_a_leader(copiers, out_topic):
+        coordinators = {coordinator_of(cluster.bootstrap, c.transactional_id) for c in copiers}
+        leaders = [leader for leader, _, _ in describe(cluster.bootstrap, out_topic).values() if leader >= 0]
+        kill_and_restart(next((l for l in leaders if l not in coordinators), leaders[0]))
+
+    copy_exactly_once(cluster.bootstrap, tmp_path, 3,
+                      [("transaction coordinator", 0, kill_the_coordinator), ("partition leader", 0, kill_a_leader)])
