@@ -667,25 +667,11 @@ class Cluster:
             node.format(self.cluster_id)
         return node
 
-    def stop(self, grace_s: float = 10) -> None:
-        """Broker-only nodes first, while the controllers can still move their leadership (Kafka's order), then the
-        rest; a node still running `grace_s` after its SIGTERM is killed. (Combined nodes all stopping at once lose
-        their quorum part-way, so the last ones wait out their controlled-shutdown bound; tests of shutdown itself
-        stop nodes one at a time.)"""
-        broker_only = [n for n in self.nodes if "controller" not in n.roles]
-        rest = [n for n in self.nodes if "controller" in n.roles]
-        for group in (broker_only, rest):
-            for node in group:
-                if node.running():
-                    node.proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
-            for node in group:
-                if node.proc is not None:
-                    try:
-                        node.proc.wait(max(0.1, deadline - time.monotonic()))
-                    except subprocess.TimeoutExpired:
-                        node.proc.kill()
-                        node.proc.wait()
+    def kill9(self) -> None:
+        """Every node at once with SIGKILL: the teardown of a cluster whose exit no test checks. (A graceful stop of
+        all three combined nodes waits out a controlled-shutdown bound, about 10 s a cluster.)"""
+        for node in self.nodes:
+            node.kill9()
 
 
 def round_trip(client: str, bootstrap: str, topic: str, partitions: int, count: int, codec: str, workdir: Path) -> None:

@@ -24,7 +24,7 @@ def cluster(request, tmp_path_factory):
     c.mode = request.param
     c.start()
     yield c
-    c.stop()
+    c.kill9()
 
 
 def admin(bootstrap: str) -> AdminClient:

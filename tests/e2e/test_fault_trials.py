@@ -65,7 +65,7 @@ def cluster(net, tmp_path_factory):
                 prefixes=[net.prefix(i) for i in range(1, NODES + 1)], metadata_dirs=True)
     c.start()
     yield c
-    c.stop()
+    c.kill9()
 
 
 def describe(bootstrap: str, topic: str) -> dict:

@@ -25,7 +25,7 @@ def cluster(tmp_path_factory):
                 node_extra={i: {"broker.rack": f"rack-{i}"} for i in (1, 2, 3)})
     c.start()
     yield c
-    c.stop()
+    c.kill9()
 
 
 def test_a_consumer_reads_from_the_follower_in_its_rack(cluster):

@@ -24,7 +24,7 @@ def cluster(tmp_path_factory):
                 extra={**EXTRA, "auto.leader.rebalance.enable": "false"})
     c.start()
     yield c
-    c.stop()
+    c.kill9()
 
 
 def leader_election(bootstrap: str, *args: str) -> tuple:
@@ -164,4 +164,4 @@ def test_the_controller_balances_leadership_back_to_preferred_replicas(tmp_path)
         wait_for(lambda: all(l == r[0] and isr == sorted(r) for l, r, isr in describe(c.bootstrap, "balanced").values()),
                  lambda: f"leadership not balanced back: {describe(c.bootstrap, 'balanced')}", 60)
     finally:
-        c.stop()
+        c.kill9()

@@ -27,7 +27,7 @@ def cluster(tmp_path_factory):
     for _, f in a.create_topics([NewTopic("members", num_partitions=PARTITIONS, replication_factor=1)]).items():
         f.result(30)
     yield c
-    c.stop()
+    c.kill9()
 
 
 def others(cluster, node) -> str:

@@ -40,7 +40,7 @@ def cluster(net, tmp_path_factory):
                 prefixes=[net.prefix(i) for i in range(1, NODES + 1)])
     c.start()
     yield c
-    c.stop()
+    c.kill9()
 
 
 def create(bootstrap: str, name: str, partitions: int = 3) -> None:

@@ -28,7 +28,7 @@ def cluster(tmp_path_factory):
                        "replica.lag.time.max.ms": "2000", "auto.leader.rebalance.enable": "false"})
     c.start()
     yield c
-    c.stop()
+    c.kill9()
 
 
 def reassign(bootstrap: str, *args: str) -> tuple:

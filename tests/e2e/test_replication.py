@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from copier import copy_exactly_once
+from wordcount import count_words_exactly_once
 from harness import (CLIENTS, Cluster, check_implicit_add, franz_go_tests, implicit_add, kafka_tool,
                      metadata_quorum_status, round_trip, unadded_produce, wait_for)
 
@@ -32,7 +33,7 @@ def cluster(tmp_path_factory):
                        "replica.lag.time.max.ms": str(LAG_MS)})
     c.start()
     yield c
-    c.stop()
+    c.kill9()
 
 
 def create(bootstrap: str, name: str, min_isr: int) -> None:
@@ -344,3 +345,16 @@ def test_transactional_copiers_copy_exactly_once_through_kills_of_a_coordinator_
 
     copy_exactly_once(cluster.bootstrap, tmp_path, 3,
                       [("transaction coordinator", 0, kill_the_coordinator), ("partition leader", 0, kill_a_leader)])
+
+
+def test_exactly_once_word_count_through_kills_of_the_application_and_a_leader(cluster, tmp_path):
+    """The Kafka Streams exactly_once_v2 word count (wordcount.py) on three nodes, every topic (internal ones too) at
+    replication factor 3: after the application's kill -9, the leader of the output topic's first partition is
+    killed with SIGKILL and restarted while the new instance restores its counts and goes on. Every word's counts
+    are exactly 1..n."""
+    def kill_a_leader(out_topic):
+        node = cluster.node(describe(cluster.bootstrap, out_topic)[0][0])
+        node.kill9()
+        node.start(timeout_s=120)
+
+    count_words_exactly_once(cluster.bootstrap, tmp_path, 3, kill_a_leader)

@@ -24,7 +24,7 @@ def cluster(tmp_path_factory):
                        "replica.lag.time.max.ms": "2000", "unclean.leader.election.interval.ms": "500"})
     c.start()
     yield c
-    c.stop()
+    c.kill9()
 
 
 def state(bootstrap: str) -> tuple:

@@ -20,15 +20,16 @@ import org.apache.kafka.streams.state.Stores;
  * is written to an output topic. With the record cache off, each count of a word is emitted once, so a reader of
  * the output (read_committed) must see 1, 2, 3, ... per word, through crashes of this process.
  *
- * <p>Arguments: bootstrap servers, application id, input topic, output topic, state directory. Runs until killed;
- * prints each state change of the Streams client.
+ * <p>Arguments: bootstrap servers, application id, input topic, output topic, state directory, and optionally the
+ * replication factor of the internal topics (default 1). Runs until killed; prints each state change of the Streams
+ * client.
  */
 public final class WordCount {
     private WordCount() {}
 
     public static void main(String[] args) throws InterruptedException {
-        if (args.length != 5) {
-            System.err.println("usage: WordCount BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR");
+        if (args.length != 5 && args.length != 6) {
+            System.err.println("usage: WordCount BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR [REPLICATION_FACTOR]");
             System.exit(2);
         }
         Properties props = new Properties();
@@ -38,7 +39,7 @@ public final class WordCount {
         props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
-        props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+        props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, args.length == 6 ? Integer.parseInt(args[5]) : 1);
         props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 2);
         props.put(StreamsConfig.consumerPrefix("session.timeout.ms"), 10000);
         props.put(StreamsConfig.producerPrefix("transaction.timeout.ms"), 10000);
