@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import java_bin, read_classpath, wait_for
+from harness import create_topics, java_bin, read_classpath, wait_for
 
 PARTITIONS = 2
 MESSAGES = 4000
@@ -71,10 +70,7 @@ def copy_exactly_once(bootstrap: str, workdir: Path, replication_factor: int,
     progress it waits for, the fault) while the restarted copiers work."""
     tag = uuid.uuid4().hex[:8]
     in_topic, out_topic, group = f"eos-in-{tag}", f"eos-out-{tag}", f"eos-{tag}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topics = [NewTopic(t, PARTITIONS, replication_factor) for t in (in_topic, out_topic)]
-    for future in admin.create_topics(topics).values():
-        future.result(30)
+    create_topics(bootstrap, [in_topic, out_topic], PARTITIONS, replication_factor)
     # The input, spread evenly (a copier per partition must have work to be killed in).
     seed = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for i in range(MESSAGES):

@@ -18,6 +18,8 @@ import uuid
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from confluent_kafka.admin import AdminClient, NewTopic
+
 E2E_DIR = Path(__file__).resolve().parent
 REPO_ROOT = E2E_DIR.parent.parent
 BUILD_DIR = E2E_DIR / ".build"
@@ -700,6 +702,13 @@ def wait_for(check, what, deadline_s: float = 60):
             return result
         assert time.monotonic() < end, what() if callable(what) else what
         time.sleep(0.2)
+
+
+def create_topics(bootstrap: str, names: List[str], partitions: int, replication_factor: int) -> None:
+    """Creates `names`, each with `partitions` partitions of `replication_factor` replicas, through the admin API."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(t, partitions, replication_factor) for t in names]).values():
+        future.result(30)
 
 
 def kafka_tool(main: str, *args: str, timeout_s: float = 120) -> str:

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import BUILD_DIR, java_bin, read_classpath, wait_for
+from harness import BUILD_DIR, create_topics, java_bin, read_classpath, wait_for
 
 WORDS = [f"w{i:02d}" for i in range(24)]
 LINES = 3000
@@ -61,10 +60,7 @@ def count_words_exactly_once(bootstrap: str, workdir: Path, replication_factor: 
     `replication_factor` replicas."""
     tag = uuid.uuid4().hex[:8]
     in_topic, out_topic, app_id = f"wc-in-{tag}", f"wc-out-{tag}", f"wordcount-{tag}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topics = [NewTopic(t, PARTITIONS, replication_factor) for t in (in_topic, out_topic)]
-    for future in admin.create_topics(topics).values():
-        future.result(30)
+    create_topics(bootstrap, [in_topic, out_topic], PARTITIONS, replication_factor)
     lines = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(1 + i % 3)) for i in range(LINES)]
     expected = Counter(word for line in lines for word in line.split())
 
