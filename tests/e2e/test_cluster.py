@@ -8,19 +8,24 @@ until it returns, and come back with it.
 """
 
 import re
+import shutil
 import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import CLIENTS, Cluster, kafka_tool, metadata_quorum_status, round_trip, run_tool
+from harness import CLIENTS, Cluster, kafka_tool, metadata_quorum_status, round_trip, run_tool, wait_for
 
 
 @pytest.fixture(scope="module", params=["combined", "split"])
 def cluster(request, tmp_path_factory):
     brokers = 0 if request.param == "combined" else 3
-    c = Cluster(tmp_path_factory.mktemp(request.param), controllers=3, brokers=brokers)
+    # Snapshots every 2 KiB of metadata, and a log purged up to its snapshot past 2 KiB, so that a wiped voter
+    # has to be sent a snapshot; metadata in its own dir, so that wiping it leaves the partitions alone.
+    c = Cluster(tmp_path_factory.mktemp(request.param), controllers=3, brokers=brokers, metadata_dirs=True,
+                extra={"metadata.log.max.record.bytes.between.snapshots": "2048",
+                       "metadata.max.retention.bytes": "2048"})
     c.mode = request.param
     c.start()
     yield c
@@ -230,3 +235,55 @@ def test_kafka_tools_see_the_cluster(cluster):
         assert int(finalized.get("transaction.version", "0")) >= 1, features
         assert int(finalized.get("group.version", "0")) >= 1, features
         assert finalized.get("kraft.version") in ("0", "1"), features
+
+
+def quorum_replication(bootstrap: str) -> dict:
+    """Voter id → its log end offset, from `kafka-metadata-quorum describe --replication`."""
+    out = kafka_tool("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-server", bootstrap, "describe",
+                     "--replication")
+    ends = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 7 and f[0].isdigit() and f[-1] in ("Leader", "Follower"):
+            ends[int(f[0])] = int(f[2])
+    return ends
+
+
+def test_a_wiped_voter_recovers_from_a_snapshot(cluster):
+    """A follower voter's metadata log is wiped while it is down; the leader's log no longer starts at the first
+    entry (purged up to a snapshot), so the voter, restarted, is sent a snapshot, catches up, and votes again: with
+    the other follower down, the quorum of leader and wiped voter still commits."""
+    leader = controller_id(cluster.bootstrap)
+    voters = [n for n in cluster.nodes if "controller" in n.roles]
+    wiped, other = [n for n in voters if n.node_id != leader]
+    for i in range(12):
+        create(cluster.bootstrap, f"snap-{i}", 1)
+    leader_node = cluster.node(leader)
+    if cluster.kind == "fjord":
+        # The first topic's records have left the leader's log: only a snapshot holds them.
+        log = leader_node.workdir / "metadata" / "__cluster_metadata-0" / "raft.log"
+        wait_for(lambda: b"snap-0" not in log.read_bytes(), "the leader's metadata log purged")
+
+    wiped.kill9()
+    shutil.rmtree(wiped.workdir / "metadata")
+    if cluster.kind == "kafka":
+        wiped.format(cluster.cluster_id, ignore_formatted=True)
+    create(cluster.bootstrap, "while-wiped", 1)
+    wiped.start(timeout_s=120)
+
+    def caught_up():
+        ends = quorum_replication(cluster.bootstrap)
+        return len(ends) == 3 and ends.get(wiped.node_id) == ends.get(controller_id(cluster.bootstrap))
+    wait_for(caught_up, "the wiped voter caught up")
+    if cluster.kind == "fjord":
+        assert (wiped.workdir / "metadata" / "__cluster_metadata-0" / "snapshot").exists()
+    if wiped.is_broker:
+        names = set(admin(wiped.bootstrap).list_topics(timeout=30).topics)
+        assert {f"snap-{i}" for i in range(12)} | {"while-wiped"} <= names
+
+    # The wiped voter is a working voter: without the other follower, its vote makes the majority.
+    other.kill9()
+    survivors = ",".join(b.bootstrap for b in cluster.brokers if b.node_id != other.node_id)
+    create(survivors, "after-wipe", 1)
+    assert leaders(survivors, "after-wipe")
+    other.start(timeout_s=120)

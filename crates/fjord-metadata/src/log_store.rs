@@ -250,7 +250,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
         };
         // Entries are sent on from the first one asked for. If that one was purged meanwhile
         // (a snapshot covers it), what is left would reach a follower as if it came right
-        // after the entries it has: answer nothing, so the leader sends the snapshot instead.
+        // after the entries it has: answer nothing (openraft then sends a heartbeat), never
+        // entries after a gap. openraft keeps entries in flight from being purged, so this
+        // guards a leader whose idea of a follower's log is wrong; see the workspace's
+        // `loosen-follower-log-revert`.
         if entries
             .first()
             .is_some_and(|e| e.get_log_id().index != start)

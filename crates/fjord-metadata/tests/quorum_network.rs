@@ -1,6 +1,6 @@
 //! Three voters of the metadata quorum on loopback, talking raft over TCP as `fjord server`
 //! nodes do: election, replication, a leader's loss, a restarted voter catching up from the
-//! log, and a voter far behind catching up from a snapshot.
+//! log, a voter far behind catching up from a snapshot, and a wiped voter sent the snapshot.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -161,6 +161,13 @@ fn topic(n: u8) -> Vec<MetadataRecord> {
     })]
 }
 
+/// Has `node` (the leader) commit topics `first..=last`, one proposal each.
+async fn propose_topics(node: &Node, first: u8, last: u8) {
+    for n in first..=last {
+        node.quorum().propose(topic(n)).await.unwrap();
+    }
+}
+
 /// Waits until every running node's image has topics t1..=last.
 async fn converged(nodes: &[Node], last: u8) {
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -186,9 +193,7 @@ async fn three_voters_elect_replicate_fail_over_and_catch_up() {
     let (mut nodes, peers) = cluster(root.path()).await;
 
     let first = leader(&nodes).await;
-    for n in 1..=5 {
-        nodes[first].quorum().propose(topic(n)).await.unwrap();
-    }
+    propose_topics(&nodes[first], 1, 5).await;
     converged(&nodes, 5).await;
     // A follower refuses to propose and names the leader.
     let follower = (first + 1) % 3;
@@ -201,9 +206,7 @@ async fn three_voters_elect_replicate_fail_over_and_catch_up() {
     nodes[first].stop().await;
     let second = leader(&nodes).await;
     assert_ne!(second, first);
-    for n in 6..=8 {
-        nodes[second].quorum().propose(topic(n)).await.unwrap();
-    }
+    propose_topics(&nodes[second], 6, 8).await;
     converged(&nodes, 8).await;
 
     // Restarted, the old leader catches up from the log and follows.
@@ -214,15 +217,49 @@ async fn three_voters_elect_replicate_fail_over_and_catch_up() {
     // A voter that misses more than a snapshot's worth of entries gets the snapshot.
     let behind = (second + 1) % 3;
     nodes[behind].stop().await;
-    for n in 9..=60 {
-        nodes[second].quorum().propose(topic(n)).await.unwrap();
-    }
+    propose_topics(&nodes[second], 9, 60).await;
     nodes[behind].start(&peers).await;
     converged(&nodes, 60).await;
     let image = nodes[behind].quorum().image();
     assert_eq!(image.topics().count(), 60);
 
     for node in &mut nodes {
+        node.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_voter_the_leader_had_matched_catches_up_from_a_snapshot() {
+    // A voter whose metadata log is wiped comes back with less than the leader saw it hold: the
+    // leader's first AppendEntries then conflicts below the entries it had matched there. It
+    // must search again (its log purged past that point: by snapshot), not go on from its
+    // old match.
+    let root = tempfile::tempdir().unwrap();
+    let (mut nodes, peers) = cluster(root.path()).await;
+    let first = leader(&nodes).await;
+    propose_topics(&nodes[first], 1, 5).await;
+    converged(&nodes, 5).await;
+
+    let wiped = (first + 1) % 3;
+    nodes[wiped].stop().await;
+    std::fs::remove_dir_all(&nodes[wiped].dir).unwrap();
+    propose_topics(&nodes[first], 6, 60).await;
+    nodes[wiped].start(&peers).await;
+    converged(&nodes, 60).await;
+    assert_eq!(nodes[wiped].quorum().image().topics().count(), 60);
+    assert!(
+        nodes[wiped].dir.join("snapshot").exists(),
+        "the wiped voter was sent the snapshot"
+    );
+
+    // It votes again: without the third voter, the leader and the wiped one make the majority.
+    let third = (first + 2) % 3;
+    nodes[third].stop().await;
+    let now = leader(&nodes).await;
+    nodes[now].quorum().propose(topic(61)).await.unwrap();
+    converged(&nodes, 61).await;
+
+    for node in nodes.iter_mut().filter(|n| n.quorum.is_some()) {
         node.stop().await;
     }
 }
