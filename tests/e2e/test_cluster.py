@@ -238,15 +238,16 @@ def test_kafka_tools_see_the_cluster(cluster):
 
 
 def quorum_replication(bootstrap: str) -> dict:
-    """Voter id → its log end offset, from `kafka-metadata-quorum describe --replication`."""
+    """Voter id → (log end offset, last fetch timestamp, last caught-up timestamp), from `kafka-metadata-quorum
+    describe --replication`."""
     out = kafka_tool("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-server", bootstrap, "describe",
                      "--replication")
-    ends = {}
+    voters = {}
     for line in out.splitlines():
         f = line.split()
         if len(f) >= 7 and f[0].isdigit() and f[-1] in ("Leader", "Follower"):
-            ends[int(f[0])] = int(f[2])
-    return ends
+            voters[int(f[0])] = (int(f[2]), int(f[4]), int(f[5]))
+    return voters
 
 
 def test_a_wiped_voter_recovers_from_a_snapshot(cluster):
@@ -269,12 +270,19 @@ def test_a_wiped_voter_recovers_from_a_snapshot(cluster):
     if cluster.kind == "kafka":
         wiped.format(cluster.cluster_id, ignore_formatted=True)
     create(cluster.bootstrap, "while-wiped", 1)
+    restarted_ms = int(time.time() * 1000)
     wiped.start(timeout_s=120)
 
     def caught_up():
-        ends = quorum_replication(cluster.bootstrap)
-        return len(ends) == 3 and ends.get(wiped.node_id) == ends.get(controller_id(cluster.bootstrap))
-    wait_for(caught_up, "the wiped voter caught up")
+        voters = quorum_replication(cluster.bootstrap)
+        ends = {v: end for v, (end, _, _) in voters.items()}
+        return len(ends) == 3 and ends.get(wiped.node_id) == ends.get(controller_id(cluster.bootstrap)) and voters
+    voters = wait_for(caught_up, "the wiped voter caught up")
+    # The tool's timestamps: the wiped voter fetched and was caught up since it restarted; each answer's times
+    # are real (the leader's own being the time of the answer).
+    _, fetched, caught = voters[wiped.node_id]
+    assert restarted_ms - 1000 <= caught <= fetched <= time.time() * 1000 + 1000, voters
+    assert all(f > 0 and c > 0 for _, f, c in voters.values()), voters
     if cluster.kind == "fjord":
         assert (wiped.workdir / "metadata" / "__cluster_metadata-0" / "snapshot").exists()
     if wiped.is_broker:

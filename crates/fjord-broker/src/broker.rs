@@ -145,12 +145,7 @@ pub struct Broker {
     pub log_dir_mover: Arc<LogDirMover>,
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use fjord_common::now_ms;
 
 /// Encodes a response header and body into one frame body. A response that cannot be encoded
 /// is a broker bug; closing the connection tells the client at once instead of leaving it waiting.

@@ -25,6 +25,14 @@ pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The wall clock in milliseconds since the Unix epoch, as Kafka's timestamps: read by the async
+/// shells only, which pass it to the sans-IO cores.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// Java's `String.hashCode` (over UTF-16 code units, wrapping), which Kafka uses to place
 /// groups on `__consumer_offsets` partitions and partitions on replica fetchers.
 pub fn java_string_hash(s: &str) -> i32 {

@@ -408,8 +408,8 @@ impl Controller {
             replica_id: r.node_id as i32,
             replica_directory_id: Uuid::ZERO,
             log_end_offset: r.log_end_offset.map_or(-1, |o| o as i64),
-            last_fetch_timestamp: -1,
-            last_caught_up_timestamp: -1,
+            last_fetch_timestamp: r.last_fetch_ms.unwrap_or(-1),
+            last_caught_up_timestamp: r.last_caught_up_ms.unwrap_or(-1),
         };
         let topics = request
             .topics

@@ -16,6 +16,7 @@
 )]
 
 mod error;
+mod follower_times;
 mod frame;
 pub mod image;
 mod log_store;

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::follower_times::FollowerTimes;
 use crate::types::TypeConfig;
 
 /// The API key raft RPCs travel under: outside the range Kafka assigns, so no Kafka client or
@@ -125,6 +126,8 @@ type RpcError<E = openraft::error::Infallible> = RPCError<u64, BasicNode, RaftEr
 pub(crate) struct TcpNetwork {
     /// This node's id, sent as the client id.
     pub(crate) node_id: u64,
+    /// Where answers to AppendEntries are noted, for DescribeQuorum.
+    pub(crate) follower_times: FollowerTimes,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
@@ -137,6 +140,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
             client_id: format!("fjord-raft-{}", self.node_id),
             stream: None,
             next_correlation_id: 0,
+            follower_times: self.follower_times.clone(),
         }
     }
 }
@@ -148,6 +152,7 @@ pub(crate) struct TcpPeer {
     client_id: String,
     stream: Option<TcpStream>,
     next_correlation_id: i32,
+    follower_times: FollowerTimes,
 }
 
 impl TcpPeer {
@@ -242,7 +247,11 @@ impl RaftNetwork<TypeConfig> for TcpPeer {
             .call(&RaftRequest::AppendEntries(rpc), option.hard_ttl())
             .await
         {
-            Ok(RaftReply::AppendEntries(Ok(r))) => Ok(r),
+            Ok(RaftReply::AppendEntries(Ok(r))) => {
+                self.follower_times
+                    .answered(self.target, fjord_common::now_ms());
+                Ok(r)
+            }
             Ok(RaftReply::AppendEntries(Err(e))) => Err(RPCError::RemoteError(
                 openraft::error::RemoteError::new(self.target, e),
             )),

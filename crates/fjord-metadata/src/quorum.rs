@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::MetadataError;
+use crate::follower_times::FollowerTimes;
 use crate::frame;
 use crate::image::MetadataImage;
 use crate::log_store::LogStore;
@@ -70,6 +71,11 @@ pub struct ReplicaStatus {
     /// Its log end offset (exclusive) as the leader last saw it; None when unknown (the leader
     /// has not heard from it, or this node does not lead).
     pub log_end_offset: Option<u64>,
+    /// When it last answered the leader (ms since the epoch; the leader itself: now); None
+    /// when unknown.
+    pub last_fetch_ms: Option<i64>,
+    /// When it last held every entry the leader had (ms since the epoch); None when unknown.
+    pub last_caught_up_ms: Option<i64>,
 }
 
 /// Tuning of a [`MetadataQuorum`]; [`QuorumConfig::default`] suits a broker.
@@ -99,6 +105,31 @@ impl Default for QuorumConfig {
             max_retained_log_bytes: 100 * 1024 * 1024,
             entries_kept_after_snapshot: 1_000,
             leader_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Tells `times`, at each change of the leader's progress, which followers hold its last entry;
+/// ends when raft shuts down.
+async fn track_follower_progress(
+    mut metrics: watch::Receiver<openraft::RaftMetrics<u64, BasicNode>>,
+    times: FollowerTimes,
+) {
+    loop {
+        {
+            let m = metrics.borrow_and_update();
+            if let Some(replication) = m.replication.as_ref() {
+                let last = m.last_log_index;
+                times.progress(
+                    replication
+                        .iter()
+                        .filter(|(id, _)| **id != m.id)
+                        .map(|(id, matched)| (*id, matched.map(|l| l.index) == last)),
+                );
+            }
+        }
+        if metrics.changed().await.is_err() {
+            return;
         }
     }
 }
@@ -153,6 +184,7 @@ async fn take_snapshots(
 pub struct MetadataQuorum {
     raft: Raft<TypeConfig>,
     image_rx: watch::Receiver<Arc<MetadataImage>>,
+    follower_times: FollowerTimes,
 }
 
 impl MetadataQuorum {
@@ -208,10 +240,14 @@ impl MetadataQuorum {
         .validate()
         .map_err(|e| MetadataError::raft("config", e))?;
 
+        let follower_times = FollowerTimes::default();
         let raft = Raft::new(
             node_id,
             Arc::new(raft_config),
-            TcpNetwork { node_id },
+            TcpNetwork {
+                node_id,
+                follower_times: follower_times.clone(),
+            },
             log_store.clone(),
             state_machine,
         )
@@ -254,7 +290,15 @@ impl MetadataQuorum {
             bytes_since_snapshot,
             config.clone(),
         ));
-        let quorum = MetadataQuorum { raft, image_rx };
+        tokio::spawn(track_follower_progress(
+            raft.metrics(),
+            follower_times.clone(),
+        ));
+        let quorum = MetadataQuorum {
+            raft,
+            image_rx,
+            follower_times,
+        };
         if alone {
             quorum.caught_up(config.leader_timeout).await?;
             if !quorum.is_leader() {
@@ -396,34 +440,41 @@ impl MetadataQuorum {
     pub fn status(&self) -> QuorumStatus {
         let metrics = self.raft.metrics().borrow().clone();
         let membership = metrics.membership_config.membership();
-        let end_of = |id: u64| -> Option<u64> {
-            if id == metrics.id {
-                return Some(metrics.last_log_index.map_or(0, |i| i + 1));
+        let leader_end = metrics.last_log_index.map_or(0, |i| i + 1);
+        let now = fjord_common::now_ms();
+        let replica = |node_id: u64| -> ReplicaStatus {
+            if node_id == metrics.id {
+                // The leader holds its own log at every moment, as KRaft reports it.
+                let leads = metrics.current_leader == Some(node_id);
+                return ReplicaStatus {
+                    node_id,
+                    log_end_offset: Some(leader_end),
+                    last_fetch_ms: leads.then_some(now),
+                    last_caught_up_ms: leads.then_some(now),
+                };
             }
-            let replication = metrics.replication.as_ref()?;
-            replication
-                .get(&id)
-                .map(|matched| matched.map_or(0, |l| l.index + 1))
+            let log_end_offset = metrics.replication.as_ref().and_then(|replication| {
+                replication
+                    .get(&node_id)
+                    .map(|matched| matched.map_or(0, |l| l.index + 1))
+            });
+            let (last_fetch_ms, last_caught_up_ms) = match log_end_offset {
+                Some(end) => self.follower_times.get(node_id, end == leader_end),
+                None => (None, None),
+            };
+            ReplicaStatus {
+                node_id,
+                log_end_offset,
+                last_fetch_ms,
+                last_caught_up_ms,
+            }
         };
-        let voters: Vec<u64> = membership.voter_ids().collect();
         QuorumStatus {
             leader: metrics.current_leader,
             term: metrics.current_term,
             high_watermark: metrics.last_applied.map_or(0, |l| l.index + 1),
-            voters: voters
-                .iter()
-                .map(|&node_id| ReplicaStatus {
-                    node_id,
-                    log_end_offset: end_of(node_id),
-                })
-                .collect(),
-            learners: membership
-                .learner_ids()
-                .map(|node_id| ReplicaStatus {
-                    node_id,
-                    log_end_offset: end_of(node_id),
-                })
-                .collect(),
+            voters: membership.voter_ids().map(replica).collect(),
+            learners: membership.learner_ids().map(replica).collect(),
         }
     }
 

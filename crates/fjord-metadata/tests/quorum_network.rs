@@ -259,6 +259,23 @@ async fn a_wiped_voter_the_leader_had_matched_catches_up_from_a_snapshot() {
     nodes[now].quorum().propose(topic(61)).await.unwrap();
     converged(&nodes, 61).await;
 
+    // DescribeQuorum's view from the leader: the wiped voter answers it and holds its log.
+    let status = nodes[now].quorum().status();
+    let of = |i: usize| {
+        status
+            .voters
+            .iter()
+            .find(|r| r.node_id == nodes[i].id)
+            .cloned()
+            .unwrap()
+    };
+    let (leading, follower) = (of(now), of(wiped));
+    assert_eq!(follower.log_end_offset, leading.log_end_offset);
+    let fetch = follower.last_fetch_ms.expect("the follower answered");
+    let caught_up = follower.last_caught_up_ms.expect("the follower caught up");
+    assert!(caught_up <= fetch && fetch <= leading.last_fetch_ms.unwrap());
+    assert_eq!(leading.last_fetch_ms, leading.last_caught_up_ms);
+
     for node in nodes.iter_mut().filter(|n| n.quorum.is_some()) {
         node.stop().await;
     }
