@@ -1,6 +1,7 @@
 """The e2e client tool for kafka-python: create-topic, produce, consume and group-consume."""
 
 import logging
+import os
 import sys
 import time
 
@@ -101,6 +102,23 @@ def consume(a: dict) -> int:
     return 0
 
 
+def rejoin_if_join_result_dropped(consumer: KafkaConsumer) -> None:
+    """Works around a kafka-python 3.0.12 bug that leaves a member out of its group for good.
+
+    A poll that times out while the member's JoinGroup/SyncGroup round is out leaves that round running, for the
+    next poll to collect, but only while the member still wants to rejoin. A group leader that rejoined only because
+    its topics' partitions changed (a topic created just before: its first assignment saw no partitions) stops
+    wanting to as soon as it computes the new assignment, before the SyncGroup answer: the next poll then never
+    collects the round, so the member neither takes its partitions nor heartbeats. Asking to rejoin makes the next
+    poll join again.
+    """
+    coordinator = consumer._coordinator
+    task = getattr(coordinator, "_join_task", None)
+    if task is not None and task.is_done and not coordinator.need_rejoin():
+        logging.getLogger(__name__).warning("join round finished with no poll to collect it; rejoining")
+        coordinator.request_rejoin()
+
+
 def group_consume(a: dict) -> int:
     o = group_flags(a)
     if o["protocol"] != "classic":
@@ -108,6 +126,10 @@ def group_consume(a: dict) -> int:
     # The coordinator's joins, syncs, heartbeat failures and rejoins go to the member's log (stderr), so a member
     # stuck in a rebalance shows where.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if os.environ.get("KAFKA_PYTHON_DEBUG"):
+        # Every request and response of the member, and the coordinator's reasons to rejoin.
+        for name in ("kafka.coordinator", "kafka.net.connection"):
+            logging.getLogger(name).setLevel(logging.DEBUG)
     log = GroupLog(o["out"])
     stop = Stop()
     consumer = KafkaConsumer(
@@ -185,6 +207,7 @@ def group_consume(a: dict) -> int:
     try:
         while (o["stop_after"] < 0 or count < o["stop_after"]) and not stop.requested:
             batches = consumer.poll(timeout_ms=200, max_records=100)
+            rejoin_if_join_result_dropped(consumer)
             n = 0
             member, generation = who()
             for records in batches.values():
