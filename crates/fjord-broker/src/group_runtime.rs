@@ -43,6 +43,17 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// rebalance timeout; this bounds a lost wake-up).
 const MAX_PARK_MS: u64 = 30 * 60 * 1000;
 
+/// A request waiting for its answer.
+struct ParkedRequest {
+    /// Its shard's `__consumer_offsets` partition.
+    partition: i32,
+    answer: oneshot::Sender<ResponseBody>,
+    /// NOT_COORDINATOR for a JoinGroup or SyncGroup, which waits for other members: when its
+    /// shard goes (leadership moved, the broker stopping), the client is told to find the
+    /// coordinator anew instead of waiting out its request timeout.
+    refusal: Option<ResponseBody>,
+}
+
 struct Shard {
     core: GroupCoordinatorShard,
     /// Its `__consumer_offsets` partition: records go through it like any produce.
@@ -59,7 +70,7 @@ pub struct GroupRuntime {
     flusher: FlusherHandle,
     /// Locked only for a request's (or a timer's) synchronous run: state change and append.
     shards: Mutex<HashMap<i32, Arc<Mutex<Shard>>>>,
-    parked: Mutex<HashMap<RequestId, oneshot::Sender<ResponseBody>>>,
+    parked: Mutex<HashMap<RequestId, ParkedRequest>>,
     next_request_id: AtomicU64,
     /// Wakes the timer task when a shard's deadline may have moved earlier.
     deadline_moved: Notify,
@@ -144,6 +155,7 @@ impl GroupRuntime {
     /// Unloads the shards of `__consumer_offsets` partitions this broker no longer leads, or leads
     /// under a new leader epoch: their groups answer NOT_COORDINATOR (or load afresh) from now.
     pub fn unload_unled(&self) {
+        let mut unloaded = Vec::new();
         let Ok(mut shards) = self.shards.lock() else {
             return;
         };
@@ -162,9 +174,34 @@ impl GroupRuntime {
                     partition,
                     "group coordinator shard unloaded: leadership moved"
                 );
+                unloaded.push(partition);
             }
             kept
         });
+        drop(shards);
+        self.refuse_parked(|partition| unloaded.contains(&partition));
+    }
+
+    /// Answers the parked JoinGroups and SyncGroups of the shards `gone` selects with
+    /// NOT_COORDINATOR, as Kafka does when it unloads a group; the broker is stopping when all
+    /// are selected.
+    pub fn refuse_parked(&self, gone: impl Fn(i32) -> bool) {
+        let refused: Vec<ParkedRequest> = {
+            let Ok(mut parked) = self.parked.lock() else {
+                return;
+            };
+            let ids: Vec<RequestId> = parked
+                .iter()
+                .filter(|(_, p)| p.refusal.is_some() && gone(p.partition))
+                .map(|(id, _)| *id)
+                .collect();
+            ids.iter().filter_map(|id| parked.remove(id)).collect()
+        };
+        for p in refused {
+            if let Some(refusal) = p.refusal {
+                let _ = p.answer.send(refusal);
+            }
+        }
     }
 
     /// True once every `__consumer_offsets` partition this broker leads has a loaded shard (and
@@ -290,9 +327,22 @@ impl GroupRuntime {
             .lock()
             .map_err(|_| format!("group coordinator for {OFFSETS_TOPIC}-{partition} failed"))?;
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
-        let (sender, receiver) = oneshot::channel();
+        let (answer, receiver) = oneshot::channel();
+        let refusal = match &request {
+            RequestBody::JoinGroup(_) | RequestBody::SyncGroup(_) => {
+                fjord_group::refusal(version, &request, fjord_common::errors::NOT_COORDINATOR)
+            }
+            _ => None,
+        };
         if let Ok(mut parked) = self.parked.lock() {
-            parked.insert(request_id, sender);
+            parked.insert(
+                request_id,
+                ParkedRequest {
+                    partition,
+                    answer,
+                    refusal,
+                },
+            );
         }
         let effects = match check(&guard.partition) {
             Ok(()) => {
@@ -355,8 +405,8 @@ impl GroupRuntime {
             Err(_) => return,
         };
         for (id, response) in pending.responses {
-            if let Some(sender) = parked.remove(&id) {
-                let _ = sender.send(response);
+            if let Some(p) = parked.remove(&id) {
+                let _ = p.answer.send(response);
             }
         }
     }

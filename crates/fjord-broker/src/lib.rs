@@ -272,6 +272,9 @@ pub async fn run(
             }
             serving.controlled_shutdown().await;
             stop_broker.send_replace(true);
+            // Members waiting in a rebalance go to find the coordinator anew (on another broker
+            // once leadership moved) rather than wait for it here until their requests time out.
+            serving.groups.refuse_parked(|_| true);
         }
         None => {
             let _ = shutdown.wait_for(|stop| *stop).await;

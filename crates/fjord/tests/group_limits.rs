@@ -1,5 +1,6 @@
-//! Many members joining one group at once: every member gets Kafka's answer, the group stays
-//! within group.max.size, and the broker's memory stays bounded.
+//! Group membership at its edges. Many members joining one group at once: every member gets
+//! Kafka's answer, the group stays within group.max.size, and the broker's memory stays bounded.
+//! A member waiting in a rebalance when the broker stops is told to find the coordinator anew.
 mod common;
 
 use std::time::Duration;
@@ -13,6 +14,7 @@ use fjord_protocol::{ApiKey, Decodable, Decoder, RequestBody, ResponseBody, Resp
 
 const MEMBER_ID_REQUIRED: i16 = 79;
 const GROUP_MAX_SIZE_REACHED: i16 = 81;
+const NOT_COORDINATOR: i16 = 16;
 const JOIN_VERSION: i16 = 5;
 
 fn rss_kib(broker: &TestBroker) -> u64 {
@@ -158,4 +160,50 @@ fn group_max_size_bounds_a_crowd() {
     assert_eq!(joined, 100, "exactly group.max.size members join");
     assert_eq!(refused, 200, "the rest get GROUP_MAX_SIZE_REACHED");
     assert_eq!(described_members(&broker, "bounded"), 100);
+}
+
+/// Joins `group` as a new member: asks for a member id, then joins with it. Returns the client,
+/// with the second JoinGroup sent and its answer not read yet, and the member id.
+fn start_join(broker: &TestBroker, group: &str) -> (Client, String) {
+    let mut client = broker.connect();
+    let frame = client.encode_request(ApiKey::JoinGroup, JOIN_VERSION, &join(group, ""));
+    client.send_raw(&frame).expect("send");
+    let response = read_join(&mut client, broker);
+    assert_eq!(response.error_code, MEMBER_ID_REQUIRED, "{response:?}");
+    let frame = client.encode_request(
+        ApiKey::JoinGroup,
+        JOIN_VERSION,
+        &join(group, &response.member_id),
+    );
+    client.send_raw(&frame).expect("send");
+    (client, response.member_id)
+}
+
+#[test]
+fn a_member_waiting_in_a_rebalance_is_sent_to_find_the_coordinator_when_the_broker_stops() {
+    let mut broker = TestBroker::start_with(&[("group.initial.rebalance.delay.ms", "0")]);
+    let (mut first, _) = start_join(&broker, "waiting");
+    let joined = read_join(&mut first, &broker);
+    assert_eq!(
+        (joined.error_code, joined.generation_id),
+        (0, 1),
+        "{joined:?}"
+    );
+    // A second member starts a rebalance that waits for the first one to join again, which it
+    // never does: its JoinGroup is parked for the rebalance timeout (30 s).
+    let (mut second, _) = start_join(&broker, "waiting");
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = broker.child.as_ref().expect("running").id();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill");
+    // Answered, not dropped with the connection, and long before the rebalance could end.
+    second
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let answer = read_join(&mut second, &broker);
+    assert_eq!(answer.error_code, NOT_COORDINATOR, "{answer:?}");
+    broker.stop();
 }
