@@ -8,7 +8,8 @@
 //
 // produce reports throughput and send-to-acknowledgement latency; consume reads every partition from
 // the start without a consumer group; e2e sends timestamped records to a one-partition topic and
-// measures send-to-receipt latency in the same process (one clock); with --transaction-records it
+// measures send-to-receipt latency in the same process (one clock), and the acknowledgements' latency
+// as ack_* (a slow high watermark shows in both, a slow consumer wake-up only in the first); with --transaction-records it
 // sends them in transactions of K records and reads as read_committed, so a record arrives once
 // its transaction commits.
 package main
@@ -446,6 +447,7 @@ func endToEnd(args []string) error {
 	p := pacer{start: time.Now(), rate: *rate}
 	var sendErr error
 	var mu sync.Mutex
+	acks := make([]int64, 0, *records)
 	for i := 0; i < *records; i++ {
 		p.wait(i)
 		if *txnRecords > 0 && i%*txnRecords == 0 {
@@ -456,12 +458,15 @@ func endToEnd(args []string) error {
 		v := make([]byte, *size)
 		copy(v, pad)
 		binary.BigEndian.PutUint64(v, uint64(time.Now().UnixNano()))
+		sent := time.Now()
 		producer.Produce(ctx, &kgo.Record{Value: v}, func(_ *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
 			if err != nil {
-				mu.Lock()
 				sendErr = err
-				mu.Unlock()
+				return
 			}
+			acks = append(acks, time.Since(sent).Microseconds())
 		})
 		if *txnRecords > 0 && (i%*txnRecords == *txnRecords-1 || i == *records-1) {
 			if err := producer.Flush(ctx); err != nil {
@@ -487,5 +492,11 @@ func endToEnd(args []string) error {
 	}
 	out := percentiles(lat[skip:])
 	out["records"] = len(lat)
+	// The acknowledgements' own latencies, to tell a slow high watermark from a slow consumer wake-up.
+	if len(acks) > skip {
+		for q, v := range percentiles(acks[skip:]) {
+			out["ack_"+q] = v
+		}
+	}
 	return emit(out)
 }

@@ -967,27 +967,49 @@ pub fn log_config(config: &TopicConfig, durable: bool) -> LogConfig {
     }
 }
 
+/// A partition with an empty log in `dir`, as broker `local` sees it under `leadership`.
+#[cfg(test)]
+pub(crate) fn test_partition(
+    dir: &std::path::Path,
+    tp: TopicPartition,
+    durable: bool,
+    local: fjord_common::BrokerId,
+    leadership: LeaderAndIsr,
+) -> Arc<Partition> {
+    let (broker, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
+    let config = TopicConfig::resolve(&broker, &DynamicBrokerConfig::default(), &BTreeMap::new());
+    let (log, _) = Log::open(
+        &dir.join(tp.dir_name()),
+        tp.clone(),
+        None,
+        log_config(&config, durable),
+        0,
+        0,
+        true,
+        0,
+    )
+    .unwrap();
+    Arc::new(Partition {
+        tp,
+        topic_id: TopicId::ZERO,
+        log: Arc::new(Mutex::new(log)),
+        settings: Mutex::new(Settings {
+            config: Arc::new(config),
+            durable,
+        }),
+        state: Mutex::new(PartitionState::new(local, leadership, 0, 0, 0, 0)),
+        delayed_fetches: Mutex::new(Vec::new()),
+        delayed_produces: Mutex::new(Vec::new()),
+        delayed_replica_fetches: Mutex::new(Vec::new()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use fjord_records::BatchBuilder;
 
     fn partition(dir: &std::path::Path, name: &str, durable: bool) -> Arc<Partition> {
-        let (broker, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
-        let config =
-            TopicConfig::resolve(&broker, &DynamicBrokerConfig::default(), &BTreeMap::new());
-        let tp = TopicPartition::new(name, 0);
-        let (log, _) = Log::open(
-            &dir.join(tp.dir_name()),
-            tp.clone(),
-            None,
-            log_config(&config, durable),
-            0,
-            0,
-            true,
-            0,
-        )
-        .unwrap();
         let leadership = LeaderAndIsr {
             leader: 1,
             leader_epoch: 0,
@@ -995,19 +1017,7 @@ mod tests {
             replicas: vec![1],
             isr: vec![1],
         };
-        Arc::new(Partition {
-            tp,
-            topic_id: TopicId::ZERO,
-            log: Arc::new(Mutex::new(log)),
-            settings: Mutex::new(Settings {
-                config: Arc::new(config),
-                durable,
-            }),
-            state: Mutex::new(PartitionState::new(1, leadership, 0, 0, 0, 0)),
-            delayed_fetches: Mutex::new(Vec::new()),
-            delayed_produces: Mutex::new(Vec::new()),
-            delayed_replica_fetches: Mutex::new(Vec::new()),
-        })
+        test_partition(dir, TopicPartition::new(name, 0), durable, 1, leadership)
     }
 
     fn append(partition: &Partition) {

@@ -9,7 +9,7 @@
 //! the next fetch — so the offset a follower fetches from, which the leader counts towards the
 //! high watermark, is durable here — and take the leader's high watermark and log start.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -140,7 +140,15 @@ async fn fetch_loop(
         let outcome = if following.is_empty() {
             Ok(false)
         } else {
-            round(&context, leader, fetcher, &mut connection, &following).await
+            round(
+                &context,
+                leader,
+                fetcher,
+                &mut connection,
+                &following,
+                &mut partitions,
+            )
+            .await
         };
         let pause = match outcome {
             Ok(true) => {
@@ -176,13 +184,15 @@ struct Fetched {
     leader_epoch: i32,
 }
 
-/// One fetch and its handling. Ok(true) when some partition was served.
+/// One fetch and its handling. Ok(true) when some partition was served, or when the fetch was
+/// given up for partitions it did not carry (`given`: the fetcher's partitions as they change).
 async fn round(
     context: &Context,
     leader: BrokerId,
     fetcher: usize,
     connection: &mut Option<Connection>,
     partitions: &[Arc<Partition>],
+    given: &mut watch::Receiver<Vec<Arc<Partition>>>,
 ) -> Result<bool, String> {
     let settings = context.config.replication();
     let local = context.replicas.node_id();
@@ -283,10 +293,29 @@ async fn round(
     if fetched.is_empty() {
         return Ok(false);
     }
-    let response = conn
-        .send_at(version, RequestBody::Fetch(request))
-        .await
-        .map_err(|e| format!("fetch from broker {leader}: {e}"))?;
+    let carried: HashSet<(&TopicPartition, i32)> = partitions
+        .iter()
+        .map(|p| (&p.tp, p.leader_epoch()))
+        .collect();
+    let answer = tokio::select! {
+        answer = conn.send_at(version, RequestBody::Fetch(request)) => Some(answer),
+        () = not_carried(given, leader, &carried) => None,
+    };
+    let Some(answer) = answer else {
+        // A partition this fetch does not carry (a new topic's, a new leadership's) would wait
+        // out the leader's long poll (`replica.fetch.wait.max.ms`) before the next fetch asks
+        // for it, and its high watermark, with every acks=all produce to it, that long. The
+        // answer still out cannot be skipped on its connection: the connection goes, nothing
+        // was appended from it, and the next fetch carries every partition.
+        *connection = None;
+        tracing::debug!(
+            leader,
+            fetcher,
+            "fetch given up for a partition it did not carry"
+        );
+        return Ok(true);
+    };
+    let response = answer.map_err(|e| format!("fetch from broker {leader}: {e}"))?;
     let ResponseBody::Fetch(response) = response else {
         return Err(format!("broker {leader} answered a fetch with another API"));
     };
@@ -361,6 +390,23 @@ async fn round(
         }
     }
     Ok(served)
+}
+
+/// Returns once the fetcher is given a partition to follow from `leader` that `carried` (the
+/// partitions of the fetch in flight, at their leader epochs) does not hold, or is stopped.
+async fn not_carried(
+    given: &mut watch::Receiver<Vec<Arc<Partition>>>,
+    leader: BrokerId,
+    carried: &HashSet<(&TopicPartition, i32)>,
+) {
+    while given.changed().await.is_ok() {
+        let outside = given.borrow_and_update().iter().any(|p| {
+            p.role() == (Role::Follower { leader }) && !carried.contains(&(&p.tp, p.leader_epoch()))
+        });
+        if outside {
+            return;
+        }
+    }
 }
 
 /// What one partition's answer did.
@@ -527,5 +573,64 @@ mod tests {
             .map(|p| fetcher_id(&TopicPartition::new("t", p), 3))
             .collect();
         assert_eq!(ids.len(), 3);
+    }
+
+    fn following(
+        dir: &std::path::Path,
+        topic: &str,
+        leader: BrokerId,
+        epoch: i32,
+    ) -> Arc<Partition> {
+        let leadership = crate::partition::LeaderAndIsr {
+            leader,
+            leader_epoch: epoch,
+            partition_epoch: epoch,
+            replicas: vec![1, leader],
+            isr: vec![1, leader],
+        };
+        crate::replica::test_partition(dir, TopicPartition::new(topic, 0), false, 1, leadership)
+    }
+
+    /// Whether `not_carried` has returned once every task ready to run has run.
+    async fn returned(task: &JoinHandle<()>) -> bool {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        task.is_finished()
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_fetch_in_flight_is_given_up_only_for_a_partition_it_does_not_carry() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = following(dir.path(), "a", 2, 0);
+        let (given, receiver) = watch::channel(vec![a.clone()]);
+        let watching = |receiver: watch::Receiver<Vec<Arc<Partition>>>| {
+            let carried = [a.clone()];
+            tokio::spawn(async move {
+                let mut receiver = receiver;
+                let carried: HashSet<(&TopicPartition, i32)> =
+                    carried.iter().map(|p| (&p.tp, p.leader_epoch())).collect();
+                not_carried(&mut receiver, 2, &carried).await;
+            })
+        };
+
+        // The same partitions handed over again, and one another leader serves: the fetch goes on.
+        let task = watching(receiver.clone());
+        given.send_replace(vec![a.clone()]);
+        given.send_replace(vec![a.clone(), following(dir.path(), "elsewhere", 3, 0)]);
+        assert!(!returned(&task).await);
+        // A new partition from this leader: given up.
+        given.send_replace(vec![a.clone(), following(dir.path(), "new", 2, 0)]);
+        assert!(returned(&task).await);
+
+        // The carried partition under a new leader epoch: given up.
+        let task = watching(receiver.clone());
+        given.send_replace(vec![following(dir.path(), "a", 2, 1)]);
+        assert!(returned(&task).await);
+
+        // The fetcher stopped: nothing to wait for.
+        let task = watching(receiver);
+        drop(given);
+        assert!(returned(&task).await);
     }
 }
