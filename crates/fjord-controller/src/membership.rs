@@ -18,11 +18,17 @@ use fjord_protocol::messages::ResponseBody;
 
 use crate::apis::Decision;
 
-/// One broker's session: the registration (epoch) it belongs to and when it was last heard from.
+/// One broker's session: the registration (epoch) it belongs to, when it was last heard from and
+/// how far it had applied the metadata log then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Session {
     broker_epoch: i64,
     last_contact_ms: i64,
+    /// The metadata offset of its last heartbeat; -1 before one.
+    metadata_offset: i64,
+    /// In controlled shutdown with nothing left to lead: the image offset by which its
+    /// leadership had moved away. It is let go once every active broker has applied that far.
+    shutdown_offset: Option<u64>,
 }
 
 /// The heartbeat sessions of the registered brokers, on the active controller.
@@ -52,6 +58,8 @@ impl BrokerSessions {
                     Session {
                         broker_epoch: b.broker_epoch,
                         last_contact_ms: now_ms,
+                        metadata_offset: -1,
+                        shutdown_offset: None,
                     },
                 )
             })
@@ -71,19 +79,48 @@ impl BrokerSessions {
             })
     }
 
-    fn touch(&mut self, broker_id: i32, broker_epoch: i64, now_ms: i64) {
-        self.sessions.insert(
-            broker_id,
-            Session {
-                broker_epoch,
-                last_contact_ms: now_ms,
-            },
-        );
+    fn touch(&mut self, broker_id: i32, broker_epoch: i64, now_ms: i64, metadata_offset: i64) {
+        let session = self.sessions.entry(broker_id).or_insert(Session {
+            broker_epoch,
+            last_contact_ms: now_ms,
+            metadata_offset,
+            shutdown_offset: None,
+        });
+        if session.broker_epoch != broker_epoch {
+            session.broker_epoch = broker_epoch;
+            session.shutdown_offset = None;
+        }
+        session.last_contact_ms = now_ms;
+        session.metadata_offset = metadata_offset;
     }
 
     /// A registration starts the broker's session (it is fenced until it heartbeats caught up).
     pub fn registered(&mut self, broker_id: i32, broker_epoch: i64, now_ms: i64) {
-        self.touch(broker_id, broker_epoch, now_ms);
+        self.touch(broker_id, broker_epoch, now_ms, -1);
+    }
+
+    /// Whether every active broker but `broker_id` (unfenced, not shutting down) has reported
+    /// applying the metadata log up to `offset`: then they all know where `broker_id`'s
+    /// leadership went, and it may go (Kafka's lowest active offset).
+    fn others_applied(&self, image: &MetadataImage, broker_id: i32, offset: u64) -> bool {
+        image
+            .brokers()
+            .filter(|b| b.broker_id != broker_id && !b.fenced && !b.in_controlled_shutdown)
+            .all(|b| {
+                self.sessions.get(&b.broker_id).is_some_and(|s| {
+                    s.broker_epoch == b.broker_epoch
+                        && u64::try_from(s.metadata_offset).is_ok_and(|o| o >= offset)
+                })
+            })
+    }
+
+    /// The offset `broker_id`, in controlled shutdown and leading nothing, waits for the others
+    /// to apply: the image's when this is first seen.
+    fn shutdown_offset(&mut self, image: &MetadataImage, broker_id: i32) -> u64 {
+        match self.sessions.get_mut(&broker_id) {
+            Some(s) => *s.shutdown_offset.get_or_insert(image.offset()),
+            None => image.offset(),
+        }
     }
 
     /// The unfenced broker whose session expired longest ago, if any: fenced one at a time, so
@@ -141,7 +178,9 @@ enum BrokerState {
 /// Answers a heartbeat: the broker's next state, the records that move it there (with the
 /// elections that follow), and the response. Kafka's rules: a fenced broker is unfenced once it
 /// asks to be and has applied the metadata log up to its own registration; a broker asking to
-/// shut down first has its leadership moved, and is told to go once it leads nothing.
+/// shut down first has its leadership moved, and is told to go once it leads nothing and every
+/// other active broker has applied the metadata log that far (so clients asking any of them
+/// find the new leaders rather than the broker that is going).
 pub fn heartbeat(
     image: &MetadataImage,
     sessions: &mut BrokerSessions,
@@ -171,6 +210,13 @@ pub fn heartbeat(
         (false, false) => BrokerState::Unfenced,
     };
     let leads = |image: &MetadataImage| leads_any(image, request.broker_id);
+    // The heartbeat is this broker's contact, whatever it leads to.
+    sessions.touch(
+        request.broker_id,
+        request.broker_epoch,
+        now_ms,
+        request.current_metadata_offset,
+    );
     let next = match current {
         BrokerState::Fenced if request.want_shut_down => BrokerState::ShutdownNow,
         BrokerState::Fenced if !request.want_fence && caught_up => BrokerState::Unfenced,
@@ -185,7 +231,14 @@ pub fn heartbeat(
         BrokerState::Unfenced if request.want_shut_down => BrokerState::ShutdownNow,
         BrokerState::Unfenced => BrokerState::Unfenced,
         BrokerState::ControlledShutdown if leads(image) => BrokerState::ControlledShutdown,
-        BrokerState::ControlledShutdown => BrokerState::ShutdownNow,
+        BrokerState::ControlledShutdown => {
+            let moved_by = sessions.shutdown_offset(image, request.broker_id);
+            if sessions.others_applied(image, request.broker_id, moved_by) {
+                BrokerState::ShutdownNow
+            } else {
+                BrokerState::ControlledShutdown
+            }
+        }
         BrokerState::ShutdownNow => BrokerState::ShutdownNow,
     };
     let change = |fenced: Option<bool>, in_controlled_shutdown: Option<bool>| {
@@ -212,7 +265,6 @@ pub fn heartbeat(
             unclean,
         ),
     };
-    sessions.touch(request.broker_id, request.broker_epoch, now_ms);
     Decision {
         records,
         response: ResponseBody::BrokerHeartbeat(BrokerHeartbeatResponse {
@@ -506,6 +558,99 @@ mod tests {
         // Brokers 2 and 3 were last heard of at activation: 2 goes first, then 3, then 1.
         assert_eq!(sessions.stale_broker(&back, 9001), Some(2));
         assert_eq!(sessions.next_expiry_in(&back, 8000), 1000);
+    }
+
+    fn beat(broker_id: i32, offset: u64, want_shut_down: bool) -> BrokerHeartbeatRequest {
+        BrokerHeartbeatRequest {
+            broker_id,
+            broker_epoch: 1,
+            current_metadata_offset: offset as i64,
+            want_shut_down,
+            ..Default::default()
+        }
+    }
+
+    fn told_to_shut_down(decision: &Decision) -> bool {
+        let ResponseBody::BrokerHeartbeat(r) = &decision.response else {
+            panic!("not a BrokerHeartbeat answer")
+        };
+        r.should_shut_down
+    }
+
+    #[test]
+    fn a_broker_in_controlled_shutdown_goes_once_the_others_know_its_leadership_moved() {
+        let image = image(&[&[1, 2, 3], &[2, 1, 3]]);
+        let mut sessions = BrokerSessions::new(9000);
+        let asked = heartbeat(
+            &image,
+            &mut sessions,
+            &beat(1, image.offset(), true),
+            0,
+            &|_| false,
+        );
+        assert!(!told_to_shut_down(&asked));
+        let moved = apply(&image, &asked.records);
+        assert_eq!(state(&moved)[0].0, 2, "its leadership moved");
+        // It leads nothing now, but brokers 2 and 3 have not applied the move.
+        let again = heartbeat(
+            &moved,
+            &mut sessions,
+            &beat(1, moved.offset(), true),
+            10,
+            &|_| false,
+        );
+        assert!(again.records.is_empty() && !told_to_shut_down(&again));
+        for id in [2, 3] {
+            heartbeat(
+                &moved,
+                &mut sessions,
+                &beat(id, moved.offset() - 1, false),
+                20,
+                &|_| false,
+            );
+        }
+        let again = heartbeat(
+            &moved,
+            &mut sessions,
+            &beat(1, moved.offset(), true),
+            30,
+            &|_| false,
+        );
+        assert!(
+            !told_to_shut_down(&again),
+            "the others are one offset behind"
+        );
+        heartbeat(
+            &moved,
+            &mut sessions,
+            &beat(2, moved.offset(), false),
+            40,
+            &|_| false,
+        );
+        let again = heartbeat(
+            &moved,
+            &mut sessions,
+            &beat(1, moved.offset(), true),
+            50,
+            &|_| false,
+        );
+        assert!(!told_to_shut_down(&again), "broker 3 is still behind");
+        heartbeat(
+            &moved,
+            &mut sessions,
+            &beat(3, moved.offset(), false),
+            60,
+            &|_| false,
+        );
+        let gone = heartbeat(
+            &moved,
+            &mut sessions,
+            &beat(1, moved.offset(), true),
+            70,
+            &|_| false,
+        );
+        assert!(told_to_shut_down(&gone));
+        assert!(apply(&moved, &gone.records).broker(1).unwrap().fenced);
     }
 
     #[test]
