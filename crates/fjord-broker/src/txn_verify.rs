@@ -53,12 +53,6 @@ const ASK_VERSION: i16 = 5;
 /// How long a leader waits for a remote coordinator's answer.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// An add refused with CONCURRENT_TRANSACTIONS (the producer's previous transaction is still
-/// being completed) is tried again after this, for up to `ADD_RETRY_MAX` before the producer
-/// hears it (Kafka's `add.partitions.to.txn.retry.backoff.ms` and `.max.ms` defaults).
-const ADD_RETRY_BACKOFF: Duration = Duration::from_millis(20);
-const ADD_RETRY_MAX: Duration = Duration::from_millis(100);
-
 /// What one request must have asked its transaction coordinator before it takes effect.
 pub(crate) struct CoordinatorAsk {
     /// The coordinator's broker: this one for an add on a local shard, -1 when none leads it.
@@ -349,6 +343,10 @@ impl Broker {
     /// (COORDINATOR_NOT_AVAILABLE for all when it cannot be asked, so the producer retries).
     pub(crate) async fn ask_coordinator(self: &Arc<Self>, ask: CoordinatorAsk) -> Verdicts {
         let add = !ask.transaction.verify_only;
+        // An add refused with CONCURRENT_TRANSACTIONS (the producer's previous transaction is
+        // still being completed) is asked again after a backoff, for a while, before the
+        // producer hears it.
+        let (backoff_ms, retry_max_ms) = self.config.add_partitions_to_txn_retry_ms();
         let started = Instant::now();
         loop {
             let verdicts = if ask.coordinator == self.config.node_id {
@@ -361,10 +359,10 @@ impl Broker {
                 && verdicts
                     .values()
                     .any(|code| *code == errors::CONCURRENT_TRANSACTIONS);
-            if !busy || started.elapsed() >= ADD_RETRY_MAX {
+            if !busy || started.elapsed() >= Duration::from_millis(retry_max_ms) {
                 return verdicts;
             }
-            tokio::time::sleep(ADD_RETRY_BACKOFF).await;
+            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
         }
     }
 

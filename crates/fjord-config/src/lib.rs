@@ -910,6 +910,18 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
         Check::AtLeast(1)
     ),
     broker_config!(
+        "add.partitions.to.txn.retry.backoff.ms",
+        Int,
+        Some("20"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "add.partitions.to.txn.retry.backoff.max.ms",
+        Int,
+        Some("100"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
         "group.initial.rebalance.delay.ms",
         Int,
         Some("3000"),
@@ -1051,8 +1063,6 @@ const NOT_ACTED_UPON: &[&str] = &[
     "num.io.threads",
     "num.recovery.threads.per.data.dir",
     "queued.max.requests",
-    "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr",
     "group.coordinator.rebalance.protocols",
 ];
 
@@ -1471,6 +1481,21 @@ impl BrokerConfig {
             socket_timeout_ms: int("replica.socket.timeout.ms").max(1) as u64,
             lag_time_max_ms: int("replica.lag.time.max.ms"),
         }
+    }
+
+    /// `add.partitions.to.txn.retry.backoff.ms` and `.max.ms`: how long a leader waits before
+    /// asking a transaction coordinator that answered CONCURRENT_TRANSACTIONS again, and for how
+    /// long in all before the producer hears it.
+    pub fn add_partitions_to_txn_retry_ms(&self) -> (u64, u64) {
+        let ms = |key: &str| -> u64 {
+            self.get(key)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        (
+            ms("add.partitions.to.txn.retry.backoff.ms").max(1),
+            ms("add.partitions.to.txn.retry.backoff.max.ms"),
+        )
     }
 
     /// `replica.alter.log.dirs.io.max.bytes.per.second` from merged broker values: the log dir
@@ -2044,6 +2069,33 @@ mod tests {
         assert_eq!(config.log_dirs, vec![PathBuf::from("./fjord-data")]);
         assert!(warnings.unknown_keys.is_empty());
         assert!(!config.page_cache_flush());
+    }
+
+    #[test]
+    fn the_leaders_add_partitions_retry_is_kafkas_broker_config() {
+        let (config, warnings) = BrokerConfig::from_properties(&props(&[
+            ("transaction.state.log.replication.factor", "1"),
+            ("transaction.state.log.min.isr", "1"),
+        ]))
+        .unwrap();
+        assert_eq!(config.add_partitions_to_txn_retry_ms(), (20, 100));
+        assert!(
+            warnings.ignored_keys.is_empty(),
+            "the transaction log's settings are used: {:?}",
+            warnings.ignored_keys
+        );
+        let (config, _) = BrokerConfig::from_properties(&props(&[
+            ("add.partitions.to.txn.retry.backoff.ms", "5"),
+            ("add.partitions.to.txn.retry.backoff.max.ms", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(config.add_partitions_to_txn_retry_ms(), (5, 0));
+        let err = BrokerConfig::from_properties(&props(&[(
+            "add.partitions.to.txn.retry.backoff.ms",
+            "0",
+        )]))
+        .unwrap_err();
+        assert_eq!(err.key, "add.partitions.to.txn.retry.backoff.ms");
     }
 
     #[test]
