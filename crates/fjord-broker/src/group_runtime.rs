@@ -344,7 +344,17 @@ impl GroupRuntime {
                 },
             );
         }
-        let effects = match check(&guard.partition) {
+        // Unloaded between the lookup and the lock: its parked requests were refused already,
+        // so this one is refused too rather than parked on a shard nothing drives any more.
+        let loaded = self
+            .shard(partition)
+            .is_some_and(|current| Arc::ptr_eq(&current, &shard));
+        let verdict = if loaded {
+            check(&guard.partition)
+        } else {
+            Err(fjord_common::errors::NOT_COORDINATOR)
+        };
+        let effects = match verdict {
             Ok(()) => {
                 guard
                     .core
