@@ -61,6 +61,9 @@ struct Shard {
     /// The leader epoch it was loaded under: another epoch means another leader may have
     /// written since, so the shard is loaded again.
     leader_epoch: fjord_common::LeaderEpoch,
+    /// Set, under its lock, when it is taken out of the shards: a request that looked it up
+    /// before then is refused instead of parked on a shard nothing drives any more.
+    unloaded: bool,
 }
 
 pub struct GroupRuntime {
@@ -69,6 +72,7 @@ pub struct GroupRuntime {
     replicas: Arc<ReplicaManager>,
     flusher: FlusherHandle,
     /// Locked only for a request's (or a timer's) synchronous run: state change and append.
+    /// Lock order: `shards`, then a shard, then `parked`; never `shards` under a shard's lock.
     shards: Mutex<HashMap<i32, Arc<Mutex<Shard>>>>,
     parked: Mutex<HashMap<RequestId, ParkedRequest>>,
     next_request_id: AtomicU64,
@@ -160,7 +164,7 @@ impl GroupRuntime {
             return;
         };
         shards.retain(|&partition, shard| {
-            let Ok(shard) = shard.lock() else {
+            let Ok(mut shard) = shard.lock() else {
                 return false;
             };
             let kept = self
@@ -175,6 +179,7 @@ impl GroupRuntime {
                     "group coordinator shard unloaded: leadership moved"
                 );
                 unloaded.push(partition);
+                shard.unloaded = true;
             }
             kept
         });
@@ -346,13 +351,12 @@ impl GroupRuntime {
         }
         // Unloaded between the lookup and the lock: its parked requests were refused already,
         // so this one is refused too rather than parked on a shard nothing drives any more.
-        let loaded = self
-            .shard(partition)
-            .is_some_and(|current| Arc::ptr_eq(&current, &shard));
-        let verdict = if loaded {
-            check(&guard.partition)
-        } else {
+        // (The flag, not the shards map, is read: taking `shards` here, under the shard's
+        // lock, would deadlock with `unload_unled`.)
+        let verdict = if guard.unloaded {
             Err(fjord_common::errors::NOT_COORDINATOR)
+        } else {
+            check(&guard.partition)
         };
         let effects = match verdict {
             Ok(()) => {
@@ -636,6 +640,7 @@ fn load_shard(config: &GroupConfig, partition: Arc<Partition>) -> Result<(Shard,
         core: GroupCoordinatorShard::new(config.clone()),
         partition,
         leader_epoch,
+        unloaded: false,
     };
     let loaded_to = replay_into(&mut shard, None)?;
     Ok((shard, loaded_to))
@@ -667,4 +672,90 @@ fn replay_into(shard: &mut Shard, from: Option<i64>) -> Result<i64, String> {
     })?;
     tracing::debug!(replayed, "coordinator records replayed");
     Ok(reached)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::mpsc;
+
+    use fjord_config::BrokerConfig;
+    use fjord_metadata::{MetadataRecord, TopicRecord};
+    use fjord_protocol::messages::heartbeat_request::HeartbeatRequest;
+    use fjord_storage::log::LogConfig;
+    use fjord_storage::log_manager::LogManager;
+
+    use super::*;
+
+    /// A runtime on broker 1 leading `__consumer_offsets-0`, its shard loaded.
+    fn loaded_runtime(dir: &std::path::Path, tokio: &tokio::runtime::Runtime) -> Arc<GroupRuntime> {
+        let (broker, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
+        let (logs, _) = LogManager::open(&[dir.to_path_buf()], LogConfig::default(), 0).unwrap();
+        let replicas = Arc::new(ReplicaManager::new(1, Arc::new(broker), logs));
+        let topic_id = fjord_common::Uuid([7; 16]);
+        let records = [
+            MetadataRecord::Topic(TopicRecord {
+                name: OFFSETS_TOPIC.into(),
+                topic_id,
+            }),
+            crate::replica::led_by_broker_1(topic_id, 0),
+        ];
+        let image = Arc::new(MetadataImage::from_records(1, &records).unwrap());
+        replicas.apply_image(&image, 0).unwrap();
+        let (flusher, _) = tokio.block_on(async { crate::flusher::start(Arc::new(|_, _| {})) });
+        let runtime = Arc::new(GroupRuntime::new(
+            GroupConfig::default(),
+            1,
+            replicas,
+            flusher,
+        ));
+        tokio.block_on(runtime.load_hosted()).unwrap();
+        assert!(runtime.all_loaded());
+        runtime
+    }
+
+    #[test]
+    fn requests_and_transaction_markers_on_one_shard_never_deadlock() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let runtime = loaded_runtime(dir.path(), &tokio);
+        // A request takes its shard's lock; a marker takes the shards' lock, then the shard's.
+        // Both run at once, many times over: a request that took the shards' lock under its
+        // shard's (the lock order reversed) deadlocks here within a few hundred rounds.
+        const ROUNDS: usize = 20_000;
+        let (done, finished) = mpsc::channel();
+        let requests = {
+            let (runtime, done) = (runtime.clone(), done.clone());
+            std::thread::spawn(move || {
+                let topics = Topics::default();
+                for _ in 0..ROUNDS {
+                    let heartbeat = RequestBody::Heartbeat(HeartbeatRequest {
+                        group_id: "g".into(),
+                        member_id: "m".into(),
+                        ..HeartbeatRequest::default()
+                    });
+                    drop(runtime.start(0, 4, heartbeat, &topics, &ClientInfo::default()));
+                }
+                done.send("requests").unwrap();
+            })
+        };
+        let markers = std::thread::spawn(move || {
+            for producer_id in 0..ROUNDS as i64 {
+                runtime
+                    .append_marker(0, producer_id, true, || Ok::<(), ()>(()))
+                    .unwrap();
+            }
+            done.send("markers").unwrap();
+        });
+        for _ in 0..2 {
+            if finished.recv_timeout(Duration::from_secs(60)).is_err() {
+                // Dropping the tokio runtime would wait for the flusher, whose handle the
+                // deadlocked threads hold.
+                tokio.shutdown_background();
+                panic!("a request and a marker deadlocked on the group coordinator's locks");
+            }
+        }
+        requests.join().unwrap();
+        markers.join().unwrap();
+    }
 }

@@ -967,6 +967,25 @@ pub fn log_config(config: &TopicConfig, durable: bool) -> LogConfig {
     }
 }
 
+/// The metadata record of partition `index` of topic `topic_id`, on broker 1 alone, which leads it.
+#[cfg(test)]
+pub(crate) fn led_by_broker_1(
+    topic_id: fjord_common::Uuid,
+    index: i32,
+) -> fjord_metadata::MetadataRecord {
+    fjord_metadata::MetadataRecord::Partition(fjord_metadata::PartitionRecord {
+        partition_id: index,
+        topic_id,
+        replicas: vec![1],
+        isr: vec![1],
+        leader: 1,
+        leader_epoch: 0,
+        partition_epoch: 0,
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
+    })
+}
+
 /// A partition with an empty log in `dir`, as broker `local` sees it under `leadership`.
 #[cfg(test)]
 pub(crate) fn test_partition(
@@ -1036,7 +1055,7 @@ mod tests {
     #[test]
     fn images_apply_as_deltas_and_never_go_back() {
         use fjord_common::Uuid;
-        use fjord_metadata::{ConfigRecord, MetadataRecord, PartitionRecord, TopicRecord};
+        use fjord_metadata::{ConfigRecord, MetadataRecord, TopicRecord};
         let dir = tempfile::tempdir().unwrap();
         let (broker, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
         let (logs, _) =
@@ -1048,19 +1067,7 @@ mod tests {
                 topic_id: Uuid([id; 16]),
             })
         };
-        let partition = |id: u8, index: i32| {
-            MetadataRecord::Partition(PartitionRecord {
-                partition_id: index,
-                topic_id: Uuid([id; 16]),
-                replicas: vec![1],
-                isr: vec![1],
-                leader: 1,
-                leader_epoch: 0,
-                partition_epoch: 0,
-                adding_replicas: Vec::new(),
-                removing_replicas: Vec::new(),
-            })
-        };
+        let partition = |id: u8, index: i32| led_by_broker_1(Uuid([id; 16]), index);
         let mut records = vec![
             topic("a", 1),
             partition(1, 0),
