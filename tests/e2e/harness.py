@@ -135,11 +135,36 @@ class Broker:
             try:
                 self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
+                stacks = self.dump_stacks()
                 self.proc.kill()
                 self.proc.wait()
-                raise RuntimeError(f"{self.kind} ignored SIGTERM for {timeout_s}s")
+                raise RuntimeError(f"{self.kind} ignored SIGTERM for {timeout_s}s; {stacks}")
         rc = self.proc.returncode
         assert rc in self.clean_exit_codes, f"{self.kind} exited {rc} after SIGTERM; see {self.log_path()}"
+
+    def dump_stacks(self) -> str:
+        """Every thread's stack of the running process, written beside its log (a hang's evidence)."""
+        assert self.proc is not None
+        path = self.workdir / f"stacks-{self.starts}.txt"
+        try:
+            out = subprocess.run(
+                ["gdb", "-p", str(self.proc.pid), "-batch", "-ex", "thread apply all bt"],
+                capture_output=True, text=True, timeout=120,
+            ).stdout
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"no stacks: {e}"
+        path.write_text(out)
+        # Each thread's frames in fjord's own code say where it is stuck: shown where CI shows them.
+        summary, thread = [], ""
+        for line in out.splitlines():
+            if line.startswith("Thread "):
+                thread = line
+            elif re.search(r" in fjord\w*::", line):
+                if thread:
+                    summary.append(thread)
+                    thread = ""
+                summary.append("  " + line[line.index(" in ") + 4 :])
+        return f"stacks in {path}:\n" + "\n".join(summary[:120])
 
     def kill9(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
