@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 E2E_DIR = Path(__file__).resolve().parent
@@ -727,6 +728,33 @@ def wait_for(check, what, deadline_s: float = 60):
             return result
         assert time.monotonic() < end, what() if callable(what) else what
         time.sleep(0.2)
+
+
+def read_until_quiet(bootstrap: str, topic: str, partitions: int, expect: int, isolation: str = "read_committed",
+                     wait_s: float = 90, quiet_s: float = 3, tolerate_errors: bool = False) -> list:
+    """The messages a consumer with `isolation` reads from the start of `topic`'s partitions, once `expect` came and
+    then nothing for `quiet_s` (so that anything extra shows too), or all that came in `wait_s`. Consumer errors
+    fail the read unless `tolerate_errors` (a cluster in failover)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}", "isolation.level": isolation,
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    messages, quiet_since = [], None
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and m.error():
+            assert tolerate_errors, m.error()
+            m = None
+        if m is None:
+            if len(messages) >= expect:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > quiet_s:
+                    break
+            continue
+        quiet_since = None
+        messages.append(m)
+    c.close()
+    return messages
 
 
 def create_topics(bootstrap: str, names: List[str], partitions: int, replication_factor: int) -> None:

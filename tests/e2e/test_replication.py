@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from copier import copy_exactly_once
 from wordcount import count_words_exactly_once
 from harness import (CLIENTS, Cluster, check_implicit_add, franz_go_tests, implicit_add, kafka_tool,
-                     metadata_quorum_status, round_trip, unadded_produce, wait_for)
+                     metadata_quorum_status, read_until_quiet, round_trip, unadded_produce, wait_for)
 
 SESSION_MS = 6000
 LAG_MS = 2000
@@ -225,22 +225,7 @@ def coordinator_of(bootstrap: str, transactional_id: str) -> int:
 
 def read_committed(bootstrap: str, topic: str, expected: int) -> list:
     """Every value a read_committed consumer finds in the topic, once `expected` came and a quiet spell after."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rc-{time.monotonic_ns()}",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    values, quiet_since, end = [], None, time.monotonic() + 90
-    while time.monotonic() < end:
-        m = c.poll(0.5)
-        if m is None or m.error():
-            if len(values) >= expected:
-                quiet_since = quiet_since or time.monotonic()
-                if time.monotonic() - quiet_since > 3:
-                    break
-            continue
-        quiet_since = None
-        values.append(m.value().decode())
-    c.close()
-    return values
+    return [m.value().decode() for m in read_until_quiet(bootstrap, topic, PARTITIONS, expected, tolerate_errors=True)]
 
 
 def test_a_batch_for_a_partition_not_in_the_transaction_is_refused_by_every_leader(cluster):

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import check_implicit_add, implicit_add, kafka_tool, unadded_produce, wait_for
+from harness import check_implicit_add, implicit_add, kafka_tool, read_until_quiet, unadded_produce, wait_for
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -39,25 +39,8 @@ def send_transaction(p: Producer, topic: str, partitions: int, label: str, count
 def consume_all(bootstrap: str, topic: str, partitions: int, isolation: str, expect: int, wait_s: float = 30):
     """Every value in the topic as a consumer with `isolation` reads it, waiting until `expect` arrived (and a
     little longer, so that anything extra shows too)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"txn-{uuid.uuid4()}", "isolation.level": isolation,
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    values = []
-    deadline = time.monotonic() + wait_s
-    quiet_since = None
-    while time.monotonic() < deadline:
-        m = c.poll(0.2)
-        if m is None:
-            if len(values) >= expect:
-                quiet_since = quiet_since or time.monotonic()
-                if time.monotonic() - quiet_since > 2:
-                    break
-            continue
-        quiet_since = None
-        assert not m.error(), m.error()
-        values.append(m.value().decode())
-    c.close()
-    return values
+    return [m.value().decode()
+            for m in read_until_quiet(bootstrap, topic, partitions, expect, isolation, wait_s=wait_s, quiet_s=2)]
 
 
 def labels(values):

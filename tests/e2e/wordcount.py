@@ -12,9 +12,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Callable, Optional
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
-from harness import BUILD_DIR, create_topics, java_bin, read_classpath, wait_for
+from harness import BUILD_DIR, create_topics, java_bin, read_classpath, read_until_quiet, wait_for
 
 WORDS = [f"w{i:02d}" for i in range(24)]
 LINES = 3000
@@ -31,24 +31,9 @@ def word_count(bootstrap: str, app_id: str, in_topic: str, out_topic: str, state
 def read_counts(bootstrap: str, topic: str, expect: int, wait_s: float = 120) -> dict:
     """word -> the counts the output holds for it, in offset order (read_committed), once `expect` arrived (and
     a quiet spell after, so that anything extra shows too)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"verify-{uuid.uuid4()}",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    counts, seen, quiet_since = defaultdict(list), 0, None
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        m = c.poll(0.2)
-        if m is None:
-            if seen >= expect:
-                quiet_since = quiet_since or time.monotonic()
-                if time.monotonic() - quiet_since > 3:
-                    break
-            continue
-        quiet_since = None
-        assert not m.error(), m.error()
+    counts = defaultdict(list)
+    for m in read_until_quiet(bootstrap, topic, PARTITIONS, expect, wait_s=wait_s):
         counts[m.key().decode()].append(int.from_bytes(m.value(), "big", signed=True))
-        seen += 1
-    c.close()
     return counts
 
 
