@@ -212,11 +212,14 @@ impl GroupRuntime {
     /// True once every `__consumer_offsets` partition this broker leads has a loaded shard (and
     /// the topic exists: some broker leads each of its partitions).
     pub fn all_loaded(&self) -> bool {
-        let Ok(shards) = self.shards.lock() else {
-            return false;
+        // The loaded partitions are copied out first: asking the replica manager under the
+        // shards' lock would hold every group request while an image is being applied.
+        let loaded: std::collections::HashSet<i32> = match self.shards.lock() {
+            Ok(shards) => shards.keys().copied().collect(),
+            Err(_) => return false,
         };
         (0..self.num_partitions)
-            .all(|p| shards.contains_key(&p) || self.replicas.get(OFFSETS_TOPIC, p).is_none())
+            .all(|p| loaded.contains(&p) || self.replicas.get(OFFSETS_TOPIC, p).is_none())
             && self.offsets_topic_exists()
     }
 
