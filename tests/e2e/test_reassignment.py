@@ -1,6 +1,7 @@
 """Partition reassignment with Kafka's own `kafka-reassign-partitions` (AlterPartitionReassignments,
 ListPartitionReassignments) on one controller and three brokers: replicas move to another broker, catch up, join
-the ISR and the removed ones go with their logs; a reassignment that cannot finish is listed and cancelled; new
+the ISR and the removed ones go with their logs, a plan changing the replication factor is refused when the tool
+is told to disallow that (KIP-860), a throttled one copies at its rate (KIP-73); a reassignment that cannot finish is listed and cancelled; new
 partitions of a replicated topic get as many replicas. Runs against fjord, or Apache Kafka with E2E_BROKER=kafka
 (same KRaft properties).
 """
@@ -13,12 +14,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
 from harness import Cluster, java_bin, read_classpath, wait_for
 
 SESSION_MS = 6000
 RECORDS = 2000
+THROTTLED_RECORDS = 4000
+THROTTLE_BYTES_PER_S = 100_000
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +82,21 @@ def test_replicas_move_catch_up_and_the_removed_ones_go(cluster, tmp_path):
     proposed = json.loads(out.split("Proposed partition reassignment configuration")[1].strip().splitlines()[0])
     assert {r for part in proposed["partitions"] for r in part["replicas"]} <= {b, c}, proposed
 
-    # --execute: broker a leaves both partitions (it leads partition 0), broker c joins them.
+    # --disallow-replication-factor-change (KIP-860): a plan changing a partition's replica count is refused,
+    # partition by partition, and nothing moves.
+    grow = {("moving", 0): [a, b, c], ("moving", 1): [b]}
+    rc, out = reassign(cluster.bootstrap, "--execute", "--disallow-replication-factor-change",
+                       "--reassignment-json-file", str(plan(tmp_path / "grow.json", grow)))
+    assert rc != 0, out
+    assert "moving-0: The replication factor is changed from 2 to 3" in out, out
+    assert "moving-1: The replication factor is changed from 2 to 1" in out, out
+    assert {i: r for i, (_, r, _) in describe(cluster.bootstrap, "moving").items()} == {0: [a, b], 1: [b, a]}
+
+    # --execute: broker a leaves both partitions (it leads partition 0), broker c joins them; the replica count
+    # stays, so the same option lets it through.
     target = {("moving", 0): [c, b], ("moving", 1): [b, c]}
-    rc, out = reassign(cluster.bootstrap, "--execute", "--reassignment-json-file", str(plan(tmp_path / "move.json", target)))
+    rc, out = reassign(cluster.bootstrap, "--execute", "--disallow-replication-factor-change",
+                       "--reassignment-json-file", str(plan(tmp_path / "move.json", target)))
     assert rc == 0, out
     assert "Successfully started partition reassignment" in out, out
     # --verify until done.
@@ -137,6 +152,57 @@ def test_a_stuck_reassignment_is_listed_and_cancelled(cluster, tmp_path):
         assert rc == 0 and "stuck-0" not in out, out
     finally:
         cluster.node(c).start(timeout_s=120)
+
+
+def log_size(node, topic: str, partition: int) -> int:
+    d = Path(node.data_dir) / f"{topic}-{partition}"
+    return sum(p.stat().st_size for p in d.glob("*.log")) if d.exists() else 0
+
+
+def test_a_throttled_reassignment_copies_at_the_throttled_rate(cluster, tmp_path):
+    """`--throttle` (KIP-73): the tool names the moving replicas in the topic's leader and follower throttled
+    replicas and sets both rates on the brokers; the new replica catches up at about that rate (one fetch may
+    overshoot it, then the rate over the 11 s window holds it back) until the throttle is raised."""
+    a, b, c = (n.node_id for n in cluster.brokers)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for _, f in admin.create_topics([NewTopic("throttled", num_partitions=1, replica_assignment=[[a]])]).items():
+        f.result(30)
+    wait_for(lambda: describe(cluster.bootstrap, "throttled").get(0, (-1,))[0] == a, "led by a", 60)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20})
+    value = bytes(range(256)) * 4
+    for i in range(THROTTLED_RECORDS):
+        p.produce("throttled", value=value, key=str(i), partition=0)
+        p.poll(0)
+    assert p.flush(60) == 0
+    total = log_size(cluster.node(a), "throttled", 0)
+    assert total > 3_000_000, total
+
+    move = plan(tmp_path / "throttled.json", {("throttled", 0): [a, b]})
+    rc, out = reassign(cluster.bootstrap, "--execute", "--throttle", str(THROTTLE_BYTES_PER_S),
+                       "--reassignment-json-file", str(move))
+    assert rc == 0, out
+    assert "The inter-broker throttle limit was set to" in out, out
+    # Unthrottled the copy takes well under a second here; at 100 kB/s the first fetch (up to
+    # replica.fetch.max.bytes, 1 MiB) holds the rest back for about ten seconds.
+    time.sleep(6)
+    copied = log_size(cluster.node(b), "throttled", 0)
+    print(f"throttled copy: {copied} of {total} bytes after 6 s")
+    assert 0 < copied < total / 2, (copied, total)
+    assert describe(cluster.bootstrap, "throttled")[0][2] == [a], "b is in the ISR already"
+
+    # Raised, the copy finishes; --verify then clears the throttles.
+    rc, out = reassign(cluster.bootstrap, "--execute", "--additional", "--throttle", "1000000000",
+                       "--reassignment-json-file", str(move))
+    assert rc == 0, out
+    verify = lambda: reassign(cluster.bootstrap, "--verify", "--reassignment-json-file", str(move))
+    wait_for(lambda: "Reassignment of partition throttled-0 is completed" in verify()[1],
+             lambda: f"not completed: {verify()[1]}", 60)
+    rc, out = verify()
+    assert "Clearing broker-level throttles" in out and "Clearing topic-level throttles" in out, out
+    configs = admin.describe_configs([ConfigResource("topic", "throttled")])
+    entries = list(configs.values())[0].result(30)
+    assert entries["leader.replication.throttled.replicas"].value in ("", None), entries
+    assert log_size(cluster.node(b), "throttled", 0) == total
 
 
 def read_all(bootstrap: str, topic: str) -> list:

@@ -34,6 +34,7 @@ use crate::group_runtime::GroupRuntime;
 use crate::log_dir_mover::LogDirMover;
 use crate::network::{Dispatch, Reply, Response, Sequencing};
 use crate::replica::ReplicaManager;
+use crate::replication_quota::ReplicationQuotas;
 use crate::txn_runtime::TxnRuntime;
 use fjord_common::errors;
 use fjord_config::{
@@ -60,7 +61,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::ElectLeaders, 0, 2),
-    (ApiKey::AlterPartitionReassignments, 0, 0),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::DescribeCluster, 0, 1),
@@ -143,6 +144,8 @@ pub struct Broker {
     pub txns: Arc<TxnRuntime>,
     /// Moves partitions between log dirs (AlterReplicaLogDirs).
     pub log_dir_mover: Arc<LogDirMover>,
+    /// The leader's side of the replication throttles (see `replication_quota`).
+    pub replication_quotas: Arc<ReplicationQuotas>,
 }
 
 pub use fjord_common::now_ms;
@@ -184,6 +187,7 @@ impl Broker {
         groups: Arc<GroupRuntime>,
         txns: Arc<TxnRuntime>,
         log_dir_mover: Arc<LogDirMover>,
+        replication_quotas: Arc<ReplicationQuotas>,
     ) -> Self {
         Broker {
             config,
@@ -198,6 +202,7 @@ impl Broker {
             groups,
             txns,
             log_dir_mover,
+            replication_quotas,
         }
     }
 

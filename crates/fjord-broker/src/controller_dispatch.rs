@@ -29,7 +29,7 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::ElectLeaders, 0, 2),
-    (ApiKey::AlterPartitionReassignments, 0, 0),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::AlterConfigs, 0, 2),

@@ -27,6 +27,7 @@ use crate::fetch_session::{RequestedPartition, SessionDecision};
 use crate::network::{OutPart, Reply, Response};
 use crate::partition::FollowerFetch;
 use crate::replica::Partition;
+use crate::replication_quota::{throttles, LEADER_THROTTLED_REPLICAS};
 use fjord_common::errors;
 
 /// Longest a fetch may wait, whatever the client asks: bounds a parked request.
@@ -337,6 +338,9 @@ impl Broker {
         let this = self.clone();
         let read_committed = request.isolation_level == 1;
         let respond = move |this: &Broker, results: Vec<PartitionRead>| {
+            if replica.is_some() {
+                this.record_leader_throttled(&results);
+            }
             let mut topics: Vec<FetchableTopicResponse> = Vec::new();
             let mut externals: Vec<ExternalRecords> = Vec::new();
             let mut slices: Vec<FileSlice> = Vec::new();
@@ -448,6 +452,24 @@ impl Broker {
         }))
     }
 
+    /// The bytes a follower's fetch answer carries for replicas this leader throttles count
+    /// towards `leader.replication.throttled.rate`, in sync or not.
+    fn record_leader_throttled(&self, results: &[PartitionRead]) {
+        let bytes: u64 = results
+            .iter()
+            .filter_map(|(target, _, file)| Some((target, file.as_ref()?)))
+            .filter(|(target, _)| {
+                self.replicas
+                    .get(&target.topic, target.partition)
+                    .is_some_and(|p| throttles(&p, LEADER_THROTTLED_REPLICAS, self.config.node_id))
+            })
+            .map(|(_, slice)| u64::from(slice.len()))
+            .sum();
+        self.replication_quotas
+            .leader
+            .record(bytes, crate::broker::now_ms());
+    }
+
     /// Puts `waiter` on the delayed-fetch queue of every target partition hosted here (the
     /// followers' queue for a follower's fetch).
     fn delay_on_targets(&self, targets: &[Target], waiter: &Arc<Notify>, replica: bool) {
@@ -505,6 +527,13 @@ impl Broker {
                             data.log_start_offset = log.log_start_offset();
                         }
                     } else {
+                        // A throttled replica out of sync is answered without records while
+                        // the leader's throttle is above its rate (its position is still taken).
+                        let held_back = replica.is_some_and(|r| {
+                            throttles(&partition, LEADER_THROTTLED_REPLICAS, self.config.node_id)
+                                && !partition.isr_and_replica_count().0.contains(&r.id)
+                                && self.replication_quotas.leader.exceeded(now_ms)
+                        });
                         let remaining = max_bytes.saturating_sub(total);
                         let limit = (target.partition_max_bytes.max(0) as usize).min(remaining);
                         let min_one_batch = total == 0;
@@ -547,7 +576,10 @@ impl Broker {
                                         .collect(),
                                 );
                             }
-                            if data.error_code != errors::NONE || data.diverging_epoch.epoch >= 0 {
+                            if data.error_code != errors::NONE
+                                || data.diverging_epoch.epoch >= 0
+                                || held_back
+                            {
                                 return Ok(fjord_storage::log::ReadInfo {
                                     records: None,
                                     log_start_offset: log.log_start_offset(),

@@ -19,6 +19,7 @@ pub mod partition;
 mod produce;
 pub mod replica;
 mod replica_fetcher;
+pub mod replication_quota;
 mod txn;
 mod txn_admin;
 mod txn_markers;
@@ -545,6 +546,14 @@ async fn start_broker(
         )
         .map_err(|e| startup(format!("cannot start the log dir mover: {e}")))?,
     );
+    let merged = config.merged(&initial);
+    let replication_quotas = Arc::new(replication_quota::ReplicationQuotas::new(
+        &config.replication(),
+        (
+            BrokerConfig::bytes_per_second(&merged, "leader.replication.throttled.rate"),
+            BrokerConfig::bytes_per_second(&merged, "follower.replication.throttled.rate"),
+        ),
+    ));
     let broker = Arc::new(Broker::new(
         config.clone(),
         cluster_id,
@@ -556,6 +565,7 @@ async fn start_broker(
         groups.clone(),
         txns.clone(),
         log_dir_mover.clone(),
+        replication_quotas.clone(),
     ));
     // Transactions prepared before a restart get their markers; open ones time out.
     broker.load_txn_coordinators().map_err(startup)?;
@@ -569,6 +579,7 @@ async fn start_broker(
     let image_broker = broker.clone();
     let image_cleaner = cleaner.clone();
     let image_mover = log_dir_mover.clone();
+    let image_quotas = replication_quotas.clone();
     let image_config = config.clone();
     let image_task = tokio::spawn(async move {
         let mut dynamic = initial;
@@ -598,6 +609,7 @@ async fn start_broker(
                     &now,
                     &image_cleaner,
                     &image_mover,
+                    &image_quotas,
                 )
                 .await;
                 dynamic = now;
@@ -614,6 +626,7 @@ async fn start_broker(
         quorum.clone(),
         config.clone(),
         flusher.clone(),
+        replication_quotas.clone(),
         shutdown.clone(),
     );
     // ISR changes go on a link of their own, as heartbeats do.
@@ -699,7 +712,7 @@ async fn start_broker(
 }
 
 /// Dynamic broker configs changed: the cleaner takes its new settings (its threads restart), the
-/// log dir mover its rate, topic defaults already reached the logs through `apply_image`, and keys
+/// log dir mover its rate, the replication throttles their bounds, topic defaults already reached the logs through `apply_image`, and keys
 /// fjord accepts without acting on them are named in a warning.
 async fn apply_dynamic_broker_config(
     config: &BrokerConfig,
@@ -707,12 +720,23 @@ async fn apply_dynamic_broker_config(
     after: &fjord_config::DynamicBrokerConfig,
     cleaner: &Arc<LogCleaner>,
     mover: &log_dir_mover::LogDirMover,
+    quotas: &replication_quota::ReplicationQuotas,
 ) {
     let (old, new) = (config.merged(before), config.merged(after));
     let rate = BrokerConfig::log_dir_move_rate(&new);
     if rate != BrokerConfig::log_dir_move_rate(&old) {
         tracing::info!(max_bytes_per_second = rate, "log dir mover reconfigured");
         mover.set_max_bytes_per_second(rate);
+    }
+    for (key, quota) in [
+        ("leader.replication.throttled.rate", &quotas.leader),
+        ("follower.replication.throttled.rate", &quotas.follower),
+    ] {
+        let rate = BrokerConfig::bytes_per_second(&new, key);
+        if rate != BrokerConfig::bytes_per_second(&old, key) {
+            tracing::info!(key, bytes_per_second = rate, "replication throttle set");
+            quota.set_bound(rate);
+        }
     }
     for (key, value) in &new {
         if old.get(key) != Some(value) && fjord_config::not_acted_upon(key) {

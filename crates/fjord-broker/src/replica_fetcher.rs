@@ -29,6 +29,7 @@ use crate::broker::now_ms;
 use crate::flusher::{Durable, FlushTarget, FlusherHandle};
 use crate::partition::{divergence_truncation, Role};
 use crate::replica::{Partition, ReplicaManager};
+use crate::replication_quota::{throttles, ReplicationQuotas, FOLLOWER_THROTTLED_REPLICAS};
 
 /// Lowest Fetch version a follower uses: the last fetched epoch and the diverging epoch
 /// (KIP-320) and flexible fields.
@@ -52,6 +53,7 @@ struct Context {
     quorum: Arc<MetadataQuorum>,
     config: Arc<BrokerConfig>,
     flusher: FlusherHandle,
+    quotas: Arc<ReplicationQuotas>,
 }
 
 type Fetchers = HashMap<(BrokerId, usize), (watch::Sender<Vec<Arc<Partition>>>, JoinHandle<()>)>;
@@ -63,6 +65,7 @@ pub fn start(
     quorum: Arc<MetadataQuorum>,
     config: Arc<BrokerConfig>,
     flusher: FlusherHandle,
+    quotas: Arc<ReplicationQuotas>,
     mut shutdown: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let context = Arc::new(Context {
@@ -70,6 +73,7 @@ pub fn start(
         quorum,
         config,
         flusher,
+        quotas,
     });
     tokio::spawn(async move {
         let mut changes = context.replicas.subscribe_changes();
@@ -182,6 +186,8 @@ async fn fetch_loop(
 struct Fetched {
     partition: Arc<Partition>,
     leader_epoch: i32,
+    /// Named by `follower.replication.throttled.replicas`: its bytes count towards the rate.
+    throttled: bool,
 }
 
 /// One fetch and its handling. Ok(true) when some partition was served, or when the fetch was
@@ -239,7 +245,17 @@ async fn round(
         context.flusher.flush_all(unsynced).await;
     }
     let mut fetched: HashMap<(Uuid, String, i32), Fetched> = HashMap::new();
+    let now = now_ms();
     for partition in partitions {
+        let throttled = throttles(partition, FOLLOWER_THROTTLED_REPLICAS, local);
+        // A throttled replica out of sync is left out while the follower's throttle is above
+        // its rate (all of them out: the fetcher backs off, as after an empty round).
+        if throttled
+            && !partition.isr_and_replica_count().0.contains(&local)
+            && context.quotas.follower.exceeded(now)
+        {
+            continue;
+        }
         let leader_epoch = partition.leader_epoch();
         let (fetch_offset, last_fetched_epoch, log_start_offset) = {
             let log = lock(&partition.log);
@@ -287,6 +303,7 @@ async fn round(
             Fetched {
                 partition: partition.clone(),
                 leader_epoch,
+                throttled,
             },
         );
     }
@@ -335,6 +352,10 @@ async fn round(
             let Some(f) = fetched.remove(&key) else {
                 continue;
             };
+            if f.throttled {
+                let bytes = data.records.as_ref().map_or(0, |r| r.len() as u64);
+                context.quotas.follower.record(bytes, now);
+            }
             match handle_partition(&f, &data, now) {
                 Ok(Outcome::Appended(end)) => {
                     served = true;

@@ -58,6 +58,8 @@ enum Check {
     OneOf(&'static [&'static str]),
     /// A list whose every element is one of these.
     ListOf(&'static [&'static str]),
+    /// `*` or a list of `partition:broker` (the replication throttles' replicas).
+    ThrottledReplicas,
 }
 
 /// One topic-level config: its name, the broker config that supplies its default, type,
@@ -161,7 +163,7 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         None,
         List,
         "",
-        Check::None
+        Check::ThrottledReplicas
     ),
     topic_config!(
         "index.interval.bytes",
@@ -175,7 +177,7 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         None,
         List,
         "",
-        Check::None
+        Check::ThrottledReplicas
     ),
     topic_config!(
         "max.compaction.lag.ms",
@@ -368,6 +370,14 @@ fn check_value(key: &str, value: &str, kind: ConfigType, check: Check) -> Result
                 ))
             }
         }
+        Check::ThrottledReplicas => match throttled_replicas(value) {
+            Some(_) => Ok(()),
+            None => Err(invalid(
+                key,
+                value,
+                "must be * or a list of replicas as partition:broker,partition:broker,...",
+            )),
+        },
         Check::ListOf(allowed) => {
             let items: Vec<&str> = split_list(value);
             if items.is_empty() {
@@ -391,6 +401,47 @@ pub fn split_list(value: &str) -> Vec<&str> {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .collect()
+}
+
+/// Which replicas a replication throttle (`leader.replication.throttled.replicas`,
+/// `follower.replication.throttled.replicas`) names: every one (`*`), or these (partition, broker)
+/// pairs; None when the value is malformed.
+pub fn throttled_replicas(value: &str) -> Option<ThrottledReplicas> {
+    if value.trim() == "*" {
+        return Some(ThrottledReplicas::All);
+    }
+    split_list(value)
+        .into_iter()
+        .map(|entry| {
+            let (partition, broker) = entry.split_once(':')?;
+            let number = |s: &str| {
+                let s = s.trim();
+                (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| s.parse::<i32>().ok())
+                    .flatten()
+            };
+            Some((number(partition)?, number(broker)?))
+        })
+        .collect::<Option<Vec<_>>>()
+        .map(ThrottledReplicas::These)
+}
+
+/// The replicas a replication throttle names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ThrottledReplicas {
+    All,
+    /// (partition, broker) pairs.
+    These(Vec<(i32, i32)>),
+}
+
+impl ThrottledReplicas {
+    /// Whether partition `partition`'s replica on `broker` is throttled.
+    pub fn names(&self, partition: i32, broker: i32) -> bool {
+        match self {
+            ThrottledReplicas::All => true,
+            ThrottledReplicas::These(pairs) => pairs.contains(&(partition, broker)),
+        }
+    }
 }
 
 /// Validates one topic-level config override (CreateTopics, AlterConfigs).
@@ -772,6 +823,32 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
         Some("9223372036854775807"),
         Check::AtLeast(0)
     ),
+    // Replication throttles (dynamic; kafka-reassign-partitions --throttle sets them): bytes per
+    // second over the replicas the topics' throttled-replicas configs name, out of sync ones only.
+    broker_config!(
+        "leader.replication.throttled.rate",
+        Long,
+        Some("9223372036854775807"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "follower.replication.throttled.rate",
+        Long,
+        Some("9223372036854775807"),
+        Check::AtLeast(0)
+    ),
+    broker_config!(
+        "replication.quota.window.num",
+        Int,
+        Some("11"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "replication.quota.window.size.seconds",
+        Int,
+        Some("1"),
+        Check::AtLeast(1)
+    ),
     broker_config!(
         "compression.type",
         String,
@@ -1092,6 +1169,9 @@ pub struct ReplicationConfig {
     pub socket_timeout_ms: u64,
     /// A follower not caught up for this long leaves the ISR.
     pub lag_time_max_ms: i64,
+    /// The replication throttles measure their rate over this many samples of this many ms.
+    pub quota_window_num: usize,
+    pub quota_window_ms: i64,
 }
 
 /// This node's part in the cluster, from Kafka's KRaft keys.
@@ -1480,6 +1560,8 @@ impl BrokerConfig {
             fetch_backoff_ms: int("replica.fetch.backoff.ms") as u64,
             socket_timeout_ms: int("replica.socket.timeout.ms").max(1) as u64,
             lag_time_max_ms: int("replica.lag.time.max.ms"),
+            quota_window_num: int("replication.quota.window.num").max(1) as usize,
+            quota_window_ms: int("replication.quota.window.size.seconds").max(1) * 1000,
         }
     }
 
@@ -1501,10 +1583,17 @@ impl BrokerConfig {
     /// `replica.alter.log.dirs.io.max.bytes.per.second` from merged broker values: the log dir
     /// mover's read rate.
     pub fn log_dir_move_rate(values: &BTreeMap<String, String>) -> f64 {
+        Self::bytes_per_second(values, "replica.alter.log.dirs.io.max.bytes.per.second")
+    }
+
+    /// A bytes-per-second broker config from merged broker values (its default when unset):
+    /// `replica.alter.log.dirs.io.max.bytes.per.second`, `leader.replication.throttled.rate`,
+    /// `follower.replication.throttled.rate`.
+    pub fn bytes_per_second(values: &BTreeMap<String, String>, key: &str) -> f64 {
         values
-            .get("replica.alter.log.dirs.io.max.bytes.per.second")
+            .get(key)
             .map(String::as_str)
-            .or_else(|| broker_default("replica.alter.log.dirs.io.max.bytes.per.second"))
+            .or_else(|| broker_default(key))
             .and_then(|v| v.trim().parse::<i64>().ok())
             .map_or(f64::MAX, |v| v as f64)
     }
@@ -1539,6 +1628,8 @@ impl DynamicBrokerConfig {
 /// Broker keys that can change on a running broker (Kafka's dynamic broker configs that fjord
 /// knows), beside the broker synonyms of topic configs.
 const DYNAMIC_BROKER_KEYS: &[&str] = &[
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
     "log.cleaner.threads",
     "log.cleaner.dedupe.buffer.size",
     "log.cleaner.io.buffer.size",
@@ -1595,9 +1686,6 @@ pub fn not_acted_upon(key: &str) -> bool {
 const TOPIC_NOT_ACTED_UPON: &[&str] = &[
     "compression.gzip.level",
     "compression.zstd.level",
-    // Replication throttles (kafka-reassign-partitions --throttle sets and clears them).
-    "follower.replication.throttled.replicas",
-    "leader.replication.throttled.replicas",
     "preallocate",
     "segment.jitter.ms",
 ];
@@ -1967,6 +2055,37 @@ mod tests {
     }
 
     const VOTERS: &str = "1@127.0.0.1:9093,2@127.0.0.1:9193,3@127.0.0.1:9293";
+
+    #[test]
+    fn throttled_replicas_are_all_or_partition_broker_pairs() {
+        assert_eq!(throttled_replicas(" * "), Some(ThrottledReplicas::All));
+        assert_eq!(
+            throttled_replicas(""),
+            Some(ThrottledReplicas::These(vec![]))
+        );
+        let named = throttled_replicas("0:1, 1:2,0:3").unwrap();
+        assert_eq!(
+            named,
+            ThrottledReplicas::These(vec![(0, 1), (1, 2), (0, 3)])
+        );
+        assert!(named.names(0, 3) && !named.names(1, 1));
+        for bad in [
+            "0",
+            "0:",
+            ":1",
+            "a:1",
+            "0:1:2",
+            "-1:1",
+            "*,0:1",
+            "0:99999999999",
+        ] {
+            assert_eq!(throttled_replicas(bad), None, "{bad}");
+            assert!(validate_topic_config("leader.replication.throttled.replicas", bad).is_err());
+        }
+        assert!(
+            validate_topic_config("follower.replication.throttled.replicas", "0:1,1:2").is_ok()
+        );
+    }
 
     #[test]
     fn kraft_keys_describe_the_nodes_part_in_the_cluster() {

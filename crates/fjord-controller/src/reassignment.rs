@@ -96,6 +96,7 @@ pub fn alter_partition_reassignments(
                     &topic.name,
                     p.partition_index,
                     p.replicas.as_deref(),
+                    request.allow_replication_factor_change,
                     unclean,
                 );
                 let (error_code, error_message) = match outcome {
@@ -121,6 +122,7 @@ pub fn alter_partition_reassignments(
         records: working.into_records(),
         response: ResponseBody::AlterPartitionReassignments(AlterPartitionReassignmentsResponse {
             responses,
+            allow_replication_factor_change: request.allow_replication_factor_change,
             ..Default::default()
         }),
     }
@@ -135,6 +137,7 @@ fn reassign(
     topic_name: &str,
     partition_id: i32,
     target: Option<&[i32]>,
+    allow_replication_factor_change: bool,
     unclean: Unclean,
 ) -> Result<Option<MetadataRecord>, Refusal> {
     let unknown = || {
@@ -209,6 +212,24 @@ fn reassign(
         });
         return Ok(change(original, isr, leader, Vec::new(), Vec::new()));
     };
+    if !allow_replication_factor_change {
+        // KIP-860: the target must keep the replication factor the partition has, or is heading
+        // for when a reassignment is in progress (its replicas without those being removed).
+        let current = p
+            .replicas
+            .iter()
+            .filter(|r| !p.removing_replicas.contains(r))
+            .count();
+        if current != target.len() {
+            return Err((
+                errors::INVALID_REPLICATION_FACTOR,
+                format!(
+                    "The replication factor is changed from {current} to {}",
+                    target.len()
+                ),
+            ));
+        }
+    }
     validate(image, target)?;
     // From the replicas as they are now (a reassignment in progress included).
     let removing: Vec<i32> = {
@@ -354,7 +375,16 @@ mod tests {
     }
 
     fn alter(image: &MetadataImage, replicas: Option<Vec<i32>>) -> (MetadataImage, i16) {
+        alter_allowing(image, replicas, true)
+    }
+
+    fn alter_allowing(
+        image: &MetadataImage,
+        replicas: Option<Vec<i32>>,
+        allow_replication_factor_change: bool,
+    ) -> (MetadataImage, i16) {
         let request = AlterPartitionReassignmentsRequest {
+            allow_replication_factor_change,
             timeout_ms: 1000,
             topics: vec![ReassignableTopic {
                 name: "t".into(),
@@ -363,7 +393,6 @@ mod tests {
                     replicas,
                 }],
             }],
-            ..Default::default()
         };
         let d = alter_partition_reassignments(image, &request, &|_| false);
         let ResponseBody::AlterPartitionReassignments(r) = &d.response else {
@@ -385,6 +414,27 @@ mod tests {
 
     fn partition(image: &MetadataImage) -> PartitionImage {
         image.topic("t").unwrap().partitions[0].clone()
+    }
+
+    #[test]
+    fn a_reassignment_that_may_not_change_the_replication_factor_keeps_it() {
+        for target in [vec![1, 2], vec![1, 2, 3, 4]] {
+            let (after, code) = alter_allowing(&image(), Some(target), false);
+            assert_eq!(code, errors::INVALID_REPLICATION_FACTOR);
+            assert_eq!(partition(&after), partition(&image()), "nothing written");
+        }
+        // A move keeping three replicas is let through; while it is in progress, the factor
+        // compared is the one it heads for (three), not the four replicas it has for now.
+        let (moving, code) = alter_allowing(&image(), Some(vec![2, 3, 4]), false);
+        assert_eq!(code, errors::NONE);
+        assert_eq!(partition(&moving).replicas.len(), 4);
+        let (_, code) = alter_allowing(&moving, Some(vec![1, 2, 4]), false);
+        assert_eq!(code, errors::NONE);
+        let (_, code) = alter_allowing(&moving, Some(vec![1, 2, 3, 4]), false);
+        assert_eq!(code, errors::INVALID_REPLICATION_FACTOR);
+        // Cancelling changes no factor of its own: always allowed.
+        let (_, code) = alter_allowing(&moving, None, false);
+        assert_eq!(code, errors::NONE);
     }
 
     #[test]
