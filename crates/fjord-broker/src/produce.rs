@@ -15,7 +15,7 @@ use crate::broker::{encode_response, Broker};
 use crate::flusher::{Durable, FlushTarget};
 use crate::network::{Reply, Response};
 use crate::replica::{Partition, PartitionError};
-use crate::txn_verify::Verdicts;
+use crate::txn_verify::{not_in_transaction_code, Verdicts};
 use fjord_common::errors;
 
 /// What one partition's append left to do before it can be answered.
@@ -105,12 +105,20 @@ impl Broker {
                             (Some(records), None) => request
                                 .transactional_id
                                 .as_deref()
-                                .map_or(Ok(()), |id| {
+                                .map_or(Ok(None), |id| {
                                     self.verify_transactional_produce(
                                         id, &partition, records, version, verdicts,
                                     )
                                 })
-                                .and_then(|()| self.replicas.append(&partition, records, now))
+                                .and_then(|verification| {
+                                    self.replicas
+                                        .append(&partition, records, verification, now)
+                                        .map_err(|mut error| {
+                                            error.code =
+                                                not_in_transaction_code(error.code, version);
+                                            error
+                                        })
+                                })
                                 .inspect(|appended| {
                                     let end = appended.info.last_offset + 1;
                                     if partition.durable() {

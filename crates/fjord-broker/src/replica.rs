@@ -424,6 +424,9 @@ impl Partition {
 pub enum AppendError {
     #[error("this broker is not the leader of the partition")]
     NotLeader,
+    /// A transactional batch whose transaction ended (a marker came) after it was verified.
+    #[error("the producer's transaction ended after the batch was verified")]
+    TransactionEnded,
     #[error(transparent)]
     Storage(#[from] fjord_storage::StorageError),
 }
@@ -829,6 +832,10 @@ impl ReplicaManager {
                 errors::NOT_LEADER_OR_FOLLOWER,
                 AppendError::NotLeader.to_string(),
             )),
+            Err(AppendError::TransactionEnded) => Err(PartitionError::new(
+                errors::TRANSACTION_ABORTABLE,
+                AppendError::TransactionEnded.to_string(),
+            )),
             Err(AppendError::Storage(e)) => {
                 let dir = log.dir().to_path_buf();
                 drop(log);
@@ -840,10 +847,14 @@ impl ReplicaManager {
         }
     }
 
-    pub fn append(
+    /// Appends a client's produce to `partition`; a transactional batch only if `verification`
+    /// still holds under the log's lock (else TRANSACTION_ABORTABLE: its transaction ended
+    /// since it was verified).
+    pub(crate) fn append(
         &self,
         partition: &Partition,
         records: &Bytes,
+        verification: Option<crate::txn_verify::TxnVerification>,
         now_ms: i64,
     ) -> Result<Appended, PartitionError> {
         let config = partition.config();
@@ -905,6 +916,11 @@ impl ReplicaManager {
             owned.push(batch);
         }
         let (info, leader_epoch) = self.leader_append(partition, |partition, log| {
+            if let Some(v) = verification {
+                if !log.transaction_verified(v.producer_id, v.producer_epoch, v.guard) {
+                    return Err(AppendError::TransactionEnded);
+                }
+            }
             partition.append_as_leader(log, owned, now_ms)
         })?;
         let log_append_time_ms = if timestamp_type == TimestampType::LogAppendTime {
@@ -1046,6 +1062,64 @@ mod tests {
         partition
             .append_as_leader(&mut log, vec![builder.build().unwrap()], 0)
             .unwrap();
+    }
+
+    #[test]
+    fn a_batch_verified_before_its_transaction_ended_is_refused() {
+        use crate::txn_verify::TxnVerification;
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
+        let (logs, _) =
+            LogManager::open(&[dir.path().to_path_buf()], LogConfig::default(), 0).unwrap();
+        let replicas = ReplicaManager::new(1, Arc::new(broker), logs);
+        let topic_id = fjord_common::Uuid([3; 16]);
+        let records = [
+            fjord_metadata::MetadataRecord::Topic(fjord_metadata::TopicRecord {
+                name: "t".into(),
+                topic_id,
+            }),
+            led_by_broker_1(topic_id, 0),
+        ];
+        replicas.apply_image(&image(1, &records), 0).unwrap();
+        let p = replicas.get("t", 0).unwrap();
+        let batch = |sequence: i32| {
+            let mut builder = BatchBuilder::new(Compression::None)
+                .producer(7, 0, sequence)
+                .transactional(true);
+            builder.append(0, None, Some(b"v"), &[]).unwrap();
+            builder.build().unwrap().freeze()
+        };
+        let verified = |guard| {
+            Some(TxnVerification {
+                producer_id: 7,
+                producer_epoch: 0,
+                guard: Some(guard),
+            })
+        };
+        // The leader takes its guard and asks the coordinator; before the batch is appended
+        // the transaction is aborted and its marker lands here.
+        let guard = lock(&p.log).start_transaction_verification(7, 0);
+        let abort = EndTxnMarker {
+            commit: false,
+            coordinator_epoch: 0,
+        };
+        p.append_marker(&mut lock(&p.log), 7, 0, abort, 0).unwrap();
+        let refused = replicas.append(&p, &batch(0), verified(guard), 0);
+        assert_eq!(
+            refused.err().map(|e| e.code),
+            Some(errors::TRANSACTION_ABORTABLE)
+        );
+        assert_eq!(lock(&p.log).log_end_offset(), 1, "only the marker");
+        // Verified anew: appended, and the transaction is open for the next batch.
+        let guard = lock(&p.log).start_transaction_verification(7, 0);
+        replicas.append(&p, &batch(0), verified(guard), 0).unwrap();
+        let open = Some(TxnVerification {
+            producer_id: 7,
+            producer_epoch: 0,
+            guard: None,
+        });
+        replicas.append(&p, &batch(1), open, 0).unwrap();
+        assert_eq!(lock(&p.log).log_end_offset(), 3);
     }
 
     fn image(offset: u64, records: &[fjord_metadata::MetadataRecord]) -> Arc<MetadataImage> {

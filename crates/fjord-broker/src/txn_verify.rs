@@ -36,9 +36,27 @@ use crate::group_runtime::OFFSETS_TOPIC;
 use crate::replica::{Partition, PartitionError};
 use crate::txn_runtime::TXN_TOPIC;
 
-/// A transaction coordinator's answers for the partitions of one request, asked before it took
-/// effect: NONE when the partition is in the producer's transaction (or now added to it).
-pub(crate) type Verdicts = HashMap<TopicPartition, i16>;
+/// A transaction coordinator's answers for the partitions of one request: NONE when the
+/// partition is in the producer's transaction (or now added to it).
+type Codes = HashMap<TopicPartition, i16>;
+
+/// What a request's transaction coordinator answered when asked before the request took
+/// effect, with the verification guard taken on each partition led here before the asking.
+#[derive(Default)]
+pub(crate) struct Verdicts {
+    codes: Codes,
+    guards: HashMap<TopicPartition, u64>,
+}
+
+/// What a transactional batch was verified with, checked again under the log's lock when it
+/// is appended (`Log::transaction_verified`): a marker for the producer may have come since.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TxnVerification {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// The guard taken before the coordinator was asked; None when no asking was needed.
+    pub guard: Option<u64>,
+}
 
 /// The first Produce version whose producers leave adding partitions to the leader.
 const PRODUCE_ADDS_FROM: i16 = 12;
@@ -71,34 +89,30 @@ impl Broker {
         records: &Bytes,
         produce_version: i16,
         verdicts: &Verdicts,
-    ) -> Result<(), PartitionError> {
+    ) -> Result<Option<TxnVerification>, PartitionError> {
         let Ok(header) = fjord_records::BatchHeader::parse(records) else {
             // The append reports what is wrong with it.
-            return Ok(());
+            return Ok(None);
         };
         if !header.is_transactional() {
-            return Ok(());
+            return Ok(None);
         }
-        let code = match self.verify_in_transaction(
+        let (code, guard) = self.verify_in_transaction(
             transactional_id,
             header.producer_id,
             header.producer_epoch,
             partition,
             verdicts,
-        ) {
-            errors::NONE => return Ok(()),
-            // Producers before produce v11 do not know TRANSACTION_ABORTABLE.
-            errors::TRANSACTION_ABORTABLE if produce_version < 11 => errors::INVALID_TXN_STATE,
-            // A producer whose leader adds partitions retries this one itself (as Kafka answers).
-            errors::CONCURRENT_TRANSACTIONS if produce_version >= PRODUCE_ADDS_FROM => {
-                errors::CONCURRENT_TRANSACTIONS
+        );
+        let code = match code {
+            errors::NONE => {
+                return Ok(Some(TxnVerification {
+                    producer_id: header.producer_id,
+                    producer_epoch: header.producer_epoch,
+                    guard,
+                }))
             }
-            // The coordinator cannot say now: the producer retries.
-            errors::NOT_COORDINATOR
-            | errors::COORDINATOR_NOT_AVAILABLE
-            | errors::COORDINATOR_LOAD_IN_PROGRESS
-            | errors::CONCURRENT_TRANSACTIONS => errors::NOT_ENOUGH_REPLICAS,
-            code => code,
+            code => not_in_transaction_code(code, produce_version),
         };
         Err(PartitionError::new(
             code,
@@ -129,13 +143,26 @@ impl Broker {
         if fenced {
             return Err(errors::INVALID_PRODUCER_EPOCH);
         }
-        match self.verify_in_transaction(
+        let (code, guard) = self.verify_in_transaction(
             transactional_id,
             producer_id,
             producer_epoch,
             partition,
             verdicts,
-        ) {
+        );
+        // Checked under the shard's lock, which a marker for this partition takes too: no
+        // marker can come between this and the append.
+        let code = match code {
+            errors::NONE
+                if !partition.log.lock().is_ok_and(|log| {
+                    log.transaction_verified(producer_id, producer_epoch, guard)
+                }) =>
+            {
+                errors::TRANSACTION_ABORTABLE
+            }
+            code => code,
+        };
+        match code {
             errors::NONE => Ok(()),
             // Kafka 4.4 answers TRANSACTION_ABORTABLE from v4 on; older producers know it not.
             errors::TRANSACTION_ABORTABLE if version < 4 => Err(errors::INVALID_TXN_STATE),
@@ -153,7 +180,8 @@ impl Broker {
     /// the partition needs no word from the coordinator (`needs_transaction_verification`),
     /// else as the coordinator answered when asked beforehand, else as a coordinator on this
     /// broker says (AddPartitionsToTxn's verify form). NONE when it is (or the append decides),
-    /// else the coordinator's error.
+    /// else the coordinator's error; with the verification guard taken before the coordinator
+    /// was asked, if it was.
     fn verify_in_transaction(
         &self,
         transactional_id: &str,
@@ -161,36 +189,40 @@ impl Broker {
         producer_epoch: i16,
         partition: &Partition,
         verdicts: &Verdicts,
-    ) -> i16 {
+    ) -> (i16, Option<u64>) {
         let needed = partition
             .log
             .lock()
             .is_ok_and(|log| log.needs_transaction_verification(producer_id, producer_epoch));
         if !needed {
-            return errors::NONE;
+            return (errors::NONE, None);
         }
-        if let Some(code) = verdicts.get(&partition.tp) {
-            return *code;
+        if let Some(code) = verdicts.codes.get(&partition.tp) {
+            return (*code, verdicts.guards.get(&partition.tp).copied());
         }
         let txn_partition = self.txns.partition_of(transactional_id);
         match self.txns.shard(txn_partition) {
-            Some(shard) => lock(&shard)
-                .core
-                .verify_partitions(
-                    transactional_id,
-                    producer_id,
-                    producer_epoch,
-                    std::slice::from_ref(&partition.tp),
-                )
-                .pop()
-                .map_or(errors::UNKNOWN_SERVER_ERROR, |(_, code)| code),
+            Some(shard) => {
+                let guard = start_verification(partition, producer_id);
+                let code = lock(&shard)
+                    .core
+                    .verify_partitions(
+                        transactional_id,
+                        producer_id,
+                        producer_epoch,
+                        std::slice::from_ref(&partition.tp),
+                    )
+                    .pop()
+                    .map_or(errors::UNKNOWN_SERVER_ERROR, |(_, code)| code);
+                (code, guard)
+            }
             // Led here but not loaded yet.
             None if self.replicas.get(TXN_TOPIC, txn_partition).is_some() => {
-                errors::COORDINATOR_LOAD_IN_PROGRESS
+                (errors::COORDINATOR_LOAD_IN_PROGRESS, None)
             }
             // The coordinator is another broker and was not asked (the transaction was open
             // then): the producer tries again.
-            None => errors::COORDINATOR_NOT_AVAILABLE,
+            None => (errors::COORDINATOR_NOT_AVAILABLE, None),
         }
     }
 
@@ -342,6 +374,22 @@ impl Broker {
     /// Asks the coordinator of `ask` to verify or add its partitions; one verdict per partition
     /// (COORDINATOR_NOT_AVAILABLE for all when it cannot be asked, so the producer retries).
     pub(crate) async fn ask_coordinator(self: &Arc<Self>, ask: CoordinatorAsk) -> Verdicts {
+        // Guards first: a marker that lands while the coordinator is asked drops them.
+        let guards = crate::txn::transaction_partitions(&ask.transaction)
+            .into_iter()
+            .filter_map(|tp| {
+                let partition = self.replicas.get(&tp.topic, tp.partition)?;
+                let guard = start_verification(&partition, ask.transaction.producer_id)?;
+                Some((tp, guard))
+            })
+            .collect();
+        Verdicts {
+            codes: self.ask_coordinator_codes(ask).await,
+            guards,
+        }
+    }
+
+    async fn ask_coordinator_codes(self: &Arc<Self>, ask: CoordinatorAsk) -> Codes {
         let add = !ask.transaction.verify_only;
         // An add refused with CONCURRENT_TRANSACTIONS (the producer's previous transaction is
         // still being completed) is asked again after a backoff, for a while, before the
@@ -370,7 +418,7 @@ impl Broker {
         &self,
         coordinator: i32,
         transaction: &AddPartitionsToTxnTransaction,
-    ) -> Verdicts {
+    ) -> Codes {
         let unavailable = || {
             crate::txn::transaction_partitions(transaction)
                 .into_iter()
@@ -428,8 +476,35 @@ impl Broker {
     }
 }
 
+/// Takes `producer_id`'s verification guard on `partition` (None if its log is unusable: the
+/// append then refuses the batch).
+fn start_verification(partition: &Partition, producer_id: i64) -> Option<u64> {
+    let mut log = partition.log.lock().ok()?;
+    Some(log.start_transaction_verification(producer_id, crate::broker::now_ms()))
+}
+
+/// What a producer is told when its transactional batch is not in its transaction (`code`,
+/// the coordinator's answer; TRANSACTION_ABORTABLE when the transaction ended between the
+/// verification and the append).
+pub(crate) fn not_in_transaction_code(code: i16, produce_version: i16) -> i16 {
+    match code {
+        // Producers before produce v11 do not know TRANSACTION_ABORTABLE.
+        errors::TRANSACTION_ABORTABLE if produce_version < 11 => errors::INVALID_TXN_STATE,
+        // A producer whose leader adds partitions retries this one itself (as Kafka answers).
+        errors::CONCURRENT_TRANSACTIONS if produce_version >= PRODUCE_ADDS_FROM => {
+            errors::CONCURRENT_TRANSACTIONS
+        }
+        // The coordinator cannot say now: the producer retries.
+        errors::NOT_COORDINATOR
+        | errors::COORDINATOR_NOT_AVAILABLE
+        | errors::COORDINATOR_LOAD_IN_PROGRESS
+        | errors::CONCURRENT_TRANSACTIONS => errors::NOT_ENOUGH_REPLICAS,
+        code => code,
+    }
+}
+
 /// One transaction's AddPartitionsToTxn result as a verdict per partition.
-fn verdicts_of(result: AddPartitionsToTxnResult) -> Verdicts {
+fn verdicts_of(result: AddPartitionsToTxnResult) -> Codes {
     result
         .topic_results
         .into_iter()

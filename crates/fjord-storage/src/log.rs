@@ -6,7 +6,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -308,7 +308,23 @@ pub struct Log {
     /// Being copied into another log dir (AlterReplicaLogDirs): the cleaner leaves it alone,
     /// as Kafka pauses cleaning of a moving partition.
     moving: bool,
+    /// KIP-890's verification guards, by producer id, with when each was taken: a leader takes
+    /// one before it asks the transaction coordinator whether this partition is in the
+    /// producer's transaction, and a marker for the producer drops it. A transaction's first
+    /// batch here is appended only under a guard still held (`transaction_verified`), so a batch
+    /// verified before its transaction ended cannot open another one behind the marker.
+    verification_guards: HashMap<i64, (u64, i64)>,
 }
+
+/// How long a verification guard is kept: far longer than a leader waits for a coordinator's
+/// answer; older ones are dropped when more than `VERIFICATION_GUARDS_KEPT` are held.
+const VERIFICATION_GUARD_TTL_MS: i64 = 5 * 60 * 1000;
+const VERIFICATION_GUARDS_KEPT: usize = 1024;
+/// Beyond this many (all younger than the TTL) every guard is dropped: their producers'
+/// batches are refused and retried, never appended unverified.
+const MAX_VERIFICATION_GUARDS: usize = 65_536;
+
+static NEXT_VERIFICATION_GUARD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Log {
     /// Opens (creating if needed) the log in `dir`, recovering it when the previous shutdown
@@ -404,6 +420,7 @@ impl Log {
             closed: false,
             offline: false,
             moving: false,
+            verification_guards: HashMap::new(),
         };
         if log.segments.is_empty() {
             let segment = log.new_segment(log.log_start_offset, now_ms)?;
@@ -700,7 +717,47 @@ impl Log {
         let batch =
             AppendBatch::new(build_marker(producer_id, producer_epoch, marker, now_ms)?.freeze())?;
         self.producer_state.check_marker(batch.header(), &marker)?;
-        self.append_assigning_offsets(vec![batch], leader_epoch, now_ms, Some(marker))
+        let appended =
+            self.append_assigning_offsets(vec![batch], leader_epoch, now_ms, Some(marker))?;
+        // The transaction is over here: what was verified for it opens nothing.
+        self.verification_guards.remove(&producer_id);
+        Ok(appended)
+    }
+
+    /// Takes the verification guard of `producer_id` (KIP-890) before its transaction
+    /// coordinator is asked about this partition: the one already held, or a new one.
+    pub fn start_transaction_verification(&mut self, producer_id: i64, now_ms: i64) -> u64 {
+        if let Some((guard, _)) = self.verification_guards.get(&producer_id) {
+            return *guard;
+        }
+        if self.verification_guards.len() >= VERIFICATION_GUARDS_KEPT {
+            self.verification_guards
+                .retain(|_, (_, taken)| now_ms - *taken < VERIFICATION_GUARD_TTL_MS);
+            if self.verification_guards.len() >= MAX_VERIFICATION_GUARDS {
+                self.verification_guards.clear();
+            }
+        }
+        let guard = NEXT_VERIFICATION_GUARD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.verification_guards
+            .insert(producer_id, (guard, now_ms));
+        guard
+    }
+
+    /// Whether a transactional batch of `producer_id` at `producer_epoch` may be appended: it
+    /// joins a transaction open here, or `guard`, taken before its coordinator said this
+    /// partition is in its transaction, is still held (no marker for the producer came since).
+    pub fn transaction_verified(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        guard: Option<u64>,
+    ) -> bool {
+        !self.needs_transaction_verification(producer_id, producer_epoch)
+            || guard.is_some_and(|guard| {
+                self.verification_guards
+                    .get(&producer_id)
+                    .is_some_and(|(held, _)| *held == guard)
+            })
     }
 
     /// Every producer this partition keeps state for (DescribeProducers), by producer id.

@@ -878,3 +878,61 @@ fn coordinator_batches_check_producer_epochs_but_not_sequences() {
     assert_eq!(fenced.kafka_error_code(), 47);
     assert_eq!(log.log_end_offset(), 3);
 }
+
+#[test]
+fn a_verification_guard_holds_until_a_marker_for_its_producer() {
+    use fjord_records::control::EndTxnMarker;
+    let abort = EndTxnMarker {
+        commit: false,
+        coordinator_epoch: 0,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(dir.path(), small_config(), true, 0);
+    // Producer 7 has no transaction open here: a batch needs a guard still held.
+    assert!(!log.transaction_verified(7, 0, None));
+    let guard = log.start_transaction_verification(7, 0);
+    assert_eq!(
+        log.start_transaction_verification(7, 0),
+        guard,
+        "held: the same"
+    );
+    assert_ne!(
+        log.start_transaction_verification(8, 0),
+        guard,
+        "another producer's"
+    );
+    assert!(log.transaction_verified(7, 0, Some(guard)));
+    // The transaction ends (the coordinator aborted it) before the batch is appended: the
+    // guard is gone, and the batch verified before cannot open a new transaction.
+    log.append_marker(7, 0, abort, 0, 10).unwrap();
+    assert!(!log.transaction_verified(7, 0, Some(guard)));
+    let other = log.start_transaction_verification(8, 0);
+    assert!(
+        log.transaction_verified(8, 0, Some(other)),
+        "another producer's guard stays"
+    );
+    // Verified again, under a new guard; once its first batch is in, later ones need none.
+    let again = log.start_transaction_verification(7, 0);
+    assert_ne!(again, guard);
+    let first = transactional(batch(&[1], 5), 7, 0);
+    assert!(log.transaction_verified(7, 0, Some(again)));
+    log.append_as_leader(vec![first.freeze()], 0, 20).unwrap();
+    assert!(log.transaction_verified(7, 0, None));
+}
+
+#[test]
+fn verification_guards_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(dir.path(), small_config(), true, 0);
+    let first = log.start_transaction_verification(0, 0);
+    for producer in 1..5000 {
+        log.start_transaction_verification(producer, 0);
+    }
+    // Held a while: none expired yet, all still held (below the hard bound).
+    assert!(log.transaction_verified(0, 0, Some(first)));
+    // Past their time, they go when the next ones come.
+    for producer in 5000..5002 {
+        log.start_transaction_verification(producer, 10 * 60 * 1000);
+    }
+    assert!(!log.transaction_verified(0, 0, Some(first)));
+}
