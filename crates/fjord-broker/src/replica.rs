@@ -1098,7 +1098,7 @@ mod tests {
         };
         // The leader takes its guard and asks the coordinator; before the batch is appended
         // the transaction is aborted and its marker lands here.
-        let guard = lock(&p.log).start_transaction_verification(7, 0);
+        let guard = lock(&p.log).start_transaction_verification(7, 0, false, 0);
         let abort = EndTxnMarker {
             commit: false,
             coordinator_epoch: 0,
@@ -1111,7 +1111,7 @@ mod tests {
         );
         assert_eq!(lock(&p.log).log_end_offset(), 1, "only the marker");
         // Verified anew: appended, and the transaction is open for the next batch.
-        let guard = lock(&p.log).start_transaction_verification(7, 0);
+        let guard = lock(&p.log).start_transaction_verification(7, 0, false, 0);
         replicas.append(&p, &batch(0), verified(guard), 0).unwrap();
         let open = Some(TxnVerification {
             producer_id: 7,

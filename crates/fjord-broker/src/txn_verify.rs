@@ -203,7 +203,8 @@ impl Broker {
         let txn_partition = self.txns.partition_of(transactional_id);
         match self.txns.shard(txn_partition) {
             Some(shard) => {
-                let guard = start_verification(partition, producer_id);
+                // Verify-only: transaction version 1 (version 2 producers are asked first).
+                let guard = start_verification(partition, producer_id, producer_epoch, false);
                 let code = lock(&shard)
                     .core
                     .verify_partitions(
@@ -374,22 +375,6 @@ impl Broker {
     /// Asks the coordinator of `ask` to verify or add its partitions; one verdict per partition
     /// (COORDINATOR_NOT_AVAILABLE for all when it cannot be asked, so the producer retries).
     pub(crate) async fn ask_coordinator(self: &Arc<Self>, ask: CoordinatorAsk) -> Verdicts {
-        // Guards first: a marker that lands while the coordinator is asked drops them.
-        let guards = crate::txn::transaction_partitions(&ask.transaction)
-            .into_iter()
-            .filter_map(|tp| {
-                let partition = self.replicas.get(&tp.topic, tp.partition)?;
-                let guard = start_verification(&partition, ask.transaction.producer_id)?;
-                Some((tp, guard))
-            })
-            .collect();
-        Verdicts {
-            codes: self.ask_coordinator_codes(ask).await,
-            guards,
-        }
-    }
-
-    async fn ask_coordinator_codes(self: &Arc<Self>, ask: CoordinatorAsk) -> Codes {
         let add = !ask.transaction.verify_only;
         // An add refused with CONCURRENT_TRANSACTIONS (the producer's previous transaction is
         // still being completed) is asked again after a backoff, for a while, before the
@@ -397,18 +382,34 @@ impl Broker {
         let (backoff_ms, retry_max_ms) = self.config.add_partitions_to_txn_retry_ms();
         let started = Instant::now();
         loop {
-            let verdicts = if ask.coordinator == self.config.node_id {
+            // Guards before each asking: a marker that lands while the coordinator is asked
+            // drops them (on transaction version 2 not the previous transaction's, which
+            // carries the epoch asked about).
+            let guards = crate::txn::transaction_partitions(&ask.transaction)
+                .into_iter()
+                .filter_map(|tp| {
+                    let partition = self.replicas.get(&tp.topic, tp.partition)?;
+                    let guard = start_verification(
+                        &partition,
+                        ask.transaction.producer_id,
+                        ask.transaction.producer_epoch,
+                        add,
+                    )?;
+                    Some((tp, guard))
+                })
+                .collect();
+            let codes = if ask.coordinator == self.config.node_id {
                 verdicts_of(self.add_partitions(ask.transaction.clone(), 2).await)
             } else {
                 self.ask_remote_coordinator(ask.coordinator, &ask.transaction)
                     .await
             };
             let busy = add
-                && verdicts
+                && codes
                     .values()
                     .any(|code| *code == errors::CONCURRENT_TRANSACTIONS);
             if !busy || started.elapsed() >= Duration::from_millis(retry_max_ms) {
-                return verdicts;
+                return Verdicts { codes, guards };
             }
             tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
         }
@@ -476,11 +477,21 @@ impl Broker {
     }
 }
 
-/// Takes `producer_id`'s verification guard on `partition` (None if its log is unusable: the
-/// append then refuses the batch).
-fn start_verification(partition: &Partition, producer_id: i64) -> Option<u64> {
+/// Takes the producer's verification guard on `partition` (None if its log is unusable: the
+/// append then refuses the batch). `epoch_bumps`: the producer is on transaction version 2.
+fn start_verification(
+    partition: &Partition,
+    producer_id: i64,
+    producer_epoch: i16,
+    epoch_bumps: bool,
+) -> Option<u64> {
     let mut log = partition.log.lock().ok()?;
-    Some(log.start_transaction_verification(producer_id, crate::broker::now_ms()))
+    Some(log.start_transaction_verification(
+        producer_id,
+        producer_epoch,
+        epoch_bumps,
+        crate::broker::now_ms(),
+    ))
 }
 
 /// What a producer is told when its transactional batch is not in its transaction (`code`,

@@ -308,12 +308,23 @@ pub struct Log {
     /// Being copied into another log dir (AlterReplicaLogDirs): the cleaner leaves it alone,
     /// as Kafka pauses cleaning of a moving partition.
     moving: bool,
-    /// KIP-890's verification guards, by producer id, with when each was taken: a leader takes
-    /// one before it asks the transaction coordinator whether this partition is in the
-    /// producer's transaction, and a marker for the producer drops it. A transaction's first
-    /// batch here is appended only under a guard still held (`transaction_verified`), so a batch
+    /// KIP-890's verification guards, by producer id: a leader takes one before it asks the
+    /// transaction coordinator whether this partition is in the producer's transaction, and the
+    /// producer's next transactional batch or marker here drops it. A transaction's first batch
+    /// here is appended only under a guard still held (`transaction_verified`), so a batch
     /// verified before its transaction ended cannot open another one behind the marker.
-    verification_guards: HashMap<i64, (u64, i64)>,
+    verification_guards: HashMap<i64, VerificationGuard>,
+}
+
+/// A producer's verification guard on one partition (KIP-890).
+#[derive(Debug, Clone, Copy)]
+struct VerificationGuard {
+    guard: u64,
+    taken_ms: i64,
+    /// The highest producer epoch verified under it.
+    epoch: i16,
+    /// Transaction version 2: the previous transaction's marker carries `epoch`.
+    epoch_bumps: bool,
 }
 
 /// How long a verification guard is kept: far longer than a leader waits for a coordinator's
@@ -717,30 +728,63 @@ impl Log {
         let batch =
             AppendBatch::new(build_marker(producer_id, producer_epoch, marker, now_ms)?.freeze())?;
         self.producer_state.check_marker(batch.header(), &marker)?;
-        let appended =
-            self.append_assigning_offsets(vec![batch], leader_epoch, now_ms, Some(marker))?;
-        // The transaction is over here: what was verified for it opens nothing.
-        self.verification_guards.remove(&producer_id);
-        Ok(appended)
+        self.append_assigning_offsets(vec![batch], leader_epoch, now_ms, Some(marker))
     }
 
     /// Takes the verification guard of `producer_id` (KIP-890) before its transaction
-    /// coordinator is asked about this partition: the one already held, or a new one.
-    pub fn start_transaction_verification(&mut self, producer_id: i64, now_ms: i64) -> u64 {
-        if let Some((guard, _)) = self.verification_guards.get(&producer_id) {
-            return *guard;
+    /// coordinator is asked about this partition for a batch at `producer_epoch`: the one
+    /// already held (at the highest epoch asked for), or a new one. `epoch_bumps`: the producer
+    /// is on transaction version 2, whose markers carry the epoch of its next transaction.
+    pub fn start_transaction_verification(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        epoch_bumps: bool,
+        now_ms: i64,
+    ) -> u64 {
+        if let Some(held) = self.verification_guards.get_mut(&producer_id) {
+            held.epoch = held.epoch.max(producer_epoch);
+            held.epoch_bumps = epoch_bumps;
+            return held.guard;
         }
         if self.verification_guards.len() >= VERIFICATION_GUARDS_KEPT {
             self.verification_guards
-                .retain(|_, (_, taken)| now_ms - *taken < VERIFICATION_GUARD_TTL_MS);
+                .retain(|_, held| now_ms - held.taken_ms < VERIFICATION_GUARD_TTL_MS);
             if self.verification_guards.len() >= MAX_VERIFICATION_GUARDS {
                 self.verification_guards.clear();
             }
         }
         let guard = NEXT_VERIFICATION_GUARD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.verification_guards
-            .insert(producer_id, (guard, now_ms));
+        self.verification_guards.insert(
+            producer_id,
+            VerificationGuard {
+                guard,
+                taken_ms: now_ms,
+                epoch: producer_epoch,
+                epoch_bumps,
+            },
+        );
         guard
+    }
+
+    /// A transactional batch of the producer was appended: its guard goes (its transaction has
+    /// begun here, or ended), except for a marker of the previous transaction on transaction
+    /// version 2, which carries the epoch of the one being verified.
+    fn drop_verification_guard(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: Option<EndTxnMarker>,
+    ) {
+        let next_transaction_verified =
+            self.verification_guards
+                .get(&producer_id)
+                .is_some_and(|held| {
+                    marker.is_some() && held.epoch_bumps && held.epoch == producer_epoch
+                });
+        if !next_transaction_verified {
+            self.verification_guards.remove(&producer_id);
+        }
     }
 
     /// Whether a transactional batch of `producer_id` at `producer_epoch` may be appended: it
@@ -756,7 +800,7 @@ impl Log {
             || guard.is_some_and(|guard| {
                 self.verification_guards
                     .get(&producer_id)
-                    .is_some_and(|(held, _)| *held == guard)
+                    .is_some_and(|held| held.guard == guard)
             })
     }
 
@@ -878,10 +922,14 @@ impl Log {
         }
         let mut completed = None;
         for batch in &batches {
+            let header = batch.header();
             completed = self
                 .producer_state
-                .record_append(batch.header(), now_ms, marker)
+                .record_append(header, now_ms, marker)
                 .or(completed);
+            if header.is_transactional() {
+                self.drop_verification_guard(header.producer_id, header.producer_epoch, marker);
+            }
         }
         if let Some(txn) = completed.and_then(aborted_txn) {
             self.active_segment_mut()?.append_aborted_txn(txn)?;

@@ -890,14 +890,14 @@ fn a_verification_guard_holds_until_a_marker_for_its_producer() {
     let (mut log, _) = open(dir.path(), small_config(), true, 0);
     // Producer 7 has no transaction open here: a batch needs a guard still held.
     assert!(!log.transaction_verified(7, 0, None));
-    let guard = log.start_transaction_verification(7, 0);
+    let guard = log.start_transaction_verification(7, 0, false, 0);
     assert_eq!(
-        log.start_transaction_verification(7, 0),
+        log.start_transaction_verification(7, 0, false, 0),
         guard,
         "held: the same"
     );
     assert_ne!(
-        log.start_transaction_verification(8, 0),
+        log.start_transaction_verification(8, 0, false, 0),
         guard,
         "another producer's"
     );
@@ -906,13 +906,13 @@ fn a_verification_guard_holds_until_a_marker_for_its_producer() {
     // guard is gone, and the batch verified before cannot open a new transaction.
     log.append_marker(7, 0, abort, 0, 10).unwrap();
     assert!(!log.transaction_verified(7, 0, Some(guard)));
-    let other = log.start_transaction_verification(8, 0);
+    let other = log.start_transaction_verification(8, 0, false, 0);
     assert!(
         log.transaction_verified(8, 0, Some(other)),
         "another producer's guard stays"
     );
     // Verified again, under a new guard; once its first batch is in, later ones need none.
-    let again = log.start_transaction_verification(7, 0);
+    let again = log.start_transaction_verification(7, 0, false, 0);
     assert_ne!(again, guard);
     let first = transactional(batch(&[1], 5), 7, 0);
     assert!(log.transaction_verified(7, 0, Some(again)));
@@ -924,15 +924,38 @@ fn a_verification_guard_holds_until_a_marker_for_its_producer() {
 fn verification_guards_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let (mut log, _) = open(dir.path(), small_config(), true, 0);
-    let first = log.start_transaction_verification(0, 0);
+    let first = log.start_transaction_verification(0, 0, false, 0);
     for producer in 1..5000 {
-        log.start_transaction_verification(producer, 0);
+        log.start_transaction_verification(producer, 0, false, 0);
     }
     // Held a while: none expired yet, all still held (below the hard bound).
     assert!(log.transaction_verified(0, 0, Some(first)));
     // Past their time, they go when the next ones come.
     for producer in 5000..5002 {
-        log.start_transaction_verification(producer, 10 * 60 * 1000);
+        log.start_transaction_verification(producer, 0, false, 10 * 60 * 1000);
     }
     assert!(!log.transaction_verified(0, 0, Some(first)));
+}
+
+#[test]
+fn on_transaction_version_2_the_previous_transactions_marker_keeps_the_guard() {
+    use fjord_records::control::EndTxnMarker;
+    let commit = EndTxnMarker {
+        commit: true,
+        coordinator_epoch: 0,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(dir.path(), small_config(), true, 0);
+    // Producer 7's transaction at epoch 0 is open here; its end bumped the epoch to 1, and its
+    // next transaction's batch (epoch 1) is verified before the commit marker arrives.
+    log.append_as_leader(vec![transactional(batch(&[1], 5), 7, 0).freeze()], 0, 0)
+        .unwrap();
+    let guard = log.start_transaction_verification(7, 1, true, 0);
+    // The marker carries epoch 1, the one verified: the guard stays.
+    log.append_marker(7, 1, commit, 0, 10).unwrap();
+    assert!(log.needs_transaction_verification(7, 1));
+    assert!(log.transaction_verified(7, 1, Some(guard)));
+    // A marker at another epoch (an abort that fenced the producer) drops it.
+    log.append_marker(7, 2, commit, 0, 20).unwrap();
+    assert!(!log.transaction_verified(7, 2, Some(guard)));
 }
