@@ -818,20 +818,34 @@ def franz_go_dir() -> Path:
     return Path(json.loads(out.stdout)["Dir"])
 
 
+# Tests whose own check races against a real broker, run once more if they alone failed: Test848RegexBrokerResolves
+# stops polling once it has records from as many topics as it wants, counting `__consumer_offsets` (which it also
+# subscribes to, and which has records on a real broker) though it is not among them, so it fails whenever those
+# records come before the last wanted topic's.
+FRANZ_RACY = ["Test848RegexBrokerResolves"]
+
+
 def franz_go_tests(bootstrap: str, replication_factor: int, workdir: Path) -> None:
     """franz-go's own pkg/kgo integration tests (FRANZ_TESTS), from the module cache, with KGO_SEEDS pointing at
     `bootstrap` and its topics created with `replication_factor` replicas."""
     env = dict(os.environ, KGO_SEEDS=bootstrap, KGO_TEST_RF=str(replication_factor), KGO_TEST_RECORDS="20000")
     started = time.monotonic()
-    proc = subprocess.run(["go", "test", "./pkg/kgo", "-count=1", "-timeout", "400s", "-v", "-run",
-                           "^(" + "|".join(FRANZ_TESTS) + ")$"],
-                          cwd=franz_go_dir(), env=env, capture_output=True, text=True, timeout=480)
-    (workdir / "go-test.out").write_text(proc.stdout + proc.stderr)
-    results: Dict[str, str] = {}
-    for m in re.finditer(r"^\s*--- (PASS|FAIL|SKIP): (\S+)", proc.stdout, re.M):
-        results[m.group(2)] = m.group(1)
-    print(f"franz-go ({time.monotonic() - started:.0f}s): " + ", ".join(f"{k}={v}" for k, v in sorted(results.items())))
+
+    def run(tests: List[str], out: Path):
+        proc = subprocess.run(["go", "test", "./pkg/kgo", "-count=1", "-timeout", "400s", "-v", "-run",
+                               "^(" + "|".join(tests) + ")$"],
+                              cwd=franz_go_dir(), env=env, capture_output=True, text=True, timeout=480)
+        out.write_text(proc.stdout + proc.stderr)
+        return proc, {m.group(2): m.group(1) for m in re.finditer(r"^\s*--- (PASS|FAIL|SKIP): (\S+)", proc.stdout, re.M)}
+
+    proc, results = run(FRANZ_TESTS, workdir / "go-test.out")
     failed = sorted(k for k, v in results.items() if v == "FAIL")
+    if failed and set(failed) <= set(FRANZ_RACY):
+        print(f"franz-go: running {failed} once more (a race in the test itself, see FRANZ_RACY)")
+        proc, again = run(failed, workdir / "go-test-again.out")
+        results.update(again)
+        failed = sorted(k for k, v in results.items() if v == "FAIL")
+    print(f"franz-go ({time.monotonic() - started:.0f}s): " + ", ".join(f"{k}={v}" for k, v in sorted(results.items())))
     assert proc.returncode == 0 and not failed, f"failed: {failed}; see {workdir / 'go-test.out'}"
     not_passed = [t for t in FRANZ_MUST_PASS if results.get(t) != "PASS"]
     assert not not_passed, f"did not pass: {[(t, results.get(t)) for t in not_passed]}"
