@@ -45,7 +45,7 @@ use fjord_config::{
 /// The API versions fjord implements and advertises: Kafka 4.x's minimums (KIP-896) up to the
 /// newest version tested here.
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 12),
+    (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 8),
     (ApiKey::DeleteRecords, 0, 2),
@@ -70,8 +70,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 2, 9),
-    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::OffsetCommit, 2, 10),
+    (ApiKey::OffsetFetch, 1, 10),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
@@ -79,10 +79,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 0),
-    (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::WriteTxnMarkers, 1, 2),
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
-    (ApiKey::TxnOffsetCommit, 0, 5),
+    (ApiKey::TxnOffsetCommit, 0, 6),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
@@ -266,7 +266,7 @@ impl Broker {
             }
             return Reply::Close(format!("{} version {version} is not supported", api.name()));
         }
-        let body = match RequestBody::decode(api, &mut input, version) {
+        let mut body = match RequestBody::decode(api, &mut input, version) {
             Ok(body) => body,
             Err(error) => {
                 return Reply::Close(format!(
@@ -275,6 +275,7 @@ impl Broker {
                 ))
             }
         };
+        crate::topic_ids::name_topics(&self.quorum.image(), &mut body, version);
         let now = now_ms();
         let respond =
             |body: ResponseBody| Reply::Now(encode_response(api, version, correlation_id, &body));

@@ -20,6 +20,7 @@ mod produce;
 pub mod replica;
 mod replica_fetcher;
 pub mod replication_quota;
+mod topic_ids;
 mod txn;
 mod txn_admin;
 mod txn_markers;

@@ -15,6 +15,7 @@ use crate::broker::{encode_response, Broker};
 use crate::flusher::{Durable, FlushTarget};
 use crate::network::{Reply, Response};
 use crate::replica::{Partition, PartitionError};
+use crate::topic_ids::PRODUCE_TOPIC_IDS_FROM;
 use crate::txn_verify::{not_in_transaction_code, Verdicts};
 use fjord_common::errors;
 
@@ -67,9 +68,11 @@ impl Broker {
         for (topic_index, topic) in request.topic_data.iter().enumerate() {
             topics.push(TopicProduceResponse {
                 name: topic.name.clone(),
-                topic_id: Default::default(),
+                topic_id: topic.topic_id,
                 partition_responses: Vec::new(),
             });
+            // Named by an id this broker does not know (see `topic_ids`).
+            let unknown_id = version >= PRODUCE_TOPIC_IDS_FROM && topic.name.is_empty();
             for data in &topic.partition_data {
                 let mut response = PartitionProduceResponse {
                     index: data.index,
@@ -84,6 +87,11 @@ impl Broker {
                     Err(PartitionError::new(
                         errors::INVALID_REQUIRED_ACKS,
                         "acks must be -1, 0 or 1",
+                    ))
+                } else if unknown_id {
+                    Err(PartitionError::new(
+                        errors::UNKNOWN_TOPIC_ID,
+                        "This server does not know this topic id.",
                     ))
                 } else {
                     match self.replicas.get(&topic.name, data.index) {

@@ -357,11 +357,19 @@ impl Partition {
         producer_id: i64,
         producer_epoch: i16,
         marker: EndTxnMarker,
+        epoch_bumps: bool,
         now_ms: i64,
     ) -> Result<(AppendInfo, LeaderEpoch), AppendError> {
         self.append_under_leadership(log, |log, leader_epoch| {
-            log.append_marker(producer_id, producer_epoch, marker, leader_epoch, now_ms)
-                .map(|(info, _)| info)
+            log.append_marker(
+                producer_id,
+                producer_epoch,
+                marker,
+                epoch_bumps,
+                leader_epoch,
+                now_ms,
+            )
+            .map(|(info, _)| info)
         })
     }
 
@@ -811,10 +819,18 @@ impl ReplicaManager {
         producer_id: i64,
         producer_epoch: i16,
         marker: EndTxnMarker,
+        epoch_bumps: bool,
         now_ms: i64,
     ) -> Result<(AppendInfo, LeaderEpoch), PartitionError> {
         self.leader_append(partition, |partition, log| {
-            partition.append_marker(log, producer_id, producer_epoch, marker, now_ms)
+            partition.append_marker(
+                log,
+                producer_id,
+                producer_epoch,
+                marker,
+                epoch_bumps,
+                now_ms,
+            )
         })
     }
 
@@ -1103,7 +1119,8 @@ mod tests {
             commit: false,
             coordinator_epoch: 0,
         };
-        p.append_marker(&mut lock(&p.log), 7, 0, abort, 0).unwrap();
+        p.append_marker(&mut lock(&p.log), 7, 0, abort, false, 0)
+            .unwrap();
         let refused = replicas.append(&p, &batch(0), verified(guard), 0);
         assert_eq!(
             refused.err().map(|e| e.code),

@@ -40,8 +40,9 @@ use crate::group_runtime::OFFSETS_TOPIC;
 
 use crate::txn_runtime::{MarkerLink, Ran, SharedShard, TXN_TOPIC};
 
-/// The version of WriteTxnMarkers sent to other brokers.
-const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+/// The newest version of WriteTxnMarkers sent to other brokers (v2 tells the leader the
+/// transaction's version, KIP-1228); a broker that knows only v1 gets v1.
+const WRITE_TXN_MARKERS_VERSION: i16 = 2;
 
 /// First and longest wait between rounds of sending a transaction's markers.
 const MARKER_RETRY_MIN: Duration = Duration::from_millis(50);
@@ -514,7 +515,8 @@ impl Broker {
     }
 
     /// Sends one request to `broker` over the inter-broker listener on `link`, connecting it
-    /// first if it has no usable connection.
+    /// first if it has no usable connection, at `version` or the newest below it that the
+    /// broker supports.
     pub(crate) async fn send_on_link(
         &self,
         link: &MarkerLink,
@@ -544,6 +546,10 @@ impl Broker {
         }
         let Some(connection) = connection.as_mut() else {
             return Err("no connection".into());
+        };
+        let api = body.api_key();
+        let Some(version) = connection.version(api).map(|v| v.min(version)) else {
+            return Err(format!("broker {broker} does not support {}", api.name()));
         };
         connection
             .send_at(version, body)
@@ -611,7 +617,8 @@ fn marker_request(job: &MarkerJob, partitions: &[TopicPartition]) -> WriteTxnMar
             producer_epoch: job.producer_epoch,
             transaction_result: job.commit,
             coordinator_epoch: job.coordinator_epoch,
-            // Sent from WriteTxnMarkers v2 (KIP-1228); fjord's brokers speak v1.
+            // Sent from WriteTxnMarkers v2 (KIP-1228): a leader checks the epoch of a
+            // version 2 marker strictly.
             transaction_version: job.transaction_version as i8,
             topics: by_topic
                 .into_iter()

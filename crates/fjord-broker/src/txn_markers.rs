@@ -35,11 +35,18 @@ impl Broker {
         producer_id: i64,
         producer_epoch: i16,
         marker: EndTxnMarker,
+        epoch_bumps: bool,
         now_ms: i64,
     ) -> Result<(AppendInfo, LeaderEpoch), PartitionError> {
         let append = || {
-            self.replicas
-                .append_marker(partition, producer_id, producer_epoch, marker, now_ms)
+            self.replicas.append_marker(
+                partition,
+                producer_id,
+                producer_epoch,
+                marker,
+                epoch_bumps,
+                now_ms,
+            )
         };
         if partition.tp.topic == OFFSETS_TOPIC {
             self.groups
@@ -73,6 +80,8 @@ impl Broker {
                             marker.producer_id,
                             marker.producer_epoch,
                             end,
+                            // WriteTxnMarkers v2 says (KIP-1228); earlier versions carry 0.
+                            marker.transaction_version >= 2,
                             now_ms,
                         ) {
                             Ok((info, leader_epoch)) => {

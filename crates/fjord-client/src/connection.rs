@@ -59,7 +59,7 @@ fn client_max_version(api: ApiKey) -> i16 {
         ApiKey::ApiVersions => 4,
         ApiKey::InitProducerId => 5,
         ApiKey::TxnOffsetCommit => 5,
-        ApiKey::WriteTxnMarkers => 1,
+        ApiKey::WriteTxnMarkers => 2,
         ApiKey::DescribeGroups => 5,
         ApiKey::DeleteGroups => 2,
         ApiKey::DescribeLogDirs => 4,

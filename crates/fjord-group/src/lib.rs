@@ -26,6 +26,12 @@ pub use shard::{
     refusal, ClientInfo, CommittedOffset, GroupCoordinatorShard, MAX_MEMBER_METADATA_BYTES,
 };
 
+/// The first versions that name topics by id (KIP-516, KIP-848, KIP-1319): the broker fills
+/// in their names before a shard sees them, leaving an unknown id's name empty.
+pub const OFFSET_COMMIT_TOPIC_IDS_FROM: i16 = 10;
+pub const OFFSET_FETCH_TOPIC_IDS_FROM: i16 = 10;
+pub const TXN_OFFSET_COMMIT_TOPIC_IDS_FROM: i16 = 6;
+
 /// Chosen by the broker per request so deferred responses (a JoinGroup waiting for the
 /// rebalance) can be matched to their connection.
 pub type RequestId = u64;

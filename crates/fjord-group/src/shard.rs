@@ -54,7 +54,10 @@ use crate::records::{
     self, GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, RecordKey,
     RecordValue,
 };
-use crate::{CoordinatorRecord, Effects, GroupConfig, GroupError, RequestId, Topics, TxnProducer};
+use crate::{
+    CoordinatorRecord, Effects, GroupConfig, GroupError, RequestId, Topics, TxnProducer,
+    OFFSET_COMMIT_TOPIC_IDS_FROM, OFFSET_FETCH_TOPIC_IDS_FROM, TXN_OFFSET_COMMIT_TOPIC_IDS_FROM,
+};
 use fjord_common::errors::*;
 
 /// How long a member that joined but never completed a join phase may stay (Kafka's
@@ -184,7 +187,7 @@ pub fn refusal(version: i16, request: &RequestBody, error_code: i16) -> Option<R
                 .iter()
                 .map(|t| OffsetCommitResponseTopic {
                     name: t.name.clone(),
-                    topic_id: Default::default(),
+                    topic_id: t.topic_id,
                     partitions: t
                         .partitions
                         .iter()
@@ -203,7 +206,7 @@ pub fn refusal(version: i16, request: &RequestBody, error_code: i16) -> Option<R
                 .iter()
                 .map(|t| TxnOffsetCommitResponseTopic {
                     name: t.name.clone(),
-                    topic_id: Default::default(),
+                    topic_id: t.topic_id,
                     partitions: t
                         .partitions
                         .iter()
@@ -579,9 +582,9 @@ impl GroupCoordinatorShard {
                 Some(self.offset_commit(now_ms, version, r, topics, &mut fx))
             }
             RequestBody::TxnOffsetCommit(r) => {
-                Some(self.txn_offset_commit(now_ms, r, topics, &mut fx))
+                Some(self.txn_offset_commit(now_ms, version, r, topics, &mut fx))
             }
-            RequestBody::OffsetFetch(r) => Some(self.offset_fetch(version, r)),
+            RequestBody::OffsetFetch(r) => Some(self.offset_fetch(version, r, topics)),
             RequestBody::OffsetDelete(r) => Some(self.offset_delete(r, &mut fx)),
             RequestBody::ListGroups(r) => Some(self.list_groups(&r.states_filter, &r.types_filter)),
             RequestBody::DescribeGroups(r) => Some(self.describe_groups(version, &r.groups)),
@@ -1650,12 +1653,15 @@ impl GroupCoordinatorShard {
             let topic = topics.get(&t.name);
             let mut out = OffsetCommitResponseTopic {
                 name: t.name.clone(),
+                topic_id: t.topic_id,
                 ..Default::default()
             };
             for p in &t.partitions {
                 let metadata = p.committed_metadata.clone().unwrap_or_default();
                 let code = if let Some(code) = group_error {
                     code
+                } else if version >= OFFSET_COMMIT_TOPIC_IDS_FROM && t.name.is_empty() {
+                    UNKNOWN_TOPIC_ID
                 } else if !topic.is_some_and(|info| {
                     p.partition_index >= 0 && p.partition_index < info.partitions
                 }) {
@@ -1705,6 +1711,7 @@ impl GroupCoordinatorShard {
     fn txn_offset_commit(
         &mut self,
         now_ms: i64,
+        version: i16,
         request: TxnOffsetCommitRequest,
         topics: &Topics,
         fx: &mut Effects,
@@ -1720,12 +1727,15 @@ impl GroupCoordinatorShard {
         for t in &request.topics {
             let mut out = TxnOffsetCommitResponseTopic {
                 name: t.name.clone(),
+                topic_id: t.topic_id,
                 ..Default::default()
             };
             for p in &t.partitions {
                 let metadata = p.committed_metadata.clone().unwrap_or_default();
                 let code = if let Some(code) = group_error {
                     code
+                } else if version >= TXN_OFFSET_COMMIT_TOPIC_IDS_FROM && t.name.is_empty() {
+                    UNKNOWN_TOPIC_ID
                 } else if metadata.len() > max_metadata {
                     OFFSET_METADATA_TOO_LARGE
                 } else {
@@ -1938,14 +1948,32 @@ impl GroupCoordinatorShard {
         }
     }
 
-    fn offset_fetch(&self, version: i16, request: OffsetFetchRequest) -> ResponseBody {
+    fn offset_fetch(
+        &self,
+        version: i16,
+        request: OffsetFetchRequest,
+        known: &Topics,
+    ) -> ResponseBody {
         let mut response = OffsetFetchResponse::default();
         let require_stable = request.require_stable;
         if version >= 8 {
+            let by_id = version >= OFFSET_FETCH_TOPIC_IDS_FROM;
             for g in request.groups {
+                // From v10 topics come by id: a topic asked for is answered with its id, an id
+                // not known is UNKNOWN_TOPIC_ID, and a fetch of all offsets leaves out topics
+                // that no longer exist (they have no id to name them by).
+                let mut ids: BTreeMap<String, fjord_common::TopicId> = BTreeMap::new();
+                let mut unknown = Vec::new();
                 let topics = g.topics.map(|ts| {
                     ts.into_iter()
-                        .map(|t| (t.name, t.partition_indexes))
+                        .filter_map(|t| {
+                            if by_id && t.name.is_empty() {
+                                unknown.push(unknown_topic_id(t.topic_id, &t.partition_indexes));
+                                return None;
+                            }
+                            ids.insert(t.name.clone(), t.topic_id);
+                            Some((t.name, t.partition_indexes))
+                        })
                         .collect()
                 });
                 let error_code = if g.group_id.is_empty() {
@@ -1971,11 +1999,19 @@ impl GroupCoordinatorShard {
                     });
                     continue;
                 }
-                let topics = self
+                let mut topics: Vec<OffsetFetchResponseTopics> = self
                     .fetch_group(&g.group_id, topics)
                     .into_iter()
-                    .map(|(name, parts)| OffsetFetchResponseTopics {
-                        topic_id: Default::default(),
+                    .filter_map(|(name, parts)| {
+                        let topic_id = match ids.get(&name) {
+                            Some(id) => *id,
+                            None if by_id => known.get(&name)?.topic_id,
+                            None => Default::default(),
+                        };
+                        Some((name, topic_id, parts))
+                    })
+                    .map(|(name, topic_id, parts)| OffsetFetchResponseTopics {
+                        topic_id,
                         partitions: parts
                             .into_iter()
                             .map(|(p, c)| {
@@ -1993,6 +2029,7 @@ impl GroupCoordinatorShard {
                         name,
                     })
                     .collect();
+                topics.extend(unknown);
                 response.groups.push(OffsetFetchResponseGroup {
                     group_id: g.group_id,
                     topics,
@@ -2474,4 +2511,25 @@ fn group_from_record(group_id: &str, v: GroupMetadataValue) -> ClassicGroup {
             .or_else(|| group.members.keys().next().cloned());
     }
     group
+}
+
+/// An OffsetFetch v10+ answer for a topic id the broker does not know.
+fn unknown_topic_id(
+    topic_id: fjord_common::TopicId,
+    partitions: &[i32],
+) -> OffsetFetchResponseTopics {
+    OffsetFetchResponseTopics {
+        name: String::new(),
+        topic_id,
+        partitions: partitions
+            .iter()
+            .map(|&partition_index| OffsetFetchResponsePartitions {
+                partition_index,
+                committed_offset: -1,
+                committed_leader_epoch: -1,
+                metadata: Some(String::new()),
+                error_code: UNKNOWN_TOPIC_ID,
+            })
+            .collect(),
+    }
 }

@@ -1231,3 +1231,131 @@ fn deleting_a_group_drops_its_pending_offsets_and_retention_waits_for_the_transa
         );
     }
 }
+
+#[test]
+fn offsets_by_topic_id_answer_with_the_ids_and_unknown_ids_are_refused() {
+    use fjord_protocol::messages::offset_fetch_request::*;
+    use fjord_protocol::messages::txn_offset_commit_request::*;
+    let (t_id, u_id, gone) = (
+        fjord_common::Uuid([1; 16]),
+        fjord_common::Uuid([2; 16]),
+        fjord_common::Uuid([9; 16]),
+    );
+    let mut h = Harness::new();
+    assert_eq!(h.commit(9, "", -1, "u", 0, 5, ""), NONE);
+    // As the broker hands them over: names filled in from the ids, an unknown id nameless.
+    let topic = |name: &str, topic_id| OffsetCommitRequestTopic {
+        name: name.into(),
+        topic_id,
+        partitions: vec![OffsetCommitRequestPartition {
+            partition_index: 1,
+            committed_offset: 42,
+            committed_leader_epoch: -1,
+            committed_metadata: None,
+        }],
+    };
+    let id = h.send(
+        10,
+        RequestBody::OffsetCommit(OffsetCommitRequest {
+            group_id: G.into(),
+            generation_id_or_member_epoch: -1,
+            retention_time_ms: -1,
+            topics: vec![topic("t", t_id), topic("", gone)],
+            ..Default::default()
+        }),
+    );
+    let Some(ResponseBody::OffsetCommit(r)) = h.take(id) else {
+        panic!()
+    };
+    let answered: Vec<_> = r
+        .topics
+        .iter()
+        .map(|t| (t.topic_id, t.partitions[0].error_code))
+        .collect();
+    assert_eq!(answered, [(t_id, NONE), (gone, UNKNOWN_TOPIC_ID)]);
+
+    let fetch = |h: &mut Harness, version, topics: Option<Vec<OffsetFetchRequestTopics>>| {
+        let id = h.send(
+            version,
+            RequestBody::OffsetFetch(OffsetFetchRequest {
+                groups: vec![OffsetFetchRequestGroup {
+                    group_id: G.into(),
+                    topics,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        );
+        let Some(ResponseBody::OffsetFetch(r)) = h.take(id) else {
+            panic!()
+        };
+        r.groups[0]
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (t.name.clone(), t.topic_id, p.committed_offset, p.error_code))
+            })
+            .collect::<Vec<_>>()
+    };
+    let asked = vec![
+        OffsetFetchRequestTopics {
+            name: "t".into(),
+            topic_id: t_id,
+            partition_indexes: vec![1],
+        },
+        OffsetFetchRequestTopics {
+            name: String::new(),
+            topic_id: gone,
+            partition_indexes: vec![0],
+        },
+    ];
+    assert_eq!(
+        fetch(&mut h, 10, Some(asked)),
+        [
+            ("t".to_string(), t_id, 42, NONE),
+            (String::new(), gone, -1, UNKNOWN_TOPIC_ID)
+        ]
+    );
+    // Fetching all: each topic with its id; one deleted since has no id and is left out
+    // from v10, while v9 still names it.
+    assert_eq!(
+        fetch(&mut h, 10, None),
+        [
+            ("t".to_string(), t_id, 42, NONE),
+            ("u".to_string(), u_id, 5, NONE)
+        ]
+    );
+    h.topics.by_name.remove("u");
+    assert_eq!(fetch(&mut h, 10, None), [("t".to_string(), t_id, 42, NONE)]);
+    assert_eq!(fetch(&mut h, 9, None).len(), 2);
+
+    let id = h.send(
+        6,
+        RequestBody::TxnOffsetCommit(TxnOffsetCommitRequest {
+            transactional_id: "tx".into(),
+            group_id: G.into(),
+            producer_id: 9,
+            generation_id_or_member_epoch: -1,
+            topics: vec![TxnOffsetCommitRequestTopic {
+                name: String::new(),
+                topic_id: gone,
+                partitions: vec![TxnOffsetCommitRequestPartition {
+                    partition_index: 0,
+                    committed_offset: 1,
+                    committed_leader_epoch: -1,
+                    committed_metadata: None,
+                }],
+            }],
+            ..Default::default()
+        }),
+    );
+    let Some(ResponseBody::TxnOffsetCommit(r)) = h.take(id) else {
+        panic!()
+    };
+    assert_eq!(
+        (r.topics[0].topic_id, r.topics[0].partitions[0].error_code),
+        (gone, UNKNOWN_TOPIC_ID)
+    );
+}

@@ -715,19 +715,22 @@ impl Log {
 
     /// Appends a commit or abort marker for a producer's transaction, as the partition leader
     /// does for WriteTxnMarkers: refused when the producer or coordinator epoch is older than
-    /// the partition has seen. Answers the transaction it completed.
+    /// the partition has seen (`epoch_bumps`: the transaction is on transaction version 2, see
+    /// `ProducerStateManager::check_marker`). Answers the transaction it completed.
     pub fn append_marker(
         &mut self,
         producer_id: i64,
         producer_epoch: i16,
         marker: EndTxnMarker,
+        epoch_bumps: bool,
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<(AppendInfo, Option<CompletedTxn>), StorageError> {
         self.ensure_open()?;
         let batch =
             AppendBatch::new(build_marker(producer_id, producer_epoch, marker, now_ms)?.freeze())?;
-        self.producer_state.check_marker(batch.header(), &marker)?;
+        self.producer_state
+            .check_marker(batch.header(), &marker, epoch_bumps)?;
         self.append_assigning_offsets(vec![batch], leader_epoch, now_ms, Some(marker))
     }
 

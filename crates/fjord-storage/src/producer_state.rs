@@ -257,16 +257,28 @@ impl ProducerStateManager {
 
     /// Applies Kafka's rules to a commit or abort marker about to be written for `header`'s
     /// producer: an older producer epoch or coordinator epoch than the partition has seen is
-    /// fenced.
+    /// fenced. On transaction version 2 (`epoch_bumps`, KIP-1228) a marker carries the epoch
+    /// its end bumped to, so one at the producer's current epoch is stale too — a late marker
+    /// of the previous transaction, which must not end the one open now — unless no
+    /// transaction is open (a marker written already and sent again) or the epoch cannot grow.
     pub fn check_marker(
         &self,
         header: &BatchHeader,
         marker: &EndTxnMarker,
+        epoch_bumps: bool,
     ) -> Result<(), ProducerStateError> {
         let Some(entry) = self.producers.get(&header.producer_id) else {
             return Ok(());
         };
-        if header.producer_epoch < entry.producer_epoch {
+        let stale = if epoch_bumps {
+            header.producer_epoch <= entry.producer_epoch
+                && !(header.producer_epoch == entry.producer_epoch
+                    && (entry.current_txn_first_offset.is_none()
+                        || header.producer_epoch == i16::MAX))
+        } else {
+            header.producer_epoch < entry.producer_epoch
+        };
+        if stale {
             return Err(ProducerStateError::InvalidProducerEpoch {
                 producer_id: header.producer_id,
                 batch_epoch: header.producer_epoch,

@@ -614,7 +614,7 @@ fn cleaned_segments_keep_the_aborted_transactions_of_those_they_replace() {
         commit: false,
         coordinator_epoch: 0,
     };
-    log.append_marker(5, 0, marker, 0, T0).unwrap();
+    log.append_marker(5, 0, marker, false, 0, T0).unwrap();
     fill(&mut log);
     let end = log.log_end_offset();
     log.set_high_watermark(end);
@@ -657,6 +657,7 @@ fn an_open_transaction_bounds_what_the_cleaner_may_touch() {
             commit: true,
             coordinator_epoch: 0,
         },
+        false,
         0,
         T0,
     )
@@ -705,7 +706,7 @@ fn aborted_transactions_are_cleaned_away_then_their_markers_after_the_horizon() 
             commit,
             coordinator_epoch: 0,
         };
-        log.append_marker(pid, 0, marker, 0, T0).unwrap();
+        log.append_marker(pid, 0, marker, false, 0, T0).unwrap();
     };
     append(
         &mut log,
@@ -816,7 +817,7 @@ fn an_aborted_transaction_whose_marker_is_in_the_active_segment_shadows_nothing(
         commit: false,
         coordinator_epoch: 0,
     };
-    log.append_marker(5, 0, marker, 0, T0).unwrap();
+    log.append_marker(5, 0, marker, false, 0, T0).unwrap();
     log.set_high_watermark(log.log_end_offset());
     let log = Mutex::new(log);
     pass(&log, None, 1 << 20, T0 + 1);

@@ -685,7 +685,7 @@ fn open_transactions_hold_back_the_last_stable_offset_until_their_markers() {
         .unwrap_err();
     assert_eq!(outside.kafka_error_code(), 48);
 
-    let (info, completed) = log.append_marker(7, 0, commit, 0, 10).unwrap();
+    let (info, completed) = log.append_marker(7, 0, commit, false, 0, 10).unwrap();
     assert_eq!(info.first_offset, 4);
     let completed = completed.unwrap();
     assert_eq!(
@@ -709,7 +709,7 @@ fn open_transactions_hold_back_the_last_stable_offset_until_their_markers() {
     log.restore_high_watermark(5);
     assert_eq!(log.last_stable_offset(), 3);
     // Fenced markers: an older coordinator, an older producer epoch.
-    log.append_marker(8, 0, abort, 0, 11).unwrap();
+    log.append_marker(8, 0, abort, false, 0, 11).unwrap();
     let old_coordinator = log
         .append_marker(
             8,
@@ -718,13 +718,14 @@ fn open_transactions_hold_back_the_last_stable_offset_until_their_markers() {
                 coordinator_epoch: -1,
                 ..abort
             },
+            false,
             0,
             12,
         )
         .unwrap_err();
     assert_eq!(old_coordinator.kafka_error_code(), 52);
-    log.append_marker(8, 2, abort, 0, 12).unwrap();
-    let old_epoch = log.append_marker(8, 1, abort, 0, 13).unwrap_err();
+    log.append_marker(8, 2, abort, false, 0, 12).unwrap();
+    let old_epoch = log.append_marker(8, 1, abort, false, 0, 13).unwrap_err();
     assert_eq!(old_epoch.kafka_error_code(), 47);
     log.set_high_watermark(log.log_end_offset());
     assert_eq!(log.last_stable_offset(), log.high_watermark());
@@ -763,7 +764,7 @@ fn a_follower_copying_markers_ends_the_same_transactions() {
         commit: false,
         coordinator_epoch: 3,
     };
-    leader.append_marker(7, 0, marker, 0, 5).unwrap();
+    leader.append_marker(7, 0, marker, false, 0, 5).unwrap();
     let end = leader.log_end_offset();
     let slice = leader.read(0, 1 << 20, end, true).unwrap().records.unwrap();
     follower
@@ -782,6 +783,7 @@ fn a_follower_copying_markers_ends_the_same_transactions() {
                 coordinator_epoch: 2,
                 ..marker
             },
+            false,
             0,
             6,
         )
@@ -806,11 +808,11 @@ fn aborted_transactions_are_indexed_once_through_restarts_and_truncation() {
         .unwrap();
     log.append_as_leader(vec![transactional(batch(&[3], 5), 8, 0)], 0, 0)
         .unwrap();
-    log.append_marker(7, 0, abort, 0, 4).unwrap(); // offset 3
-    log.append_marker(8, 0, commit, 0, 4).unwrap(); // offset 4, committed: not indexed
+    log.append_marker(7, 0, abort, false, 0, 4).unwrap(); // offset 3
+    log.append_marker(8, 0, commit, false, 0, 4).unwrap(); // offset 4, committed: not indexed
     log.append_as_leader(vec![transactional(batch(&[5], 5), 9, 0)], 0, 0)
         .unwrap(); // offset 5
-    log.append_marker(9, 0, abort, 0, 6).unwrap(); // offset 6
+    log.append_marker(9, 0, abort, false, 0, 6).unwrap(); // offset 6
     let aborted = log.aborted_txns(0, 7);
     assert_eq!(
         aborted
@@ -867,7 +869,7 @@ fn coordinator_batches_check_producer_epochs_but_not_sequences() {
     let client = log.append_as_leader(vec![offsets()], 0, 0).unwrap_err();
     assert_eq!(client.kafka_error_code(), 45);
     // Once the producer's epoch moved on (its next transaction's marker), the old one is fenced.
-    log.append_marker(7, 1, commit, 0, 10).unwrap();
+    log.append_marker(7, 1, commit, false, 0, 10).unwrap();
     assert_eq!(log.producer_epoch(7), Some(1));
     assert!(log.needs_transaction_verification(7, 1));
     assert!(
@@ -904,7 +906,7 @@ fn a_verification_guard_holds_until_a_marker_for_its_producer() {
     assert!(log.transaction_verified(7, 0, Some(guard)));
     // The transaction ends (the coordinator aborted it) before the batch is appended: the
     // guard is gone, and the batch verified before cannot open a new transaction.
-    log.append_marker(7, 0, abort, 0, 10).unwrap();
+    log.append_marker(7, 0, abort, false, 0, 10).unwrap();
     assert!(!log.transaction_verified(7, 0, Some(guard)));
     let other = log.start_transaction_verification(8, 0, false, 0);
     assert!(
@@ -952,10 +954,47 @@ fn on_transaction_version_2_the_previous_transactions_marker_keeps_the_guard() {
         .unwrap();
     let guard = log.start_transaction_verification(7, 1, true, 0);
     // The marker carries epoch 1, the one verified: the guard stays.
-    log.append_marker(7, 1, commit, 0, 10).unwrap();
+    log.append_marker(7, 1, commit, true, 0, 10).unwrap();
     assert!(log.needs_transaction_verification(7, 1));
     assert!(log.transaction_verified(7, 1, Some(guard)));
     // A marker at another epoch (an abort that fenced the producer) drops it.
-    log.append_marker(7, 2, commit, 0, 20).unwrap();
+    log.append_marker(7, 2, commit, true, 0, 20).unwrap();
     assert!(!log.transaction_verified(7, 2, Some(guard)));
+}
+
+#[test]
+fn on_transaction_version_2_a_marker_at_the_open_transactions_epoch_is_stale() {
+    use fjord_records::control::EndTxnMarker;
+    let commit = EndTxnMarker {
+        commit: true,
+        coordinator_epoch: 0,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(dir.path(), small_config(), true, 0);
+    // Producer 7's transaction at epoch 0 ends with a marker at the epoch its end bumped to.
+    log.append_as_leader(vec![transactional(batch(&[1], 5), 7, 0).freeze()], 0, 0)
+        .unwrap();
+    log.append_marker(7, 1, commit, true, 0, 10).unwrap();
+    // The same marker sent again finds no transaction open: let through, as Kafka does.
+    log.append_marker(7, 1, commit, true, 0, 11).unwrap();
+    // The next transaction (epoch 1) opens; a late marker of the previous one, at epoch 1,
+    // would end it: refused INVALID_PRODUCER_EPOCH.
+    log.append_as_leader(
+        vec![at_epoch(transactional(batch(&[2], 5), 7, 0), 1).freeze()],
+        0,
+        12,
+    )
+    .unwrap();
+    let late = log.append_marker(7, 1, commit, true, 0, 13).unwrap_err();
+    assert_eq!(late.kafka_error_code(), 47);
+    // Before transaction version 2 a marker at the producer's epoch is its transaction's own.
+    log.append_marker(7, 1, commit, false, 0, 14).unwrap();
+    // The next transaction's own end on version 2 carries epoch 2.
+    log.append_as_leader(
+        vec![at_epoch(transactional(batch(&[3], 5), 7, 0), 2).freeze()],
+        0,
+        15,
+    )
+    .unwrap();
+    log.append_marker(7, 3, commit, true, 0, 16).unwrap();
 }

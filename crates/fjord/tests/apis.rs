@@ -173,13 +173,32 @@ fn produce(
     partition: i32,
     records: Bytes,
 ) -> PartitionProduceResponse {
-    let response = expect!(
-        client.request(version, produce_request(acks, topic, partition, records)),
-        Produce
-    );
+    let mut request = produce_request(acks, topic, partition, records);
+    // From v13 topics go by id (the name is not on the wire).
+    let id = if version >= 13 {
+        let id = topic_id(client, topic);
+        if let RequestBody::Produce(r) = &mut request {
+            r.topic_data[0].topic_id = id;
+        }
+        id
+    } else {
+        Uuid::ZERO
+    };
+    let response = expect!(client.request(version, request), Produce);
     assert_eq!(response.responses.len(), 1);
-    assert_eq!(response.responses[0].name, topic);
+    if version >= 13 {
+        assert_eq!(response.responses[0].topic_id, id);
+    } else {
+        assert_eq!(response.responses[0].name, topic);
+    }
     response.responses[0].partition_responses[0].clone()
+}
+
+/// The id of topic `name`, from Metadata.
+fn topic_id(client: &mut Client, name: &str) -> Uuid {
+    let m = metadata(client, 12, Some(&[name]));
+    assert_eq!(m.topics[0].error_code, NONE, "{m:?}");
+    m.topics[0].topic_id
 }
 
 fn produce_ok(client: &mut Client, topic: &str, partition: i32, values: &[&str]) -> i64 {
@@ -921,11 +940,11 @@ fn produce_acks_at_lowest_and_highest_versions() {
         }
         // acks=0: no response at all; the next request's answer is the next frame.
         let value = format!("v{version}-acks0");
-        let frame = client.encode_request(
-            ApiKey::Produce,
-            version,
-            &produce_request(0, "acks", 0, batch(&[&value], 1_000)),
-        );
+        let mut request = produce_request(0, "acks", 0, batch(&[&value], 1_000));
+        if let RequestBody::Produce(r) = &mut request {
+            r.topic_data[0].topic_id = topic_id(&mut client, "acks");
+        }
+        let frame = client.encode_request(ApiKey::Produce, version, &request);
         client.send_raw(&frame).expect("send");
         next_offset += 1;
         expected.push(value);
@@ -940,15 +959,19 @@ fn produce_acks_at_lowest_and_highest_versions() {
     // Invalid acks, unknown topic and unknown partition.
     let r = produce(&mut client, max, 2, "acks", 0, batch(&["x"], 1_000));
     assert_eq!(r.error_code, INVALID_REQUIRED_ACKS);
-    let r = produce(
-        &mut client,
-        max,
-        -1,
-        "acks-missing",
-        0,
-        batch(&["x"], 1_000),
-    );
+    let r = produce(&mut client, 12, -1, "acks-missing", 0, batch(&["x"], 1_000));
     assert_eq!(r.error_code, UNKNOWN_TOPIC_OR_PARTITION);
+    // From v13 a topic is named by its id: one not known is UNKNOWN_TOPIC_ID.
+    let mut request = produce_request(-1, "", 0, batch(&["x"], 1_000));
+    if let RequestBody::Produce(r) = &mut request {
+        r.topic_data[0].topic_id = Uuid([9; 16]);
+    }
+    let response = expect!(client.request(13, request), Produce);
+    assert_eq!(response.responses[0].topic_id, Uuid([9; 16]));
+    assert_eq!(
+        response.responses[0].partition_responses[0].error_code,
+        UNKNOWN_TOPIC_ID
+    );
     let r = produce(&mut client, min, -1, "acks", 7, batch(&["x"], 1_000));
     assert_eq!(r.error_code, UNKNOWN_TOPIC_OR_PARTITION);
     assert_eq!(read_all(&mut client, "acks", 0).len(), expected.len());

@@ -65,6 +65,14 @@ pub fn idempotent(mut b: BytesMut, producer_id: i64, sequence: i32) -> BytesMut 
     b
 }
 
+/// `b` with its producer epoch set to `epoch`.
+pub fn at_epoch(mut b: BytesMut, epoch: i16) -> BytesMut {
+    b[51..53].copy_from_slice(&epoch.to_be_bytes());
+    let crc = compute_crc(&b);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
 /// `b` as written by transactional producer `producer_id` (epoch 0) starting at `sequence`.
 pub fn transactional(b: BytesMut, producer_id: i64, sequence: i32) -> BytesMut {
     let mut b = idempotent(b, producer_id, sequence);

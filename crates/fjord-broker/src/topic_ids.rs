@@ -1,0 +1,95 @@
+//! Requests that name topics by id (KIP-516: Produce v13, OffsetCommit v10, OffsetFetch v10,
+//! TxnOffsetCommit v6) have their names filled in from the metadata image once decoded, so
+//! everything after works on names as for earlier versions. An id the image does not know
+//! keeps an empty name; each API answers its partitions UNKNOWN_TOPIC_ID, as Kafka does.
+//! Responses at these versions carry the request's ids back.
+
+use fjord_metadata::MetadataImage;
+use fjord_protocol::RequestBody;
+
+/// The first version of each API that names topics by id.
+pub const PRODUCE_TOPIC_IDS_FROM: i16 = 13;
+pub const OFFSET_COMMIT_TOPIC_IDS_FROM: i16 = fjord_group::OFFSET_COMMIT_TOPIC_IDS_FROM;
+pub const OFFSET_FETCH_TOPIC_IDS_FROM: i16 = fjord_group::OFFSET_FETCH_TOPIC_IDS_FROM;
+pub const TXN_OFFSET_COMMIT_TOPIC_IDS_FROM: i16 = fjord_group::TXN_OFFSET_COMMIT_TOPIC_IDS_FROM;
+
+/// Fills in the topic names of a request that names its topics by id.
+pub fn name_topics(image: &MetadataImage, body: &mut RequestBody, version: i16) {
+    let name = |id| {
+        image
+            .topic_by_id(id)
+            .map(|t| t.name.clone())
+            .unwrap_or_default()
+    };
+    match body {
+        RequestBody::Produce(r) if version >= PRODUCE_TOPIC_IDS_FROM => {
+            for t in &mut r.topic_data {
+                t.name = name(&t.topic_id);
+            }
+        }
+        RequestBody::OffsetCommit(r) if version >= OFFSET_COMMIT_TOPIC_IDS_FROM => {
+            for t in &mut r.topics {
+                t.name = name(&t.topic_id);
+            }
+        }
+        RequestBody::TxnOffsetCommit(r) if version >= TXN_OFFSET_COMMIT_TOPIC_IDS_FROM => {
+            for t in &mut r.topics {
+                t.name = name(&t.topic_id);
+            }
+        }
+        RequestBody::OffsetFetch(r) if version >= OFFSET_FETCH_TOPIC_IDS_FROM => {
+            for t in r
+                .groups
+                .iter_mut()
+                .flat_map(|g| g.topics.iter_mut().flatten())
+            {
+                t.name = name(&t.topic_id);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fjord_common::Uuid;
+    use fjord_metadata::{MetadataRecord, TopicRecord};
+    use fjord_protocol::messages::produce_request::{ProduceRequest, TopicProduceData};
+
+    #[test]
+    fn ids_become_names_and_unknown_ids_stay_nameless() {
+        let known = Uuid([7; 16]);
+        let image = MetadataImage::from_records(
+            1,
+            &[MetadataRecord::Topic(TopicRecord {
+                name: "orders".into(),
+                topic_id: known,
+            })],
+        )
+        .unwrap();
+        let produce = |version| {
+            let mut body = RequestBody::Produce(ProduceRequest {
+                topic_data: vec![
+                    TopicProduceData {
+                        topic_id: known,
+                        ..Default::default()
+                    },
+                    TopicProduceData {
+                        topic_id: Uuid([9; 16]),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            });
+            name_topics(&image, &mut body, version);
+            let RequestBody::Produce(r) = body else {
+                unreachable!()
+            };
+            r.topic_data.into_iter().map(|t| t.name).collect::<Vec<_>>()
+        };
+        assert_eq!(produce(13), ["orders", ""]);
+        // Before v13 names come from the request itself.
+        assert_eq!(produce(12), ["", ""]);
+    }
+}
