@@ -63,8 +63,8 @@ ServerFault = Callable[[List[Copier], str], None]
 
 
 def copy_exactly_once(bootstrap: str, workdir: Path, replication_factor: int,
-                      server_faults: List[Tuple[str, int, ServerFault]]) -> None:
-    """Copies MESSAGES messages through one copier per input partition. Faults come while the copiers are mid-way,
+                      server_faults: List[Tuple[str, int, ServerFault]], messages: int = MESSAGES) -> None:
+    """Copies `messages` messages through one copier per input partition. Faults come while the copiers are mid-way,
     each once its copier's current run has committed a fifth of its partition: first each copier is killed (its
     successor fences it and aborts its open transaction), then each of `server_faults` (name, the copier whose
     progress it waits for, the fault) while the restarted copiers work."""
@@ -73,10 +73,10 @@ def copy_exactly_once(bootstrap: str, workdir: Path, replication_factor: int,
     create_topics(bootstrap, [in_topic, out_topic], PARTITIONS, replication_factor)
     # The input, spread evenly (a copier per partition must have work to be killed in).
     seed = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for i in range(MESSAGES):
+    for i in range(messages):
         seed.produce(in_topic, value=str(i).encode(), partition=i % PARTITIONS)
     assert seed.flush(60) == 0
-    inputs = sorted(str(i) for i in range(MESSAGES))
+    inputs = sorted(str(i) for i in range(messages))
 
     copiers = [Copier(workdir, bootstrap, p, in_topic, out_topic, group) for p in range(PARTITIONS)]
     for c in copiers:
@@ -85,7 +85,7 @@ def copy_exactly_once(bootstrap: str, workdir: Path, replication_factor: int,
         (f"copier-{c.partition}", c, None) for c in copiers]
     faults += [(name, copiers[waits_for], fault) for name, waits_for, fault in server_faults]
     try:
-        threshold = MESSAGES // PARTITIONS // 5
+        threshold = messages // PARTITIONS // 5
         for name, victim, fault in faults:
             wait_for(lambda: victim.processed() >= threshold or victim.proc.poll() is not None,
                      f"{name}: its copier reaching {threshold} messages", 120)
@@ -118,7 +118,7 @@ def copy_exactly_once(bootstrap: str, workdir: Path, replication_factor: int,
         return [e["value"] for e in (json.loads(line) for line in out.read_text(errors="replace").splitlines()
                                      if line.startswith("{")) if e.get("name") == "record_data"]
     try:
-        wait_for(lambda: len(values()) >= MESSAGES, "the output read back", 120)
+        wait_for(lambda: len(values()) >= messages, "the output read back", 120)
         time.sleep(3)  # anything beyond the input (a duplicate) shows up too
     finally:
         reader.send_signal(signal.SIGTERM)

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from copier import copy_exactly_once
+from copier import MESSAGES, copy_exactly_once
 from wordcount import count_words_exactly_once
 from harness import (CLIENTS, Cluster, check_implicit_add, franz_go_tests, implicit_add, kafka_tool,
                      metadata_quorum_status, read_until_quiet, round_trip, unadded_produce, wait_for)
@@ -328,8 +328,12 @@ def test_transactional_copiers_copy_exactly_once_through_kills_of_a_coordinator_
         leaders = [leader for leader, _, _ in describe(cluster.bootstrap, out_topic).values() if leader >= 0]
         kill_and_restart(next((l for l in leaders if l not in coordinators), leaders[0]))
 
+    # Twice the one-node input: the first copier must still be copying once its coordinator's node is back, and
+    # with its transactions moved to another coordinator it can go on while that node restarts (it once finished
+    # its 2,000 messages in that time).
     copy_exactly_once(cluster.bootstrap, tmp_path, 3,
-                      [("transaction coordinator", 0, kill_the_coordinator), ("partition leader", 0, kill_a_leader)])
+                      [("transaction coordinator", 0, kill_the_coordinator), ("partition leader", 0, kill_a_leader)],
+                      messages=2 * MESSAGES)
 
 
 def test_exactly_once_word_count_through_kills_of_the_application_and_a_leader(cluster, tmp_path):
