@@ -2,6 +2,7 @@
 consumers, a zombie producer fenced by a new one with its transactional id, and the coordinator's state and the
 markers surviving a kill -9 of the broker."""
 
+import json
 import time
 import uuid
 
@@ -313,3 +314,63 @@ def test_a_producer_on_transaction_version_2_leaves_adding_partitions_to_the_lea
     [committed] = c.committed([TopicPartition(topic, 0)], timeout=30)
     c.close()
     assert committed.offset == 1, committed
+
+
+def test_a_read_committed_consumers_end_and_lag_stop_at_the_last_stable_offset(broker):
+    """A transaction left open after a committed one: a read_committed consumer's end offset (ListOffsets) and the
+    last stable offset its fetches report — which its lag is counted from — stop at the open transaction's first
+    offset, while a read_uncommitted consumer's end is the high watermark; the commit moves both on."""
+    topic = f"lso-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 1)
+    p = producer(broker.bootstrap, f"tx-{topic}")
+    send_transaction(p, topic, 1, "committed", 5, commit=True)  # offsets 0-4, marker 5
+    p.begin_transaction()
+    for i in range(3):  # offsets 6-8, open
+        p.produce(topic, value=f"open-{i}".encode(), partition=0)
+    p.flush(60)
+    tp = TopicPartition(topic, 0)
+
+    def consumer(isolation: str, stats: list) -> Consumer:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{isolation}-{topic}",
+                      "isolation.level": isolation, "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False, "statistics.interval.ms": 200,
+                      "stats_cb": lambda s: stats.append(json.loads(s))})
+        c.assign([TopicPartition(topic, 0, 0)])
+        return c
+
+    def partition_stats(stats: list) -> dict:
+        for s in reversed(stats):
+            part = s.get("topics", {}).get(topic, {}).get("partitions", {}).get("0")
+            if part and part.get("fetch_state") == "active" and part.get("hi_offset", -1) >= 0:
+                return part
+        return {}
+
+    def consume(c: Consumer, stats: list, expect: int, ls_offset: int, hi_offset: int) -> list:
+        values = []
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                values.append(m.value().decode())
+            part = partition_stats(stats)
+            # A read_uncommitted consumer's ls_offset is its hi_offset in librdkafka's statistics.
+            if len(values) >= expect and (part.get("ls_offset"), part.get("hi_offset")) == (ls_offset, hi_offset):
+                return values
+        raise AssertionError(f"{values} {partition_stats(stats)}")
+
+    committed_stats, uncommitted_stats = [], []
+    committed = consumer("read_committed", committed_stats)
+    uncommitted = consumer("read_uncommitted", uncommitted_stats)
+    try:
+        assert committed.get_watermark_offsets(tp, timeout=10, cached=False) == (0, 6)
+        assert uncommitted.get_watermark_offsets(tp, timeout=10, cached=False) == (0, 9)
+        assert len(consume(committed, committed_stats, 5, ls_offset=6, hi_offset=9)) == 5
+        # librdkafka counts a read_committed consumer's lag to the last stable offset: nothing but the marker.
+        assert partition_stats(committed_stats)["consumer_lag_stored"] <= 1
+        assert len(consume(uncommitted, uncommitted_stats, 8, ls_offset=9, hi_offset=9)) == 8
+        p.commit_transaction(60)
+        assert committed.get_watermark_offsets(tp, timeout=10, cached=False) == (0, 10)
+        assert consume(committed, committed_stats, 3, ls_offset=10, hi_offset=10) == [f"open-{i}" for i in range(3)]
+    finally:
+        committed.close()
+        uncommitted.close()
