@@ -32,8 +32,11 @@ def test_a_consumer_reads_from_the_follower_in_its_rack(cluster):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     for _, f in admin.create_topics([NewTopic("near", num_partitions=1, replication_factor=3)]).items():
         f.result(30)
-    wait_for(lambda: sorted(admin.list_topics("near", timeout=10).topics["near"].partitions[0].isrs) == [1, 2, 3],
-             "all in sync", 60)
+    def in_sync():
+        # A broker that has not applied the new topic yet answers it unknown, without partitions.
+        partition = admin.list_topics("near", timeout=10).topics["near"].partitions.get(0)
+        return partition is not None and sorted(partition.isrs) == [1, 2, 3]
+    wait_for(in_sync, "all in sync", 60)
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "batch.num.messages": 1})  # a batch a record
     for i in range(RECORDS):
         p.produce("near", value=str(i).encode() * 50, partition=0)
