@@ -275,7 +275,7 @@ impl Broker {
                 ))
             }
         };
-        crate::topic_ids::name_topics(&self.quorum.image(), &mut body, version);
+        crate::topic_ids::name_topics(|| self.quorum.image(), &mut body, version);
         let now = now_ms();
         let respond =
             |body: ResponseBody| Reply::Now(encode_response(api, version, correlation_id, &body));

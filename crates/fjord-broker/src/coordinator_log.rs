@@ -1,7 +1,8 @@
 //! What every coordinator (group, transaction) does with its partition of an internal topic:
-//! appends its records through the partition like any produce, waits until they are durable and
-//! in every in-sync replica (Kafka's coordinators write with acks=all), and loads its state by
-//! replaying the partition from the log start.
+//! appends its records through the partition like any produce, refused while the ISR is below
+//! `min.insync.replicas`, waits until they are durable and in every in-sync replica (Kafka's
+//! coordinators write with acks=all), and loads its state by replaying the partition from the
+//! log start.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,6 +74,12 @@ pub fn append(
         .log
         .lock()
         .map_err(|_| failed(&"coordinator log lock poisoned"))?;
+    // Coordinators write with acks=all, so `min.insync.replicas` holds for them as for any
+    // producer: nothing is appended while the ISR is too small (Kafka's NOT_ENOUGH_REPLICAS,
+    // which its coordinators answer as COORDINATOR_NOT_AVAILABLE).
+    if let Some(shortfall) = partition.min_isr_shortfall() {
+        return Err(WriteFailure::Failed(shortfall));
+    }
     let (info, leader_epoch) = partition
         .append_as_coordinator(&mut log, batch, now)
         .map_err(|e| {

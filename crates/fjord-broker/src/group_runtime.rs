@@ -43,6 +43,10 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// rebalance timeout; this bounds a lost wake-up).
 const MAX_PARK_MS: u64 = 30 * 60 * 1000;
 
+/// How long a timer whose write was refused (ISR below `min.insync.replicas`) waits before
+/// it is tried again (Kafka retries a coordinator timer's failed write after 500 ms).
+const TIMER_RETRY_MS: i64 = 500;
+
 /// A request waiting for its answer.
 struct ParkedRequest {
     /// Its shard's `__consumer_offsets` partition.
@@ -361,18 +365,34 @@ impl GroupRuntime {
         } else {
             check(&guard.partition)
         };
+        let refused = |request: &RequestBody, code| Effects {
+            responses: fjord_group::refusal(version, request, code)
+                .map(|r| vec![(request_id, r)])
+                .unwrap_or_default(),
+            ..Effects::default()
+        };
         let effects = match verdict {
             Ok(()) => {
-                guard
-                    .core
-                    .handle_from(now_ms(), request_id, version, request, topics, client)
+                // A write would be refused (ISR below `min.insync.replicas`): the shard is kept
+                // as it was, to be put back if the request writes, and the request refused as
+                // Kafka's coordinators answer NOT_ENOUGH_REPLICAS.
+                let saved = guard
+                    .partition
+                    .min_isr_shortfall()
+                    .map(|_| (guard.core.clone(), request.clone()));
+                let effects =
+                    guard
+                        .core
+                        .handle_from(now_ms(), request_id, version, request, topics, client);
+                match saved {
+                    Some((core, request)) if !effects.records.is_empty() => {
+                        guard.core = core;
+                        refused(&request, fjord_common::errors::COORDINATOR_NOT_AVAILABLE)
+                    }
+                    _ => effects,
+                }
             }
-            Err(code) => Effects {
-                responses: fjord_group::refusal(version, &request, code)
-                    .map(|r| vec![(request_id, r)])
-                    .unwrap_or_default(),
-                ..Effects::default()
-            },
+            Err(code) => refused(&request, code),
         };
         let pending = self.persist_and_release(&mut guard, effects);
         Ok((request_id, receiver, pending))
@@ -439,13 +459,28 @@ impl GroupRuntime {
                         continue;
                     };
                     let due = guard.core.next_deadline().is_some_and(|d| d <= now);
+                    let mut retry_at = None;
                     let pending = if due {
+                        // As for a request: under `min.insync.replicas` a tick that writes is
+                        // undone, and tried again after a pause.
+                        let saved = guard
+                            .partition
+                            .min_isr_shortfall()
+                            .map(|_| guard.core.clone());
                         let effects = guard.core.tick(now);
-                        Some(self.persist_and_release(&mut guard, effects))
+                        match saved {
+                            Some(core) if !effects.records.is_empty() => {
+                                guard.core = core;
+                                retry_at = Some(now + TIMER_RETRY_MS);
+                                None
+                            }
+                            _ => Some(self.persist_and_release(&mut guard, effects)),
+                        }
                     } else {
                         None
                     };
                     if let Some(d) = guard.core.next_deadline() {
+                        let d = retry_at.map_or(d, |r| d.max(r));
                         next = Some(next.map_or(d, |n: i64| n.min(d)));
                     }
                     pending
@@ -683,26 +718,53 @@ mod tests {
     use std::sync::mpsc;
 
     use fjord_config::BrokerConfig;
-    use fjord_metadata::{MetadataRecord, TopicRecord};
+    use fjord_metadata::{ConfigRecord, MetadataRecord, TopicRecord};
     use fjord_protocol::messages::heartbeat_request::HeartbeatRequest;
+    use fjord_protocol::messages::offset_commit_request::{
+        OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use fjord_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     use fjord_storage::log::LogConfig;
     use fjord_storage::log_manager::LogManager;
 
     use super::*;
 
+    const OFFSETS_TOPIC_ID: fjord_common::Uuid = fjord_common::Uuid([7; 16]);
+
     /// A runtime on broker 1 leading `__consumer_offsets-0`, its shard loaded.
     fn loaded_runtime(dir: &std::path::Path, tokio: &tokio::runtime::Runtime) -> Arc<GroupRuntime> {
+        runtime_with(
+            dir,
+            tokio,
+            crate::replica::led_by_broker_1(OFFSETS_TOPIC_ID, 0),
+            &[],
+        )
+        .0
+    }
+
+    /// A runtime on broker 1 with `__consumer_offsets-0` as `partition` says and `configs`
+    /// set on the topic, its shard loaded; and the metadata records, to change later.
+    fn runtime_with(
+        dir: &std::path::Path,
+        tokio: &tokio::runtime::Runtime,
+        partition: MetadataRecord,
+        configs: &[(&str, &str)],
+    ) -> (Arc<GroupRuntime>, Vec<MetadataRecord>) {
         let (broker, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
         let (logs, _) = LogManager::open(&[dir.to_path_buf()], LogConfig::default(), 0).unwrap();
         let replicas = Arc::new(ReplicaManager::new(1, Arc::new(broker), logs));
-        let topic_id = fjord_common::Uuid([7; 16]);
-        let records = [
+        let mut records = vec![
             MetadataRecord::Topic(TopicRecord {
                 name: OFFSETS_TOPIC.into(),
-                topic_id,
+                topic_id: OFFSETS_TOPIC_ID,
             }),
-            crate::replica::led_by_broker_1(topic_id, 0),
+            partition,
         ];
+        records.extend(
+            configs
+                .iter()
+                .map(|(name, value)| topic_config(name, value)),
+        );
         let image = Arc::new(MetadataImage::from_records(1, &records).unwrap());
         replicas.apply_image(&image, 0).unwrap();
         let (flusher, _) = tokio.block_on(async { crate::flusher::start(Arc::new(|_, _| {})) });
@@ -714,7 +776,89 @@ mod tests {
         ));
         tokio.block_on(runtime.load_hosted()).unwrap();
         assert!(runtime.all_loaded());
-        runtime
+        (runtime, records)
+    }
+
+    fn topic_config(name: &str, value: &str) -> MetadataRecord {
+        MetadataRecord::Config(ConfigRecord {
+            resource_type: fjord_metadata::CONFIG_RESOURCE_TOPIC,
+            resource_name: OFFSETS_TOPIC.into(),
+            name: name.into(),
+            value: Some(value.into()),
+        })
+    }
+
+    #[test]
+    fn under_min_insync_replicas_a_write_is_refused_and_the_shard_left_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        // Three replicas, only the leader in sync, two needed.
+        let shrunk =
+            crate::replica::led_by_broker_1_with(OFFSETS_TOPIC_ID, 0, vec![1, 2, 3], vec![1]);
+        let (runtime, mut records) =
+            runtime_with(dir.path(), &tokio, shrunk, &[("min.insync.replicas", "2")]);
+        let topics = Topics {
+            by_name: [(
+                "t".to_string(),
+                TopicInfo {
+                    name: "t".into(),
+                    topic_id: fjord_common::Uuid([8; 16]),
+                    partitions: 1,
+                },
+            )]
+            .into(),
+        };
+        let commit = |offset: i64| {
+            let request = RequestBody::OffsetCommit(OffsetCommitRequest {
+                group_id: "g".into(),
+                generation_id_or_member_epoch: -1,
+                topics: vec![OffsetCommitRequestTopic {
+                    name: "t".into(),
+                    partitions: vec![OffsetCommitRequestPartition {
+                        partition_index: 0,
+                        committed_offset: offset,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            });
+            let answer = runtime.start(0, 8, request, &topics, &ClientInfo::default());
+            match tokio.block_on(answer).unwrap() {
+                ResponseBody::OffsetCommit(r) => r.topics[0].partitions[0].error_code,
+                other => panic!("{other:?}"),
+            }
+        };
+        let committed = || {
+            let request = RequestBody::OffsetFetch(OffsetFetchRequest {
+                group_id: "g".into(),
+                topics: Some(vec![OffsetFetchRequestTopic {
+                    name: "t".into(),
+                    partition_indexes: vec![0],
+                }]),
+                ..Default::default()
+            });
+            let answer = runtime.start(0, 7, request, &topics, &ClientInfo::default());
+            match tokio.block_on(answer).unwrap() {
+                ResponseBody::OffsetFetch(r) => r.topics[0].partitions[0].committed_offset,
+                other => panic!("{other:?}"),
+            }
+        };
+        let log_end = || {
+            let partition = runtime.replicas.get(OFFSETS_TOPIC, 0).unwrap();
+            let end = partition.log.lock().unwrap().log_end_offset();
+            end
+        };
+        assert_eq!(commit(42), fjord_common::errors::COORDINATOR_NOT_AVAILABLE);
+        assert_eq!(committed(), -1, "the refused commit left no offset behind");
+        assert_eq!(log_end(), 0, "nothing appended");
+        // Enough replicas again: the same commit is taken.
+        records.push(topic_config("min.insync.replicas", "1"));
+        let image = Arc::new(MetadataImage::from_records(2, &records).unwrap());
+        runtime.replicas.apply_image(&image, 0).unwrap();
+        assert_eq!(commit(42), fjord_common::errors::NONE);
+        assert_eq!(committed(), 42);
+        assert!(log_end() > 0);
     }
 
     #[test]

@@ -31,24 +31,11 @@ struct PendingPartition {
 }
 
 /// acks=all needs `min.insync.replicas` in sync: NOT_ENOUGH_REPLICAS before the append, and
-/// NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below it while the records waited. As in
-/// Kafka, a partition with fewer replicas needs them all (the setting is capped at its replica
-/// count).
+/// NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below it while the records waited.
 fn under_min_isr(partition: &Partition, code: i16) -> Option<PartitionError> {
-    let (isr, replicas) = partition.isr_and_replica_count();
-    let min_isr = partition
-        .config()
-        .get_i64("min.insync.replicas")
-        .min(i64::try_from(replicas).unwrap_or(i64::MAX));
-    (i64::try_from(isr.len()).unwrap_or(i64::MAX) < min_isr).then(|| {
-        PartitionError::new(
-            code,
-            format!(
-                "The size of the current ISR {isr:?} is insufficient to satisfy the min.isr requirement of {min_isr} for partition {}",
-                partition.tp
-            ),
-        )
-    })
+    partition
+        .min_isr_shortfall()
+        .map(|message| PartitionError::new(code, message))
 }
 
 impl Broker {

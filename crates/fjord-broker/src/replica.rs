@@ -84,14 +84,30 @@ impl Partition {
         lock(&self.state).preferred_read_replica(fetch_offset, client_rack, rack_of)
     }
 
-    /// The in-sync replicas, as the metadata log last said.
-    /// The ISR and how many replicas the partition has.
+    /// The ISR and how many replicas the partition has, as the metadata log last said.
     pub fn isr_and_replica_count(&self) -> (Vec<fjord_common::BrokerId>, usize) {
         let state = lock(&self.state);
         (
             state.leadership().isr.clone(),
             state.leadership().replicas.len(),
         )
+    }
+
+    /// Why an acks=all write may not be taken now, if it may not: fewer in-sync replicas than
+    /// `min.insync.replicas`. As in Kafka, a partition with fewer replicas needs them all (the
+    /// setting is capped at its replica count).
+    pub fn min_isr_shortfall(&self) -> Option<String> {
+        let (isr, replicas) = self.isr_and_replica_count();
+        let min_isr = self
+            .config()
+            .get_i64("min.insync.replicas")
+            .min(i64::try_from(replicas).unwrap_or(i64::MAX));
+        (i64::try_from(isr.len()).unwrap_or(i64::MAX) < min_isr).then(|| {
+            format!(
+                "The size of the current ISR {isr:?} is insufficient to satisfy the min.isr requirement of {min_isr} for partition {}",
+                self.tp
+            )
+        })
     }
 
     /// As `delay_fetch`, for a follower's fetch: woken by appends too, since a follower reads
@@ -1005,11 +1021,22 @@ pub(crate) fn led_by_broker_1(
     topic_id: fjord_common::Uuid,
     index: i32,
 ) -> fjord_metadata::MetadataRecord {
+    led_by_broker_1_with(topic_id, index, vec![1], vec![1])
+}
+
+/// As `led_by_broker_1`, with these replicas and in-sync replicas.
+#[cfg(test)]
+pub(crate) fn led_by_broker_1_with(
+    topic_id: fjord_common::Uuid,
+    index: i32,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+) -> fjord_metadata::MetadataRecord {
     fjord_metadata::MetadataRecord::Partition(fjord_metadata::PartitionRecord {
         partition_id: index,
         topic_id,
-        replicas: vec![1],
-        isr: vec![1],
+        replicas,
+        isr,
         leader: 1,
         leader_epoch: 0,
         partition_epoch: 0,

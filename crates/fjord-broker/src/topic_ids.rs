@@ -4,6 +4,8 @@
 //! keeps an empty name; each API answers its partitions UNKNOWN_TOPIC_ID, as Kafka does.
 //! Responses at these versions carry the request's ids back.
 
+use std::sync::Arc;
+
 use fjord_metadata::MetadataImage;
 use fjord_protocol::RequestBody;
 
@@ -13,8 +15,28 @@ pub const OFFSET_COMMIT_TOPIC_IDS_FROM: i16 = fjord_group::OFFSET_COMMIT_TOPIC_I
 pub const OFFSET_FETCH_TOPIC_IDS_FROM: i16 = fjord_group::OFFSET_FETCH_TOPIC_IDS_FROM;
 pub const TXN_OFFSET_COMMIT_TOPIC_IDS_FROM: i16 = fjord_group::TXN_OFFSET_COMMIT_TOPIC_IDS_FROM;
 
-/// Fills in the topic names of a request that names its topics by id.
-pub fn name_topics(image: &MetadataImage, body: &mut RequestBody, version: i16) {
+/// Whether `body`, at `version`, names its topics by id.
+fn by_id(body: &RequestBody, version: i16) -> bool {
+    match body {
+        RequestBody::Produce(_) => version >= PRODUCE_TOPIC_IDS_FROM,
+        RequestBody::OffsetCommit(_) => version >= OFFSET_COMMIT_TOPIC_IDS_FROM,
+        RequestBody::TxnOffsetCommit(_) => version >= TXN_OFFSET_COMMIT_TOPIC_IDS_FROM,
+        RequestBody::OffsetFetch(_) => version >= OFFSET_FETCH_TOPIC_IDS_FROM,
+        _ => false,
+    }
+}
+
+/// Fills in the topic names of a request that names its topics by id; `image` is taken only
+/// for such a request (every request passes through here).
+pub fn name_topics(
+    image: impl FnOnce() -> Arc<MetadataImage>,
+    body: &mut RequestBody,
+    version: i16,
+) {
+    if !by_id(body, version) {
+        return;
+    }
+    let image = image();
     let name = |id| {
         image
             .topic_by_id(id)
@@ -22,22 +44,22 @@ pub fn name_topics(image: &MetadataImage, body: &mut RequestBody, version: i16) 
             .unwrap_or_default()
     };
     match body {
-        RequestBody::Produce(r) if version >= PRODUCE_TOPIC_IDS_FROM => {
+        RequestBody::Produce(r) => {
             for t in &mut r.topic_data {
                 t.name = name(&t.topic_id);
             }
         }
-        RequestBody::OffsetCommit(r) if version >= OFFSET_COMMIT_TOPIC_IDS_FROM => {
+        RequestBody::OffsetCommit(r) => {
             for t in &mut r.topics {
                 t.name = name(&t.topic_id);
             }
         }
-        RequestBody::TxnOffsetCommit(r) if version >= TXN_OFFSET_COMMIT_TOPIC_IDS_FROM => {
+        RequestBody::TxnOffsetCommit(r) => {
             for t in &mut r.topics {
                 t.name = name(&t.topic_id);
             }
         }
-        RequestBody::OffsetFetch(r) if version >= OFFSET_FETCH_TOPIC_IDS_FROM => {
+        RequestBody::OffsetFetch(r) => {
             for t in r
                 .groups
                 .iter_mut()
@@ -60,14 +82,16 @@ mod tests {
     #[test]
     fn ids_become_names_and_unknown_ids_stay_nameless() {
         let known = Uuid([7; 16]);
-        let image = MetadataImage::from_records(
-            1,
-            &[MetadataRecord::Topic(TopicRecord {
-                name: "orders".into(),
-                topic_id: known,
-            })],
-        )
-        .unwrap();
+        let image = Arc::new(
+            MetadataImage::from_records(
+                1,
+                &[MetadataRecord::Topic(TopicRecord {
+                    name: "orders".into(),
+                    topic_id: known,
+                })],
+            )
+            .unwrap(),
+        );
         let produce = |version| {
             let mut body = RequestBody::Produce(ProduceRequest {
                 topic_data: vec![
@@ -82,14 +106,16 @@ mod tests {
                 ],
                 ..Default::default()
             });
-            name_topics(&image, &mut body, version);
+            name_topics(|| image.clone(), &mut body, version);
             let RequestBody::Produce(r) = body else {
                 unreachable!()
             };
             r.topic_data.into_iter().map(|t| t.name).collect::<Vec<_>>()
         };
         assert_eq!(produce(13), ["orders", ""]);
-        // Before v13 names come from the request itself.
+        // Before v13 names come from the request itself, and the image is not needed.
         assert_eq!(produce(12), ["", ""]);
+        let mut fetch = RequestBody::OffsetFetch(Default::default());
+        name_topics(|| unreachable!("no ids to name"), &mut fetch, 9);
     }
 }

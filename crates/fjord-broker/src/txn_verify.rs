@@ -369,7 +369,7 @@ impl Broker {
         let Ok(mut body) = RequestBody::decode(ApiKey::Produce, &mut input, version) else {
             return false;
         };
-        crate::topic_ids::name_topics(&self.quorum.image(), &mut body, version);
+        crate::topic_ids::name_topics(|| self.quorum.image(), &mut body, version);
         match body {
             RequestBody::Produce(request) => self.produce_ask(&request, version).is_some(),
             _ => false,

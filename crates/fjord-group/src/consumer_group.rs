@@ -319,7 +319,7 @@ impl Group {
 }
 
 /// Compiled topic regexes by pattern; `None` for patterns that do not compile.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct RegexCache {
     compiled: HashMap<String, Option<Regex>>,
 }
@@ -364,7 +364,7 @@ fn reject<T>(code: i16, message: impl Into<String>) -> Result<T, Reject> {
 }
 
 /// All KIP-848 consumer groups of one shard.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ConsumerGroups {
     config: ConsumerGroupConfig,
     groups: BTreeMap<String, Group>,

@@ -97,6 +97,9 @@ type GroupOffsets = BTreeMap<String, BTreeMap<(String, i32), CommittedOffset>>;
 /// One topic's fetched partitions: index and committed offset, if any.
 type FetchedPartitions<'a> = Vec<(i32, Option<&'a CommittedOffset>)>;
 
+/// Cloned only to put a shard back as it was when its write is refused (its partition's ISR
+/// below `min.insync.replicas`), as Kafka reverts a coordinator whose write failed.
+#[derive(Clone)]
 pub struct GroupCoordinatorShard {
     config: GroupConfig,
     groups: BTreeMap<String, ClassicGroup>,
