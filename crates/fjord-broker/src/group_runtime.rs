@@ -1,12 +1,13 @@
-//! The async shell around the group coordinator shards (`fjord-group`).
+//! The async shell around the group coordinator shards (`fjord-group`), hosted by the
+//! coordinator runtime (`coordinator_runtime`).
 //!
 //! One `GroupCoordinatorShard` per `__consumer_offsets` partition this broker leads. A group
 //! request goes to the shard of `partition_for(group_id)`; the shard answers with `Effects`: records
 //! to append to its partition and responses, possibly for requests parked earlier (a JoinGroup
 //! waiting for the rest of the group). Records are appended under the shard's lock, so the log
 //! holds them in the order the shard produced them; responses are released only after the
-//! append is durable. A timer task ticks shards at their deadlines. Loading a shard replays its
-//! partition from the log start.
+//! append is durable. The coordinators' timer task ticks shards at their deadlines
+//! (`run_due_timers`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fjord_common::{lock, LeaderEpoch};
 use fjord_group::{
     partition_for, ClientInfo, Effects, GroupConfig, GroupCoordinatorShard, RequestId, TopicInfo,
     Topics,
@@ -34,6 +36,7 @@ use tokio::sync::{oneshot, Notify};
 
 use crate::broker::now_ms;
 use crate::coordinator_log::{self, Replayed};
+use crate::coordinator_runtime::{after_tick, earliest, Coordinator, CoordinatorRuntime, Shard};
 use crate::flusher::FlusherHandle;
 use crate::replica::{Partition, ReplicaManager};
 
@@ -42,10 +45,6 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Longest a parked group request may wait for its answer (a JoinGroup waits at most its
 /// rebalance timeout; this bounds a lost wake-up).
 const MAX_PARK_MS: u64 = 30 * 60 * 1000;
-
-/// How long a timer whose write was refused (ISR below `min.insync.replicas`) waits before
-/// it is tried again (Kafka retries a coordinator timer's failed write after 500 ms).
-const TIMER_RETRY_MS: i64 = 500;
 
 /// A request waiting for its answer.
 struct ParkedRequest {
@@ -58,30 +57,52 @@ struct ParkedRequest {
     refusal: Option<ResponseBody>,
 }
 
-struct Shard {
-    core: GroupCoordinatorShard,
-    /// Its `__consumer_offsets` partition: records go through it like any produce.
-    partition: Arc<Partition>,
-    /// The leader epoch it was loaded under: another epoch means another leader may have
-    /// written since, so the shard is loaded again.
-    leader_epoch: fjord_common::LeaderEpoch,
-    /// Set, under its lock, when it is taken out of the shards: a request that looked it up
-    /// before then is refused instead of parked on a shard nothing drives any more.
-    unloaded: bool,
+impl Coordinator for GroupCoordinatorShard {
+    const TOPIC: &'static str = OFFSETS_TOPIC;
+    const KIND: &'static str = "group";
+    type Config = GroupConfig;
+
+    fn load(_leader_epoch: LeaderEpoch, config: &GroupConfig) -> Self {
+        GroupCoordinatorShard::new(config.clone())
+    }
+
+    /// Plain records, a transaction's offsets (pending) and the markers deciding them.
+    fn replay(&mut self, item: Replayed) -> Result<(), String> {
+        match item {
+            Replayed::Record {
+                producer_id: None,
+                record,
+            } => GroupCoordinatorShard::replay(self, &record).map_err(|e| e.to_string()),
+            Replayed::Record {
+                producer_id: Some(producer_id),
+                record,
+            } => self
+                .replay_transactional(producer_id, &record)
+                .map_err(|e| e.to_string()),
+            Replayed::Marker {
+                producer_id,
+                commit,
+            } => {
+                self.complete_transaction(producer_id, commit);
+                Ok(())
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Option<i64> {
+        GroupCoordinatorShard::next_deadline(self)
+    }
 }
 
+type GroupShard = Shard<GroupCoordinatorShard>;
+
 pub struct GroupRuntime {
-    config: GroupConfig,
-    num_partitions: i32,
-    replicas: Arc<ReplicaManager>,
-    flusher: FlusherHandle,
     /// Locked only for a request's (or a timer's) synchronous run: state change and append.
-    /// Lock order: `shards`, then a shard, then `parked`; never `shards` under a shard's lock.
-    shards: Mutex<HashMap<i32, Arc<Mutex<Shard>>>>,
+    /// Lock order: the runtime's shards, then a shard, then `parked`.
+    shards: CoordinatorRuntime<GroupCoordinatorShard>,
+    flusher: FlusherHandle,
     parked: Mutex<HashMap<RequestId, ParkedRequest>>,
     next_request_id: AtomicU64,
-    /// Wakes the timer task when a shard's deadline may have moved earlier.
-    deadline_moved: Notify,
 }
 
 /// The cluster's topics as the coordinator sees them.
@@ -109,85 +130,38 @@ impl GroupRuntime {
         num_partitions: i32,
         replicas: Arc<ReplicaManager>,
         flusher: FlusherHandle,
+        deadline_moved: Arc<Notify>,
     ) -> Self {
         GroupRuntime {
-            config,
-            num_partitions,
-            replicas,
+            shards: CoordinatorRuntime::new(config, num_partitions, replicas, deadline_moved),
             flusher,
-            shards: Mutex::new(HashMap::new()),
             parked: Mutex::new(HashMap::new()),
             next_request_id: AtomicU64::new(1),
-            deadline_moved: Notify::new(),
         }
     }
 
     pub fn num_partitions(&self) -> i32 {
-        self.num_partitions
+        self.shards.num_partitions()
     }
 
     pub fn partition_of(&self, group_id: &str) -> i32 {
-        partition_for(group_id, self.num_partitions)
+        partition_for(group_id, self.num_partitions())
     }
 
-    /// Loads every `__consumer_offsets` partition this broker hosts that is not loaded yet.
-    pub async fn load_hosted(&self) -> Result<(), String> {
-        for partition in 0..self.num_partitions {
-            if self.shard(partition).is_none() {
-                if let Some(hosted) = self.replicas.get(OFFSETS_TOPIC, partition) {
-                    let started = std::time::Instant::now();
-                    let (mut shard, loaded_to) = load_shard(&self.config, hosted)?;
-                    if let Ok(mut shards) = self.shards.lock() {
-                        if let std::collections::hash_map::Entry::Vacant(slot) =
-                            shards.entry(partition)
-                        {
-                            // Markers written since the load read the log (while no shard
-                            // was there to hear them: see `append_marker`) are replayed
-                            // before the shard takes requests.
-                            replay_into(&mut shard, Some(loaded_to))?;
-                            slot.insert(Arc::new(Mutex::new(shard)));
-                        }
-                    }
-                    tracing::debug!(
-                        partition,
-                        elapsed_ms = started.elapsed().as_millis() as u64,
-                        "group coordinator shard loaded"
-                    );
-                }
-            }
-        }
-        self.deadline_moved.notify_one();
-        Ok(())
+    /// Loads every `__consumer_offsets` partition this broker leads that is not loaded yet.
+    pub fn load_hosted(&self) -> Result<(), String> {
+        self.shards.load_hosted().map(drop)
+    }
+
+    /// Unloads every shard: the broker is stopping (its parked requests were refused).
+    pub fn close(&self) {
+        self.shards.close();
     }
 
     /// Unloads the shards of `__consumer_offsets` partitions this broker no longer leads, or leads
     /// under a new leader epoch: their groups answer NOT_COORDINATOR (or load afresh) from now.
     pub fn unload_unled(&self) {
-        let mut unloaded = Vec::new();
-        let Ok(mut shards) = self.shards.lock() else {
-            return;
-        };
-        shards.retain(|&partition, shard| {
-            let Ok(mut shard) = shard.lock() else {
-                return false;
-            };
-            let kept = self
-                .replicas
-                .get(OFFSETS_TOPIC, partition)
-                .is_some_and(|p| {
-                    Arc::ptr_eq(&p, &shard.partition) && p.leader_epoch() == shard.leader_epoch
-                });
-            if !kept {
-                tracing::info!(
-                    partition,
-                    "group coordinator shard unloaded: leadership moved"
-                );
-                unloaded.push(partition);
-                shard.unloaded = true;
-            }
-            kept
-        });
-        drop(shards);
+        let unloaded = self.shards.unload_unled();
         self.refuse_parked(|partition| unloaded.contains(&partition));
     }
 
@@ -213,35 +187,10 @@ impl GroupRuntime {
         }
     }
 
-    /// True once every `__consumer_offsets` partition this broker leads has a loaded shard (and
-    /// the topic exists: some broker leads each of its partitions).
+    /// True once `__consumer_offsets` exists and every partition of it this broker leads has a
+    /// loaded shard.
     pub fn all_loaded(&self) -> bool {
-        // The loaded partitions are copied out first: asking the replica manager under the
-        // shards' lock would hold every group request while an image is being applied.
-        let loaded: std::collections::HashSet<i32> = match self.shards.lock() {
-            Ok(shards) => shards.keys().copied().collect(),
-            Err(_) => return false,
-        };
-        (0..self.num_partitions)
-            .all(|p| loaded.contains(&p) || self.replicas.get(OFFSETS_TOPIC, p).is_none())
-            && self.offsets_topic_exists()
-    }
-
-    fn offsets_topic_exists(&self) -> bool {
-        self.replicas
-            .applied_image()
-            .is_some_and(|image| image.topic(OFFSETS_TOPIC).is_some())
-    }
-
-    fn shard(&self, partition: i32) -> Option<Arc<Mutex<Shard>>> {
-        self.shards.lock().ok()?.get(&partition).cloned()
-    }
-
-    fn all_shards(&self) -> Vec<(i32, Arc<Mutex<Shard>>)> {
-        self.shards
-            .lock()
-            .map(|s| s.iter().map(|(p, s)| (*p, s.clone())).collect())
-            .unwrap_or_default()
+        self.shards.all_loaded()
     }
 
     /// Appends a transaction's commit or abort marker (`append`) to a `__consumer_offsets`
@@ -256,18 +205,13 @@ impl GroupRuntime {
         commit: bool,
         append: impl FnOnce() -> Result<T, E>,
     ) -> Result<T, E> {
-        let Ok(shards) = self.shards.lock() else {
-            return append();
-        };
-        let Some(shard) = shards.get(&partition) else {
-            return append();
-        };
-        let Ok(mut shard) = shard.lock() else {
-            return append();
-        };
-        let appended = append()?;
-        shard.core.complete_transaction(producer_id, commit);
-        Ok(appended)
+        self.shards.with_shard(partition, |shard| {
+            let appended = append()?;
+            if let Some(shard) = shard {
+                shard.core.complete_transaction(producer_id, commit);
+            }
+            Ok(appended)
+        })
     }
 
     /// Runs one request on its shard now — the state change is made and its records appended
@@ -297,7 +241,7 @@ impl GroupRuntime {
         client: &ClientInfo,
         check: impl FnOnce(&Partition) -> Result<(), i16>,
     ) -> GroupAnswer {
-        if self.shard(partition).is_none() {
+        if self.shards.shard(partition).is_none() {
             // Its `__consumer_offsets` partition is led elsewhere (or nowhere yet): the client
             // asks FindCoordinator again.
             let answer =
@@ -310,7 +254,7 @@ impl GroupRuntime {
         Box::pin(async move {
             let (request_id, receiver, pending) = started?;
             this.await_durable_and_release(pending).await;
-            this.deadline_moved.notify_one();
+            this.shards.deadline_moved();
             match tokio::time::timeout(Duration::from_millis(MAX_PARK_MS), receiver).await {
                 Ok(Ok(response)) => Ok(response),
                 _ => {
@@ -332,12 +276,10 @@ impl GroupRuntime {
         client: &ClientInfo,
         check: impl FnOnce(&Partition) -> Result<(), i16>,
     ) -> Result<(RequestId, oneshot::Receiver<ResponseBody>, Pending), String> {
-        let shard = self.shard(partition).ok_or_else(|| {
+        let shard = self.shards.shard(partition).ok_or_else(|| {
             format!("group coordinator for {OFFSETS_TOPIC}-{partition} is not loaded")
         })?;
-        let mut guard = shard
-            .lock()
-            .map_err(|_| format!("group coordinator for {OFFSETS_TOPIC}-{partition} failed"))?;
+        let mut guard = lock(&shard);
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let (answer, receiver) = oneshot::channel();
         let refusal = match &request {
@@ -400,7 +342,7 @@ impl GroupRuntime {
 
     /// Appends the effects' records under the shard lock; returns what must be flushed and the
     /// responses to release after the flush.
-    fn persist_and_release(&self, shard: &mut Shard, effects: Effects) -> Pending {
+    fn persist_and_release(&self, shard: &mut GroupShard, effects: Effects) -> Pending {
         let mut pending = Pending {
             appended: None,
             responses: effects.responses,
@@ -448,55 +390,34 @@ impl GroupRuntime {
         }
     }
 
-    /// Drives shard timers until the broker stops.
-    pub async fn run_timers(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-        loop {
-            let now = now_ms();
-            let mut next: Option<i64> = None;
-            for (_, shard) in self.all_shards() {
-                let flush = {
-                    let Ok(mut guard) = shard.lock() else {
-                        continue;
-                    };
-                    let due = guard.core.next_deadline().is_some_and(|d| d <= now);
-                    let mut retry_at = None;
-                    let pending = if due {
-                        // As for a request: under `min.insync.replicas` a tick that writes is
-                        // undone, and tried again after a pause.
-                        let saved = guard
-                            .partition
-                            .min_isr_shortfall()
-                            .map(|_| guard.core.clone());
-                        let effects = guard.core.tick(now);
-                        match saved {
-                            Some(core) if !effects.records.is_empty() => {
-                                guard.core = core;
-                                retry_at = Some(now + TIMER_RETRY_MS);
-                                None
-                            }
-                            _ => Some(self.persist_and_release(&mut guard, effects)),
-                        }
-                    } else {
+    /// Ticks the shards whose deadline has come by `now`; answers the earliest deadline left.
+    pub async fn run_due_timers(&self, now: i64) -> Option<i64> {
+        let (due, mut next) = self.shards.due(now);
+        for (_, shard) in due {
+            let (pending, deadline) = {
+                let mut guard = lock(&shard);
+                // As for a request: under `min.insync.replicas` a tick that writes is undone
+                // (its deadline still due, it is tried again after a pause).
+                let saved = guard
+                    .partition
+                    .min_isr_shortfall()
+                    .map(|_| guard.core.clone());
+                let effects = guard.core.tick(now);
+                let pending = match saved {
+                    Some(core) if !effects.records.is_empty() => {
+                        guard.core = core;
                         None
-                    };
-                    if let Some(d) = guard.core.next_deadline() {
-                        let d = retry_at.map_or(d, |r| d.max(r));
-                        next = Some(next.map_or(d, |n: i64| n.min(d)));
                     }
-                    pending
+                    _ => Some(self.persist_and_release(&mut guard, effects)),
                 };
-                if let Some(pending) = flush {
-                    self.await_durable_and_release(pending).await;
-                }
-            }
-            // Sleep to the earliest deadline, at most a second (new work may arm earlier ones).
-            let wait_ms = next.map(|d| (d - now_ms()).clamp(1, 1000)).unwrap_or(1000) as u64;
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
-                _ = self.deadline_moved.notified() => {}
-                _ = shutdown.changed() => return,
+                (pending, after_tick(guard.core.next_deadline(), now))
+            };
+            next = earliest(next, deadline);
+            if let Some(pending) = pending {
+                self.await_durable_and_release(pending).await;
             }
         }
+        next
     }
 
     /// ListGroups over every shard: each shard is asked now, the answers merged when they come.
@@ -507,6 +428,7 @@ impl GroupRuntime {
         topics: &Topics,
     ) -> GroupAnswer {
         let answers: Vec<GroupAnswer> = self
+            .shards
             .all_shards()
             .into_iter()
             .map(|(partition, _)| {
@@ -670,48 +592,6 @@ struct Pending {
     failed: Option<String>,
 }
 
-/// Replays one `__consumer_offsets` partition into a fresh shard; answers it with the offset
-/// the replay reached.
-fn load_shard(config: &GroupConfig, partition: Arc<Partition>) -> Result<(Shard, i64), String> {
-    let leader_epoch = partition.leader_epoch();
-    let mut shard = Shard {
-        core: GroupCoordinatorShard::new(config.clone()),
-        partition,
-        leader_epoch,
-        unloaded: false,
-    };
-    let loaded_to = replay_into(&mut shard, None)?;
-    Ok((shard, loaded_to))
-}
-
-/// Replays the shard's partition from `from` (its start when `None`) to its end into the shard:
-/// plain records, a transaction's offsets (pending) and the markers deciding them. Answers the
-/// offset it reached.
-fn replay_into(shard: &mut Shard, from: Option<i64>) -> Result<i64, String> {
-    let core = &mut shard.core;
-    let (replayed, reached) = coordinator_log::replay(&shard.partition, from, |item| match item {
-        Replayed::Record {
-            producer_id: None,
-            record,
-        } => core.replay(&record).map_err(|e| e.to_string()),
-        Replayed::Record {
-            producer_id: Some(producer_id),
-            record,
-        } => core
-            .replay_transactional(producer_id, &record)
-            .map_err(|e| e.to_string()),
-        Replayed::Marker {
-            producer_id,
-            commit,
-        } => {
-            core.complete_transaction(producer_id, commit);
-            Ok(())
-        }
-    })?;
-    tracing::debug!(replayed, "coordinator records replayed");
-    Ok(reached)
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -773,8 +653,9 @@ mod tests {
             1,
             replicas,
             flusher,
+            Arc::new(Notify::new()),
         ));
-        tokio.block_on(runtime.load_hosted()).unwrap();
+        runtime.load_hosted().unwrap();
         assert!(runtime.all_loaded());
         (runtime, records)
     }
@@ -845,7 +726,7 @@ mod tests {
             }
         };
         let log_end = || {
-            let partition = runtime.replicas.get(OFFSETS_TOPIC, 0).unwrap();
+            let partition = runtime.shards.replicas().get(OFFSETS_TOPIC, 0).unwrap();
             let end = partition.log.lock().unwrap().log_end_offset();
             end
         };
@@ -855,7 +736,7 @@ mod tests {
         // Enough replicas again: the same commit is taken.
         records.push(topic_config("min.insync.replicas", "1"));
         let image = Arc::new(MetadataImage::from_records(2, &records).unwrap());
-        runtime.replicas.apply_image(&image, 0).unwrap();
+        runtime.shards.replicas().apply_image(&image, 0).unwrap();
         assert_eq!(commit(42), fjord_common::errors::NONE);
         assert_eq!(committed(), 42);
         assert!(log_end() > 0);

@@ -47,7 +47,7 @@ impl Broker {
             self.replicas
                 .apply_image(&self.quorum.image(), crate::broker::now_ms())?;
         }
-        self.groups.load_hosted().await
+        self.groups.load_hosted()
     }
 
     /// Creates a coordinator's internal topic if it is missing. As Kafka, a cluster creates it

@@ -4,11 +4,12 @@
 pub mod broker;
 mod controller_dispatch;
 mod coordinator_log;
+mod coordinator_runtime;
 mod fetch;
 pub mod fetch_session;
 pub mod flusher;
 mod forwarding;
-pub mod group_runtime;
+mod group_runtime;
 mod groups;
 mod isr_manager;
 mod lifecycle;
@@ -24,7 +25,7 @@ mod topic_ids;
 mod txn;
 mod txn_admin;
 mod txn_markers;
-pub mod txn_runtime;
+mod txn_runtime;
 mod txn_verify;
 
 use std::path::PathBuf;
@@ -323,8 +324,8 @@ struct Serving {
     log_dir_mover: Arc<log_dir_mover::LogDirMover>,
     image_task: tokio::task::JoinHandle<()>,
     housekeeping: tokio::task::JoinHandle<()>,
-    group_timers: tokio::task::JoinHandle<()>,
-    txn_timers: tokio::task::JoinHandle<()>,
+    /// The timers of both kinds of coordinator.
+    coordinator_timers: tokio::task::JoinHandle<()>,
     /// The followers' fetchers; they stop on shutdown, before the flusher.
     replica_fetchers: tokio::task::JoinHandle<()>,
     /// The leader's ISR checks (AlterPartition).
@@ -366,8 +367,7 @@ impl Serving {
             log_dir_mover,
             image_task,
             housekeeping,
-            group_timers,
-            txn_timers,
+            coordinator_timers,
             heartbeats,
             replica_fetchers,
             isr_manager,
@@ -379,10 +379,10 @@ impl Serving {
         isr_manager.abort();
         let _ = isr_manager.await;
         let _ = housekeeping.await;
-        let _ = group_timers.await;
-        let _ = txn_timers.await;
+        let _ = coordinator_timers.await;
         // Marker senders stop with their shards.
-        broker.txns.close();
+        broker.txns.shards.close();
+        broker.groups.close();
         drop(groups);
         image_task.abort();
         drop(broker);
@@ -516,20 +516,22 @@ async fn start_broker(
         .get("offsets.topic.num.partitions")
         .and_then(|v| v.parse().ok())
         .unwrap_or(50);
+    // Both kinds of coordinator share one timer task, woken through this.
+    let deadline_moved = Arc::new(tokio::sync::Notify::new());
     let groups = Arc::new(group_runtime::GroupRuntime::new(
         group_config(config),
         offsets_partitions,
         replicas.clone(),
         flusher.clone(),
+        deadline_moved.clone(),
     ));
     // Groups and offsets committed before a restart are back before the first request.
     let groups_started = Instant::now();
-    groups.load_hosted().await.map_err(startup)?;
+    groups.load_hosted().map_err(startup)?;
     tracing::info!(
         elapsed_ms = groups_started.elapsed().as_millis() as u64,
         "group coordinators loaded"
     );
-    let group_timers = tokio::spawn(groups.clone().run_timers(shutdown.clone()));
     let txns = Arc::new(txn_runtime::TxnRuntime::new(
         txn_config(config),
         config
@@ -538,6 +540,7 @@ async fn start_broker(
             .unwrap_or(50),
         replicas.clone(),
         flusher.clone(),
+        deadline_moved.clone(),
     ));
     // Moves between log dirs, including those a restart interrupted.
     let log_dir_mover = Arc::new(
@@ -570,13 +573,16 @@ async fn start_broker(
     ));
     // Transactions prepared before a restart get their markers; open ones time out.
     broker.load_txn_coordinators().map_err(startup)?;
-    let txn_timers = tokio::spawn(broker.clone().run_txn_timers(shutdown.clone()));
+    let coordinator_timers = tokio::spawn(
+        broker
+            .clone()
+            .run_coordinator_timers(deadline_moved, shutdown.clone()),
+    );
 
     // Follow metadata changes (a single node applies its own proposals already; this keeps
     // hosted partitions in line with any other writer, e.g. a future controller).
     let mut images = quorum.subscribe();
     let follower_replicas = replicas.clone();
-    let image_groups = groups.clone();
     let image_broker = broker.clone();
     let image_cleaner = cleaner.clone();
     let image_mover = log_dir_mover.clone();
@@ -589,19 +595,7 @@ async fn start_broker(
             if let Err(error) = follower_replicas.apply_image(&image, now_ms()) {
                 tracing::error!(%error, "cannot apply a metadata change");
             }
-            // Coordinators move with the leadership of their `__consumer_offsets` partitions.
-            image_groups.unload_unled();
-            if !image_groups.all_loaded() {
-                if let Err(error) = image_groups.load_hosted().await {
-                    tracing::warn!(%error, "cannot load a group coordinator shard");
-                }
-            }
-            image_broker.txns.unload_unled();
-            if !image_broker.txns.all_loaded() {
-                if let Err(error) = image_broker.load_txn_coordinators() {
-                    tracing::warn!(%error, "cannot load a transaction coordinator shard");
-                }
-            }
+            image_broker.follow_coordinator_leadership();
             let now = fjord_config::DynamicBrokerConfig::from_image(&image, image_config.node_id);
             if now != dynamic {
                 apply_dynamic_broker_config(
@@ -705,8 +699,7 @@ async fn start_broker(
         log_dir_mover,
         image_task,
         housekeeping,
-        group_timers,
-        txn_timers,
+        coordinator_timers,
         replica_fetchers,
         isr_manager,
     }))

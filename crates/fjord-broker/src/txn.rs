@@ -36,6 +36,7 @@ use fjord_protocol::{RequestBody, ResponseBody};
 use fjord_txn::{Answer, MarkerJob, ProducerAnswer};
 
 use crate::broker::{now_ms, Broker};
+use crate::coordinator_runtime::{after_tick, earliest};
 use crate::group_runtime::OFFSETS_TOPIC;
 
 use crate::txn_runtime::{MarkerLink, Ran, SharedShard, TXN_TOPIC};
@@ -56,7 +57,7 @@ impl Broker {
             |key: &str, default: &str| self.config.get(key).unwrap_or_else(|| default.to_string());
         self.ensure_internal_topic(
             TXN_TOPIC,
-            self.txns.num_partitions(),
+            self.txns.shards.num_partitions(),
             "transaction.state.log.replication.factor",
             &[
                 ("cleanup.policy", "compact".into()),
@@ -73,7 +74,7 @@ impl Broker {
             ],
         )
         .await?;
-        if !self.txns.all_loaded() {
+        if !self.txns.shards.all_loaded() {
             // The topic may have been committed a moment ago and its partitions not opened yet.
             self.replicas.apply_image(&self.quorum.image(), now_ms())?;
         }
@@ -134,7 +135,7 @@ impl Broker {
             held => Some(held),
         };
         let partition = self.txns.partition_of(&transactional_id);
-        let Some(shard) = self.txns.shard(partition) else {
+        let Some(shard) = self.txns.shards.shard(partition) else {
             return refuse(errors::NOT_COORDINATOR);
         };
         if let Err(message) = self.reserve_producer_ids().await {
@@ -227,7 +228,7 @@ impl Broker {
             let (producer_id, producer_epoch) =
                 (transaction.producer_id, transaction.producer_epoch);
             let partition = self.txns.partition_of(id);
-            match self.txns.shard(partition) {
+            match self.txns.shards.shard(partition) {
                 None => partitions
                     .iter()
                     .map(|tp| (tp.clone(), errors::NOT_COORDINATOR))
@@ -286,7 +287,7 @@ impl Broker {
         client_transaction_version: i16,
     ) -> i16 {
         let partition = self.txns.partition_of(transactional_id);
-        let Some(shard) = self.txns.shard(partition) else {
+        let Some(shard) = self.txns.shards.shard(partition) else {
             return errors::NOT_COORDINATOR;
         };
         let now = now_ms();
@@ -350,7 +351,7 @@ impl Broker {
             ..Default::default()
         };
         let partition = self.txns.partition_of(&request.transactional_id);
-        let Some(shard) = self.txns.shard(partition) else {
+        let Some(shard) = self.txns.shards.shard(partition) else {
             return respond(ProducerAnswer::error(errors::NOT_COORDINATOR));
         };
         // EndTxn v5 is sent by producers on transaction version 2 (KIP-890 part 2).
@@ -406,7 +407,7 @@ impl Broker {
         let mut remaining: BTreeSet<TopicPartition> = job.partitions.iter().cloned().collect();
         let mut backoff = MARKER_RETRY_MIN;
         loop {
-            if !self.txns.is_current(txn_partition, &shard) {
+            if !self.txns.shards.is_current(txn_partition, &shard) {
                 return;
             }
             let image = self.quorum.image();
@@ -559,34 +560,21 @@ impl Broker {
 
     // ---- Timers ---------------------------------------------------------------------------
 
-    /// Drives the shards' timers (timeout aborts, completions to retry, expirations) until
-    /// the broker stops.
-    pub async fn run_txn_timers(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-        loop {
-            let now = now_ms();
-            let mut next: Option<i64> = None;
-            for (partition, shard) in self.txns.all_shards() {
-                let due = lock(&shard).core.next_deadline().is_some_and(|d| d <= now);
-                if due {
-                    for written in self.txns.run_writes(&shard, |core| core.tick(now)).await {
-                        if let Some(job) = written.markers {
-                            self.send_markers(partition, shard.clone(), job);
-                        }
-                    }
-                }
-                if let Some(d) = lock(&shard).core.next_deadline() {
-                    next = Some(next.map_or(d, |n| n.min(d)));
+    /// Ticks the transaction shards whose deadline has come by `now` (timeouts, retried
+    /// completions, expirations), sending the markers they prepare; answers the earliest
+    /// deadline left.
+    pub(crate) async fn run_due_txn_timers(self: &Arc<Self>, now: i64) -> Option<i64> {
+        let (due, mut next) = self.txns.shards.due(now);
+        for (partition, shard) in due {
+            for written in self.txns.run_writes(&shard, |core| core.tick(now)).await {
+                if let Some(job) = written.markers {
+                    self.send_markers(partition, shard.clone(), job);
                 }
             }
-            // To the earliest deadline, at least 10 ms (a write that keeps failing is retried,
-            // not spun on) and at most a second.
-            let wait_ms = next.map_or(1000, |d| (d - now_ms()).clamp(10, 1000)) as u64;
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
-                _ = self.txns.deadline_moved.notified() => {}
-                _ = shutdown.changed() => return,
-            }
+            let deadline = after_tick(lock(&shard).core.next_deadline(), now);
+            next = earliest(next, deadline);
         }
+        next
     }
 }
 

@@ -33,7 +33,7 @@ impl Broker {
             .iter()
             .map(|id| {
                 let partition = self.txns.partition_of(id);
-                match self.txns.shard(partition) {
+                match self.txns.shards.shard(partition) {
                     Some(shard) => lock(&shard).core.describe(id),
                     None => DescribedTransaction {
                         error_code: self.txn_partition_unloaded(partition),
@@ -71,14 +71,15 @@ impl Broker {
             // Only unknown states asked for: nothing can match.
             return response;
         }
-        let loading = (0..self.txns.num_partitions())
-            .any(|p| self.txns.shard(p).is_none() && self.replicas.get(TXN_TOPIC, p).is_some());
+        let loading = (0..self.txns.shards.num_partitions()).any(|p| {
+            self.txns.shards.shard(p).is_none() && self.replicas.get(TXN_TOPIC, p).is_some()
+        });
         if loading {
             response.error_code = errors::COORDINATOR_LOAD_IN_PROGRESS;
             return response;
         }
         let producer_ids: BTreeSet<i64> = request.producer_id_filters.iter().copied().collect();
-        for (_, shard) in self.txns.all_shards() {
+        for (_, shard) in self.txns.shards.all_shards() {
             let listed =
                 lock(&shard)
                     .core

@@ -1,4 +1,5 @@
-//! The async shell around the transaction coordinator shards (`fjord-txn`).
+//! The async shell around the transaction coordinator shards (`fjord-txn`), hosted by the
+//! coordinator runtime (`coordinator_runtime`).
 //!
 //! One `TransactionCoordinatorShard` per `__transaction_state` partition this broker leads, its
 //! coordinator epoch the partition's leader epoch. A request runs on its shard under the
@@ -15,21 +16,39 @@ use fjord_common::{errors, lock, LeaderEpoch};
 use fjord_txn::{MarkerJob, Step, TransactionCoordinatorShard, TxnConfig, Write, Written};
 use tokio::sync::Notify;
 
-use crate::coordinator_log::{self, WriteFailure};
+use crate::coordinator_log::{self, Replayed, WriteFailure};
+use crate::coordinator_runtime::{Coordinator, CoordinatorRuntime};
 use crate::flusher::FlusherHandle;
-use crate::replica::{Partition, ReplicaManager};
+use crate::replica::ReplicaManager;
 
 pub const TXN_TOPIC: &str = fjord_txn::TRANSACTION_STATE_TOPIC;
 
-pub struct TxnShard {
-    pub core: TransactionCoordinatorShard,
-    /// Its `__transaction_state` partition: records go through it like any produce.
-    pub partition: Arc<Partition>,
-    /// The leader epoch it was loaded under, which is its coordinator epoch.
-    pub leader_epoch: LeaderEpoch,
+impl Coordinator for TransactionCoordinatorShard {
+    const TOPIC: &'static str = TXN_TOPIC;
+    const KIND: &'static str = "transaction";
+    type Config = TxnConfig;
+
+    /// Its coordinator epoch is the leader epoch it is loaded under.
+    fn load(leader_epoch: LeaderEpoch, config: &TxnConfig) -> Self {
+        TransactionCoordinatorShard::new(leader_epoch, config.clone())
+    }
+
+    fn replay(&mut self, item: Replayed) -> Result<(), String> {
+        match item {
+            Replayed::Record { record, .. } => {
+                TransactionCoordinatorShard::replay(self, &record).map_err(|e| e.to_string())
+            }
+            // No transaction writes to the transaction log.
+            Replayed::Marker { .. } => Ok(()),
+        }
+    }
+
+    fn next_deadline(&self) -> Option<i64> {
+        TransactionCoordinatorShard::next_deadline(self)
+    }
 }
 
-pub type SharedShard = Arc<Mutex<TxnShard>>;
+pub type SharedShard = crate::coordinator_runtime::SharedShard<TransactionCoordinatorShard>;
 
 /// What running a request on a shard came to.
 pub enum Ran<T> {
@@ -40,13 +59,8 @@ pub enum Ran<T> {
 }
 
 pub struct TxnRuntime {
-    config: TxnConfig,
-    num_partitions: i32,
-    replicas: Arc<ReplicaManager>,
+    pub shards: CoordinatorRuntime<TransactionCoordinatorShard>,
     flusher: FlusherHandle,
-    shards: Mutex<HashMap<i32, SharedShard>>,
-    /// Wakes the timer task when a shard's deadline may have moved earlier.
-    pub deadline_moved: Notify,
     /// One connection per broker that markers are sent to.
     marker_links: Mutex<HashMap<i32, MarkerLink>>,
     /// Connections to other brokers' coordinators for KIP-890 verification, by broker id:
@@ -70,14 +84,11 @@ impl TxnRuntime {
         num_partitions: i32,
         replicas: Arc<ReplicaManager>,
         flusher: FlusherHandle,
+        deadline_moved: Arc<Notify>,
     ) -> Self {
         TxnRuntime {
-            config,
-            num_partitions,
-            replicas,
+            shards: CoordinatorRuntime::new(config, num_partitions, replicas, deadline_moved),
             flusher,
-            shards: Mutex::new(HashMap::new()),
-            deadline_moved: Notify::new(),
             marker_links: Mutex::new(HashMap::new()),
             verification_links: Mutex::new(HashMap::new()),
         }
@@ -97,98 +108,25 @@ impl TxnRuntime {
     }
 
     pub fn partition_of(&self, transactional_id: &str) -> i32 {
-        fjord_txn::partition_for(transactional_id, self.num_partitions)
-    }
-
-    pub fn num_partitions(&self) -> i32 {
-        self.num_partitions
-    }
-
-    pub fn shard(&self, partition: i32) -> Option<SharedShard> {
-        lock(&self.shards).get(&partition).cloned()
-    }
-
-    pub fn all_shards(&self) -> Vec<(i32, SharedShard)> {
-        lock(&self.shards)
-            .iter()
-            .map(|(p, s)| (*p, s.clone()))
-            .collect()
-    }
-
-    /// Unloads every shard: the broker is stopping.
-    pub fn close(&self) {
-        lock(&self.shards).clear();
-    }
-
-    /// Whether `shard` is still the loaded shard of `partition` (not unloaded or reloaded).
-    pub fn is_current(&self, partition: i32, shard: &SharedShard) -> bool {
-        lock(&self.shards)
-            .get(&partition)
-            .is_some_and(|s| Arc::ptr_eq(s, shard))
+        fjord_txn::partition_for(transactional_id, self.shards.num_partitions())
     }
 
     /// Loads every `__transaction_state` partition this broker leads that is not loaded yet;
     /// returns the markers of transactions found prepared, to be written again.
     pub fn load_hosted(&self) -> Result<Vec<(i32, SharedShard, MarkerJob)>, String> {
         let mut resumed = Vec::new();
-        for partition in 0..self.num_partitions {
-            if self.shard(partition).is_some() {
-                continue;
-            }
-            let Some(hosted) = self.replicas.get(TXN_TOPIC, partition) else {
-                continue;
-            };
-            let leader_epoch = hosted.leader_epoch();
-            let mut core = TransactionCoordinatorShard::new(leader_epoch, self.config.clone());
-            let (replayed, _) = coordinator_log::replay(&hosted, None, |item| match item {
-                coordinator_log::Replayed::Record { record, .. } => {
-                    core.replay(&record).map_err(|e| e.to_string())
-                }
-                // No transaction writes to the transaction log.
-                coordinator_log::Replayed::Marker { .. } => Ok(()),
-            })?;
-            let jobs = core.unfinished_markers();
-            tracing::info!(
-                partition,
-                replayed,
-                resumed = jobs.len(),
-                "transaction coordinator shard loaded"
-            );
-            let shard = Arc::new(Mutex::new(TxnShard {
-                core,
-                partition: hosted,
-                leader_epoch,
-            }));
-            lock(&self.shards).insert(partition, shard.clone());
-            resumed.extend(jobs.into_iter().map(|job| (partition, shard.clone(), job)));
-        }
-        self.deadline_moved.notify_one();
-        Ok(resumed)
-    }
-
-    /// Unloads the shards of partitions this broker no longer leads, or leads under a new
-    /// leader epoch: their transactional ids answer NOT_COORDINATOR (or load afresh) from now.
-    pub fn unload_unled(&self) {
-        lock(&self.shards).retain(|&partition, shard| {
-            let shard = lock(shard);
-            let kept = self.replicas.get(TXN_TOPIC, partition).is_some_and(|p| {
-                Arc::ptr_eq(&p, &shard.partition) && p.leader_epoch() == shard.leader_epoch
-            });
-            if !kept {
+        for (partition, shard) in self.shards.load_hosted()? {
+            let jobs = lock(&shard).core.unfinished_markers();
+            if !jobs.is_empty() {
                 tracing::info!(
                     partition,
-                    "transaction coordinator shard unloaded: leadership moved"
+                    resumed = jobs.len(),
+                    "prepared transactions resumed"
                 );
             }
-            kept
-        });
-    }
-
-    /// True once every `__transaction_state` partition this broker leads has a loaded shard.
-    pub fn all_loaded(&self) -> bool {
-        let shards = lock(&self.shards);
-        (0..self.num_partitions)
-            .all(|p| shards.contains_key(&p) || self.replicas.get(TXN_TOPIC, p).is_none())
+            resumed.extend(jobs.into_iter().map(|job| (partition, shard.clone(), job)));
+        }
+        Ok(resumed)
     }
 
     /// Runs `step` on the shard; a write it asks for is appended at once and the shard told
@@ -258,7 +196,7 @@ impl TxnRuntime {
             .map(|id| guard.core.written(id, result))
             .collect();
         drop(guard);
-        self.deadline_moved.notify_one();
+        self.shards.deadline_moved();
         written
     }
 }

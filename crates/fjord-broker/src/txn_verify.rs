@@ -201,7 +201,7 @@ impl Broker {
             return (*code, verdicts.guards.get(&partition.tp).copied());
         }
         let txn_partition = self.txns.partition_of(transactional_id);
-        match self.txns.shard(txn_partition) {
+        match self.txns.shards.shard(txn_partition) {
             Some(shard) => {
                 // Verify-only: transaction version 1 (version 2 producers are asked first).
                 let guard = start_verification(partition, producer_id, producer_epoch, false);
