@@ -64,6 +64,7 @@ MESSAGES = [
     (67, "AllocateProducerIds"),
     (68, "ConsumerGroupHeartbeat"),
     (69, "ConsumerGroupDescribe"),
+    (75, "DescribeTopicPartitions"),
 ]
 HEADERS = ["RequestHeader", "ResponseHeader"]
 

@@ -13,6 +13,7 @@ use fjord_controller::{plan, ControllerApi};
 use crate::forwarding::ControllerLink;
 use fjord_metadata::MetadataQuorum;
 use fjord_protocol::messages::allocate_producer_ids_request::AllocateProducerIdsRequest;
+use fjord_protocol::messages::api_versions_request::ApiVersionsRequest;
 use fjord_protocol::messages::api_versions_response::*;
 use fjord_protocol::messages::describe_cluster_request::*;
 use fjord_protocol::messages::describe_cluster_response::*;
@@ -46,11 +47,11 @@ use fjord_config::{
 /// newest version tested here.
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 13),
-    (ApiKey::Fetch, 4, 16),
-    (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 11),
     (ApiKey::DeleteRecords, 0, 2),
-    (ApiKey::Metadata, 0, 12),
-    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::Metadata, 0, 13),
+    (ApiKey::ApiVersions, 0, 5),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::InitProducerId, 0, 5),
@@ -58,13 +59,13 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::AlterReplicaLogDirs, 1, 2),
-    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::DescribeLogDirs, 1, 5),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::DescribeQuorum, 0, 2),
-    (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::JoinGroup, 2, 9),
     (ApiKey::SyncGroup, 0, 5),
@@ -73,19 +74,20 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetCommit, 2, 10),
     (ApiKey::OffsetFetch, 1, 10),
     (ApiKey::ListGroups, 0, 5),
-    (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::DeleteGroups, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
-    (ApiKey::ConsumerGroupDescribe, 0, 0),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::WriteTxnMarkers, 1, 2),
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::TxnOffsetCommit, 0, 6),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
-    (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::ListTransactions, 0, 2),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::EndTxn, 0, 5),
 ];
 
@@ -280,9 +282,19 @@ impl Broker {
         let respond =
             |body: ResponseBody| Reply::Now(encode_response(api, version, correlation_id, &body));
         match body {
-            RequestBody::ApiVersions(_) => respond(ResponseBody::ApiVersions(
-                api_versions_response(errors::NONE),
-            )),
+            RequestBody::ApiVersions(request) => {
+                let node = (self.cluster_id.as_str(), self.config.node_id);
+                respond(ResponseBody::ApiVersions(
+                    match api_versions_error(&request, version, Some(node)) {
+                        // Kafka answers a refused request with its error alone.
+                        errors::NONE => api_versions_response(errors::NONE),
+                        code => ApiVersionsResponse {
+                            error_code: code,
+                            ..Default::default()
+                        },
+                    },
+                ))
+            }
             RequestBody::Metadata(request) => {
                 let this = self.clone();
                 let endpoint = self.advertised(listener);
@@ -293,6 +305,9 @@ impl Broker {
                     )
                 })
             }
+            RequestBody::DescribeTopicPartitions(request) => respond(
+                ResponseBody::DescribeTopicPartitions(self.describe_topic_partitions(&request)),
+            ),
             RequestBody::DescribeCluster(request) => respond(ResponseBody::DescribeCluster(
                 self.describe_cluster(&request, listener, self.advertised(listener)),
             )),
@@ -510,11 +525,25 @@ impl Broker {
         listener: &str,
         own: (String, i32),
     ) -> Vec<(i32, String, i32, Option<String>)> {
+        self.broker_endpoints(listener, own, false)
+            .into_iter()
+            .map(|(id, host, port, rack, _)| (id, host, port, rack))
+            .collect()
+    }
+
+    /// The registered brokers' endpoints on `listener` (this broker's is `own`), in id order,
+    /// each with whether it is fenced; fenced brokers only with `fenced_too` (they are not alive
+    /// to clients, as in Kafka's metadata cache).
+    fn broker_endpoints(
+        &self,
+        listener: &str,
+        own: (String, i32),
+        fenced_too: bool,
+    ) -> Vec<(i32, String, i32, Option<String>, bool)> {
         let image = self.quorum.image();
-        let mut brokers: Vec<(i32, String, i32, Option<String>)> = image
+        let mut brokers: Vec<(i32, String, i32, Option<String>, bool)> = image
             .brokers()
-            // Fenced brokers are not alive to clients, as in Kafka's metadata cache.
-            .filter(|b| b.broker_id != self.config.node_id && !b.fenced)
+            .filter(|b| b.broker_id != self.config.node_id && (fenced_too || !b.fenced))
             .filter_map(|b| {
                 let endpoint = b.endpoints.iter().find(|e| e.name == listener)?;
                 Some((
@@ -522,6 +551,7 @@ impl Broker {
                     endpoint.host.clone(),
                     endpoint.port as i32,
                     b.rack.clone(),
+                    b.fenced,
                 ))
             })
             .collect();
@@ -530,6 +560,7 @@ impl Broker {
             own.0,
             own.1,
             self.config.cluster.rack.clone(),
+            false,
         ));
         brokers.sort_by_key(|b| b.0);
         brokers
@@ -637,7 +668,7 @@ impl Broker {
         response
     }
 
-    fn topic_metadata(
+    pub(crate) fn topic_metadata(
         &self,
         image: &fjord_metadata::MetadataImage,
         name: &str,
@@ -714,17 +745,19 @@ impl Broker {
             endpoint_type: 1,
             cluster_id: self.cluster_id.clone(),
             controller_id: self.config.node_id,
+            // Fenced brokers too when asked (v2, KIP-1073), marked.
             brokers: self
-                .live_endpoints(listener, own)
+                .broker_endpoints(listener, own, request.include_fenced_brokers)
                 .into_iter()
-                .map(|(broker_id, host, port, rack)| DescribeClusterBroker {
-                    broker_id,
-                    host,
-                    port,
-                    rack,
-                    // Only live brokers are listed (DescribeCluster v2 may ask for fenced ones).
-                    is_fenced: false,
-                })
+                .map(
+                    |(broker_id, host, port, rack, is_fenced)| DescribeClusterBroker {
+                        broker_id,
+                        host,
+                        port,
+                        rack,
+                        is_fenced,
+                    },
+                )
                 .collect(),
             cluster_authorized_operations: i32::MIN,
             ..Default::default()
@@ -986,6 +1019,43 @@ pub fn finalized_level(name: &str) -> i16 {
         .iter()
         .find(|(n, ..)| *n == name)
         .map_or(0, |(.., level)| *level)
+}
+
+/// What an ApiVersions request's own fields call for, as Kafka checks them: INVALID_REQUEST for
+/// a client software name or version outside Kafka's pattern (v3+) or a cluster id without a
+/// node id or the other way round (v5+); with `node` (this broker's cluster id and node id),
+/// REBOOTSTRAP_REQUIRED when the client meant another cluster or node (v5+, KIP-1242: its
+/// metadata is stale). Controllers do not check the last.
+pub fn api_versions_error(
+    request: &ApiVersionsRequest,
+    version: i16,
+    node: Option<(&str, i32)>,
+) -> i16 {
+    // `[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?`
+    let software = |s: &str| {
+        let b = s.as_bytes();
+        !b.is_empty()
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'.')
+    };
+    if version >= 5 && request.cluster_id.is_some() != (request.node_id != -1) {
+        return errors::INVALID_REQUEST;
+    }
+    if version >= 3
+        && !(software(&request.client_software_name) && software(&request.client_software_version))
+    {
+        return errors::INVALID_REQUEST;
+    }
+    match (version >= 5, &request.cluster_id, node) {
+        (true, Some(cluster_id), Some((ours, node_id)))
+            if cluster_id != ours || request.node_id != node_id =>
+        {
+            errors::REBOOTSTRAP_REQUIRED
+        }
+        _ => errors::NONE,
+    }
 }
 
 pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {

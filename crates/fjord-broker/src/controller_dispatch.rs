@@ -17,14 +17,15 @@ use fjord_protocol::messages::describe_cluster_response::{
     DescribeClusterBroker, DescribeClusterResponse,
 };
 
-use crate::broker::{api_versions_of, encode_response};
+use crate::broker::{api_versions_error, api_versions_of, encode_response};
 use crate::forwarding::FORWARDING_CLIENT_PREFIX;
 use crate::network::{Dispatch, Reply, Response, Sequencing};
 use fjord_common::errors;
+use fjord_protocol::messages::api_versions_response::ApiVersionsResponse;
 
 /// The APIs and versions a controller listener answers.
 pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::ApiVersions, 0, 5),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
@@ -38,7 +39,7 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::BrokerHeartbeat, 0, 1),
     (ApiKey::AlterPartition, 2, 3),
     (ApiKey::DescribeQuorum, 0, 2),
-    (ApiKey::DescribeCluster, 1, 1),
+    (ApiKey::DescribeCluster, 1, 2),
 ];
 
 /// Answers raft RPCs on any listener that carries them (a controller's controller listener, a
@@ -150,6 +151,15 @@ impl Dispatch for ControllerDispatch {
                 let body = match *other {
                     RequestBody::DescribeCluster(r) => {
                         ResponseBody::DescribeCluster(self.describe_cluster(&r))
+                    }
+                    RequestBody::ApiVersions(r) => {
+                        ResponseBody::ApiVersions(match api_versions_error(&r, version, None) {
+                            errors::NONE => api_versions_of(CONTROLLER_APIS, errors::NONE),
+                            code => ApiVersionsResponse {
+                                error_code: code,
+                                ..Default::default()
+                            },
+                        })
                     }
                     _ => ResponseBody::ApiVersions(api_versions_of(CONTROLLER_APIS, errors::NONE)),
                 };

@@ -22,6 +22,7 @@ pub mod replica;
 mod replica_fetcher;
 pub mod replication_quota;
 mod topic_ids;
+mod topic_partitions;
 mod txn;
 mod txn_admin;
 mod txn_markers;

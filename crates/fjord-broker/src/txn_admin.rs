@@ -51,13 +51,30 @@ impl Broker {
 
     /// ListTransactions: the transactions of every coordinator shard this broker hosts that
     /// match the filters (states by Kafka's names — unknown ones are named back and match
-    /// nothing —, producer ids, and a minimum running time from v1).
+    /// nothing —, producer ids, a minimum running time from v1, and from v2 a regular expression
+    /// the whole transactional id matches, KIP-1152: INVALID_REGULAR_EXPRESSION when it is not
+    /// one).
     pub(crate) fn list_transactions(
         &self,
         request: &ListTransactionsRequest,
         now_ms: i64,
     ) -> ListTransactionsResponse {
         let mut response = ListTransactionsResponse::default();
+        let pattern = match request.transactional_id_pattern.as_deref() {
+            None | Some("") => None,
+            Some(pattern) => match fjord_common::pattern::whole_match(pattern) {
+                Ok(regex) => Some(regex),
+                Err(error) => {
+                    response.error_code = errors::INVALID_REGULAR_EXPRESSION;
+                    tracing::debug!(
+                        pattern,
+                        %error,
+                        "ListTransactions: not a valid regular expression"
+                    );
+                    return response;
+                }
+            },
+        };
         let mut states = BTreeSet::new();
         for name in &request.state_filters {
             match TxnState::from_name(name) {
@@ -84,7 +101,13 @@ impl Broker {
                 lock(&shard)
                     .core
                     .list(now_ms, &states, &producer_ids, request.duration_filter);
-            response.transaction_states.extend(listed);
+            response
+                .transaction_states
+                .extend(listed.into_iter().filter(|t| {
+                    pattern
+                        .as_ref()
+                        .is_none_or(|p| p.is_match(&t.transactional_id))
+                }));
         }
         response
             .transaction_states

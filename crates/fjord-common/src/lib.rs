@@ -1,8 +1,10 @@
 //! The vocabulary every fjord crate shares, defined once here at the bottom of the crate graph:
 //! Kafka's error codes, its 128-bit `Uuid` (topic ids), `TopicPartition`, broker ids and leader
-//! epochs, and the key/value records and placement both coordinators use. Nothing here does I/O.
+//! epochs, the key/value records and placement both coordinators use, and how client-sent regular
+//! expressions are compiled. Nothing here does I/O.
 
 pub mod errors;
+pub mod pattern;
 mod uuid;
 
 pub use uuid::{Uuid, UuidError};

@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use fjord_common::pattern::Regex;
 use fjord_protocol::messages::consumer_group_describe_response::{
     self as describe, DescribedGroup,
 };
@@ -21,7 +22,6 @@ use fjord_protocol::messages::consumer_group_heartbeat_response::{
     self as hb_response, ConsumerGroupHeartbeatResponse,
 };
 use fjord_protocol::Uuid;
-use regex::Regex;
 
 use crate::assignor::{Assignment, MemberSpec, ServerAssignor, TopicId};
 use crate::records::{
@@ -47,8 +47,6 @@ pub const LEAVE_GROUP_STATIC_MEMBER_EPOCH: i32 = -2;
 
 /// Record strings are i16-length-prefixed; longer ids could not be persisted.
 const MAX_STRING_BYTES: usize = i16::MAX as usize;
-/// Bound on a compiled topic regex, so a hostile pattern cannot take unbounded memory.
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// Compiled regexes kept between heartbeats; dropped wholesale when full.
 const REGEX_CACHE_ENTRIES: usize = 1024;
 
@@ -332,19 +330,10 @@ impl RegexCache {
         if self.compiled.len() >= REGEX_CACHE_ENTRIES {
             self.compiled.clear();
         }
-        let r = compile_topic_regex(pattern);
+        let r = fjord_common::pattern::whole_match(pattern).ok();
         self.compiled.insert(pattern.to_string(), r.clone());
         r
     }
-}
-
-/// Kafka matches the whole topic name (Java `Matcher.matches`), so the pattern is anchored.
-fn compile_topic_regex(pattern: &str) -> Option<Regex> {
-    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
-        .size_limit(REGEX_SIZE_LIMIT)
-        .dfa_size_limit(REGEX_SIZE_LIMIT)
-        .build()
-        .ok()
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -657,7 +646,10 @@ impl ConsumerGroups {
                                 .cloned()
                                 .collect(),
                             subscribed_topic_regex: m.subscribed_topic_regex.clone(),
-                            member_type: describe::Member::default().member_type,
+                            // ConsumerGroupDescribe v1 (KIP-1099): every member of a fjord
+                            // consumer group speaks the consumer protocol (1; 0 is a classic
+                            // member in a consumer group, which fjord does not host).
+                            member_type: 1,
                             assignment: describe_assignment(&m.assigned, topics),
                             target_assignment: describe_assignment(
                                 g.target.get(&m.member_id).unwrap_or(&Assignment::new()),

@@ -97,6 +97,9 @@ type GroupOffsets = BTreeMap<String, BTreeMap<(String, i32), CommittedOffset>>;
 /// One topic's fetched partitions: index and committed offset, if any.
 type FetchedPartitions<'a> = Vec<(i32, Option<&'a CommittedOffset>)>;
 
+/// The first DescribeGroups version that refuses an unknown group GROUP_ID_NOT_FOUND (KIP-1043).
+const DESCRIBE_GROUPS_NOT_FOUND_FROM: i16 = 6;
+
 /// Cloned only to put a shard back as it was when its write is refused (its partition's ISR
 /// below `min.insync.replicas`), as Kafka reverts a coordinator whose write failed.
 #[derive(Clone)]
@@ -2279,20 +2282,44 @@ impl GroupCoordinatorShard {
         })
     }
 
+    /// DescribeGroups' answer for a group id that names no live classic group (`consumer`: it
+    /// names a KIP-848 group).
+    fn not_a_classic_group(&self, version: i16, id: &str, consumer: bool) -> DescribedGroup {
+        let (error_code, error_message) = if version >= DESCRIBE_GROUPS_NOT_FOUND_FROM {
+            let message = if consumer {
+                format!("Group {id} is not a classic group.")
+            } else {
+                format!("Group {id} not found.")
+            };
+            (GROUP_ID_NOT_FOUND, Some(message))
+        } else {
+            (NONE, None)
+        };
+        DescribedGroup {
+            error_code,
+            error_message,
+            group_id: id.to_string(),
+            group_state: GroupState::Dead.as_str().to_string(),
+            ..Default::default()
+        }
+    }
+
     fn describe_groups(&self, version: i16, ids: &[String]) -> ResponseBody {
         let groups = ids
             .iter()
             .map(|id| match self.groups.get(id) {
-                None => DescribedGroup {
-                    error_code: if id.is_empty() {
-                        INVALID_GROUP_ID
-                    } else {
-                        NONE
-                    },
+                None if id.is_empty() => DescribedGroup {
+                    error_code: INVALID_GROUP_ID,
                     group_id: id.clone(),
                     group_state: GroupState::Dead.as_str().to_string(),
                     ..Default::default()
                 },
+                // From v6 (KIP-1043) a group that is not a live classic group is refused
+                // GROUP_ID_NOT_FOUND, as Kafka's coordinator does; before, it is described dead.
+                None => self.not_a_classic_group(version, id, self.consumer.contains(id)),
+                Some(g) if g.state == GroupState::Dead => {
+                    self.not_a_classic_group(version, id, false)
+                }
                 Some(g) => {
                     let stable = g.state == GroupState::Stable;
                     let protocol = g.protocol_name.clone().unwrap_or_default();

@@ -433,6 +433,41 @@ fn describing_consumer_and_classic_groups() {
     assert_eq!(r.groups[0].group_state, "Dead");
     assert!(r.groups[0].members.is_empty());
     assert_eq!(r.groups[1].group_state, "Empty");
+    // From v6 (KIP-1043) it is refused GROUP_ID_NOT_FOUND, as an unknown group is, with Kafka's
+    // messages; a classic group is described as before.
+    let request = DescribeGroupsRequest {
+        groups: vec!["cg".into(), "simple".into(), "nope".into()],
+        include_authorized_operations: false,
+    };
+    let (ResponseBody::DescribeGroups(r), _) = h.send(6, RequestBody::DescribeGroups(request))
+    else {
+        panic!()
+    };
+    let seen: Vec<(i16, Option<&str>, &str)> = r
+        .groups
+        .iter()
+        .map(|g| {
+            (
+                g.error_code,
+                g.error_message.as_deref(),
+                g.group_state.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                GROUP_ID_NOT_FOUND,
+                Some("Group cg is not a classic group."),
+                "Dead"
+            ),
+            (NONE, None, "Empty"),
+            (GROUP_ID_NOT_FOUND, Some("Group nope not found."), "Dead"),
+        ]
+    );
+    // ConsumerGroupDescribe v1 (KIP-1099) says each member speaks the consumer protocol.
+    assert_eq!(d[0].members[0].member_type, 1);
 }
 
 #[test]

@@ -105,6 +105,7 @@ api_keys! {
     AllocateProducerIds = 67 => AllocateProducerIdsRequest,
     ConsumerGroupHeartbeat = 68 => ConsumerGroupHeartbeatRequest,
     ConsumerGroupDescribe = 69 => ConsumerGroupDescribeRequest,
+    DescribeTopicPartitions = 75 => DescribeTopicPartitionsRequest,
 }
 
 #[cfg(test)]

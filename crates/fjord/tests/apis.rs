@@ -56,6 +56,8 @@ const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 const UNKNOWN_LEADER_EPOCH: i16 = 75;
 const INVALID_RECORD: i16 = 87;
 const UNKNOWN_TOPIC_ID: i16 = 100;
+const INVALID_REGULAR_EXPRESSION: i16 = 128;
+const REBOOTSTRAP_REQUIRED: i16 = 129;
 
 // DescribeConfigs config sources.
 const DYNAMIC_TOPIC_CONFIG: i8 = 1;
@@ -358,13 +360,60 @@ fn api_versions_lowest_highest_and_unsupported() {
             assert_eq!(r.finalized_features_epoch, -1);
         }
     }
+    // Its own fields checked as Kafka checks them: v5 names the cluster and node the client
+    // means (KIP-1242), both or neither; another cluster or node is stale metadata.
+    let md = metadata(&mut client, 12, Some(&[]));
+    let cluster_id = md.cluster_id.clone();
+    let node_id = md.brokers[0].node_id;
+    let mut ask = |version: i16, name: &str, cluster: Option<&str>, node: i32| {
+        let r = expect!(
+            client.request(
+                version,
+                RequestBody::ApiVersions(ApiVersionsRequest {
+                    client_software_name: name.into(),
+                    client_software_version: "4.4.0".into(),
+                    cluster_id: cluster.map(str::to_string),
+                    node_id: node,
+                }),
+            ),
+            ApiVersions
+        );
+        (r.error_code, r.api_keys.len())
+    };
+    let all = SUPPORTED_APIS.len();
+    assert_eq!(
+        ask(5, "apache-kafka-java", cluster_id.as_deref(), node_id),
+        (NONE, all)
+    );
+    assert_eq!(ask(5, "apache-kafka-java", None, -1), (NONE, all));
+    assert_eq!(
+        ask(5, "apache-kafka-java", Some("another"), node_id),
+        (REBOOTSTRAP_REQUIRED, 0)
+    );
+    assert_eq!(
+        ask(5, "apache-kafka-java", cluster_id.as_deref(), node_id + 1),
+        (REBOOTSTRAP_REQUIRED, 0)
+    );
+    assert_eq!(
+        ask(5, "apache-kafka-java", cluster_id.as_deref(), -1),
+        (INVALID_REQUEST, 0)
+    );
+    assert_eq!(
+        ask(5, "apache-kafka-java", None, node_id),
+        (INVALID_REQUEST, 0)
+    );
+    for bad in ["", "-kafka", "kafka client", "kafka."] {
+        assert_eq!(ask(3, bad, None, -1), (INVALID_REQUEST, 0), "{bad:?}");
+    }
+    // Before v5 the cluster and node are not on the wire.
+    assert_eq!(ask(4, "apache-kafka-java", None, -1), (NONE, all));
     // A version newer than the broker knows: a v0 response with UNSUPPORTED_VERSION and the
     // supported ranges, so the client can pick one (KIP-511).
     let mut frame = client
         .encode_request(
             ApiKey::ApiVersions,
             max,
-            &RequestBody::ApiVersions(ApiVersionsRequest::default()),
+            &RequestBody::ApiVersions(common::api_versions_request()),
         )
         .to_vec();
     frame[2..4].copy_from_slice(&(max + 1).to_be_bytes());
@@ -1362,6 +1411,16 @@ fn list_offsets_earliest_latest_timestamps_and_max() {
     for version in [7, max] {
         let r = list_offsets(&mut client, version, "lo", 0, -3);
         assert_eq!((r.error_code, r.offset, r.timestamp), (NONE, 3, 5_000));
+    }
+    // v9+ latest tiered (-5) and v11+ earliest pending upload (-6): with no tiered storage,
+    // offset, timestamp and leader epoch -1, as Kafka answers without remote storage.
+    for (version, ts) in [(9, -5), (max, -5), (11, -6), (max, -6)] {
+        let r = list_offsets(&mut client, version, "lo", 0, ts);
+        assert_eq!(
+            (r.error_code, r.offset, r.timestamp, r.leader_epoch),
+            (NONE, -1, -1, -1),
+            "v{version} ts {ts}"
+        );
     }
     // An empty partition: latest and earliest are 0, by timestamp nothing.
     create(&mut client, "lo-empty", 1, &[]);
@@ -2376,6 +2435,118 @@ fn alter_configs_change_topics_live_and_durably() {
 
 // ---- Every version ------------------------------------------------------------------------
 
+/// DescribeTopicPartitions (KIP-966): topics in name order, paged by partition count with a
+/// cursor, unknown topics named, a cursor outside the topics refused.
+#[test]
+fn describe_topic_partitions_pages_with_a_cursor() {
+    use fjord_protocol::messages::describe_topic_partitions_request::{
+        Cursor, DescribeTopicPartitionsRequest, TopicRequest,
+    };
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    create(&mut client, "dtp-b", 3, &[]);
+    create(&mut client, "dtp-a", 2, &[]);
+    create(&mut client, "dtp-c", 1, &[]);
+    let mut describe = |topics: &[&str], limit: i32, cursor: Option<(&str, i32)>| {
+        let r = expect!(
+            client.request(
+                0,
+                RequestBody::DescribeTopicPartitions(DescribeTopicPartitionsRequest {
+                    topics: topics
+                        .iter()
+                        .map(|t| TopicRequest {
+                            name: t.to_string(),
+                        })
+                        .collect(),
+                    response_partition_limit: limit,
+                    cursor: cursor.map(|(t, p)| Cursor {
+                        topic_name: t.into(),
+                        partition_index: p,
+                    }),
+                }),
+            ),
+            DescribeTopicPartitions
+        );
+        let topics: Vec<(i16, String, Vec<i32>)> = r
+            .topics
+            .iter()
+            .map(|t| {
+                let partitions = t.partitions.iter().map(|p| p.partition_index).collect();
+                (t.error_code, t.name.clone().unwrap_or_default(), partitions)
+            })
+            .collect();
+        let next = r.next_cursor.map(|c| (c.topic_name, c.partition_index));
+        (topics, next)
+    };
+    let named = ["dtp-c", "dtp-b", "dtp-a", "dtp-missing"];
+    // Three partitions a page: dtp-a whole, dtp-b's first, then the cursor into dtp-b.
+    let (topics, next) = describe(&named, 3, None);
+    assert_eq!(
+        topics,
+        [
+            (NONE, "dtp-a".to_string(), vec![0, 1]),
+            (NONE, "dtp-b".to_string(), vec![0])
+        ]
+    );
+    assert_eq!(next, Some(("dtp-b".to_string(), 1)));
+    let (topics, next) = describe(&named, 3, Some(("dtp-b", 1)));
+    assert_eq!(
+        topics,
+        [
+            (NONE, "dtp-b".to_string(), vec![1, 2]),
+            (NONE, "dtp-c".to_string(), vec![0])
+        ]
+    );
+    // The page is full with one topic left: it starts the next page.
+    assert_eq!(next, Some(("dtp-missing".to_string(), 0)));
+    let (topics, next) = describe(&named, 3, Some(("dtp-missing", 0)));
+    assert_eq!(
+        topics,
+        [(
+            UNKNOWN_TOPIC_OR_PARTITION,
+            "dtp-missing".to_string(),
+            vec![]
+        )]
+    );
+    assert_eq!(next, None);
+    // No topics named: every topic, unknown ones cannot be; the limit at least one partition.
+    let (topics, _) = describe(&[], 2000, None);
+    let names: Vec<&str> = topics.iter().map(|t| t.1.as_str()).collect();
+    assert_eq!(names, ["dtp-a", "dtp-b", "dtp-c"]);
+    let (topics, next) = describe(&[], 0, None);
+    assert_eq!(topics, [(NONE, "dtp-a".to_string(), vec![0])]);
+    assert_eq!(next, Some(("dtp-a".to_string(), 1)));
+    // A cursor naming a topic not asked for is refused.
+    let (topics, _) = describe(&["dtp-a"], 10, Some(("dtp-b", 0)));
+    assert_eq!(topics, [(INVALID_REQUEST, "dtp-a".to_string(), vec![])]);
+}
+
+/// ListTransactions v2 (KIP-1152): a transactional id pattern must be a regular expression.
+#[test]
+fn list_transactions_pattern_must_be_a_regular_expression() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    let mut list = |pattern: &str| {
+        let r = expect!(
+            client.request(
+                2,
+                RequestBody::ListTransactions(
+                    fjord_protocol::messages::list_transactions_request::ListTransactionsRequest {
+                        duration_filter: -1,
+                        transactional_id_pattern: Some(pattern.into()),
+                        ..Default::default()
+                    },
+                ),
+            ),
+            ListTransactions
+        );
+        (r.error_code, r.transaction_states.len())
+    };
+    assert_eq!(list("(unclosed"), (INVALID_REGULAR_EXPRESSION, 0));
+    assert_eq!(list("tool-.*"), (NONE, 0));
+    assert_eq!(list(""), (NONE, 0), "empty: no filter");
+}
+
 /// Every advertised version of every API gets an answer that decodes at that version: a response
 /// the broker cannot encode would otherwise leave the client waiting.
 #[test]
@@ -2488,7 +2659,7 @@ fn every_advertised_version_answers() {
                     allow_auto_topic_creation: true,
                     ..Default::default()
                 }),
-                ApiKey::ApiVersions => RequestBody::ApiVersions(ApiVersionsRequest::default()),
+                ApiKey::ApiVersions => RequestBody::ApiVersions(common::api_versions_request()),
                 ApiKey::CreateTopics => RequestBody::CreateTopics(CreateTopicsRequest {
                     topics: vec![topic(&fresh, 1, &[("retention.ms", "1000000")])],
                     timeout_ms: 1_000,
@@ -2814,6 +2985,17 @@ fn every_advertised_version_answers() {
                         producer_id: 4242,
                         producer_epoch: 0,
                         committed: true,
+                    },
+                ),
+                ApiKey::DescribeTopicPartitions => RequestBody::DescribeTopicPartitions(
+                    fjord_protocol::messages::describe_topic_partitions_request::DescribeTopicPartitionsRequest {
+                        topics: vec![
+                            fjord_protocol::messages::describe_topic_partitions_request::TopicRequest {
+                                name: "every".into(),
+                            },
+                        ],
+                        response_partition_limit: 2000,
+                        cursor: None,
                     },
                 ),
                 other => panic!("no request built for {}", other.name()),

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use common::{Client, TestBroker};
-use fjord_protocol::messages::api_versions_request::ApiVersionsRequest;
 use fjord_protocol::messages::create_topics_request::*;
 use fjord_protocol::messages::fetch_request::*;
 use fjord_protocol::messages::fetch_response::PartitionData;
@@ -51,7 +50,7 @@ fn assert_healthy(broker: &mut TestBroker) {
     assert!(broker.alive(), "broker died; log:\n{}", broker.log());
     let mut client = broker.connect();
     let ResponseBody::ApiVersions(response) =
-        client.request(3, RequestBody::ApiVersions(ApiVersionsRequest::default()))
+        client.request(3, RequestBody::ApiVersions(common::api_versions_request()))
     else {
         panic!("wrong response type")
     };
@@ -346,7 +345,7 @@ fn frame_over_socket_request_max_bytes_closes() {
         .encode_request(
             ApiKey::ApiVersions,
             3,
-            &RequestBody::ApiVersions(ApiVersionsRequest::default()),
+            &RequestBody::ApiVersions(common::api_versions_request()),
         )
         .to_vec();
     assert!(frame.len() < 1024);
@@ -441,10 +440,10 @@ fn api_versions_too_new_gets_v0_unsupported_version() {
         .iter()
         .find(|k| k.api_key == ApiKey::ApiVersions as i16)
         .expect("ApiVersions entry");
-    assert_eq!((entry.min_version, entry.max_version), (0, 4));
+    assert_eq!((entry.min_version, entry.max_version), (0, 5));
     // The connection stays usable: the retry at a supported version is answered.
     let ResponseBody::ApiVersions(retry) =
-        client.request(3, RequestBody::ApiVersions(ApiVersionsRequest::default()))
+        client.request(3, RequestBody::ApiVersions(common::api_versions_request()))
     else {
         panic!("wrong response type")
     };
@@ -975,7 +974,7 @@ fn pipelined_requests_are_answered_in_order() {
     let mut wire = Vec::new();
     for i in 0..30 {
         let (version, body) = match i % 3 {
-            0 => (3, RequestBody::ApiVersions(ApiVersionsRequest::default())),
+            0 => (3, RequestBody::ApiVersions(common::api_versions_request())),
             1 => (
                 12,
                 RequestBody::Metadata(MetadataRequest {

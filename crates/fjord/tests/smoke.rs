@@ -2,7 +2,6 @@
 mod common;
 
 use common::TestBroker;
-use fjord_protocol::messages::ApiVersionsRequest;
 use fjord_protocol::{RequestBody, ResponseBody};
 
 #[test]
@@ -10,7 +9,7 @@ fn api_versions_and_clean_shutdown() {
     let mut broker = TestBroker::start();
     let mut client = broker.connect();
     let ResponseBody::ApiVersions(response) =
-        client.request(3, RequestBody::ApiVersions(ApiVersionsRequest::default()))
+        client.request(3, RequestBody::ApiVersions(common::api_versions_request()))
     else {
         panic!("wrong response type")
     };

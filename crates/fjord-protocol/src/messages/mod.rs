@@ -53,6 +53,8 @@ pub mod describe_producers_request;
 pub mod describe_producers_response;
 pub mod describe_quorum_request;
 pub mod describe_quorum_response;
+pub mod describe_topic_partitions_request;
+pub mod describe_topic_partitions_response;
 pub mod describe_transactions_request;
 pub mod describe_transactions_response;
 pub mod elect_leaders_request;
@@ -154,6 +156,8 @@ pub use describe_producers_request::DescribeProducersRequest;
 pub use describe_producers_response::DescribeProducersResponse;
 pub use describe_quorum_request::DescribeQuorumRequest;
 pub use describe_quorum_response::DescribeQuorumResponse;
+pub use describe_topic_partitions_request::DescribeTopicPartitionsRequest;
+pub use describe_topic_partitions_response::DescribeTopicPartitionsResponse;
 pub use describe_transactions_request::DescribeTransactionsRequest;
 pub use describe_transactions_response::DescribeTransactionsResponse;
 pub use elect_leaders_request::ElectLeadersRequest;
@@ -262,6 +266,7 @@ pub enum RequestBody {
     AllocateProducerIds(AllocateProducerIdsRequest),
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
     ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
+    DescribeTopicPartitions(DescribeTopicPartitionsRequest),
 }
 
 impl RequestBody {
@@ -399,6 +404,9 @@ impl RequestBody {
             ApiKey::ConsumerGroupDescribe => RequestBody::ConsumerGroupDescribe(
                 ConsumerGroupDescribeRequest::decode(input, version)?,
             ),
+            ApiKey::DescribeTopicPartitions => RequestBody::DescribeTopicPartitions(
+                DescribeTopicPartitionsRequest::decode(input, version)?,
+            ),
         })
     }
 
@@ -454,6 +462,7 @@ impl RequestBody {
             RequestBody::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
             RequestBody::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
             RequestBody::ConsumerGroupDescribe(_) => ApiKey::ConsumerGroupDescribe,
+            RequestBody::DescribeTopicPartitions(_) => ApiKey::DescribeTopicPartitions,
         }
     }
 
@@ -509,6 +518,7 @@ impl RequestBody {
             RequestBody::AllocateProducerIds(body) => body.encode(out, version),
             RequestBody::ConsumerGroupHeartbeat(body) => body.encode(out, version),
             RequestBody::ConsumerGroupDescribe(body) => body.encode(out, version),
+            RequestBody::DescribeTopicPartitions(body) => body.encode(out, version),
         }
     }
 }
@@ -566,6 +576,7 @@ pub enum ResponseBody {
     AllocateProducerIds(AllocateProducerIdsResponse),
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse),
     ConsumerGroupDescribe(ConsumerGroupDescribeResponse),
+    DescribeTopicPartitions(DescribeTopicPartitionsResponse),
 }
 
 impl ResponseBody {
@@ -709,6 +720,9 @@ impl ResponseBody {
             ApiKey::ConsumerGroupDescribe => ResponseBody::ConsumerGroupDescribe(
                 ConsumerGroupDescribeResponse::decode(input, version)?,
             ),
+            ApiKey::DescribeTopicPartitions => ResponseBody::DescribeTopicPartitions(
+                DescribeTopicPartitionsResponse::decode(input, version)?,
+            ),
         })
     }
 
@@ -764,6 +778,7 @@ impl ResponseBody {
             ResponseBody::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
             ResponseBody::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
             ResponseBody::ConsumerGroupDescribe(_) => ApiKey::ConsumerGroupDescribe,
+            ResponseBody::DescribeTopicPartitions(_) => ApiKey::DescribeTopicPartitions,
         }
     }
 
@@ -819,6 +834,7 @@ impl ResponseBody {
             ResponseBody::AllocateProducerIds(body) => body.encode(out, version),
             ResponseBody::ConsumerGroupHeartbeat(body) => body.encode(out, version),
             ResponseBody::ConsumerGroupDescribe(body) => body.encode(out, version),
+            ResponseBody::DescribeTopicPartitions(body) => body.encode(out, version),
         }
     }
 }

@@ -39,6 +39,17 @@ pub struct TestBroker {
     pub wrapper: Vec<String>,
 }
 
+/// An ApiVersions request as a client sends it: named, since from v3 the broker refuses a
+/// client software name or version outside Kafka's pattern (an empty one too).
+pub fn api_versions_request() -> fjord_protocol::messages::api_versions_request::ApiVersionsRequest
+{
+    fjord_protocol::messages::api_versions_request::ApiVersionsRequest {
+        client_software_name: "fjord-test".into(),
+        client_software_version: "1".into(),
+        ..Default::default()
+    }
+}
+
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
