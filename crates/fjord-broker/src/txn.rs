@@ -39,7 +39,7 @@ use crate::broker::{now_ms, Broker};
 use crate::coordinator_runtime::{after_tick, earliest};
 use crate::group_runtime::OFFSETS_TOPIC;
 
-use crate::txn_runtime::{MarkerLink, Ran, SharedShard, TXN_TOPIC};
+use crate::txn_runtime::{LinkPool, Ran, SharedShard, TXN_TOPIC};
 
 /// The newest version of WriteTxnMarkers sent to other brokers (v2 tells the leader the
 /// transaction's version, KIP-1228); a broker that knows only v1 gets v1.
@@ -491,14 +491,14 @@ impl Broker {
         broker: i32,
         request: WriteTxnMarkersRequest,
     ) -> Result<WriteTxnMarkersResponse, String> {
-        let link = self.txns.marker_link(broker);
+        let links = self.txns.marker_links(broker);
         let client_id = format!("txn-markers-{}", self.config.node_id);
         // A marker waits up to 30 s for its replicas at the leader.
         let timeout = Duration::from_secs(35);
         let body = RequestBody::WriteTxnMarkers(request);
         match self
             .send_on_link(
-                &link,
+                &links,
                 broker,
                 client_id,
                 timeout,
@@ -515,19 +515,19 @@ impl Broker {
         }
     }
 
-    /// Sends one request to `broker` over the inter-broker listener on `link`, connecting it
-    /// first if it has no usable connection, at `version` or the newest below it that the
-    /// broker supports.
+    /// Sends one request to `broker` over the inter-broker listener on a connection of
+    /// `links`, connecting it first if it is not usable, at `version` or the newest below it
+    /// that the broker supports.
     pub(crate) async fn send_on_link(
         &self,
-        link: &MarkerLink,
+        links: &LinkPool,
         broker: i32,
         client_id: String,
         request_timeout: Duration,
         version: i16,
         body: RequestBody,
     ) -> Result<ResponseBody, String> {
-        let mut connection = link.lock().await;
+        let mut connection = links.take().await;
         if !connection.as_ref().is_some_and(Connection::is_usable) {
             let config = ClientConfig {
                 client_id,

@@ -11,6 +11,8 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+#[cfg(test)]
+use std::time::Duration;
 
 use fjord_common::{errors, lock, LeaderEpoch};
 use fjord_txn::{MarkerJob, Step, TransactionCoordinatorShard, TxnConfig, Write, Written};
@@ -61,14 +63,48 @@ pub enum Ran<T> {
 pub struct TxnRuntime {
     pub shards: CoordinatorRuntime<TransactionCoordinatorShard>,
     flusher: FlusherHandle,
-    /// One connection per broker that markers are sent to.
-    marker_links: Mutex<HashMap<i32, MarkerLink>>,
+    /// Connections to each broker that markers are sent to.
+    marker_links: Mutex<HashMap<i32, Arc<LinkPool>>>,
     /// Connections to other brokers' coordinators for KIP-890 verification, by broker id:
     /// apart from the markers', which can wait long for replicas.
-    verification_links: Mutex<HashMap<i32, MarkerLink>>,
+    verification_links: Mutex<HashMap<i32, Arc<LinkPool>>>,
 }
 
-pub type MarkerLink = Arc<tokio::sync::Mutex<Option<fjord_client::Connection>>>;
+/// How many connections to one broker each kind of inter-broker request may use at once.
+const LINKS_PER_BROKER: usize = 4;
+
+/// One connection to another broker (connected by its first sender, again after a failure).
+pub type Link = Arc<tokio::sync::Mutex<Option<fjord_client::Connection>>>;
+
+/// Up to `LINKS_PER_BROKER` connections to one broker: a request takes one no other request
+/// is using, so requests to a broker go side by side rather than one at a time; when all are
+/// in use it waits for one, taken in turn.
+pub struct LinkPool {
+    links: Vec<Link>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Default for LinkPool {
+    fn default() -> Self {
+        LinkPool {
+            links: (0..LINKS_PER_BROKER).map(|_| Link::default()).collect(),
+            next: Default::default(),
+        }
+    }
+}
+
+impl LinkPool {
+    /// A connection slot of this pool, held until the guard is dropped.
+    pub async fn take(&self) -> tokio::sync::OwnedMutexGuard<Option<fjord_client::Connection>> {
+        for link in &self.links {
+            if let Ok(free) = link.clone().try_lock_owned() {
+                return free;
+            }
+        }
+        let turn = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.links.len();
+        self.links[turn].clone().lock_owned().await
+    }
+}
 
 /// The error a request is answered with when its transition was not written.
 fn failure_code(failure: &WriteFailure) -> i16 {
@@ -94,13 +130,13 @@ impl TxnRuntime {
         }
     }
 
-    /// The connection markers for `broker` go on (connected by the sender).
-    pub fn marker_link(&self, broker: i32) -> MarkerLink {
+    /// The connections markers for `broker` go on.
+    pub fn marker_links(&self, broker: i32) -> Arc<LinkPool> {
         lock(&self.marker_links).entry(broker).or_default().clone()
     }
 
-    /// The connection produce verifications for `broker`'s coordinators go on.
-    pub fn verification_link(&self, broker: i32) -> MarkerLink {
+    /// The connections produce verifications for `broker`'s coordinators go on.
+    pub fn verification_links(&self, broker: i32) -> Arc<LinkPool> {
         lock(&self.verification_links)
             .entry(broker)
             .or_default()
@@ -198,5 +234,25 @@ impl TxnRuntime {
         drop(guard);
         self.shards.deadline_moved();
         written
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn requests_to_one_broker_take_free_connections_then_wait_in_turn() {
+        let pool = LinkPool::default();
+        let mut held = Vec::new();
+        for _ in 0..LINKS_PER_BROKER {
+            held.push(pool.take().await);
+        }
+        // Every slot in use: the next request waits until one is given back.
+        let waiting = tokio::time::timeout(Duration::from_millis(50), pool.take()).await;
+        assert!(waiting.is_err(), "a fifth request took a slot in use");
+        held.pop();
+        let freed = tokio::time::timeout(Duration::from_secs(5), pool.take()).await;
+        assert!(freed.is_ok(), "a freed slot was not taken");
     }
 }

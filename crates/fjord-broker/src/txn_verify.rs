@@ -465,11 +465,11 @@ impl Broker {
         broker: i32,
         request: AddPartitionsToTxnRequest,
     ) -> Result<AddPartitionsToTxnResponse, String> {
-        let link = self.txns.verification_link(broker);
+        let links = self.txns.verification_links(broker);
         let client_id = format!("txn-verification-{}", self.config.node_id);
         let body = RequestBody::AddPartitionsToTxn(request);
         match self
-            .send_on_link(&link, broker, client_id, ASK_TIMEOUT, ASK_VERSION, body)
+            .send_on_link(&links, broker, client_id, ASK_TIMEOUT, ASK_VERSION, body)
             .await?
         {
             ResponseBody::AddPartitionsToTxn(response) => Ok(response),
