@@ -206,7 +206,7 @@ class FjordBroker(Broker):
 
 
 # Kafka's internal topics other than `__consumer_offsets` with one replica and one partition: the test brokers
-# are too few for the defaults, and small topics keep restarts quick.
+# are too few for the defaults, and small topics keep restarts quick. A test's own properties win.
 KAFKA_INTERNAL_TOPICS = {
     "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",
@@ -603,9 +603,10 @@ class ClusterNode(Broker):
         if "broker" in roles:
             props["advertised.listeners"] = f"PLAINTEXT://{self.bootstrap}"
             props["inter.broker.listener.name"] = "PLAINTEXT"
-        props.update(extra or {})
         if kind == "kafka":
             props.update(KAFKA_INTERNAL_TOPICS)
+        props.update(extra or {})
+        if kind == "kafka":
             self.jvm = [java_bin(), "-Xms256m", "-Xmx512m", f"-Dlog4j2.configurationFile={kafka_log4j(workdir)}",
                         "-cp", read_classpath("kafka-broker.classpath")]
         else:

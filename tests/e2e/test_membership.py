@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import Cluster
+from harness import Cluster, kafka_tool
 
 SESSION_MS = 6000
 PARTITIONS = 6
@@ -107,6 +107,16 @@ def read(bootstrap: str, partition: int) -> list:
     return values
 
 
+def endpoint_states(bootstrap: str, include_fenced: bool) -> dict:
+    """Broker id → STATE column of Kafka's `kafka-cluster list-endpoints` (empty without the fenced option)."""
+    out = kafka_tool("org.apache.kafka.tools.ClusterTool", "list-endpoints", "--bootstrap-server", bootstrap,
+                     *(["--include-fenced-brokers"] if include_fenced else []))
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    header = rows[0]
+    state = header.index("STATE") if "STATE" in header else None
+    return {r[0]: (r[state] if state is not None else "") for r in rows[1:]}
+
+
 def led_by(leaders: dict, node_id: int) -> list:
     return sorted(p for p, l in leaders.items() if l == node_id)
 
@@ -130,6 +140,12 @@ def test_a_dead_or_stalled_broker_is_fenced_and_leads_its_partitions_again_when_
         wait_view(rest, lambda b, l: victim.node_id not in b and all(l[p] == -1 for p in mine),
                   "not fenced", SESSION_MS / 1000 + 30)
         assert time.monotonic() - stopped > SESSION_MS / 1000 * 0.5, "fenced well before its session timed out"
+        # Still registered: `kafka-cluster list-endpoints --include-fenced-brokers` (DescribeCluster v2) lists it as
+        # fenced, the others as unfenced; without the option it is left out.
+        states = endpoint_states(rest, include_fenced=True)
+        assert states.get(str(victim.node_id)) == "fenced", states
+        assert sorted(v for k, v in states.items() if k != str(victim.node_id)) == ["unfenced"] * (len(states) - 1)
+        assert str(victim.node_id) not in endpoint_states(rest, include_fenced=False)
         # The other partitions keep working.
         produce(rest, [p for p in range(PARTITIONS) if p not in mine], f"during-{fault}")
     finally:

@@ -13,10 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer,
+                             TopicPartition)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from copier import MESSAGES, copy_exactly_once
+from test_transactions import timed_out_transaction_is_aborted, zombie_is_fenced
 from wordcount import count_words_exactly_once
 from harness import (CLIENTS, Cluster, check_implicit_add, franz_go_tests, implicit_add, kafka_tool,
                      metadata_quorum_status, read_until_quiet, round_trip, unadded_produce, wait_for)
@@ -199,6 +201,88 @@ def test_a_stalled_follower_leaves_the_isr_before_its_session_ends_and_rejoins(c
     assert sorted(v for values in got.values() for v in values) == [-1] + list(range(300))
 
 
+def test_coordinators_take_no_write_while_their_partitions_isr_is_below_min_insync_replicas(tmp_path):
+    """Group and transaction coordinators write with acks=all: on three nodes whose `__consumer_offsets` and
+    `__transaction_state` have three replicas and need all three in sync (`min.insync.replicas`,
+    `transaction.state.log.min.isr`), with one node dead an offset commit and a transactional InitProducerId are not
+    taken (the clients retry, then give up; OffsetFetch does not see the commit tried); with the node back in the
+    ISR, both go through."""
+    c = Cluster(tmp_path, controllers=3,
+                extra={"broker.session.timeout.ms": str(SESSION_MS), "broker.heartbeat.interval.ms": "1000",
+                       "replica.lag.time.max.ms": str(LAG_MS), "offsets.topic.replication.factor": "3",
+                       "transaction.state.log.replication.factor": "3", "transaction.state.log.num.partitions": "3",
+                       "transaction.state.log.min.isr": "3", "min.insync.replicas": "3"})
+    c.start()
+    try:
+        coordinators_refuse_writes_under_min_isr(c)
+    finally:
+        c.kill9()
+
+
+def coordinators_refuse_writes_under_min_isr(c: Cluster) -> None:
+    topic, group, transactional_id = "coord-min-isr", "coord-min-isr-group", "coord-min-isr-producer"
+    create(c.bootstrap, topic, min_isr=1)
+    ids = sorted(n.node_id for n in c.nodes)
+    internal = ["__consumer_offsets", "__transaction_state"]
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+
+    # Each admin client is kept alive until its futures complete (destroying it fails them).
+    def commit(bootstrap: str, offset: int, **kw):
+        """The commit's error: None when taken (a partition's error, or the whole request's)."""
+        a = AdminClient({"bootstrap.servers": bootstrap})
+        try:
+            result = a.alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, offset)])], **kw)[group].result(30)
+        except KafkaException as e:
+            return e.args[0]
+        return result.topic_partitions[0].error
+
+    def committed(bootstrap: str) -> int:
+        a = AdminClient({"bootstrap.servers": bootstrap})
+        [result] = a.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])]).values()
+        return result.result(30).topic_partitions[0].offset
+
+    def isrs(bootstrap: str, t: str) -> list:
+        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(t, timeout=10).topics[t]
+        return [sorted(p.isrs) for p in md.partitions.values()] if md.error is None else []
+
+    def transaction(bootstrap: str, timeout_s: float) -> None:
+        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+        p.init_transactions(timeout_s)
+        p.begin_transaction()
+        p.produce(topic, value=b"t", partition=0)
+        p.commit_transaction(60)
+
+    # Both coordinators exist, every replica in sync (a coordinator just created may still be loading).
+    wait_for(lambda: commit(c.bootstrap, 5) is None, "the first commit taken", 60)
+    transaction(c.bootstrap, 60)
+    for t in internal:
+        wait_for(lambda: (lambda i: i and all(isr == ids for isr in i))(isrs(c.bootstrap, t)),
+                 f"{t}: every replica in sync", 60)
+    coordinators = {coordinator_of(c.bootstrap, transactional_id),
+                    admin.describe_consumer_groups([group])[group].result(30).coordinator.id}
+    victim = c.node(next(i for i in ids if i not in coordinators))
+    survivors = ",".join(n.bootstrap for n in c.nodes if n.node_id != victim.node_id)
+    victim.kill9()
+    for t in internal:
+        wait_for(lambda: (lambda i: i and all(victim.node_id not in isr for isr in i))(isrs(survivors, t)),
+                 f"the dead node left {t}'s ISRs", SESSION_MS / 1000 + 30)
+    refused = commit(survivors, 9, request_timeout=10)
+    assert refused is not None, "a commit taken with too few replicas in sync"
+    assert committed(survivors) == 5, f"the refused commit ({refused}) is seen"
+    with pytest.raises(KafkaException):
+        transaction(survivors, 10)
+
+    victim.start(timeout_s=120)
+    for t in internal:
+        wait_for(lambda: (lambda i: i and all(isr == ids for isr in i))(isrs(survivors, t)),
+                 f"{t}: every replica back in sync", 120)
+    wait_for(lambda: commit(survivors, 9) is None, "the commit taken with the node back", 60)
+    assert committed(survivors) == 9
+    transaction(c.bootstrap, 60)
+
+
 @pytest.mark.parametrize("client", CLIENTS)
 def test_every_client_round_trips_at_replication_factor_3(cluster, tmp_path, client):
     """Java kafka-clients, franz-go, librdkafka and kafka-python produce with acks=all to RF=3 partitions led by
@@ -268,6 +352,18 @@ def test_leaders_on_other_nodes_add_partitions_for_a_producer_on_transaction_ver
     assert int(offsets["coordinator"]) != coordinator, (coordinator, rows)
     assert sorted(read_committed(cluster.bootstrap, topic, PARTITIONS)) == [
         f"committed-{p}" for p in range(PARTITIONS)]
+
+
+def test_a_zombie_producer_is_fenced_at_replication_factor_3(cluster):
+    """confluent-kafka's fencing of a zombie (test_transactions.py) on three nodes, its topic at replication factor 3:
+    the coordinator and the partitions' leaders are on different nodes."""
+    zombie_is_fenced(cluster.bootstrap, 3)
+
+
+def test_a_timed_out_transaction_is_aborted_at_replication_factor_3(cluster):
+    """confluent-kafka's transaction timeout (test_transactions.py) on three nodes, its topic at replication
+    factor 3."""
+    timed_out_transaction_is_aborted(cluster.bootstrap, 3)
 
 
 def test_transactions_commit_through_a_partition_leaders_kill9(cluster):

@@ -13,9 +13,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from harness import check_implicit_add, implicit_add, kafka_tool, read_until_quiet, unadded_produce, wait_for
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+    for future in admin.create_topics([NewTopic(topic, partitions, replication_factor)]).values():
         future.result(30)
 
 
@@ -62,21 +62,26 @@ def test_commit_and_abort_by_isolation_level(broker):
 
 
 def test_a_zombie_producer_is_fenced(broker):
+    zombie_is_fenced(broker.bootstrap, 1)
+
+
+def zombie_is_fenced(bootstrap: str, replication_factor: int) -> None:
+    """A new producer with a zombie's transactional id aborts its open transaction and fences it."""
     topic, partitions = f"txn-{uuid.uuid4().hex[:8]}", 2
-    create_topic(broker.bootstrap, topic, partitions)
+    create_topic(bootstrap, topic, partitions, replication_factor)
     transactional_id = f"tx-{topic}"
-    zombie = producer(broker.bootstrap, transactional_id)
+    zombie = producer(bootstrap, transactional_id)
     zombie.begin_transaction()
     for i in range(10):
         zombie.produce(topic, value=f"zombie-{i}".encode(), partition=i % partitions)
     zombie.flush(60)
     # A new instance takes the id over: the zombie's open transaction is aborted and the zombie fenced.
-    successor = producer(broker.bootstrap, transactional_id)
+    successor = producer(bootstrap, transactional_id)
     with pytest.raises(KafkaException) as fenced:
         zombie.commit_transaction(30)
     assert fenced.value.args[0].fatal() or "fenc" in str(fenced.value).lower(), fenced.value
     send_transaction(successor, topic, partitions, "successor", 10, commit=True)
-    committed = consume_all(broker.bootstrap, topic, partitions, "read_committed", 10)
+    committed = consume_all(bootstrap, topic, partitions, "read_committed", 10)
     assert labels(committed) == ["successor"] and len(committed) == 10
 
 
@@ -215,6 +220,10 @@ def test_kafka_transactions_tool_lists_describes_and_aborts(broker):
     assert listed[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
     mine = [row for row in listed[1:] if row[0] == transactional_id]
     assert len(mine) == 1 and mine[0][3] == "Ongoing", listed
+    # ListTransactions v2 (KIP-1152): a pattern the whole id matches.
+    assert [r[0] for r in transactions_tool(broker.bootstrap, "list", "--transactional-id-pattern",
+                                            f"tool-{topic[:6]}.*")[1:]] == [transactional_id]
+    assert transactions_tool(broker.bootstrap, "list", "--transactional-id-pattern", f"{topic}.*")[1:] == []
     described = dict(zip(*transactions_tool(broker.bootstrap, "describe", "--transactional-id", transactional_id)))
     assert described["TransactionState"] == "Ongoing" and described["TopicPartitions"] == f"{topic}-0", described
     assert described["ProducerId"] == mine[0][2]
@@ -258,22 +267,26 @@ def test_kafka_dump_log_reads_the_transaction_index(broker):
 
 
 def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(broker):
+    timed_out_transaction_is_aborted(broker.bootstrap, 1)
+
+
+def timed_out_transaction_is_aborted(bootstrap: str, replication_factor: int) -> None:
     """A producer that goes quiet mid-transaction does not hold read_committed consumers back for long: past
     `transaction.timeout.ms` the coordinator aborts its transaction (the last stable offset moves on) and fences
     the producer, whose commit then fails."""
     topic = f"txn-{uuid.uuid4().hex[:8]}"
-    create_topic(broker.bootstrap, topic, 1)
-    stalled = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"stalled-{topic}",
+    create_topic(bootstrap, topic, 1, replication_factor)
+    stalled = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"stalled-{topic}",
                         "transaction.timeout.ms": 3000})
     stalled.init_transactions(60)
     stalled.begin_transaction()
     for i in range(5):
         stalled.produce(topic, value=f"stalled-{i}".encode(), partition=0)
     stalled.flush(60)
-    send_transaction(producer(broker.bootstrap, f"other-{topic}"), topic, 1, "after", 3, commit=True)
+    send_transaction(producer(bootstrap, f"other-{topic}"), topic, 1, "after", 3, commit=True)
     # Kafka looks for timed-out transactions every 10 s (transaction.abort.timed.out.transaction.cleanup
     # .interval.ms); the consumer waits that long at most.
-    assert labels(consume_all(broker.bootstrap, topic, 1, "read_committed", 3, wait_s=40)) == ["after"]
+    assert labels(consume_all(bootstrap, topic, 1, "read_committed", 3, wait_s=40)) == ["after"]
     with pytest.raises(KafkaException):
         stalled.commit_transaction(30)
 
