@@ -561,10 +561,10 @@ class ClusterNode(Broker):
 
     def __init__(self, workdir: Path, node_id: int, roles: str, port: int, controller_port: int, voters: str,
                  kind: str, extra: Optional[Dict[str, str]] = None, host: str = "127.0.0.1",
-                 prefix: Optional[List[str]] = None, metadata_dir: bool = False):
+                 prefix: Optional[List[str]] = None, metadata_dir: bool = False, bootstrap_servers: str = ""):
         # A command prefix runs the node elsewhere (`ip netns exec NS`), listening on `host` there. With
         # `metadata_dir` the metadata log has a dir of its own (`metadata.log.dir`), so the data dir can be wiped
-        # alone.
+        # alone. With `bootstrap_servers` (and no `voters`) the quorum is dynamic (KIP-853).
         self.prefix = prefix or []
         self.kind = kind
         self.clean_exit_codes = (0, 143) if kind == "kafka" else (0,)
@@ -587,7 +587,6 @@ class ClusterNode(Broker):
         props = {
             "process.roles": roles,
             "node.id": str(node_id),
-            "controller.quorum.voters": voters,
             "listeners": ",".join(listeners),
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -598,6 +597,10 @@ class ClusterNode(Broker):
             "offsets.topic.num.partitions": "3",
             "group.initial.rebalance.delay.ms": "0",
         }
+        if voters:
+            props["controller.quorum.voters"] = voters
+        else:
+            props["controller.quorum.bootstrap.servers"] = bootstrap_servers
         if metadata_dir:
             props["metadata.log.dir"] = str(workdir / "metadata")
         if "broker" in roles:
@@ -617,11 +620,12 @@ class ClusterNode(Broker):
     def is_broker(self) -> bool:
         return "broker" in self.roles
 
-    def format(self, cluster_id: str, ignore_formatted: bool = False) -> None:
-        """Kafka's storage format; with `ignore_formatted` only the dirs not yet formatted (a wiped data dir)."""
+    def format(self, cluster_id: str, ignore_formatted: bool = False, initial: Optional[List[str]] = None) -> None:
+        """Kafka's storage format; with `ignore_formatted` only the dirs not yet formatted (a wiped data dir);
+        `initial` adds the flags of a dynamic quorum's first start (`--standalone`, `--no-initial-controllers`)."""
         subprocess.run(
             self.jvm + ["kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(self.config)]
-            + (["--ignore-formatted"] if ignore_formatted else []),
+            + (["--ignore-formatted"] if ignore_formatted else []) + (initial or []),
             check=True,
             stdout=subprocess.DEVNULL,
             cwd=self.workdir,
@@ -647,10 +651,13 @@ class Cluster:
 
     def __init__(self, workdir: Path, controllers: int = 3, brokers: int = 0, extra: Optional[Dict[str, str]] = None,
                  hosts: Optional[List[str]] = None, prefixes: Optional[List[List[str]]] = None,
-                 metadata_dirs: bool = False, node_extra: Optional[Dict[int, Dict[str, str]]] = None):
+                 metadata_dirs: bool = False, node_extra: Optional[Dict[int, Dict[str, str]]] = None,
+                 dynamic: bool = False):
         """`hosts` and `prefixes` (one per node) place nodes elsewhere than loopback, e.g. in network namespaces;
         `metadata_dirs` gives each node's metadata log a dir of its own; `node_extra` adds properties to some nodes
-        (by node id), e.g. `broker.rack`."""
+        (by node id), e.g. `broker.rack`. `dynamic` names the controllers in `controller.quorum.bootstrap.servers`
+        instead of `controller.quorum.voters` (KIP-853): node 1 begins the quorum alone (Kafka: formatted
+        `--standalone`), the others join it (Kafka: `--no-initial-controllers`)."""
         self.kind = os.environ.get("E2E_BROKER", "fjord")
         self.voters_spec = None
         combined = brokers == 0
@@ -659,12 +666,16 @@ class Cluster:
         hosts = hosts or ["127.0.0.1"] * n
         prefixes = prefixes or [[]] * n
         voters = ",".join(f"{i + 1}@{hosts[i]}:{ports[i][1]}" for i in range(controllers))
+        self.bootstrap_controllers = ",".join(f"{hosts[i]}:{ports[i][1]}" for i in range(controllers))
+        if dynamic:
+            voters = ""
         roles = lambda i: "broker,controller" if combined else ("controller" if i < controllers else "broker")
         self.voters_spec = voters
         self.extra = extra or {}
         self.nodes = [
             ClusterNode(workdir / f"node-{i + 1}", i + 1, roles(i), p, c, voters, self.kind,
-                        {**self.extra, **(node_extra or {}).get(i + 1, {})}, hosts[i], prefixes[i], metadata_dirs)
+                        {**self.extra, **(node_extra or {}).get(i + 1, {})}, hosts[i], prefixes[i], metadata_dirs,
+                        self.bootstrap_controllers)
             for i, (p, c) in enumerate(ports)
         ]
         self.cluster_id = None
@@ -674,7 +685,10 @@ class Cluster:
                 cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
             self.cluster_id = cluster_id
             for node in self.nodes:
-                node.format(cluster_id)
+                initial = None
+                if dynamic and "controller" in node.roles:
+                    initial = ["--standalone"] if node.node_id == 1 else ["--no-initial-controllers"]
+                node.format(cluster_id, initial=initial)
         self.brokers = [node for node in self.nodes if node.is_broker]
         self.bootstrap = ",".join(node.bootstrap for node in self.brokers)
 
@@ -691,7 +705,8 @@ class Cluster:
 
     def extra_broker(self, workdir: Path, node_id: int) -> ClusterNode:
         """A broker-only node of this cluster's quorum, not started: `node_id` may repeat an existing one's."""
-        node = ClusterNode(workdir, node_id, "broker", free_port(), 0, self.voters_spec, self.kind, self.extra)
+        node = ClusterNode(workdir, node_id, "broker", free_port(), 0, self.voters_spec, self.kind, self.extra,
+                           bootstrap_servers=self.bootstrap_controllers)
         if self.cluster_id is not None:
             node.format(self.cluster_id)
         return node

@@ -64,7 +64,10 @@ MESSAGES = [
     (67, "AllocateProducerIds"),
     (68, "ConsumerGroupHeartbeat"),
     (69, "ConsumerGroupDescribe"),
+    (70, "ControllerRegistration"),
     (75, "DescribeTopicPartitions"),
+    (80, "AddRaftVoter"),
+    (81, "RemoveRaftVoter"),
 ]
 HEADERS = ["RequestHeader", "ResponseHeader"]
 

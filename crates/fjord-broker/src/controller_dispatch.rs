@@ -11,7 +11,6 @@ use fjord_controller::{ControllerApi, ControllerRequest, QuorumController};
 use fjord_metadata::{is_raft_frame, MetadataQuorum};
 use fjord_protocol::{decode_request_header, ApiKey, Decoder, RequestBody, ResponseBody};
 
-use fjord_config::BrokerConfig;
 use fjord_protocol::messages::describe_cluster_request::DescribeClusterRequest;
 use fjord_protocol::messages::describe_cluster_response::{
     DescribeClusterBroker, DescribeClusterResponse,
@@ -40,6 +39,9 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartition, 2, 3),
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::DescribeCluster, 1, 2),
+    (ApiKey::ControllerRegistration, 0, 0),
+    (ApiKey::AddRaftVoter, 0, 1),
+    (ApiKey::RemoveRaftVoter, 0, 0),
 ];
 
 /// Answers raft RPCs on any listener that carries them (a controller's controller listener, a
@@ -57,7 +59,6 @@ pub fn raft_reply(quorum: &Arc<MetadataQuorum>, frame: Bytes) -> Reply {
 pub struct ControllerDispatch {
     pub quorum: Arc<MetadataQuorum>,
     pub controller: Arc<QuorumController>,
-    pub config: Arc<BrokerConfig>,
     pub cluster_id: String,
 }
 
@@ -85,17 +86,24 @@ impl ControllerDispatch {
                 .leader()
                 .and_then(|l| i32::try_from(l).ok())
                 .unwrap_or(-1),
+            // The voters, as the quorum's membership records them.
             brokers: self
-                .config
-                .cluster
-                .voters
-                .iter()
-                .map(|v| DescribeClusterBroker {
-                    broker_id: v.id,
-                    host: v.host.clone(),
-                    port: v.port as i32,
-                    rack: None,
-                    is_fenced: false,
+                .quorum
+                .members()
+                .into_iter()
+                .filter(|m| m.voter)
+                .filter_map(|m| {
+                    let (host, port) = m.node.addr.rsplit_once(':')?;
+                    Some(DescribeClusterBroker {
+                        broker_id: m.node_id as i32,
+                        host: host
+                            .trim_start_matches('[')
+                            .trim_end_matches(']')
+                            .to_string(),
+                        port: port.parse().ok()?,
+                        rack: None,
+                        is_fenced: false,
+                    })
                 })
                 .collect(),
             cluster_authorized_operations: i32::MIN,

@@ -39,16 +39,26 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between attempts while no controller is active.
 const RETRY_BACKOFF: Duration = Duration::from_millis(100);
 
+/// Where controllers are found before the quorum's leader is known here.
+#[derive(Debug, Clone, Default)]
+pub struct ControllerAddresses {
+    /// The controller listeners to try in turn: every voter's of `controller.quorum.voters`, or
+    /// the `controller.quorum.bootstrap.servers` of a dynamic quorum.
+    pub bootstrap: Vec<String>,
+    /// This node's own controller listener, when it has the controller role: reached through
+    /// its own controller, not the network.
+    pub own: Option<String>,
+}
+
 /// The way to the active controller.
 pub struct ControllerLink {
     node_id: i32,
     quorum: Arc<MetadataQuorum>,
     /// This node's controller, if it has the controller role.
     local: Option<Arc<QuorumController>>,
-    /// Every voter's controller listener, by node id.
-    voters: BTreeMap<i32, String>,
-    /// The connection to the last remote controller used.
-    remote: tokio::sync::Mutex<Option<(i32, Connection)>>,
+    addresses: ControllerAddresses,
+    /// The connection to the last remote controller used, by its address.
+    remote: tokio::sync::Mutex<Option<(String, Connection)>>,
     /// How long one call may take, retries included.
     timeout: Duration,
 }
@@ -58,13 +68,13 @@ impl ControllerLink {
         node_id: i32,
         quorum: Arc<MetadataQuorum>,
         local: Option<Arc<QuorumController>>,
-        voters: BTreeMap<i32, String>,
+        addresses: ControllerAddresses,
     ) -> Self {
         ControllerLink {
             node_id,
             quorum,
             local,
-            voters,
+            addresses,
             remote: tokio::sync::Mutex::new(None),
             timeout: FORWARD_TIMEOUT,
         }
@@ -85,22 +95,28 @@ impl ControllerLink {
             None => Instant::now() + self.timeout,
         };
         let mut last_error = ControllerError::NotController { leader: None };
-        // Voters to try in turn while the leader is unknown here (a broker not yet following the
-        // log, or an election under way): a voter that does not lead answers NOT_CONTROLLER.
-        let mut guesses = self.voters.keys().copied().cycle();
+        // Controllers to try in turn while the leader is unknown here (a node not yet following
+        // the log, or an election under way): a controller that does not lead answers
+        // NOT_CONTROLLER.
+        let mut guesses = self.addresses.bootstrap.iter().cycle();
         while Instant::now() < deadline {
             let leader = self.quorum.leader().and_then(|id| i32::try_from(id).ok());
-            let attempt = match (leader, &self.local) {
-                (Some(id), Some(local)) if id == self.node_id => local.call(request.clone()).await,
-                (Some(id), _) if id != self.node_id => self.call_remote(id, &request).await,
-                _ => match guesses.next() {
-                    Some(id) if id == self.node_id => match &self.local {
-                        Some(local) => local.call(request.clone()).await,
-                        None => Err(ControllerError::NotController { leader: None }),
-                    },
-                    Some(id) => self.call_remote(id, &request).await,
-                    None => Err(ControllerError::NotController { leader: None }),
-                },
+            let target = match leader {
+                Some(id) if id == self.node_id => None,
+                Some(id) => self.leader_address(id),
+                None => guesses
+                    .next()
+                    .filter(|addr| Some(*addr) != self.addresses.own.as_ref())
+                    .cloned(),
+            };
+            let to_self = match leader {
+                Some(id) => id == self.node_id,
+                None => target.is_none(),
+            };
+            let attempt = match (to_self, &self.local, target) {
+                (true, Some(local), _) => local.call(request.clone()).await,
+                (false, _, Some(addr)) => self.call_remote(&addr, &request).await,
+                _ => Err(ControllerError::NotController { leader: None }),
             };
             match attempt {
                 Err(e @ (ControllerError::NotController { .. } | ControllerError::Quorum(_))) => {
@@ -116,19 +132,25 @@ impl ControllerLink {
         })
     }
 
-    /// One attempt at the controller on node `id`, over its controller listener.
+    /// The controller listener of voter `id`, as the quorum's membership records it.
+    fn leader_address(&self, id: i32) -> Option<String> {
+        self.quorum
+            .members()
+            .into_iter()
+            .find(|m| m.node_id == id as u64 && m.voter)
+            .map(|m| m.node.addr)
+            .filter(|addr| !addr.is_empty())
+    }
+
+    /// One attempt at the controller listening at `addr`.
     async fn call_remote(
         &self,
-        id: i32,
+        addr: &str,
         request: &ControllerRequest,
     ) -> Result<ResponseBody, ControllerError> {
-        let unreachable = |e: String| ControllerError::Quorum(format!("controller {id}: {e}"));
-        let addr = self
-            .voters
-            .get(&id)
-            .ok_or_else(|| unreachable("not in controller.quorum.voters".into()))?;
+        let unreachable = |e: String| ControllerError::Quorum(format!("controller at {addr}: {e}"));
         let mut remote = self.remote.lock().await;
-        if !matches!(&*remote, Some((at, c)) if *at == id && c.is_usable()) {
+        if !matches!(&*remote, Some((at, c)) if at == addr && c.is_usable()) {
             let config = ClientConfig {
                 client_id: forwarding_client_id(self.node_id),
                 connect_timeout: Duration::from_secs(2),
@@ -138,7 +160,7 @@ impl ControllerLink {
             let connection = Connection::connect(addr, &config)
                 .await
                 .map_err(|e| unreachable(e.to_string()))?;
-            *remote = Some((id, connection));
+            *remote = Some((addr.to_string(), connection));
         }
         let Some((_, connection)) = remote.as_mut() else {
             return Err(unreachable("no connection".into()));

@@ -69,7 +69,9 @@ impl Broker {
             .get(rf_key)
             .and_then(|v| v.parse().ok())
             .unwrap_or(3);
-        let replication_factor = if self.config.cluster.voters.is_empty() && wanted_rf > 1 {
+        let alone = self.config.cluster.voters.is_empty()
+            && self.config.cluster.bootstrap_servers.is_empty();
+        let replication_factor = if alone && wanted_rf > 1 {
             tracing::info!(
                 wanted_rf,
                 "{name} gets one replica per partition on a node alone"

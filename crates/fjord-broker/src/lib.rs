@@ -5,6 +5,7 @@ pub mod broker;
 mod controller_dispatch;
 mod coordinator_log;
 mod coordinator_runtime;
+mod dynamic_quorum;
 mod fetch;
 pub mod fetch_session;
 pub mod flusher;
@@ -63,9 +64,27 @@ fn startup(message: impl std::fmt::Display) -> BrokerError {
     BrokerError::Startup(message.to_string())
 }
 
+/// The cluster id this node already has: `cluster.id` if set, else the one in any of its log
+/// dirs' `meta.properties`.
+fn known_cluster_id(config: &BrokerConfig) -> Result<Option<String>, BrokerError> {
+    if let Some(id) = config.explicit.get("cluster.id") {
+        return Ok(Some(id.clone()));
+    }
+    for dir in config.log_dirs.iter().chain([&config.metadata_log_dir]) {
+        if let Some(props) = MetaProperties::read(dir).map_err(startup)? {
+            return Ok(Some(props.cluster_id));
+        }
+    }
+    Ok(None)
+}
+
 /// Reads or creates `meta.properties` in every log dir, refusing a dir that belongs to another
-/// node or cluster. Returns the cluster id.
-fn check_log_dirs(config: &BrokerConfig) -> Result<String, BrokerError> {
+/// node or cluster. A new cluster takes `found` (a dynamic quorum's id, learned from its
+/// controllers) or a new id. Returns the cluster id and the metadata log dir's directory id.
+fn check_log_dirs(
+    config: &BrokerConfig,
+    found: Option<String>,
+) -> Result<(String, Option<String>), BrokerError> {
     let mut dirs: Vec<PathBuf> = config.log_dirs.clone();
     if !dirs.contains(&config.metadata_log_dir) {
         dirs.push(config.metadata_log_dir.clone());
@@ -85,7 +104,9 @@ fn check_log_dirs(config: &BrokerConfig) -> Result<String, BrokerError> {
             None => missing.push(dir.clone()),
         }
     }
-    let cluster_id = cluster_id.unwrap_or_else(|| new_cluster_id(config));
+    let cluster_id = cluster_id
+        .or(found)
+        .unwrap_or_else(|| new_cluster_id(config));
     for dir in missing {
         let props = MetaProperties {
             version: MetaPropertiesVersion::V1,
@@ -100,7 +121,10 @@ fn check_log_dirs(config: &BrokerConfig) -> Result<String, BrokerError> {
             ))
         })?;
     }
-    Ok(cluster_id)
+    let metadata_dir_id = MetaProperties::read(&config.metadata_log_dir)
+        .map_err(startup)?
+        .and_then(|props| props.directory_id);
+    Ok((cluster_id, metadata_dir_id))
 }
 
 /// The id of a cluster started without `cluster.id` and without a `kafka-storage format`: a node
@@ -140,7 +164,19 @@ pub async fn run(
 ) -> Result<(), BrokerError> {
     let config = Arc::new(config);
     let started = Instant::now();
-    let cluster_id = check_log_dirs(&config)?;
+    let dynamic = if config.cluster.bootstrap_servers.is_empty() {
+        None
+    } else {
+        match dynamic_quorum::how_to_start(&config, &mut shutdown).await? {
+            Some(start) => Some(start),
+            None => return Ok(()),
+        }
+    };
+    let (cluster_id, metadata_dir_id) =
+        check_log_dirs(&config, dynamic.as_ref().and_then(|d| d.cluster_id.clone()))?;
+    let metadata_dir_id = metadata_dir_id
+        .and_then(|id| id.parse::<fjord_common::Uuid>().ok())
+        .unwrap_or(fjord_common::Uuid::ZERO);
     tracing::info!(node_id = config.node_id, %cluster_id, log_dirs = ?config.log_dirs, "starting fjord");
 
     let metadata_dir = config.metadata_log_dir.join(METADATA_DIR_NAME);
@@ -151,6 +187,7 @@ pub async fn run(
             .iter()
             .map(|v| (v.id as u64, format!("{}:{}", v.host, v.port)))
             .collect(),
+        dynamic: dynamic.as_ref().map(|d| d.quorum(&config, metadata_dir_id)),
     };
     let quorum = MetadataQuorum::start_with_config(
         &metadata_dir,
@@ -210,7 +247,6 @@ pub async fn run(
             (Some(controller), true) => Arc::new(ControllerDispatch {
                 quorum: quorum.clone(),
                 controller: controller.clone(),
-                config: config.clone(),
                 cluster_id: cluster_id.clone(),
             }),
             _ => Arc::new(BrokerDispatch {
@@ -230,6 +266,19 @@ pub async fn run(
             listening.clone(),
         )));
     }
+
+    // A controller of a dynamic quorum makes itself known to the leader, and asks to vote if
+    // `controller.quorum.auto.join.enable` says so.
+    let joining = (dynamic.is_some() && config.cluster.controller).then(|| {
+        tokio::spawn(dynamic_quorum::join(
+            Arc::new(controller_link(&config, &quorum, controller.clone())),
+            quorum.clone(),
+            config.clone(),
+            cluster_id.clone(),
+            metadata_dir_id,
+            shutdown.clone(),
+        ))
+    });
 
     // The broker's own stop signal: the process's shutdown, or this broker's registration being
     // replaced by another process (then the broker's tasks must stop without a SIGTERM).
@@ -285,6 +334,10 @@ pub async fn run(
         }
     }
     stop_listening.send_replace(true);
+    if let Some(joining) = joining {
+        joining.abort();
+        let _ = joining.await;
+    }
     // In-flight requests waiting on this node's controller (a commit a lost quorum cannot make)
     // are answered now rather than after their timeouts.
     if let Some(controller) = &controller {
@@ -401,6 +454,35 @@ impl Serving {
     }
 }
 
+/// A way to the active controller: known voters' or bootstrap servers' controller listeners.
+fn controller_link(
+    config: &BrokerConfig,
+    quorum: &Arc<MetadataQuorum>,
+    local: Option<Arc<QuorumController>>,
+) -> forwarding::ControllerLink {
+    let bootstrap = if config.cluster.voters.is_empty() {
+        config.cluster.bootstrap_servers.clone()
+    } else {
+        config
+            .cluster
+            .voters
+            .iter()
+            .map(|v| format!("{}:{}", v.host, v.port))
+            .collect()
+    };
+    let own = config
+        .cluster
+        .controller
+        .then(|| dynamic_quorum::own_controller_address(config))
+        .flatten();
+    forwarding::ControllerLink::new(
+        config.node_id,
+        quorum.clone(),
+        local,
+        forwarding::ControllerAddresses { bootstrap, own },
+    )
+}
+
 /// How often start-up reports that it still waits for the metadata quorum.
 const QUORUM_WAIT_REPORT: Duration = Duration::from_secs(10);
 
@@ -429,20 +511,7 @@ async fn start_broker(
         "logs loaded"
     );
 
-    let voters: std::collections::BTreeMap<i32, String> = config
-        .cluster
-        .voters
-        .iter()
-        .map(|v| (v.id, format!("{}:{}", v.host, v.port)))
-        .collect();
-    let link = || {
-        forwarding::ControllerLink::new(
-            config.node_id,
-            quorum.clone(),
-            local_controller.clone(),
-            voters.clone(),
-        )
-    };
+    let link = || controller_link(config, &quorum, local_controller.clone());
     let controller = Arc::new(link());
     // Registration and heartbeats have a link of their own: a forwarded request waiting on a
     // slow commit must not hold up the heartbeat that keeps this broker unfenced. A heartbeat

@@ -9,6 +9,15 @@ mod uuid;
 
 pub use uuid::{Uuid, UuidError};
 
+/// `host:port` as a socket address is written, an IPv6 host in brackets.
+pub fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 /// A topic's id: Kafka's `Uuid`, all zero meaning none.
 pub type TopicId = Uuid;
 

@@ -647,6 +647,12 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
         None,
         Check::None
     ),
+    broker_config!(
+        "controller.quorum.auto.join.enable",
+        Boolean,
+        Some("false"),
+        Check::None
+    ),
     broker_config!("inter.broker.listener.name", String, None, Check::None),
     broker_config!("log.dir", String, Some("./fjord-data"), Check::None),
     broker_config!("log.dirs", List, None, Check::None),
@@ -1184,6 +1190,12 @@ pub struct ClusterConfig {
     /// `controller.quorum.voters`, by id. Empty: no quorum configured — this node is a cluster of
     /// one, its own lone voter (a bare `fjord server`).
     pub voters: Vec<Voter>,
+    /// `controller.quorum.bootstrap.servers` (`host:port` each) when no voters are named: a
+    /// dynamic quorum (KIP-853) whose voters are its own membership, found through these.
+    pub bootstrap_servers: Vec<String>,
+    /// `controller.quorum.auto.join.enable`: a controller of a dynamic quorum that is not a voter
+    /// asks to become one.
+    pub quorum_auto_join: bool,
     /// `controller.listener.names`: the listeners controllers are reached on.
     pub controller_listener_names: Vec<String>,
     /// The listener other nodes reach this broker on: `inter.broker.listener.name`, else the
@@ -1258,12 +1270,26 @@ impl ClusterConfig {
             }
             voters.push(Voter { id, host, port });
         }
-        if voters.is_empty() && !get("controller.quorum.bootstrap.servers").is_empty() {
-            return Err(invalid(
-                "controller.quorum.bootstrap.servers",
-                &get("controller.quorum.bootstrap.servers"),
-                "a dynamic quorum (KIP-853) is not supported by fjord yet; name the voters in controller.quorum.voters",
-            ));
+        // A static quorum wins over a dynamic one when both are named, as in Kafka.
+        let bootstrap_value = get("controller.quorum.bootstrap.servers");
+        let mut bootstrap_servers: Vec<String> = Vec::new();
+        if voters.is_empty() {
+            for item in split_list(&bootstrap_value) {
+                let bad = |why: &str| {
+                    invalid(
+                        "controller.quorum.bootstrap.servers",
+                        &bootstrap_value,
+                        format!("{item:?} {why}; expected host:port"),
+                    )
+                };
+                let (host, port) = item.rsplit_once(':').ok_or_else(|| bad("has no port"))?;
+                let port: u16 = port.parse().map_err(|_| bad("has an invalid port"))?;
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                if host.is_empty() || port == 0 {
+                    return Err(bad("is incomplete"));
+                }
+                bootstrap_servers.push(fjord_common::host_port(host, port));
+            }
         }
         let names_value = get("controller.listener.names");
         let controller_listener_names: Vec<String> = split_list(&names_value)
@@ -1271,15 +1297,15 @@ impl ClusterConfig {
             .map(str::to_string)
             .collect();
         let is_controller_listener = |l: &Listener| controller_listener_names.contains(&l.name);
-        if !voters.is_empty() {
+        if !voters.is_empty() || !bootstrap_servers.is_empty() {
             if controller_listener_names.is_empty() {
                 return Err(invalid(
                     "controller.listener.names",
                     &names_value,
-                    "must be set when controller.quorum.voters is",
+                    "must be set when controller.quorum.voters or controller.quorum.bootstrap.servers is",
                 ));
             }
-            if controller && !voters.iter().any(|v| v.id == node_id) {
+            if controller && !voters.is_empty() && !voters.iter().any(|v| v.id == node_id) {
                 return Err(invalid(
                     "controller.quorum.voters",
                     &voters_value,
@@ -1311,7 +1337,7 @@ impl ClusterConfig {
             return Err(invalid(
                 "controller.quorum.voters",
                 &voters_value,
-                "a node with only one role needs the controller quorum named",
+                "a node with only one role needs the controller quorum named (controller.quorum.voters or controller.quorum.bootstrap.servers)",
             ));
         }
         let inter_value = get("inter.broker.listener.name");
@@ -1355,6 +1381,10 @@ impl ClusterConfig {
             broker,
             controller,
             voters,
+            bootstrap_servers,
+            quorum_auto_join: get("controller.quorum.auto.join.enable")
+                .trim()
+                .eq_ignore_ascii_case("true"),
             controller_listener_names,
             inter_broker_listener_name,
             rack: (!rack.trim().is_empty()).then(|| rack.trim().to_string()),
@@ -2127,6 +2157,39 @@ mod tests {
     }
 
     #[test]
+    fn a_dynamic_quorum_is_found_through_its_bootstrap_servers() {
+        let controller = cluster(&[
+            ("node.id", "4"),
+            ("process.roles", "controller"),
+            (
+                "controller.quorum.bootstrap.servers",
+                "127.0.0.1:9093, [::1]:9193",
+            ),
+            ("controller.quorum.auto.join.enable", "true"),
+            ("controller.listener.names", "CONTROLLER"),
+            ("listeners", "CONTROLLER://127.0.0.1:9493"),
+        ])
+        .unwrap();
+        assert!(controller.voters.is_empty() && controller.quorum_auto_join);
+        assert_eq!(
+            controller.bootstrap_servers,
+            ["127.0.0.1:9093", "[::1]:9193"]
+        );
+        // Named voters make the quorum static; the bootstrap servers are then unused.
+        let stat = cluster(&[
+            ("controller.quorum.voters", VOTERS),
+            ("controller.quorum.bootstrap.servers", "127.0.0.1:9093"),
+            ("controller.listener.names", "CONTROLLER"),
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+            ),
+        ])
+        .unwrap();
+        assert!(stat.bootstrap_servers.is_empty() && !stat.quorum_auto_join);
+    }
+
+    #[test]
     fn inconsistent_kraft_keys_are_refused_naming_the_key() {
         let base = [
             ("controller.quorum.voters", VOTERS),
@@ -2175,6 +2238,15 @@ mod tests {
             cluster(&[("controller.quorum.bootstrap.servers", "127.0.0.1:9093")])
                 .unwrap_err()
                 .key,
+            "controller.listener.names"
+        );
+        assert_eq!(
+            cluster(&[
+                ("controller.quorum.bootstrap.servers", "127.0.0.1"),
+                ("controller.listener.names", "CONTROLLER"),
+            ])
+            .unwrap_err()
+            .key,
             "controller.quorum.bootstrap.servers"
         );
     }

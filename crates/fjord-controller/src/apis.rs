@@ -12,6 +12,8 @@ use fjord_metadata::{
     BrokerEndpoint, MetadataDelta, MetadataImage, MetadataRecord, ProducerIdsRecord, QuorumStatus,
     RegisterBrokerRecord, ReplicaStatus,
 };
+use fjord_protocol::messages::add_raft_voter_request::AddRaftVoterRequest;
+use fjord_protocol::messages::add_raft_voter_response::AddRaftVoterResponse;
 use fjord_protocol::messages::allocate_producer_ids_request::AllocateProducerIdsRequest;
 use fjord_protocol::messages::allocate_producer_ids_response::AllocateProducerIdsResponse;
 use fjord_protocol::messages::alter_configs_response::{
@@ -23,6 +25,8 @@ use fjord_protocol::messages::broker_heartbeat_request::BrokerHeartbeatRequest;
 use fjord_protocol::messages::broker_heartbeat_response::BrokerHeartbeatResponse;
 use fjord_protocol::messages::broker_registration_request::BrokerRegistrationRequest;
 use fjord_protocol::messages::broker_registration_response::BrokerRegistrationResponse;
+use fjord_protocol::messages::controller_registration_request::ControllerRegistrationRequest;
+use fjord_protocol::messages::controller_registration_response::ControllerRegistrationResponse;
 use fjord_protocol::messages::create_partitions_request::CreatePartitionsRequest;
 use fjord_protocol::messages::create_partitions_response::{
     CreatePartitionsResponse, CreatePartitionsTopicResult,
@@ -46,6 +50,8 @@ use fjord_protocol::messages::elect_leaders_response::ElectLeadersResponse;
 use fjord_protocol::messages::incremental_alter_configs_response::{
     AlterConfigsResourceResponse, IncrementalAlterConfigsResponse,
 };
+use fjord_protocol::messages::remove_raft_voter_request::RemoveRaftVoterRequest;
+use fjord_protocol::messages::remove_raft_voter_response::RemoveRaftVoterResponse;
 use fjord_protocol::messages::{
     AlterConfigsRequest, IncrementalAlterConfigsRequest, RequestBody, ResponseBody,
 };
@@ -82,6 +88,10 @@ pub enum ControllerApi {
     AlterPartition(AlterPartitionRequest),
     /// Answered from the quorum's state, not decided: see [`Controller::describe_quorum`].
     DescribeQuorum(DescribeQuorumRequest),
+    /// Changes of the quorum's members (KIP-853), not decided on the image: see `voters`.
+    AddRaftVoter(AddRaftVoterRequest),
+    RemoveRaftVoter(RemoveRaftVoterRequest),
+    ControllerRegistration(ControllerRegistrationRequest),
 }
 
 impl ControllerApi {
@@ -105,6 +115,9 @@ impl ControllerApi {
             RequestBody::BrokerHeartbeat(r) => ControllerApi::BrokerHeartbeat(r),
             RequestBody::AlterPartition(r) => ControllerApi::AlterPartition(r),
             RequestBody::DescribeQuorum(r) => ControllerApi::DescribeQuorum(r),
+            RequestBody::AddRaftVoter(r) => ControllerApi::AddRaftVoter(r),
+            RequestBody::RemoveRaftVoter(r) => ControllerApi::RemoveRaftVoter(r),
+            RequestBody::ControllerRegistration(r) => ControllerApi::ControllerRegistration(r),
             other => return Err(Box::new(other)),
         })
     }
@@ -129,6 +142,9 @@ impl ControllerApi {
             ControllerApi::BrokerHeartbeat(r) => RequestBody::BrokerHeartbeat(r),
             ControllerApi::AlterPartition(r) => RequestBody::AlterPartition(r),
             ControllerApi::DescribeQuorum(r) => RequestBody::DescribeQuorum(r),
+            ControllerApi::AddRaftVoter(r) => RequestBody::AddRaftVoter(r),
+            ControllerApi::RemoveRaftVoter(r) => RequestBody::RemoveRaftVoter(r),
+            ControllerApi::ControllerRegistration(r) => RequestBody::ControllerRegistration(r),
         }
     }
 
@@ -141,6 +157,7 @@ impl ControllerApi {
             ControllerApi::ElectLeaders(r) => r.timeout_ms,
             ControllerApi::AlterPartitionReassignments(r) => r.timeout_ms,
             ControllerApi::ListPartitionReassignments(r) => r.timeout_ms,
+            ControllerApi::AddRaftVoter(r) => r.timeout_ms,
             _ => return None,
         };
         (ms > 0).then_some(ms)
@@ -154,6 +171,7 @@ impl ControllerApi {
             ControllerApi::ElectLeaders(r) => r.timeout_ms = ms,
             ControllerApi::AlterPartitionReassignments(r) => r.timeout_ms = ms,
             ControllerApi::ListPartitionReassignments(r) => r.timeout_ms = ms,
+            ControllerApi::AddRaftVoter(r) => r.timeout_ms = ms,
             _ => {}
         }
     }
@@ -173,6 +191,9 @@ impl ControllerApi {
             ControllerApi::BrokerHeartbeat(_) => ApiKey::BrokerHeartbeat,
             ControllerApi::AlterPartition(_) => ApiKey::AlterPartition,
             ControllerApi::DescribeQuorum(_) => ApiKey::DescribeQuorum,
+            ControllerApi::AddRaftVoter(_) => ApiKey::AddRaftVoter,
+            ControllerApi::RemoveRaftVoter(_) => ApiKey::RemoveRaftVoter,
+            ControllerApi::ControllerRegistration(_) => ApiKey::ControllerRegistration,
         }
     }
 }
@@ -283,7 +304,7 @@ impl Working {
 /// lives outside the metadata log (rebuilt by [`Controller::activate`]).
 pub struct Controller {
     pub(crate) config: Arc<BrokerConfig>,
-    cluster_id: String,
+    pub(crate) cluster_id: String,
     sessions: BrokerSessions,
 }
 
@@ -383,8 +404,12 @@ impl Controller {
             ControllerApi::AlterPartition(r) => {
                 crate::isr::alter_partition(image, r, request.version)
             }
-            // The shell answers it from the quorum; decided on the image alone it is refused.
-            ControllerApi::DescribeQuorum(_) => Decision::answer(error_response(
+            // The shell answers these from the quorum; decided on the image alone they are
+            // refused.
+            ControllerApi::DescribeQuorum(_)
+            | ControllerApi::AddRaftVoter(_)
+            | ControllerApi::RemoveRaftVoter(_)
+            | ControllerApi::ControllerRegistration(_) => Decision::answer(error_response(
                 &request.api,
                 errors::NOT_LEADER_OR_FOLLOWER,
                 "the quorum's state is not in the image",
@@ -406,7 +431,7 @@ impl Controller {
             .is_some_and(|l| l == self.config.node_id as u64);
         let replica = |r: &ReplicaStatus| DescribeQuorumReplica {
             replica_id: r.node_id as i32,
-            replica_directory_id: Uuid::ZERO,
+            replica_directory_id: r.node.directory_id.unwrap_or(Uuid::ZERO),
             log_end_offset: r.log_end_offset.map_or(-1, |o| o as i64),
             last_fetch_timestamp: r.last_fetch_ms.unwrap_or(-1),
             last_caught_up_timestamp: r.last_caught_up_ms.unwrap_or(-1),
@@ -448,25 +473,30 @@ impl Controller {
                     .collect(),
             })
             .collect();
-        let nodes = self
-            .config
-            .cluster
+        // Each voter's controller listener, as the quorum's membership records it.
+        let nodes = status
             .voters
             .iter()
-            .map(|v| DescribeQuorumNode {
-                node_id: v.id,
-                listeners: self
-                    .config
-                    .cluster
-                    .controller_listener_names
-                    .iter()
-                    .take(1)
-                    .map(|name| DescribeQuorumListener {
-                        name: name.clone(),
-                        host: v.host.clone(),
-                        port: v.port,
-                    })
-                    .collect(),
+            .filter_map(|v| {
+                let (host, port) = v.node.addr.rsplit_once(':')?;
+                Some(DescribeQuorumNode {
+                    node_id: v.node_id as i32,
+                    listeners: self
+                        .config
+                        .cluster
+                        .controller_listener_names
+                        .iter()
+                        .take(1)
+                        .map(|name| DescribeQuorumListener {
+                            name: name.clone(),
+                            host: host
+                                .trim_start_matches('[')
+                                .trim_end_matches(']')
+                                .to_string(),
+                            port: port.parse().unwrap_or(0),
+                        })
+                        .collect(),
+                })
             })
             .collect();
         ResponseBody::DescribeQuorum(DescribeQuorumResponse {
@@ -478,13 +508,15 @@ impl Controller {
     }
 
     /// Where a registering broker that is not a voter takes the metadata log as a learner: its
-    /// listener named like this node's inter-broker listener. None for a voter, or alone.
+    /// listener named like this node's inter-broker listener. None for a voter of a static
+    /// quorum, or alone. (A controller of a dynamic quorum is already a member when its broker
+    /// registers: it registered as a controller first.)
     pub(crate) fn learner_address(
         &self,
         registration: &BrokerRegistrationRequest,
     ) -> Option<String> {
         let cluster = &self.config.cluster;
-        if cluster.voters.is_empty()
+        if (cluster.voters.is_empty() && cluster.bootstrap_servers.is_empty())
             || cluster
                 .voters
                 .iter()
@@ -953,6 +985,25 @@ pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -
             error_message: message,
             ..Default::default()
         }),
+        ControllerApi::AddRaftVoter(_) => ResponseBody::AddRaftVoter(AddRaftVoterResponse {
+            error_code,
+            error_message: message,
+            ..Default::default()
+        }),
+        ControllerApi::RemoveRaftVoter(_) => {
+            ResponseBody::RemoveRaftVoter(RemoveRaftVoterResponse {
+                error_code,
+                error_message: message,
+                ..Default::default()
+            })
+        }
+        ControllerApi::ControllerRegistration(_) => {
+            ResponseBody::ControllerRegistration(ControllerRegistrationResponse {
+                error_code,
+                error_message: message,
+                ..Default::default()
+            })
+        }
     }
 }
 
@@ -990,6 +1041,9 @@ pub fn is_not_controller(response: &ResponseBody) -> bool {
         ResponseBody::ElectLeaders(r) => Some(r.error_code),
         ResponseBody::AlterPartitionReassignments(r) => Some(r.error_code),
         ResponseBody::ListPartitionReassignments(r) => Some(r.error_code),
+        ResponseBody::AddRaftVoter(r) => Some(r.error_code),
+        ResponseBody::RemoveRaftVoter(r) => Some(r.error_code),
+        ResponseBody::ControllerRegistration(r) => Some(r.error_code),
         _ => None,
     };
     code == Some(errors::NOT_CONTROLLER)

@@ -21,6 +21,7 @@ pub mod placement;
 pub mod plan;
 mod quorum_controller;
 mod reassignment;
+mod voters;
 
 pub use apis::{
     error_response, is_not_controller, Controller, ControllerApi, ControllerRequest, Decision,

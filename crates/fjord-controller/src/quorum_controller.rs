@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fjord_common::{errors, TopicId, Uuid};
-use fjord_metadata::{MetadataError, MetadataQuorum};
+use fjord_metadata::{MetadataError, MetadataQuorum, QuorumNode};
 use fjord_protocol::messages::ResponseBody;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -114,6 +114,30 @@ impl QuorumController {
                 tokio::select! {
                     event = queue.recv() => {
                         let Some((request, reply)) = event else { break };
+                        if crate::voters::is_voter_change(&request.api) {
+                            // Carried out beside the queue: a new voter catching up must not
+                            // hold up heartbeats.
+                            let (quorum, config, cluster_id, timeout) = (
+                                shell.quorum.clone(),
+                                shell.controller.config.clone(),
+                                shell.controller.cluster_id.clone(),
+                                request.api.timeout_ms().map_or(shell.commit_timeout, |ms| {
+                                    Duration::from_millis(ms as u64)
+                                }),
+                            );
+                            tokio::spawn(async move {
+                                let result = crate::voters::apply(
+                                    &quorum,
+                                    &config,
+                                    &cluster_id,
+                                    &request.api,
+                                    timeout,
+                                )
+                                .await;
+                                let _ = reply.send(result);
+                            });
+                            continue;
+                        }
                         // A commit that cannot land (no quorum) is not waited out on shutdown:
                         // its caller hears the controller stopped.
                         let result = tokio::select! {
@@ -300,7 +324,7 @@ impl Shell {
             // inter-broker listener.
             if let Some(addr) = self.controller.learner_address(registration) {
                 self.quorum
-                    .add_learner(registration.broker_id as u64, &addr)
+                    .add_learner(registration.broker_id as u64, QuorumNode::new(addr))
                     .await
                     .map_err(|e| match e {
                         MetadataError::NotLeader { leader } => {

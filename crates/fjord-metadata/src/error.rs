@@ -39,6 +39,9 @@ pub enum MetadataError {
     /// This node is not the metadata leader (only possible once there are several voters).
     #[error("not the metadata leader; the leader is {leader:?}")]
     NotLeader { leader: Option<u64> },
+    /// A change of the quorum's members that raft refused (another under way, a node unknown).
+    #[error("the quorum's membership cannot change so: {0}")]
+    MembershipChange(String),
     #[error("timed out waiting for {what}")]
     Timeout { what: String },
     /// Raft itself failed (storage failure, shutdown, or an internal error).

@@ -32,5 +32,9 @@ pub use image::{
     TopicImage,
 };
 pub use network::{check_raft_frame, is_raft_frame, MAX_RAFT_FRAME, RAFT_API_KEY};
-pub use quorum::{MetadataQuorum, QuorumConfig, QuorumPeers, QuorumStatus, ReplicaStatus};
+pub use quorum::{
+    DynamicQuorum, MetadataQuorum, QuorumConfig, QuorumMember, QuorumPeers, QuorumStatus,
+    ReplicaStatus,
+};
 pub use record::*;
+pub use types::QuorumNode;

@@ -15,13 +15,12 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::follower_times::FollowerTimes;
-use crate::types::TypeConfig;
+use crate::types::{QuorumNode, TypeConfig};
 
 /// The API key raft RPCs travel under: outside the range Kafka assigns, so no Kafka client or
 /// tool ever sends it by accident.
@@ -120,7 +119,7 @@ pub(crate) struct RpcFailure {
     reason: String,
 }
 
-type RpcError<E = openraft::error::Infallible> = RPCError<u64, BasicNode, RaftError<u64, E>>;
+type RpcError<E = openraft::error::Infallible> = RPCError<u64, QuorumNode, RaftError<u64, E>>;
 
 /// Opens a client per peer, addressed by its node's `addr` (`host:port`).
 pub(crate) struct TcpNetwork {
@@ -133,7 +132,7 @@ pub(crate) struct TcpNetwork {
 impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
     type Network = TcpPeer;
 
-    async fn new_client(&mut self, target: u64, node: &BasicNode) -> Self::Network {
+    async fn new_client(&mut self, target: u64, node: &QuorumNode) -> Self::Network {
         TcpPeer {
             target,
             addr: node.addr.clone(),
@@ -229,11 +228,11 @@ impl TcpPeer {
     }
 }
 
-fn unreachable<E: std::error::Error>(failure: RpcFailure) -> RPCError<u64, BasicNode, E> {
+fn unreachable<E: std::error::Error>(failure: RpcFailure) -> RPCError<u64, QuorumNode, E> {
     RPCError::Unreachable(Unreachable::new(&failure))
 }
 
-fn wrong_reply<E: std::error::Error>(failure: RpcFailure) -> RPCError<u64, BasicNode, E> {
+fn wrong_reply<E: std::error::Error>(failure: RpcFailure) -> RPCError<u64, QuorumNode, E> {
     RPCError::Network(NetworkError::new(&failure))
 }
 

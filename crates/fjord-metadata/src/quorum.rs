@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, Config, Raft, ServerState, SnapshotPolicy};
+use openraft::{ChangeMembers, Config, Raft, ServerState, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -21,7 +21,7 @@ use crate::log_store::LogStore;
 use crate::network::{self, RaftReply, RaftRequest, TcpNetwork};
 use crate::record::MetadataRecord;
 use crate::state_machine::StateMachine;
-use crate::types::{Proposal, TypeConfig};
+use crate::types::{Proposal, QuorumNode, TypeConfig};
 
 #[cfg(test)]
 mod tests;
@@ -36,12 +36,26 @@ struct Identity {
     node_id: u64,
 }
 
-/// Who else is in the quorum. Built from `controller.quorum.voters`.
+/// Who else is in the quorum: the voters of `controller.quorum.voters` (a static quorum), or
+/// how this node takes part in a dynamic one (KIP-853, `controller.quorum.bootstrap.servers`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QuorumPeers {
-    /// Voters by node id, each with the `host:port` of its controller listener. Empty: this node
-    /// is its own lone voter (a one-node cluster).
+    /// Voters by node id, each with the `host:port` of its controller listener. Empty, without
+    /// `dynamic`: this node is its own lone voter (a one-node cluster).
     pub voters: BTreeMap<u64, String>,
+    pub dynamic: Option<DynamicQuorum>,
+}
+
+/// How a node of a dynamic quorum starts when its metadata log is new; a log that exists
+/// carries its voters in its own membership entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DynamicQuorum {
+    /// This node begins the quorum as its only voter, reached as `node` (what Kafka's
+    /// `kafka-storage format --standalone` sets up); more voters are added later.
+    Standalone(QuorumNode),
+    /// The quorum exists elsewhere: this node waits until the leader adds it (as a learner when
+    /// it registers, as a voter when AddRaftVoter asks).
+    Join,
 }
 
 impl QuorumPeers {
@@ -49,6 +63,19 @@ impl QuorumPeers {
     pub fn alone() -> Self {
         Self::default()
     }
+
+    fn is_alone(&self) -> bool {
+        self.voters.is_empty() && self.dynamic.is_none()
+    }
+}
+
+/// A member of the quorum as its membership entries record it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumMember {
+    pub node_id: u64,
+    pub node: QuorumNode,
+    /// A voter; otherwise a learner (an observer in Kafka's words).
+    pub voter: bool,
 }
 
 /// The quorum as this node sees it, for DescribeQuorum.
@@ -68,6 +95,9 @@ pub struct QuorumStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicaStatus {
     pub node_id: u64,
+    /// Where its raft RPCs go (its controller listener for a controller), and the directory id
+    /// it was added with (None for a static quorum's voters, as Kafka's are).
+    pub node: QuorumNode,
     /// Its log end offset (exclusive) as the leader last saw it; None when unknown (the leader
     /// has not heard from it, or this node does not lead).
     pub log_end_offset: Option<u64>,
@@ -112,7 +142,7 @@ impl Default for QuorumConfig {
 /// Tells `times`, at each change of the leader's progress, which followers hold its last entry;
 /// ends when raft shuts down.
 async fn track_follower_progress(
-    mut metrics: watch::Receiver<openraft::RaftMetrics<u64, BasicNode>>,
+    mut metrics: watch::Receiver<openraft::RaftMetrics<u64, QuorumNode>>,
     times: FollowerTimes,
 ) {
     loop {
@@ -258,7 +288,7 @@ impl MetadataQuorum {
             .is_initialized()
             .await
             .map_err(|e| MetadataError::raft("start", e))?;
-        let alone = peers.voters.is_empty();
+        let alone = peers.is_alone();
         if alone {
             if initialized {
                 // A lone voter would elect itself on the next tick anyway; asking now
@@ -268,20 +298,27 @@ impl MetadataQuorum {
                     .await
                     .map_err(|e| MetadataError::raft("elect", e))?;
             } else {
-                let voters = BTreeMap::from([(node_id, BasicNode::default())]);
+                let voters = BTreeMap::from([(node_id, QuorumNode::default())]);
                 raft.initialize(voters)
                     .await
                     .map_err(|e| MetadataError::raft("initialize", e))?;
             }
-        } else if !initialized && peers.voters.contains_key(&node_id) {
-            let voters: BTreeMap<u64, BasicNode> = peers
-                .voters
-                .iter()
-                .map(|(id, addr)| (*id, BasicNode::new(addr)))
-                .collect();
-            raft.initialize(voters)
-                .await
-                .map_err(|e| MetadataError::raft("initialize", e))?;
+        } else if !initialized {
+            let voters: BTreeMap<u64, QuorumNode> = match &peers.dynamic {
+                Some(DynamicQuorum::Standalone(node)) => BTreeMap::from([(node_id, node.clone())]),
+                Some(DynamicQuorum::Join) => BTreeMap::new(),
+                None if peers.voters.contains_key(&node_id) => peers
+                    .voters
+                    .iter()
+                    .map(|(id, addr)| (*id, QuorumNode::new(addr)))
+                    .collect(),
+                None => BTreeMap::new(),
+            };
+            if !voters.is_empty() {
+                raft.initialize(voters)
+                    .await
+                    .map_err(|e| MetadataError::raft("initialize", e))?;
+            }
         }
         tokio::spawn(take_snapshots(
             raft.clone(),
@@ -341,32 +378,108 @@ impl MetadataQuorum {
             })
     }
 
-    /// Makes `node_id` a learner reached at `addr`, unless it is in the quorum already there:
-    /// the leader then replicates the metadata log to it. Only the leader can.
-    pub async fn add_learner(&self, node_id: u64, addr: &str) -> Result<(), MetadataError> {
+    /// Makes `node_id` a learner reached as `node`, unless it is a member already (as a voter,
+    /// or as a learner, however reached): the leader then replicates the metadata log to it.
+    /// Only the leader can.
+    pub async fn add_learner(&self, node_id: u64, node: QuorumNode) -> Result<(), MetadataError> {
         let known = self
             .raft
             .metrics()
             .borrow()
             .membership_config
             .nodes()
-            .any(|(id, node)| *id == node_id && node.addr == addr);
+            .any(|(id, _)| *id == node_id);
         if known {
             return Ok(());
         }
-        match self
-            .raft
-            .add_learner(node_id, BasicNode::new(addr), false)
+        self.raft
+            .add_learner(node_id, node, false)
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                Err(MetadataError::NotLeader {
-                    leader: f.leader_id,
-                })
+            .map(drop)
+            .map_err(|e| membership_error("add learner", e))
+    }
+
+    /// Makes `node_id` a voter reached as `node` (KIP-853's AddRaftVoter): it is added as a
+    /// learner, caught up, then voted in through a joint configuration. Only the leader can, and
+    /// one change at a time; a change cut short (by `timeout`, a lost leadership) may still land.
+    pub async fn add_voter(
+        &self,
+        node_id: u64,
+        node: QuorumNode,
+        timeout: Duration,
+    ) -> Result<(), MetadataError> {
+        let change = async {
+            let stale = self
+                .members()
+                .into_iter()
+                .any(|m| m.node_id == node_id && m.node != node);
+            if stale {
+                // A learner first reached elsewhere (its broker listener) is a voter on the
+                // listener and with the directory id it asks to vote with.
+                self.raft
+                    .change_membership(
+                        ChangeMembers::SetNodes([(node_id, node.clone())].into()),
+                        true,
+                    )
+                    .await
+                    .map_err(|e| membership_error("add voter", e))?;
             }
-            Err(e) => Err(MetadataError::raft("add learner", e)),
+            self.raft
+                .add_learner(node_id, node, true)
+                .await
+                .map_err(|e| membership_error("add voter", e))?;
+            self.raft
+                .change_membership(ChangeMembers::AddVoterIds([node_id].into()), true)
+                .await
+                .map(drop)
+                .map_err(|e| membership_error("add voter", e))
+        };
+        tokio::time::timeout(timeout, change)
+            .await
+            .unwrap_or_else(|_| {
+                Err(MetadataError::Timeout {
+                    what: format!("voter {node_id} to be added"),
+                })
+            })
+    }
+
+    /// Takes `node_id` out of the voters (KIP-853's RemoveRaftVoter); it stays a learner, so a
+    /// node that is also a broker keeps following the log. Only the leader can.
+    pub async fn remove_voter(&self, node_id: u64, timeout: Duration) -> Result<(), MetadataError> {
+        let change = self
+            .raft
+            .change_membership(ChangeMembers::RemoveVoters([node_id].into()), true);
+        match tokio::time::timeout(timeout, change).await {
+            Ok(result) => result
+                .map(drop)
+                .map_err(|e| membership_error("remove voter", e)),
+            Err(_) => Err(MetadataError::Timeout {
+                what: format!("voter {node_id} to be removed"),
+            }),
         }
+    }
+
+    /// Every member of the quorum (voters and learners) as the latest membership entry this
+    /// node holds names it.
+    pub fn members(&self) -> Vec<QuorumMember> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        membership
+            .nodes()
+            .map(|(id, node)| QuorumMember {
+                node_id: *id,
+                node: node.clone(),
+                voter: membership.voter_ids().any(|v| v == *id),
+            })
+            .collect()
+    }
+
+    /// Whether this node holds a membership at all: a node of a dynamic quorum that was never
+    /// added has none and hears from no leader.
+    pub fn is_member(&self) -> bool {
+        let id = self.raft.metrics().borrow().id;
+        self.members().iter().any(|m| m.node_id == id)
     }
 
     /// Answers one raft RPC from a peer: `frame` is a request frame's body (after its size
@@ -442,12 +555,14 @@ impl MetadataQuorum {
         let membership = metrics.membership_config.membership();
         let leader_end = metrics.last_log_index.map_or(0, |i| i + 1);
         let now = fjord_common::now_ms();
+        let node_of = |node_id: u64| membership.get_node(&node_id).cloned().unwrap_or_default();
         let replica = |node_id: u64| -> ReplicaStatus {
             if node_id == metrics.id {
                 // The leader holds its own log at every moment, as KRaft reports it.
                 let leads = metrics.current_leader == Some(node_id);
                 return ReplicaStatus {
                     node_id,
+                    node: node_of(node_id),
                     log_end_offset: Some(leader_end),
                     last_fetch_ms: leads.then_some(now),
                     last_caught_up_ms: leads.then_some(now),
@@ -464,6 +579,7 @@ impl MetadataQuorum {
             };
             ReplicaStatus {
                 node_id,
+                node: node_of(node_id),
                 log_end_offset,
                 last_fetch_ms,
                 last_caught_up_ms,
@@ -500,6 +616,22 @@ impl MetadataQuorum {
     #[cfg(test)]
     pub(crate) fn raft(&self) -> &Raft<TypeConfig> {
         &self.raft
+    }
+}
+
+/// A failed membership change, with a leader elsewhere told apart.
+fn membership_error(
+    operation: &'static str,
+    error: RaftError<u64, ClientWriteError<u64, QuorumNode>>,
+) -> MetadataError {
+    match error {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => MetadataError::NotLeader {
+            leader: f.leader_id,
+        },
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            MetadataError::MembershipChange(e.to_string())
+        }
+        e => MetadataError::raft(operation, e),
     }
 }
 

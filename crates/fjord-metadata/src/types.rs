@@ -14,17 +14,42 @@ pub(crate) struct Proposal {
     pub(crate) records: Vec<MetadataRecord>,
 }
 
+/// A member of the quorum as its membership records it: where its raft RPCs go and, for a
+/// controller, the directory id of its metadata log dir (KIP-853 names a voter by node id and
+/// directory id). Read from logs written before the directory id was kept, it is None.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuorumNode {
+    /// `host:port` of the listener its raft RPCs go to.
+    pub addr: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directory_id: Option<fjord_common::Uuid>,
+}
+
+impl QuorumNode {
+    pub fn new(addr: impl Into<String>) -> Self {
+        QuorumNode {
+            addr: addr.into(),
+            directory_id: None,
+        }
+    }
+}
+
+impl std::fmt::Display for QuorumNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.addr)
+    }
+}
+
 /// The outcome of applying one entry: every record applied, or none and why.
 pub(crate) type ApplyResult = Result<(), ImageError>;
 
 openraft::declare_raft_types!(
-    /// Raft types of the metadata quorum. Node ids are Kafka node ids (controller
-    /// ids); the node address is unused until the quorum gains a network.
+    /// Raft types of the metadata quorum. Node ids are Kafka node ids.
     pub(crate) TypeConfig:
         D = Proposal,
         R = ApplyResult,
         NodeId = u64,
-        Node = openraft::BasicNode,
+        Node = QuorumNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
         Responder = openraft::impls::OneshotResponder<TypeConfig>,
@@ -34,5 +59,5 @@ openraft::declare_raft_types!(
 pub(crate) type LogId = openraft::LogId<u64>;
 pub(crate) type Entry = openraft::Entry<TypeConfig>;
 pub(crate) type StorageError = openraft::StorageError<u64>;
-pub(crate) type StoredMembership = openraft::StoredMembership<u64, openraft::BasicNode>;
-pub(crate) type SnapshotMeta = openraft::SnapshotMeta<u64, openraft::BasicNode>;
+pub(crate) type StoredMembership = openraft::StoredMembership<u64, QuorumNode>;
+pub(crate) type SnapshotMeta = openraft::SnapshotMeta<u64, QuorumNode>;

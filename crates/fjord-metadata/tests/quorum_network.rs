@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use fjord_common::Uuid;
 use fjord_metadata::{
-    MetadataError, MetadataQuorum, MetadataRecord, QuorumConfig, QuorumPeers, TopicRecord,
+    DynamicQuorum, MetadataError, MetadataQuorum, MetadataRecord, QuorumConfig, QuorumNode,
+    QuorumPeers, TopicRecord,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -108,26 +109,33 @@ impl Node {
     }
 }
 
+/// Nodes 1, 2 and 3, not started, each with a free loopback port and a dir under `root`.
+fn nodes(root: &Path) -> Vec<Node> {
+    (1..=3u64)
+        .map(|id| {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            Node {
+                id,
+                dir: root.join(format!("node-{id}")),
+                addr: format!("127.0.0.1:{port}"),
+                quorum: None,
+                server: None,
+            }
+        })
+        .collect()
+}
+
 async fn cluster(root: &Path) -> (Vec<Node>, QuorumPeers) {
-    let mut nodes = Vec::new();
-    let mut voters = BTreeMap::new();
-    for id in 1..=3u64 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
-        voters.insert(id, addr.clone());
-        nodes.push(Node {
-            id,
-            dir: root.join(format!("node-{id}")),
-            addr,
-            quorum: None,
-            server: None,
-        });
-    }
-    let peers = QuorumPeers { voters };
+    let mut nodes = nodes(root);
+    let voters: BTreeMap<u64, String> = nodes.iter().map(|n| (n.id, n.addr.clone())).collect();
+    let peers = QuorumPeers {
+        voters,
+        dynamic: None,
+    };
     for node in &mut nodes {
         node.start(&peers).await;
     }
@@ -275,6 +283,76 @@ async fn a_wiped_voter_the_leader_had_matched_catches_up_from_a_snapshot() {
     let caught_up = follower.last_caught_up_ms.expect("the follower caught up");
     assert!(caught_up <= fetch && fetch <= leading.last_fetch_ms.unwrap());
     assert_eq!(leading.last_fetch_ms, leading.last_caught_up_ms);
+
+    for node in nodes.iter_mut().filter(|n| n.quorum.is_some()) {
+        node.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dynamic_quorum_grows_from_one_voter_and_outlives_its_first_leader() {
+    // KIP-853: node 1 begins the quorum alone; nodes 2 and 3 start with no membership, are
+    // added as voters (caught up first), and the three go on without node 1 once it is removed
+    // from the voters and stopped.
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes = nodes(root.path());
+    let directory = |id: u64| Some(Uuid([id as u8 + 10; 16]));
+    let node_of = |n: &Node| QuorumNode {
+        addr: n.addr.clone(),
+        directory_id: directory(n.id),
+    };
+    let standalone = QuorumPeers {
+        voters: BTreeMap::new(),
+        dynamic: Some(DynamicQuorum::Standalone(node_of(&nodes[0]))),
+    };
+    let join = QuorumPeers {
+        voters: BTreeMap::new(),
+        dynamic: Some(DynamicQuorum::Join),
+    };
+    nodes[0].start(&standalone).await;
+    nodes[1].start(&join).await;
+    nodes[2].start(&join).await;
+    nodes[0]
+        .quorum()
+        .caught_up(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(!nodes[1].quorum().is_member(), "nobody added node 2 yet");
+    propose_topics(&nodes[0], 1, 3).await;
+
+    for i in 1..3 {
+        let node = node_of(&nodes[i]);
+        nodes[0]
+            .quorum()
+            .add_voter(nodes[i].id, node, Duration::from_secs(15))
+            .await
+            .unwrap();
+    }
+    converged(&nodes, 3).await;
+    let voters: Vec<(u64, Option<Uuid>)> = nodes[2]
+        .quorum()
+        .members()
+        .iter()
+        .filter(|m| m.voter)
+        .map(|m| (m.node_id, m.node.directory_id))
+        .collect();
+    assert_eq!(
+        voters,
+        [(1, directory(1)), (2, directory(2)), (3, directory(3))]
+    );
+
+    // Node 1 leaves the voters (it stays a learner), then stops: 2 and 3 are a majority of
+    // the voters left, elect one of themselves and commit.
+    nodes[0]
+        .quorum()
+        .remove_voter(1, Duration::from_secs(15))
+        .await
+        .unwrap();
+    nodes[0].stop().await;
+    let next = leader(&nodes).await;
+    assert_ne!(nodes[next].id, 1);
+    propose_topics(&nodes[next], 4, 6).await;
+    converged(&nodes, 6).await;
 
     for node in nodes.iter_mut().filter(|n| n.quorum.is_some()) {
         node.stop().await;

@@ -105,7 +105,10 @@ api_keys! {
     AllocateProducerIds = 67 => AllocateProducerIdsRequest,
     ConsumerGroupHeartbeat = 68 => ConsumerGroupHeartbeatRequest,
     ConsumerGroupDescribe = 69 => ConsumerGroupDescribeRequest,
+    ControllerRegistration = 70 => ControllerRegistrationRequest,
     DescribeTopicPartitions = 75 => DescribeTopicPartitionsRequest,
+    AddRaftVoter = 80 => AddRaftVoterRequest,
+    RemoveRaftVoter = 81 => RemoveRaftVoterRequest,
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ pub mod add_offsets_to_txn_request;
 pub mod add_offsets_to_txn_response;
 pub mod add_partitions_to_txn_request;
 pub mod add_partitions_to_txn_response;
+pub mod add_raft_voter_request;
+pub mod add_raft_voter_response;
 pub mod allocate_producer_ids_request;
 pub mod allocate_producer_ids_response;
 pub mod alter_configs_request;
@@ -31,6 +33,8 @@ pub mod consumer_group_describe_request;
 pub mod consumer_group_describe_response;
 pub mod consumer_group_heartbeat_request;
 pub mod consumer_group_heartbeat_response;
+pub mod controller_registration_request;
+pub mod controller_registration_response;
 pub mod create_partitions_request;
 pub mod create_partitions_response;
 pub mod create_topics_request;
@@ -97,6 +101,8 @@ pub mod offset_for_leader_epoch_request;
 pub mod offset_for_leader_epoch_response;
 pub mod produce_request;
 pub mod produce_response;
+pub mod remove_raft_voter_request;
+pub mod remove_raft_voter_response;
 pub mod request_header;
 pub mod response_header;
 pub mod sasl_authenticate_request;
@@ -114,6 +120,8 @@ pub use add_offsets_to_txn_request::AddOffsetsToTxnRequest;
 pub use add_offsets_to_txn_response::AddOffsetsToTxnResponse;
 pub use add_partitions_to_txn_request::AddPartitionsToTxnRequest;
 pub use add_partitions_to_txn_response::AddPartitionsToTxnResponse;
+pub use add_raft_voter_request::AddRaftVoterRequest;
+pub use add_raft_voter_response::AddRaftVoterResponse;
 pub use allocate_producer_ids_request::AllocateProducerIdsRequest;
 pub use allocate_producer_ids_response::AllocateProducerIdsResponse;
 pub use alter_configs_request::AlterConfigsRequest;
@@ -134,6 +142,8 @@ pub use consumer_group_describe_request::ConsumerGroupDescribeRequest;
 pub use consumer_group_describe_response::ConsumerGroupDescribeResponse;
 pub use consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
 pub use consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse;
+pub use controller_registration_request::ControllerRegistrationRequest;
+pub use controller_registration_response::ControllerRegistrationResponse;
 pub use create_partitions_request::CreatePartitionsRequest;
 pub use create_partitions_response::CreatePartitionsResponse;
 pub use create_topics_request::CreateTopicsRequest;
@@ -200,6 +210,8 @@ pub use offset_for_leader_epoch_request::OffsetForLeaderEpochRequest;
 pub use offset_for_leader_epoch_response::OffsetForLeaderEpochResponse;
 pub use produce_request::ProduceRequest;
 pub use produce_response::ProduceResponse;
+pub use remove_raft_voter_request::RemoveRaftVoterRequest;
+pub use remove_raft_voter_response::RemoveRaftVoterResponse;
 pub use request_header::RequestHeader;
 pub use response_header::ResponseHeader;
 pub use sasl_authenticate_request::SaslAuthenticateRequest;
@@ -266,7 +278,10 @@ pub enum RequestBody {
     AllocateProducerIds(AllocateProducerIdsRequest),
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
     ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
+    ControllerRegistration(ControllerRegistrationRequest),
     DescribeTopicPartitions(DescribeTopicPartitionsRequest),
+    AddRaftVoter(AddRaftVoterRequest),
+    RemoveRaftVoter(RemoveRaftVoterRequest),
 }
 
 impl RequestBody {
@@ -404,9 +419,18 @@ impl RequestBody {
             ApiKey::ConsumerGroupDescribe => RequestBody::ConsumerGroupDescribe(
                 ConsumerGroupDescribeRequest::decode(input, version)?,
             ),
+            ApiKey::ControllerRegistration => RequestBody::ControllerRegistration(
+                ControllerRegistrationRequest::decode(input, version)?,
+            ),
             ApiKey::DescribeTopicPartitions => RequestBody::DescribeTopicPartitions(
                 DescribeTopicPartitionsRequest::decode(input, version)?,
             ),
+            ApiKey::AddRaftVoter => {
+                RequestBody::AddRaftVoter(AddRaftVoterRequest::decode(input, version)?)
+            }
+            ApiKey::RemoveRaftVoter => {
+                RequestBody::RemoveRaftVoter(RemoveRaftVoterRequest::decode(input, version)?)
+            }
         })
     }
 
@@ -462,7 +486,10 @@ impl RequestBody {
             RequestBody::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
             RequestBody::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
             RequestBody::ConsumerGroupDescribe(_) => ApiKey::ConsumerGroupDescribe,
+            RequestBody::ControllerRegistration(_) => ApiKey::ControllerRegistration,
             RequestBody::DescribeTopicPartitions(_) => ApiKey::DescribeTopicPartitions,
+            RequestBody::AddRaftVoter(_) => ApiKey::AddRaftVoter,
+            RequestBody::RemoveRaftVoter(_) => ApiKey::RemoveRaftVoter,
         }
     }
 
@@ -518,7 +545,10 @@ impl RequestBody {
             RequestBody::AllocateProducerIds(body) => body.encode(out, version),
             RequestBody::ConsumerGroupHeartbeat(body) => body.encode(out, version),
             RequestBody::ConsumerGroupDescribe(body) => body.encode(out, version),
+            RequestBody::ControllerRegistration(body) => body.encode(out, version),
             RequestBody::DescribeTopicPartitions(body) => body.encode(out, version),
+            RequestBody::AddRaftVoter(body) => body.encode(out, version),
+            RequestBody::RemoveRaftVoter(body) => body.encode(out, version),
         }
     }
 }
@@ -576,7 +606,10 @@ pub enum ResponseBody {
     AllocateProducerIds(AllocateProducerIdsResponse),
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse),
     ConsumerGroupDescribe(ConsumerGroupDescribeResponse),
+    ControllerRegistration(ControllerRegistrationResponse),
     DescribeTopicPartitions(DescribeTopicPartitionsResponse),
+    AddRaftVoter(AddRaftVoterResponse),
+    RemoveRaftVoter(RemoveRaftVoterResponse),
 }
 
 impl ResponseBody {
@@ -720,9 +753,18 @@ impl ResponseBody {
             ApiKey::ConsumerGroupDescribe => ResponseBody::ConsumerGroupDescribe(
                 ConsumerGroupDescribeResponse::decode(input, version)?,
             ),
+            ApiKey::ControllerRegistration => ResponseBody::ControllerRegistration(
+                ControllerRegistrationResponse::decode(input, version)?,
+            ),
             ApiKey::DescribeTopicPartitions => ResponseBody::DescribeTopicPartitions(
                 DescribeTopicPartitionsResponse::decode(input, version)?,
             ),
+            ApiKey::AddRaftVoter => {
+                ResponseBody::AddRaftVoter(AddRaftVoterResponse::decode(input, version)?)
+            }
+            ApiKey::RemoveRaftVoter => {
+                ResponseBody::RemoveRaftVoter(RemoveRaftVoterResponse::decode(input, version)?)
+            }
         })
     }
 
@@ -778,7 +820,10 @@ impl ResponseBody {
             ResponseBody::AllocateProducerIds(_) => ApiKey::AllocateProducerIds,
             ResponseBody::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
             ResponseBody::ConsumerGroupDescribe(_) => ApiKey::ConsumerGroupDescribe,
+            ResponseBody::ControllerRegistration(_) => ApiKey::ControllerRegistration,
             ResponseBody::DescribeTopicPartitions(_) => ApiKey::DescribeTopicPartitions,
+            ResponseBody::AddRaftVoter(_) => ApiKey::AddRaftVoter,
+            ResponseBody::RemoveRaftVoter(_) => ApiKey::RemoveRaftVoter,
         }
     }
 
@@ -834,7 +879,10 @@ impl ResponseBody {
             ResponseBody::AllocateProducerIds(body) => body.encode(out, version),
             ResponseBody::ConsumerGroupHeartbeat(body) => body.encode(out, version),
             ResponseBody::ConsumerGroupDescribe(body) => body.encode(out, version),
+            ResponseBody::ControllerRegistration(body) => body.encode(out, version),
             ResponseBody::DescribeTopicPartitions(body) => body.encode(out, version),
+            ResponseBody::AddRaftVoter(body) => body.encode(out, version),
+            ResponseBody::RemoveRaftVoter(body) => body.encode(out, version),
         }
     }
 }

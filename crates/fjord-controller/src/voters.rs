@@ -1,0 +1,372 @@
+//! The members of a dynamic metadata quorum (KIP-853), changed on the active controller:
+//! AddRaftVoter, RemoveRaftVoter (`kafka-metadata-quorum add-controller / remove-controller`,
+//! or a controller with `controller.quorum.auto.join.enable`) and ControllerRegistration (a
+//! controller that is not a member follows the log as a learner). They change the quorum's
+//! membership, not the image, so they are checked here ([`voter_change`], sans-IO) and carried
+//! out by the quorum ([`apply`]) outside the controller's queue: a voter catching up must not
+//! hold up the brokers' heartbeats.
+
+use std::time::Duration;
+
+use fjord_common::errors;
+use fjord_config::BrokerConfig;
+use fjord_metadata::{MetadataError, MetadataQuorum, QuorumMember, QuorumNode};
+use fjord_protocol::messages::add_raft_voter_response::AddRaftVoterResponse;
+use fjord_protocol::messages::controller_registration_response::ControllerRegistrationResponse;
+use fjord_protocol::messages::remove_raft_voter_response::RemoveRaftVoterResponse;
+use fjord_protocol::messages::ResponseBody;
+
+use crate::apis::{error_response, ControllerApi};
+use crate::quorum_controller::ControllerError;
+
+/// What a request asks of the quorum's membership, once checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum VoterChange {
+    Add {
+        id: u64,
+        node: QuorumNode,
+    },
+    Remove {
+        id: u64,
+    },
+    /// A controller that is not a member yet follows the log as a learner.
+    Learner {
+        id: u64,
+        node: QuorumNode,
+    },
+    /// Already so.
+    Nothing,
+}
+
+/// Whether `api` changes the quorum's membership (and is therefore not decided on the image).
+pub(crate) fn is_voter_change(api: &ControllerApi) -> bool {
+    matches!(
+        api,
+        ControllerApi::AddRaftVoter(_)
+            | ControllerApi::RemoveRaftVoter(_)
+            | ControllerApi::ControllerRegistration(_)
+    )
+}
+
+/// Checks a membership request against this cluster and its current `members`, as Kafka's
+/// leader does: the cluster id must be this one's, the quorum dynamic, the new voter reachable on
+/// the controller listener and not a voter yet, the removed one a voter with that directory id.
+pub(crate) fn voter_change(
+    config: &BrokerConfig,
+    cluster_id: &str,
+    api: &ControllerApi,
+    members: &[QuorumMember],
+) -> Result<VoterChange, (i16, String)> {
+    let listener = config
+        .cluster
+        .controller_listener_names
+        .first()
+        .map(String::as_str)
+        .unwrap_or("CONTROLLER");
+    let wrong_cluster = |theirs: &Option<String>| {
+        theirs.as_deref().filter(|id| *id != cluster_id).map(|id| {
+            (
+                errors::INCONSISTENT_CLUSTER_ID,
+                format!(
+                    "The cluster id {id} in the request does not match this cluster's {cluster_id}"
+                ),
+            )
+        })
+    };
+    let static_quorum = |what: &str| {
+        (
+            errors::UNSUPPORTED_VERSION,
+            format!("Cluster doesn't support {what} voter because the kraft.version feature is 0: its voters are fixed by controller.quorum.voters"),
+        )
+    };
+    let voter = |id: u64| members.iter().find(|m| m.node_id == id && m.voter);
+    let voter_ids = || {
+        members
+            .iter()
+            .filter(|m| m.voter)
+            .map(|m| m.node_id.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match api {
+        ControllerApi::AddRaftVoter(r) => {
+            if let Some(refusal) = wrong_cluster(&r.cluster_id) {
+                return Err(refusal);
+            }
+            if !config.cluster.voters.is_empty() {
+                return Err(static_quorum("adding"));
+            }
+            let id = u64::try_from(r.voter_id).map_err(|_| {
+                (
+                    errors::INVALID_REQUEST,
+                    format!("invalid voter id {}", r.voter_id),
+                )
+            })?;
+            if voter(id).is_some() {
+                return Err((
+                    errors::DUPLICATE_VOTER,
+                    format!(
+                        "The voter id for {id} is already part of the set of voters [{}].",
+                        voter_ids()
+                    ),
+                ));
+            }
+            let endpoints = r.listeners.iter().map(|l| (&l.name, &l.host, l.port));
+            Ok(VoterChange::Add {
+                id,
+                node: QuorumNode {
+                    addr: controller_endpoint(endpoints, listener)?,
+                    directory_id: Some(r.voter_directory_id),
+                },
+            })
+        }
+        ControllerApi::RemoveRaftVoter(r) => {
+            if let Some(refusal) = wrong_cluster(&r.cluster_id) {
+                return Err(refusal);
+            }
+            if !config.cluster.voters.is_empty() {
+                return Err(static_quorum("removing"));
+            }
+            let found = u64::try_from(r.voter_id).ok().and_then(voter).filter(|m| {
+                m.node
+                    .directory_id
+                    .is_none_or(|dir| dir == r.voter_directory_id)
+            });
+            let Some(member) = found else {
+                return Err((
+                    errors::VOTER_NOT_FOUND,
+                    format!(
+                        "Cannot remove voter {}-{} from the set of voters [{}]",
+                        r.voter_id,
+                        r.voter_directory_id,
+                        voter_ids()
+                    ),
+                ));
+            };
+            if members.iter().filter(|m| m.voter).count() == 1 {
+                return Err((
+                    errors::INVALID_REQUEST,
+                    format!(
+                        "Cannot remove voter {}: it is the quorum's last voter",
+                        r.voter_id
+                    ),
+                ));
+            }
+            Ok(VoterChange::Remove { id: member.node_id })
+        }
+        ControllerApi::ControllerRegistration(r) => {
+            let id = u64::try_from(r.controller_id).map_err(|_| {
+                (
+                    errors::INVALID_REQUEST,
+                    format!("invalid controller id {}", r.controller_id),
+                )
+            })?;
+            if members.iter().any(|m| m.node_id == id) {
+                return Ok(VoterChange::Nothing);
+            }
+            let endpoints = r.listeners.iter().map(|l| (&l.name, &l.host, l.port));
+            Ok(VoterChange::Learner {
+                id,
+                node: QuorumNode::new(controller_endpoint(endpoints, listener)?),
+            })
+        }
+        _ => Ok(VoterChange::Nothing),
+    }
+}
+
+/// The `host:port` of the listener named `listener` among a request's `endpoints` (name, host,
+/// port): where the leader reaches that controller.
+fn controller_endpoint<'a>(
+    mut endpoints: impl Iterator<Item = (&'a String, &'a String, u16)>,
+    listener: &str,
+) -> Result<String, (i16, String)> {
+    endpoints
+        .find(|(name, _, _)| *name == listener)
+        .map(|(_, host, port)| fjord_common::host_port(host, port))
+        .ok_or_else(|| {
+            (
+                errors::INVALID_REQUEST,
+                format!("Provided listeners do not contain a listener for {listener}"),
+            )
+        })
+}
+
+/// Checks `api` and carries it out on `quorum` (this node must lead it); answers the request.
+/// `timeout` bounds an addition or removal (a new voter that cannot catch up).
+pub(crate) async fn apply(
+    quorum: &MetadataQuorum,
+    config: &BrokerConfig,
+    cluster_id: &str,
+    api: &ControllerApi,
+    timeout: Duration,
+) -> Result<ResponseBody, ControllerError> {
+    if quorum.leader_term().is_none() {
+        return Err(ControllerError::NotController {
+            leader: quorum.leader(),
+        });
+    }
+    let change = match voter_change(config, cluster_id, api, &quorum.members()) {
+        Ok(change) => change,
+        Err((code, message)) => return Ok(error_response(api, code, &message)),
+    };
+    let outcome = match change {
+        VoterChange::Add { id, node } => {
+            tracing::info!(voter = id, addr = %node.addr, "adding a voter to the metadata quorum");
+            quorum.add_voter(id, node, timeout).await
+        }
+        VoterChange::Remove { id } => {
+            tracing::info!(voter = id, "removing a voter from the metadata quorum");
+            quorum.remove_voter(id, timeout).await
+        }
+        VoterChange::Learner { id, node } => quorum.add_learner(id, node).await,
+        VoterChange::Nothing => Ok(()),
+    };
+    match outcome {
+        Ok(()) => Ok(success(api)),
+        Err(MetadataError::NotLeader { leader }) => Err(ControllerError::NotController { leader }),
+        Err(e @ (MetadataError::MembershipChange(_) | MetadataError::Timeout { .. })) => Ok(
+            error_response(api, errors::REQUEST_TIMED_OUT, &e.to_string()),
+        ),
+        Err(e) => Ok(error_response(
+            api,
+            errors::UNKNOWN_SERVER_ERROR,
+            &e.to_string(),
+        )),
+    }
+}
+
+fn success(api: &ControllerApi) -> ResponseBody {
+    match api {
+        ControllerApi::AddRaftVoter(_) => ResponseBody::AddRaftVoter(AddRaftVoterResponse {
+            error_message: None,
+            ..Default::default()
+        }),
+        ControllerApi::RemoveRaftVoter(_) => {
+            ResponseBody::RemoveRaftVoter(RemoveRaftVoterResponse {
+                error_message: None,
+                ..Default::default()
+            })
+        }
+        _ => ResponseBody::ControllerRegistration(ControllerRegistrationResponse {
+            error_message: None,
+            ..Default::default()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use fjord_common::Uuid;
+    use fjord_protocol::messages::add_raft_voter_request::{AddRaftVoterRequest, Listener};
+    use fjord_protocol::messages::remove_raft_voter_request::RemoveRaftVoterRequest;
+
+    use super::*;
+
+    fn config(quorum: (&str, &str)) -> BrokerConfig {
+        let props: BTreeMap<String, String> = [
+            quorum,
+            ("controller.listener.names", "CONTROLLER"),
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        BrokerConfig::from_properties(&props).unwrap().0
+    }
+
+    fn dynamic() -> BrokerConfig {
+        config(("controller.quorum.bootstrap.servers", "127.0.0.1:9093"))
+    }
+
+    fn member(id: u64, voter: bool) -> QuorumMember {
+        QuorumMember {
+            node_id: id,
+            node: QuorumNode {
+                addr: format!("127.0.0.1:{}", 9000 + id),
+                directory_id: Some(Uuid([id as u8; 16])),
+            },
+            voter,
+        }
+    }
+
+    fn add(id: i32, cluster: Option<&str>, listener: &str) -> ControllerApi {
+        ControllerApi::AddRaftVoter(AddRaftVoterRequest {
+            cluster_id: cluster.map(str::to_string),
+            timeout_ms: 1000,
+            voter_id: id,
+            voter_directory_id: Uuid([id as u8; 16]),
+            listeners: vec![Listener {
+                name: listener.into(),
+                host: "127.0.0.1".into(),
+                port: 9500,
+            }],
+            ack_when_committed: true,
+        })
+    }
+
+    fn remove(id: i32, dir: u8) -> ControllerApi {
+        ControllerApi::RemoveRaftVoter(RemoveRaftVoterRequest {
+            cluster_id: Some("c".into()),
+            voter_id: id,
+            voter_directory_id: Uuid([dir; 16]),
+        })
+    }
+
+    fn refusal(result: Result<VoterChange, (i16, String)>) -> i16 {
+        result.unwrap_err().0
+    }
+
+    #[test]
+    fn voters_are_added_and_removed_only_as_kafkas_leader_allows() {
+        let members = [member(1, true), member(2, true), member(3, false)];
+        let check = |api: &ControllerApi| voter_change(&dynamic(), "c", api, &members);
+        assert_eq!(
+            check(&add(3, Some("c"), "CONTROLLER")).unwrap(),
+            VoterChange::Add {
+                id: 3,
+                node: QuorumNode {
+                    addr: "127.0.0.1:9500".into(),
+                    directory_id: Some(Uuid([3; 16])),
+                },
+            }
+        );
+        assert_eq!(
+            refusal(check(&add(3, Some("other"), "CONTROLLER"))),
+            errors::INCONSISTENT_CLUSTER_ID
+        );
+        assert_eq!(
+            refusal(check(&add(2, None, "CONTROLLER"))),
+            errors::DUPLICATE_VOTER
+        );
+        assert_eq!(
+            refusal(check(&add(3, None, "PLAINTEXT"))),
+            errors::INVALID_REQUEST
+        );
+        assert_eq!(check(&remove(2, 2)).unwrap(), VoterChange::Remove { id: 2 });
+        // Another directory id, or a learner, is not a voter to remove.
+        assert_eq!(refusal(check(&remove(2, 9))), errors::VOTER_NOT_FOUND);
+        assert_eq!(refusal(check(&remove(3, 3))), errors::VOTER_NOT_FOUND);
+        // The last voter stays.
+        let alone = [member(1, true)];
+        assert_eq!(
+            refusal(voter_change(&dynamic(), "c", &remove(1, 1), &alone)),
+            errors::INVALID_REQUEST
+        );
+        // A static quorum's voters are fixed.
+        let fixed = config(("controller.quorum.voters", "1@127.0.0.1:9093"));
+        assert_eq!(
+            refusal(voter_change(
+                &fixed,
+                "c",
+                &add(3, None, "CONTROLLER"),
+                &members
+            )),
+            errors::UNSUPPORTED_VERSION
+        );
+    }
+}
