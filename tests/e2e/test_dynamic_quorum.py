@@ -8,7 +8,7 @@ import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import Cluster, kafka_tool
+from harness import Cluster, kafka_tool, round_trip
 
 QUORUM_TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
 
@@ -94,5 +94,23 @@ def test_kafka_metadata_quorum_adds_and_removes_a_controller(tmp_path):
                    "--controller-directory-id", directory_id)
         wait_for(first, lambda n: voters(n) == {1} and n.get(2, ("", ""))[1] == "Observer", "node 2 an observer")
         create(cluster.bootstrap, "dyn-one-voter", 3)
+    finally:
+        cluster.kill9()
+
+
+def test_brokers_learn_a_dynamic_quorums_cluster_from_its_controllers(tmp_path):
+    """Two controllers and two broker-only nodes that name only the bootstrap servers: the brokers learn the cluster
+    id from the controllers, register, follow the metadata log as observers, and host a topic at replication
+    factor 2 that is read back."""
+    # Kafka (and fjord) refuse auto-join on a node without the controller role.
+    auto_join = {"controller.quorum.auto.join.enable": "true"}
+    cluster = Cluster(tmp_path, controllers=2, brokers=2, dynamic=True, node_extra={1: auto_join, 2: auto_join})
+    try:
+        cluster.start()
+        nodes = wait_for(cluster.bootstrap_controllers, lambda n: voters(n) == {1, 2} and {3, 4} <= set(n),
+                         "two voters and two observers")
+        assert nodes[3][1] == "Observer" and nodes[4][1] == "Observer", nodes
+        create(cluster.bootstrap, "dyn-brokers", 2)
+        round_trip("confluent", cluster.bootstrap, "dyn-brokers", 3, 300, "none", tmp_path)
     finally:
         cluster.kill9()

@@ -1291,6 +1291,15 @@ impl ClusterConfig {
                 bootstrap_servers.push(fjord_common::host_port(host, port));
             }
         }
+        let auto_join_value = get("controller.quorum.auto.join.enable");
+        let quorum_auto_join = auto_join_value.trim().eq_ignore_ascii_case("true");
+        if quorum_auto_join && !controller {
+            return Err(invalid(
+                "controller.quorum.auto.join.enable",
+                &auto_join_value,
+                "is only supported when process.roles contains the controller role",
+            ));
+        }
         let names_value = get("controller.listener.names");
         let controller_listener_names: Vec<String> = split_list(&names_value)
             .into_iter()
@@ -1382,9 +1391,7 @@ impl ClusterConfig {
             controller,
             voters,
             bootstrap_servers,
-            quorum_auto_join: get("controller.quorum.auto.join.enable")
-                .trim()
-                .eq_ignore_ascii_case("true"),
+            quorum_auto_join,
             controller_listener_names,
             inter_broker_listener_name,
             rack: (!rack.trim().is_empty()).then(|| rack.trim().to_string()),
@@ -2187,6 +2194,18 @@ mod tests {
         ])
         .unwrap();
         assert!(stat.bootstrap_servers.is_empty() && !stat.quorum_auto_join);
+        // As in Kafka, only a controller can join the quorum by itself.
+        assert_eq!(
+            cluster(&[
+                ("process.roles", "broker"),
+                ("controller.quorum.bootstrap.servers", "127.0.0.1:9093"),
+                ("controller.quorum.auto.join.enable", "true"),
+                ("controller.listener.names", "CONTROLLER"),
+            ])
+            .unwrap_err()
+            .key,
+            "controller.quorum.auto.join.enable"
+        );
     }
 
     #[test]
