@@ -96,10 +96,19 @@ fn page(
         }
         let topic = describe(&name);
         if topic.error_code != errors::NONE {
-            // Every topic asked for: unknown ones are answered as such.
+            // Every topic asked for: unknown ones are answered as such, a name no topic can
+            // have as invalid (Kafka's `Topic.validate`).
             if !all {
+                let error_code = match topic.error_code {
+                    errors::UNKNOWN_TOPIC_OR_PARTITION
+                        if fjord_controller::plan::validate_topic_name(&name).is_err() =>
+                    {
+                        errors::INVALID_TOPIC_EXCEPTION
+                    }
+                    code => code,
+                };
                 response.topics.push(DescribeTopicPartitionsResponseTopic {
-                    error_code: topic.error_code,
+                    error_code,
                     name: Some(name),
                     topic_id: topic.topic_id,
                     is_internal: topic.is_internal,

@@ -2509,6 +2509,12 @@ fn describe_topic_partitions_pages_with_a_cursor() {
         )]
     );
     assert_eq!(next, None);
+    // A name no topic can have is invalid rather than unknown, as in Kafka.
+    let (topics, _) = describe(&["bad/name"], 10, None);
+    assert_eq!(
+        topics,
+        [(INVALID_TOPIC_EXCEPTION, "bad/name".to_string(), vec![])]
+    );
     // No topics named: every topic, unknown ones cannot be; the limit at least one partition.
     let (topics, _) = describe(&[], 2000, None);
     let names: Vec<&str> = topics.iter().map(|t| t.1.as_str()).collect();
