@@ -4,6 +4,7 @@ the others join it; Kafka is formatted `--standalone` / `--no-initial-controller
 by `controller.quorum.auto.join.enable` or by `kafka-metadata-quorum add-controller`, and leave by
 `remove-controller`."""
 
+import re
 import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -56,6 +57,11 @@ def test_controllers_found_through_bootstrap_servers_join_as_voters_and_outlive_
     try:
         cluster.start()
         nodes = wait_for(cluster.bootstrap_controllers, lambda n: voters(n) == {1, 2, 3}, "three voters")
+        # A dynamic quorum runs at kraft.version 1, as brokers and controllers report it.
+        for flag, bootstrap in (("--bootstrap-server", cluster.bootstrap),
+                                ("--bootstrap-controller", cluster.bootstrap_controllers)):
+            features = kafka_tool("org.apache.kafka.tools.FeatureCommand", flag, bootstrap, "describe")
+            assert re.search(r"Feature: kraft.version\s.*FinalizedVersionLevel: 1\s", features), features
         create(cluster.bootstrap, "dyn-before", 3)
         leader = next(n for n, (_, status) in nodes.items() if status == "Leader")
         cluster.node(leader).kill9()

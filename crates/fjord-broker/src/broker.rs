@@ -262,8 +262,10 @@ impl Broker {
             if api == ApiKey::ApiVersions {
                 // Kafka answers an ApiVersions it cannot parse with a v0 response carrying
                 // UNSUPPORTED_VERSION and the versions it does support, so the client can retry.
-                let body =
-                    ResponseBody::ApiVersions(api_versions_response(errors::UNSUPPORTED_VERSION));
+                let body = ResponseBody::ApiVersions(api_versions_response(
+                    errors::UNSUPPORTED_VERSION,
+                    self.config.cluster.kraft_version(),
+                ));
                 return Reply::Now(encode_response(api, 0, correlation_id, &body));
             }
             return Reply::Close(format!("{} version {version} is not supported", api.name()));
@@ -287,7 +289,9 @@ impl Broker {
                 respond(ResponseBody::ApiVersions(
                     match api_versions_error(&request, version, Some(node)) {
                         // Kafka answers a refused request with its error alone.
-                        errors::NONE => api_versions_response(errors::NONE),
+                        errors::NONE => {
+                            api_versions_response(errors::NONE, self.config.cluster.kraft_version())
+                        }
                         code => ApiVersionsResponse {
                             error_code: code,
                             ..Default::default()
@@ -999,8 +1003,9 @@ impl Broker {
 pub const FEATURES: &[(&str, i16, i16, i16)] = &[
     // 4.0-IV3: the metadata records and inter-broker APIs of Kafka 4.0.
     ("metadata.version", 25, 25, 25),
-    // A static voter set (`controller.quorum.voters`); dynamic quorums (KIP-853) are level 1.
-    ("kraft.version", 0, 0, 0),
+    // 0: a static voter set (`controller.quorum.voters`); 1: a dynamic quorum (KIP-853). The
+    // level here is the static one; `api_versions_of` reports the node's own.
+    ("kraft.version", 0, 1, 0),
     // 1: flexible `__transaction_state` records; 2: KIP-890 part 2 (the epoch bumps at every
     // commit and abort, leaders add partitions to transactions: Produce v12, TxnOffsetCommit v5,
     // EndTxn v5).
@@ -1058,12 +1063,24 @@ pub fn api_versions_error(
     }
 }
 
-pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {
-    api_versions_of(SUPPORTED_APIS, error_code)
+pub fn api_versions_response(error_code: i16, kraft_version: i16) -> ApiVersionsResponse {
+    api_versions_of(SUPPORTED_APIS, error_code, kraft_version)
 }
 
-/// An ApiVersions answer advertising `apis` and [`FEATURES`].
-pub fn api_versions_of(apis: &[(ApiKey, i16, i16)], error_code: i16) -> ApiVersionsResponse {
+/// An ApiVersions answer advertising `apis` and [`FEATURES`], `kraft.version` at the level of
+/// this node's quorum.
+pub fn api_versions_of(
+    apis: &[(ApiKey, i16, i16)],
+    error_code: i16,
+    kraft_version: i16,
+) -> ApiVersionsResponse {
+    let level = |name: &str, level: i16| {
+        if name == "kraft.version" {
+            kraft_version
+        } else {
+            level
+        }
+    };
     ApiVersionsResponse {
         error_code,
         api_keys: apis
@@ -1086,11 +1103,12 @@ pub fn api_versions_of(apis: &[(ApiKey, i16, i16)], error_code: i16) -> ApiVersi
         // As in Kafka, a feature at level 0 is not finalized: it is off.
         finalized_features: FEATURES
             .iter()
-            .filter(|(_, _, _, level)| *level > 0)
-            .map(|(name, _, _, level)| FinalizedFeatureKey {
+            .map(|(name, _, _, l)| (name, level(name, *l)))
+            .filter(|(_, level)| *level > 0)
+            .map(|(name, level)| FinalizedFeatureKey {
                 name: (*name).to_string(),
-                max_version_level: *level,
-                min_version_level: *level,
+                max_version_level: level,
+                min_version_level: level,
             })
             .collect(),
         ..Default::default()

@@ -60,6 +60,8 @@ pub struct ControllerDispatch {
     pub quorum: Arc<MetadataQuorum>,
     pub controller: Arc<QuorumController>,
     pub cluster_id: String,
+    /// The `kraft.version` ApiVersions reports: 1 for a dynamic quorum.
+    pub kraft_version: i16,
 }
 
 impl ControllerDispatch {
@@ -139,6 +141,7 @@ impl Dispatch for ControllerDispatch {
                 let body = ResponseBody::ApiVersions(api_versions_of(
                     CONTROLLER_APIS,
                     errors::UNSUPPORTED_VERSION,
+                    self.kraft_version,
                 ));
                 return Reply::Now(encode_response(api, 0, correlation_id, &body));
             }
@@ -162,14 +165,20 @@ impl Dispatch for ControllerDispatch {
                     }
                     RequestBody::ApiVersions(r) => {
                         ResponseBody::ApiVersions(match api_versions_error(&r, version, None) {
-                            errors::NONE => api_versions_of(CONTROLLER_APIS, errors::NONE),
+                            errors::NONE => {
+                                api_versions_of(CONTROLLER_APIS, errors::NONE, self.kraft_version)
+                            }
                             code => ApiVersionsResponse {
                                 error_code: code,
                                 ..Default::default()
                             },
                         })
                     }
-                    _ => ResponseBody::ApiVersions(api_versions_of(CONTROLLER_APIS, errors::NONE)),
+                    _ => ResponseBody::ApiVersions(api_versions_of(
+                        CONTROLLER_APIS,
+                        errors::NONE,
+                        self.kraft_version,
+                    )),
                 };
                 return Reply::Now(encode_response(api, version, correlation_id, &body));
             }

@@ -248,6 +248,7 @@ pub async fn run(
                 quorum: quorum.clone(),
                 controller: controller.clone(),
                 cluster_id: cluster_id.clone(),
+                kraft_version: config.cluster.kraft_version(),
             }),
             _ => Arc::new(BrokerDispatch {
                 broker: broker_rx.clone(),

@@ -1410,6 +1410,17 @@ impl ClusterConfig {
         })
     }
 
+    /// The `kraft.version` this node's quorum runs at, as Kafka reports it: 1 for a dynamic
+    /// quorum (KIP-853, its voters changed through the log), 0 for voters fixed by
+    /// `controller.quorum.voters` (or a node alone).
+    pub fn kraft_version(&self) -> i16 {
+        if self.bootstrap_servers.is_empty() {
+            0
+        } else {
+            1
+        }
+    }
+
     /// Whether `name` is one of the controller listeners.
     pub fn is_controller_listener(&self, name: &str) -> bool {
         self.controller_listener_names.iter().any(|n| n == name)
