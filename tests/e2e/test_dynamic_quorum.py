@@ -7,9 +7,10 @@ by `controller.quorum.auto.join.enable` or by `kafka-metadata-quorum add-control
 import re
 import time
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import Cluster, kafka_tool, round_trip
+from harness import Cluster, free_port, kafka_tool, round_trip
 
 QUORUM_TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
 
@@ -118,5 +119,26 @@ def test_brokers_learn_a_dynamic_quorums_cluster_from_its_controllers(tmp_path):
         assert nodes[3][1] == "Observer" and nodes[4][1] == "Observer", nodes
         create(cluster.bootstrap, "dyn-brokers", 2)
         round_trip("confluent", cluster.bootstrap, "dyn-brokers", 3, 300, "none", tmp_path)
+    finally:
+        cluster.kill9()
+
+
+@pytest.mark.parametrize("quorum", ["static", "dynamic"])
+def test_a_broker_restarted_on_another_port_follows_the_metadata_log_again(tmp_path, quorum):
+    """A broker-only node stops and comes back listening on another port: the metadata log reaches it there (it
+    registers the new listener), it serves again, and a topic with a replica on it is written and read back."""
+    cluster = Cluster(tmp_path, controllers=1, brokers=2, dynamic=quorum == "dynamic")
+    try:
+        cluster.start()
+        moved = cluster.node(3)
+        moved.stop()
+        old = moved.bootstrap
+        moved.port = free_port()
+        moved.bootstrap = f"127.0.0.1:{moved.port}"
+        moved.config.write_text(moved.config.read_text().replace(old, moved.bootstrap))
+        moved.start(120)
+        bootstrap = ",".join(n.bootstrap for n in cluster.brokers)
+        create(bootstrap, f"moved-{quorum}", 2)
+        round_trip("confluent", bootstrap, f"moved-{quorum}", 3, 300, "none", tmp_path)
     finally:
         cluster.kill9()

@@ -189,23 +189,37 @@ pub(crate) async fn join(
     };
     let incarnation_id = random_uuid();
     let node_id = config.node_id as u64;
+    let registration = || {
+        ControllerApi::ControllerRegistration(ControllerRegistrationRequest {
+            controller_id: config.node_id,
+            incarnation_id,
+            zk_migration_ready: false,
+            listeners: vec![RegistrationListener {
+                name: listener.name.clone(),
+                host: listener.host.clone(),
+                port: listener.port,
+                security_protocol: 0,
+            }],
+            features: Vec::new(),
+        })
+    };
+    // Where the leader can reach this node's raft: its controller listener, and the
+    // inter-broker listener its broker (if any) registered as a learner.
+    let mut reachable_at = vec![fjord_common::host_port(&listener.host, listener.port)];
+    if config.cluster.broker {
+        let inter = config.advertised_listener(&config.cluster.inter_broker_listener_name);
+        reachable_at.push(fjord_common::host_port(&inter.host, inter.port));
+    }
     loop {
         let me = quorum.members().into_iter().find(|m| m.node_id == node_id);
+        // A learner the leader reaches at neither of this node's listeners (it listened
+        // elsewhere before a restart) registers again, and is reached here from then on.
+        let unreachable = me
+            .as_ref()
+            .is_some_and(|m| !m.voter && !reachable_at.contains(&m.node.addr));
         let api = match me {
-            None => Some(ControllerApi::ControllerRegistration(
-                ControllerRegistrationRequest {
-                    controller_id: config.node_id,
-                    incarnation_id,
-                    zk_migration_ready: false,
-                    listeners: vec![RegistrationListener {
-                        name: listener.name.clone(),
-                        host: listener.host.clone(),
-                        port: listener.port,
-                        security_protocol: 0,
-                    }],
-                    features: Vec::new(),
-                },
-            )),
+            None => Some(registration()),
+            _ if unreachable => Some(registration()),
             Some(m) if !m.voter && config.cluster.quorum_auto_join => {
                 Some(ControllerApi::AddRaftVoter(AddRaftVoterRequest {
                     cluster_id: Some(cluster_id.clone()),

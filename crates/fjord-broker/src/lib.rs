@@ -254,9 +254,12 @@ pub async fn run(
                 broker: broker_rx.clone(),
                 quorum: quorum.clone(),
                 listener: listener.name.clone(),
-                // Only a learner takes raft RPCs there; voters take them on their controller
-                // listeners, and a node alone takes none.
-                carries_raft: !config.cluster.controller
+                // A learner takes raft RPCs there; voters of a static quorum take them on their
+                // controller listeners, and a node alone takes none. A controller of a dynamic
+                // quorum takes them on both: as an observer it may be reached at the inter-broker
+                // listener its broker registered.
+                carries_raft: (!config.cluster.controller
+                    || !config.cluster.bootstrap_servers.is_empty())
                     && listener.name == config.cluster.inter_broker_listener_name,
             }),
         };

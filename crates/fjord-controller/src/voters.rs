@@ -161,13 +161,18 @@ pub(crate) fn voter_change(
                     format!("invalid controller id {}", r.controller_id),
                 )
             })?;
-            if members.iter().any(|m| m.node_id == id) {
+            let endpoints = r.listeners.iter().map(|l| (&l.name, &l.host, l.port));
+            let addr = controller_endpoint(endpoints, listener)?;
+            // A voter stays as it is; a learner is reached where it now says it listens.
+            let known = members
+                .iter()
+                .any(|m| m.node_id == id && (m.voter || m.node.addr == addr));
+            if known {
                 return Ok(VoterChange::Nothing);
             }
-            let endpoints = r.listeners.iter().map(|l| (&l.name, &l.host, l.port));
             Ok(VoterChange::Learner {
                 id,
-                node: QuorumNode::new(controller_endpoint(endpoints, listener)?),
+                node: QuorumNode::new(addr),
             })
         }
         _ => Ok(VoterChange::Nothing),

@@ -378,25 +378,26 @@ impl MetadataQuorum {
             })
     }
 
-    /// Makes `node_id` a learner reached as `node`, unless it is a member already (as a voter,
-    /// or as a learner, however reached): the leader then replicates the metadata log to it.
-    /// Only the leader can.
+    /// Makes `node_id` a learner reached as `node`: the leader then replicates the metadata log
+    /// to it. A learner reached elsewhere until now (a broker restarted on another port) is
+    /// reached at `node` from now on; a voter is left as it is. Only the leader can.
     pub async fn add_learner(&self, node_id: u64, node: QuorumNode) -> Result<(), MetadataError> {
-        let known = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .nodes()
-            .any(|(id, _)| *id == node_id);
-        if known {
-            return Ok(());
+        let current = self.members().into_iter().find(|m| m.node_id == node_id);
+        match current {
+            Some(m) if m.voter || m.node == node => Ok(()),
+            Some(_) => self
+                .raft
+                .change_membership(ChangeMembers::SetNodes([(node_id, node)].into()), true)
+                .await
+                .map(drop)
+                .map_err(|e| membership_error("move learner", e)),
+            None => self
+                .raft
+                .add_learner(node_id, node, false)
+                .await
+                .map(drop)
+                .map_err(|e| membership_error("add learner", e)),
         }
-        self.raft
-            .add_learner(node_id, node, false)
-            .await
-            .map(drop)
-            .map_err(|e| membership_error("add learner", e))
     }
 
     /// Makes `node_id` a voter reached as `node` (KIP-853's AddRaftVoter): it is added as a

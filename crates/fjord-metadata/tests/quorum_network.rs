@@ -319,6 +319,25 @@ async fn a_dynamic_quorum_grows_from_one_voter_and_outlives_its_first_leader() {
         .unwrap();
     assert!(!nodes[1].quorum().is_member(), "nobody added node 2 yet");
     propose_topics(&nodes[0], 1, 3).await;
+    // A learner first known at an address it no longer listens on (restarted on another port)
+    // is reached where it registers next.
+    nodes[0]
+        .quorum()
+        .add_learner(2, QuorumNode::new("127.0.0.1:1"))
+        .await
+        .unwrap();
+    nodes[0]
+        .quorum()
+        .add_learner(2, QuorumNode::new(nodes[1].addr.clone()))
+        .await
+        .unwrap();
+    let learner = nodes[0].quorum().members();
+    assert!(
+        learner
+            .iter()
+            .any(|m| m.node_id == 2 && !m.voter && m.node.addr == nodes[1].addr),
+        "{learner:?}"
+    );
 
     for i in 1..3 {
         let node = node_of(&nodes[i]);
