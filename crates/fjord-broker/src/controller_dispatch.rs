@@ -95,14 +95,11 @@ impl ControllerDispatch {
                 .into_iter()
                 .filter(|m| m.voter)
                 .filter_map(|m| {
-                    let (host, port) = m.node.addr.rsplit_once(':')?;
+                    let (host, port) = m.node.endpoint()?;
                     Some(DescribeClusterBroker {
                         broker_id: m.node_id as i32,
-                        host: host
-                            .trim_start_matches('[')
-                            .trim_end_matches(']')
-                            .to_string(),
-                        port: port.parse().ok()?,
+                        host,
+                        port: i32::from(port),
                         rack: None,
                         is_fenced: false,
                     })

@@ -478,7 +478,7 @@ impl Controller {
             .voters
             .iter()
             .filter_map(|v| {
-                let (host, port) = v.node.addr.rsplit_once(':')?;
+                let (host, port) = v.node.endpoint()?;
                 Some(DescribeQuorumNode {
                     node_id: v.node_id as i32,
                     listeners: self
@@ -489,11 +489,8 @@ impl Controller {
                         .take(1)
                         .map(|name| DescribeQuorumListener {
                             name: name.clone(),
-                            host: host
-                                .trim_start_matches('[')
-                                .trim_end_matches(']')
-                                .to_string(),
-                            port: port.parse().unwrap_or(0),
+                            host: host.clone(),
+                            port,
                         })
                         .collect(),
                 })

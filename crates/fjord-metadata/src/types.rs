@@ -32,6 +32,14 @@ impl QuorumNode {
             directory_id: None,
         }
     }
+
+    /// Host (an IPv6 one without its brackets) and port of `addr`, for answers that carry them
+    /// apart; None if `addr` is not `host:port`.
+    pub fn endpoint(&self) -> Option<(String, u16)> {
+        let (host, port) = self.addr.rsplit_once(':')?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        Some((host.to_string(), port.parse().ok()?))
+    }
 }
 
 impl std::fmt::Display for QuorumNode {
