@@ -16,9 +16,9 @@ use crate::broker::now_ms;
 use crate::flusher::{Durable, FlusherHandle};
 use crate::replica::Partition;
 
-/// How long a coordinator write waits for its in-sync replicas (Kafka's
-/// `offsets.commit.timeout.ms` default).
-const REPLICATION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a transaction coordinator write waits for its in-sync replicas (the group
+/// coordinator's is `offsets.commit.timeout.ms`, of which this is the default).
+pub const REPLICATION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where appended records end: what to wait for before they count as written.
 #[derive(Clone)]
@@ -34,14 +34,29 @@ pub struct Appended {
 pub enum WriteFailure {
     /// The partition is led elsewhere now (or under a new epoch): the coordinator moved.
     Moved,
+    /// The records could not be made durable (the log's disk failed).
+    Storage(String),
     Failed(String),
+}
+
+impl WriteFailure {
+    /// The error a coordinator answers its requests with, as Kafka's coordinators translate a
+    /// failed write: moved or a disk failure is NOT_COORDINATOR, so the client finds the
+    /// coordinator anew; too few replicas or no confirmation in time is
+    /// COORDINATOR_NOT_AVAILABLE, so it retries.
+    pub fn error_code(&self) -> i16 {
+        match self {
+            WriteFailure::Moved | WriteFailure::Storage(_) => fjord_common::errors::NOT_COORDINATOR,
+            WriteFailure::Failed(_) => fjord_common::errors::COORDINATOR_NOT_AVAILABLE,
+        }
+    }
 }
 
 impl std::fmt::Display for WriteFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             WriteFailure::Moved => f.write_str("the coordinator's partition moved"),
-            WriteFailure::Failed(message) => f.write_str(message),
+            WriteFailure::Storage(message) | WriteFailure::Failed(message) => f.write_str(message),
         }
     }
 }
@@ -97,8 +112,12 @@ pub fn append(
 }
 
 /// Waits until appended records are durable (when the partition syncs) and in the high
-/// watermark.
-pub async fn written(flusher: &FlusherHandle, appended: Appended) -> Result<(), WriteFailure> {
+/// watermark, for the in-sync replicas at most `timeout`.
+pub async fn written(
+    flusher: &FlusherHandle,
+    appended: Appended,
+    timeout: Duration,
+) -> Result<(), WriteFailure> {
     let Appended {
         partition,
         end_offset,
@@ -107,9 +126,9 @@ pub async fn written(flusher: &FlusherHandle, appended: Appended) -> Result<(), 
     flusher
         .flush(partition.clone() as Arc<dyn Durable>, end_offset)
         .await
-        .map_err(WriteFailure::Failed)?;
+        .map_err(WriteFailure::Storage)?;
     let wait = partition.delay_produce(end_offset, leader_epoch);
-    match tokio::time::timeout(REPLICATION_TIMEOUT, wait).await {
+    match tokio::time::timeout(timeout, wait).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(WriteFailure::Moved),
         Err(_) => Err(WriteFailure::Failed(

@@ -51,10 +51,28 @@ struct ParkedRequest {
     /// Its shard's `__consumer_offsets` partition.
     partition: i32,
     answer: oneshot::Sender<ResponseBody>,
-    /// NOT_COORDINATOR for a JoinGroup or SyncGroup, which waits for other members: when its
-    /// shard goes (leadership moved, the broker stopping), the client is told to find the
-    /// coordinator anew instead of waiting out its request timeout.
-    refusal: Option<ResponseBody>,
+    /// The request at its version, to refuse it with an error when the write it caused fails,
+    /// or, for a JoinGroup or SyncGroup (which waits for other members), when its shard goes
+    /// (leadership moved, the broker stopping): either way the client hears at once rather
+    /// than waiting out its request timeout.
+    version: i16,
+    request: RequestBody,
+}
+
+impl ParkedRequest {
+    fn waits_for_others(&self) -> bool {
+        matches!(
+            self.request,
+            RequestBody::JoinGroup(_) | RequestBody::SyncGroup(_)
+        )
+    }
+
+    /// Answers the request with `error_code` for its every group and partition.
+    fn refuse(self, error_code: i16) {
+        if let Some(refusal) = fjord_group::refusal(self.version, &self.request, error_code) {
+            let _ = self.answer.send(refusal);
+        }
+    }
 }
 
 impl Coordinator for GroupCoordinatorShard {
@@ -103,6 +121,8 @@ pub struct GroupRuntime {
     flusher: FlusherHandle,
     parked: Mutex<HashMap<RequestId, ParkedRequest>>,
     next_request_id: AtomicU64,
+    /// `offsets.commit.timeout.ms`: how long a write waits for the in-sync replicas.
+    commit_timeout_ms: u64,
 }
 
 /// The cluster's topics as the coordinator sees them.
@@ -133,6 +153,7 @@ impl GroupRuntime {
         deadline_moved: Arc<Notify>,
     ) -> Self {
         GroupRuntime {
+            commit_timeout_ms: u64::try_from(config.offsets_commit_timeout_ms.max(1)).unwrap_or(1),
             shards: CoordinatorRuntime::new(config, num_partitions, replicas, deadline_moved),
             flusher,
             parked: Mutex::new(HashMap::new()),
@@ -175,15 +196,13 @@ impl GroupRuntime {
             };
             let ids: Vec<RequestId> = parked
                 .iter()
-                .filter(|(_, p)| p.refusal.is_some() && gone(p.partition))
+                .filter(|(_, p)| p.waits_for_others() && gone(p.partition))
                 .map(|(id, _)| *id)
                 .collect();
             ids.iter().filter_map(|id| parked.remove(id)).collect()
         };
         for p in refused {
-            if let Some(refusal) = p.refusal {
-                let _ = p.answer.send(refusal);
-            }
+            p.refuse(fjord_common::errors::NOT_COORDINATOR);
         }
     }
 
@@ -282,19 +301,14 @@ impl GroupRuntime {
         let mut guard = lock(&shard);
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let (answer, receiver) = oneshot::channel();
-        let refusal = match &request {
-            RequestBody::JoinGroup(_) | RequestBody::SyncGroup(_) => {
-                fjord_group::refusal(version, &request, fjord_common::errors::NOT_COORDINATOR)
-            }
-            _ => None,
-        };
         if let Ok(mut parked) = self.parked.lock() {
             parked.insert(
                 request_id,
                 ParkedRequest {
                     partition,
                     answer,
-                    refusal,
+                    version,
+                    request: request.clone(),
                 },
             );
         }
@@ -353,10 +367,7 @@ impl GroupRuntime {
         }
         match coordinator_log::append(&shard.partition, &effects.records, effects.transaction) {
             Ok(appended) => pending.appended = Some(appended),
-            Err(error) => {
-                tracing::error!(%error, "cannot append group coordinator records");
-                pending.failed = Some(error.to_string());
-            }
+            Err(failure) => pending.failed = Some(failure),
         }
         pending
     }
@@ -364,28 +375,36 @@ impl GroupRuntime {
     async fn await_durable_and_release(&self, pending: Pending) {
         let mut failed = pending.failed;
         if let Some(appended) = pending.appended {
-            if let Err(error) = coordinator_log::written(&self.flusher, appended).await {
-                failed = Some(error.to_string());
+            let timeout = Duration::from_millis(self.commit_timeout_ms);
+            if let Err(failure) = coordinator_log::written(&self.flusher, appended, timeout).await {
+                failed = Some(failure);
             }
         }
-        if let Some(error) = failed {
-            // The state change is not durable: the clients get no answer and retry after their
-            // request timeout, finding the coordinator reloaded or failed over.
-            tracing::error!(%error, "group coordinator write failed; responses withheld");
-            if let Ok(mut parked) = self.parked.lock() {
-                for (id, _) in &pending.responses {
-                    parked.remove(id);
+        let answered: Vec<(ParkedRequest, ResponseBody)> = {
+            let Ok(mut parked) = self.parked.lock() else {
+                return;
+            };
+            pending
+                .responses
+                .into_iter()
+                .filter_map(|(id, response)| parked.remove(&id).map(|p| (p, response)))
+                .collect()
+        };
+        match failed {
+            // The state change may not be durable or replicated: its requests are refused as
+            // Kafka's coordinators refuse them after a failed write, and the clients retry
+            // (finding the coordinator anew on NOT_COORDINATOR).
+            Some(failure) => {
+                tracing::warn!(%failure, "group coordinator write failed; its requests refused");
+                let code = failure.error_code();
+                for (p, _) in answered {
+                    p.refuse(code);
                 }
             }
-            return;
-        }
-        let mut parked = match self.parked.lock() {
-            Ok(p) => p,
-            Err(_) => return,
-        };
-        for (id, response) in pending.responses {
-            if let Some(p) = parked.remove(&id) {
-                let _ = p.answer.send(response);
+            None => {
+                for (p, response) in answered {
+                    let _ = p.answer.send(response);
+                }
             }
         }
     }
@@ -589,7 +608,7 @@ struct Pending {
     /// The records' end: answered once durable and in every in-sync replica.
     appended: Option<coordinator_log::Appended>,
     responses: Vec<(RequestId, ResponseBody)>,
-    failed: Option<String>,
+    failed: Option<coordinator_log::WriteFailure>,
 }
 
 #[cfg(test)]
@@ -618,6 +637,7 @@ mod tests {
             tokio,
             crate::replica::led_by_broker_1(OFFSETS_TOPIC_ID, 0),
             &[],
+            GroupConfig::default(),
         )
         .0
     }
@@ -629,6 +649,7 @@ mod tests {
         tokio: &tokio::runtime::Runtime,
         partition: MetadataRecord,
         configs: &[(&str, &str)],
+        config: GroupConfig,
     ) -> (Arc<GroupRuntime>, Vec<MetadataRecord>) {
         let (broker, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
         let (logs, _) = LogManager::open(&[dir.to_path_buf()], LogConfig::default(), 0).unwrap();
@@ -649,7 +670,7 @@ mod tests {
         replicas.apply_image(&image, 0).unwrap();
         let (flusher, _) = tokio.block_on(async { crate::flusher::start(Arc::new(|_, _| {})) });
         let runtime = Arc::new(GroupRuntime::new(
-            GroupConfig::default(),
+            config,
             1,
             replicas,
             flusher,
@@ -669,16 +690,9 @@ mod tests {
         })
     }
 
-    #[test]
-    fn under_min_insync_replicas_a_write_is_refused_and_the_shard_left_as_it_was() {
-        let dir = tempfile::tempdir().unwrap();
-        let tokio = tokio::runtime::Runtime::new().unwrap();
-        // Three replicas, only the leader in sync, two needed.
-        let shrunk =
-            crate::replica::led_by_broker_1_with(OFFSETS_TOPIC_ID, 0, vec![1, 2, 3], vec![1]);
-        let (runtime, mut records) =
-            runtime_with(dir.path(), &tokio, shrunk, &[("min.insync.replicas", "2")]);
-        let topics = Topics {
+    /// Topic `t` with one partition, as the coordinator sees it.
+    fn topic_t() -> Topics {
+        Topics {
             by_name: [(
                 "t".to_string(),
                 TopicInfo {
@@ -688,27 +702,105 @@ mod tests {
                 },
             )]
             .into(),
-        };
-        let commit = |offset: i64| {
-            let request = RequestBody::OffsetCommit(OffsetCommitRequest {
-                group_id: "g".into(),
-                generation_id_or_member_epoch: -1,
-                topics: vec![OffsetCommitRequestTopic {
-                    name: "t".into(),
-                    partitions: vec![OffsetCommitRequestPartition {
-                        partition_index: 0,
-                        committed_offset: offset,
-                        ..Default::default()
-                    }],
+        }
+    }
+
+    /// Group `g`'s simple (generation -1) commit of `offset` for `t-0`.
+    fn commit_of(offset: i64) -> RequestBody {
+        RequestBody::OffsetCommit(OffsetCommitRequest {
+            group_id: "g".into(),
+            generation_id_or_member_epoch: -1,
+            topics: vec![OffsetCommitRequestTopic {
+                name: "t".into(),
+                partitions: vec![OffsetCommitRequestPartition {
+                    partition_index: 0,
+                    committed_offset: offset,
                     ..Default::default()
                 }],
                 ..Default::default()
-            });
-            let answer = runtime.start(0, 8, request, &topics, &ClientInfo::default());
-            match tokio.block_on(answer).unwrap() {
-                ResponseBody::OffsetCommit(r) => r.topics[0].partitions[0].error_code,
-                other => panic!("{other:?}"),
+            }],
+            ..Default::default()
+        })
+    }
+
+    fn commit_error(answer: Result<ResponseBody, String>) -> i16 {
+        match answer {
+            Ok(ResponseBody::OffsetCommit(r)) => r.topics[0].partitions[0].error_code,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A runtime leading `__consumer_offsets-0` with broker 2 in sync but never fetching, so
+    /// no write reaches the high watermark, under `offsets.commit.timeout.ms` = `timeout_ms`.
+    fn runtime_with_a_silent_follower(
+        dir: &std::path::Path,
+        tokio: &tokio::runtime::Runtime,
+        timeout_ms: i32,
+    ) -> (Arc<GroupRuntime>, Vec<MetadataRecord>) {
+        let partition =
+            crate::replica::led_by_broker_1_with(OFFSETS_TOPIC_ID, 0, vec![1, 2], vec![1, 2]);
+        let config = GroupConfig {
+            offsets_commit_timeout_ms: timeout_ms,
+            ..GroupConfig::default()
+        };
+        runtime_with(dir, tokio, partition, &[], config)
+    }
+
+    #[test]
+    fn a_write_the_in_sync_replicas_do_not_confirm_in_time_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let (runtime, _) = runtime_with_a_silent_follower(dir.path(), &tokio, 100);
+        let answer = runtime.start(0, 8, commit_of(7), &topic_t(), &ClientInfo::default());
+        assert_eq!(
+            commit_error(tokio.block_on(answer)),
+            fjord_common::errors::COORDINATOR_NOT_AVAILABLE
+        );
+    }
+
+    #[test]
+    fn a_write_waiting_when_leadership_moves_is_refused_not_coordinator() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let (runtime, mut records) = runtime_with_a_silent_follower(dir.path(), &tokio, 60_000);
+        let answer = runtime.start(0, 8, commit_of(7), &topic_t(), &ClientInfo::default());
+        let waiting = tokio.spawn(answer);
+        for record in &mut records {
+            if let MetadataRecord::Partition(p) = record {
+                p.leader = 2;
+                p.leader_epoch = 1;
+                p.partition_epoch = 1;
             }
+        }
+        let image = Arc::new(MetadataImage::from_records(2, &records).unwrap());
+        runtime.shards.replicas().apply_image(&image, 0).unwrap();
+        let answer =
+            tokio.block_on(async { tokio::time::timeout(Duration::from_secs(30), waiting).await });
+        let answer = answer.expect("answered when leadership moved, not after the timeout");
+        assert_eq!(
+            commit_error(answer.unwrap()),
+            fjord_common::errors::NOT_COORDINATOR
+        );
+    }
+
+    #[test]
+    fn under_min_insync_replicas_a_write_is_refused_and_the_shard_left_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        // Three replicas, only the leader in sync, two needed.
+        let shrunk =
+            crate::replica::led_by_broker_1_with(OFFSETS_TOPIC_ID, 0, vec![1, 2, 3], vec![1]);
+        let (runtime, mut records) = runtime_with(
+            dir.path(),
+            &tokio,
+            shrunk,
+            &[("min.insync.replicas", "2")],
+            GroupConfig::default(),
+        );
+        let topics = topic_t();
+        let commit = |offset: i64| {
+            let answer = runtime.start(0, 8, commit_of(offset), &topics, &ClientInfo::default());
+            commit_error(tokio.block_on(answer))
         };
         let committed = || {
             let request = RequestBody::OffsetFetch(OffsetFetchRequest {

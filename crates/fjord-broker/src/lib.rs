@@ -879,6 +879,8 @@ fn group_config(config: &BrokerConfig) -> fjord_group::GroupConfig {
         .unwrap_or(group.offsets_retention_check_interval_ms);
     group.offset_metadata_max_bytes =
         int("offset.metadata.max.bytes", group.offset_metadata_max_bytes);
+    group.offsets_commit_timeout_ms =
+        int("offsets.commit.timeout.ms", group.offsets_commit_timeout_ms);
     group.group_consumer_session_timeout_ms = int(
         "group.consumer.session.timeout.ms",
         group.group_consumer_session_timeout_ms,

@@ -18,7 +18,7 @@ use fjord_common::{errors, lock, LeaderEpoch};
 use fjord_txn::{MarkerJob, Step, TransactionCoordinatorShard, TxnConfig, Write, Written};
 use tokio::sync::Notify;
 
-use crate::coordinator_log::{self, Replayed, WriteFailure};
+use crate::coordinator_log::{self, Replayed};
 use crate::coordinator_runtime::{Coordinator, CoordinatorRuntime};
 use crate::flusher::FlusherHandle;
 use crate::replica::ReplicaManager;
@@ -107,13 +107,6 @@ impl LinkPool {
 }
 
 /// The error a request is answered with when its transition was not written.
-fn failure_code(failure: &WriteFailure) -> i16 {
-    match failure {
-        WriteFailure::Moved => errors::NOT_COORDINATOR,
-        WriteFailure::Failed(_) => errors::COORDINATOR_NOT_AVAILABLE,
-    }
-}
-
 impl TxnRuntime {
     pub fn new(
         config: TxnConfig,
@@ -219,13 +212,20 @@ impl TxnRuntime {
             coordinator_log::append(&guard.partition, &records, None)
         };
         let result = match appended {
-            Ok(appended) => coordinator_log::written(&self.flusher, appended).await,
+            Ok(appended) => {
+                coordinator_log::written(
+                    &self.flusher,
+                    appended,
+                    coordinator_log::REPLICATION_TIMEOUT,
+                )
+                .await
+            }
             Err(failure) => Err(failure),
         };
         if let Err(failure) = &result {
             tracing::warn!(%failure, "transaction coordinator write failed");
         }
-        let result = result.map_err(|f| failure_code(&f));
+        let result = result.map_err(|f| f.error_code());
         let mut guard = lock(shard);
         let written = ids
             .iter()

@@ -1090,6 +1090,12 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
         Check::AtLeast(1)
     ),
     broker_config!(
+        "offsets.commit.timeout.ms",
+        Int,
+        Some("5000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
         "offset.metadata.max.bytes",
         Int,
         Some("4096"),

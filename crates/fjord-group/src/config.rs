@@ -18,6 +18,9 @@ pub struct GroupConfig {
     pub offsets_retention_check_interval_ms: i64,
     /// offset.metadata.max.bytes
     pub offset_metadata_max_bytes: i32,
+    /// offsets.commit.timeout.ms: how long a group coordinator write waits for its in-sync
+    /// replicas before its requests are answered COORDINATOR_NOT_AVAILABLE
+    pub offsets_commit_timeout_ms: i32,
     /// group.consumer.session.timeout.ms
     pub group_consumer_session_timeout_ms: i32,
     /// group.consumer.min.session.timeout.ms
@@ -46,6 +49,7 @@ impl Default for GroupConfig {
             offsets_retention_minutes: 10_080,
             offsets_retention_check_interval_ms: 600_000,
             offset_metadata_max_bytes: 4_096,
+            offsets_commit_timeout_ms: 5_000,
             group_consumer_session_timeout_ms: 45_000,
             group_consumer_min_session_timeout_ms: 45_000,
             group_consumer_max_session_timeout_ms: 60_000,
