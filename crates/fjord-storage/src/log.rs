@@ -235,6 +235,8 @@ pub struct FlushTicket {
     /// segment's indexes are left out: recovery rebuilds them, because the recovery point always
     /// lies in the active segment once this ticket completes.
     index_files: Vec<Arc<File>>,
+    /// The producer snapshot of the last roll, written without an fsync.
+    snapshot_file: Option<Arc<File>>,
     dir: PathBuf,
     /// Set when a segment file was created since the directory was last synced: the directory,
     /// opened when the ticket was taken (the log may be moved to another log dir before the
@@ -254,7 +256,7 @@ impl FlushTicket {
         for file in &self.data_files {
             file.sync_data().at(&self.dir)?;
         }
-        for file in &self.index_files {
+        for file in self.index_files.iter().chain(&self.snapshot_file) {
             file.sync_data().at(&self.dir)?;
         }
         match &self.sync_dir {
@@ -300,6 +302,8 @@ pub struct Log {
     persisted_leader_epochs: LeaderEpochCache,
     /// Idempotent producers' recent batches, for duplicate and sequence checks.
     producer_state: ProducerStateManager,
+    /// The producer snapshot the last roll wrote without an fsync; the next flush syncs it.
+    unsynced_snapshot: Option<Arc<File>>,
     /// `.deleted` files and when they may be removed.
     pending_deletes: Vec<(PathBuf, i64)>,
     closed: bool,
@@ -427,6 +431,7 @@ impl Log {
                 &dir.join(LEADER_EPOCH_CHECKPOINT_FILE_NAME),
             )?,
             producer_state: ProducerStateManager::new(0),
+            unsynced_snapshot: None,
             pending_deletes: Vec::new(),
             closed: false,
             offline: false,
@@ -982,8 +987,14 @@ impl Log {
         let segment = self.new_segment(base, now_ms)?;
         self.segments.insert(base, segment);
         self.log_end_offset = base;
-        // As Kafka does, snapshot producer state at each roll so recovery replays little.
-        self.producer_state.take_snapshot(&self.dir).at(&self.dir)?;
+        // As Kafka does, snapshot producer state at each roll so recovery replays little; the
+        // snapshot's fsync waits for the next flush, which runs without the log's lock. The
+        // directory entry is covered too: the new segment bumped `dir_version`.
+        let snapshot = self
+            .producer_state
+            .write_snapshot_unsynced(&self.dir)
+            .at(&self.dir)?;
+        self.unsynced_snapshot = Some(Arc::new(snapshot));
         Ok(())
     }
 
@@ -1083,6 +1094,7 @@ impl Log {
         FlushTicket {
             data_files,
             index_files,
+            snapshot_file: self.unsynced_snapshot.clone(),
             dir: self.dir.clone(),
             sync_dir: (self.dir_version > self.dir_synced_version)
                 .then(|| File::open(&self.dir).map_err(|e| e.kind())),
@@ -1107,6 +1119,11 @@ impl Log {
             self.recovery_point = up_to;
         }
         self.dir_synced_version = self.dir_synced_version.max(ticket.dir_version);
+        if let (Some(synced), Some(unsynced)) = (&ticket.snapshot_file, &self.unsynced_snapshot) {
+            if Arc::ptr_eq(synced, unsynced) {
+                self.unsynced_snapshot = None;
+            }
+        }
         if self.recovery_point >= self.log_end_offset {
             self.first_unflushed_ms = None;
         }

@@ -494,6 +494,13 @@ impl ProducerStateManager {
     /// Writes the state to `<dir>/<20-digit last_mapped_offset>.snapshot` atomically and returns
     /// the file's path.
     pub fn take_snapshot(&self, dir: &Path) -> io::Result<PathBuf> {
+        let path = self.snapshot_path(dir)?;
+        write_file_atomically(&path, &self.encode_snapshot())?;
+        Ok(path)
+    }
+
+    /// Where the snapshot of the state as it stands goes.
+    fn snapshot_path(&self, dir: &Path) -> io::Result<PathBuf> {
         if self.last_mapped_offset < 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -503,9 +510,17 @@ impl ProducerStateManager {
                 ),
             ));
         }
-        let path = snapshot_path(dir, self.last_mapped_offset);
-        write_file_atomically(&path, &self.encode_snapshot())?;
-        Ok(path)
+        Ok(snapshot_path(dir, self.last_mapped_offset))
+    }
+
+    /// Writes the snapshot as `take_snapshot` does, but in place and without waiting for the
+    /// disk: for a segment roll, under the log's lock, where an fsync would hold up every append
+    /// to the partition. The returned file is synced by the log's next flush; until then a crash
+    /// may leave it torn, and a torn snapshot fails its CRC at load and an older one is used.
+    pub fn write_snapshot_unsynced(&self, dir: &Path) -> io::Result<fs::File> {
+        let mut file = fs::File::create(self.snapshot_path(dir)?)?;
+        io::Write::write_all(&mut file, &self.encode_snapshot())?;
+        Ok(file)
     }
 
     /// Loads the newest snapshot at or below `max_offset`. A corrupt snapshot is deleted (as

@@ -617,6 +617,38 @@ fn a_truncated_batch_is_not_a_duplicate_when_its_producer_retries_it() {
 }
 
 #[test]
+fn a_roll_snapshot_torn_by_a_crash_before_its_flush_is_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(dir.path(), small_config(), true, 0);
+    log.append_as_leader(vec![idempotent(batch(&[1, 2], 5), 42, 0)], 0, 0)
+        .unwrap();
+    // The roll writes its producer snapshot without an fsync; a crash before the next flush
+    // may leave it torn.
+    log.roll(0).unwrap();
+    let snapshot = dir.path().join(format!("{:020}.snapshot", 2));
+    let written = std::fs::read(&snapshot).unwrap();
+    assert!(written.len() > 8, "the roll wrote its snapshot");
+    log.append_as_leader(vec![idempotent(batch(&[3], 5), 42, 2)], 0, 0)
+        .unwrap();
+    drop(log);
+    std::fs::write(&snapshot, &written[..written.len() / 2]).unwrap();
+    let (mut log, _) = open(dir.path(), small_config(), false, 0);
+    assert!(!snapshot.exists(), "the torn snapshot is deleted");
+    let retried = log
+        .append_as_leader(vec![idempotent(batch(&[3], 5), 42, 2)], 0, 0)
+        .unwrap();
+    assert!(
+        retried.duplicate,
+        "the producer's state rebuilt from the log"
+    );
+    let next = log
+        .append_as_leader(vec![idempotent(batch(&[4], 5), 42, 3)], 0, 0)
+        .unwrap();
+    assert_eq!(next.first_offset, 3);
+    log.close().unwrap();
+}
+
+#[test]
 fn producer_retries_are_deduplicated_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let (mut log, _) = open(dir.path(), small_config(), true, 0);
