@@ -665,24 +665,40 @@ impl ReplicaManager {
                 }
             }
         }
-        let mut partitions = self
-            .partitions
-            .write()
-            .map_err(|_| "partition map poisoned".to_string())?;
-        let removed: Vec<TopicPartition> = partitions
-            .keys()
-            .filter(|tp| in_scope(&tp.topic) && !wanted.contains_key(*tp))
-            .cloned()
-            .collect();
+        // The map's lock is taken only to read it or to change it, never across the disk work
+        // below (deleting and creating logs, leader epoch checkpoints): every produce and fetch
+        // takes it. Images are applied one at a time (`applied`), so nothing else changes the
+        // map in between.
+        fn poisoned<G>(_: std::sync::PoisonError<G>) -> String {
+            "partition map poisoned".to_string()
+        }
+        let removed: Vec<TopicPartition> = {
+            let mut partitions = self.partitions.write().map_err(poisoned)?;
+            let removed: Vec<TopicPartition> = partitions
+                .keys()
+                .filter(|tp| in_scope(&tp.topic) && !wanted.contains_key(*tp))
+                .cloned()
+                .collect();
+            for tp in &removed {
+                partitions.remove(tp);
+            }
+            removed
+        };
         for tp in removed {
-            partitions.remove(&tp);
             if let Err(error) = self.log_manager.delete_log(&tp) {
                 tracing::warn!(%tp, %error, "could not delete the log of a removed partition");
             }
         }
+        let hosted_now: HashMap<TopicPartition, Arc<Partition>> = {
+            let partitions = self.partitions.read().map_err(poisoned)?;
+            wanted
+                .keys()
+                .filter_map(|tp| partitions.get(tp).map(|p| (tp.clone(), p.clone())))
+                .collect()
+        };
         // Logs on disk for partitions the image no longer has (a topic deleted while down).
         for (tp, _) in self.log_manager.all_logs() {
-            if in_scope(&tp.topic) && !wanted.contains_key(&tp) && !partitions.contains_key(&tp) {
+            if in_scope(&tp.topic) && !wanted.contains_key(&tp) && !hosted_now.contains_key(&tp) {
                 if let Err(error) = self.log_manager.delete_log(&tp) {
                     tracing::warn!(%tp, %error, "could not delete a stray log");
                 }
@@ -710,7 +726,7 @@ impl ReplicaManager {
                     .create_log(tp.clone(), topic_id, log_config.clone(), now_ms)
                     .map_err(|e| format!("cannot create the log of {tp}: {e}"))?,
             };
-            let hosted = partitions
+            let hosted = hosted_now
                 .get(&tp)
                 .filter(|p| p.topic_id == topic_id && Arc::ptr_eq(&p.log, &log))
                 .cloned();
@@ -776,6 +792,7 @@ impl ReplicaManager {
             },
         );
         let mut warned = std::collections::HashSet::new();
+        let mut added = Vec::new();
         for (
             Placed {
                 tp,
@@ -803,24 +820,26 @@ impl ReplicaManager {
                     }
                 }
                 (None, Some(state)) => {
-                    partitions.insert(
-                        tp.clone(),
-                        Arc::new(Partition {
-                            tp,
-                            topic_id,
-                            log,
-                            settings: Mutex::new(settings),
-                            state: Mutex::new(state),
-                            delayed_fetches: Mutex::new(Vec::new()),
-                            delayed_produces: Mutex::new(Vec::new()),
-                            delayed_replica_fetches: Mutex::new(Vec::new()),
-                        }),
-                    );
+                    added.push(Arc::new(Partition {
+                        tp,
+                        topic_id,
+                        log,
+                        settings: Mutex::new(settings),
+                        state: Mutex::new(state),
+                        delayed_fetches: Mutex::new(Vec::new()),
+                        delayed_produces: Mutex::new(Vec::new()),
+                        delayed_replica_fetches: Mutex::new(Vec::new()),
+                    }));
                 }
                 (None, None) => {}
             }
         }
-        drop(partitions);
+        if !added.is_empty() {
+            let mut partitions = self.partitions.write().map_err(poisoned)?;
+            for partition in added {
+                partitions.insert(partition.tp.clone(), partition);
+            }
+        }
         self.changes.send_modify(|n| *n += 1);
         Ok(())
     }

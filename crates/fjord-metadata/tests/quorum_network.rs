@@ -348,17 +348,24 @@ async fn a_dynamic_quorum_grows_from_one_voter_and_outlives_its_first_leader() {
             .unwrap();
     }
     converged(&nodes, 3).await;
-    let voters: Vec<(u64, Option<Uuid>)> = nodes[2]
-        .quorum()
-        .members()
-        .iter()
-        .filter(|m| m.voter)
-        .map(|m| (m.node_id, m.node.directory_id))
-        .collect();
-    assert_eq!(
-        voters,
-        [(1, directory(1)), (2, directory(2)), (3, directory(3))]
-    );
+    // Node 3 learns that the last change is committed from the leader's next append or
+    // heartbeat, so its view may lag the leader's answer a little.
+    let expected = [(1, directory(1)), (2, directory(2)), (3, directory(3))];
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let voters: Vec<(u64, Option<Uuid>)> = nodes[2]
+            .quorum()
+            .members()
+            .iter()
+            .filter(|m| m.voter)
+            .map(|m| (m.node_id, m.node.directory_id))
+            .collect();
+        if voters == expected {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 3 sees voters {voters:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // Node 1 leaves the voters (it stays a learner), then stops: 2 and 3 are a majority of
     // the voters left, elect one of themselves and commit.
