@@ -177,7 +177,10 @@ class Broker:
         self.start()
 
     def partition_dirs(self, topic: str) -> List[Path]:
-        return sorted(self.data_dir.glob(f"{topic}-*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
+        # `<topic>-<partition>` only: not a deleted (`-delete`), stray or future log's dir.
+        name = re.compile(re.escape(topic) + r"-(\d+)")
+        dirs = [p for p in self.data_dir.glob(f"{topic}-*") if name.fullmatch(p.name)]
+        return sorted(dirs, key=lambda p: int(p.name.rsplit("-", 1)[1]))
 
 
 class FjordBroker(Broker):

@@ -201,6 +201,60 @@ def test_a_stalled_follower_leaves_the_isr_before_its_session_ends_and_rejoins(c
     assert sorted(v for values in got.values() for v in values) == [-1] + list(range(300))
 
 
+def retired_dirs(node, topic: str, partition: int, suffix: str) -> list:
+    """A replica's renamed dirs of one partition: `<topic>-<partition>.<id>-delete` or `-stray`."""
+    return [d.name for d in Path(node.data_dir).glob(f"{topic}-{partition}.*{suffix}")]
+
+
+def test_a_replica_down_while_its_topic_is_deleted_and_made_again_sets_its_old_log_aside(cluster):
+    """A topic deleted and made again under its name while one of its replicas is down: back, that replica sets its
+    log of the old topic aside (renamed `-stray`, kept, as Kafka does) and copies the new topic's records, ending
+    byte for byte the same as the other replicas. The replicas that saw the deletion renamed their logs `-delete`
+    (removed after log.segment.delete.delay.ms)."""
+    topic = "reborn"
+    ids = sorted(n.node_id for n in cluster.nodes)
+    victim = cluster.node(ids[-1])
+    others = [n for n in cluster.nodes if n is not victim]
+    survivors = ",".join(n.bootstrap for n in others)
+    a = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for _, f in a.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[ids])]).items():
+        f.result(30)
+    wait_for(lambda: describe(cluster.bootstrap, topic).get(0, (-1, [], []))[2] == ids, "every replica in sync", 60)
+    # A batch each: a replica that kept its old log and truncated it where the new topic's log ends would keep
+    # whole batches of the old topic's records.
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(50):
+        p.produce(topic, value=f"old-{i}", partition=0)
+        assert p.flush(30) == 0
+    wait_for(lambda: len(log_bytes(victim, topic, 0)) > 0, "the old records reached the victim", 30)
+
+    victim.kill9()
+    wait_for(lambda: victim.node_id not in AdminClient({"bootstrap.servers": survivors}).list_topics(timeout=10).brokers,
+             "the dead node fenced", SESSION_MS / 1000 + 30)
+    a = AdminClient({"bootstrap.servers": survivors})
+    for _, f in a.delete_topics([topic]).items():
+        f.result(30)
+    wait_for(lambda: describe(survivors, topic) == {}, "the topic gone", 30)
+    for n in others:
+        wait_for(lambda: retired_dirs(n, topic, 0, "-delete"), f"node {n.node_id}: the old log renamed -delete", 30)
+    # The same name, the dead node first in the assignment: the others lead until it is back.
+    assignment = [victim.node_id] + [n.node_id for n in others]
+    wait_for(lambda: all(f.exception(30) is None for f in a.create_topics(
+        [NewTopic(topic, num_partitions=1, replica_assignment=[assignment])]).values()), "the topic made again", 30)
+    wait_for(lambda: describe(survivors, topic).get(0, (-1,))[0] in [n.node_id for n in others], "a leader", 30)
+    p = Producer({"bootstrap.servers": survivors, "acks": "all"})
+    for i in range(20):
+        p.produce(topic, value=f"new-{i}", partition=0)
+    assert p.flush(30) == 0
+
+    victim.start(timeout_s=120)
+    wait_for(lambda: describe(cluster.bootstrap, topic).get(0, (-1, [], []))[2] == ids, "back in sync", 60)
+    wait_for(lambda: len({log_bytes(n, topic, 0) for n in cluster.nodes}) == 1, "replicas differ", 60)
+    assert retired_dirs(victim, topic, 0, "-stray"), "the old topic's log set aside"
+    values = [m.value().decode() for m in read_until_quiet(cluster.bootstrap, topic, 1, 20)]
+    assert values == [f"new-{i}" for i in range(20)]
+
+
 def test_coordinators_take_no_write_while_their_partitions_isr_is_below_min_insync_replicas(tmp_path):
     """Group and transaction coordinators write with acks=all: on three nodes whose `__consumer_offsets` and
     `__transaction_state` have three replicas and need all three in sync (`min.insync.replicas`,

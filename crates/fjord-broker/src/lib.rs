@@ -502,8 +502,12 @@ async fn start_broker(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<Option<Serving>, BrokerError> {
     let load_started = Instant::now();
+    let defaults = LogConfig {
+        file_delete_delay_ms: config.log_segment_delete_delay_ms,
+        ..LogConfig::default()
+    };
     let (log_manager, report) =
-        LogManager::open(&config.log_dirs, LogConfig::default(), now_ms()).map_err(startup)?;
+        LogManager::open(&config.log_dirs, defaults, now_ms()).map_err(startup)?;
     tracing::info!(
         partitions = report.partitions_loaded,
         recovered = report.partitions_recovered,
@@ -511,6 +515,8 @@ async fn start_broker(
         clean_shutdown_dirs = report.clean_dirs,
         log_dir_moves_resumed = report.moves_resumed,
         log_dir_moves_completed = report.moves_completed,
+        deletions_queued = report.deletions_queued,
+        stray_dirs = report.stray_dirs,
         elapsed_ms = load_started.elapsed().as_millis() as u64,
         "logs loaded"
     );
@@ -926,8 +932,13 @@ fn expire_producers(replicas: &replica::ReplicaManager, config: &BrokerConfig) {
     }
 }
 
+/// How often housekeeping looks for deleted partitions' dirs whose delay has passed (a lock and
+/// a scan of a short list).
+const DELETION_CHECK: Duration = Duration::from_secs(1);
+
 /// Periodic work: retention, offset checkpoints, producer-id expiry
-/// (`producer.id.expiration.check.interval.ms`).
+/// (`producer.id.expiration.check.interval.ms`), removal of deleted partitions' dirs once
+/// `log.segment.delete.delay.ms` has passed.
 async fn housekeeping(
     replicas: Arc<replica::ReplicaManager>,
     config: Arc<BrokerConfig>,
@@ -940,6 +951,7 @@ async fn housekeeping(
         Duration::from_millis(config.producer_id_expiration_check_interval_ms.max(1) as u64);
     let mut retention = tokio::time::interval(retention_every);
     let mut checkpoint = tokio::time::interval(checkpoint_every);
+    let mut deletions = tokio::time::interval(DELETION_CHECK);
     // Producers that expired while the broker was down went before it started serving.
     let mut producer_expiry = tokio::time::interval(producer_expiry_every);
     retention.tick().await;
@@ -964,6 +976,13 @@ async fn housekeeping(
                 .await;
             }
             _ = producer_expiry.tick() => expire_producers(&replicas, &config),
+            _ = deletions.tick() => {
+                let due = replicas.log_manager().take_due_deletions(now_ms());
+                if !due.is_empty() {
+                    let _ = tokio::task::spawn_blocking(move || fjord_storage::remove_retired_dirs(due))
+                        .await;
+                }
+            }
             _ = checkpoint.tick() => {
                 let replicas = replicas.clone();
                 let _ = tokio::task::spawn_blocking(move || {

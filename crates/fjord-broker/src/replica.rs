@@ -14,7 +14,7 @@ use fjord_metadata::MetadataImage;
 use fjord_records::control::EndTxnMarker;
 use fjord_records::{AppendBatch, Compression, TimestampType, ValidationConfig};
 use fjord_storage::log::{AppendInfo, CompactionConfig, Log, LogConfig};
-use fjord_storage::log_manager::LogManager;
+use fjord_storage::log_manager::{LogManager, Retire};
 use tokio::sync::{oneshot, Notify};
 
 use crate::partition::{LeaderAndIsr, PartitionState, Role};
@@ -685,7 +685,7 @@ impl ReplicaManager {
             removed
         };
         for tp in removed {
-            if let Err(error) = self.log_manager.delete_log(&tp) {
+            if let Err(error) = self.log_manager.retire_log(&tp, Retire::Delete, now_ms) {
                 tracing::warn!(%tp, %error, "could not delete the log of a removed partition");
             }
         }
@@ -696,11 +696,12 @@ impl ReplicaManager {
                 .filter_map(|tp| partitions.get(tp).map(|p| (tp.clone(), p.clone())))
                 .collect()
         };
-        // Logs on disk for partitions the image no longer has (a topic deleted while down).
+        // Logs on disk for partitions the image does not give this broker (a topic deleted, or
+        // the replica moved away, while it was down): set aside, as Kafka does, not deleted.
         for (tp, _) in self.log_manager.all_logs() {
             if in_scope(&tp.topic) && !wanted.contains_key(&tp) && !hosted_now.contains_key(&tp) {
-                if let Err(error) = self.log_manager.delete_log(&tp) {
-                    tracing::warn!(%tp, %error, "could not delete a stray log");
+                if let Err(error) = self.log_manager.retire_log(&tp, Retire::Stray, now_ms) {
+                    tracing::warn!(%tp, %error, "could not set a stray log aside");
                 }
             }
         }
@@ -719,7 +720,22 @@ impl ReplicaManager {
         for (tp, (config, topic_id, leadership)) in wanted {
             let durable = !(config.is_set("flush.messages") || config.is_set("flush.ms"));
             let log_config = log_config(&config, durable);
-            let log = match self.log_manager.get(&tp) {
+            let mut existing = self.log_manager.get(&tp);
+            let existing_id = existing.as_ref().and_then(|log| lock(log).topic_id());
+            if existing_id.is_some_and(|id| id != topic_id) {
+                // The topic was deleted and another made under its name before this broker
+                // saw the deletion: the log on disk belongs to the old one.
+                let retire = if hosted_now.contains_key(&tp) {
+                    Retire::Delete
+                } else {
+                    Retire::Stray
+                };
+                self.log_manager
+                    .retire_log(&tp, retire, now_ms)
+                    .map_err(|e| format!("cannot retire the old log of {tp}: {e}"))?;
+                existing = None;
+            }
+            let log = match existing {
                 Some(log) => log,
                 None => self
                     .log_manager
@@ -1242,6 +1258,94 @@ mod tests {
         replicas.apply_image(&image(3, &records), 0).unwrap();
         assert!(replicas.get("b", 0).is_none() && replicas.get("b", 1).is_none());
         assert!(replicas.get("a", 0).is_some());
+        // Their dirs are renamed at once and removed once file.delete.delay.ms has passed.
+        assert_eq!(dirs_ending(dir.path(), "-delete").len(), 2);
+        assert!(!dir.path().join("b-0").exists());
+        let logs = replicas.log_manager();
+        assert!(logs.take_due_deletions(59_999).is_empty());
+        assert_eq!(
+            fjord_storage::remove_retired_dirs(logs.take_due_deletions(60_000)),
+            2
+        );
+        assert!(dirs_ending(dir.path(), "-delete").is_empty());
+    }
+
+    fn dirs_ending(dir: &std::path::Path, suffix: &str) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(suffix))
+            .collect()
+    }
+
+    #[test]
+    fn a_topic_made_again_under_its_name_gets_a_new_log_and_strays_are_set_aside() {
+        use fjord_common::Uuid;
+        use fjord_metadata::{MetadataRecord, RemoveTopicRecord, TopicRecord};
+        let topic = |name: &str, id: u8| {
+            MetadataRecord::Topic(TopicRecord {
+                name: name.into(),
+                topic_id: Uuid([id; 16]),
+            })
+        };
+        let remove = |id: u8| {
+            MetadataRecord::RemoveTopic(RemoveTopicRecord {
+                topic_id: Uuid([id; 16]),
+            })
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let manager = || {
+            let (broker, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
+            let (logs, report) =
+                LogManager::open(&[dir.path().to_path_buf()], LogConfig::default(), 0).unwrap();
+            (ReplicaManager::new(1, Arc::new(broker), logs), report)
+        };
+        let (replicas, _) = manager();
+        let mut records = vec![topic("t", 1), led_by_broker_1(Uuid([1; 16]), 0)];
+        replicas.apply_image(&image(1, &records), 0).unwrap();
+        append(&replicas.get("t", 0).unwrap());
+        // Deleted and made again between two images this broker applies.
+        records.extend([remove(1), topic("t", 2), led_by_broker_1(Uuid([2; 16]), 0)]);
+        replicas.apply_image(&image(2, &records), 0).unwrap();
+        let t = replicas.get("t", 0).unwrap();
+        assert_eq!(
+            lock(&t.log).log_end_offset(),
+            0,
+            "not the old topic's records"
+        );
+        assert_eq!(lock(&t.log).topic_id(), Some(Uuid([2; 16])));
+        assert_eq!(dirs_ending(dir.path(), "-delete").len(), 1);
+        append(&t);
+        drop((t, replicas));
+
+        // While this broker is down, t is made again once more and another topic comes and
+        // goes: at start its logs on disk belong to no partition it has, and are set aside.
+        let (replicas, _) = manager();
+        let gone = replicas
+            .log_manager()
+            .create_log(
+                TopicPartition::new("gone", 0),
+                Uuid([5; 16]),
+                LogConfig::default(),
+                0,
+            )
+            .unwrap();
+        drop((gone, replicas));
+        let (replicas, _) = manager();
+        records.extend([remove(2), topic("t", 3), led_by_broker_1(Uuid([3; 16]), 0)]);
+        replicas.apply_image(&image(3, &records), 0).unwrap();
+        let t = replicas.get("t", 0).unwrap();
+        assert_eq!(lock(&t.log).log_end_offset(), 0);
+        assert_eq!(lock(&t.log).topic_id(), Some(Uuid([3; 16])));
+        let mut strays = dirs_ending(dir.path(), "-stray");
+        strays.sort();
+        assert_eq!(strays.len(), 2, "{strays:?}");
+        assert!(strays[0].starts_with("gone-0.") && strays[1].starts_with("t-0."));
+        drop((t, replicas));
+        // Kept, and not loaded again.
+        let (_, report) = manager();
+        assert_eq!(report.stray_dirs, 2);
+        assert_eq!(report.partitions_loaded, 1);
     }
 
     #[tokio::test]

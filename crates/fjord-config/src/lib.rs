@@ -1450,6 +1450,8 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     pub connections_max_idle_ms: i64,
     pub log_retention_check_interval_ms: i64,
+    /// How long a deleted partition's dir (renamed `-delete`) stays before it is removed.
+    pub log_segment_delete_delay_ms: i64,
     pub producer_id_expiration_ms: i64,
     pub producer_id_expiration_check_interval_ms: i64,
     /// The log cleaner's `log.cleaner.*` settings.
@@ -1945,6 +1947,7 @@ impl BrokerConfig {
             socket_request_max_bytes: parse_i64("socket.request.max.bytes")? as usize,
             connections_max_idle_ms: parse_i64("connections.max.idle.ms")?,
             log_retention_check_interval_ms: parse_i64("log.retention.check.interval.ms")?,
+            log_segment_delete_delay_ms: parse_i64("log.segment.delete.delay.ms")?,
             producer_id_expiration_ms: parse_i64("producer.id.expiration.ms")?,
             producer_id_expiration_check_interval_ms: parse_i64(
                 "producer.id.expiration.check.interval.ms",

@@ -26,5 +26,5 @@ pub use log::{
     AppendInfo, CleanableLog, CleaningSources, CompactionConfig, FlushTicket, Log, LogConfig,
     ReadInfo, RecoveryStats, SegmentSource, TimestampAndOffset,
 };
-pub use log_manager::{LogManager, StartupReport};
+pub use log_manager::{remove_retired_dirs, LogManager, Retire, StartupReport};
 pub use segment::{FileSlice, LogSegment};

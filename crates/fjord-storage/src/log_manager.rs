@@ -31,6 +31,9 @@ pub const REPLICATION_OFFSET_CHECKPOINT_FILE: &str = "replication-offset-checkpo
 pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
 /// Suffix of partition directories whose deletion is under way.
 pub const DELETE_DIR_SUFFIX: &str = "-delete";
+/// Suffix of partition directories set aside and kept: a log found at start-up that the
+/// metadata no longer gives this broker (Kafka's stray logs, which it never deletes itself).
+pub const STRAY_DIR_SUFFIX: &str = "-stray";
 
 /// What [`LogManager::open`] did. Elapsed time is left to the caller to measure.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -39,8 +42,10 @@ pub struct StartupReport {
     /// Partitions that needed recovery (unclean shutdown or damaged files).
     pub partitions_recovered: usize,
     pub bytes_truncated: u64,
-    /// `-delete` directories whose removal was finished.
-    pub deleted_dirs_removed: usize,
+    /// `-delete` directories found, queued for removal (after `log.segment.delete.delay.ms`).
+    pub deletions_queued: usize,
+    /// `-stray` directories found and left alone.
+    pub stray_dirs: usize,
     /// Log dirs that had the clean shutdown marker.
     pub clean_dirs: usize,
     /// Moves to another log dir that resume (a future log beside its current one).
@@ -76,6 +81,27 @@ pub struct LogManager {
     futures: Mutex<BTreeMap<TopicPartition, ManagedLog>>,
     /// Indexes into `log_dirs` of the dirs taken offline after an I/O failure.
     offline_dirs: Mutex<Vec<usize>>,
+    /// `-delete` dirs and when each is removed: deletion waits out `file.delete.delay.ms` (as
+    /// Kafka's does), so that the metadata change deleting a partition never waits for a
+    /// recursive removal, and a reader still holding the log's files is not cut short.
+    pending_deletions: Mutex<Vec<PendingDeletion>>,
+}
+
+/// A partition dir renamed `-delete`, to be removed once `due_ms` has passed.
+#[derive(Debug)]
+struct PendingDeletion {
+    dir: PathBuf,
+    due_ms: i64,
+}
+
+/// Why a partition's log leaves this broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retire {
+    /// The partition was deleted or moved away: its dir is renamed `-delete` and removed later.
+    Delete,
+    /// Found at start-up on a broker the metadata no longer gives it to: renamed `-stray` and
+    /// kept, for an operator to look at (Kafka does the same rather than delete data itself).
+    Stray,
 }
 
 pub(crate) use fjord_common::lock;
@@ -118,6 +144,7 @@ impl LogManager {
         }
         let mut report = StartupReport::default();
         let mut logs = BTreeMap::new();
+        let mut pending_deletions = Vec::new();
         let mut found_futures = Vec::new();
         // Every dir's checkpointed log start and high watermark: a future log promoted at
         // start-up takes its partition's from the dir it moved out of.
@@ -157,8 +184,16 @@ impl LogManager {
                     continue;
                 };
                 if name.ends_with(DELETE_DIR_SUFFIX) {
-                    std::fs::remove_dir_all(&path).at(&path)?;
-                    report.deleted_dirs_removed += 1;
+                    pending_deletions.push(PendingDeletion {
+                        dir: path,
+                        due_ms: now_ms.saturating_add(default_config.file_delete_delay_ms),
+                    });
+                    report.deletions_queued += 1;
+                    continue;
+                }
+                if name.ends_with(STRAY_DIR_SUFFIX) {
+                    tracing::warn!(path = %path.display(), "a stray partition log set aside earlier is left in place, not loaded (remove it when no longer needed)");
+                    report.stray_dirs += 1;
                     continue;
                 }
                 // The metadata log (KRaft's name for it) is not a partition log.
@@ -224,6 +259,7 @@ impl LogManager {
             logs: Mutex::new(logs),
             futures: Mutex::new(BTreeMap::new()),
             offline_dirs: Mutex::new(Vec::new()),
+            pending_deletions: Mutex::new(pending_deletions),
         };
         for (dir_index, tp, path, clean) in found_futures {
             let carried = carried.get(&tp).copied().unwrap_or((0, None));
@@ -361,10 +397,16 @@ impl LogManager {
         Ok(log)
     }
 
-    /// Stops the log of `tp` and removes its directory: first renamed to
-    /// `<topic>-<partition>.<32 hex digits>-delete` so a crash mid-way finishes the job at the
-    /// next startup, then removed.
-    pub fn delete_log(&self, tp: &TopicPartition) -> Result<(), StorageError> {
+    /// Stops the log of `tp` (and drops a move of it under way) and renames its directory
+    /// `<topic>-<partition>.<32 hex digits>-delete` or `-stray` (see [`Retire`]), the parent
+    /// synced. A `-delete` dir is removed once `file.delete.delay.ms` has passed
+    /// ([`Self::take_due_deletions`]), or after the next start's if the broker stops first.
+    pub fn retire_log(
+        &self,
+        tp: &TopicPartition,
+        retire: Retire,
+        now_ms: i64,
+    ) -> Result<(), StorageError> {
         let (current, future) = {
             let mut logs = lock(&self.logs);
             let future = lock(&self.futures).remove(tp);
@@ -380,15 +422,39 @@ impl LogManager {
         let mut log = lock(&managed.log);
         log.mark_closed();
         let dir = log.dir().to_path_buf();
-        let parent = dir.parent().unwrap_or(Path::new("."));
-        let doomed = parent.join(format!(
-            "{}.{}{DELETE_DIR_SUFFIX}",
-            tp.dir_name(),
-            random_hex_id()
-        ));
-        std::fs::rename(&dir, &doomed).at(&dir)?;
+        let parent = dir.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let suffix = match retire {
+            Retire::Delete => DELETE_DIR_SUFFIX,
+            Retire::Stray => STRAY_DIR_SUFFIX,
+        };
+        let renamed = parent.join(retired_dir_name(tp, suffix));
+        std::fs::rename(&dir, &renamed).at(&dir)?;
         drop(log);
-        std::fs::remove_dir_all(&doomed).at(&doomed)
+        // Durable before the broker goes on as if the log were gone.
+        sync_dir(&parent)?;
+        match retire {
+            Retire::Delete => self.schedule_deletion(renamed, now_ms),
+            Retire::Stray => {
+                tracing::warn!(%tp, path = %renamed.display(), "a log the metadata no longer gives this broker is set aside, not deleted");
+            }
+        }
+        Ok(())
+    }
+
+    fn schedule_deletion(&self, dir: PathBuf, now_ms: i64) {
+        lock(&self.pending_deletions).push(PendingDeletion {
+            dir,
+            due_ms: now_ms.saturating_add(self.default_config.file_delete_delay_ms),
+        });
+    }
+
+    /// The `-delete` dirs whose delay has passed, taken off the queue: the caller removes them
+    /// with [`remove_retired_dirs`], off any lock.
+    pub fn take_due_deletions(&self, now_ms: i64) -> Vec<PathBuf> {
+        let mut pending = lock(&self.pending_deletions);
+        let (due, waiting): (Vec<_>, Vec<_>) = pending.drain(..).partition(|p| p.due_ms <= now_ms);
+        *pending = waiting;
+        due.into_iter().map(|p| p.dir).collect()
     }
 
     /// Writes the recovery point, log start and high watermark checkpoints of every log dir.
@@ -658,11 +724,7 @@ impl LogManager {
         sync_dir(dest_dir)?;
         let current_dir = current_log.dir().to_path_buf();
         let current_parent = current_dir.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let doomed = current_parent.join(format!(
-            "{}.{}{DELETE_DIR_SUFFIX}",
-            tp.dir_name(),
-            random_hex_id()
-        ));
+        let doomed = current_parent.join(retired_dir_name(tp, DELETE_DIR_SUFFIX));
         std::fs::rename(&current_dir, &doomed).at(&current_dir)?;
         // Committed: the future log is the partition's log now, whatever fails below.
         let final_dir = dest_dir.join(tp.dir_name());
@@ -717,10 +779,7 @@ impl LogManager {
         if let Err(error) = self.checkpoint() {
             tracing::warn!(%error, "cannot checkpoint the log dirs after a move");
         }
-        if let Err(error) = std::fs::remove_dir_all(&doomed) {
-            // The next start removes it.
-            tracing::warn!(path = %doomed.display(), %error, "cannot remove a moved log's old dir");
-        }
+        self.schedule_deletion(doomed, now_ms);
         Ok(true)
     }
 
@@ -784,6 +843,33 @@ fn discard_future(future: &ManagedLog) -> Result<(), StorageError> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e).at(&dir),
         _ => Ok(()),
     }
+}
+
+/// Removes dirs [`LogManager::take_due_deletions`] handed out; one that cannot be removed is
+/// left (the next start queues it again). Returns how many went.
+pub fn remove_retired_dirs(dirs: Vec<PathBuf>) -> usize {
+    let mut removed = 0;
+    for dir in dirs {
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => removed += 1,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                tracing::warn!(path = %dir.display(), %error, "cannot remove a deleted partition's dir")
+            }
+        }
+    }
+    removed
+}
+
+/// A retired partition dir's name as Kafka gives it: `<topic>-<partition>.<32 hex
+/// digits><suffix>`, the topic cut short so that the name fits in 255 bytes.
+fn retired_dir_name(tp: &TopicPartition, suffix: &str) -> String {
+    let tail = format!("-{}.{}{suffix}", tp.partition, random_hex_id());
+    let mut keep = tp.topic.len().min(255usize.saturating_sub(tail.len()));
+    while !tp.topic.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!("{}{tail}", &tp.topic[..keep])
 }
 
 /// 16 random bytes as 32 lowercase hex digits, for `-delete` directory names. The standard

@@ -12,7 +12,7 @@ use common::*;
 use fjord_common::TopicPartition;
 use fjord_storage::future_log::catch_up_round;
 use fjord_storage::log_manager::MOVE_COMMITTED_FILE;
-use fjord_storage::{Log, LogConfig, LogManager, StorageError};
+use fjord_storage::{Log, LogConfig, LogManager, Retire, StorageError};
 
 fn config() -> LogConfig {
     LogConfig {
@@ -151,13 +151,24 @@ fn a_log_moves_while_appends_go_on_and_keeps_every_batch() {
     assert!(moved.num_segments() > 10);
     drop(moved);
     assert!(manager.moving_partitions().is_empty());
-    // Nothing left in the old dir.
-    let left: Vec<_> = std::fs::read_dir(&dirs[0])
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .filter(|n| n.to_string_lossy().starts_with("moving-0"))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    // The old dir is renamed `-delete`, and gone once file.delete.delay.ms has passed.
+    let left = || -> Vec<String> {
+        std::fs::read_dir(&dirs[0])
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("moving-0"))
+            .collect()
+    };
+    let renamed = left();
+    assert!(
+        renamed.len() == 1 && renamed[0].ends_with("-delete"),
+        "{renamed:?}"
+    );
+    assert_eq!(
+        fjord_storage::remove_retired_dirs(manager.take_due_deletions(60_000)),
+        1
+    );
+    assert!(left().is_empty(), "{:?}", left());
 
     // After a restart the log is found in its new dir, whole.
     let expected = contents(&log.lock().unwrap());
@@ -265,7 +276,8 @@ fn a_restart_resumes_a_copy_and_completes_a_committed_swap() {
     drop((future, log, manager));
     let (manager, report) = LogManager::open(&dirs, config(), 0).unwrap();
     assert_eq!(report.moves_completed, 1);
-    assert_eq!(report.deleted_dirs_removed, 1);
+    // With the first move's old dir, whose delay had not passed when the broker stopped.
+    assert_eq!(report.deletions_queued, 2);
     let log = manager.get(&tp).unwrap();
     let log = log.lock().unwrap();
     assert_eq!(log.dir(), dirs[0].join("crash-2"));
@@ -337,7 +349,7 @@ fn cancelling_deleting_and_bad_destinations() {
     // Deleting a moving partition removes its copy too.
     manager.alter_log_dir(&tp, &dirs[1], 0).unwrap();
     assert!(!manager.advance_move(&tp, 1024, 0).unwrap().finished);
-    manager.delete_log(&tp).unwrap();
+    manager.retire_log(&tp, Retire::Delete, 0).unwrap();
     assert_eq!(future_dirs(&dirs[1]), 0);
     assert!(manager.moving_partitions().is_empty());
     assert!(manager.advance_move(&tp, 1024, 0).unwrap().finished);

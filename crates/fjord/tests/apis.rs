@@ -813,7 +813,8 @@ fn delete_topics(
 
 #[test]
 fn delete_topics_by_name_and_by_id() {
-    let broker = TestBroker::start();
+    // Deleted dirs removed a second after they are renamed, not Kafka's default minute.
+    let broker = TestBroker::start_with(&[("log.segment.delete.delay.ms", "1000")]);
     let mut client = broker.connect();
     let (min, max) = range(ApiKey::DeleteTopics);
     let first_id = create(&mut client, "del-name", 2, &[]);
@@ -855,19 +856,31 @@ fn delete_topics_by_name_and_by_id() {
         .expect("unknown id");
     assert_eq!(unknown.error_code, UNKNOWN_TOPIC_ID);
 
-    // Gone from metadata, from the data dir, and not fetchable.
+    // Gone from metadata, from the data dir (renamed `-delete` at once, removed after
+    // log.segment.delete.delay.ms), and not fetchable.
     let m = metadata(&mut client, 12, None);
     assert!(m.topics.is_empty(), "{m:?}");
     for dir in ["del-name-0", "del-name-1", "del-id-0"] {
         assert!(!log_dir.join(dir).exists(), "{dir} still exists");
     }
-    let leftovers: Vec<_> = std::fs::read_dir(&log_dir)
-        .expect("log dir")
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("del-"))
-        .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let leftovers = || -> Vec<String> {
+        std::fs::read_dir(&log_dir)
+            .expect("log dir")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("del-"))
+            .collect()
+    };
+    let renamed = leftovers();
+    assert!(
+        renamed.len() == 3 && renamed.iter().all(|n| n.ends_with("-delete")),
+        "{renamed:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !leftovers().is_empty() {
+        assert!(Instant::now() < deadline, "{:?}", leftovers());
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let f = fetch(
         &mut client,
         12,

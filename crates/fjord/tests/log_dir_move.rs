@@ -95,7 +95,10 @@ fn a_move_interrupted_by_sigkill_resumes_and_loses_nothing() {
     let root = tempfile::tempdir().unwrap();
     let dirs = [root.path().join("a"), root.path().join("b")];
     let log_dirs = format!("{},{}", dirs[0].display(), dirs[1].display());
-    let mut broker = TestBroker::start_with(&[("log.dirs", &log_dirs)]);
+    let mut broker = TestBroker::start_with(&[
+        ("log.dirs", &log_dirs),
+        ("log.segment.delete.delay.ms", "0"),
+    ]);
     let mut client = broker.connect();
     common::create_topic(&mut client, TOPIC, 1, &[("segment.bytes", "1048576")]);
     let (start, _) = placement(&mut client);
@@ -154,12 +157,19 @@ fn a_move_interrupted_by_sigkill_resumes_and_loses_nothing() {
             .collect();
         assert_eq!(got.len(), expected.len(), "round {round}");
         assert!(got == expected, "round {round}: the moved log differs");
-        let leftovers: Vec<_> = std::fs::read_dir(&dirs[1 - at])
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with(TOPIC))
-            .collect();
-        assert!(leftovers.is_empty(), "{leftovers:?}");
+        // The old dir goes once log.segment.delete.delay.ms (0 here) has passed.
+        let leftovers = || -> Vec<String> {
+            std::fs::read_dir(&dirs[1 - at])
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(TOPIC))
+                .collect()
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !leftovers().is_empty() {
+            assert!(Instant::now() < deadline, "{:?}", leftovers());
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
     assert!(
         interrupted > 0,
