@@ -22,6 +22,7 @@ use crate::coordinator_log::{self, Replayed};
 use crate::coordinator_runtime::{Coordinator, CoordinatorRuntime};
 use crate::flusher::FlusherHandle;
 use crate::replica::ReplicaManager;
+use crate::txn_verify::{AskQueues, PendingAsk};
 
 pub const TXN_TOPIC: &str = fjord_txn::TRANSACTION_STATE_TOPIC;
 
@@ -66,8 +67,11 @@ pub struct TxnRuntime {
     /// Connections to each broker that markers are sent to.
     marker_links: Mutex<HashMap<i32, Arc<LinkPool>>>,
     /// Connections to other brokers' coordinators for KIP-890 verification, by broker id:
-    /// apart from the markers', which can wait long for replicas.
+    /// apart from the markers', which can wait long for replicas (one request to a broker is
+    /// out at a time: the asks are batched).
     verification_links: Mutex<HashMap<i32, Arc<LinkPool>>>,
+    /// The KIP-890 asks waiting for each other broker's coordinators, sent batched.
+    asks: Mutex<AskQueues>,
 }
 
 /// How many connections to one broker each kind of inter-broker request may use at once.
@@ -120,6 +124,7 @@ impl TxnRuntime {
             flusher,
             marker_links: Mutex::new(HashMap::new()),
             verification_links: Mutex::new(HashMap::new()),
+            asks: Mutex::new(AskQueues::default()),
         }
     }
 
@@ -134,6 +139,16 @@ impl TxnRuntime {
             .entry(broker)
             .or_default()
             .clone()
+    }
+
+    /// Queues a KIP-890 ask for `broker` (see [`AskQueues::push`]).
+    pub(crate) fn push_ask(&self, broker: i32, ask: PendingAsk) -> Result<bool, PendingAsk> {
+        lock(&self.asks).push(broker, ask)
+    }
+
+    /// The asks of the next AddPartitionsToTxn to `broker` (see [`AskQueues::next_request`]).
+    pub(crate) fn next_asks(&self, broker: i32) -> Vec<PendingAsk> {
+        lock(&self.asks).next_request(broker)
     }
 
     pub fn partition_of(&self, transactional_id: &str) -> i32 {

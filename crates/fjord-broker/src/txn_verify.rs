@@ -15,7 +15,7 @@
 //! the partition has the transaction open and later batches need no asking. A TxnOffsetCommit
 //! is checked the same way for its group's `__consumer_offsets` partition.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -70,6 +70,73 @@ const ASK_VERSION: i16 = 5;
 
 /// How long a leader waits for a remote coordinator's answer.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// At most this many transactions in one AddPartitionsToTxn to a coordinator.
+const ASKS_PER_REQUEST: usize = 256;
+
+/// At most this many asks wait for one coordinator broker; past it an ask is answered
+/// COORDINATOR_NOT_AVAILABLE at once (its producer retries).
+const ASKS_WAITING_PER_BROKER: usize = 4096;
+
+/// One ask waiting for its coordinator broker's answer.
+pub(crate) struct PendingAsk {
+    transaction: AddPartitionsToTxnTransaction,
+    answer: tokio::sync::oneshot::Sender<Codes>,
+}
+
+/// The KIP-890 asks bound for each remote coordinator broker, sent as one AddPartitionsToTxn
+/// per round trip, as Kafka's brokers batch them: while a request to a broker is out, new asks
+/// gather, and all of them go in the next one when it returns. A transactional id goes at most
+/// once in a request (a second ask for it waits for the next). Sans-IO: the caller sends.
+#[derive(Default)]
+pub(crate) struct AskQueues {
+    brokers: HashMap<i32, AskQueue>,
+}
+
+#[derive(Default)]
+struct AskQueue {
+    /// A sender is running for this broker: it takes what waits once its request returns.
+    sending: bool,
+    waiting: VecDeque<PendingAsk>,
+}
+
+impl AskQueues {
+    /// Queues `ask` for `broker`: Ok(true) when no sender runs for it, so the caller starts
+    /// one; Err(ask) when too many wait already.
+    pub(crate) fn push(&mut self, broker: i32, ask: PendingAsk) -> Result<bool, PendingAsk> {
+        let queue = self.brokers.entry(broker).or_default();
+        if queue.waiting.len() >= ASKS_WAITING_PER_BROKER {
+            return Err(ask);
+        }
+        queue.waiting.push_back(ask);
+        Ok(!std::mem::replace(&mut queue.sending, true))
+    }
+
+    /// The asks of the next request to `broker`, oldest first, each transactional id once; the
+    /// sender stops (and the next push starts one) when none wait.
+    pub(crate) fn next_request(&mut self, broker: i32) -> Vec<PendingAsk> {
+        let Some(queue) = self.brokers.get_mut(&broker) else {
+            return Vec::new();
+        };
+        let mut ids = HashSet::new();
+        let mut batch = Vec::new();
+        let mut later = VecDeque::new();
+        while let Some(ask) = queue.waiting.pop_front() {
+            if batch.len() < ASKS_PER_REQUEST
+                && ids.insert(ask.transaction.transactional_id.clone())
+            {
+                batch.push(ask);
+            } else {
+                later.push_back(ask);
+            }
+        }
+        queue.waiting = later;
+        if batch.is_empty() {
+            self.brokers.remove(&broker);
+        }
+        batch
+    }
+}
 
 /// What one request must have asked its transaction coordinator before it takes effect.
 pub(crate) struct CoordinatorAsk {
@@ -419,45 +486,78 @@ impl Broker {
         }
     }
 
+    /// Asks `coordinator`'s broker about one transaction, in the next AddPartitionsToTxn to it
+    /// (see [`AskQueues`]).
     async fn ask_remote_coordinator(
-        &self,
+        self: &Arc<Self>,
         coordinator: i32,
         transaction: &AddPartitionsToTxnTransaction,
     ) -> Codes {
-        let unavailable = || {
-            crate::txn::transaction_partitions(transaction)
-                .into_iter()
-                .map(|tp| (tp, errors::COORDINATOR_NOT_AVAILABLE))
-                .collect()
-        };
         if coordinator < 0 {
-            return unavailable();
+            return codes_for(transaction, errors::COORDINATOR_NOT_AVAILABLE);
         }
-        let request = AddPartitionsToTxnRequest {
-            transactions: vec![transaction.clone()],
-            ..Default::default()
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let ask = PendingAsk {
+            transaction: transaction.clone(),
+            answer,
         };
-        let asked =
-            tokio::time::timeout(ASK_TIMEOUT, self.send_add_partitions(coordinator, request)).await;
-        let response = match asked {
-            Ok(Ok(response)) => response,
-            Ok(Err(error)) => {
-                tracing::debug!(%error, coordinator, "cannot ask a transaction coordinator");
-                return unavailable();
+        match self.txns.push_ask(coordinator, ask) {
+            Ok(true) => {
+                let broker = self.clone();
+                tokio::spawn(async move { broker.send_asks(coordinator).await });
             }
-            Err(_) => return unavailable(),
-        };
-        if response.error_code != errors::NONE {
-            return crate::txn::transaction_partitions(transaction)
-                .into_iter()
-                .map(|tp| (tp, response.error_code))
-                .collect();
+            Ok(false) => {}
+            Err(_) => return codes_for(transaction, errors::COORDINATOR_NOT_AVAILABLE),
         }
-        response
-            .results_by_transaction
-            .into_iter()
-            .flat_map(verdicts_of)
-            .collect()
+        // The request before this one and this one's own, each bound by ASK_TIMEOUT.
+        match tokio::time::timeout(2 * ASK_TIMEOUT, answered).await {
+            Ok(Ok(codes)) => codes,
+            _ => codes_for(transaction, errors::COORDINATOR_NOT_AVAILABLE),
+        }
+    }
+
+    /// Sends what waits for `broker`, one AddPartitionsToTxn at a time, until nothing does.
+    async fn send_asks(&self, broker: i32) {
+        loop {
+            let batch = self.txns.next_asks(broker);
+            if batch.is_empty() {
+                return;
+            }
+            let request = AddPartitionsToTxnRequest {
+                transactions: batch.iter().map(|ask| ask.transaction.clone()).collect(),
+                ..Default::default()
+            };
+            let asked =
+                tokio::time::timeout(ASK_TIMEOUT, self.send_add_partitions(broker, request)).await;
+            let (error, mut results) = match asked {
+                Ok(Ok(response)) if response.error_code == errors::NONE => (
+                    None,
+                    response
+                        .results_by_transaction
+                        .into_iter()
+                        .map(|result| (result.transactional_id.clone(), result))
+                        .collect::<HashMap<_, _>>(),
+                ),
+                Ok(Ok(response)) => (Some(response.error_code), HashMap::new()),
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, broker, "cannot ask a transaction coordinator");
+                    (None, HashMap::new())
+                }
+                Err(_) => (None, HashMap::new()),
+            };
+            for ask in batch {
+                let codes = match results.remove(&ask.transaction.transactional_id) {
+                    Some(result) => verdicts_of(result),
+                    // Not answered for: the coordinator cannot say now (the producer retries).
+                    None => codes_for(
+                        &ask.transaction,
+                        error.unwrap_or(errors::COORDINATOR_NOT_AVAILABLE),
+                    ),
+                };
+                // The asker may have given up waiting.
+                let _ = ask.answer.send(codes);
+            }
+        }
     }
 
     async fn send_add_partitions(
@@ -518,6 +618,14 @@ pub(crate) fn not_in_transaction_code(code: i16, produce_version: i16) -> i16 {
     }
 }
 
+/// The same answer for every partition of `transaction`.
+fn codes_for(transaction: &AddPartitionsToTxnTransaction, code: i16) -> Codes {
+    crate::txn::transaction_partitions(transaction)
+        .into_iter()
+        .map(|tp| (tp, code))
+        .collect()
+}
+
 /// One transaction's AddPartitionsToTxn result as a verdict per partition.
 fn verdicts_of(result: AddPartitionsToTxnResult) -> Codes {
     result
@@ -532,4 +640,80 @@ fn verdicts_of(result: AddPartitionsToTxnResult) -> Codes {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(id: &str) -> (PendingAsk, tokio::sync::oneshot::Receiver<Codes>) {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let transaction = AddPartitionsToTxnTransaction {
+            transactional_id: id.into(),
+            ..Default::default()
+        };
+        (
+            PendingAsk {
+                transaction,
+                answer,
+            },
+            answered,
+        )
+    }
+
+    fn ids(batch: &[PendingAsk]) -> Vec<&str> {
+        batch
+            .iter()
+            .map(|a| a.transaction.transactional_id.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn asks_to_a_broker_gather_while_its_request_is_out_and_go_in_the_next_one() {
+        let mut queues = AskQueues::default();
+        // The first ask starts the sender; the others only wait, for the same broker.
+        assert!(matches!(queues.push(2, ask("a").0), Ok(true)));
+        assert!(matches!(queues.push(2, ask("b").0), Ok(false)));
+        assert!(
+            matches!(queues.push(3, ask("c").0), Ok(true)),
+            "another broker"
+        );
+        let first = queues.next_request(2);
+        assert_eq!(ids(&first), ["a", "b"]);
+        // Asked meanwhile: in the next request; an id twice goes in two requests, in order.
+        assert!(matches!(queues.push(2, ask("d").0), Ok(false)));
+        assert!(matches!(queues.push(2, ask("e").0), Ok(false)));
+        assert!(matches!(queues.push(2, ask("d").0), Ok(false)));
+        assert_eq!(ids(&queues.next_request(2)), ["d", "e"]);
+        assert_eq!(ids(&queues.next_request(2)), ["d"]);
+        // Nothing left: the sender stops, and the next ask starts one again.
+        assert!(queues.next_request(2).is_empty());
+        assert!(matches!(queues.push(2, ask("f").0), Ok(true)));
+        assert_eq!(ids(&queues.next_request(3)), ["c"]);
+    }
+
+    #[test]
+    fn asks_are_bounded_per_request_and_per_broker() {
+        let mut queues = AskQueues::default();
+        let mut kept = Vec::new();
+        for i in 0..ASKS_WAITING_PER_BROKER {
+            let (pending, answered) = ask(&format!("t{i}"));
+            assert!(queues.push(1, pending).is_ok());
+            kept.push(answered);
+        }
+        assert!(queues.push(1, ask("one-too-many").0).is_err());
+        assert_eq!(queues.next_request(1).len(), ASKS_PER_REQUEST);
+        // Room again once a request took some.
+        assert!(queues.push(1, ask("next").0).is_ok());
+    }
+
+    #[test]
+    fn an_ask_dropped_unanswered_tells_its_asker() {
+        let mut queues = AskQueues::default();
+        let (pending, mut answered) = ask("a");
+        queues.push(1, pending).ok();
+        drop(queues.next_request(1));
+        // The asker sees the sender gone and answers COORDINATOR_NOT_AVAILABLE itself.
+        assert!(answered.try_recv().is_err());
+    }
 }
