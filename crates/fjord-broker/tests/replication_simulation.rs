@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use fjord_broker::partition::{
+use fjord_broker::partition_state::{
     check_follower_fetch, divergence_truncation, FollowerFetch, LeaderAndIsr, PartitionState, Role,
 };
 use fjord_common::{errors, TopicId, Uuid};

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{Client, TestBroker};
-use fjord_broker::broker::SUPPORTED_APIS;
+use fjord_broker::SUPPORTED_APIS;
 use fjord_protocol::messages::api_versions_request::ApiVersionsRequest;
 use fjord_protocol::messages::create_partitions_request::*;
 use fjord_protocol::messages::create_partitions_response::*;

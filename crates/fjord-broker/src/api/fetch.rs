@@ -1,0 +1,763 @@
+//! The Fetch path (consumers), with min_bytes / max_wait long polling and incremental fetch
+//! sessions; plus ListOffsets and OffsetForLeaderEpoch, which read the same partition state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fjord_protocol::messages::fetch_request::FetchRequest;
+use fjord_protocol::messages::fetch_response::*;
+use fjord_protocol::messages::list_offsets_request::ListOffsetsRequest;
+use fjord_protocol::messages::list_offsets_response::*;
+use fjord_protocol::messages::offset_for_leader_epoch_request::OffsetForLeaderEpochRequest;
+use fjord_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset as LeaderEpochEndOffset, OffsetForLeaderEpochResponse,
+    OffsetForLeaderTopicResult,
+};
+use fjord_protocol::{
+    encode_with_external_records, response_header_version, ApiKey, Encodable, EncodeError,
+    ExternalRecords, Part, ResponseBody, ResponseHeader, Uuid,
+};
+use fjord_storage::error::StorageError;
+use fjord_storage::FileSlice;
+
+use tokio::sync::Notify;
+
+use crate::api::fetch_session::{RequestedPartition, SessionDecision};
+use crate::api::{encode_response, Broker};
+use crate::net::{OutPart, Reply, Response};
+use crate::replication::partition_state::FollowerFetch;
+use crate::replication::quota::{throttles, LEADER_THROTTLED_REPLICAS};
+use crate::replication::Partition;
+use fjord_common::errors;
+
+/// Longest a fetch may wait, whatever the client asks: bounds a parked request.
+const MAX_WAIT_CAP_MS: i64 = 30_000;
+
+/// Encodes a fetch response as parts: the encoded header and fields interleaved with the record
+/// batches, which stay in their segment files (`slices`, announced in `body` by the stand-ins of
+/// `externals`) and go to the socket with `sendfile` instead of through the message.
+fn encode_fetch_response(
+    version: i16,
+    correlation_id: i32,
+    body: &FetchResponse,
+    externals: &[ExternalRecords],
+    slices: Vec<FileSlice>,
+) -> Response {
+    let header_version = response_header_version(ApiKey::Fetch, version);
+    let encoded =
+        encode_with_external_records(bytes::BytesMut::with_capacity(256), externals, |out| {
+            ResponseHeader { correlation_id }.encode(out, header_version)?;
+            body.encode(out, version)
+        });
+    let mut slices: Vec<Option<FileSlice>> = slices.into_iter().map(Some).collect();
+    let parts = encoded.and_then(|parts| {
+        parts
+            .into_iter()
+            .map(|part| match part {
+                Part::Bytes(bytes) => Ok(OutPart::Bytes(bytes)),
+                Part::External(id) => slices
+                    .get_mut(id as usize)
+                    .and_then(Option::take)
+                    .map(OutPart::File)
+                    .ok_or(EncodeError::ExternalRecordsNotPlaced(id)),
+            })
+            .collect::<Result<Vec<_>, _>>()
+    });
+    match parts {
+        Ok(parts) => Response::SendParts(parts),
+        Err(error) => {
+            tracing::error!(version, %error, "cannot encode a fetch response");
+            Response::Close(format!(
+                "cannot encode a Fetch v{version} response: {error}"
+            ))
+        }
+    }
+}
+
+/// A partition's response before anything is known: offsets unknown, no records.
+fn no_data(partition_index: i32) -> PartitionData {
+    PartitionData {
+        partition_index,
+        high_watermark: -1,
+        last_stable_offset: -1,
+        log_start_offset: -1,
+        preferred_read_replica: -1,
+        records: Some(bytes::Bytes::new()),
+        ..Default::default()
+    }
+}
+
+/// What one partition's read produced: its response fields (records still empty) and the
+/// segment range to send as its records, if any.
+type PartitionRead = (Target, PartitionData, Option<FileSlice>);
+
+/// One partition to read in this fetch.
+#[derive(Clone)]
+struct Target {
+    topic: String,
+    topic_id: Uuid,
+    partition: i32,
+    fetch_offset: i64,
+    partition_max_bytes: i32,
+    current_leader_epoch: i32,
+    /// The epoch of the last batch the fetcher has (KIP-320), -1 when unknown.
+    last_fetched_epoch: i32,
+}
+
+/// Checks a client's view of the leader epoch against ours, as Kafka does.
+pub fn check_leader_epoch(partition: &Partition, current_leader_epoch: i32) -> Result<(), i16> {
+    if current_leader_epoch < 0 || current_leader_epoch == partition.leader_epoch() {
+        Ok(())
+    } else if current_leader_epoch > partition.leader_epoch() {
+        Err(errors::UNKNOWN_LEADER_EPOCH)
+    } else {
+        Err(errors::FENCED_LEADER_EPOCH)
+    }
+}
+
+/// A consumer's fetch from v11 (KIP-392): it may read from a follower (below that replica's
+/// high watermark), and a leader may send it to a replica in its rack.
+struct ConsumerReads {
+    rack: String,
+    image: Arc<fjord_metadata::MetadataImage>,
+}
+
+/// The follower a fetch comes from: its broker id and the broker epoch it fetched with.
+#[derive(Clone, Copy)]
+struct Replica {
+    id: i32,
+    broker_epoch: i64,
+}
+
+/// What a follower's fetch may read.
+enum FollowerRead {
+    /// Up to the log end; the follower's position was recorded.
+    Read,
+    /// Its log diverged from this one (KIP-320): the largest epoch at most its last fetched
+    /// one, and where that epoch ends here. It truncates before fetching again.
+    Diverged(i32, i64),
+    NotAReplica,
+    /// Outside this log (below its start, past its end): answered OFFSET_OUT_OF_RANGE, and its
+    /// position not taken.
+    OutOfRange,
+}
+
+/// The leader's side of a follower's fetch: checks it against this log's bounds and epochs
+/// (`check_follower_fetch`), then records its position (which may move the high watermark), as
+/// Kafka does.
+fn follower_read(
+    partition: &Partition,
+    log: &mut fjord_storage::log::Log,
+    replica: Replica,
+    target: &Target,
+    now_ms: i64,
+) -> FollowerRead {
+    let check = crate::replication::partition_state::check_follower_fetch(
+        target.fetch_offset,
+        target.last_fetched_epoch,
+        log.log_start_offset(),
+        log.log_end_offset(),
+        |epoch| log.end_offset_for_epoch(epoch),
+    );
+    match check {
+        FollowerFetch::OutOfRange => return FollowerRead::OutOfRange,
+        FollowerFetch::Diverged { epoch, end_offset } => {
+            return FollowerRead::Diverged(epoch, end_offset)
+        }
+        FollowerFetch::Read => {}
+    }
+    match partition.follower_fetched(
+        log,
+        replica.id,
+        target.fetch_offset,
+        replica.broker_epoch,
+        now_ms,
+    ) {
+        Ok(()) => FollowerRead::Read,
+        Err(_) => FollowerRead::NotAReplica,
+    }
+}
+
+impl Broker {
+    pub(crate) fn fetch(
+        self: &Arc<Self>,
+        request: FetchRequest,
+        api: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        now: i64,
+    ) -> Reply {
+        let image = self.quorum.image();
+        let uses_ids = version >= 13;
+        // A follower's fetch (Kafka's replica id, in ReplicaState from v15): it reads up to the
+        // log end and tells the leader how far it has got.
+        let (replica, broker_epoch) = if version >= 15 {
+            (
+                request.replica_state.replica_id,
+                request.replica_state.replica_epoch,
+            )
+        } else {
+            (request.replica_id, -1)
+        };
+        let replica = (replica >= 0).then_some(Replica {
+            id: replica,
+            broker_epoch,
+        });
+        // KIP-392: a consumer from v11 may read from a follower, and one naming its rack may be
+        // sent to a follower in it.
+        let consumer = (replica.is_none() && version >= 11).then(|| ConsumerReads {
+            rack: request.rack_id.clone(),
+            image: image.clone(),
+        });
+        let name_of = |topic: &str, id: Uuid| -> Option<String> {
+            if uses_ids {
+                image.topic_by_id(&id).map(|t| t.name.clone())
+            } else {
+                Some(topic.to_string())
+            }
+        };
+        let mut unknown_ids: Vec<(Uuid, i32)> = Vec::new();
+        let mut requested = Vec::new();
+        // KIP-320's last fetched epochs (sessions do not keep them: fjord's followers fetch
+        // without one).
+        let mut last_fetched: std::collections::HashMap<(String, i32), i32> = Default::default();
+        for topic in &request.topics {
+            let Some(name) = name_of(&topic.topic, topic.topic_id) else {
+                unknown_ids.extend(
+                    topic
+                        .partitions
+                        .iter()
+                        .map(|p| (topic.topic_id, p.partition)),
+                );
+                continue;
+            };
+            for p in &topic.partitions {
+                if p.last_fetched_epoch >= 0 {
+                    last_fetched.insert((name.clone(), p.partition), p.last_fetched_epoch);
+                }
+                requested.push(RequestedPartition {
+                    topic: name.clone(),
+                    partition: p.partition,
+                    fetch_offset: p.fetch_offset,
+                    partition_max_bytes: p.partition_max_bytes,
+                    current_leader_epoch: p.current_leader_epoch,
+                });
+            }
+        }
+        let forgotten: Vec<(String, i32)> = request
+            .forgotten_topics_data
+            .iter()
+            .filter_map(|t| name_of(&t.topic, t.topic_id).map(|n| (n, t)))
+            .flat_map(|(n, t)| t.partitions.iter().map(move |p| (n.clone(), *p)))
+            .collect();
+        let decision = match self.fetch_sessions.lock() {
+            Ok(mut cache) => {
+                cache.expire(now, 120_000);
+                cache.begin(
+                    request.session_id,
+                    request.session_epoch,
+                    &requested,
+                    &forgotten,
+                    now,
+                )
+            }
+            Err(_) => SessionDecision::Sessionless,
+        };
+        let topic_id_of = |name: &str| image.topic(name).map(|t| t.topic_id).unwrap_or(Uuid::ZERO);
+        let to_target = |topic: String,
+                         partition: i32,
+                         fetch_offset: i64,
+                         partition_max_bytes: i32,
+                         current_leader_epoch: i32| Target {
+            topic_id: topic_id_of(&topic),
+            last_fetched_epoch: last_fetched
+                .get(&(topic.clone(), partition))
+                .copied()
+                .unwrap_or(-1),
+            topic,
+            partition,
+            fetch_offset,
+            partition_max_bytes,
+            current_leader_epoch,
+        };
+        let (session_id, incremental, targets): (i32, bool, Vec<Target>) = match decision {
+            SessionDecision::Error(code) => {
+                let body = ResponseBody::Fetch(FetchResponse {
+                    error_code: code,
+                    session_id: 0,
+                    ..Default::default()
+                });
+                return Reply::Now(encode_response(api, version, correlation_id, &body));
+            }
+            SessionDecision::Sessionless | SessionDecision::Full { .. } => {
+                let id = if let SessionDecision::Full { session_id } = decision {
+                    session_id
+                } else {
+                    0
+                };
+                let targets = requested
+                    .into_iter()
+                    .map(|p| {
+                        to_target(
+                            p.topic,
+                            p.partition,
+                            p.fetch_offset,
+                            p.partition_max_bytes,
+                            p.current_leader_epoch,
+                        )
+                    })
+                    .collect();
+                (id, false, targets)
+            }
+            SessionDecision::Incremental {
+                session_id,
+                partitions,
+            } => {
+                let targets = partitions
+                    .into_iter()
+                    .map(|((topic, partition), s)| {
+                        to_target(
+                            topic,
+                            partition,
+                            s.fetch_offset,
+                            s.partition_max_bytes,
+                            s.current_leader_epoch,
+                        )
+                    })
+                    .collect();
+                (session_id, true, targets)
+            }
+        };
+        let max_bytes = if request.max_bytes <= 0 {
+            i32::MAX
+        } else {
+            request.max_bytes
+        } as usize;
+        let min_bytes = request.min_bytes.max(0) as usize;
+        let max_wait_ms = (request.max_wait_ms as i64).clamp(0, MAX_WAIT_CAP_MS);
+        let this = self.clone();
+        let read_committed = request.isolation_level == 1;
+        let respond = move |this: &Broker, results: Vec<PartitionRead>| {
+            if replica.is_some() {
+                this.record_leader_throttled(&results);
+            }
+            let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+            let mut externals: Vec<ExternalRecords> = Vec::new();
+            let mut slices: Vec<FileSlice> = Vec::new();
+            for (target, mut data, file) in results {
+                if version < 16 {
+                    // Only v16+ carries the leader hint (KIP-951); older encoders refuse it.
+                    data.current_leader = LeaderIdAndEpoch::default();
+                }
+                let key = (target.topic.clone(), target.partition);
+                if session_id != 0 {
+                    let has_records = file.is_some();
+                    let news = this
+                        .fetch_sessions
+                        .lock()
+                        .map(|mut c| {
+                            c.record_sent(
+                                session_id,
+                                &key,
+                                data.high_watermark,
+                                data.log_start_offset,
+                                has_records,
+                                // A consumer sent elsewhere must hear so.
+                                data.error_code != 0 || data.preferred_read_replica >= 0,
+                            )
+                        })
+                        .unwrap_or(true);
+                    if incremental && !news {
+                        continue;
+                    }
+                }
+                if let Some(slice) = file {
+                    let external = ExternalRecords::new(slices.len() as u32, slice.len() as usize);
+                    data.records = Some(external.stand_in());
+                    externals.push(external);
+                    slices.push(slice);
+                }
+                match topics.last_mut() {
+                    Some(t) if t.topic == target.topic => t.partitions.push(data),
+                    _ => topics.push(FetchableTopicResponse {
+                        topic: if uses_ids {
+                            String::new()
+                        } else {
+                            target.topic.clone()
+                        },
+                        topic_id: target.topic_id,
+                        partitions: vec![data],
+                    }),
+                }
+            }
+            for (id, partition) in &unknown_ids {
+                topics.push(FetchableTopicResponse {
+                    topic: String::new(),
+                    topic_id: *id,
+                    partitions: vec![PartitionData {
+                        error_code: errors::UNKNOWN_TOPIC_ID,
+                        ..no_data(*partition)
+                    }],
+                });
+            }
+            let body = FetchResponse {
+                error_code: errors::NONE,
+                session_id,
+                responses: topics,
+                ..Default::default()
+            };
+            encode_fetch_response(version, correlation_id, &body, &externals, slices)
+        };
+        // A fetch that may wait is parked on each partition's queue of delayed fetches before it
+        // first reads, so a high watermark moving meanwhile wakes it: it is answered when one
+        // moves enough, or at max_wait_ms.
+        let waiter = Arc::new(Notify::new());
+        if max_wait_ms > 0 {
+            this.delay_on_targets(&targets, &waiter, replica.is_some());
+        }
+        let (results, bytes_read, any_error) = this.read_targets(
+            &targets,
+            max_bytes,
+            read_committed,
+            replica,
+            consumer.as_ref(),
+            now,
+        );
+        if max_wait_ms == 0 || bytes_read >= min_bytes.max(1) || any_error || targets.is_empty() {
+            return Reply::Now(respond(&this, results));
+        }
+        Reply::Later(Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(max_wait_ms as u64);
+            loop {
+                let woke = tokio::time::timeout_at(deadline, waiter.notified()).await;
+                // Registered again before reading: a move during the read is not missed.
+                this.delay_on_targets(&targets, &waiter, replica.is_some());
+                let (results, bytes_read, any_error) = this.read_targets(
+                    &targets,
+                    max_bytes,
+                    read_committed,
+                    replica,
+                    consumer.as_ref(),
+                    fjord_common::now_ms(),
+                );
+                let timed_out = woke.is_err();
+                if timed_out
+                    || bytes_read >= min_bytes.max(1)
+                    || any_error
+                    || tokio::time::Instant::now() >= deadline
+                {
+                    return respond(&this, results);
+                }
+            }
+        }))
+    }
+
+    /// The bytes a follower's fetch answer carries for replicas this leader throttles count
+    /// towards `leader.replication.throttled.rate`, in sync or not.
+    fn record_leader_throttled(&self, results: &[PartitionRead]) {
+        let bytes: u64 = results
+            .iter()
+            .filter_map(|(target, _, file)| Some((target, file.as_ref()?)))
+            .filter(|(target, _)| {
+                self.replicas
+                    .get(&target.topic, target.partition)
+                    .is_some_and(|p| throttles(&p, LEADER_THROTTLED_REPLICAS, self.config.node_id))
+            })
+            .map(|(_, slice)| u64::from(slice.len()))
+            .sum();
+        self.replication_quotas
+            .leader
+            .record(bytes, fjord_common::now_ms());
+    }
+
+    /// Puts `waiter` on the delayed-fetch queue of every target partition hosted here (the
+    /// followers' queue for a follower's fetch).
+    fn delay_on_targets(&self, targets: &[Target], waiter: &Arc<Notify>, replica: bool) {
+        for target in targets {
+            if let Some(partition) = self.replicas.get_hosted(&target.topic, target.partition) {
+                if replica {
+                    partition.delay_replica_fetch(waiter);
+                } else {
+                    partition.delay_fetch(waiter);
+                }
+            }
+        }
+    }
+
+    /// Reads every target once. The first partition with data may return a batch larger than its
+    /// limits, so a consumer always makes progress (Kafka's "first batch even if larger").
+    fn read_targets(
+        &self,
+        targets: &[Target],
+        max_bytes: usize,
+        read_committed: bool,
+        replica: Option<Replica>,
+        consumer: Option<&ConsumerReads>,
+        now_ms: i64,
+    ) -> (Vec<PartitionRead>, usize, bool) {
+        let mut results = Vec::with_capacity(targets.len());
+        let mut total = 0usize;
+        let mut any_error = false;
+        for target in targets {
+            let mut file = None;
+            let mut data = no_data(target.partition);
+            let hosted = if consumer.is_some() {
+                self.replicas.get_hosted(&target.topic, target.partition)
+            } else {
+                self.replicas.get(&target.topic, target.partition)
+            };
+            match hosted {
+                None => data.error_code = self.not_hosted(&target.topic, target.partition),
+                Some(partition) => {
+                    let preferred = consumer.and_then(|c| {
+                        if !self.config.cluster.rack_aware_reads {
+                            return None;
+                        }
+                        let rack_of = |id: i32| c.image.broker(id).and_then(|b| b.rack.clone());
+                        partition.preferred_read_replica(target.fetch_offset, &c.rack, rack_of)
+                    });
+                    if let Err(code) = check_leader_epoch(&partition, target.current_leader_epoch) {
+                        data.error_code = code;
+                    } else if let Some(id) = preferred {
+                        // Sent elsewhere: no records, the offsets the consumer needs.
+                        data.preferred_read_replica = id;
+                        if let Ok(log) = partition.log.lock() {
+                            data.high_watermark = log.high_watermark();
+                            data.last_stable_offset = log.last_stable_offset();
+                            data.log_start_offset = log.log_start_offset();
+                        }
+                    } else {
+                        // A throttled replica out of sync is answered without records while
+                        // the leader's throttle is above its rate (its position is still taken).
+                        let held_back = replica.is_some_and(|r| {
+                            throttles(&partition, LEADER_THROTTLED_REPLICAS, self.config.node_id)
+                                && !partition.isr_and_replica_count().0.contains(&r.id)
+                                && self.replication_quotas.leader.exceeded(now_ms)
+                        });
+                        let remaining = max_bytes.saturating_sub(total);
+                        let limit = (target.partition_max_bytes.max(0) as usize).min(remaining);
+                        let min_one_batch = total == 0;
+                        let read = partition.log.lock().map_err(|_| None).and_then(|mut log| {
+                            // read_committed consumers read only decided transactions.
+                            let mut max_offset = if read_committed && replica.is_none() {
+                                log.last_stable_offset()
+                            } else {
+                                log.high_watermark()
+                            };
+                            if let Some(replica) = replica {
+                                match follower_read(&partition, &mut log, replica, target, now_ms) {
+                                    FollowerRead::Read => max_offset = log.log_end_offset(),
+                                    FollowerRead::Diverged(epoch, end_offset) => {
+                                        data.diverging_epoch = EpochEndOffset { epoch, end_offset };
+                                        max_offset = target.fetch_offset;
+                                    }
+                                    FollowerRead::NotAReplica => {
+                                        data.error_code = errors::NOT_LEADER_OR_FOLLOWER;
+                                        max_offset = target.fetch_offset;
+                                    }
+                                    FollowerRead::OutOfRange => {
+                                        data.error_code = errors::OFFSET_OUT_OF_RANGE;
+                                        max_offset = target.fetch_offset;
+                                    }
+                                }
+                            }
+                            data.high_watermark = log.high_watermark();
+                            data.last_stable_offset = log.last_stable_offset();
+                            data.log_start_offset = log.log_start_offset();
+                            if read_committed && replica.is_none() {
+                                let aborted = log.aborted_txns(target.fetch_offset, max_offset);
+                                data.aborted_transactions = Some(
+                                    aborted
+                                        .into_iter()
+                                        .map(|txn| AbortedTransaction {
+                                            producer_id: txn.producer_id,
+                                            first_offset: txn.first_offset,
+                                        })
+                                        .collect(),
+                                );
+                            }
+                            if data.error_code != errors::NONE
+                                || data.diverging_epoch.epoch >= 0
+                                || held_back
+                            {
+                                return Ok(fjord_storage::log::ReadInfo {
+                                    records: None,
+                                    log_start_offset: log.log_start_offset(),
+                                    log_end_offset: log.log_end_offset(),
+                                });
+                            }
+                            log.read(target.fetch_offset, limit, max_offset, min_one_batch)
+                                .map_err(Some)
+                        });
+                        match read {
+                            Ok(info) => {
+                                // The bytes stay in the segment file until the writer sends them.
+                                if let Some(slice) = info.records {
+                                    total += slice.len() as usize;
+                                    file = Some(slice);
+                                }
+                            }
+                            Err(Some(StorageError::OffsetOutOfRange { .. })) => {
+                                data.error_code = errors::OFFSET_OUT_OF_RANGE
+                            }
+                            Err(Some(error)) => {
+                                tracing::error!(%error, "fetch failed");
+                                data.error_code = error.kafka_error_code();
+                            }
+                            Err(None) => data.error_code = errors::KAFKA_STORAGE_ERROR,
+                        }
+                    }
+                    // KIP-951: the current leader is only news to a client that used a stale
+                    // epoch; other partitions leave the field at its default.
+                    if data.error_code == errors::FENCED_LEADER_EPOCH {
+                        data.current_leader = LeaderIdAndEpoch {
+                            leader_id: self.config.node_id,
+                            leader_epoch: partition.leader_epoch(),
+                        };
+                    }
+                }
+            }
+            // A divergence is answered at once, as an error is (the follower must truncate
+            // first), and so is a consumer sent to another replica.
+            any_error |= data.error_code != errors::NONE
+                || data.diverging_epoch.epoch >= 0
+                || data.preferred_read_replica >= 0;
+            results.push((target.clone(), data, file));
+        }
+        (results, total, any_error)
+    }
+
+    pub(crate) fn list_offsets(
+        &self,
+        request: &ListOffsetsRequest,
+        version: i16,
+    ) -> ListOffsetsResponse {
+        let topics = request
+            .topics
+            .iter()
+            .map(|topic| ListOffsetsTopicResponse {
+                name: topic.name.clone(),
+                partitions: topic
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let mut out = self.list_offset(
+                            &topic.name,
+                            p.partition_index,
+                            p.current_leader_epoch,
+                            p.timestamp,
+                            request.isolation_level == 1,
+                        );
+                        if version < 4 {
+                            // Not on the wire before v4; the encoder refuses a set value.
+                            out.leader_epoch = -1;
+                        }
+                        out
+                    })
+                    .collect(),
+            })
+            .collect();
+        ListOffsetsResponse {
+            topics,
+            ..Default::default()
+        }
+    }
+
+    fn list_offset(
+        &self,
+        topic: &str,
+        partition_index: i32,
+        current_leader_epoch: i32,
+        timestamp: i64,
+        read_committed: bool,
+    ) -> ListOffsetsPartitionResponse {
+        let mut out = ListOffsetsPartitionResponse {
+            partition_index,
+            timestamp: -1,
+            offset: -1,
+            leader_epoch: -1,
+            ..Default::default()
+        };
+        let Some(partition) = self.replicas.get(topic, partition_index) else {
+            out.error_code = self.not_hosted(topic, partition_index);
+            return out;
+        };
+        if let Err(code) = check_leader_epoch(&partition, current_leader_epoch) {
+            out.error_code = code;
+            return out;
+        }
+        let Ok(log) = partition.log.lock() else {
+            out.error_code = errors::KAFKA_STORAGE_ERROR;
+            return out;
+        };
+        // What the consumer may read: below the high watermark, or under read_committed the
+        // last stable offset.
+        let readable = if read_committed {
+            log.last_stable_offset()
+        } else {
+            log.high_watermark()
+        };
+        if timestamp == -1 {
+            out.offset = readable;
+            out.leader_epoch = partition.leader_epoch();
+            return out;
+        }
+        match log.fetch_offset_by_timestamp(timestamp) {
+            Ok(Some(found)) if found.offset < readable || timestamp == -2 || timestamp == -4 => {
+                out.offset = found.offset;
+                out.timestamp = found.timestamp;
+                out.leader_epoch = found.leader_epoch.unwrap_or(-1);
+            }
+            Ok(_) => {}
+            Err(error) => out.error_code = error.kafka_error_code(),
+        }
+        out
+    }
+
+    pub(crate) fn offset_for_leader_epoch(
+        &self,
+        request: &OffsetForLeaderEpochRequest,
+    ) -> OffsetForLeaderEpochResponse {
+        let topics = request
+            .topics
+            .iter()
+            .map(|topic| OffsetForLeaderTopicResult {
+                topic: topic.topic.clone(),
+                partitions: topic
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let mut out = LeaderEpochEndOffset {
+                            partition: p.partition,
+                            leader_epoch: -1,
+                            end_offset: -1,
+                            ..Default::default()
+                        };
+                        match self.replicas.get(&topic.topic, p.partition) {
+                            None => out.error_code = self.not_hosted(&topic.topic, p.partition),
+                            Some(partition) => {
+                                match check_leader_epoch(&partition, p.current_leader_epoch) {
+                                    Err(code) => out.error_code = code,
+                                    Ok(()) => match partition.log.lock() {
+                                        Ok(log) => {
+                                            let (epoch, end_offset) =
+                                                log.end_offset_for_epoch(p.leader_epoch);
+                                            out.leader_epoch = epoch;
+                                            out.end_offset = end_offset;
+                                        }
+                                        Err(_) => out.error_code = errors::KAFKA_STORAGE_ERROR,
+                                    },
+                                }
+                            }
+                        }
+                        out
+                    })
+                    .collect(),
+            })
+            .collect();
+        OffsetForLeaderEpochResponse {
+            topics,
+            ..Default::default()
+        }
+    }
+}

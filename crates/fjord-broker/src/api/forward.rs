@@ -1,0 +1,102 @@
+//! Controller work a client sent this broker (CreateTopics, DeleteTopics, CreatePartitions,
+//! config changes) and topics the broker needs itself go to the active controller through the
+//! `ControllerLink`; once answered, this broker's partitions follow the image it produced.
+
+use std::collections::BTreeMap;
+
+use fjord_common::now_ms;
+use fjord_controller::{ControllerApi, ControllerRequest};
+use fjord_protocol::messages::create_topics_request::{
+    CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
+};
+use fjord_protocol::ResponseBody;
+
+use crate::api::Broker;
+
+/// A topic the broker itself needs (an auto-created topic, `__consumer_offsets`).
+pub(crate) struct InternalTopic {
+    pub name: String,
+    /// -1: the controller's `num.partitions`.
+    pub num_partitions: i32,
+    /// -1: the controller's `default.replication.factor`.
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The CreateTopics version the broker's own creations are made at.
+const CREATE_TOPICS_VERSION: i16 = 7;
+
+impl Broker {
+    /// Sends `api` (a request at `version`) to the active controller and returns its answer;
+    /// when the controller cannot be reached or cannot commit, every entry carries the error.
+    /// Once the answer is in, this broker's partitions follow the image it produced.
+    pub(crate) async fn forward(&self, version: i16, api: ControllerApi) -> ResponseBody {
+        let request = ControllerRequest::new(version, api, self.config.node_id);
+        match self.controller.call(request.clone()).await {
+            Ok(response) => {
+                if let Err(error) = self.replicas.apply_image(&self.quorum.image(), now_ms()) {
+                    tracing::error!(%error, "cannot apply a metadata change");
+                }
+                response
+            }
+            Err(error) => {
+                tracing::warn!(api = request.api.api_key().name(), %error, "controller request failed");
+                error.response_to(&request)
+            }
+        }
+    }
+
+    /// Creates topics on this broker's own behalf; answers each topic's error code and message
+    /// (TOPIC_ALREADY_EXISTS included: someone else created it first).
+    pub(crate) async fn create_internal_topics(
+        &self,
+        topics: Vec<InternalTopic>,
+    ) -> Vec<(String, i16, Option<String>)> {
+        let request = CreateTopicsRequest {
+            topics: topics
+                .into_iter()
+                .map(|t| CreatableTopic {
+                    name: t.name,
+                    num_partitions: t.num_partitions,
+                    replication_factor: t.replication_factor,
+                    assignments: Vec::new(),
+                    configs: t
+                        .configs
+                        .into_iter()
+                        .map(|(name, value)| CreatableTopicConfig {
+                            name,
+                            value: Some(value),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            timeout_ms: 30_000,
+            validate_only: false,
+        };
+        let names: Vec<String> = request.topics.iter().map(|t| t.name.clone()).collect();
+        match self
+            .forward(CREATE_TOPICS_VERSION, ControllerApi::CreateTopics(request))
+            .await
+        {
+            ResponseBody::CreateTopics(response) => response
+                .topics
+                .into_iter()
+                .map(|t| (t.name, t.error_code, t.error_message))
+                .collect(),
+            other => {
+                let message = format!("the controller answered {}", other.api_key().name());
+                tracing::error!(%message, "wrong answer to CreateTopics");
+                names
+                    .into_iter()
+                    .map(|n| {
+                        (
+                            n,
+                            fjord_common::errors::UNKNOWN_SERVER_ERROR,
+                            Some(message.clone()),
+                        )
+                    })
+                    .collect()
+            }
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Group APIs at the broker: FindCoordinator, and routing every group request to the
+//! coordinator shard that owns its group (see `coordinator::group`). The internal topic
+//! `__consumer_offsets` is created on first use, as in Kafka.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use fjord_group::{ClientInfo, Topics};
+use fjord_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
+use fjord_protocol::messages::find_coordinator_response::{Coordinator, FindCoordinatorResponse};
+use fjord_protocol::{ApiKey, RequestBody, ResponseBody};
+
+use crate::api::txn_verify::Verdicts;
+use crate::api::InternalTopic;
+use crate::api::{encode_response, Broker};
+use crate::coordinator::group::{topics_view, GroupAnswer, OFFSETS_TOPIC};
+use crate::coordinator::txn::TXN_TOPIC;
+use crate::net::{Reply, Response};
+use fjord_common::errors;
+
+/// FindCoordinator key types.
+const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
+
+impl Broker {
+    /// Creates `__consumer_offsets` if missing and loads the coordinator shards this broker hosts.
+    pub(crate) async fn ensure_group_coordinator(&self) -> Result<(), String> {
+        let segment_bytes = self
+            .config
+            .get("offsets.topic.segment.bytes")
+            .unwrap_or_else(|| "104857600".to_string());
+        self.ensure_internal_topic(
+            OFFSETS_TOPIC,
+            self.groups.num_partitions(),
+            "offsets.topic.replication.factor",
+            &[
+                ("cleanup.policy", "compact".into()),
+                ("compression.type", "producer".into()),
+                ("segment.bytes", segment_bytes),
+            ],
+        )
+        .await?;
+        if !self.groups.all_loaded() {
+            // Another request may have committed the topic a moment ago and not yet opened its
+            // partitions: bring them in line with the image before loading the shards.
+            self.replicas
+                .apply_image(&self.quorum.image(), fjord_common::now_ms())?;
+        }
+        self.groups.load_hosted()
+    }
+
+    /// Creates a coordinator's internal topic if it is missing. As Kafka, a cluster creates it
+    /// with the configured replication factor (`rf_key`, default 3), which fails (the
+    /// coordinator is not available) until that many brokers are up. A bare node alone is the
+    /// one exception: it would never have enough, so it takes one replica.
+    pub(crate) async fn ensure_internal_topic(
+        &self,
+        name: &str,
+        num_partitions: i32,
+        rf_key: &str,
+        configs: &[(&str, String)],
+    ) -> Result<(), String> {
+        if self.quorum.image().topic(name).is_some() {
+            return Ok(());
+        }
+        let wanted_rf: i16 = self
+            .config
+            .get(rf_key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3);
+        let alone = self.config.cluster.voters.is_empty()
+            && self.config.cluster.bootstrap_servers.is_empty();
+        let replication_factor = if alone && wanted_rf > 1 {
+            tracing::info!(
+                wanted_rf,
+                "{name} gets one replica per partition on a node alone"
+            );
+            1
+        } else {
+            wanted_rf
+        };
+        let topic = InternalTopic {
+            name: name.to_string(),
+            num_partitions,
+            replication_factor,
+            configs: configs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect::<BTreeMap<_, _>>(),
+        };
+        for (_, error_code, message) in self.create_internal_topics(vec![topic]).await {
+            if error_code != errors::NONE && error_code != errors::TOPIC_ALREADY_EXISTS {
+                return Err(format!(
+                    "cannot create {name}: {} {}",
+                    errors::name(error_code),
+                    message.unwrap_or_default()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn find_coordinator(
+        self: &Arc<Self>,
+        request: FindCoordinatorRequest,
+        version: i16,
+        listener: &str,
+        own: (String, i32),
+    ) -> impl std::future::Future<Output = FindCoordinatorResponse> + Send + 'static {
+        let this = self.clone();
+        let listener = listener.to_string();
+        async move {
+            let keys: Vec<String> = if version >= 4 {
+                request.coordinator_keys.clone()
+            } else {
+                vec![request.key.clone()]
+            };
+            let ready = match request.key_type {
+                KEY_TYPE_GROUP => this.ensure_group_coordinator().await,
+                KEY_TYPE_TRANSACTION => this.ensure_txn_coordinator().await,
+                _ => Ok(()),
+            };
+            // Every registered broker's endpoint on this listener, read once for all the keys.
+            let endpoints = this.live_endpoints(&listener, own);
+            let coordinators: Vec<Coordinator> =
+                keys.iter()
+                    .map(|key| {
+                        let (error_code, error_message) = match (&ready, request.key_type) {
+                            (Ok(()), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => (errors::NONE, None),
+                            (Err(message), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => {
+                                (errors::COORDINATOR_NOT_AVAILABLE, Some(message.clone()))
+                            }
+                            // Share coordinators (2) are not implemented yet.
+                            (_, 2) => (
+                                errors::COORDINATOR_NOT_AVAILABLE,
+                                Some("this broker has no such coordinator yet".to_string()),
+                            ),
+                            _ => (
+                                errors::INVALID_REQUEST,
+                                Some(format!("unknown key type {}", request.key_type)),
+                            ),
+                        };
+                        // The coordinator is the leader of the key's partition of the coordinator's
+                        // topic, reached on the listener this request came in on.
+                        let leader = (error_code == errors::NONE)
+                            .then(|| match request.key_type {
+                                KEY_TYPE_GROUP => this
+                                    .internal_leader(OFFSETS_TOPIC, this.groups.partition_of(key)),
+                                _ => this.internal_leader(TXN_TOPIC, this.txns.partition_of(key)),
+                            })
+                            .flatten()
+                            .and_then(|id| endpoints.iter().find(|b| b.0 == id).cloned());
+                        match leader {
+                            Some((node_id, host, port, _)) => Coordinator {
+                                key: key.clone(),
+                                node_id,
+                                host,
+                                port,
+                                error_code,
+                                error_message,
+                            },
+                            None => Coordinator {
+                                key: key.clone(),
+                                node_id: -1,
+                                host: String::new(),
+                                port: -1,
+                                error_code: if error_code == errors::NONE {
+                                    errors::COORDINATOR_NOT_AVAILABLE
+                                } else {
+                                    error_code
+                                },
+                                error_message,
+                            },
+                        }
+                    })
+                    .collect();
+            if version >= 4 {
+                FindCoordinatorResponse {
+                    coordinators,
+                    ..Default::default()
+                }
+            } else {
+                let c = coordinators.into_iter().next().unwrap_or_default();
+                FindCoordinatorResponse {
+                    error_code: c.error_code,
+                    error_message: c.error_message,
+                    node_id: c.node_id,
+                    host: c.host,
+                    port: c.port,
+                    ..Default::default()
+                }
+            }
+        }
+    }
+
+    /// The leader of an internal topic's partition, if it has one.
+    fn internal_leader(&self, topic: &str, partition: i32) -> Option<i32> {
+        let image = self.quorum.image();
+        let leader = image
+            .topic(topic)?
+            .partitions
+            .get(usize::try_from(partition).ok()?)?
+            .leader;
+        (leader >= 0).then_some(leader)
+    }
+
+    /// Routes a group request to its shard. Once the coordinator is loaded the request runs on
+    /// its shard at dispatch (so a connection's group requests take effect in arrival order) and
+    /// the reply waits for the shard's answer, after its records are durable. Before that — the
+    /// first group request creates `__consumer_offsets` — everything happens in the reply, and the
+    /// request is sequenced after all earlier ones (see `Broker::sequencing`).
+    pub(crate) fn group_request(
+        self: &Arc<Self>,
+        body: RequestBody,
+        api: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        client_id: Option<String>,
+        peer: SocketAddr,
+    ) -> Reply {
+        let client = ClientInfo {
+            client_id: client_id.unwrap_or_default(),
+            client_host: format!("/{}", peer.ip()),
+        };
+        let respond = move |outcome: Result<ResponseBody, String>| match outcome {
+            Ok(response) => encode_response(api, version, correlation_id, &response),
+            Err(message) => Response::Close(message),
+        };
+        if self.groups.all_loaded() {
+            let answer = self.start_group_request(body, version, &client);
+            return Reply::Later(Box::pin(async move { respond(answer.await) }));
+        }
+        let this = self.clone();
+        Reply::Later(Box::pin(async move {
+            if let Err(message) = this.ensure_group_coordinator().await {
+                return Response::Close(message);
+            }
+            let answer = this.start_group_request(body, version, &client);
+            respond(answer.await)
+        }))
+    }
+
+    /// Starts a TxnOffsetCommit on its group's shard, checked there against the producer's
+    /// state and transaction (`verdicts`: its transaction coordinator's, if asked beforehand).
+    fn start_txn_offset_commit(
+        &self,
+        body: RequestBody,
+        version: i16,
+        topics: &Topics,
+        client: &ClientInfo,
+        verdicts: &Verdicts,
+    ) -> GroupAnswer {
+        let RequestBody::TxnOffsetCommit(r) = &body else {
+            return Box::pin(async { Err("not a TxnOffsetCommit".to_string()) });
+        };
+        let partition = self.groups.partition_of(&r.group_id);
+        let (id, producer_id, epoch) =
+            (r.transactional_id.clone(), r.producer_id, r.producer_epoch);
+        self.groups
+            .start_checked(partition, version, body, topics, client, |p| {
+                self.check_txn_offset_commit(&id, producer_id, epoch, p, verdicts, version)
+            })
+    }
+
+    /// Starts a group request on the shard(s) owning its group(s).
+    fn start_group_request(
+        self: &Arc<Self>,
+        body: RequestBody,
+        version: i16,
+        client: &ClientInfo,
+    ) -> GroupAnswer {
+        let topics = topics_view(&self.quorum.image());
+        if let RequestBody::TxnOffsetCommit(r) = &body {
+            // The transaction coordinator is asked first when it must be (KIP-890; the request
+            // is then sequenced after everything before it, `txn_verify`).
+            let Some(ask) = self.offsets_ask(r, version) else {
+                return self.start_txn_offset_commit(
+                    body,
+                    version,
+                    &topics,
+                    client,
+                    &Default::default(),
+                );
+            };
+            let (this, client) = (self.clone(), client.clone());
+            return Box::pin(async move {
+                let verdicts = this.ask_coordinator(ask).await;
+                this.start_txn_offset_commit(body, version, &topics, &client, &verdicts)
+                    .await
+            });
+        }
+        let group_id = match &body {
+            RequestBody::JoinGroup(r) => Some(&r.group_id),
+            RequestBody::SyncGroup(r) => Some(&r.group_id),
+            RequestBody::Heartbeat(r) => Some(&r.group_id),
+            RequestBody::LeaveGroup(r) => Some(&r.group_id),
+            RequestBody::OffsetCommit(r) => Some(&r.group_id),
+            RequestBody::OffsetDelete(r) => Some(&r.group_id),
+            RequestBody::ConsumerGroupHeartbeat(r) => Some(&r.group_id),
+            RequestBody::OffsetFetch(r) if version < 8 => Some(&r.group_id),
+            _ => None,
+        };
+        let partition = group_id.map(|g| self.groups.partition_of(g));
+        match partition {
+            Some(partition) => self.groups.start(partition, version, body, &topics, client),
+            None if matches!(body, RequestBody::ListGroups(_)) => {
+                self.groups.list_groups(version, body, &topics)
+            }
+            None => self.groups.multi_group(version, body, &topics, client),
+        }
+    }
+}

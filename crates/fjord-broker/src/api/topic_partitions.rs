@@ -1,0 +1,166 @@
+//! DescribeTopicPartitions (KIP-966), what Kafka 4.x's admin client describes topics with: the
+//! topics' partitions as Metadata gives them, sorted by name and paged — at most
+//! `ResponsePartitionLimit` partitions (capped by `max.request.partition.size.limit`) per
+//! answer, the next page starting at the cursor the answer ends with. fjord keeps no eligible
+//! leader replicas (KIP-966's ELR), so those lists are empty.
+
+use fjord_metadata::MetadataImage;
+use fjord_protocol::messages::describe_topic_partitions_request::DescribeTopicPartitionsRequest;
+use fjord_protocol::messages::describe_topic_partitions_response::{
+    Cursor, DescribeTopicPartitionsResponse, DescribeTopicPartitionsResponsePartition,
+    DescribeTopicPartitionsResponseTopic,
+};
+
+use crate::api::Broker;
+use fjord_common::errors;
+
+/// The operations a topic allows, as Kafka reports them without an authorizer (fjord has no
+/// ACLs): every one a topic supports — READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE,
+/// DESCRIBE_CONFIGS, ALTER_CONFIGS — as a bit field by operation code.
+const EVERY_TOPIC_OPERATION: i32 =
+    1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 7 | 1 << 8 | 1 << 10 | 1 << 11;
+
+/// Kafka's default for `max.request.partition.size.limit`.
+const DEFAULT_PARTITION_LIMIT: i32 = 2000;
+
+impl Broker {
+    pub(crate) fn describe_topic_partitions(
+        &self,
+        request: &DescribeTopicPartitionsRequest,
+    ) -> DescribeTopicPartitionsResponse {
+        let image = self.quorum.image();
+        let broker_limit = self
+            .config
+            .get("max.request.partition.size.limit")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_PARTITION_LIMIT);
+        let limit = request.response_partition_limit.min(broker_limit).max(1);
+        match page(&image, request, limit, |name| {
+            self.topic_metadata(&image, name)
+        }) {
+            Ok(response) => response,
+            // As Kafka answers a request it refuses: every topic asked for, with the error.
+            Err(code) => DescribeTopicPartitionsResponse {
+                topics: request
+                    .topics
+                    .iter()
+                    .map(|t| DescribeTopicPartitionsResponseTopic {
+                        error_code: code,
+                        name: Some(t.name.clone()),
+                        topic_authorized_operations: EVERY_TOPIC_OPERATION,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// One page of the answer: the topics asked for (every topic when none are named) from the
+/// cursor on, in name order, with at most `limit` partitions; `describe` gives a topic as
+/// Metadata would. INVALID_REQUEST for a cursor outside the topics asked for.
+fn page(
+    image: &MetadataImage,
+    request: &DescribeTopicPartitionsRequest,
+    limit: i32,
+    describe: impl Fn(&str) -> fjord_protocol::messages::metadata_response::MetadataResponseTopic,
+) -> Result<DescribeTopicPartitionsResponse, i16> {
+    let from = request
+        .cursor
+        .as_ref()
+        .map_or("", |c| c.topic_name.as_str());
+    let all = request.topics.is_empty();
+    let mut names: Vec<String> = if all {
+        image.topics().map(|t| t.name.clone()).collect()
+    } else {
+        request.topics.iter().map(|t| t.name.clone()).collect()
+    };
+    names.retain(|n| n.as_str() >= from);
+    names.sort();
+    names.dedup();
+    if let Some(cursor) = &request.cursor {
+        if !names.contains(&cursor.topic_name) || cursor.partition_index < 0 {
+            return Err(errors::INVALID_REQUEST);
+        }
+    }
+    let mut response = DescribeTopicPartitionsResponse::default();
+    let mut remaining = limit;
+    for name in names {
+        if remaining <= 0 {
+            response.next_cursor = Some(Cursor {
+                topic_name: name,
+                partition_index: 0,
+            });
+            break;
+        }
+        let topic = describe(&name);
+        if topic.error_code != errors::NONE {
+            // Every topic asked for: unknown ones are answered as such, a name no topic can
+            // have as invalid (Kafka's `Topic.validate`).
+            if !all {
+                let error_code = match topic.error_code {
+                    errors::UNKNOWN_TOPIC_OR_PARTITION
+                        if fjord_controller::plan::validate_topic_name(&name).is_err() =>
+                    {
+                        errors::INVALID_TOPIC_EXCEPTION
+                    }
+                    code => code,
+                };
+                response.topics.push(DescribeTopicPartitionsResponseTopic {
+                    error_code,
+                    name: Some(name),
+                    topic_id: topic.topic_id,
+                    is_internal: topic.is_internal,
+                    topic_authorized_operations: EVERY_TOPIC_OPERATION,
+                    ..Default::default()
+                });
+            }
+            continue;
+        }
+        let start = match &request.cursor {
+            Some(c) if c.topic_name == name => c.partition_index,
+            _ => 0,
+        };
+        let partitions: Vec<_> = topic
+            .partitions
+            .into_iter()
+            .filter(|p| p.partition_index >= start)
+            .collect();
+        let taken = partitions
+            .len()
+            .min(usize::try_from(remaining).unwrap_or(0));
+        let next = partitions.get(taken).map(|p| p.partition_index);
+        response.topics.push(DescribeTopicPartitionsResponseTopic {
+            error_code: errors::NONE,
+            name: Some(name.clone()),
+            topic_id: topic.topic_id,
+            is_internal: topic.is_internal,
+            partitions: partitions
+                .into_iter()
+                .take(taken)
+                .map(|p| DescribeTopicPartitionsResponsePartition {
+                    error_code: p.error_code,
+                    partition_index: p.partition_index,
+                    leader_id: p.leader_id,
+                    leader_epoch: p.leader_epoch,
+                    replica_nodes: p.replica_nodes,
+                    isr_nodes: p.isr_nodes,
+                    eligible_leader_replicas: Some(Vec::new()),
+                    last_known_elr: Some(Vec::new()),
+                    offline_replicas: p.offline_replicas,
+                })
+                .collect(),
+            topic_authorized_operations: EVERY_TOPIC_OPERATION,
+        });
+        if let Some(partition_index) = next {
+            response.next_cursor = Some(Cursor {
+                topic_name: name,
+                partition_index,
+            });
+            break;
+        }
+        remaining -= i32::try_from(taken).unwrap_or(i32::MAX);
+    }
+    Ok(response)
+}

@@ -1,0 +1,184 @@
+//! The leader's side of ISR changes: every `CHECK_INTERVAL` each partition this broker leads is
+//! asked whether its ISR should shrink (a member not caught up for `replica.lag.time.max.ms`)
+//! or expand (a replica that reached the high watermark and this leader's epoch), as Kafka's
+//! leaders do; the changes go to the active controller in one AlterPartition, with the leader
+//! and partition epochs they were made under. The controller's answer — its view is the truth —
+//! is applied at once; the metadata log brings the same to every other broker.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fjord_common::{errors, TopicId};
+use fjord_config::BrokerConfig;
+use fjord_controller::{ControllerApi, ControllerRequest};
+use fjord_metadata::MetadataQuorum;
+use fjord_protocol::messages::alter_partition_request::{
+    AlterPartitionRequest, BrokerState, PartitionData, TopicData,
+};
+use fjord_protocol::ResponseBody;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::link::controller::ControllerLink;
+use crate::replication::partition_state::LeaderAndIsr;
+use crate::replication::{IsrAnswer, Partition, ReplicaManager};
+use fjord_common::now_ms;
+
+/// How often a leader looks at its followers (Kafka checks for shrinking every half lag time;
+/// expansion it notices on each fetch).
+const CHECK_INTERVAL: Duration = Duration::from_millis(250);
+
+/// AlterPartition v3: the new ISR with each member's broker epoch (KIP-903), topics by id.
+const ALTER_PARTITION_VERSION: i16 = 3;
+
+pub fn start(
+    replicas: Arc<ReplicaManager>,
+    quorum: Arc<MetadataQuorum>,
+    link: Arc<ControllerLink>,
+    config: Arc<BrokerConfig>,
+    mut shutdown: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let lag_time_max_ms = config.replication().lag_time_max_ms;
+        while !*shutdown.borrow() {
+            tokio::select! {
+                _ = tokio::time::sleep(CHECK_INTERVAL) => {}
+                _ = shutdown.changed() => break,
+            }
+            check(&replicas, &quorum, &link, lag_time_max_ms).await;
+        }
+    })
+}
+
+/// One check of every led partition, and the changes due sent in one request.
+async fn check(
+    replicas: &ReplicaManager,
+    quorum: &MetadataQuorum,
+    link: &ControllerLink,
+    lag_time_max_ms: i64,
+) {
+    let image = quorum.image();
+    let local = replicas.node_id();
+    let Some(broker_epoch) = image.broker(local).map(|b| b.broker_epoch) else {
+        return;
+    };
+    let eligible = |id: i32| {
+        image
+            .broker(id)
+            .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
+    };
+    let now = now_ms();
+    let mut proposed: Vec<(Arc<Partition>, LeaderAndIsr)> = Vec::new();
+    for partition in replicas.all() {
+        if !partition.is_leader() {
+            continue;
+        }
+        if let Some(change) = partition.propose_isr_change(now, lag_time_max_ms, eligible) {
+            tracing::info!(tp = %partition.tp, isr = ?change.isr, "asking the controller to change the ISR");
+            proposed.push((partition, change));
+        }
+    }
+    if proposed.is_empty() {
+        return;
+    }
+    let mut topics: Vec<TopicData> = Vec::new();
+    for (partition, change) in &proposed {
+        let entry = PartitionData {
+            partition_index: partition.tp.partition,
+            leader_epoch: change.leader_epoch,
+            partition_epoch: change.partition_epoch,
+            new_isr_with_epochs: change
+                .isr
+                .iter()
+                // Each member at the broker epoch it fetched with (KIP-903): a broker that restarted
+                // since is not taken in on its predecessor's position.
+                .map(|&broker_id| BrokerState {
+                    broker_id,
+                    broker_epoch: if broker_id == local {
+                        broker_epoch
+                    } else {
+                        partition.follower_broker_epoch(broker_id)
+                    },
+                })
+                .collect(),
+            ..Default::default()
+        };
+        match topics.iter_mut().find(|t| t.topic_id == partition.topic_id) {
+            Some(t) => t.partitions.push(entry),
+            None => topics.push(TopicData {
+                topic_id: partition.topic_id,
+                partitions: vec![entry],
+            }),
+        }
+    }
+    let request = ControllerRequest::new(
+        ALTER_PARTITION_VERSION,
+        ControllerApi::AlterPartition(AlterPartitionRequest {
+            broker_id: local,
+            broker_epoch,
+            topics,
+        }),
+        local,
+    );
+    let mut answers: HashMap<(TopicId, i32), IsrAnswer> = HashMap::new();
+    // Without an answer the outcome is unknown (a commit that timed out may still land).
+    let mut otherwise = IsrAnswer::Unknown;
+    match link.call(request).await {
+        Ok(ResponseBody::AlterPartition(r)) if r.error_code == errors::NONE => {
+            for topic in &r.topics {
+                for p in &topic.partitions {
+                    let Some((asked_of, asked)) = proposed.iter().find(|(q, _)| {
+                        q.topic_id == topic.topic_id && q.tp.partition == p.partition_index
+                    }) else {
+                        continue;
+                    };
+                    let answer = match p.error_code {
+                        errors::NONE => IsrAnswer::Committed(LeaderAndIsr {
+                            leader: p.leader_id,
+                            leader_epoch: p.leader_epoch,
+                            partition_epoch: p.partition_epoch,
+                            replicas: asked.replicas.clone(),
+                            isr: p.isr.clone(),
+                        }),
+                        errors::NOT_CONTROLLER | errors::REQUEST_TIMED_OUT => IsrAnswer::Unknown,
+                        // A reassignment that completed without this broker among the
+                        // replicas elected another leader.
+                        errors::INVALID_UPDATE_VERSION
+                        | errors::NEW_LEADER_ELECTED
+                        | errors::FENCED_LEADER_EPOCH
+                        | errors::UNKNOWN_TOPIC_ID
+                        | errors::UNKNOWN_TOPIC_OR_PARTITION => IsrAnswer::AwaitMetadata,
+                        _ => IsrAnswer::Refused,
+                    };
+                    if p.error_code != errors::NONE {
+                        tracing::info!(tp = %asked_of.tp,
+                            error = errors::name(p.error_code), "the controller refused an ISR change");
+                    }
+                    answers.insert((topic.topic_id, p.partition_index), answer);
+                }
+            }
+        }
+        Ok(ResponseBody::AlterPartition(r)) => {
+            tracing::warn!(
+                error = errors::name(r.error_code),
+                "the controller refused the ISR changes"
+            );
+            if r.error_code == errors::STALE_BROKER_EPOCH {
+                otherwise = IsrAnswer::Refused;
+            }
+        }
+        Ok(_) => tracing::warn!("the controller answered AlterPartition with another API"),
+        Err(error) => tracing::warn!(%error, "ISR changes not answered; asking again"),
+    }
+    let now = now_ms();
+    for (partition, _) in &proposed {
+        let answer = answers
+            .remove(&(partition.topic_id, partition.tp.partition))
+            .unwrap_or(match otherwise {
+                IsrAnswer::Refused => IsrAnswer::Refused,
+                _ => IsrAnswer::Unknown,
+            });
+        partition.isr_change_answered(answer, now);
+    }
+}
