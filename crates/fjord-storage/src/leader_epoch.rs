@@ -81,6 +81,12 @@ impl LeaderEpochCache {
             epoch,
             start_offset,
         });
+        if let [.., before, last] = self.entries.as_slice() {
+            assert!(
+                before.epoch < last.epoch && before.start_offset < last.start_offset,
+                "leader epochs never go back: {before:?} then {last:?}"
+            );
+        }
         true
     }
 

@@ -524,10 +524,29 @@ impl Log {
     }
 
     fn check_invariants(&self) {
-        debug_assert!(self.log_start_offset <= self.high_watermark);
-        debug_assert!(self.high_watermark <= self.log_end_offset);
-        debug_assert!(self.recovery_point <= self.log_end_offset);
-        debug_assert_eq!(self.active_segment().next_offset(), self.log_end_offset);
+        assert!(
+            self.log_start_offset <= self.high_watermark,
+            "log start {} ≤ HW {}",
+            self.log_start_offset,
+            self.high_watermark
+        );
+        assert!(
+            self.high_watermark <= self.log_end_offset,
+            "HW {} ≤ LEO {}",
+            self.high_watermark,
+            self.log_end_offset
+        );
+        assert!(
+            self.recovery_point <= self.log_end_offset,
+            "recovery point {} ≤ LEO {}",
+            self.recovery_point,
+            self.log_end_offset
+        );
+        assert_eq!(
+            self.active_segment().next_offset(),
+            self.log_end_offset,
+            "the active segment ends at the log end"
+        );
     }
 
     fn ensure_open(&self) -> Result<(), StorageError> {
@@ -651,7 +670,7 @@ impl Log {
             if self.recovery_point >= self.log_end_offset {
                 self.first_unflushed_ms = Some(now_ms);
             }
-            debug_assert!(
+            assert!(
                 header.last_offset() >= self.log_end_offset,
                 "offsets only grow"
             );
@@ -699,8 +718,18 @@ impl Log {
                 });
             }
         }
-        self.append_assigning_offsets(batches, leader_epoch, now_ms, None)
-            .map(|(info, _)| info)
+        let sequences: Vec<_> = batches
+            .iter()
+            .map(|b| {
+                let header = *b.header();
+                (header, self.producer_state.sequence_of(header.producer_id))
+            })
+            .collect();
+        let (info, _) = self.append_assigning_offsets(batches, leader_epoch, now_ms, None)?;
+        for (header, before) in &sequences {
+            ProducerStateManager::assert_sequence_continued(*before, header);
+        }
+        Ok(info)
     }
 
     /// Appends batches a coordinator wrote (its own records, or a transaction's offset commits
@@ -942,7 +971,7 @@ impl Log {
         if let Some(txn) = completed.and_then(aborted_txn) {
             self.active_segment_mut()?.append_aborted_txn(txn)?;
         }
-        debug_assert!(next > self.log_end_offset, "offsets only grow");
+        assert!(next > self.log_end_offset, "offsets only grow");
         if self
             .leader_epoch_cache
             .latest_epoch()
@@ -976,7 +1005,7 @@ impl Log {
     /// Starts a new active segment at `base` (at or past the log end: a follower rolls at the
     /// first offset of the batch it appends, which may lie past a gap).
     fn roll_at(&mut self, base: i64, now_ms: i64) -> Result<(), StorageError> {
-        debug_assert!(
+        assert!(
             base >= self.log_end_offset,
             "a segment never starts inside the log"
         );

@@ -361,6 +361,31 @@ impl ProducerStateManager {
         Ok(SequenceCheck::Append)
     }
 
+    /// The producer's epoch and last sequence as this state has them, to check an append
+    /// against with [`Self::assert_sequence_continued`].
+    pub fn sequence_of(&self, producer_id: i64) -> Option<(i16, i32)> {
+        self.producers
+            .get(&producer_id)
+            .map(|e| (e.producer_epoch, e.last_seq()))
+    }
+
+    /// After a client's batch that [`Self::check`] let through was appended: within an epoch
+    /// its sequences continue the producer's (`before`, from [`Self::sequence_of`]). A batch
+    /// out of sequence here means the check is broken, not the client.
+    pub fn assert_sequence_continued(before: Option<(i16, i32)>, header: &BatchHeader) {
+        let Some((epoch, last_seq)) = before else {
+            return;
+        };
+        if header.producer_id >= 0 && epoch == header.producer_epoch && epoch != NO_PRODUCER_EPOCH {
+            assert!(
+                in_sequence(last_seq, header.base_sequence),
+                "producer sequences grow per epoch: producer {} epoch {epoch} appended sequence {} after {last_seq}",
+                header.producer_id,
+                header.base_sequence
+            );
+        }
+    }
+
     /// Folds in a batch that has been appended (offsets assigned). Every appended batch should
     /// be passed, with or without a producer id, so [`Self::last_mapped_offset`] tracks the log;
     /// a control batch with the marker it holds. `append_time_ms` is the batch timestamp when the
@@ -752,6 +777,21 @@ mod tests {
             base_sequence: base_seq,
             record_count: count,
         }
+    }
+
+    #[test]
+    fn an_append_continues_its_producers_sequence_or_asserts() {
+        let m = six_batches();
+        let before = m.sequence_of(7);
+        assert_eq!(before, Some((2, 11)));
+        // In sequence, a new epoch, another producer: nothing to object to.
+        ProducerStateManager::assert_sequence_continued(before, &batch(7, 2, 12, 1, 112));
+        ProducerStateManager::assert_sequence_continued(before, &batch(7, 3, 0, 1, 112));
+        ProducerStateManager::assert_sequence_continued(m.sequence_of(8), &batch(8, 0, 5, 1, 112));
+        let gap = std::panic::catch_unwind(|| {
+            ProducerStateManager::assert_sequence_continued(before, &batch(7, 2, 14, 1, 112))
+        });
+        assert!(gap.is_err(), "a gap within an epoch is a broken check");
     }
 
     /// Producer 7, epoch 2: six batches of two records, sequences 0..12 at offsets 100..112.

@@ -522,9 +522,14 @@ impl LogSegment {
             return Err(self.out_of_order(header.base_offset));
         }
         let position = self.append_position(batch.len())?;
-        if header.base_offset < self.next_offset {
-            return Err(self.out_of_order(header.base_offset));
-        }
+        // The log checked a follower's offsets and assigned a leader's from its end: a batch
+        // below the segment's end here (whose index entry would not ascend) is fjord's bug.
+        assert!(
+            header.base_offset >= self.next_offset,
+            "index entries ascend: batch at {} below the segment end {}",
+            header.base_offset,
+            self.next_offset
+        );
         // The rewritten header and the caller's records go down in one write, never joined in
         // memory first.
         file_io::write_all_vectored_at(

@@ -1,4 +1,5 @@
-//! The `fjord` binary: the broker (`fjord server`) and, later, the operator CLI.
+//! The `fjord` binary: the broker (`fjord server`) and the operator CLI (`fjord group`, as Kafka's
+//! `kafka-consumer-groups`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

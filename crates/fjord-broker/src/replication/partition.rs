@@ -565,7 +565,7 @@ pub fn log_config(config: &TopicConfig, durable: bool) -> LogConfig {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+pub mod tests {
     use super::*;
     use std::collections::BTreeMap;
 

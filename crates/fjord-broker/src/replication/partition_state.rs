@@ -340,6 +340,7 @@ impl PartitionState {
             });
         }
         let new_leadership = leadership.leader_epoch != current.leader_epoch;
+        let previous_epoch = current.leader_epoch;
         if leadership.partition_epoch != current.partition_epoch {
             // Whatever was pending was decided (this is its outcome) or overtaken.
             self.pending_isr = None;
@@ -348,6 +349,10 @@ impl PartitionState {
         let was = self.role;
         self.role = role_of(self.local, &leadership);
         self.leadership = leadership;
+        assert!(
+            self.leadership.leader_epoch >= previous_epoch,
+            "leader epochs never go back"
+        );
         if new_leadership || was != self.role {
             self.reset_followers(now_ms);
         } else {
@@ -394,6 +399,11 @@ impl PartitionState {
     /// The local log was truncated (or restarted) to end at `log_end_offset`: the durable end
     /// and high watermark come down with it, the only way they move back.
     pub fn on_truncate(&mut self, log_end_offset: i64) {
+        // A leader never truncates its log: its high watermark never moves back while it leads.
+        assert!(
+            matches!(self.role, Role::Follower { .. }),
+            "the HW never moves back within a leadership: a leader truncated its log"
+        );
         self.log_end_offset = log_end_offset;
         self.durable_end = self.durable_end.min(log_end_offset);
         self.high_watermark = self.high_watermark.min(log_end_offset);
@@ -415,7 +425,7 @@ impl PartitionState {
             Role::Follower { .. } => return None,
         };
         if candidate > self.high_watermark {
-            debug_assert!(candidate <= self.log_end_offset, "HW ≤ LEO");
+            assert!(candidate <= self.log_end_offset, "HW ≤ LEO");
             self.high_watermark = candidate;
             Some(candidate)
         } else {
@@ -667,6 +677,8 @@ mod tests {
                         durable = durable.max(offset.min(leo));
                         p.on_durable(offset);
                     }
+                    // Only a follower truncates (a leader's log only grows).
+                    Step::Truncate(_) if p.role() == Role::Leader => continue,
                     Step::Truncate(to) => {
                         leo = leo.min(to);
                         durable = durable.min(leo);
@@ -842,10 +854,19 @@ mod tests {
 
     #[test]
     fn truncation_is_the_only_way_down() {
-        let mut p = PartitionState::new(1, led(1, 0, &[1]), 10, 10, 10, 0);
+        // A follower of broker 2 truncates its divergent tail, then leads.
+        let mut p = PartitionState::new(1, led(2, 0, &[1, 2]), 10, 10, 10, 0);
         p.on_truncate(6);
         assert_eq!(p.high_watermark(), 6);
+        assert_eq!(p.apply(led(1, 1, &[1]), 0), Ok(None));
         assert_eq!(p.on_append(8, false), None);
         assert_eq!(p.on_durable(8), Some(8));
+    }
+
+    #[test]
+    #[should_panic(expected = "a leader truncated its log")]
+    fn a_leader_truncating_its_log_is_a_bug() {
+        let mut p = PartitionState::new(1, led(1, 0, &[1]), 10, 10, 10, 0);
+        p.on_truncate(6);
     }
 }
