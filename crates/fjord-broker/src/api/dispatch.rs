@@ -8,8 +8,12 @@ use bytes::Bytes;
 use fjord_common::{errors, now_ms};
 use fjord_controller::ControllerApi;
 use fjord_metadata::MetadataQuorum;
+use fjord_protocol::messages::api_versions_request::ApiVersionsRequest;
 use fjord_protocol::messages::api_versions_response::ApiVersionsResponse;
-use fjord_protocol::{decode_request_header, ApiKey, Decoder, RequestBody, ResponseBody};
+use fjord_protocol::messages::produce_request::ProduceRequest;
+use fjord_protocol::{
+    decode_request_header, ApiKey, Decoder, RequestBody, RequestHeader, ResponseBody,
+};
 use tokio::sync::watch;
 
 use crate::api::versions::{api_versions_error, api_versions_response, supported_range};
@@ -42,16 +46,6 @@ fn is_group_api(api: ApiKey) -> bool {
 }
 
 impl Broker {
-    fn later<F>(self: &Arc<Self>, api: ApiKey, version: i16, correlation_id: i32, f: F) -> Reply
-    where
-        F: std::future::Future<Output = ResponseBody> + Send + 'static,
-    {
-        Reply::Later(Box::pin(async move {
-            let body = f.await;
-            encode_response(api, version, correlation_id, &body)
-        }))
-    }
-
     /// How a request may overlap its connection's earlier requests (see `net::Sequencing`):
     /// produce appends, and group requests once the coordinator is loaded, take effect at
     /// dispatch and only wait afterwards, so each kind pipelines with itself. Everything else —
@@ -78,258 +72,282 @@ impl Broker {
         }
     }
 
+    /// Decodes `frame` and routes it: controller work to the active controller, everything
+    /// else to its API family's handler.
     fn handle(self: &Arc<Self>, frame: Bytes, peer: SocketAddr, listener: &str) -> Reply {
-        let mut input = Decoder::new(frame);
-        let header = match decode_request_header(&mut input) {
-            Ok(header) => header,
-            Err(error) => return Reply::Close(format!("unreadable request header: {error}")),
+        let (header, answer, mut body) = match self.decode(frame) {
+            Ok(decoded) => decoded,
+            Err(reply) => return reply,
         };
-        let correlation_id = header.correlation_id;
+        crate::api::topic_ids::name_topics(|| self.quorum.image(), &mut body, answer.version);
+        let body = match ControllerApi::from_body(body) {
+            Ok(request) => {
+                let this = self.clone();
+                let version = answer.version;
+                return answer.later(async move { this.forward(version, request).await });
+            }
+            Err(body) => *body,
+        };
+        match body {
+            body @ (RequestBody::Produce(_)
+            | RequestBody::Fetch(_)
+            | RequestBody::ListOffsets(_)
+            | RequestBody::OffsetForLeaderEpoch(_)
+            | RequestBody::DeleteRecords(_)
+            | RequestBody::AlterReplicaLogDirs(_)
+            | RequestBody::DescribeLogDirs(_)) => self.route_log(body, answer),
+            body @ (RequestBody::InitProducerId(_)
+            | RequestBody::AddPartitionsToTxn(_)
+            | RequestBody::AddOffsetsToTxn(_)
+            | RequestBody::EndTxn(_)
+            | RequestBody::WriteTxnMarkers(_)
+            | RequestBody::DescribeTransactions(_)
+            | RequestBody::ListTransactions(_)
+            | RequestBody::DescribeProducers(_)) => self.route_txn(body, answer),
+            RequestBody::FindCoordinator(request) => {
+                let endpoint = self.advertised(listener);
+                let found = self.find_coordinator(request, answer.version, listener, endpoint);
+                answer.later(async move { ResponseBody::FindCoordinator(found.await) })
+            }
+            body if is_group_api(answer.api) => self.group_request(
+                body,
+                answer.api,
+                answer.version,
+                answer.correlation_id,
+                header.client_id,
+                peer,
+            ),
+            body => self.route_cluster(body, answer, listener),
+        }
+    }
+
+    /// A frame's header and body, or the reply to a frame that cannot be served: one not
+    /// readable, or of an API or version fjord does not serve, closes the connection (Kafka
+    /// answers an unsupported ApiVersions with the versions it serves, so the client can retry).
+    fn decode(&self, frame: Bytes) -> Result<(RequestHeader, Answer, RequestBody), Reply> {
+        let mut input = Decoder::new(frame);
+        let header = decode_request_header(&mut input)
+            .map_err(|error| Reply::Close(format!("unreadable request header: {error}")))?;
         let version = header.request_api_version;
         let Some(api) = ApiKey::from_i16(header.request_api_key) else {
-            return Reply::Close(format!("unknown API key {}", header.request_api_key));
+            return Err(Reply::Close(format!(
+                "unknown API key {}",
+                header.request_api_key
+            )));
         };
         let Some((min, max)) = supported_range(api) else {
-            return Reply::Close(format!("API {} is not supported", api.name()));
+            return Err(Reply::Close(format!("API {} is not supported", api.name())));
         };
         if version < min || version > max {
             if api == ApiKey::ApiVersions {
-                // Kafka answers an ApiVersions it cannot parse with a v0 response carrying
-                // UNSUPPORTED_VERSION and the versions it does support, so the client can retry.
                 let body = ResponseBody::ApiVersions(api_versions_response(
                     errors::UNSUPPORTED_VERSION,
                     self.config.cluster.kraft_version(),
                 ));
-                return Reply::Now(encode_response(api, 0, correlation_id, &body));
+                return Err(Reply::Now(encode_response(
+                    api,
+                    0,
+                    header.correlation_id,
+                    &body,
+                )));
             }
-            return Reply::Close(format!("{} version {version} is not supported", api.name()));
+            return Err(Reply::Close(format!(
+                "{} version {version} is not supported",
+                api.name()
+            )));
         }
-        let mut body = match RequestBody::decode(api, &mut input, version) {
-            Ok(body) => body,
-            Err(error) => {
-                return Reply::Close(format!(
-                    "malformed {} v{version} request: {error}",
-                    api.name()
-                ))
-            }
+        let body = RequestBody::decode(api, &mut input, version).map_err(|error| {
+            Reply::Close(format!(
+                "malformed {} v{version} request: {error}",
+                api.name()
+            ))
+        })?;
+        let answer = Answer {
+            api,
+            version,
+            correlation_id: header.correlation_id,
         };
-        crate::api::topic_ids::name_topics(|| self.quorum.image(), &mut body, version);
+        Ok((header, answer, body))
+    }
+
+    /// The APIs on partition logs: produce, fetch, offsets, deletion, log dirs.
+    fn route_log(self: &Arc<Self>, body: RequestBody, answer: Answer) -> Reply {
+        let Answer {
+            version,
+            correlation_id,
+            ..
+        } = answer;
         let now = now_ms();
-        let respond =
-            |body: ResponseBody| Reply::Now(encode_response(api, version, correlation_id, &body));
         match body {
-            RequestBody::ApiVersions(request) => {
-                let node = (self.cluster_id.as_str(), self.config.node_id);
-                respond(ResponseBody::ApiVersions(
-                    match api_versions_error(&request, version, Some(node)) {
-                        // Kafka answers a refused request with its error alone.
-                        errors::NONE => {
-                            api_versions_response(errors::NONE, self.config.cluster.kraft_version())
-                        }
-                        code => ApiVersionsResponse {
-                            error_code: code,
-                            ..Default::default()
-                        },
-                    },
-                ))
+            RequestBody::Produce(request) => self.route_produce(request, answer),
+            RequestBody::Fetch(request) => self.fetch(request, version, correlation_id, now),
+            RequestBody::ListOffsets(request) => answer.now(ResponseBody::ListOffsets(
+                self.list_offsets(&request, version),
+            )),
+            RequestBody::OffsetForLeaderEpoch(request) => answer.now(
+                ResponseBody::OffsetForLeaderEpoch(self.offset_for_leader_epoch(&request)),
+            ),
+            RequestBody::DeleteRecords(request) => {
+                let deleted = self.delete_records(request, now);
+                answer.later(async move { ResponseBody::DeleteRecords(deleted.await) })
             }
+            RequestBody::AlterReplicaLogDirs(request) => {
+                let altered = self.alter_replica_log_dirs(request, now);
+                answer.later(async move { ResponseBody::AlterReplicaLogDirs(altered.await) })
+            }
+            RequestBody::DescribeLogDirs(request) => {
+                let described = self.describe_log_dirs(request);
+                answer.later(async move { ResponseBody::DescribeLogDirs(described.await) })
+            }
+            other => unrouted(&other),
+        }
+    }
+
+    /// A produce: appended at once, or — a transactional one that must first ask its
+    /// transaction coordinator (KIP-890) — after the asking. Such a produce is sequenced after
+    /// every earlier request and holds back the later ones (see `sequencing`), so the append
+    /// still happens in arrival order.
+    fn route_produce(self: &Arc<Self>, request: ProduceRequest, answer: Answer) -> Reply {
+        let Answer {
+            api,
+            version,
+            correlation_id,
+        } = answer;
+        let Some(ask) = self.produce_ask(&request, version) else {
+            let verdicts = Default::default();
+            return self.produce(request, api, version, correlation_id, now_ms(), &verdicts);
+        };
+        let this = self.clone();
+        Reply::Later(Box::pin(async move {
+            let verdicts = this.ask_coordinator(ask).await;
+            match this.produce(request, api, version, correlation_id, now_ms(), &verdicts) {
+                Reply::Now(response) => response,
+                Reply::Later(future) => future.await,
+                Reply::Close(message) => Response::Close(message),
+            }
+        }))
+    }
+
+    /// The transaction APIs (the coordinator's, the leaders' markers, the admin reads) and
+    /// InitProducerId.
+    fn route_txn(self: &Arc<Self>, body: RequestBody, answer: Answer) -> Reply {
+        let version = answer.version;
+        let now = now_ms();
+        let this = self.clone();
+        match body {
+            RequestBody::InitProducerId(request) => answer.later(async move {
+                ResponseBody::InitProducerId(this.init_producer_id(request).await)
+            }),
+            RequestBody::AddPartitionsToTxn(request) => answer.later(async move {
+                ResponseBody::AddPartitionsToTxn(this.add_partitions_to_txn(request, version).await)
+            }),
+            RequestBody::AddOffsetsToTxn(request) => answer.later(async move {
+                ResponseBody::AddOffsetsToTxn(this.add_offsets_to_txn(request).await)
+            }),
+            RequestBody::EndTxn(request) => answer
+                .later(async move { ResponseBody::EndTxn(this.end_txn(request, version).await) }),
+            RequestBody::WriteTxnMarkers(request) => answer.later(async move {
+                ResponseBody::WriteTxnMarkers(this.write_txn_markers(request, now).await)
+            }),
+            RequestBody::DescribeTransactions(request) => answer.now(
+                ResponseBody::DescribeTransactions(self.describe_transactions(&request)),
+            ),
+            RequestBody::ListTransactions(request) => answer.now(ResponseBody::ListTransactions(
+                self.list_transactions(&request, now),
+            )),
+            RequestBody::DescribeProducers(request) => answer.now(ResponseBody::DescribeProducers(
+                self.describe_producers(&request),
+            )),
+            other => unrouted(&other),
+        }
+    }
+
+    /// The cluster's description: ApiVersions, Metadata, DescribeCluster,
+    /// DescribeTopicPartitions, DescribeConfigs, as this broker's image has them.
+    fn route_cluster(self: &Arc<Self>, body: RequestBody, answer: Answer, listener: &str) -> Reply {
+        let version = answer.version;
+        match body {
+            RequestBody::ApiVersions(request) => answer.now(ResponseBody::ApiVersions(
+                self.api_versions(&request, version),
+            )),
             RequestBody::Metadata(request) => {
                 let this = self.clone();
                 let endpoint = self.advertised(listener);
                 let listener = listener.to_string();
-                self.later(api, version, correlation_id, async move {
+                answer.later(async move {
                     ResponseBody::Metadata(
                         this.metadata(request, version, listener, endpoint).await,
                     )
                 })
             }
-            RequestBody::DescribeTopicPartitions(request) => respond(
+            RequestBody::DescribeTopicPartitions(request) => answer.now(
                 ResponseBody::DescribeTopicPartitions(self.describe_topic_partitions(&request)),
             ),
-            RequestBody::DescribeCluster(request) => respond(ResponseBody::DescribeCluster(
+            RequestBody::DescribeCluster(request) => answer.now(ResponseBody::DescribeCluster(
                 self.describe_cluster(&request, listener, self.advertised(listener)),
             )),
-            RequestBody::CreateTopics(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    this.forward(version, ControllerApi::CreateTopics(request))
-                        .await
-                })
-            }
-            RequestBody::DeleteTopics(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    this.forward(version, ControllerApi::DeleteTopics(request))
-                        .await
-                })
-            }
-            RequestBody::DescribeQuorum(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    this.forward(version, ControllerApi::DescribeQuorum(request))
-                        .await
-                })
-            }
-            RequestBody::CreatePartitions(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    this.forward(version, ControllerApi::CreatePartitions(request))
-                        .await
-                })
-            }
-            RequestBody::ElectLeaders(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    this.forward(version, ControllerApi::ElectLeaders(request))
-                        .await
-                })
-            }
-            RequestBody::AlterPartitionReassignments(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    this.forward(version, ControllerApi::AlterPartitionReassignments(request))
-                        .await
-                })
-            }
-            RequestBody::ListPartitionReassignments(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    this.forward(version, ControllerApi::ListPartitionReassignments(request))
-                        .await
-                })
-            }
-            RequestBody::DescribeConfigs(request) => respond(ResponseBody::DescribeConfigs(
+            RequestBody::DescribeConfigs(request) => answer.now(ResponseBody::DescribeConfigs(
                 self.describe_configs(&request),
             )),
-            RequestBody::InitProducerId(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    ResponseBody::InitProducerId(this.init_producer_id(request).await)
-                })
-            }
-            RequestBody::ListOffsets(request) => respond(ResponseBody::ListOffsets(
-                self.list_offsets(&request, version),
-            )),
-            RequestBody::DeleteRecords(request) => {
-                let answer = self.delete_records(request, now);
-                self.later(api, version, correlation_id, async move {
-                    ResponseBody::DeleteRecords(answer.await)
-                })
-            }
-            RequestBody::IncrementalAlterConfigs(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    this.forward(version, ControllerApi::IncrementalAlterConfigs(request))
-                        .await
-                })
-            }
-            RequestBody::AlterConfigs(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    this.forward(version, ControllerApi::AlterConfigs(request))
-                        .await
-                })
-            }
-            RequestBody::AlterReplicaLogDirs(request) => {
-                let answer = self.alter_replica_log_dirs(request, now);
-                self.later(api, version, correlation_id, async move {
-                    ResponseBody::AlterReplicaLogDirs(answer.await)
-                })
-            }
-            RequestBody::DescribeLogDirs(request) => {
-                let answer = self.describe_log_dirs(request);
-                self.later(api, version, correlation_id, async move {
-                    ResponseBody::DescribeLogDirs(answer.await)
-                })
-            }
-            RequestBody::OffsetForLeaderEpoch(request) => respond(
-                ResponseBody::OffsetForLeaderEpoch(self.offset_for_leader_epoch(&request)),
-            ),
-            RequestBody::Produce(request) => match self.produce_ask(&request, version) {
-                None => self.produce(
-                    request,
-                    api,
-                    version,
-                    correlation_id,
-                    now,
-                    &Default::default(),
-                ),
-                // Sequenced after every earlier request, holding back the later ones (see
-                // `sequencing`): the append still happens in arrival order.
-                Some(ask) => {
-                    let this = self.clone();
-                    Reply::Later(Box::pin(async move {
-                        let verdicts = this.ask_coordinator(ask).await;
-                        let reply = this.produce(
-                            request,
-                            api,
-                            version,
-                            correlation_id,
-                            now_ms(),
-                            &verdicts,
-                        );
-                        match reply {
-                            Reply::Now(response) => response,
-                            Reply::Later(future) => future.await,
-                            Reply::Close(message) => Response::Close(message),
-                        }
-                    }))
-                }
-            },
-            RequestBody::Fetch(request) => self.fetch(request, api, version, correlation_id, now),
-            RequestBody::AddPartitionsToTxn(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    ResponseBody::AddPartitionsToTxn(
-                        this.add_partitions_to_txn(request, version).await,
-                    )
-                })
-            }
-            RequestBody::AddOffsetsToTxn(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    ResponseBody::AddOffsetsToTxn(this.add_offsets_to_txn(request).await)
-                })
-            }
-            RequestBody::EndTxn(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    ResponseBody::EndTxn(this.end_txn(request, version).await)
-                })
-            }
-            RequestBody::WriteTxnMarkers(request) => {
-                let this = self.clone();
-                self.later(api, version, correlation_id, async move {
-                    ResponseBody::WriteTxnMarkers(this.write_txn_markers(request, now).await)
-                })
-            }
-            RequestBody::DescribeTransactions(request) => respond(
-                ResponseBody::DescribeTransactions(self.describe_transactions(&request)),
-            ),
-            RequestBody::ListTransactions(request) => respond(ResponseBody::ListTransactions(
-                self.list_transactions(&request, now),
-            )),
-            RequestBody::DescribeProducers(request) => respond(ResponseBody::DescribeProducers(
-                self.describe_producers(&request),
-            )),
-            RequestBody::FindCoordinator(request) => {
-                let answer =
-                    self.find_coordinator(request, version, listener, self.advertised(listener));
-                self.later(api, version, correlation_id, async move {
-                    ResponseBody::FindCoordinator(answer.await)
-                })
-            }
-            body if is_group_api(api) => self.group_request(
-                body,
-                api,
-                version,
-                correlation_id,
-                header.client_id.clone(),
-                peer,
-            ),
-            other => Reply::Close(format!("API {} is not supported", other.api_key().name())),
+            other => unrouted(&other),
         }
     }
+
+    /// ApiVersions as this broker answers it; Kafka answers a refused request with its error
+    /// alone.
+    fn api_versions(&self, request: &ApiVersionsRequest, version: i16) -> ApiVersionsResponse {
+        let node = (self.cluster_id.as_str(), self.config.node_id);
+        match api_versions_error(request, version, Some(node)) {
+            errors::NONE => {
+                api_versions_response(errors::NONE, self.config.cluster.kraft_version())
+            }
+            code => ApiVersionsResponse {
+                error_code: code,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// What a request's answer is encoded with: its API, version and correlation id.
+#[derive(Clone, Copy)]
+struct Answer {
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+}
+
+impl Answer {
+    /// The answer, ready now.
+    fn now(self, body: ResponseBody) -> Reply {
+        Reply::Now(encode_response(
+            self.api,
+            self.version,
+            self.correlation_id,
+            &body,
+        ))
+    }
+
+    /// The answer `body` will give once it completes.
+    fn later<F>(self, body: F) -> Reply
+    where
+        F: std::future::Future<Output = ResponseBody> + Send + 'static,
+    {
+        Reply::Later(Box::pin(async move {
+            let body = body.await;
+            encode_response(self.api, self.version, self.correlation_id, &body)
+        }))
+    }
+}
+
+/// A request a family's router was handed but does not serve: `handle` routes only what
+/// `supported_range` lets through, so this is a routing bug; the connection is closed.
+fn unrouted(body: &RequestBody) -> Reply {
+    tracing::error!(
+        api = body.api_key().name(),
+        "request routed to the wrong API family"
+    );
+    Reply::Close(format!("API {} is not supported", body.api_key().name()))
 }
 
 /// The network shell's handle on the broker, for the connections of one listener.

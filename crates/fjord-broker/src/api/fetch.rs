@@ -1,6 +1,7 @@
 //! The Fetch path (consumers), with min_bytes / max_wait long polling and incremental fetch
 //! sessions; plus ListOffsets and OffsetForLeaderEpoch, which read the same partition state.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,6 +92,9 @@ fn no_data(partition_index: i32) -> PartitionData {
 /// segment range to send as its records, if any.
 type PartitionRead = (Target, PartitionData, Option<FileSlice>);
 
+/// One read of every target: what each produced, the bytes read, and whether any failed.
+type FetchRead = (Vec<PartitionRead>, usize, bool);
+
 /// One partition to read in this fetch.
 #[derive(Clone)]
 struct Target {
@@ -178,19 +182,40 @@ fn follower_read(
     }
 }
 
-impl Broker {
-    pub(crate) fn fetch(
-        self: &Arc<Self>,
-        request: FetchRequest,
-        api: ApiKey,
+/// A fetch request as read: who fetches, which partitions (named, whatever the version), and
+/// what the answer must look like.
+struct FetchPlan {
+    version: i16,
+    correlation_id: i32,
+    /// v13+: topics by id, in the request and the answer.
+    uses_ids: bool,
+    /// A follower's fetch (Kafka's replica id, in ReplicaState from v15): it reads up to the log
+    /// end and tells the leader how far it has got.
+    replica: Option<Replica>,
+    /// KIP-392: a consumer from v11 may read from a follower, and one naming its rack may be
+    /// sent to a follower in it.
+    consumer: Option<ConsumerReads>,
+    requested: Vec<RequestedPartition>,
+    forgotten: Vec<(String, i32)>,
+    /// Partitions of topic ids the image does not know: answered UNKNOWN_TOPIC_ID.
+    unknown_ids: Vec<(Uuid, i32)>,
+    /// KIP-320's last fetched epochs (sessions do not keep them: fjord's followers fetch
+    /// without one).
+    last_fetched: HashMap<(String, i32), i32>,
+    max_bytes: usize,
+    min_bytes: usize,
+    max_wait_ms: i64,
+    read_committed: bool,
+}
+
+impl FetchPlan {
+    fn of(
+        request: &FetchRequest,
         version: i16,
         correlation_id: i32,
-        now: i64,
-    ) -> Reply {
-        let image = self.quorum.image();
+        image: &Arc<fjord_metadata::MetadataImage>,
+    ) -> FetchPlan {
         let uses_ids = version >= 13;
-        // A follower's fetch (Kafka's replica id, in ReplicaState from v15): it reads up to the
-        // log end and tells the leader how far it has got.
         let (replica, broker_epoch) = if version >= 15 {
             (
                 request.replica_state.replica_id,
@@ -203,8 +228,6 @@ impl Broker {
             id: replica,
             broker_epoch,
         });
-        // KIP-392: a consumer from v11 may read from a follower, and one naming its rack may be
-        // sent to a follower in it.
         let consumer = (replica.is_none() && version >= 11).then(|| ConsumerReads {
             rack: request.rack_id.clone(),
             image: image.clone(),
@@ -216,26 +239,38 @@ impl Broker {
                 Some(topic.to_string())
             }
         };
-        let mut unknown_ids: Vec<(Uuid, i32)> = Vec::new();
-        let mut requested = Vec::new();
-        // KIP-320's last fetched epochs (sessions do not keep them: fjord's followers fetch
-        // without one).
-        let mut last_fetched: std::collections::HashMap<(String, i32), i32> = Default::default();
+        let mut plan = FetchPlan {
+            version,
+            correlation_id,
+            uses_ids,
+            replica,
+            consumer,
+            requested: Vec::new(),
+            forgotten: Vec::new(),
+            unknown_ids: Vec::new(),
+            last_fetched: HashMap::new(),
+            max_bytes: if request.max_bytes <= 0 {
+                i32::MAX
+            } else {
+                request.max_bytes
+            } as usize,
+            min_bytes: request.min_bytes.max(0) as usize,
+            max_wait_ms: (request.max_wait_ms as i64).clamp(0, MAX_WAIT_CAP_MS),
+            read_committed: request.isolation_level == 1,
+        };
         for topic in &request.topics {
             let Some(name) = name_of(&topic.topic, topic.topic_id) else {
-                unknown_ids.extend(
-                    topic
-                        .partitions
-                        .iter()
-                        .map(|p| (topic.topic_id, p.partition)),
-                );
+                let id = topic.topic_id;
+                plan.unknown_ids
+                    .extend(topic.partitions.iter().map(|p| (id, p.partition)));
                 continue;
             };
             for p in &topic.partitions {
                 if p.last_fetched_epoch >= 0 {
-                    last_fetched.insert((name.clone(), p.partition), p.last_fetched_epoch);
+                    plan.last_fetched
+                        .insert((name.clone(), p.partition), p.last_fetched_epoch);
                 }
-                requested.push(RequestedPartition {
+                plan.requested.push(RequestedPartition {
                     topic: name.clone(),
                     partition: p.partition,
                     fetch_offset: p.fetch_offset,
@@ -244,33 +279,33 @@ impl Broker {
                 });
             }
         }
-        let forgotten: Vec<(String, i32)> = request
+        plan.forgotten = request
             .forgotten_topics_data
             .iter()
             .filter_map(|t| name_of(&t.topic, t.topic_id).map(|n| (n, t)))
             .flat_map(|(n, t)| t.partitions.iter().map(move |p| (n.clone(), *p)))
             .collect();
-        let decision = match self.fetch_sessions.lock() {
-            Ok(mut cache) => {
-                cache.expire(now, 120_000);
-                cache.begin(
-                    request.session_id,
-                    request.session_epoch,
-                    &requested,
-                    &forgotten,
-                    now,
-                )
-            }
-            Err(_) => SessionDecision::Sessionless,
-        };
-        let topic_id_of = |name: &str| image.topic(name).map(|t| t.topic_id).unwrap_or(Uuid::ZERO);
-        let to_target = |topic: String,
-                         partition: i32,
-                         fetch_offset: i64,
-                         partition_max_bytes: i32,
-                         current_leader_epoch: i32| Target {
-            topic_id: topic_id_of(&topic),
-            last_fetched_epoch: last_fetched
+        plan
+    }
+
+    /// Whether a read answers the fetch without waiting longer: enough bytes, or an error.
+    fn satisfied_by(&self, (_, bytes_read, any_error): &FetchRead) -> bool {
+        *bytes_read >= self.min_bytes.max(1) || *any_error
+    }
+
+    /// The partition to read for `topic` / `partition` from `fetch_offset`.
+    fn target(
+        &self,
+        image: &fjord_metadata::MetadataImage,
+        (topic, partition): (String, i32),
+        fetch_offset: i64,
+        partition_max_bytes: i32,
+        current_leader_epoch: i32,
+    ) -> Target {
+        Target {
+            topic_id: image.topic(&topic).map_or(Uuid::ZERO, |t| t.topic_id),
+            last_fetched_epoch: self
+                .last_fetched
                 .get(&(topic.clone(), partition))
                 .copied()
                 .unwrap_or(-1),
@@ -279,28 +314,113 @@ impl Broker {
             fetch_offset,
             partition_max_bytes,
             current_leader_epoch,
-        };
-        let (session_id, incremental, targets): (i32, bool, Vec<Target>) = match decision {
-            SessionDecision::Error(code) => {
+        }
+    }
+}
+
+/// The partitions a fetch reads, as its session (KIP-227) decided: all it named, or, in an
+/// incremental fetch, the session's.
+struct SessionTargets {
+    session_id: i32,
+    incremental: bool,
+    targets: Vec<Target>,
+}
+
+impl Broker {
+    /// Fetch: the plan of the request, its session's targets, a first read, and — when too
+    /// little is there and the client will wait — a long poll woken by the partitions' high
+    /// watermarks.
+    pub(crate) fn fetch(
+        self: &Arc<Self>,
+        request: FetchRequest,
+        version: i16,
+        correlation_id: i32,
+        now: i64,
+    ) -> Reply {
+        let image = self.quorum.image();
+        let mut plan = FetchPlan::of(&request, version, correlation_id, &image);
+        let session = match self.session_targets(&request, &mut plan, &image, now) {
+            Ok(session) => session,
+            Err(code) => {
                 let body = ResponseBody::Fetch(FetchResponse {
                     error_code: code,
                     session_id: 0,
                     ..Default::default()
                 });
-                return Reply::Now(encode_response(api, version, correlation_id, &body));
+                return Reply::Now(encode_response(
+                    ApiKey::Fetch,
+                    version,
+                    correlation_id,
+                    &body,
+                ));
             }
+        };
+        // A fetch that may wait is parked on each partition's queue of delayed fetches before it
+        // first reads, so a high watermark moving meanwhile wakes it: it is answered when one
+        // moves enough, or at max_wait_ms.
+        let waiter = Arc::new(Notify::new());
+        let follower = plan.replica.is_some();
+        if plan.max_wait_ms > 0 {
+            self.delay_on_targets(&session.targets, &waiter, follower);
+        }
+        let read = self.read_for(&plan, &session.targets, now);
+        if plan.max_wait_ms == 0 || plan.satisfied_by(&read) || session.targets.is_empty() {
+            return Reply::Now(self.fetch_response(&plan, &session, read.0));
+        }
+        let this = self.clone();
+        Reply::Later(Box::pin(async move {
+            let deadline =
+                tokio::time::Instant::now() + Duration::from_millis(plan.max_wait_ms as u64);
+            loop {
+                let woke = tokio::time::timeout_at(deadline, waiter.notified()).await;
+                // Registered again before reading: a move during the read is not missed.
+                this.delay_on_targets(&session.targets, &waiter, follower);
+                let read = this.read_for(&plan, &session.targets, fjord_common::now_ms());
+                if woke.is_err()
+                    || plan.satisfied_by(&read)
+                    || tokio::time::Instant::now() >= deadline
+                {
+                    return this.fetch_response(&plan, &session, read.0);
+                }
+            }
+        }))
+    }
+
+    /// The fetch session's decision on this request, as the partitions to read; Err with the
+    /// session's error code (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, …).
+    fn session_targets(
+        &self,
+        request: &FetchRequest,
+        plan: &mut FetchPlan,
+        image: &fjord_metadata::MetadataImage,
+        now: i64,
+    ) -> Result<SessionTargets, i16> {
+        let decision = match self.fetch_sessions.lock() {
+            Ok(mut cache) => {
+                cache.expire(now, 120_000);
+                cache.begin(
+                    request.session_id,
+                    request.session_epoch,
+                    &plan.requested,
+                    &plan.forgotten,
+                    now,
+                )
+            }
+            Err(_) => SessionDecision::Sessionless,
+        };
+        let (session_id, incremental, targets) = match decision {
+            SessionDecision::Error(code) => return Err(code),
             SessionDecision::Sessionless | SessionDecision::Full { .. } => {
-                let id = if let SessionDecision::Full { session_id } = decision {
-                    session_id
-                } else {
-                    0
+                let id = match decision {
+                    SessionDecision::Full { session_id } => session_id,
+                    _ => 0,
                 };
-                let targets = requested
+                let targets = std::mem::take(&mut plan.requested)
                     .into_iter()
                     .map(|p| {
-                        to_target(
-                            p.topic,
-                            p.partition,
+                        plan.target(
+                            image,
+                            (p.topic, p.partition),
                             p.fetch_offset,
                             p.partition_max_bytes,
                             p.current_leader_epoch,
@@ -315,10 +435,10 @@ impl Broker {
             } => {
                 let targets = partitions
                     .into_iter()
-                    .map(|((topic, partition), s)| {
-                        to_target(
-                            topic,
-                            partition,
+                    .map(|(key, s)| {
+                        plan.target(
+                            image,
+                            key,
                             s.fetch_offset,
                             s.partition_max_bytes,
                             s.current_leader_epoch,
@@ -328,128 +448,114 @@ impl Broker {
                 (session_id, true, targets)
             }
         };
-        let max_bytes = if request.max_bytes <= 0 {
-            i32::MAX
-        } else {
-            request.max_bytes
-        } as usize;
-        let min_bytes = request.min_bytes.max(0) as usize;
-        let max_wait_ms = (request.max_wait_ms as i64).clamp(0, MAX_WAIT_CAP_MS);
-        let this = self.clone();
-        let read_committed = request.isolation_level == 1;
-        let respond = move |this: &Broker, results: Vec<PartitionRead>| {
-            if replica.is_some() {
-                this.record_leader_throttled(&results);
-            }
-            let mut topics: Vec<FetchableTopicResponse> = Vec::new();
-            let mut externals: Vec<ExternalRecords> = Vec::new();
-            let mut slices: Vec<FileSlice> = Vec::new();
-            for (target, mut data, file) in results {
-                if version < 16 {
-                    // Only v16+ carries the leader hint (KIP-951); older encoders refuse it.
-                    data.current_leader = LeaderIdAndEpoch::default();
-                }
-                let key = (target.topic.clone(), target.partition);
-                if session_id != 0 {
-                    let has_records = file.is_some();
-                    let news = this
-                        .fetch_sessions
-                        .lock()
-                        .map(|mut c| {
-                            c.record_sent(
-                                session_id,
-                                &key,
-                                data.high_watermark,
-                                data.log_start_offset,
-                                has_records,
-                                // A consumer sent elsewhere must hear so.
-                                data.error_code != 0 || data.preferred_read_replica >= 0,
-                            )
-                        })
-                        .unwrap_or(true);
-                    if incremental && !news {
-                        continue;
-                    }
-                }
-                if let Some(slice) = file {
-                    let external = ExternalRecords::new(slices.len() as u32, slice.len() as usize);
-                    data.records = Some(external.stand_in());
-                    externals.push(external);
-                    slices.push(slice);
-                }
-                match topics.last_mut() {
-                    Some(t) if t.topic == target.topic => t.partitions.push(data),
-                    _ => topics.push(FetchableTopicResponse {
-                        topic: if uses_ids {
-                            String::new()
-                        } else {
-                            target.topic.clone()
-                        },
-                        topic_id: target.topic_id,
-                        partitions: vec![data],
-                    }),
-                }
-            }
-            for (id, partition) in &unknown_ids {
-                topics.push(FetchableTopicResponse {
-                    topic: String::new(),
-                    topic_id: *id,
-                    partitions: vec![PartitionData {
-                        error_code: errors::UNKNOWN_TOPIC_ID,
-                        ..no_data(*partition)
-                    }],
-                });
-            }
-            let body = FetchResponse {
-                error_code: errors::NONE,
-                session_id,
-                responses: topics,
-                ..Default::default()
-            };
-            encode_fetch_response(version, correlation_id, &body, &externals, slices)
-        };
-        // A fetch that may wait is parked on each partition's queue of delayed fetches before it
-        // first reads, so a high watermark moving meanwhile wakes it: it is answered when one
-        // moves enough, or at max_wait_ms.
-        let waiter = Arc::new(Notify::new());
-        if max_wait_ms > 0 {
-            this.delay_on_targets(&targets, &waiter, replica.is_some());
-        }
-        let (results, bytes_read, any_error) = this.read_targets(
-            &targets,
-            max_bytes,
-            read_committed,
-            replica,
-            consumer.as_ref(),
+        Ok(SessionTargets {
+            session_id,
+            incremental,
+            targets,
+        })
+    }
+
+    /// Reads every target once, as `plan` allows.
+    fn read_for(&self, plan: &FetchPlan, targets: &[Target], now: i64) -> FetchRead {
+        self.read_targets(
+            targets,
+            plan.max_bytes,
+            plan.read_committed,
+            plan.replica,
+            plan.consumer.as_ref(),
             now,
-        );
-        if max_wait_ms == 0 || bytes_read >= min_bytes.max(1) || any_error || targets.is_empty() {
-            return Reply::Now(respond(&this, results));
+        )
+    }
+
+    /// The answer to a fetch from what its reads found: the session told what was sent (an
+    /// incremental fetch leaves out partitions with nothing new), records left in their segment
+    /// files to go out with `sendfile`.
+    fn fetch_response(
+        &self,
+        plan: &FetchPlan,
+        session: &SessionTargets,
+        results: Vec<PartitionRead>,
+    ) -> Response {
+        if plan.replica.is_some() {
+            self.record_leader_throttled(&results);
         }
-        Reply::Later(Box::pin(async move {
-            let deadline = tokio::time::Instant::now() + Duration::from_millis(max_wait_ms as u64);
-            loop {
-                let woke = tokio::time::timeout_at(deadline, waiter.notified()).await;
-                // Registered again before reading: a move during the read is not missed.
-                this.delay_on_targets(&targets, &waiter, replica.is_some());
-                let (results, bytes_read, any_error) = this.read_targets(
-                    &targets,
-                    max_bytes,
-                    read_committed,
-                    replica,
-                    consumer.as_ref(),
-                    fjord_common::now_ms(),
-                );
-                let timed_out = woke.is_err();
-                if timed_out
-                    || bytes_read >= min_bytes.max(1)
-                    || any_error
-                    || tokio::time::Instant::now() >= deadline
-                {
-                    return respond(&this, results);
-                }
+        let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+        let mut externals: Vec<ExternalRecords> = Vec::new();
+        let mut slices: Vec<FileSlice> = Vec::new();
+        for (target, mut data, file) in results {
+            if plan.version < 16 {
+                // Only v16+ carries the leader hint (KIP-951); older encoders refuse it.
+                data.current_leader = LeaderIdAndEpoch::default();
             }
-        }))
+            if session.session_id != 0
+                && !self.session_sends(session, &target, &data, file.is_some())
+            {
+                continue;
+            }
+            if let Some(slice) = file {
+                let external = ExternalRecords::new(slices.len() as u32, slice.len() as usize);
+                data.records = Some(external.stand_in());
+                externals.push(external);
+                slices.push(slice);
+            }
+            match topics.last_mut() {
+                Some(t) if t.topic == target.topic => t.partitions.push(data),
+                _ => topics.push(FetchableTopicResponse {
+                    topic: if plan.uses_ids {
+                        String::new()
+                    } else {
+                        target.topic.clone()
+                    },
+                    topic_id: target.topic_id,
+                    partitions: vec![data],
+                }),
+            }
+        }
+        for (id, partition) in &plan.unknown_ids {
+            topics.push(FetchableTopicResponse {
+                topic: String::new(),
+                topic_id: *id,
+                partitions: vec![PartitionData {
+                    error_code: errors::UNKNOWN_TOPIC_ID,
+                    ..no_data(*partition)
+                }],
+            });
+        }
+        let body = FetchResponse {
+            error_code: errors::NONE,
+            session_id: session.session_id,
+            responses: topics,
+            ..Default::default()
+        };
+        encode_fetch_response(plan.version, plan.correlation_id, &body, &externals, slices)
+    }
+
+    /// Tells the fetch session what this answer sends for `target`; whether the answer carries
+    /// the partition (an incremental fetch sends only news).
+    fn session_sends(
+        &self,
+        session: &SessionTargets,
+        target: &Target,
+        data: &PartitionData,
+        has_records: bool,
+    ) -> bool {
+        let key = (target.topic.clone(), target.partition);
+        let news = self
+            .fetch_sessions
+            .lock()
+            .map(|mut c| {
+                c.record_sent(
+                    session.session_id,
+                    &key,
+                    data.high_watermark,
+                    data.log_start_offset,
+                    has_records,
+                    // A consumer sent elsewhere must hear so.
+                    data.error_code != 0 || data.preferred_read_replica >= 0,
+                )
+            })
+            .unwrap_or(true);
+        !session.incremental || news
     }
 
     /// The bytes a follower's fetch answer carries for replicas this leader throttles count
@@ -494,7 +600,7 @@ impl Broker {
         replica: Option<Replica>,
         consumer: Option<&ConsumerReads>,
         now_ms: i64,
-    ) -> (Vec<PartitionRead>, usize, bool) {
+    ) -> FetchRead {
         let mut results = Vec::with_capacity(targets.len());
         let mut total = 0usize;
         let mut any_error = false;

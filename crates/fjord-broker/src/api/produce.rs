@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use fjord_protocol::messages::produce_request::ProduceRequest;
+use fjord_protocol::messages::produce_request::{PartitionProduceData, ProduceRequest};
 use fjord_protocol::messages::produce_response::*;
 use fjord_protocol::{ApiKey, ResponseBody};
 
@@ -16,7 +16,7 @@ use crate::api::txn_verify::{not_in_transaction_code, Verdicts};
 use crate::api::{encode_response, Broker};
 use crate::net::{Reply, Response};
 use crate::replication::flusher::{Durable, FlushTarget};
-use crate::replication::{Partition, PartitionError};
+use crate::replication::{Appended, Partition, PartitionError};
 use fjord_common::errors;
 
 /// What one partition's append left to do before it can be answered.
@@ -38,7 +38,87 @@ fn under_min_isr(partition: &Partition, code: i16) -> Option<PartitionError> {
         .map(|message| PartitionError::new(code, message))
 }
 
+/// What a produce's answer is made of: the topics in request order and each partition's
+/// outcome, and how to encode it.
+struct ProduceAnswer {
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    topics: Vec<TopicProduceResponse>,
+    pending: Vec<PendingPartition>,
+}
+
+impl ProduceAnswer {
+    /// Every partition's response under its topic, encoded.
+    fn encode(self) -> Response {
+        let mut topics = self.topics;
+        for p in self.pending {
+            if let Some(t) = topics.get_mut(p.topic_index) {
+                t.partition_responses.push(p.response);
+            }
+        }
+        let body = ResponseBody::Produce(ProduceResponse {
+            responses: topics,
+            ..Default::default()
+        });
+        encode_response(self.api, self.version, self.correlation_id, &body)
+    }
+
+    /// Nothing left to wait for: no flush, no replication.
+    fn complete(&self) -> bool {
+        self.pending
+            .iter()
+            .all(|p| p.flush.is_none() && p.replicated.is_none())
+    }
+}
+
+impl PendingPartition {
+    /// acks=all whose high watermark already passed the records (page-cache mode with this
+    /// broker the whole ISR): settled now, no wait.
+    fn settle_if_replicated(&mut self) {
+        if let Some((mut done, partition)) = self.replicated.take() {
+            if done.try_recv().is_ok() {
+                self.check_min_isr_after_append(&partition);
+            } else {
+                self.replicated = Some((done, partition));
+            }
+        }
+    }
+
+    /// The records are replicated; the ISR must still meet `min.insync.replicas`.
+    fn check_min_isr_after_append(&mut self, partition: &Partition) {
+        if let Some(error) = under_min_isr(partition, errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND) {
+            self.response.error_code = error.code;
+            self.response.error_message = error.message;
+        }
+    }
+
+    fn refuse(&mut self, error: PartitionError) {
+        self.response.error_code = error.code;
+        self.response.error_message = error.message;
+        self.response.record_errors = error
+            .record_errors
+            .into_iter()
+            .map(|(batch_index, message)| BatchIndexAndErrorMessage {
+                batch_index,
+                batch_index_error_message: Some(message),
+            })
+            .collect();
+    }
+}
+
+/// What every partition of one produce request shares.
+struct ProduceRequestInfo<'a> {
+    acks: i16,
+    version: i16,
+    transactional_id: Option<&'a str>,
+    verdicts: &'a Verdicts,
+    now: i64,
+}
+
 impl Broker {
+    /// Produce: each partition appended in turn, on the connection's reader; then the answer,
+    /// at once or once the appends are durable (and, acks=all, replicated).
     pub(crate) fn produce(
         self: &Arc<Self>,
         request: ProduceRequest,
@@ -48,12 +128,22 @@ impl Broker {
         now: i64,
         verdicts: &Verdicts,
     ) -> Reply {
-        let acks = request.acks;
-        let mut topics: Vec<TopicProduceResponse> = Vec::with_capacity(request.topic_data.len());
-        let mut pending: Vec<PendingPartition> = Vec::new();
-        let mut any_error = false;
+        let info = ProduceRequestInfo {
+            acks: request.acks,
+            version,
+            transactional_id: request.transactional_id.as_deref(),
+            verdicts,
+            now,
+        };
+        let mut answer = ProduceAnswer {
+            api,
+            version,
+            correlation_id,
+            topics: Vec::with_capacity(request.topic_data.len()),
+            pending: Vec::new(),
+        };
         for (topic_index, topic) in request.topic_data.iter().enumerate() {
-            topics.push(TopicProduceResponse {
+            answer.topics.push(TopicProduceResponse {
                 name: topic.name.clone(),
                 topic_id: topic.topic_id,
                 partition_responses: Vec::new(),
@@ -61,210 +151,187 @@ impl Broker {
             // Named by an id this broker does not know (see `topic_ids`).
             let unknown_id = version >= PRODUCE_TOPIC_IDS_FROM && topic.name.is_empty();
             for data in &topic.partition_data {
-                let mut response = PartitionProduceResponse {
-                    index: data.index,
-                    base_offset: -1,
-                    log_append_time_ms: -1,
-                    log_start_offset: -1,
-                    ..Default::default()
+                let mut pending = PendingPartition {
+                    topic_index,
+                    response: PartitionProduceResponse {
+                        index: data.index,
+                        base_offset: -1,
+                        log_append_time_ms: -1,
+                        log_start_offset: -1,
+                        ..Default::default()
+                    },
+                    flush: None,
+                    replicated: None,
                 };
-                let mut flush = None;
-                let mut replicated = None;
-                let outcome = if acks != 0 && acks != 1 && acks != -1 {
-                    Err(PartitionError::new(
-                        errors::INVALID_REQUIRED_ACKS,
-                        "acks must be -1, 0 or 1",
-                    ))
-                } else if unknown_id {
-                    Err(PartitionError::new(
-                        errors::UNKNOWN_TOPIC_ID,
-                        "This server does not know this topic id.",
-                    ))
-                } else {
-                    match self.replicas.get(&topic.name, data.index) {
-                        None => Err(PartitionError::new(
-                            self.not_hosted(&topic.name, data.index),
-                            "This server does not host this topic-partition.",
-                        )),
-                        Some(partition) => match (
-                            &data.records,
-                            (acks == -1)
-                                .then(|| under_min_isr(&partition, errors::NOT_ENOUGH_REPLICAS))
-                                .flatten(),
-                        ) {
-                            (None, _) => Err(PartitionError::new(
-                                errors::INVALID_RECORD,
-                                "records are null",
-                            )),
-                            (Some(_), Some(refused)) => Err(refused),
-                            (Some(records), None) => request
-                                .transactional_id
-                                .as_deref()
-                                .map_or(Ok(None), |id| {
-                                    self.verify_transactional_produce(
-                                        id, &partition, records, version, verdicts,
-                                    )
-                                })
-                                .and_then(|verification| {
-                                    self.replicas
-                                        .append(&partition, records, verification, now)
-                                        .map_err(|mut error| {
-                                            error.code =
-                                                not_in_transaction_code(error.code, version);
-                                            error
-                                        })
-                                })
-                                .inspect(|appended| {
-                                    let end = appended.info.last_offset + 1;
-                                    if partition.durable() {
-                                        flush = Some((partition.clone() as Arc<dyn Durable>, end));
-                                    } else {
-                                        self.flush_if_due(&partition, now);
-                                    }
-                                    if acks == -1 {
-                                        replicated = Some((
-                                            partition.delay_produce(end, appended.leader_epoch),
-                                            partition.clone(),
-                                        ));
-                                    }
-                                }),
-                        },
-                    }
-                };
+                let outcome =
+                    self.append_partition(&info, (&topic.name, unknown_id), data, &mut pending);
                 match outcome {
                     Ok(appended) => {
-                        response.base_offset = appended.info.first_offset;
-                        response.log_append_time_ms = appended.log_append_time_ms;
-                        response.log_start_offset = appended.info.log_start_offset;
+                        pending.response.base_offset = appended.info.first_offset;
+                        pending.response.log_append_time_ms = appended.log_append_time_ms;
+                        pending.response.log_start_offset = appended.info.log_start_offset;
                     }
-                    Err(error) => {
-                        any_error = true;
-                        response.error_code = error.code;
-                        response.error_message = error.message;
-                        response.record_errors = error
-                            .record_errors
-                            .into_iter()
-                            .map(|(batch_index, message)| BatchIndexAndErrorMessage {
-                                batch_index,
-                                batch_index_error_message: Some(message),
-                            })
-                            .collect();
-                    }
+                    Err(error) => pending.refuse(error),
                 }
-                pending.push(PendingPartition {
-                    topic_index,
-                    response,
-                    flush,
-                    replicated,
-                });
+                answer.pending.push(pending);
             }
         }
-        if acks == 0 {
-            // No response: an error can only be signalled by closing the connection, as Kafka does.
-            // The flush still runs as the request's future, so the connection's next request
-            // (not another produce) sees these records below the high watermark.
-            let targets: Vec<FlushTarget> =
-                pending.iter().filter_map(|p| p.flush.clone()).collect();
-            let failed = || Reply::Close("acks=0 produce failed".to_string());
-            if targets.is_empty() {
-                return if any_error {
-                    failed()
-                } else {
-                    Reply::Now(Response::Nothing)
-                };
-            }
-            let flusher = self.flusher.clone();
-            let flushed = async move {
-                let _ = flusher.flush_all(targets).await;
-                Response::Nothing
-            };
-            if any_error {
-                tokio::spawn(flushed);
-                return failed();
-            }
-            return Reply::Later(Box::pin(flushed));
+        if info.acks == 0 {
+            return self.answer_without_acks(answer.pending);
         }
-        let finish = move |topics: Vec<TopicProduceResponse>, pending: Vec<PendingPartition>| {
-            let mut topics = topics;
-            for p in pending {
-                if let Some(t) = topics.get_mut(p.topic_index) {
-                    t.partition_responses.push(p.response);
-                }
-            }
-            let body = ResponseBody::Produce(ProduceResponse {
-                responses: topics,
-                ..Default::default()
-            });
-            encode_response(api, version, correlation_id, &body)
+        for p in &mut answer.pending {
+            p.settle_if_replicated();
+        }
+        if answer.complete() {
+            return Reply::Now(answer.encode());
+        }
+        let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
+        Reply::Later(Box::pin(self.clone().await_acks(answer, timeout)))
+    }
+
+    /// Appends one partition's records; on success `pending` learns what the answer waits for
+    /// (its flush in fsync mode, the high watermark for acks=all).
+    fn append_partition(
+        &self,
+        info: &ProduceRequestInfo<'_>,
+        (topic, unknown_id): (&str, bool),
+        data: &PartitionProduceData,
+        pending: &mut PendingPartition,
+    ) -> Result<Appended, PartitionError> {
+        let acks = info.acks;
+        if acks != 0 && acks != 1 && acks != -1 {
+            return Err(PartitionError::new(
+                errors::INVALID_REQUIRED_ACKS,
+                "acks must be -1, 0 or 1",
+            ));
+        }
+        if unknown_id {
+            return Err(PartitionError::new(
+                errors::UNKNOWN_TOPIC_ID,
+                "This server does not know this topic id.",
+            ));
+        }
+        let Some(partition) = self.replicas.get(topic, data.index) else {
+            return Err(PartitionError::new(
+                self.not_hosted(topic, data.index),
+                "This server does not host this topic-partition.",
+            ));
         };
-        // A high watermark already past the records (page-cache mode with this broker the whole
-        // ISR) needs no wait.
-        for p in &mut pending {
-            if let Some((mut done, partition)) = p.replicated.take() {
-                if done.try_recv().is_ok() {
-                    if let Some(error) =
-                        under_min_isr(&partition, errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND)
-                    {
-                        p.response.error_code = error.code;
-                        p.response.error_message = error.message;
-                    }
-                } else {
-                    p.replicated = Some((done, partition));
-                }
+        let Some(records) = &data.records else {
+            return Err(PartitionError::new(
+                errors::INVALID_RECORD,
+                "records are null",
+            ));
+        };
+        if acks == -1 {
+            if let Some(refused) = under_min_isr(&partition, errors::NOT_ENOUGH_REPLICAS) {
+                return Err(refused);
             }
         }
-        if pending
+        let verification = match info.transactional_id {
+            Some(id) => self.verify_transactional_produce(
+                id,
+                &partition,
+                records,
+                info.version,
+                info.verdicts,
+            )?,
+            None => None,
+        };
+        let appended = self
+            .replicas
+            .append(&partition, records, verification, info.now)
+            .map_err(|mut error| {
+                error.code = not_in_transaction_code(error.code, info.version);
+                error
+            })?;
+        let end = appended.info.last_offset + 1;
+        if partition.durable() {
+            pending.flush = Some((partition.clone() as Arc<dyn Durable>, end));
+        } else {
+            self.flush_if_due(&partition, info.now);
+        }
+        if acks == -1 {
+            pending.replicated = Some((
+                partition.delay_produce(end, appended.leader_epoch),
+                partition.clone(),
+            ));
+        }
+        Ok(appended)
+    }
+
+    /// acks=0: no response; an error can only be signalled by closing the connection, as Kafka
+    /// does. The flush still runs as the request's future, so the connection's next request
+    /// (not another produce) sees these records below the high watermark.
+    fn answer_without_acks(&self, pending: Vec<PendingPartition>) -> Reply {
+        let any_error = pending
             .iter()
-            .all(|p| p.flush.is_none() && p.replicated.is_none())
-        {
-            return Reply::Now(finish(topics, pending));
+            .any(|p| p.response.error_code != errors::NONE);
+        let targets: Vec<FlushTarget> = pending.into_iter().filter_map(|p| p.flush).collect();
+        let failed = || Reply::Close("acks=0 produce failed".to_string());
+        if targets.is_empty() {
+            return if any_error {
+                failed()
+            } else {
+                Reply::Now(Response::Nothing)
+            };
         }
         let flusher = self.flusher.clone();
-        let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
-        Reply::Later(Box::pin(async move {
-            let deadline = tokio::time::Instant::now() + timeout;
-            let mut pending = pending;
-            // Every partition's flush goes to the flusher at once: one round covers them all.
-            let (waiting, targets): (Vec<usize>, Vec<FlushTarget>) = pending
-                .iter_mut()
-                .enumerate()
-                .filter_map(|(i, p)| p.flush.take().map(|target| (i, target)))
-                .unzip();
-            let outcomes = flusher.flush_all(targets).await;
-            for (i, outcome) in waiting.into_iter().zip(outcomes) {
-                if let Err(message) = outcome {
-                    tracing::error!(%message, "fsync failed; the write is not acknowledged");
-                    let p = &mut pending[i];
-                    p.response.error_code = errors::KAFKA_STORAGE_ERROR;
-                    p.response.error_message = Some(message);
-                    p.response.base_offset = -1;
-                    p.replicated = None;
-                }
-            }
-            for p in &mut pending {
-                let Some((replicated, partition)) = p.replicated.take() else {
-                    continue;
-                };
-                let refusal = match tokio::time::timeout_at(deadline, replicated).await {
-                    Ok(Ok(())) => {
-                        if let Some(error) =
-                            under_min_isr(&partition, errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND)
-                        {
-                            p.response.error_code = error.code;
-                            p.response.error_message = error.message;
-                        }
-                        continue;
-                    }
-                    // The partition went away (deleted, or no longer led here) before the
-                    // records were replicated.
-                    Ok(Err(_)) => errors::NOT_LEADER_OR_FOLLOWER,
-                    Err(_) => errors::REQUEST_TIMED_OUT,
-                };
-                p.response.error_code = refusal;
+        let flushed = async move {
+            let _ = flusher.flush_all(targets).await;
+            Response::Nothing
+        };
+        if any_error {
+            tokio::spawn(flushed);
+            return failed();
+        }
+        Reply::Later(Box::pin(flushed))
+    }
+
+    /// Waits for what the answer needs: every partition's flush in one round of the flusher
+    /// (a failed fsync is not acknowledged), then acks=all's replication, each bounded by the
+    /// request's timeout.
+    async fn await_acks(
+        self: Arc<Self>,
+        mut answer: ProduceAnswer,
+        timeout: std::time::Duration,
+    ) -> Response {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let (waiting, targets): (Vec<usize>, Vec<FlushTarget>) = answer
+            .pending
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, p)| p.flush.take().map(|target| (i, target)))
+            .unzip();
+        let outcomes = self.flusher.flush_all(targets).await;
+        for (i, outcome) in waiting.into_iter().zip(outcomes) {
+            if let Err(message) = outcome {
+                tracing::error!(%message, "fsync failed; the write is not acknowledged");
+                let p = &mut answer.pending[i];
+                p.response.error_code = errors::KAFKA_STORAGE_ERROR;
+                p.response.error_message = Some(message);
                 p.response.base_offset = -1;
+                p.replicated = None;
             }
-            finish(topics, pending)
-        }))
+        }
+        for p in &mut answer.pending {
+            let Some((replicated, partition)) = p.replicated.take() else {
+                continue;
+            };
+            let refusal = match tokio::time::timeout_at(deadline, replicated).await {
+                Ok(Ok(())) => {
+                    p.check_min_isr_after_append(&partition);
+                    continue;
+                }
+                // The partition went away (deleted, or no longer led here) before the records
+                // were replicated.
+                Ok(Err(_)) => errors::NOT_LEADER_OR_FOLLOWER,
+                Err(_) => errors::REQUEST_TIMED_OUT,
+            };
+            p.response.error_code = refusal;
+            p.response.base_offset = -1;
+        }
+        answer.encode()
     }
 
     /// Page-cache mode: flush in the background when flush.messages / flush.ms say so.

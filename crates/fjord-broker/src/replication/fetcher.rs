@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use fjord_client::{ClientConfig, Connection};
 use fjord_common::{errors, lock, BrokerId, TopicPartition};
-use fjord_config::BrokerConfig;
+use fjord_config::{BrokerConfig, ReplicationConfig};
 use fjord_metadata::MetadataQuorum;
 use fjord_protocol::messages::fetch_request::{
     FetchPartition, FetchRequest, FetchTopic, ReplicaState,
 };
-use fjord_protocol::messages::fetch_response::PartitionData;
+use fjord_protocol::messages::fetch_response::{FetchResponse, PartitionData};
 use fjord_protocol::{ApiKey, RequestBody, ResponseBody, Uuid};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -190,6 +190,9 @@ struct Fetched {
     throttled: bool,
 }
 
+/// The partitions of a fetch in flight, by how the answer names them: (topic id, topic, index).
+type FetchedPartitions = HashMap<(Uuid, String, i32), Fetched>;
+
 /// One fetch and its handling. Ok(true) when some partition was served, or when the fetch was
 /// given up for partitions it did not carry (`given`: the fetcher's partitions as they change).
 async fn round(
@@ -201,7 +204,6 @@ async fn round(
     given: &mut watch::Receiver<Vec<Arc<Partition>>>,
 ) -> Result<bool, String> {
     let settings = context.config.replication();
-    let local = context.replicas.node_id();
     if !connection.as_ref().is_some_and(Connection::is_usable) {
         *connection = Some(connect(context, leader, fetcher, &settings).await?);
     }
@@ -212,101 +214,8 @@ async fn round(
         .version(ApiKey::Fetch)
         .filter(|v| *v >= MIN_FETCH_VERSION)
         .ok_or_else(|| format!("broker {leader} does not speak Fetch v{MIN_FETCH_VERSION}+"))?;
-    let broker_epoch = context
-        .quorum
-        .image()
-        .broker(local)
-        .map_or(-1, |b| b.broker_epoch);
-    let mut request = FetchRequest {
-        max_wait_ms: settings.fetch_wait_max_ms,
-        min_bytes: settings.fetch_min_bytes,
-        max_bytes: settings.fetch_response_max_bytes,
-        ..Default::default()
-    };
-    if version >= 15 {
-        request.replica_state = ReplicaState {
-            replica_id: local,
-            replica_epoch: broker_epoch,
-        };
-    } else {
-        request.replica_id = local;
-    }
-    // A follower announces only what is durable here: what an earlier round appended and did
-    // not get to sync (a fetcher stopped during its flush) is synced first.
-    let unsynced: Vec<FlushTarget> = partitions
-        .iter()
-        .filter(|p| p.durable())
-        .filter_map(|p| {
-            let end = lock(&p.log).log_end_offset();
-            (p.durable_end() < end).then(|| (p.clone() as Arc<dyn Durable>, end))
-        })
-        .collect();
-    if !unsynced.is_empty() {
-        context.flusher.flush_all(unsynced).await;
-    }
-    let mut fetched: HashMap<(Uuid, String, i32), Fetched> = HashMap::new();
-    let now = now_ms();
-    for partition in partitions {
-        let throttled = throttles(partition, FOLLOWER_THROTTLED_REPLICAS, local);
-        // A throttled replica out of sync is left out while the follower's throttle is above
-        // its rate (all of them out: the fetcher backs off, as after an empty round).
-        if throttled
-            && !partition.isr_and_replica_count().0.contains(&local)
-            && context.quotas.follower.exceeded(now)
-        {
-            continue;
-        }
-        let leader_epoch = partition.leader_epoch();
-        let (fetch_offset, last_fetched_epoch, log_start_offset) = {
-            let log = lock(&partition.log);
-            // A failed disk (a write or fsync that failed): its log end is not durable, so it
-            // is not announced, and nothing more is copied there.
-            if log.is_offline()
-                || (partition.durable() && partition.durable_end() < log.log_end_offset())
-            {
-                continue;
-            }
-            (
-                log.log_end_offset(),
-                log.latest_epoch().unwrap_or(-1),
-                log.log_start_offset(),
-            )
-        };
-        let (topic, topic_id) = if version >= 13 {
-            (String::new(), partition.topic_id)
-        } else {
-            (partition.tp.topic.clone(), Uuid::ZERO)
-        };
-        let entry = FetchPartition {
-            partition: partition.tp.partition,
-            current_leader_epoch: leader_epoch,
-            fetch_offset,
-            last_fetched_epoch,
-            log_start_offset,
-            partition_max_bytes: settings.fetch_max_bytes,
-            ..Default::default()
-        };
-        match request
-            .topics
-            .iter_mut()
-            .find(|t| t.topic == topic && t.topic_id == topic_id)
-        {
-            Some(t) => t.partitions.push(entry),
-            None => request.topics.push(FetchTopic {
-                topic: topic.clone(),
-                topic_id,
-                partitions: vec![entry],
-            }),
-        }
-        fetched.insert(
-            (topic_id, topic, partition.tp.partition),
-            Fetched {
-                partition: partition.clone(),
-                leader_epoch,
-                throttled,
-            },
-        );
-    }
+    sync_unannounced(context, partitions).await;
+    let (request, fetched) = fetch_request(context, &settings, version, partitions);
     if fetched.is_empty() {
         return Ok(false);
     }
@@ -342,6 +251,129 @@ async fn round(
             errors::name(response.error_code)
         ));
     }
+    Ok(apply_response(context, leader, response, fetched).await)
+}
+
+/// A follower announces only what is durable here: what an earlier round appended and did not
+/// get to sync (a fetcher stopped during its flush) is synced first.
+async fn sync_unannounced(context: &Context, partitions: &[Arc<Partition>]) {
+    let unsynced: Vec<FlushTarget> = partitions
+        .iter()
+        .filter(|p| p.durable())
+        .filter_map(|p| {
+            let end = lock(&p.log).log_end_offset();
+            (p.durable_end() < end).then(|| (p.clone() as Arc<dyn Durable>, end))
+        })
+        .collect();
+    if !unsynced.is_empty() {
+        context.flusher.flush_all(unsynced).await;
+    }
+}
+
+/// The fetch for `partitions` at Fetch `version`, each from its log end at its leader epoch,
+/// and the partitions it carries.
+fn fetch_request(
+    context: &Context,
+    settings: &ReplicationConfig,
+    version: i16,
+    partitions: &[Arc<Partition>],
+) -> (FetchRequest, FetchedPartitions) {
+    let local = context.replicas.node_id();
+    let broker_epoch = context
+        .quorum
+        .image()
+        .broker(local)
+        .map_or(-1, |b| b.broker_epoch);
+    let mut request = FetchRequest {
+        max_wait_ms: settings.fetch_wait_max_ms,
+        min_bytes: settings.fetch_min_bytes,
+        max_bytes: settings.fetch_response_max_bytes,
+        ..Default::default()
+    };
+    if version >= 15 {
+        request.replica_state = ReplicaState {
+            replica_id: local,
+            replica_epoch: broker_epoch,
+        };
+    } else {
+        request.replica_id = local;
+    }
+    let mut fetched = FetchedPartitions::new();
+    let now = now_ms();
+    for partition in partitions {
+        let throttled = throttles(partition, FOLLOWER_THROTTLED_REPLICAS, local);
+        // A throttled replica out of sync is left out while the follower's throttle is above
+        // its rate (all of them out: the fetcher backs off, as after an empty round).
+        if throttled
+            && !partition.isr_and_replica_count().0.contains(&local)
+            && context.quotas.follower.exceeded(now)
+        {
+            continue;
+        }
+        let leader_epoch = partition.leader_epoch();
+        let Some(entry) = fetch_position(partition, leader_epoch, settings) else {
+            continue;
+        };
+        let (topic, topic_id) = if version >= 13 {
+            (String::new(), partition.topic_id)
+        } else {
+            (partition.tp.topic.clone(), Uuid::ZERO)
+        };
+        match request
+            .topics
+            .iter_mut()
+            .find(|t| t.topic == topic && t.topic_id == topic_id)
+        {
+            Some(t) => t.partitions.push(entry),
+            None => request.topics.push(FetchTopic {
+                topic: topic.clone(),
+                topic_id,
+                partitions: vec![entry],
+            }),
+        }
+        fetched.insert(
+            (topic_id, topic, partition.tp.partition),
+            Fetched {
+                partition: partition.clone(),
+                leader_epoch,
+                throttled,
+            },
+        );
+    }
+    (request, fetched)
+}
+
+/// Where `partition` fetches from: its log end, with the epoch of its last batch (KIP-320).
+/// None on a failed disk (a write or fsync that failed): its log end is not durable, so it is
+/// not announced, and nothing more is copied there.
+fn fetch_position(
+    partition: &Partition,
+    leader_epoch: i32,
+    settings: &ReplicationConfig,
+) -> Option<FetchPartition> {
+    let log = lock(&partition.log);
+    if log.is_offline() || (partition.durable() && partition.durable_end() < log.log_end_offset()) {
+        return None;
+    }
+    Some(FetchPartition {
+        partition: partition.tp.partition,
+        current_leader_epoch: leader_epoch,
+        fetch_offset: log.log_end_offset(),
+        last_fetched_epoch: log.latest_epoch().unwrap_or(-1),
+        log_start_offset: log.log_start_offset(),
+        partition_max_bytes: settings.fetch_max_bytes,
+        ..Default::default()
+    })
+}
+
+/// Appends what the leader sent, syncs it in one flusher round, then follows the leader's high
+/// watermark and log start. Whether any partition was served.
+async fn apply_response(
+    context: &Context,
+    leader: BrokerId,
+    response: FetchResponse,
+    mut fetched: FetchedPartitions,
+) -> bool {
     let now = now_ms();
     let mut served = false;
     let mut to_flush: Vec<FlushTarget> = Vec::new();
@@ -356,20 +388,14 @@ async fn round(
                 let bytes = data.records.as_ref().map_or(0, |r| r.len() as u64);
                 context.quotas.follower.record(bytes, now);
             }
-            match handle_partition(&f, &data, now) {
-                Ok(Outcome::Appended(end)) => {
-                    served = true;
-                    if f.partition.durable() {
-                        to_flush.push((f.partition.clone() as Arc<dyn Durable>, end));
-                    }
-                    high_watermarks.push((
-                        f.partition,
-                        data.high_watermark,
-                        data.log_start_offset,
-                        f.leader_epoch,
-                    ));
+            let outcome = handle_partition(&f, &data, now);
+            if let Ok(Outcome::Appended(end)) = outcome {
+                if f.partition.durable() {
+                    to_flush.push((f.partition.clone() as Arc<dyn Durable>, end));
                 }
-                Ok(Outcome::Served) => {
+            }
+            match outcome {
+                Ok(Outcome::Appended(_) | Outcome::Served) => {
                     served = true;
                     high_watermarks.push((
                         f.partition,
@@ -398,19 +424,37 @@ async fn round(
         }
     }
     for (partition, high_watermark, log_start_offset, leader_epoch) in high_watermarks {
-        let mut log = lock(&partition.log);
-        if !partition.follows_at(leader_epoch) {
-            continue;
-        }
-        partition.leader_high_watermark(&mut log, high_watermark, leader_epoch);
-        let start = log_start_offset.min(log.high_watermark());
-        if start > log.log_start_offset() {
-            if let Err(error) = log.increment_log_start_offset(start, now) {
-                tracing::warn!(tp = %partition.tp, %error, "cannot follow the leader's log start");
-            }
+        follow_leader_offsets(
+            &partition,
+            high_watermark,
+            log_start_offset,
+            leader_epoch,
+            now,
+        );
+    }
+    served
+}
+
+/// The leader's high watermark and log start, taken as far as this replica holds them, while it
+/// still follows at `leader_epoch`.
+fn follow_leader_offsets(
+    partition: &Partition,
+    high_watermark: i64,
+    log_start_offset: i64,
+    leader_epoch: i32,
+    now: i64,
+) {
+    let mut log = lock(&partition.log);
+    if !partition.follows_at(leader_epoch) {
+        return;
+    }
+    partition.leader_high_watermark(&mut log, high_watermark, leader_epoch);
+    let start = log_start_offset.min(log.high_watermark());
+    if start > log.log_start_offset() {
+        if let Err(error) = log.increment_log_start_offset(start, now) {
+            tracing::warn!(tp = %partition.tp, %error, "cannot follow the leader's log start");
         }
     }
-    Ok(served)
 }
 
 /// Returns once the fetcher is given a partition to follow from `leader` that `carried` (the

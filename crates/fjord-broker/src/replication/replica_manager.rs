@@ -20,6 +20,30 @@ use crate::replication::partition::{
 use crate::replication::partition_state::{LeaderAndIsr, PartitionState};
 use fjord_config::{BrokerConfig, DynamicBrokerConfig, TopicConfig};
 
+/// The partitions an image gives this broker: config, topic id and leadership of each.
+type Wanted = HashMap<TopicPartition, (Arc<TopicConfig>, TopicId, LeaderAndIsr)>;
+
+/// A wanted partition with its log found or created.
+struct Placed {
+    tp: TopicPartition,
+    settings: Settings,
+    topic_id: TopicId,
+    leadership: LeaderAndIsr,
+    log_config: LogConfig,
+    log: Arc<Mutex<Log>>,
+    /// Hosted already, on this very log: updated in place.
+    hosted: Option<Arc<Partition>>,
+}
+
+/// Whether `topic` is among those an image change touched (all: None).
+fn in_scope(scope: Option<&HashSet<String>>, topic: &str) -> bool {
+    scope.is_none_or(|s| s.contains(topic))
+}
+
+fn poisoned<G>(_: std::sync::PoisonError<G>) -> String {
+    "partition map poisoned".to_string()
+}
+
 pub struct ReplicaManager {
     node_id: i32,
     broker_config: Arc<BrokerConfig>,
@@ -160,64 +184,17 @@ impl ReplicaManager {
         Ok(())
     }
 
-    /// Applies `image` to the partitions of the topics in `scope` (all: None).
+    /// Applies `image` to the partitions of the topics in `scope` (all: None), in steps: what
+    /// the image gives this broker, partitions it no longer does, logs found or created, their
+    /// leadership (side by side on the disk), and the partitions then hosted.
     fn apply_changes(
         &self,
         image: &MetadataImage,
         scope: Option<&HashSet<String>>,
         now_ms: i64,
     ) -> Result<(), String> {
-        let in_scope = |topic: &str| scope.is_none_or(|s| s.contains(topic));
-        let mut wanted: HashMap<TopicPartition, (Arc<TopicConfig>, TopicId, LeaderAndIsr)> =
-            HashMap::new();
-        // Read once: every topic's defaults layer the same broker configs.
-        let dynamic = DynamicBrokerConfig::from_image(image, self.node_id);
-        let topics: Vec<&Arc<fjord_metadata::TopicImage>> = match scope {
-            None => image.topics().collect(),
-            Some(names) => names.iter().filter_map(|n| image.topic(n)).collect(),
-        };
-        for topic in topics {
-            let config = Arc::new(self.topic_config_with(image, &dynamic, &topic.name));
-            for (index, partition) in topic.partitions.iter().enumerate() {
-                // Every replica this broker holds stays, led or not: a leader that is fenced
-                // keeps its log for when it leads again.
-                if partition.replicas.contains(&self.node_id) {
-                    wanted.insert(
-                        TopicPartition::new(topic.name.clone(), index as i32),
-                        (
-                            config.clone(),
-                            topic.topic_id,
-                            LeaderAndIsr {
-                                leader: partition.leader,
-                                leader_epoch: partition.leader_epoch,
-                                partition_epoch: partition.partition_epoch,
-                                replicas: partition.replicas.clone(),
-                                isr: partition.isr.clone(),
-                            },
-                        ),
-                    );
-                }
-            }
-        }
-        // The map's lock is taken only to read it or to change it, never across the disk work
-        // below (deleting and creating logs, leader epoch checkpoints): every produce and fetch
-        // takes it. Images are applied one at a time (`applied`), so nothing else changes the
-        // map in between.
-        fn poisoned<G>(_: std::sync::PoisonError<G>) -> String {
-            "partition map poisoned".to_string()
-        }
-        let removed: Vec<TopicPartition> = {
-            let mut partitions = self.partitions.write().map_err(poisoned)?;
-            let removed: Vec<TopicPartition> = partitions
-                .keys()
-                .filter(|tp| in_scope(&tp.topic) && !wanted.contains_key(*tp))
-                .cloned()
-                .collect();
-            for tp in &removed {
-                partitions.remove(tp);
-            }
-            removed
-        };
+        let wanted = self.wanted(image, scope);
+        let removed = self.unhost(|tp| in_scope(scope, &tp.topic) && !wanted.contains_key(tp))?;
         for tp in removed {
             if let Err(error) = self.log_manager.retire_log(&tp, Retire::Delete, now_ms) {
                 tracing::warn!(%tp, %error, "could not delete the log of a removed partition");
@@ -233,128 +210,183 @@ impl ReplicaManager {
         // Logs on disk for partitions the image does not give this broker (a topic deleted, or
         // the replica moved away, while it was down): set aside, as Kafka does, not deleted.
         for (tp, _) in self.log_manager.all_logs() {
-            if in_scope(&tp.topic) && !wanted.contains_key(&tp) && !hosted_now.contains_key(&tp) {
+            if in_scope(scope, &tp.topic)
+                && !wanted.contains_key(&tp)
+                && !hosted_now.contains_key(&tp)
+            {
                 if let Err(error) = self.log_manager.retire_log(&tp, Retire::Stray, now_ms) {
                     tracing::warn!(%tp, %error, "could not set a stray log aside");
                 }
             }
         }
-        /// A partition this broker leads, with its log found or created.
-        struct Placed {
-            tp: TopicPartition,
-            settings: Settings,
-            topic_id: TopicId,
-            leadership: LeaderAndIsr,
-            log_config: LogConfig,
-            log: Arc<Mutex<Log>>,
-            /// Hosted already, on this very log: updated in place.
-            hosted: Option<Arc<Partition>>,
-        }
         let mut placed = Vec::with_capacity(wanted.len());
         for (tp, (config, topic_id, leadership)) in wanted {
-            let durable = !(config.is_set("flush.messages") || config.is_set("flush.ms"));
-            let log_config = log_config(&config, durable);
-            let mut existing = self.log_manager.get(&tp);
-            let existing_id = existing.as_ref().and_then(|log| lock(log).topic_id());
-            if existing_id.is_some_and(|id| id != topic_id) {
-                // The topic was deleted and another made under its name before this broker
-                // saw the deletion: the log on disk belongs to the old one.
-                let retire = if hosted_now.contains_key(&tp) {
-                    Retire::Delete
-                } else {
-                    Retire::Stray
-                };
-                self.log_manager
-                    .retire_log(&tp, retire, now_ms)
-                    .map_err(|e| format!("cannot retire the old log of {tp}: {e}"))?;
-                existing = None;
-            }
-            let log = match existing {
-                Some(log) => log,
-                None => self
-                    .log_manager
-                    .create_log(tp.clone(), topic_id, log_config.clone(), now_ms)
-                    .map_err(|e| format!("cannot create the log of {tp}: {e}"))?,
-            };
-            let hosted = hosted_now
-                .get(&tp)
-                .filter(|p| p.topic_id == topic_id && Arc::ptr_eq(&p.log, &log))
-                .cloned();
-            placed.push(Placed {
-                tp,
-                settings: Settings { config, durable },
-                topic_id,
-                leadership,
-                log_config,
-                log,
-                hosted,
-            });
+            placed.push(self.place(tp, config, topic_id, leadership, &hosted_now, now_ms)?);
         }
         // Recording a new leader epoch fsyncs a checkpoint per partition: at start-up, when
         // every partition gets one, they go to the disk side by side.
         let states = fjord_storage::parallel::map(
             placed.iter().collect(),
             fjord_storage::parallel::DISK_THREADS,
-            |p: &Placed| {
-                let mut log = lock(&p.log);
-                log.set_config(p.log_config.clone());
-                if p.leadership.leader == self.node_id {
-                    if let Err(error) = log.become_leader(p.leadership.leader_epoch) {
-                        tracing::warn!(tp = %p.tp, %error, "cannot record the leader epoch start");
-                    }
-                }
-                match &p.hosted {
-                    Some(hosted) => {
-                        hosted.apply_leadership(&mut log, p.leadership.clone(), now_ms);
-                        None
-                    }
-                    None => {
-                        // Everything that survived recovery is durable: a high watermark
-                        // checkpointed lower rises to it when this broker holds the whole ISR.
-                        let state = PartitionState::new(
-                            self.node_id,
-                            p.leadership.clone(),
-                            log.log_end_offset(),
-                            log.recovery_point(),
-                            log.high_watermark(),
-                            now_ms,
-                        );
-                        log.set_high_watermark(state.high_watermark());
-                        Some(state)
-                    }
-                }
-            },
+            |p: &Placed| self.lead_or_follow(p, now_ms),
         );
-        let mut warned = std::collections::HashSet::new();
+        self.host(placed, states)?;
+        self.changes.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// Every partition of the topics in `scope` that the image gives a replica on this broker,
+    /// with its config, topic id and leadership. Every replica this broker holds stays, led or
+    /// not: a leader that is fenced keeps its log for when it leads again.
+    fn wanted(&self, image: &MetadataImage, scope: Option<&HashSet<String>>) -> Wanted {
+        let mut wanted = Wanted::new();
+        // Read once: every topic's defaults layer the same broker configs.
+        let dynamic = DynamicBrokerConfig::from_image(image, self.node_id);
+        let topics: Vec<&Arc<fjord_metadata::TopicImage>> = match scope {
+            None => image.topics().collect(),
+            Some(names) => names.iter().filter_map(|n| image.topic(n)).collect(),
+        };
+        for topic in topics {
+            let config = Arc::new(self.topic_config_with(image, &dynamic, &topic.name));
+            for (index, partition) in topic.partitions.iter().enumerate() {
+                if !partition.replicas.contains(&self.node_id) {
+                    continue;
+                }
+                let leadership = LeaderAndIsr {
+                    leader: partition.leader,
+                    leader_epoch: partition.leader_epoch,
+                    partition_epoch: partition.partition_epoch,
+                    replicas: partition.replicas.clone(),
+                    isr: partition.isr.clone(),
+                };
+                wanted.insert(
+                    TopicPartition::new(topic.name.clone(), index as i32),
+                    (config.clone(), topic.topic_id, leadership),
+                );
+            }
+        }
+        wanted
+    }
+
+    /// Stops hosting the partitions `gone` picks; returns them. The map's lock is taken only to
+    /// read it or to change it, never across disk work (deleting and creating logs, leader
+    /// epoch checkpoints): every produce and fetch takes it. Images are applied one at a time
+    /// (`applied`), so nothing else changes the map in between.
+    fn unhost(
+        &self,
+        gone: impl Fn(&TopicPartition) -> bool,
+    ) -> Result<Vec<TopicPartition>, String> {
+        let mut partitions = self.partitions.write().map_err(poisoned)?;
+        let removed: Vec<TopicPartition> =
+            partitions.keys().filter(|tp| gone(tp)).cloned().collect();
+        for tp in &removed {
+            partitions.remove(tp);
+        }
+        Ok(removed)
+    }
+
+    /// The log of a wanted partition: the one found, or a new one when there is none or it
+    /// belongs to a topic of the same name deleted before this broker saw it (that one is set
+    /// aside).
+    fn place(
+        &self,
+        tp: TopicPartition,
+        config: Arc<TopicConfig>,
+        topic_id: TopicId,
+        leadership: LeaderAndIsr,
+        hosted_now: &HashMap<TopicPartition, Arc<Partition>>,
+        now_ms: i64,
+    ) -> Result<Placed, String> {
+        let durable = !(config.is_set("flush.messages") || config.is_set("flush.ms"));
+        let log_config = log_config(&config, durable);
+        let mut existing = self.log_manager.get(&tp);
+        let existing_id = existing.as_ref().and_then(|log| lock(log).topic_id());
+        if existing_id.is_some_and(|id| id != topic_id) {
+            let retire = if hosted_now.contains_key(&tp) {
+                Retire::Delete
+            } else {
+                Retire::Stray
+            };
+            self.log_manager
+                .retire_log(&tp, retire, now_ms)
+                .map_err(|e| format!("cannot retire the old log of {tp}: {e}"))?;
+            existing = None;
+        }
+        let log = match existing {
+            Some(log) => log,
+            None => self
+                .log_manager
+                .create_log(tp.clone(), topic_id, log_config.clone(), now_ms)
+                .map_err(|e| format!("cannot create the log of {tp}: {e}"))?,
+        };
+        let hosted = hosted_now
+            .get(&tp)
+            .filter(|p| p.topic_id == topic_id && Arc::ptr_eq(&p.log, &log))
+            .cloned();
+        Ok(Placed {
+            tp,
+            settings: Settings { config, durable },
+            topic_id,
+            leadership,
+            log_config,
+            log,
+            hosted,
+        })
+    }
+
+    /// A placed partition's log takes its config and leadership: a hosted partition's state
+    /// follows in place (None); a new one gets its state (Some). Everything that survived
+    /// recovery is durable: a high watermark checkpointed lower rises to it when this broker
+    /// holds the whole ISR.
+    fn lead_or_follow(&self, p: &Placed, now_ms: i64) -> Option<PartitionState> {
+        let mut log = lock(&p.log);
+        log.set_config(p.log_config.clone());
+        if p.leadership.leader == self.node_id {
+            if let Err(error) = log.become_leader(p.leadership.leader_epoch) {
+                tracing::warn!(tp = %p.tp, %error, "cannot record the leader epoch start");
+            }
+        }
+        if let Some(hosted) = &p.hosted {
+            hosted.apply_leadership(&mut log, p.leadership.clone(), now_ms);
+            return None;
+        }
+        let state = PartitionState::new(
+            self.node_id,
+            p.leadership.clone(),
+            log.log_end_offset(),
+            log.recovery_point(),
+            log.high_watermark(),
+            now_ms,
+        );
+        log.set_high_watermark(state.high_watermark());
+        Some(state)
+    }
+
+    /// Hosted partitions take their new settings; new ones join the map. A topic's overrides
+    /// fjord does not act on are named in a warning when its config changes.
+    fn host(&self, placed: Vec<Placed>, states: Vec<Option<PartitionState>>) -> Result<(), String> {
+        let mut warned = HashSet::new();
         let mut added = Vec::new();
-        for (
-            Placed {
-                tp,
-                settings,
-                topic_id,
-                log,
-                hosted,
-                ..
-            },
-            state,
-        ) in placed.into_iter().zip(states)
-        {
-            let config_changed = hosted
+        for (p, state) in placed.into_iter().zip(states) {
+            let config_changed = p
+                .hosted
                 .as_ref()
-                .is_none_or(|p| *p.config() != *settings.config);
-            if config_changed && warned.insert(tp.topic.clone()) {
-                for (key, value) in settings.config.ignored_overrides() {
-                    tracing::warn!(topic = %tp.topic, key, value, "topic config accepted but not acted upon by fjord yet");
+                .is_none_or(|hosted| *hosted.config() != *p.settings.config);
+            if config_changed && warned.insert(p.tp.topic.clone()) {
+                for (key, value) in p.settings.config.ignored_overrides() {
+                    tracing::warn!(topic = %p.tp.topic, key, value, "topic config accepted but not acted upon by fjord yet");
                 }
             }
-            match (hosted, state) {
+            match (p.hosted, state) {
                 (Some(hosted), _) => {
                     if config_changed {
-                        hosted.set_settings(settings);
+                        hosted.set_settings(p.settings);
                     }
                 }
                 (None, Some(state)) => {
-                    added.push(Arc::new(Partition::new(tp, topic_id, log, settings, state)));
+                    added.push(Arc::new(Partition::new(
+                        p.tp, p.topic_id, p.log, p.settings, state,
+                    )));
                 }
                 (None, None) => {}
             }
@@ -365,7 +397,6 @@ impl ReplicaManager {
                 partitions.insert(partition.tp.clone(), partition);
             }
         }
-        self.changes.send_modify(|n| *n += 1);
         Ok(())
     }
 
