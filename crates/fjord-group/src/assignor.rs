@@ -120,8 +120,32 @@ fn uniform(
 ) -> BTreeMap<String, Assignment> {
     let mut order: Vec<&MemberSpec> = members.iter().collect();
     order.sort_by(|a, b| a.member_id.cmp(&b.member_id));
-    let n = order.len();
-    // Subscribers of each topic, as indexes into `order`.
+    let subscribers = subscribers_by_topic(&order, partitions);
+    let mut owned = sticky_partitions(&order, partitions, &subscribers);
+    assign_unowned_partitions(&mut owned, partitions, &subscribers);
+    while let Some((from, to, partition)) = balancing_move(&owned, &subscribers) {
+        owned[from].remove(&partition);
+        owned[to].insert(partition);
+    }
+    order
+        .iter()
+        .zip(owned)
+        .map(|(m, partitions)| {
+            let mut a = Assignment::new();
+            for (t, p) in partitions {
+                a.entry(t).or_default().insert(p);
+            }
+            (m.member_id.clone(), a)
+        })
+        .collect()
+}
+
+/// The subscribers of each topic that has partitions, as indexes into `order`: the members
+/// `uniform` may give that topic's partitions to.
+fn subscribers_by_topic(
+    order: &[&MemberSpec],
+    partitions: &BTreeMap<TopicId, i32>,
+) -> BTreeMap<TopicId, Vec<usize>> {
     let mut subscribers: BTreeMap<TopicId, Vec<usize>> = BTreeMap::new();
     for (i, m) in order.iter().enumerate() {
         for t in &m.subscribed_topics {
@@ -130,12 +154,19 @@ fn uniform(
             }
         }
     }
-    let mut owned: Vec<BTreeSet<(TopicId, i32)>> = vec![BTreeSet::new(); n];
-    let mut taken: BTreeSet<(TopicId, i32)> = BTreeSet::new();
+    subscribers
+}
 
-    // Keep the previous partitions that are still valid and still subscribed. With a
-    // homogeneous subscription nobody keeps more than the balanced ceiling, which bounds the
-    // moves the balancing step needs.
+/// The stickiness of `uniform`: each member (by index into `order`) keeps the partitions of its
+/// previous target that still exist and that it still subscribes to, each partition to one
+/// member. With a homogeneous subscription nobody keeps more than the balanced ceiling, which
+/// bounds the moves the balancing step needs.
+fn sticky_partitions(
+    order: &[&MemberSpec],
+    partitions: &BTreeMap<TopicId, i32>,
+    subscribers: &BTreeMap<TopicId, Vec<usize>>,
+) -> Vec<BTreeSet<(TopicId, i32)>> {
+    let n = order.len();
     let total: usize = subscribers
         .keys()
         .filter_map(|t| partitions.get(t))
@@ -147,6 +178,8 @@ fn uniform(
     } else {
         usize::MAX
     };
+    let mut owned: Vec<BTreeSet<(TopicId, i32)>> = vec![BTreeSet::new(); n];
+    let mut taken: BTreeSet<(TopicId, i32)> = BTreeSet::new();
     for (i, m) in order.iter().enumerate() {
         for (t, ps) in &m.previous {
             let Some(&count) = partitions.get(t) else {
@@ -165,9 +198,18 @@ fn uniform(
             }
         }
     }
+    owned
+}
 
-    // Hand out the rest, each to its least loaded subscriber. Topics with fewer subscribers go
-    // first so that their partitions do not crowd out members with narrow subscriptions.
+/// Hands out the partitions nobody kept, each to its least loaded subscriber. Topics with fewer
+/// subscribers go first so that their partitions do not crowd out members with narrow
+/// subscriptions.
+fn assign_unowned_partitions(
+    owned: &mut [BTreeSet<(TopicId, i32)>],
+    partitions: &BTreeMap<TopicId, i32>,
+    subscribers: &BTreeMap<TopicId, Vec<usize>>,
+) {
+    let mut taken: BTreeSet<(TopicId, i32)> = owned.iter().flatten().copied().collect();
     let mut topics: Vec<(&TopicId, &Vec<usize>)> = subscribers.iter().collect();
     topics.sort_by_key(|(t, s)| (s.len(), **t));
     for (t, subs) in &topics {
@@ -182,46 +224,34 @@ fn uniform(
             }
         }
     }
+}
 
-    // Move partitions from loaded members to subscribers with at least two fewer until no such
-    // move exists. Every move lowers the sum of squared loads, so this ends.
-    loop {
-        let mut moved = false;
-        let mut by_load: Vec<usize> = (0..n).collect();
-        by_load.sort_by_key(|&i| (std::cmp::Reverse(owned[i].len()), i));
-        'members: for &from in &by_load {
-            let candidates: Vec<(TopicId, i32)> = owned[from].iter().rev().copied().collect();
-            for (t, p) in candidates {
-                let Some(subs) = subscribers.get(&t) else {
-                    continue;
-                };
-                let target = subs
-                    .iter()
-                    .copied()
-                    .filter(|&j| owned[j].len() + 1 < owned[from].len())
-                    .min_by_key(|&j| (owned[j].len(), j));
-                if let Some(to) = target {
-                    owned[from].remove(&(t, p));
-                    owned[to].insert((t, p));
-                    moved = true;
-                    break 'members;
-                }
+/// The next move of `uniform`'s balancing step: from the most loaded member that has one, the
+/// partition (highest first) that a subscriber holding at least two fewer can take, going to
+/// the least loaded such subscriber. `None` once the assignment is balanced. Every move lowers
+/// the sum of squared loads, so repeating it ends.
+fn balancing_move(
+    owned: &[BTreeSet<(TopicId, i32)>],
+    subscribers: &BTreeMap<TopicId, Vec<usize>>,
+) -> Option<(usize, usize, (TopicId, i32))> {
+    let mut by_load: Vec<usize> = (0..owned.len()).collect();
+    by_load.sort_by_key(|&i| (std::cmp::Reverse(owned[i].len()), i));
+    for from in by_load {
+        for &(t, p) in owned[from].iter().rev() {
+            let Some(subs) = subscribers.get(&t) else {
+                continue;
+            };
+            let target = subs
+                .iter()
+                .copied()
+                .filter(|&j| owned[j].len() + 1 < owned[from].len())
+                .min_by_key(|&j| (owned[j].len(), j));
+            if let Some(to) = target {
+                return Some((from, to, (t, p)));
             }
         }
-        if !moved {
-            break;
-        }
     }
-
-    let mut result = BTreeMap::new();
-    for (i, m) in order.iter().enumerate() {
-        let mut a = Assignment::new();
-        for &(t, p) in &owned[i] {
-            a.entry(t).or_default().insert(p);
-        }
-        result.insert(m.member_id.clone(), a);
-    }
-    result
+    None
 }
 
 #[cfg(test)]

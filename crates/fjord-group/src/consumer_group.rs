@@ -314,6 +314,117 @@ impl Group {
             }
         }
     }
+
+    /// A ConsumerGroupPartitionMetadata record: the subscribed topics that exist, as persisted
+    /// (a tombstone clears them; a value of another type changes nothing).
+    fn replay_partition_metadata(&mut self, value: Option<&RecordValue>) {
+        self.subscription_metadata = match value {
+            Some(RecordValue::ConsumerGroupPartitionMetadata(v)) => v
+                .topics
+                .iter()
+                .map(|t| {
+                    (
+                        t.topic_name.clone(),
+                        TopicMeta {
+                            topic_id: t.topic_id,
+                            num_partitions: t.num_partitions,
+                        },
+                    )
+                })
+                .collect(),
+            Some(_) => return,
+            None => BTreeMap::new(),
+        };
+    }
+
+    /// A ConsumerGroupMemberMetadata record: creates or updates the member's subscription and
+    /// client details, keeping the instance id index in step (a member that changed its
+    /// instance id no longer owns the old one).
+    fn replay_member_metadata(&mut self, member_id: &str, v: &ConsumerGroupMemberMetadataValue) {
+        let mut m = self
+            .members
+            .get(member_id)
+            .cloned()
+            .unwrap_or_else(|| Member::new(member_id.to_string()));
+        if let Some(old) = &m.instance_id {
+            if self.static_members.get(old).map(String::as_str) == Some(member_id) {
+                self.static_members.remove(old);
+            }
+        }
+        m.instance_id = v.instance_id.clone();
+        m.rack_id = v.rack_id.clone();
+        m.client_id = v.client_id.clone();
+        m.client_host = v.client_host.clone();
+        m.subscribed_topic_names = v.subscribed_topic_names.iter().cloned().collect();
+        m.subscribed_topic_regex = v.subscribed_topic_regex.clone();
+        m.rebalance_timeout_ms = v.rebalance_timeout_ms;
+        m.server_assignor = v.server_assignor.clone();
+        if let Some(i) = &m.instance_id {
+            self.static_members.insert(i.clone(), member_id.to_string());
+        }
+        self.set_current(m);
+    }
+
+    /// A ConsumerGroupTargetAssignmentMetadata record: the epoch of the target assignment (-1
+    /// once deleted; a value of another type changes nothing).
+    fn replay_target_assignment_metadata(&mut self, value: Option<&RecordValue>) {
+        match value {
+            Some(RecordValue::ConsumerGroupTargetAssignmentMetadata(v)) => {
+                self.assignment_epoch = v.assignment_epoch;
+            }
+            Some(_) => {}
+            None => self.assignment_epoch = -1,
+        }
+    }
+
+    /// A ConsumerGroupTargetAssignmentMember record: one member's target assignment (a
+    /// tombstone deletes it; a value of another type changes nothing).
+    fn replay_target_assignment_member(&mut self, member_id: &str, value: Option<&RecordValue>) {
+        match value {
+            Some(RecordValue::ConsumerGroupTargetAssignmentMember(v)) => {
+                let mut a = Assignment::new();
+                for tp in &v.topic_partitions {
+                    a.entry(tp.topic_id)
+                        .or_default()
+                        .extend(tp.partitions.iter().copied());
+                }
+                self.target.insert(member_id.to_string(), a);
+            }
+            Some(_) => {}
+            None => {
+                self.target.remove(member_id);
+            }
+        }
+    }
+
+    /// A ConsumerGroupCurrentMemberAssignment record of a known member: its epochs, state and
+    /// the partitions it holds. A tombstone leaves the member holding nothing at epoch -1 (its
+    /// metadata tombstone removes it); a value of another type changes nothing.
+    fn replay_current_member_assignment(&mut self, member_id: &str, value: Option<&RecordValue>) {
+        let Some(mut m) = self.members.get(member_id).cloned() else {
+            return;
+        };
+        match value {
+            Some(RecordValue::ConsumerGroupCurrentMemberAssignment(v)) => {
+                let mut epochs = BTreeMap::new();
+                m.assigned = current_partitions_from_record(&v.assigned_partitions, &mut epochs);
+                m.pending_revocation =
+                    current_partitions_from_record(&v.partitions_pending_revocation, &mut epochs);
+                m.assignment_epochs = epochs;
+                m.member_epoch = v.member_epoch;
+                m.previous_member_epoch = v.previous_member_epoch;
+                m.state = MemberState::from_record(v.state);
+            }
+            Some(_) => return,
+            None => {
+                m.member_epoch = LEAVE_GROUP_MEMBER_EPOCH;
+                m.previous_member_epoch = LEAVE_GROUP_MEMBER_EPOCH;
+                m.assigned.clear();
+                m.pending_revocation.clear();
+            }
+        }
+        self.set_current(m);
+    }
 }
 
 /// Compiled topic regexes by pattern; `None` for patterns that do not compile.
@@ -506,18 +617,16 @@ impl ConsumerGroups {
     /// Arms the session timeout of every loaded member, and the rebalance timeout of members
     /// that still have partitions to revoke, as Kafka does when a coordinator shard loads.
     pub fn on_loaded(&mut self, now_ms: i64) {
+        let session = self.session_deadline(now_ms);
         for (group_id, group) in &self.groups {
             for member in group.members.values() {
                 let timers = self
                     .timers
                     .entry((group_id.clone(), member.member_id.clone()))
                     .or_default();
-                timers.session = Some(now_ms.saturating_add(self.config.session_timeout_ms.into()));
-                if member.state == MemberState::UnrevokedPartitions {
-                    timers.rebalance = Some((
-                        member.member_epoch,
-                        now_ms.saturating_add(member.rebalance_timeout_ms.max(0).into()),
-                    ));
+                timers.session = Some(session);
+                if let Some(rebalance) = rebalance_deadline(member, now_ms) {
+                    timers.rebalance = Some(rebalance);
                 }
             }
         }
@@ -678,26 +787,9 @@ impl ConsumerGroups {
                     .group_epoch = v.epoch;
             }
             (RecordKey::ConsumerGroupPartitionMetadata(k), v) => {
-                let Some(g) = self.groups.get_mut(&k.group_id) else {
-                    return;
-                };
-                g.subscription_metadata = match v {
-                    Some(RecordValue::ConsumerGroupPartitionMetadata(v)) => v
-                        .topics
-                        .iter()
-                        .map(|t| {
-                            (
-                                t.topic_name.clone(),
-                                TopicMeta {
-                                    topic_id: t.topic_id,
-                                    num_partitions: t.num_partitions,
-                                },
-                            )
-                        })
-                        .collect(),
-                    Some(_) => return,
-                    None => BTreeMap::new(),
-                };
+                if let Some(g) = self.groups.get_mut(&k.group_id) {
+                    g.replay_partition_metadata(v);
+                }
             }
             (RecordKey::ConsumerGroupMemberMetadata(k), None) => {
                 if let Some(g) = self.groups.get_mut(&k.group_id) {
@@ -711,106 +803,22 @@ impl ConsumerGroups {
                 Some(RecordValue::ConsumerGroupMemberMetadata(v)),
             ) => {
                 let g = self.groups.entry(k.group_id.clone()).or_default();
-                let mut m = g
-                    .members
-                    .get(&k.member_id)
-                    .cloned()
-                    .unwrap_or_else(|| Member::new(k.member_id.clone()));
-                if let Some(old) = &m.instance_id {
-                    if g.static_members.get(old) == Some(&k.member_id) {
-                        g.static_members.remove(old);
-                    }
-                }
-                m.instance_id = v.instance_id.clone();
-                m.rack_id = v.rack_id.clone();
-                m.client_id = v.client_id.clone();
-                m.client_host = v.client_host.clone();
-                m.subscribed_topic_names = v.subscribed_topic_names.iter().cloned().collect();
-                m.subscribed_topic_regex = v.subscribed_topic_regex.clone();
-                m.rebalance_timeout_ms = v.rebalance_timeout_ms;
-                m.server_assignor = v.server_assignor.clone();
-                if let Some(i) = &m.instance_id {
-                    g.static_members.insert(i.clone(), k.member_id.clone());
-                }
-                g.set_current(m);
+                g.replay_member_metadata(&k.member_id, v);
             }
             (RecordKey::ConsumerGroupTargetAssignmentMetadata(k), v) => {
-                let Some(g) = self.groups.get_mut(&k.group_id) else {
-                    return;
-                };
-                match v {
-                    Some(RecordValue::ConsumerGroupTargetAssignmentMetadata(v)) => {
-                        g.assignment_epoch = v.assignment_epoch;
-                    }
-                    Some(_) => {}
-                    None => g.assignment_epoch = -1,
+                if let Some(g) = self.groups.get_mut(&k.group_id) {
+                    g.replay_target_assignment_metadata(v);
                 }
             }
             (RecordKey::ConsumerGroupTargetAssignmentMember(k), v) => {
-                let Some(g) = self.groups.get_mut(&k.group_id) else {
-                    return;
-                };
-                match v {
-                    Some(RecordValue::ConsumerGroupTargetAssignmentMember(v)) => {
-                        let mut a = Assignment::new();
-                        for tp in &v.topic_partitions {
-                            a.entry(tp.topic_id)
-                                .or_default()
-                                .extend(tp.partitions.iter().copied());
-                        }
-                        g.target.insert(k.member_id.clone(), a);
-                    }
-                    Some(_) => {}
-                    None => {
-                        g.target.remove(&k.member_id);
-                    }
+                if let Some(g) = self.groups.get_mut(&k.group_id) {
+                    g.replay_target_assignment_member(&k.member_id, v);
                 }
             }
             (RecordKey::ConsumerGroupCurrentMemberAssignment(k), v) => {
-                let Some(g) = self.groups.get_mut(&k.group_id) else {
-                    return;
-                };
-                let Some(mut m) = g.members.get(&k.member_id).cloned() else {
-                    return;
-                };
-                match v {
-                    Some(RecordValue::ConsumerGroupCurrentMemberAssignment(v)) => {
-                        let mut epochs = BTreeMap::new();
-                        let mut from_record = |tps: &[current_value::TopicPartitions]| {
-                            let mut a = Assignment::new();
-                            for tp in tps {
-                                a.entry(tp.topic_id)
-                                    .or_default()
-                                    .extend(tp.partitions.iter().copied());
-                                // Epochs of another length than the partitions' are ignored:
-                                // those partitions count as assigned at the member epoch.
-                                let Some(e) = &tp.assignment_epochs else {
-                                    continue;
-                                };
-                                if e.len() == tp.partitions.len() {
-                                    for (p, epoch) in tp.partitions.iter().zip(e) {
-                                        epochs.insert((tp.topic_id, *p), *epoch);
-                                    }
-                                }
-                            }
-                            a
-                        };
-                        m.assigned = from_record(&v.assigned_partitions);
-                        m.pending_revocation = from_record(&v.partitions_pending_revocation);
-                        m.assignment_epochs = epochs;
-                        m.member_epoch = v.member_epoch;
-                        m.previous_member_epoch = v.previous_member_epoch;
-                        m.state = MemberState::from_record(v.state);
-                    }
-                    Some(_) => return,
-                    None => {
-                        m.member_epoch = LEAVE_GROUP_MEMBER_EPOCH;
-                        m.previous_member_epoch = LEAVE_GROUP_MEMBER_EPOCH;
-                        m.assigned.clear();
-                        m.pending_revocation.clear();
-                    }
+                if let Some(g) = self.groups.get_mut(&k.group_id) {
+                    g.replay_current_member_assignment(&k.member_id, v);
                 }
-                g.set_current(m);
             }
             _ => {}
         }
@@ -890,12 +898,8 @@ impl ConsumerGroups {
         if let Some(group) = self.groups.get(group_id) {
             // Topics only the departed member followed leave the subscription metadata.
             let universe = group.subscription_metadata.clone();
-            let metadata = Self::subscription_metadata(&mut self.regexes, group, &universe);
-            let epoch = group.group_epoch.saturating_add(1);
-            if metadata != group.subscription_metadata {
-                self.emit(out, partition_metadata_record(group_id, Some(&metadata)));
-            }
-            self.emit(out, group_epoch_record(group_id, Some(epoch)));
+            self.update_subscription_metadata(out, group_id, &universe);
+            self.bump_group_epoch(out, group_id);
         }
         self.timers
             .remove(&(group_id.to_string(), member_id.to_string()));
@@ -964,6 +968,10 @@ impl ConsumerGroups {
         Ok(response)
     }
 
+    /// ConsumerGroupHeartbeat of a member joining (epoch 0) or staying (its epoch), step by
+    /// step as Kafka's coordinator takes it: every check first, then the membership and
+    /// subscription, the target assignment when the group epoch moved past it, the member's
+    /// reconciliation towards its target, its timeouts, and the response.
     fn member_heartbeat(
         &mut self,
         out: &mut Vec<Rec>,
@@ -972,24 +980,67 @@ impl ConsumerGroups {
         request: &ConsumerGroupHeartbeatRequest,
         topics: &Topics,
     ) -> Result<ConsumerGroupHeartbeatResponse, Reject> {
-        let group_id = request.group_id.clone();
-        let joining = request.member_epoch == 0;
-        if !joining && !self.groups.contains_key(&group_id) {
+        let group_id = &request.group_id;
+        if request.member_epoch != 0 && !self.groups.contains_key(group_id) {
             return reject(
                 UNKNOWN_MEMBER_ID,
                 format!("Consumer group {group_id} not found."),
             );
         }
         let member_id = if request.member_id.is_empty() {
-            self.generate_member_id(now_ms, &group_id)
+            self.generate_member_id(now_ms, group_id)
         } else {
             request.member_id.clone()
         };
 
         // Validation: nothing below changes state until every check has passed.
+        let admitted = self.admit_member(&member_id, client, request)?;
+
+        // 1. Membership and subscription.
+        if let Some(departed) = &admitted.replaced {
+            self.replace_static_member(out, group_id, departed, &admitted.member);
+        }
+        let subscription_changed = self.update_member(out, group_id, &admitted);
+        let metadata_changed =
+            self.update_subscription_metadata(out, group_id, &topic_metadata(topics));
+        if subscription_changed || metadata_changed {
+            self.bump_group_epoch(out, group_id);
+        }
+
+        // 2. Target assignment, when the group epoch moved past it.
+        self.maybe_update_target_assignment(out, group_id);
+
+        // 3. Reconcile this member towards its target.
+        let (current, reconciled) = self.reconciled_member(group_id, &member_id, request)?;
+        let key = (group_id.clone(), member_id.clone());
+        if reconciled != current {
+            self.emit(
+                out,
+                current_record(group_id, &member_id, Some(reconciled.current_value())),
+            );
+            self.timers.entry(key.clone()).or_default().rebalance =
+                rebalance_deadline(&reconciled, now_ms);
+        }
+        let session = self.session_deadline(now_ms);
+        self.timers.entry(key).or_default().session = Some(session);
+
+        Ok(self.heartbeat_response(member_id, &admitted.member, &reconciled, request))
+    }
+
+    /// The checks of a joining or staying member's heartbeat, which must all pass before
+    /// anything changes: the group has room for a new member, the member (or the static member
+    /// it replaces) and its epoch are valid, a member in a state unknown to this coordinator
+    /// owns no partitions, and a newly subscribed regex compiles. Returns the member with the
+    /// request's fields applied.
+    fn admit_member(
+        &mut self,
+        member_id: &str,
+        client: Option<&ClientInfo>,
+        request: &ConsumerGroupHeartbeatRequest,
+    ) -> Result<AdmittedMember, Reject> {
         let empty = Group::default();
-        let group = self.groups.get(&group_id).unwrap_or(&empty);
-        if !group.members.contains_key(&member_id) && group.members.len() >= self.config.max_size {
+        let group = self.groups.get(&request.group_id).unwrap_or(&empty);
+        if !group.members.contains_key(member_id) && group.members.len() >= self.config.max_size {
             return reject(
                 GROUP_MAX_SIZE_REACHED,
                 format!(
@@ -998,7 +1049,7 @@ impl ConsumerGroups {
                 ),
             );
         }
-        let (member, replaced) = resolve_member(group, &member_id, request)?;
+        let (member, replaced) = resolve_member(group, member_id, request)?;
         if member.state == MemberState::Unknown
             && request
                 .topic_partitions
@@ -1010,29 +1061,7 @@ impl ConsumerGroups {
                 "The member's state is unknown to this coordinator; it must release its partitions and rejoin.",
             );
         }
-        let mut updated = member.clone();
-        if let Some(i) = &request.instance_id {
-            updated.instance_id = Some(i.clone());
-        }
-        if let Some(r) = &request.rack_id {
-            updated.rack_id = Some(r.clone());
-        }
-        if request.rebalance_timeout_ms != -1 {
-            updated.rebalance_timeout_ms = request.rebalance_timeout_ms;
-        }
-        if let Some(a) = &request.server_assignor {
-            updated.server_assignor = Some(a.clone());
-        }
-        if let Some(names) = &request.subscribed_topic_names {
-            updated.subscribed_topic_names = names.iter().cloned().collect();
-        }
-        if let Some(regex) = &request.subscribed_topic_regex {
-            updated.subscribed_topic_regex = (!regex.is_empty()).then(|| regex.clone());
-        }
-        if let Some(c) = client {
-            updated.client_id = c.client_id.clone();
-            updated.client_host = c.client_host.clone();
-        }
+        let updated = updated_member(&member, client, request);
         if let Some(regex) = &updated.subscribed_topic_regex {
             if member.subscribed_topic_regex.as_ref() != Some(regex)
                 && self.regexes.get(regex).is_none()
@@ -1043,132 +1072,168 @@ impl ConsumerGroups {
                 );
             }
         }
+        Ok(AdmittedMember {
+            member,
+            updated,
+            replaced,
+        })
+    }
 
-        // 1. Membership and subscription.
-        let mut bump = false;
-        if let Some(old) = &replaced {
-            // The new member inherits the departed one's target, read before it is deleted.
-            let target = self
-                .groups
-                .get(&group_id)
-                .and_then(|g| g.target.get(&old.member_id))
-                .cloned()
-                .unwrap_or_default();
-            self.emit(out, current_record(&group_id, &old.member_id, None));
-            self.emit(out, target_member_record(&group_id, &old.member_id, None));
-            self.emit(out, member_record(&group_id, &old.member_id, None));
-            self.emit(
-                out,
-                member_record(&group_id, &member_id, Some(member.metadata_value())),
-            );
-            self.emit(
-                out,
-                target_member_record(&group_id, &member_id, Some(&target)),
-            );
-            self.emit(
-                out,
-                current_record(&group_id, &member_id, Some(member.current_value())),
-            );
-            self.timers
-                .remove(&(group_id.clone(), old.member_id.clone()));
-        }
-        let existing = self
+    /// A static member rejoining under a new member id takes the departed member's place:
+    /// the departed one's records are deleted and the new member is written with the departed
+    /// one's target and current assignment (read before they are deleted), so it keeps its
+    /// partitions without a rebalance.
+    fn replace_static_member(
+        &mut self,
+        out: &mut Vec<Rec>,
+        group_id: &str,
+        departed: &Member,
+        member: &Member,
+    ) {
+        let target = self
             .groups
-            .get(&group_id)
-            .and_then(|g| g.members.get(&member_id))
-            .cloned();
-        if existing.as_ref() != Some(&updated) {
-            self.emit(
-                out,
-                member_record(&group_id, &member_id, Some(updated.metadata_value())),
-            );
-            if member.subscribed_topic_names != updated.subscribed_topic_names
-                || member.subscribed_topic_regex != updated.subscribed_topic_regex
-            {
-                bump = true;
-            }
+            .get(group_id)
+            .and_then(|g| g.target.get(&departed.member_id))
+            .cloned()
+            .unwrap_or_default();
+        self.emit(out, current_record(group_id, &departed.member_id, None));
+        self.emit(
+            out,
+            target_member_record(group_id, &departed.member_id, None),
+        );
+        self.emit(out, member_record(group_id, &departed.member_id, None));
+        self.emit(
+            out,
+            member_record(group_id, &member.member_id, Some(member.metadata_value())),
+        );
+        self.emit(
+            out,
+            target_member_record(group_id, &member.member_id, Some(&target)),
+        );
+        self.emit(
+            out,
+            current_record(group_id, &member.member_id, Some(member.current_value())),
+        );
+        self.timers
+            .remove(&(group_id.to_string(), departed.member_id.clone()));
+    }
+
+    /// Writes the member's metadata when the heartbeat changed it. Returns whether its
+    /// subscription (topic names or regex) changed, which bumps the group epoch.
+    fn update_member(
+        &mut self,
+        out: &mut Vec<Rec>,
+        group_id: &str,
+        admitted: &AdmittedMember,
+    ) -> bool {
+        let (member, updated) = (&admitted.member, &admitted.updated);
+        let unchanged = self
+            .groups
+            .get(group_id)
+            .and_then(|g| g.members.get(&updated.member_id))
+            .is_some_and(|existing| existing == updated);
+        if unchanged {
+            return false;
         }
-        let universe: BTreeMap<String, TopicMeta> = topics
-            .by_name
-            .values()
-            .map(|t| {
-                (
-                    t.name.clone(),
-                    TopicMeta {
-                        topic_id: t.topic_id,
-                        num_partitions: t.partitions,
-                    },
-                )
-            })
-            .collect();
-        let (metadata, old_metadata, epoch) = match self.groups.get(&group_id) {
-            Some(g) => (
-                Self::subscription_metadata(&mut self.regexes, g, &universe),
-                g.subscription_metadata.clone(),
-                g.group_epoch,
-            ),
-            None => (BTreeMap::new(), BTreeMap::new(), 0),
+        self.emit(
+            out,
+            member_record(group_id, &updated.member_id, Some(updated.metadata_value())),
+        );
+        member.subscribed_topic_names != updated.subscribed_topic_names
+            || member.subscribed_topic_regex != updated.subscribed_topic_regex
+    }
+
+    /// Writes the group's subscription metadata (its members' subscribed topics that exist in
+    /// `universe`) when it changed. Returns whether it did, which bumps the group epoch.
+    fn update_subscription_metadata(
+        &mut self,
+        out: &mut Vec<Rec>,
+        group_id: &str,
+        universe: &BTreeMap<String, TopicMeta>,
+    ) -> bool {
+        let Some(group) = self.groups.get(group_id) else {
+            return false;
         };
-        if metadata != old_metadata {
-            bump = true;
-            self.emit(out, partition_metadata_record(&group_id, Some(&metadata)));
+        let metadata = Self::subscription_metadata(&mut self.regexes, group, universe);
+        if metadata == group.subscription_metadata {
+            return false;
         }
-        if bump {
-            self.emit(
-                out,
-                group_epoch_record(&group_id, Some(epoch.saturating_add(1))),
-            );
-        }
+        self.emit(out, partition_metadata_record(group_id, Some(&metadata)));
+        true
+    }
 
-        // 2. Target assignment, when the group epoch moved past it.
-        if let Some(g) = self.groups.get(&group_id) {
-            if g.group_epoch > g.assignment_epoch {
-                let new_epoch = g.group_epoch;
-                let assignor = self.preferred_assignor(g);
-                let changes = compute_target(&mut self.regexes, g, assignor);
-                for (id, a) in changes {
-                    self.emit(out, target_member_record(&group_id, &id, Some(&a)));
-                }
-                self.emit(out, target_epoch_record(&group_id, Some(new_epoch)));
-            }
-        }
+    /// Bumps the group epoch: the target assignment is then computed anew.
+    fn bump_group_epoch(&mut self, out: &mut Vec<Rec>, group_id: &str) {
+        let epoch = self.groups.get(group_id).map_or(0, |g| g.group_epoch);
+        self.emit(
+            out,
+            group_epoch_record(group_id, Some(epoch.saturating_add(1))),
+        );
+    }
 
-        // 3. Reconcile this member towards its target.
-        let Some(g) = self.groups.get(&group_id) else {
+    /// When the group epoch is ahead of the target assignment's, computes the new target with
+    /// the group's preferred assignor and writes the targets that changed, then the new
+    /// assignment epoch.
+    fn maybe_update_target_assignment(&mut self, out: &mut Vec<Rec>, group_id: &str) {
+        let Some(g) = self.groups.get(group_id) else {
+            return;
+        };
+        if g.group_epoch <= g.assignment_epoch {
+            return;
+        }
+        let new_epoch = g.group_epoch;
+        let assignor = self.preferred_assignor(g);
+        let changes = compute_target(&mut self.regexes, g, assignor);
+        for (id, a) in changes {
+            self.emit(out, target_member_record(group_id, &id, Some(&a)));
+        }
+        self.emit(out, target_epoch_record(group_id, Some(new_epoch)));
+    }
+
+    /// The member as it stands and as one reconciliation step towards its target takes it
+    /// (unchanged when it is already reconciled to the assignment epoch).
+    fn reconciled_member(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        request: &ConsumerGroupHeartbeatRequest,
+    ) -> Result<(Member, Member), Reject> {
+        let Some(g) = self.groups.get(group_id) else {
             return reject(UNKNOWN_MEMBER_ID, "The group vanished.");
         };
-        let Some(current) = g.members.get(&member_id).cloned() else {
+        let Some(current) = g.members.get(member_id).cloned() else {
             return reject(UNKNOWN_MEMBER_ID, format!("Member {member_id} is unknown."));
         };
-        let mut reconciled = current.clone();
-        if !current.is_reconciled_to(g.assignment_epoch) {
-            let target = g.target.get(&member_id).cloned().unwrap_or_default();
-            reconciled = reconcile(
-                &current,
-                g.assignment_epoch,
-                &target,
-                &g.owners,
-                request.topic_partitions.as_deref(),
-            );
+        if current.is_reconciled_to(g.assignment_epoch) {
+            return Ok((current.clone(), current));
         }
-        let key = (group_id.clone(), member_id.clone());
-        if reconciled != current {
-            self.emit(
-                out,
-                current_record(&group_id, &member_id, Some(reconciled.current_value())),
-            );
-            let t = self.timers.entry(key.clone()).or_default();
-            t.rebalance = (reconciled.state == MemberState::UnrevokedPartitions).then(|| {
-                (
-                    reconciled.member_epoch,
-                    now_ms.saturating_add(reconciled.rebalance_timeout_ms.max(0).into()),
-                )
-            });
-        }
-        self.timers.entry(key).or_default().session =
-            Some(now_ms.saturating_add(self.config.session_timeout_ms.into()));
+        let target = g.target.get(member_id).cloned().unwrap_or_default();
+        let reconciled = reconcile(
+            &current,
+            g.assignment_epoch,
+            &target,
+            &g.owners,
+            request.topic_partitions.as_deref(),
+        );
+        Ok((current, reconciled))
+    }
 
-        let full_request = joining
+    /// When a member's session expires unless it heartbeats again.
+    fn session_deadline(&self, now_ms: i64) -> i64 {
+        now_ms.saturating_add(self.config.session_timeout_ms.into())
+    }
+
+    /// The heartbeat's answer: the member's id and epoch, and its assignment when the client
+    /// joined or sent a full request (it may have lost track of it) or when the assignment
+    /// changed; otherwise none, and the client keeps the one it has.
+    fn heartbeat_response(
+        &self,
+        member_id: String,
+        member: &Member,
+        reconciled: &Member,
+        request: &ConsumerGroupHeartbeatRequest,
+    ) -> ConsumerGroupHeartbeatResponse {
+        let full_request = request.member_epoch == 0
             || (request.rebalance_timeout_ms != -1
                 && (request.subscribed_topic_names.is_some()
                     || request.subscribed_topic_regex.is_some())
@@ -1185,14 +1250,87 @@ impl ConsumerGroups {
                     .collect(),
             }
         });
-        Ok(ConsumerGroupHeartbeatResponse {
+        ConsumerGroupHeartbeatResponse {
             member_id: Some(member_id),
             member_epoch: reconciled.member_epoch,
             heartbeat_interval_ms: self.config.heartbeat_interval_ms,
             assignment,
             ..Default::default()
-        })
+        }
     }
+}
+
+/// The member a heartbeat is for, once every check has passed.
+struct AdmittedMember {
+    /// The member as the group knew it, or new, or taking over a departed static member's
+    /// assignment at epoch 0.
+    member: Member,
+    /// `member` with the request's fields applied.
+    updated: Member,
+    /// A departed static member whose instance id `member` takes over.
+    replaced: Option<Member>,
+}
+
+/// The member with the fields a heartbeat sets applied (fields left out keep their value; an
+/// empty regex unsubscribes from it). The client's id and host come from the request header.
+fn updated_member(
+    member: &Member,
+    client: Option<&ClientInfo>,
+    request: &ConsumerGroupHeartbeatRequest,
+) -> Member {
+    let mut updated = member.clone();
+    if let Some(i) = &request.instance_id {
+        updated.instance_id = Some(i.clone());
+    }
+    if let Some(r) = &request.rack_id {
+        updated.rack_id = Some(r.clone());
+    }
+    if request.rebalance_timeout_ms != -1 {
+        updated.rebalance_timeout_ms = request.rebalance_timeout_ms;
+    }
+    if let Some(a) = &request.server_assignor {
+        updated.server_assignor = Some(a.clone());
+    }
+    if let Some(names) = &request.subscribed_topic_names {
+        updated.subscribed_topic_names = names.iter().cloned().collect();
+    }
+    if let Some(regex) = &request.subscribed_topic_regex {
+        updated.subscribed_topic_regex = (!regex.is_empty()).then(|| regex.clone());
+    }
+    if let Some(c) = client {
+        updated.client_id = c.client_id.clone();
+        updated.client_host = c.client_host.clone();
+    }
+    updated
+}
+
+/// Every existing topic as subscription metadata: what members' subscriptions are matched
+/// against.
+fn topic_metadata(topics: &Topics) -> BTreeMap<String, TopicMeta> {
+    topics
+        .by_name
+        .values()
+        .map(|t| {
+            (
+                t.name.clone(),
+                TopicMeta {
+                    topic_id: t.topic_id,
+                    num_partitions: t.partitions,
+                },
+            )
+        })
+        .collect()
+}
+
+/// The rebalance timeout a member's reconciliation arms: a member that must revoke partitions
+/// is fenced unless it does so within its rebalance timeout (at this epoch).
+fn rebalance_deadline(member: &Member, now_ms: i64) -> Option<(i32, i64)> {
+    (member.state == MemberState::UnrevokedPartitions).then(|| {
+        (
+            member.member_epoch,
+            now_ms.saturating_add(member.rebalance_timeout_ms.max(0).into()),
+        )
+    })
 }
 
 /// The new target of every member whose target changes.
@@ -1337,6 +1475,9 @@ fn check_member_epoch(
     Ok(())
 }
 
+/// The checks of a heartbeat's own fields, made before any group is looked at: ids present and
+/// not empty, strings a record can hold, the fields its member epoch requires, and an assignor
+/// this coordinator offers.
 fn validate_request(
     request: &ConsumerGroupHeartbeatRequest,
     config: &ConsumerGroupConfig,
@@ -1368,6 +1509,28 @@ fn validate_request(
     if too_long {
         return invalid("A string field is longer than a record can hold.");
     }
+    validate_member_epoch(request)?;
+    if let Some(a) = &request.server_assignor {
+        if !config.assignors.iter().any(|c| c.name() == a) {
+            let supported: Vec<&str> = config.assignors.iter().map(|c| c.name()).collect();
+            return reject(
+                UNSUPPORTED_ASSIGNOR,
+                format!(
+                    "ServerAssignor {a} is not supported. Supported assignors: {}.",
+                    supported.join(", ")
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The fields a heartbeat must carry for its member epoch: a member (re-)joining (0) gives its
+/// rebalance timeout and a subscription and reports that it owns no partitions, a static
+/// member leaving temporarily (-2) names itself and its instance, and any other member names
+/// itself. Other negative epochs are invalid.
+fn validate_member_epoch(request: &ConsumerGroupHeartbeatRequest) -> Result<(), Reject> {
+    let invalid = |m: &str| reject(INVALID_REQUEST, m);
     match request.member_epoch {
         e if e > 0 || e == LEAVE_GROUP_MEMBER_EPOCH => {
             if request.member_id.is_empty() {
@@ -1408,18 +1571,6 @@ fn validate_request(
             }
         }
         _ => return invalid("MemberEpoch is invalid."),
-    }
-    if let Some(a) = &request.server_assignor {
-        if !config.assignors.iter().any(|c| c.name() == a) {
-            let supported: Vec<&str> = config.assignors.iter().map(|c| c.name()).collect();
-            return reject(
-                UNSUPPORTED_ASSIGNOR,
-                format!(
-                    "ServerAssignor {a} is not supported. Supported assignors: {}.",
-                    supported.join(", ")
-                ),
-            );
-        }
     }
     Ok(())
 }
@@ -1575,6 +1726,30 @@ fn set_epoch(member: &mut Member, epoch: i32) {
         member.previous_member_epoch = member.member_epoch;
         member.member_epoch = epoch;
     }
+}
+
+/// The partitions of a current assignment record, adding the epoch each was assigned at to
+/// `epochs` (KIP-1251). Epochs of another length than the partitions' are ignored: those
+/// partitions count as assigned at the member epoch.
+fn current_partitions_from_record(
+    tps: &[current_value::TopicPartitions],
+    epochs: &mut BTreeMap<(TopicId, i32), i32>,
+) -> Assignment {
+    let mut a = Assignment::new();
+    for tp in tps {
+        a.entry(tp.topic_id)
+            .or_default()
+            .extend(tp.partitions.iter().copied());
+        let Some(e) = &tp.assignment_epochs else {
+            continue;
+        };
+        if e.len() == tp.partitions.len() {
+            for (p, epoch) in tp.partitions.iter().zip(e) {
+                epochs.insert((tp.topic_id, *p), *epoch);
+            }
+        }
+    }
+    a
 }
 
 fn describe_assignment(a: &Assignment, topics: &Topics) -> describe::Assignment {

@@ -30,7 +30,9 @@ use fjord_protocol::messages::offset_delete_request::OffsetDeleteRequest;
 use fjord_protocol::messages::offset_delete_response::{
     OffsetDeleteResponse, OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
 };
-use fjord_protocol::messages::offset_fetch_request::OffsetFetchRequest;
+use fjord_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequest, OffsetFetchRequestGroup, OffsetFetchRequestTopics,
+};
 use fjord_protocol::messages::offset_fetch_response::{
     OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
     OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics,
@@ -133,6 +135,40 @@ fn protocols_of(request: &JoinGroupRequest) -> Vec<(String, Bytes)> {
         .collect()
 }
 
+/// A JoinGroup's rebalance timeout: v0 has none (-1), and the session timeout serves.
+fn rebalance_timeout_of(request: &JoinGroupRequest) -> i32 {
+    if request.rebalance_timeout_ms < 0 {
+        request.session_timeout_ms
+    } else {
+        request.rebalance_timeout_ms
+    }
+}
+
+/// The member a JoinGroup adds, its join parked until the join phase completes; a new member
+/// that never completes one is removed after the new-member join timeout.
+fn joining_member(
+    now_ms: i64,
+    parked: Parked,
+    request: &JoinGroupRequest,
+    client: &ClientInfo,
+    member_id: String,
+) -> Member {
+    Member {
+        member_id,
+        group_instance_id: request.group_instance_id.clone(),
+        client_id: client.client_id.clone(),
+        client_host: client.client_host.clone(),
+        rebalance_timeout_ms: rebalance_timeout_of(request),
+        session_timeout_ms: request.session_timeout_ms,
+        protocols: protocols_of(request),
+        assignment: Bytes::new(),
+        awaiting_join: Some(parked),
+        awaiting_sync: None,
+        is_new: true,
+        heartbeat_deadline: Some(now_ms.saturating_add(NEW_MEMBER_JOIN_TIMEOUT_MS)),
+    }
+}
+
 fn join_error(version: i16, member_id: &str, error_code: i16) -> JoinGroupResponse {
     JoinGroupResponse {
         error_code,
@@ -167,6 +203,49 @@ fn sync_response(
     }
 }
 
+/// Why a member may not sync with a classic group, if it may not: the group is dead, the
+/// member (or its instance id) is unknown or fenced, its generation is not the group's, or it
+/// names another protocol type or name than the group's.
+fn sync_error(group: &ClassicGroup, request: &SyncGroupRequest) -> Option<i16> {
+    if group.state == GroupState::Dead {
+        return Some(COORDINATOR_NOT_AVAILABLE);
+    }
+    if let Some(code) =
+        group.validate_member(&request.member_id, request.group_instance_id.as_deref())
+    {
+        return Some(code);
+    }
+    if request.generation_id != group.generation_id {
+        return Some(ILLEGAL_GENERATION);
+    }
+    let type_mismatch = request
+        .protocol_type
+        .as_ref()
+        .is_some_and(|t| group.protocol_type.as_ref() != Some(t));
+    let name_mismatch = request
+        .protocol_name
+        .as_ref()
+        .is_some_and(|n| group.protocol_name.as_ref() != Some(n));
+    if type_mismatch || name_mismatch {
+        return Some(INCONSISTENT_GROUP_PROTOCOL);
+    }
+    None
+}
+
+/// Answers every parked SyncGroup of the group with the member's assignment, restarting the
+/// member's session.
+fn propagate_assignment(now_ms: i64, group: &mut ClassicGroup, fx: &mut Effects) {
+    for m in group.members.values_mut() {
+        if let Some((id, v)) = m.awaiting_sync.take() {
+            fx.responses.push((
+                id,
+                ResponseBody::SyncGroup(sync_response(NONE, None, m.assignment.clone(), v)),
+            ));
+            m.heartbeat_deadline = Some(now_ms.saturating_add(i64::from(m.session_timeout_ms)));
+        }
+    }
+}
+
 /// The answer to a group request that this node cannot handle (its group's coordinator is
 /// elsewhere: NOT_COORDINATOR), every group and partition in it refused with `error_code`,
 /// shaped as a coordinator would answer at `version`. None for a request that is not a group
@@ -187,6 +266,38 @@ pub fn refusal(version: i16, request: &RequestBody, error_code: i16) -> Option<R
             error_code,
             ..LeaveGroupResponse::default()
         }),
+        RequestBody::OffsetCommit(_) | RequestBody::TxnOffsetCommit(_) => {
+            return refused_partitions(request, error_code)
+        }
+        // From v8 OffsetFetch asks for several groups, each answered on its own.
+        RequestBody::OffsetFetch(_) if version < 8 => {
+            ResponseBody::OffsetFetch(OffsetFetchResponse {
+                error_code,
+                ..OffsetFetchResponse::default()
+            })
+        }
+        RequestBody::OffsetFetch(_)
+        | RequestBody::DescribeGroups(_)
+        | RequestBody::DeleteGroups(_)
+        | RequestBody::ConsumerGroupDescribe(_) => return refused_groups(request, error_code),
+        RequestBody::OffsetDelete(_) => ResponseBody::OffsetDelete(OffsetDeleteResponse {
+            error_code,
+            ..OffsetDeleteResponse::default()
+        }),
+        RequestBody::ConsumerGroupHeartbeat(_) => ResponseBody::ConsumerGroupHeartbeat(
+            consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse {
+                error_code,
+                ..Default::default()
+            },
+        ),
+        _ => return None,
+    })
+}
+
+/// [`refusal`] of a commit (OffsetCommit, TxnOffsetCommit): these carry their errors per
+/// partition, so every partition asked for is refused.
+fn refused_partitions(request: &RequestBody, error_code: i16) -> Option<ResponseBody> {
+    Some(match request {
         RequestBody::OffsetCommit(r) => ResponseBody::OffsetCommit(OffsetCommitResponse {
             topics: r
                 .topics
@@ -225,27 +336,26 @@ pub fn refusal(version: i16, request: &RequestBody, error_code: i16) -> Option<R
                 .collect(),
             ..TxnOffsetCommitResponse::default()
         }),
-        RequestBody::OffsetFetch(r) if version >= 8 => {
-            ResponseBody::OffsetFetch(OffsetFetchResponse {
-                groups: r
-                    .groups
-                    .iter()
-                    .map(|g| OffsetFetchResponseGroup {
-                        group_id: g.group_id.clone(),
-                        error_code,
-                        ..OffsetFetchResponseGroup::default()
-                    })
-                    .collect(),
-                ..OffsetFetchResponse::default()
-            })
-        }
-        RequestBody::OffsetFetch(_) => ResponseBody::OffsetFetch(OffsetFetchResponse {
-            error_code,
+        _ => return None,
+    })
+}
+
+/// [`refusal`] of a request naming several groups (OffsetFetch v8+, DescribeGroups,
+/// DeleteGroups, ConsumerGroupDescribe): these carry their errors per group, so every group
+/// asked for is refused.
+fn refused_groups(request: &RequestBody, error_code: i16) -> Option<ResponseBody> {
+    Some(match request {
+        RequestBody::OffsetFetch(r) => ResponseBody::OffsetFetch(OffsetFetchResponse {
+            groups: r
+                .groups
+                .iter()
+                .map(|g| OffsetFetchResponseGroup {
+                    group_id: g.group_id.clone(),
+                    error_code,
+                    ..OffsetFetchResponseGroup::default()
+                })
+                .collect(),
             ..OffsetFetchResponse::default()
-        }),
-        RequestBody::OffsetDelete(_) => ResponseBody::OffsetDelete(OffsetDeleteResponse {
-            error_code,
-            ..OffsetDeleteResponse::default()
         }),
         RequestBody::DescribeGroups(r) => ResponseBody::DescribeGroups(DescribeGroupsResponse {
             groups: r
@@ -271,12 +381,6 @@ pub fn refusal(version: i16, request: &RequestBody, error_code: i16) -> Option<R
                 .collect(),
             ..DeleteGroupsResponse::default()
         }),
-        RequestBody::ConsumerGroupHeartbeat(_) => ResponseBody::ConsumerGroupHeartbeat(
-            consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse {
-                error_code,
-                ..Default::default()
-            },
-        ),
         RequestBody::ConsumerGroupDescribe(r) => ResponseBody::ConsumerGroupDescribe(
             consumer_group_describe_response::ConsumerGroupDescribeResponse {
                 groups: r
@@ -426,6 +530,8 @@ impl GroupCoordinatorShard {
             .any(|groups| groups.contains_key(group_id))
     }
 
+    /// Applies one record, committed (`producer_id` None) or of a transaction not yet
+    /// decided, by its type.
     fn apply(
         &mut self,
         producer_id: Option<i64>,
@@ -439,97 +545,119 @@ impl GroupCoordinatorShard {
         };
         match (key, value) {
             (RecordKey::OffsetCommit(k), Some(RecordValue::OffsetCommit(v))) => {
-                // Offsets without a group make a simple classic group, unless a consumer group
-                // owns them.
-                if !self.consumer.contains(&k.group) {
-                    self.groups
-                        .entry(k.group.clone())
-                        .or_insert_with(|| ClassicGroup::new(&k.group));
-                }
-                let offsets = match producer_id {
-                    None => &mut self.offsets,
-                    Some(producer_id) => self.pending.entry(producer_id).or_default(),
-                };
-                offsets.entry(k.group).or_default().insert(
-                    (k.topic, k.partition),
-                    CommittedOffset {
-                        offset: v.offset,
-                        leader_epoch: v.leader_epoch,
-                        metadata: v.metadata,
-                        commit_timestamp_ms: v.commit_timestamp,
-                        expire_timestamp_ms: (v.expire_timestamp >= 0)
-                            .then_some(v.expire_timestamp),
-                        record_position: position,
-                    },
-                );
+                self.apply_offset_commit(producer_id, position, k, v);
             }
-            (RecordKey::OffsetCommit(k), None) => {
-                // A tombstone deletes the committed offset and every pending one.
-                let partition = (k.topic, k.partition);
-                for offsets in std::iter::once(&mut self.offsets).chain(self.pending.values_mut()) {
-                    if let Some(group) = offsets.get_mut(&k.group) {
-                        group.remove(&partition);
-                        if group.is_empty() {
-                            offsets.remove(&k.group);
-                        }
-                    }
-                }
-                self.pending.retain(|_, groups| !groups.is_empty());
-            }
+            (RecordKey::OffsetCommit(k), None) => self.apply_offset_tombstone(k),
             (RecordKey::GroupMetadata(k), Some(RecordValue::GroupMetadata(v))) => {
-                // The later record wins a group id: a consumer group of the same id was
-                // deleted before this classic group was written (its tombstones come first in
-                // a log Kafka or fjord wrote; this keeps any other log loadable).
-                if self.consumer.contains(&k.group) {
-                    self.consumer.replay(
-                        &RecordKey::ConsumerGroupMetadata(records::ConsumerGroupMetadataKey {
-                            group_id: k.group.clone(),
-                        }),
-                        None,
-                    );
-                }
-                let group = group_from_record(&k.group, v);
-                self.timers_unarmed |= !group.members.is_empty();
-                self.groups.insert(k.group, group);
+                self.apply_group_metadata(k, v);
             }
             (RecordKey::GroupMetadata(k), None) => {
                 self.groups.remove(&k.group);
             }
-            (key, value) => {
-                let group_id = match &key {
-                    RecordKey::ConsumerGroupMetadata(k) => &k.group_id,
-                    RecordKey::ConsumerGroupPartitionMetadata(k) => &k.group_id,
-                    RecordKey::ConsumerGroupMemberMetadata(k) => &k.group_id,
-                    RecordKey::ConsumerGroupTargetAssignmentMetadata(k) => &k.group_id,
-                    RecordKey::ConsumerGroupTargetAssignmentMember(k) => &k.group_id,
-                    RecordKey::ConsumerGroupCurrentMemberAssignment(k) => &k.group_id,
-                    // A key whose value is of another type: nothing to apply.
-                    _ => return Ok(()),
-                };
-                if value.is_some() {
-                    // The consumer group replaces the classic group of the same id (the simple
-                    // group its offsets created, or a classic group converted while empty).
-                    self.groups.remove(group_id);
-                }
-                if matches!(
-                    (&key, &value),
-                    (RecordKey::ConsumerGroupMemberMetadata(_), Some(_))
-                ) {
-                    self.timers_unarmed = true;
-                }
-                self.consumer.replay(&key, value.as_ref());
-                // Offsets outlive a consumer group replaced by a classic one; like any
-                // offsets without a group they belong to a simple classic group.
-                if matches!((&key, &value), (RecordKey::ConsumerGroupMetadata(_), None))
-                    && self.offsets.contains_key(group_id)
-                    && !self.groups.contains_key(group_id)
-                {
-                    self.groups
-                        .insert(group_id.clone(), ClassicGroup::new(group_id));
+            (key, value) => self.apply_consumer_group_record(key, value),
+        }
+        Ok(())
+    }
+
+    /// An OffsetCommit record: the group's committed offset of the partition, or a pending
+    /// one of `producer_id`'s transaction.
+    fn apply_offset_commit(
+        &mut self,
+        producer_id: Option<i64>,
+        position: u64,
+        k: OffsetCommitKey,
+        v: OffsetCommitValue,
+    ) {
+        // Offsets without a group make a simple classic group, unless a consumer group owns
+        // them.
+        if !self.consumer.contains(&k.group) {
+            self.groups
+                .entry(k.group.clone())
+                .or_insert_with(|| ClassicGroup::new(&k.group));
+        }
+        let offsets = match producer_id {
+            None => &mut self.offsets,
+            Some(producer_id) => self.pending.entry(producer_id).or_default(),
+        };
+        offsets.entry(k.group).or_default().insert(
+            (k.topic, k.partition),
+            CommittedOffset {
+                offset: v.offset,
+                leader_epoch: v.leader_epoch,
+                metadata: v.metadata,
+                commit_timestamp_ms: v.commit_timestamp,
+                expire_timestamp_ms: (v.expire_timestamp >= 0).then_some(v.expire_timestamp),
+                record_position: position,
+            },
+        );
+    }
+
+    /// An OffsetCommit tombstone deletes the committed offset and every pending one.
+    fn apply_offset_tombstone(&mut self, k: OffsetCommitKey) {
+        let partition = (k.topic, k.partition);
+        for offsets in std::iter::once(&mut self.offsets).chain(self.pending.values_mut()) {
+            if let Some(group) = offsets.get_mut(&k.group) {
+                group.remove(&partition);
+                if group.is_empty() {
+                    offsets.remove(&k.group);
                 }
             }
         }
-        Ok(())
+        self.pending.retain(|_, groups| !groups.is_empty());
+    }
+
+    /// A GroupMetadata record: the classic group as written. The later record wins a group id:
+    /// a consumer group of the same id was deleted before this classic group was written (its
+    /// tombstones come first in a log Kafka or fjord wrote; this keeps any other log loadable).
+    fn apply_group_metadata(&mut self, k: GroupMetadataKey, v: GroupMetadataValue) {
+        if self.consumer.contains(&k.group) {
+            self.consumer.replay(
+                &RecordKey::ConsumerGroupMetadata(records::ConsumerGroupMetadataKey {
+                    group_id: k.group.clone(),
+                }),
+                None,
+            );
+        }
+        let group = group_from_record(&k.group, v);
+        self.timers_unarmed |= !group.members.is_empty();
+        self.groups.insert(k.group, group);
+    }
+
+    /// A KIP-848 consumer group record, replayed by `ConsumerGroups`. A group id names one
+    /// group: the classic group of the same id gives way to the consumer group, and the offsets
+    /// a deleted consumer group leaves behind go to a simple classic group. Any other record (a
+    /// key whose value is of another type) has nothing to apply.
+    fn apply_consumer_group_record(&mut self, key: RecordKey, value: Option<RecordValue>) {
+        let group_id = match &key {
+            RecordKey::ConsumerGroupMetadata(k) => &k.group_id,
+            RecordKey::ConsumerGroupPartitionMetadata(k) => &k.group_id,
+            RecordKey::ConsumerGroupMemberMetadata(k) => &k.group_id,
+            RecordKey::ConsumerGroupTargetAssignmentMetadata(k) => &k.group_id,
+            RecordKey::ConsumerGroupTargetAssignmentMember(k) => &k.group_id,
+            RecordKey::ConsumerGroupCurrentMemberAssignment(k) => &k.group_id,
+            _ => return,
+        };
+        if value.is_some() {
+            // The consumer group replaces the classic group of the same id (the simple group
+            // its offsets created, or a classic group converted while empty).
+            self.groups.remove(group_id);
+        }
+        if matches!(
+            (&key, &value),
+            (RecordKey::ConsumerGroupMemberMetadata(_), Some(_))
+        ) {
+            self.timers_unarmed = true;
+        }
+        self.consumer.replay(&key, value.as_ref());
+        // Offsets outlive a consumer group replaced by a classic one; like any offsets without
+        // a group they belong to a simple classic group.
+        if matches!((&key, &value), (RecordKey::ConsumerGroupMetadata(_), None))
+            && self.offsets.contains_key(group_id)
+            && !self.groups.contains_key(group_id)
+        {
+            self.groups
+                .insert(group_id.clone(), ClassicGroup::new(group_id));
+        }
     }
 
     /// `handle_from` for a client whose id and host are not known.
@@ -939,6 +1067,9 @@ impl GroupCoordinatorShard {
         response.map(ResponseBody::JoinGroup)
     }
 
+    /// JoinGroup on a classic group: a dead group, a full one, and protocols the group cannot
+    /// take refuse the member; then a member without an id joins as a new member and one with
+    /// an id as an existing one.
     fn join_group_in(
         &mut self,
         now_ms: i64,
@@ -949,12 +1080,6 @@ impl GroupCoordinatorShard {
         fx: &mut Effects,
     ) -> Option<JoinGroupResponse> {
         let version = parked.1;
-        let protocols = protocols_of(request);
-        let rebalance_timeout_ms = if request.rebalance_timeout_ms < 0 {
-            request.session_timeout_ms
-        } else {
-            request.rebalance_timeout_ms
-        };
         if group.state == GroupState::Dead {
             return Some(join_error(
                 version,
@@ -970,133 +1095,135 @@ impl GroupCoordinatorShard {
             }
             return Some(join_error(version, "", GROUP_MAX_SIZE_REACHED));
         }
-        if !group.supports_protocols(&request.protocol_type, &protocols) {
+        if !group.supports_protocols(&request.protocol_type, &protocols_of(request)) {
             return Some(join_error(
                 version,
                 &request.member_id,
                 INCONSISTENT_GROUP_PROTOCOL,
             ));
         }
-        let new_member = |member_id: String| Member {
-            member_id,
-            group_instance_id: request.group_instance_id.clone(),
-            client_id: client.client_id.clone(),
-            client_host: client.client_host.clone(),
-            rebalance_timeout_ms,
-            session_timeout_ms: request.session_timeout_ms,
-            protocols: protocols.clone(),
-            assignment: Bytes::new(),
-            awaiting_join: Some(parked),
-            awaiting_sync: None,
-            is_new: true,
-            heartbeat_deadline: Some(now_ms.saturating_add(NEW_MEMBER_JOIN_TIMEOUT_MS)),
-        };
-
         if request.member_id.is_empty() {
-            let prefix = request
-                .group_instance_id
-                .as_deref()
-                .unwrap_or(&client.client_id);
-            let member_id = self.new_member_id(now_ms, prefix, group);
-            if let Some(instance) = &request.group_instance_id {
-                if let Some(old_id) = group.static_members.get(instance).cloned() {
-                    return self.replace_static_member(
-                        now_ms,
-                        parked,
-                        group,
-                        &old_id,
-                        member_id,
-                        request,
-                        protocols,
-                        rebalance_timeout_ms,
-                        fx,
-                    );
-                }
-                self.add_member_and_rebalance(
-                    now_ms,
-                    group,
-                    new_member(member_id),
-                    &request.protocol_type,
-                    fx,
-                );
-                return None;
-            }
-            if version >= 4 {
-                // KIP-394: the member must come back with this id before it is counted.
-                group.pending_join.insert(
-                    member_id.clone(),
-                    now_ms.saturating_add(i64::from(request.session_timeout_ms)),
-                );
-                return Some(join_error(version, &member_id, MEMBER_ID_REQUIRED));
-            }
-            self.add_member_and_rebalance(
-                now_ms,
-                group,
-                new_member(member_id),
-                &request.protocol_type,
-                fx,
-            );
-            return None;
+            self.join_new_member(now_ms, parked, request, client, group, fx)
+        } else {
+            self.join_existing_member(now_ms, parked, request, client, group, fx)
         }
+    }
 
-        if group.pending_join.contains_key(&request.member_id) {
+    /// JoinGroup without a member id: the coordinator names the member. A static member takes
+    /// the place of its instance id's current member, or joins; a dynamic member is added at
+    /// once before v4, and from v4 (KIP-394) must first come back with its new id.
+    fn join_new_member(
+        &mut self,
+        now_ms: i64,
+        parked: Parked,
+        request: &JoinGroupRequest,
+        client: &ClientInfo,
+        group: &mut ClassicGroup,
+        fx: &mut Effects,
+    ) -> Option<JoinGroupResponse> {
+        let version = parked.1;
+        let prefix = request
+            .group_instance_id
+            .as_deref()
+            .unwrap_or(&client.client_id);
+        let member_id = self.new_member_id(now_ms, prefix, group);
+        if let Some(instance) = &request.group_instance_id {
+            if let Some(old_id) = group.static_members.get(instance).cloned() {
+                return self
+                    .replace_static_member(now_ms, parked, group, &old_id, member_id, request, fx);
+            }
+        } else if version >= 4 {
+            // KIP-394: the member must come back with this id before it is counted.
+            group.pending_join.insert(
+                member_id.clone(),
+                now_ms.saturating_add(i64::from(request.session_timeout_ms)),
+            );
+            return Some(join_error(version, &member_id, MEMBER_ID_REQUIRED));
+        }
+        let member = joining_member(now_ms, parked, request, client, member_id);
+        self.add_member_and_rebalance(now_ms, group, member, &request.protocol_type, fx);
+        None
+    }
+
+    /// JoinGroup with a member id: a member the coordinator named (KIP-394) is added now, unless
+    /// its instance id has a member already. A known member whose protocols are unchanged gets
+    /// the current join response while the group completes its rebalance or is stable (the
+    /// leader of a stable group rejoins, to rebalance); otherwise it rejoins.
+    fn join_existing_member(
+        &mut self,
+        now_ms: i64,
+        parked: Parked,
+        request: &JoinGroupRequest,
+        client: &ClientInfo,
+        group: &mut ClassicGroup,
+        fx: &mut Effects,
+    ) -> Option<JoinGroupResponse> {
+        let version = parked.1;
+        let member_id = &request.member_id;
+        if group.pending_join.contains_key(member_id) {
             if let Some(instance) = &request.group_instance_id {
                 if group.static_members.contains_key(instance) {
-                    return Some(join_error(version, &request.member_id, FENCED_INSTANCE_ID));
+                    return Some(join_error(version, member_id, FENCED_INSTANCE_ID));
                 }
             }
-            self.add_member_and_rebalance(
-                now_ms,
-                group,
-                new_member(request.member_id.clone()),
-                &request.protocol_type,
-                fx,
-            );
+            let member = joining_member(now_ms, parked, request, client, member_id.clone());
+            self.add_member_and_rebalance(now_ms, group, member, &request.protocol_type, fx);
             return None;
         }
-        if let Some(code) =
-            group.validate_member(&request.member_id, request.group_instance_id.as_deref())
-        {
-            return Some(join_error(version, &request.member_id, code));
+        if let Some(code) = group.validate_member(member_id, request.group_instance_id.as_deref()) {
+            return Some(join_error(version, member_id, code));
         }
-        let Some(member) = group.members.get(&request.member_id) else {
-            return Some(join_error(version, &request.member_id, UNKNOWN_MEMBER_ID));
+        let Some(member) = group.members.get(member_id) else {
+            return Some(join_error(version, member_id, UNKNOWN_MEMBER_ID));
         };
-        let same = member.same_protocols(&protocols);
-        let is_leader = group.is_leader(&request.member_id);
+        let same = member.same_protocols(&protocols_of(request));
+        let is_leader = group.is_leader(member_id);
         match group.state {
             GroupState::CompletingRebalance if same => {
-                Some(self.current_join_response(group, &request.member_id, version, false))
+                Some(self.current_join_response(group, member_id, version, false))
             }
             GroupState::Stable if same && !is_leader => {
-                Some(self.current_join_response(group, &request.member_id, version, false))
+                Some(self.current_join_response(group, member_id, version, false))
             }
             GroupState::PreparingRebalance
             | GroupState::CompletingRebalance
             | GroupState::Stable => {
-                if let Some(m) = group.members.get_mut(&request.member_id) {
-                    if let Some(old) = m.awaiting_join.replace(parked) {
-                        // A retried join supersedes the parked one.
-                        fx.responses.push((
-                            old.0,
-                            ResponseBody::JoinGroup(join_error(
-                                old.1,
-                                &request.member_id,
-                                UNKNOWN_MEMBER_ID,
-                            )),
-                        ));
-                    }
-                    m.protocols = protocols;
-                    m.rebalance_timeout_ms = rebalance_timeout_ms;
-                    m.session_timeout_ms = request.session_timeout_ms;
-                }
-                self.rebalance_or_complete_join(now_ms, group, fx);
+                self.update_member_and_rebalance(now_ms, parked, request, group, fx);
                 None
             }
             GroupState::Empty | GroupState::Dead => {
-                Some(join_error(version, &request.member_id, UNKNOWN_MEMBER_ID))
+                Some(join_error(version, member_id, UNKNOWN_MEMBER_ID))
             }
         }
+    }
+
+    /// A known member rejoins: its join is parked (a join it had parked already is superseded,
+    /// answered UNKNOWN_MEMBER_ID), it takes the request's protocols and timeouts, and the group
+    /// rebalances or completes its join phase.
+    fn update_member_and_rebalance(
+        &mut self,
+        now_ms: i64,
+        parked: Parked,
+        request: &JoinGroupRequest,
+        group: &mut ClassicGroup,
+        fx: &mut Effects,
+    ) {
+        if let Some(m) = group.members.get_mut(&request.member_id) {
+            if let Some(old) = m.awaiting_join.replace(parked) {
+                fx.responses.push((
+                    old.0,
+                    ResponseBody::JoinGroup(join_error(
+                        old.1,
+                        &request.member_id,
+                        UNKNOWN_MEMBER_ID,
+                    )),
+                ));
+            }
+            m.protocols = protocols_of(request);
+            m.rebalance_timeout_ms = rebalance_timeout_of(request);
+            m.session_timeout_ms = request.session_timeout_ms;
+        }
+        self.rebalance_or_complete_join(now_ms, group, fx);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1108,11 +1235,10 @@ impl GroupCoordinatorShard {
         old_id: &str,
         new_id: String,
         request: &JoinGroupRequest,
-        protocols: Vec<(String, Bytes)>,
-        rebalance_timeout_ms: i32,
         fx: &mut Effects,
     ) -> Option<JoinGroupResponse> {
         let version = parked.1;
+        let protocols = protocols_of(request);
         let Some(mut member) = group.members.remove(old_id) else {
             return Some(join_error(version, "", UNKNOWN_MEMBER_ID));
         };
@@ -1135,7 +1261,7 @@ impl GroupCoordinatorShard {
         member.member_id = new_id.clone();
         member.client_id = old_member.client_id.clone();
         member.session_timeout_ms = request.session_timeout_ms;
-        member.rebalance_timeout_ms = rebalance_timeout_ms;
+        member.rebalance_timeout_ms = rebalance_timeout_of(request);
         member.heartbeat_deadline =
             Some(now_ms.saturating_add(i64::from(request.session_timeout_ms)));
         if group.pending_sync.remove(old_id) {
@@ -1423,6 +1549,9 @@ impl GroupCoordinatorShard {
         response.map(ResponseBody::SyncGroup)
     }
 
+    /// SyncGroup on a classic group: a member that may not sync is refused; while the group
+    /// completes its rebalance the member's sync is parked (the leader's completes it), and in
+    /// a stable group the member gets its assignment at once.
     fn sync_group_in(
         &mut self,
         now_ms: i64,
@@ -1433,27 +1562,8 @@ impl GroupCoordinatorShard {
     ) -> Option<SyncGroupResponse> {
         let version = parked.1;
         let reply = |code: i16| Some(sync_response(code, None, Bytes::new(), version));
-        if group.state == GroupState::Dead {
-            return reply(COORDINATOR_NOT_AVAILABLE);
-        }
-        if let Some(code) =
-            group.validate_member(&request.member_id, request.group_instance_id.as_deref())
-        {
+        if let Some(code) = sync_error(group, request) {
             return reply(code);
-        }
-        if request.generation_id != group.generation_id {
-            return reply(ILLEGAL_GENERATION);
-        }
-        let type_mismatch = request
-            .protocol_type
-            .as_ref()
-            .is_some_and(|t| group.protocol_type.as_ref() != Some(t));
-        let name_mismatch = request
-            .protocol_name
-            .as_ref()
-            .is_some_and(|n| group.protocol_name.as_ref() != Some(n));
-        if type_mismatch || name_mismatch {
-            return reply(INCONSISTENT_GROUP_PROTOCOL);
         }
         match group.state {
             GroupState::Empty | GroupState::Dead => reply(UNKNOWN_MEMBER_ID),
@@ -1466,49 +1576,7 @@ impl GroupCoordinatorShard {
                         Some(now_ms.saturating_add(i64::from(m.session_timeout_ms)));
                 }
                 if group.is_leader(&request.member_id) {
-                    // Members the leader left out get an empty assignment.
-                    let mut assignments: BTreeMap<&str, &Bytes> = BTreeMap::new();
-                    for a in &request.assignments {
-                        assignments.insert(&a.member_id, &a.assignment);
-                    }
-                    for m in group.members.values_mut() {
-                        m.assignment = assignments
-                            .get(m.member_id.as_str())
-                            .map(|b| (*b).clone())
-                            .unwrap_or_default();
-                    }
-                    match group_metadata_record(group) {
-                        Ok(record) => fx.records.push(record),
-                        Err(_) => {
-                            self.prepare_rebalance(now_ms, group, fx);
-                            return None;
-                        }
-                    }
-                    for m in group.members.values_mut() {
-                        if let Some((id, v)) = m.awaiting_sync.take() {
-                            fx.responses.push((
-                                id,
-                                ResponseBody::SyncGroup(sync_response(
-                                    NONE,
-                                    None,
-                                    m.assignment.clone(),
-                                    v,
-                                )),
-                            ));
-                            m.heartbeat_deadline =
-                                Some(now_ms.saturating_add(i64::from(m.session_timeout_ms)));
-                        }
-                    }
-                    group.transition(GroupState::Stable, now_ms);
-                    // Fill in protocol type/name for v5+ now that the group is stable.
-                    for (_, response) in fx.responses.iter_mut() {
-                        if let ResponseBody::SyncGroup(r) = response {
-                            if r.error_code == NONE && r.protocol_type.is_none() && version >= 5 {
-                                r.protocol_type = group.protocol_type.clone();
-                                r.protocol_name = group.protocol_name.clone();
-                            }
-                        }
-                    }
+                    self.complete_rebalance(now_ms, version, request, group, fx);
                 }
                 None
             }
@@ -1523,6 +1591,49 @@ impl GroupCoordinatorShard {
                     None => Bytes::new(),
                 };
                 Some(sync_response(NONE, Some(group), assignment, version))
+            }
+        }
+    }
+
+    /// The leader's SyncGroup ends the rebalance: every member takes the assignment the leader
+    /// gave it (members it left out an empty one), the group is persisted (a group whose record
+    /// cannot be written rebalances again instead), every parked SyncGroup is answered and the
+    /// group is stable.
+    fn complete_rebalance(
+        &mut self,
+        now_ms: i64,
+        version: i16,
+        request: &SyncGroupRequest,
+        group: &mut ClassicGroup,
+        fx: &mut Effects,
+    ) {
+        let assignments: BTreeMap<&str, &Bytes> = request
+            .assignments
+            .iter()
+            .map(|a| (a.member_id.as_str(), &a.assignment))
+            .collect();
+        for m in group.members.values_mut() {
+            m.assignment = assignments
+                .get(m.member_id.as_str())
+                .map(|b| (*b).clone())
+                .unwrap_or_default();
+        }
+        match group_metadata_record(group) {
+            Ok(record) => fx.records.push(record),
+            Err(_) => {
+                self.prepare_rebalance(now_ms, group, fx);
+                return;
+            }
+        }
+        propagate_assignment(now_ms, group, fx);
+        group.transition(GroupState::Stable, now_ms);
+        // Fill in protocol type/name for v5+ now that the group is stable.
+        for (_, response) in fx.responses.iter_mut() {
+            if let ResponseBody::SyncGroup(r) = response {
+                if r.error_code == NONE && r.protocol_type.is_none() && version >= 5 {
+                    r.protocol_type = group.protocol_type.clone();
+                    r.protocol_name = group.protocol_name.clone();
+                }
             }
         }
     }
@@ -1954,126 +2065,136 @@ impl GroupCoordinatorShard {
         }
     }
 
+    /// OffsetFetch: from v8 every group asked for is answered on its own; before, the one
+    /// group's offsets make the response, an empty group id refused from v2.
     fn offset_fetch(
         &self,
         version: i16,
         request: OffsetFetchRequest,
         known: &Topics,
     ) -> ResponseBody {
-        let mut response = OffsetFetchResponse::default();
         let require_stable = request.require_stable;
         if version >= 8 {
-            let by_id = version >= OFFSET_FETCH_TOPIC_IDS_FROM;
-            for g in request.groups {
-                // From v10 topics come by id: a topic asked for is answered with its id, an id
-                // not known is UNKNOWN_TOPIC_ID, and a fetch of all offsets leaves out topics
-                // that no longer exist (they have no id to name them by).
-                let mut ids: BTreeMap<String, fjord_common::TopicId> = BTreeMap::new();
-                let mut unknown = Vec::new();
-                let topics = g.topics.map(|ts| {
-                    ts.into_iter()
-                        .filter_map(|t| {
-                            if by_id && t.name.is_empty() {
-                                unknown.push(unknown_topic_id(t.topic_id, &t.partition_indexes));
-                                return None;
-                            }
-                            ids.insert(t.name.clone(), t.topic_id);
-                            Some((t.name, t.partition_indexes))
-                        })
-                        .collect()
-                });
-                let error_code = if g.group_id.is_empty() {
-                    INVALID_GROUP_ID
-                } else if self.consumer.contains(&g.group_id) {
-                    match self.consumer.validate_offset_fetch(
-                        &g.group_id,
-                        g.member_id.as_deref(),
-                        g.member_epoch,
-                    ) {
-                        Ok(()) => NONE,
-                        Err(code) => code,
-                    }
-                } else {
-                    NONE
-                };
-                if error_code != NONE && error_code != INVALID_GROUP_ID {
-                    // A member that failed validation learns nothing of the offsets.
-                    response.groups.push(OffsetFetchResponseGroup {
-                        group_id: g.group_id,
-                        topics: Vec::new(),
-                        error_code,
-                    });
-                    continue;
-                }
-                let mut topics: Vec<OffsetFetchResponseTopics> = self
-                    .fetch_group(&g.group_id, topics)
+            return ResponseBody::OffsetFetch(OffsetFetchResponse {
+                groups: request
+                    .groups
                     .into_iter()
-                    .filter_map(|(name, parts)| {
-                        let topic_id = match ids.get(&name) {
-                            Some(id) => *id,
-                            None if by_id => known.get(&name)?.topic_id,
-                            None => Default::default(),
-                        };
-                        Some((name, topic_id, parts))
-                    })
-                    .map(|(name, topic_id, parts)| OffsetFetchResponseTopics {
-                        topic_id,
-                        partitions: parts
-                            .into_iter()
-                            .map(|(p, c)| {
-                                let (offset, epoch, metadata, error_code) =
-                                    self.fetched(&g.group_id, &name, p, c, require_stable);
-                                OffsetFetchResponsePartitions {
-                                    partition_index: p,
-                                    committed_offset: offset,
-                                    committed_leader_epoch: epoch,
-                                    metadata: Some(metadata),
-                                    error_code,
-                                }
-                            })
-                            .collect(),
-                        name,
-                    })
-                    .collect();
-                topics.extend(unknown);
-                response.groups.push(OffsetFetchResponseGroup {
-                    group_id: g.group_id,
-                    topics,
-                    error_code,
-                });
-            }
-        } else {
-            let topics = request.topics.map(|ts| {
-                ts.into_iter()
-                    .map(|t| (t.name, t.partition_indexes))
-                    .collect()
+                    .map(|g| self.fetch_group_offsets(version, g, require_stable, known))
+                    .collect(),
+                ..OffsetFetchResponse::default()
             });
-            response.topics = self
-                .fetch_group(&request.group_id, topics)
-                .into_iter()
-                .map(|(name, parts)| OffsetFetchResponseTopic {
-                    partitions: parts
-                        .into_iter()
-                        .map(|(p, c)| {
-                            let (offset, epoch, metadata, error_code) =
-                                self.fetched(&request.group_id, &name, p, c, require_stable);
-                            OffsetFetchResponsePartition {
-                                partition_index: p,
-                                committed_offset: offset,
-                                committed_leader_epoch: if version >= 5 { epoch } else { -1 },
-                                metadata: Some(metadata),
-                                error_code,
-                            }
-                        })
-                        .collect(),
-                    name,
-                })
-                .collect();
-            if request.group_id.is_empty() && version >= 2 {
-                response.error_code = INVALID_GROUP_ID;
-            }
+        }
+        let mut response = OffsetFetchResponse::default();
+        let topics = request.topics.map(|ts| {
+            ts.into_iter()
+                .map(|t| (t.name, t.partition_indexes))
+                .collect()
+        });
+        response.topics = self
+            .fetch_group(&request.group_id, topics)
+            .into_iter()
+            .map(|(name, parts)| OffsetFetchResponseTopic {
+                partitions: parts
+                    .into_iter()
+                    .map(|(p, c)| {
+                        let (offset, epoch, metadata, error_code) =
+                            self.fetched(&request.group_id, &name, p, c, require_stable);
+                        OffsetFetchResponsePartition {
+                            partition_index: p,
+                            committed_offset: offset,
+                            committed_leader_epoch: if version >= 5 { epoch } else { -1 },
+                            metadata: Some(metadata),
+                            error_code,
+                        }
+                    })
+                    .collect(),
+                name,
+            })
+            .collect();
+        if request.group_id.is_empty() && version >= 2 {
+            response.error_code = INVALID_GROUP_ID;
         }
         ResponseBody::OffsetFetch(response)
+    }
+
+    /// One group of an OffsetFetch v8+. A member that fails the group's validation learns
+    /// nothing of the offsets; otherwise the group's offsets of the topics asked for (all of
+    /// them when none are named). From v10 topics come by id: a topic asked for is answered
+    /// with its id, an id not known is UNKNOWN_TOPIC_ID, and a fetch of all offsets leaves out
+    /// topics that no longer exist (they have no id to name them by).
+    fn fetch_group_offsets(
+        &self,
+        version: i16,
+        group: OffsetFetchRequestGroup,
+        require_stable: bool,
+        known: &Topics,
+    ) -> OffsetFetchResponseGroup {
+        let error_code = self.offset_fetch_group_error(&group);
+        if error_code != NONE && error_code != INVALID_GROUP_ID {
+            return OffsetFetchResponseGroup {
+                group_id: group.group_id,
+                topics: Vec::new(),
+                error_code,
+            };
+        }
+        let by_id = version >= OFFSET_FETCH_TOPIC_IDS_FROM;
+        let requested = requested_topics(by_id, group.topics);
+        let mut topics: Vec<OffsetFetchResponseTopics> = self
+            .fetch_group(&group.group_id, requested.names)
+            .into_iter()
+            .filter_map(|(name, parts)| {
+                let topic_id = match requested.ids.get(&name) {
+                    Some(id) => *id,
+                    None if by_id => known.get(&name)?.topic_id,
+                    None => Default::default(),
+                };
+                let partitions = parts
+                    .into_iter()
+                    .map(|(p, c)| {
+                        let (offset, epoch, metadata, error_code) =
+                            self.fetched(&group.group_id, &name, p, c, require_stable);
+                        OffsetFetchResponsePartitions {
+                            partition_index: p,
+                            committed_offset: offset,
+                            committed_leader_epoch: epoch,
+                            metadata: Some(metadata),
+                            error_code,
+                        }
+                    })
+                    .collect();
+                Some(OffsetFetchResponseTopics {
+                    name,
+                    topic_id,
+                    partitions,
+                })
+            })
+            .collect();
+        topics.extend(requested.unknown);
+        OffsetFetchResponseGroup {
+            group_id: group.group_id,
+            topics,
+            error_code,
+        }
+    }
+
+    /// A group's error in OffsetFetch v8+: INVALID_GROUP_ID for an empty group id, and for a
+    /// KIP-848 consumer group whatever its member validation says (a member named must exist
+    /// with that epoch).
+    fn offset_fetch_group_error(&self, group: &OffsetFetchRequestGroup) -> i16 {
+        if group.group_id.is_empty() {
+            INVALID_GROUP_ID
+        } else if self.consumer.contains(&group.group_id) {
+            match self.consumer.validate_offset_fetch(
+                &group.group_id,
+                group.member_id.as_deref(),
+                group.member_epoch,
+            ) {
+                Ok(()) => NONE,
+                Err(code) => code,
+            }
+        } else {
+            NONE
+        }
     }
 
     fn offset_delete(&mut self, request: OffsetDeleteRequest, fx: &mut Effects) -> ResponseBody {
@@ -2541,6 +2662,41 @@ fn group_from_record(group_id: &str, v: GroupMetadataValue) -> ClassicGroup {
             .or_else(|| group.members.keys().next().cloned());
     }
     group
+}
+
+/// The topics one group of an OffsetFetch v8+ asks for.
+struct RequestedTopics {
+    /// By name, with their partitions, as `fetch_group` takes them; None asks for all.
+    names: Option<Vec<(String, Vec<i32>)>>,
+    /// The id each topic named was asked by.
+    ids: BTreeMap<String, fjord_common::TopicId>,
+    /// Topics asked for by an id this broker does not know (it left their names empty),
+    /// already answered UNKNOWN_TOPIC_ID.
+    unknown: Vec<OffsetFetchResponseTopics>,
+}
+
+/// Sorts the topics of one OffsetFetch v8+ group into those to fetch and, when they come by id
+/// (`by_id`, v10+), those whose id is not known.
+fn requested_topics(by_id: bool, topics: Option<Vec<OffsetFetchRequestTopics>>) -> RequestedTopics {
+    let mut ids = BTreeMap::new();
+    let mut unknown = Vec::new();
+    let names = topics.map(|ts| {
+        ts.into_iter()
+            .filter_map(|t| {
+                if by_id && t.name.is_empty() {
+                    unknown.push(unknown_topic_id(t.topic_id, &t.partition_indexes));
+                    return None;
+                }
+                ids.insert(t.name.clone(), t.topic_id);
+                Some((t.name, t.partition_indexes))
+            })
+            .collect()
+    });
+    RequestedTopics {
+        names,
+        ids,
+        unknown,
+    }
 }
 
 /// An OffsetFetch v10+ answer for a topic id the broker does not know.
