@@ -122,7 +122,12 @@ fn every_layer_imports_only_the_layers_below_it() {
             continue;
         };
         let text = std::fs::read_to_string(file).unwrap();
+        // Inside an inline module (a test module), `super::` is the layer's own root.
+        let mut inline_module = false;
         for (number, line) in code_lines(&text) {
+            let trimmed = line.trim_start();
+            inline_module |= (trimmed.starts_with("mod ") || trimmed.starts_with("pub mod "))
+                && trimmed.trim_end().ends_with('{');
             for named in layers_named(&line, &layers) {
                 if named != layer && !may_import.contains(&named.as_str()) {
                     broken.push(format!(
@@ -131,7 +136,7 @@ fn every_layer_imports_only_the_layers_below_it() {
                     ));
                 }
             }
-            if shown.ends_with("mod.rs") && line.contains("super::") {
+            if shown.ends_with("mod.rs") && !inline_module && line.contains("super::") {
                 broken.push(format!(
                     "{shown}:{number}: a layer's root reaches the crate root through `super::`"
                 ));

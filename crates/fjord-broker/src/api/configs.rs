@@ -10,137 +10,69 @@ use fjord_protocol::messages::describe_configs_response::*;
 
 use crate::api::Broker;
 
+/// Resource types as DescribeConfigs numbers them.
+const TOPIC: i8 = 2;
+const BROKER: i8 = 4;
+
+/// What one resource of a DescribeConfigs asks for: which keys, and whether with synonyms.
+struct Asked<'a> {
+    keys: Option<&'a Vec<String>>,
+    include_synonyms: bool,
+}
+
+impl Asked<'_> {
+    /// Whether key `name` is asked for: all keys when none are named.
+    fn wants(&self, name: &str) -> bool {
+        self.keys
+            .is_none_or(|keys| keys.is_empty() || keys.iter().any(|k| k == name))
+    }
+}
+
 impl Broker {
+    /// DescribeConfigs: each resource's entries, or its error.
     pub(crate) fn describe_configs(
         &self,
         request: &DescribeConfigsRequest,
     ) -> DescribeConfigsResponse {
-        const TOPIC: i8 = 2;
-        const BROKER: i8 = 4;
         let image = self.quorum.image();
         let dynamic = DynamicBrokerConfig::from_image(&image, self.config.node_id);
         let mut results = Vec::new();
         for resource in &request.resources {
-            let wanted = |name: &str| {
-                resource
-                    .configuration_keys
-                    .as_ref()
-                    .is_none_or(|keys| keys.is_empty() || keys.iter().any(|k| k == name))
+            let asked = Asked {
+                keys: resource.configuration_keys.as_ref(),
+                include_synonyms: request.include_synonyms,
+            };
+            let name = &resource.resource_name;
+            let described = match resource.resource_type {
+                TOPIC if image.topic(name).is_none() => Err((
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("Topic {name} does not exist"),
+                )),
+                TOPIC => Ok(self.topic_entries(&image, &dynamic, name, &asked)),
+                BROKER if name.is_empty() => Ok(default_broker_entries(&dynamic, &asked)),
+                BROKER if *name != self.config.node_id.to_string() => Err((
+                    errors::INVALID_REQUEST,
+                    format!(
+                        "Unexpected broker id, expected {}, but received {name}",
+                        self.config.node_id
+                    ),
+                )),
+                BROKER => Ok(self.broker_entries(&dynamic, &asked)),
+                other => Err((
+                    errors::INVALID_REQUEST,
+                    format!("Unsupported resource type {other}"),
+                )),
             };
             let mut result = DescribeConfigsResult {
                 resource_type: resource.resource_type,
-                resource_name: resource.resource_name.clone(),
+                resource_name: name.clone(),
                 ..Default::default()
             };
-            match resource.resource_type {
-                TOPIC => {
-                    if image.topic(&resource.resource_name).is_none() {
-                        result.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION;
-                        result.error_message =
-                            Some(format!("Topic {} does not exist", resource.resource_name));
-                    } else {
-                        let config = self.replicas.topic_config(&image, &resource.resource_name);
-                        for (name, value, source) in config.entries() {
-                            if !wanted(name) {
-                                continue;
-                            }
-                            let def = TOPIC_CONFIGS.iter().find(|d| d.name == name);
-                            let mut synonyms = Vec::new();
-                            if request.include_synonyms {
-                                if source == ConfigSource::DynamicTopic {
-                                    synonyms.push(synonym(name, value, source));
-                                }
-                                let names = def
-                                    .and_then(|d| d.broker_synonym)
-                                    .map(broker_key_synonyms)
-                                    .unwrap_or_default();
-                                for (n, v, s) in self.config.synonyms(&dynamic, &names) {
-                                    synonyms.push(synonym(&n, &v, s));
-                                }
-                            }
-                            result.configs.push(DescribeConfigsResourceResult {
-                                name: name.to_string(),
-                                value: Some(value.to_string()),
-                                read_only: false,
-                                config_source: source as i8,
-                                is_sensitive: false,
-                                synonyms,
-                                config_type: def.map(|d| d.kind as i8).unwrap_or(0),
-                                documentation: None,
-                            });
-                        }
-                    }
-                }
-                BROKER if resource.resource_name.is_empty() => {
-                    // The cluster-wide default: only what is set dynamically for every broker.
-                    for (name, value) in &dynamic.default {
-                        if !wanted(name) {
-                            continue;
-                        }
-                        let source = ConfigSource::DynamicDefaultBroker;
-                        result.configs.push(broker_entry(
-                            name,
-                            Some(value.clone()),
-                            source,
-                            if request.include_synonyms {
-                                vec![synonym(name, value, source)]
-                            } else {
-                                Vec::new()
-                            },
-                        ));
-                    }
-                }
-                BROKER => {
-                    if resource.resource_name != self.config.node_id.to_string() {
-                        result.error_code = errors::INVALID_REQUEST;
-                        result.error_message = Some(format!(
-                            "Unexpected broker id, expected {}, but received {}",
-                            self.config.node_id, resource.resource_name
-                        ));
-                    } else {
-                        for (name, _) in broker_config_keys() {
-                            if !wanted(name) {
-                                continue;
-                            }
-                            // As Kafka lists them: this key's synonyms from its own name on.
-                            let all = self.config.synonyms(&dynamic, &broker_key_synonyms(name));
-                            let own: Vec<_> =
-                                all.into_iter().skip_while(|(n, _, _)| n != name).collect();
-                            let (value, source) = match own.first() {
-                                Some((_, v, s)) => (Some(v.clone()), *s),
-                                None => (None, ConfigSource::Default),
-                            };
-                            let synonyms = if request.include_synonyms {
-                                own.iter().map(|(n, v, s)| synonym(n, v, *s)).collect()
-                            } else {
-                                Vec::new()
-                            };
-                            result
-                                .configs
-                                .push(broker_entry(name, value, source, synonyms));
-                        }
-                        // Keys fjord does not know but stored dynamically, as Kafka keeps them.
-                        for name in dynamic
-                            .node
-                            .keys()
-                            .filter(|k| broker_config_kind(k).is_none())
-                        {
-                            if wanted(name) {
-                                let mut entry = broker_entry(
-                                    name,
-                                    None,
-                                    ConfigSource::DynamicBroker,
-                                    Vec::new(),
-                                );
-                                entry.is_sensitive = true;
-                                result.configs.push(entry);
-                            }
-                        }
-                    }
-                }
-                other => {
-                    result.error_code = errors::INVALID_REQUEST;
-                    result.error_message = Some(format!("Unsupported resource type {other}"));
+            match described {
+                Ok(configs) => result.configs = configs,
+                Err((code, message)) => {
+                    result.error_code = code;
+                    result.error_message = Some(message);
                 }
             }
             results.push(result);
@@ -150,6 +82,107 @@ impl Broker {
             ..Default::default()
         }
     }
+
+    /// A topic's configs with their sources; synonyms: the topic's own override, then the
+    /// broker keys its default comes from.
+    fn topic_entries(
+        &self,
+        image: &fjord_metadata::MetadataImage,
+        dynamic: &DynamicBrokerConfig,
+        topic: &str,
+        asked: &Asked<'_>,
+    ) -> Vec<DescribeConfigsResourceResult> {
+        let config = self.replicas.topic_config(image, topic);
+        let mut entries = Vec::new();
+        for (name, value, source) in config.entries() {
+            if !asked.wants(name) {
+                continue;
+            }
+            let def = TOPIC_CONFIGS.iter().find(|d| d.name == name);
+            let mut synonyms = Vec::new();
+            if asked.include_synonyms {
+                if source == ConfigSource::DynamicTopic {
+                    synonyms.push(synonym(name, value, source));
+                }
+                let names = def
+                    .and_then(|d| d.broker_synonym)
+                    .map(broker_key_synonyms)
+                    .unwrap_or_default();
+                for (n, v, s) in self.config.synonyms(dynamic, &names) {
+                    synonyms.push(synonym(&n, &v, s));
+                }
+            }
+            entries.push(DescribeConfigsResourceResult {
+                name: name.to_string(),
+                value: Some(value.to_string()),
+                read_only: false,
+                config_source: source as i8,
+                is_sensitive: false,
+                synonyms,
+                config_type: def.map(|d| d.kind as i8).unwrap_or(0),
+                documentation: None,
+            });
+        }
+        entries
+    }
+
+    /// This broker's configs, each with its synonyms from its own name on (as Kafka lists
+    /// them), and the keys fjord does not know but holds dynamically (as Kafka keeps them).
+    fn broker_entries(
+        &self,
+        dynamic: &DynamicBrokerConfig,
+        asked: &Asked<'_>,
+    ) -> Vec<DescribeConfigsResourceResult> {
+        let mut entries = Vec::new();
+        for (name, _) in broker_config_keys() {
+            if !asked.wants(name) {
+                continue;
+            }
+            let all = self.config.synonyms(dynamic, &broker_key_synonyms(name));
+            let own: Vec<_> = all.into_iter().skip_while(|(n, _, _)| n != name).collect();
+            let (value, source) = match own.first() {
+                Some((_, v, s)) => (Some(v.clone()), *s),
+                None => (None, ConfigSource::Default),
+            };
+            let synonyms = if asked.include_synonyms {
+                own.iter().map(|(n, v, s)| synonym(n, v, *s)).collect()
+            } else {
+                Vec::new()
+            };
+            entries.push(broker_entry(name, value, source, synonyms));
+        }
+        let unknown = dynamic
+            .node
+            .keys()
+            .filter(|k| broker_config_kind(k).is_none());
+        for name in unknown.filter(|name| asked.wants(name)) {
+            let mut entry = broker_entry(name, None, ConfigSource::DynamicBroker, Vec::new());
+            entry.is_sensitive = true;
+            entries.push(entry);
+        }
+        entries
+    }
+}
+
+/// The cluster-wide broker default: only what is set dynamically for every broker.
+fn default_broker_entries(
+    dynamic: &DynamicBrokerConfig,
+    asked: &Asked<'_>,
+) -> Vec<DescribeConfigsResourceResult> {
+    let source = ConfigSource::DynamicDefaultBroker;
+    dynamic
+        .default
+        .iter()
+        .filter(|(name, _)| asked.wants(name))
+        .map(|(name, value)| {
+            let synonyms = if asked.include_synonyms {
+                vec![synonym(name, value, source)]
+            } else {
+                Vec::new()
+            };
+            broker_entry(name, Some(value.clone()), source, synonyms)
+        })
+        .collect()
 }
 
 fn synonym(name: &str, value: &str, source: ConfigSource) -> DescribeConfigsSynonym {

@@ -146,6 +146,69 @@ enum FollowerRead {
     OutOfRange,
 }
 
+/// Reads `target` from `log` (its partition's, locked) into `data`: the offsets, a follower's
+/// position (and divergence), a read_committed consumer's aborted transactions, then the
+/// records, unless an error, a divergence or the throttle (`held_back`) says none.
+fn read_log(
+    plan: &FetchPlan,
+    partition: &Partition,
+    log: &mut fjord_storage::log::Log,
+    target: &Target,
+    data: &mut PartitionData,
+    ((remaining, first), held_back): ((usize, bool), bool),
+    now_ms: i64,
+) -> Result<fjord_storage::log::ReadInfo, Option<StorageError>> {
+    let consumer_committed = plan.read_committed && plan.replica.is_none();
+    // read_committed consumers read only decided transactions.
+    let mut max_offset = if consumer_committed {
+        log.last_stable_offset()
+    } else {
+        log.high_watermark()
+    };
+    if let Some(replica) = plan.replica {
+        match follower_read(partition, log, replica, target, now_ms) {
+            FollowerRead::Read => max_offset = log.log_end_offset(),
+            FollowerRead::Diverged(epoch, end_offset) => {
+                data.diverging_epoch = EpochEndOffset { epoch, end_offset };
+                max_offset = target.fetch_offset;
+            }
+            FollowerRead::NotAReplica => {
+                data.error_code = errors::NOT_LEADER_OR_FOLLOWER;
+                max_offset = target.fetch_offset;
+            }
+            FollowerRead::OutOfRange => {
+                data.error_code = errors::OFFSET_OUT_OF_RANGE;
+                max_offset = target.fetch_offset;
+            }
+        }
+    }
+    data.high_watermark = log.high_watermark();
+    data.last_stable_offset = log.last_stable_offset();
+    data.log_start_offset = log.log_start_offset();
+    if consumer_committed {
+        let aborted = log.aborted_txns(target.fetch_offset, max_offset);
+        data.aborted_transactions = Some(
+            aborted
+                .into_iter()
+                .map(|txn| AbortedTransaction {
+                    producer_id: txn.producer_id,
+                    first_offset: txn.first_offset,
+                })
+                .collect(),
+        );
+    }
+    if data.error_code != errors::NONE || data.diverging_epoch.epoch >= 0 || held_back {
+        return Ok(fjord_storage::log::ReadInfo {
+            records: None,
+            log_start_offset: log.log_start_offset(),
+            log_end_offset: log.log_end_offset(),
+        });
+    }
+    let limit = (target.partition_max_bytes.max(0) as usize).min(remaining);
+    log.read(target.fetch_offset, limit, max_offset, first)
+        .map_err(Some)
+}
+
 /// The leader's side of a follower's fetch: checks it against this log's bounds and epochs
 /// (`check_follower_fetch`), then records its position (which may move the high watermark), as
 /// Kafka does.
@@ -455,18 +518,6 @@ impl Broker {
         })
     }
 
-    /// Reads every target once, as `plan` allows.
-    fn read_for(&self, plan: &FetchPlan, targets: &[Target], now: i64) -> FetchRead {
-        self.read_targets(
-            targets,
-            plan.max_bytes,
-            plan.read_committed,
-            plan.replica,
-            plan.consumer.as_ref(),
-            now,
-        )
-    }
-
     /// The answer to a fetch from what its reads found: the session told what was sent (an
     /// incremental fetch leaves out partitions with nothing new), records left in their segment
     /// files to go out with `sendfile`.
@@ -589,139 +640,33 @@ impl Broker {
             }
         }
     }
-
-    /// Reads every target once. The first partition with data may return a batch larger than its
-    /// limits, so a consumer always makes progress (Kafka's "first batch even if larger").
-    fn read_targets(
-        &self,
-        targets: &[Target],
-        max_bytes: usize,
-        read_committed: bool,
-        replica: Option<Replica>,
-        consumer: Option<&ConsumerReads>,
-        now_ms: i64,
-    ) -> FetchRead {
+    /// Reads every target once, as `plan` allows: at most `max_bytes` in all, consumers below
+    /// the high watermark (or the last stable offset), followers to the log end. The first
+    /// partition with data may return a batch larger than its limits, so a consumer always
+    /// makes progress (Kafka's "first batch even if larger").
+    fn read_for(&self, plan: &FetchPlan, targets: &[Target], now_ms: i64) -> FetchRead {
         let mut results = Vec::with_capacity(targets.len());
         let mut total = 0usize;
         let mut any_error = false;
         for target in targets {
-            let mut file = None;
-            let mut data = no_data(target.partition);
-            let hosted = if consumer.is_some() {
+            let hosted = if plan.consumer.is_some() {
                 self.replicas.get_hosted(&target.topic, target.partition)
             } else {
                 self.replicas.get(&target.topic, target.partition)
             };
-            match hosted {
-                None => data.error_code = self.not_hosted(&target.topic, target.partition),
-                Some(partition) => {
-                    let preferred = consumer.and_then(|c| {
-                        if !self.config.cluster.rack_aware_reads {
-                            return None;
-                        }
-                        let rack_of = |id: i32| c.image.broker(id).and_then(|b| b.rack.clone());
-                        partition.preferred_read_replica(target.fetch_offset, &c.rack, rack_of)
-                    });
-                    if let Err(code) = check_leader_epoch(&partition, target.current_leader_epoch) {
-                        data.error_code = code;
-                    } else if let Some(id) = preferred {
-                        // Sent elsewhere: no records, the offsets the consumer needs.
-                        data.preferred_read_replica = id;
-                        if let Ok(log) = partition.log.lock() {
-                            data.high_watermark = log.high_watermark();
-                            data.last_stable_offset = log.last_stable_offset();
-                            data.log_start_offset = log.log_start_offset();
-                        }
-                    } else {
-                        // A throttled replica out of sync is answered without records while
-                        // the leader's throttle is above its rate (its position is still taken).
-                        let held_back = replica.is_some_and(|r| {
-                            throttles(&partition, LEADER_THROTTLED_REPLICAS, self.config.node_id)
-                                && !partition.isr_and_replica_count().0.contains(&r.id)
-                                && self.replication_quotas.leader.exceeded(now_ms)
-                        });
-                        let remaining = max_bytes.saturating_sub(total);
-                        let limit = (target.partition_max_bytes.max(0) as usize).min(remaining);
-                        let min_one_batch = total == 0;
-                        let read = partition.log.lock().map_err(|_| None).and_then(|mut log| {
-                            // read_committed consumers read only decided transactions.
-                            let mut max_offset = if read_committed && replica.is_none() {
-                                log.last_stable_offset()
-                            } else {
-                                log.high_watermark()
-                            };
-                            if let Some(replica) = replica {
-                                match follower_read(&partition, &mut log, replica, target, now_ms) {
-                                    FollowerRead::Read => max_offset = log.log_end_offset(),
-                                    FollowerRead::Diverged(epoch, end_offset) => {
-                                        data.diverging_epoch = EpochEndOffset { epoch, end_offset };
-                                        max_offset = target.fetch_offset;
-                                    }
-                                    FollowerRead::NotAReplica => {
-                                        data.error_code = errors::NOT_LEADER_OR_FOLLOWER;
-                                        max_offset = target.fetch_offset;
-                                    }
-                                    FollowerRead::OutOfRange => {
-                                        data.error_code = errors::OFFSET_OUT_OF_RANGE;
-                                        max_offset = target.fetch_offset;
-                                    }
-                                }
-                            }
-                            data.high_watermark = log.high_watermark();
-                            data.last_stable_offset = log.last_stable_offset();
-                            data.log_start_offset = log.log_start_offset();
-                            if read_committed && replica.is_none() {
-                                let aborted = log.aborted_txns(target.fetch_offset, max_offset);
-                                data.aborted_transactions = Some(
-                                    aborted
-                                        .into_iter()
-                                        .map(|txn| AbortedTransaction {
-                                            producer_id: txn.producer_id,
-                                            first_offset: txn.first_offset,
-                                        })
-                                        .collect(),
-                                );
-                            }
-                            if data.error_code != errors::NONE
-                                || data.diverging_epoch.epoch >= 0
-                                || held_back
-                            {
-                                return Ok(fjord_storage::log::ReadInfo {
-                                    records: None,
-                                    log_start_offset: log.log_start_offset(),
-                                    log_end_offset: log.log_end_offset(),
-                                });
-                            }
-                            log.read(target.fetch_offset, limit, max_offset, min_one_batch)
-                                .map_err(Some)
-                        });
-                        match read {
-                            Ok(info) => {
-                                // The bytes stay in the segment file until the writer sends them.
-                                if let Some(slice) = info.records {
-                                    total += slice.len() as usize;
-                                    file = Some(slice);
-                                }
-                            }
-                            Err(Some(StorageError::OffsetOutOfRange { .. })) => {
-                                data.error_code = errors::OFFSET_OUT_OF_RANGE
-                            }
-                            Err(Some(error)) => {
-                                tracing::error!(%error, "fetch failed");
-                                data.error_code = error.kafka_error_code();
-                            }
-                            Err(None) => data.error_code = errors::KAFKA_STORAGE_ERROR,
-                        }
-                    }
-                    // KIP-951: the current leader is only news to a client that used a stale
-                    // epoch; other partitions leave the field at its default.
-                    if data.error_code == errors::FENCED_LEADER_EPOCH {
-                        data.current_leader = LeaderIdAndEpoch {
-                            leader_id: self.config.node_id,
-                            leader_epoch: partition.leader_epoch(),
-                        };
-                    }
+            let (data, file) = match hosted {
+                None => {
+                    let mut data = no_data(target.partition);
+                    data.error_code = self.not_hosted(&target.topic, target.partition);
+                    (data, None)
                 }
+                Some(partition) => {
+                    let budget = plan.max_bytes.saturating_sub(total);
+                    self.read_partition(plan, &partition, target, (budget, total == 0), now_ms)
+                }
+            };
+            if let Some(slice) = &file {
+                total += slice.len() as usize;
             }
             // A divergence is answered at once, as an error is (the follower must truncate
             // first), and so is a consumer sent to another replica.
@@ -731,6 +676,79 @@ impl Broker {
             results.push((target.clone(), data, file));
         }
         (results, total, any_error)
+    }
+
+    /// One hosted partition's part of a fetch: refused on a stale or future leader epoch, sent
+    /// to a preferred replica (KIP-392), or read. `budget`: the bytes left in the response, and
+    /// whether this is its first data (which gets at least one batch).
+    fn read_partition(
+        &self,
+        plan: &FetchPlan,
+        partition: &Partition,
+        target: &Target,
+        budget: (usize, bool),
+        now_ms: i64,
+    ) -> (PartitionData, Option<FileSlice>) {
+        let mut data = no_data(target.partition);
+        let mut file = None;
+        let preferred = plan.consumer.as_ref().and_then(|c| {
+            if !self.config.cluster.rack_aware_reads {
+                return None;
+            }
+            let rack_of = |id: i32| c.image.broker(id).and_then(|b| b.rack.clone());
+            partition.preferred_read_replica(target.fetch_offset, &c.rack, rack_of)
+        });
+        if let Err(code) = check_leader_epoch(partition, target.current_leader_epoch) {
+            data.error_code = code;
+        } else if let Some(id) = preferred {
+            // Sent elsewhere: no records, the offsets the consumer needs.
+            data.preferred_read_replica = id;
+            if let Ok(log) = partition.log.lock() {
+                data.high_watermark = log.high_watermark();
+                data.last_stable_offset = log.last_stable_offset();
+                data.log_start_offset = log.log_start_offset();
+            }
+        } else {
+            // A throttled replica out of sync is answered without records while the leader's
+            // throttle is above its rate (its position is still taken).
+            let held_back = plan.replica.is_some_and(|r| {
+                throttles(partition, LEADER_THROTTLED_REPLICAS, self.config.node_id)
+                    && !partition.isr_and_replica_count().0.contains(&r.id)
+                    && self.replication_quotas.leader.exceeded(now_ms)
+            });
+            let read = partition.log.lock().map_err(|_| None).and_then(|mut log| {
+                read_log(
+                    plan,
+                    partition,
+                    &mut log,
+                    target,
+                    &mut data,
+                    (budget, held_back),
+                    now_ms,
+                )
+            });
+            match read {
+                // The bytes stay in the segment file until the writer sends them.
+                Ok(info) => file = info.records,
+                Err(Some(StorageError::OffsetOutOfRange { .. })) => {
+                    data.error_code = errors::OFFSET_OUT_OF_RANGE
+                }
+                Err(Some(error)) => {
+                    tracing::error!(%error, "fetch failed");
+                    data.error_code = error.kafka_error_code();
+                }
+                Err(None) => data.error_code = errors::KAFKA_STORAGE_ERROR,
+            }
+        }
+        // KIP-951: the current leader is only news to a client that used a stale epoch; other
+        // partitions leave the field at its default.
+        if data.error_code == errors::FENCED_LEADER_EPOCH {
+            data.current_leader = LeaderIdAndEpoch {
+                leader_id: self.config.node_id,
+                leader_epoch: partition.leader_epoch(),
+            };
+        }
+        (data, file)
     }
 
     pub(crate) fn list_offsets(

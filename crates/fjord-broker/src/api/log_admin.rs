@@ -3,7 +3,7 @@
 //! AlterReplicaLogDirs, which moves partitions between log dirs.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use fjord_common::TopicPartition;
 use fjord_metadata::MetadataImage;
@@ -16,6 +16,7 @@ use fjord_protocol::messages::describe_log_dirs_request::{
 };
 use fjord_protocol::messages::describe_log_dirs_response::*;
 use fjord_storage::file_io::volume_space;
+use fjord_storage::log::Log;
 use fjord_storage::{LogManager, StorageError};
 
 use crate::api::Broker;
@@ -255,11 +256,11 @@ fn describe_dirs(
     logs: &LogManager,
     wanted: Option<&[DescribableLogDirTopic]>,
 ) -> Vec<DescribeLogDirsResult> {
-    let is_wanted = |topic: &str, partition: i32| {
+    let is_wanted = |tp: &TopicPartition| {
         wanted.is_none_or(|topics| {
             topics
                 .iter()
-                .any(|t| t.topic == topic && t.partitions.contains(&partition))
+                .any(|t| t.topic == tp.topic && t.partitions.contains(&tp.partition))
         })
     };
     let futures = logs.future_logs_by_dir();
@@ -283,48 +284,17 @@ fn describe_dirs(
                 };
             }
             let mut topics: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
-            for (tp, log) in dir_logs {
-                if !is_wanted(&tp.topic, tp.partition) {
-                    continue;
-                }
-                let Ok(log) = log.lock() else { continue };
-                topics
-                    .entry(tp.topic.clone())
-                    .or_default()
-                    .push(DescribeLogDirsPartition {
-                        partition_index: tp.partition,
-                        partition_size: i64::try_from(log.size_in_bytes()).unwrap_or(i64::MAX),
-                        // As Kafka reports a current (not future) replica: how far the high
-                        // watermark is past this log's end, which a leader's never is.
-                        offset_lag: (log.high_watermark() - log.log_end_offset()).max(0),
-                        is_future_key: false,
-                    });
+            let current = dir_logs.iter().filter(|(tp, _)| is_wanted(tp));
+            for (tp, partition) in
+                current.filter_map(|(tp, log)| Some((tp, current_replica(tp, log)?)))
+            {
+                topics.entry(tp.topic.clone()).or_default().push(partition);
             }
-            for (tp, future) in dir_futures {
-                if !is_wanted(&tp.topic, tp.partition) {
-                    continue;
-                }
-                // Read and let go before the current log is locked: every path locks a current
-                // log before its future log.
-                let Ok((size, future_end)) = future
-                    .lock()
-                    .map(|future| (future.size_in_bytes(), future.log_end_offset()))
-                else {
-                    continue;
-                };
-                // As Kafka reports a future replica: how far it is behind the current one.
-                let current_end = logs
-                    .get(&tp)
-                    .and_then(|log| log.lock().ok().map(|log| log.log_end_offset()));
-                topics
-                    .entry(tp.topic.clone())
-                    .or_default()
-                    .push(DescribeLogDirsPartition {
-                        partition_index: tp.partition,
-                        partition_size: i64::try_from(size).unwrap_or(i64::MAX),
-                        offset_lag: current_end.map_or(-1, |end| end - future_end),
-                        is_future_key: true,
-                    });
+            let future = dir_futures.iter().filter(|(tp, _)| is_wanted(tp));
+            for (tp, partition) in
+                future.filter_map(|(tp, log)| Some((tp, future_replica(logs, tp, log)?)))
+            {
+                topics.entry(tp.topic.clone()).or_default().push(partition);
             }
             let (total_bytes, usable_bytes) = match volume_space(&dir) {
                 Ok((total, usable)) => (
@@ -352,4 +322,40 @@ fn describe_dirs(
             }
         })
         .collect()
+}
+
+/// A current replica's entry, as Kafka reports it: its size, and how far the high watermark is
+/// past this log's end (which a leader's never is).
+fn current_replica(tp: &TopicPartition, log: &Mutex<Log>) -> Option<DescribeLogDirsPartition> {
+    let log = log.lock().ok()?;
+    Some(DescribeLogDirsPartition {
+        partition_index: tp.partition,
+        partition_size: i64::try_from(log.size_in_bytes()).unwrap_or(i64::MAX),
+        offset_lag: (log.high_watermark() - log.log_end_offset()).max(0),
+        is_future_key: false,
+    })
+}
+
+/// A future replica's entry (a move between log dirs under way), as Kafka reports it: its size,
+/// and how far it is behind the current one.
+fn future_replica(
+    logs: &LogManager,
+    tp: &TopicPartition,
+    future: &Mutex<Log>,
+) -> Option<DescribeLogDirsPartition> {
+    // Read and let go before the current log is locked: every path locks a current log before
+    // its future log.
+    let (size, future_end) = future
+        .lock()
+        .map(|future| (future.size_in_bytes(), future.log_end_offset()))
+        .ok()?;
+    let current_end = logs
+        .get(tp)
+        .and_then(|log| log.lock().ok().map(|log| log.log_end_offset()));
+    Some(DescribeLogDirsPartition {
+        partition_index: tp.partition,
+        partition_size: i64::try_from(size).unwrap_or(i64::MAX),
+        offset_lag: current_end.map_or(-1, |end| end - future_end),
+        is_future_key: true,
+    })
 }

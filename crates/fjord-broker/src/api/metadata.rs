@@ -105,64 +105,77 @@ impl Broker {
                 .collect();
             return response;
         };
-        let mut to_create = Vec::new();
-        for topic in &requested {
-            if let Some(name) = &topic.name {
-                if image.topic(name).is_none()
-                    && auto_create
-                    && plan::validate_topic_name(name).is_ok()
-                {
-                    to_create.push(name.clone());
-                }
-            }
-        }
-        if !to_create.is_empty() {
-            let topics = to_create
-                .into_iter()
-                .map(|name| InternalTopic {
-                    name,
-                    num_partitions: -1,
-                    replication_factor: -1,
-                    configs: BTreeMap::new(),
-                })
-                .collect();
-            for (name, error_code, message) in self.create_internal_topics(topics).await {
-                if error_code != errors::NONE && error_code != errors::TOPIC_ALREADY_EXISTS {
-                    tracing::warn!(topic = %name, error = errors::name(error_code), ?message, "auto-creation refused");
-                }
-            }
-        }
+        let auto_create = auto_create.then_some(&image);
+        self.auto_create_topics(&requested, auto_create).await;
         let image = self.quorum.image();
-        for topic in requested {
-            // As Kafka: a non-zero topic id wins; clients send it with a null or an empty name.
-            let by_name = if topic.topic_id == Uuid::ZERO {
-                topic.name.as_ref()
-            } else {
-                None
-            };
-            let entry = match (by_name, topic.topic_id) {
-                (Some(name), _) => {
-                    let mut entry = self.topic_metadata(&image, name);
-                    if entry.error_code == errors::UNKNOWN_TOPIC_OR_PARTITION
-                        && plan::validate_topic_name(name).is_err()
-                    {
-                        entry.error_code = errors::INVALID_TOPIC_EXCEPTION;
-                    }
-                    entry
-                }
-                (None, id) => match image.topic_by_id(&id) {
-                    Some(t) => self.topic_metadata(&image, &t.name.clone()),
-                    None => MetadataResponseTopic {
-                        error_code: errors::UNKNOWN_TOPIC_ID,
-                        name: None,
-                        topic_id: id,
-                        ..Default::default()
-                    },
+        response.topics = requested
+            .iter()
+            .map(|topic| self.requested_topic_metadata(&image, topic))
+            .collect();
+        response
+    }
+
+    /// Topics a Metadata request named that do not exist, created with the broker's defaults
+    /// when `auto.create.topics.enable` allows it (`image`: the image they are missing from).
+    async fn auto_create_topics(
+        &self,
+        requested: &[MetadataRequestTopic],
+        image: Option<&Arc<fjord_metadata::MetadataImage>>,
+    ) {
+        let Some(image) = image else {
+            return;
+        };
+        let topics: Vec<InternalTopic> = requested
+            .iter()
+            .filter_map(|topic| topic.name.as_ref())
+            .filter(|name| image.topic(name).is_none() && plan::validate_topic_name(name).is_ok())
+            .map(|name| InternalTopic {
+                name: name.clone(),
+                num_partitions: -1,
+                replication_factor: -1,
+                configs: BTreeMap::new(),
+            })
+            .collect();
+        if topics.is_empty() {
+            return;
+        }
+        for (name, error_code, message) in self.create_internal_topics(topics).await {
+            if error_code != errors::NONE && error_code != errors::TOPIC_ALREADY_EXISTS {
+                tracing::warn!(topic = %name, error = errors::name(error_code), ?message, "auto-creation refused");
+            }
+        }
+    }
+
+    /// One named topic's entry. As Kafka: a non-zero topic id wins (clients send it with a null
+    /// or an empty name); an unknown name no topic can have is INVALID_TOPIC_EXCEPTION.
+    fn requested_topic_metadata(
+        &self,
+        image: &fjord_metadata::MetadataImage,
+        topic: &MetadataRequestTopic,
+    ) -> MetadataResponseTopic {
+        let by_name = if topic.topic_id == Uuid::ZERO {
+            topic.name.as_ref()
+        } else {
+            None
+        };
+        let Some(name) = by_name else {
+            return match image.topic_by_id(&topic.topic_id) {
+                Some(t) => self.topic_metadata(image, &t.name.clone()),
+                None => MetadataResponseTopic {
+                    error_code: errors::UNKNOWN_TOPIC_ID,
+                    name: None,
+                    topic_id: topic.topic_id,
+                    ..Default::default()
                 },
             };
-            response.topics.push(entry);
+        };
+        let mut entry = self.topic_metadata(image, name);
+        if entry.error_code == errors::UNKNOWN_TOPIC_OR_PARTITION
+            && plan::validate_topic_name(name).is_err()
+        {
+            entry.error_code = errors::INVALID_TOPIC_EXCEPTION;
         }
-        response
+        entry
     }
 
     pub(crate) fn topic_metadata(

@@ -13,6 +13,7 @@ use fjord_protocol::messages::describe_topic_partitions_response::{
 
 use crate::api::Broker;
 use fjord_common::errors;
+use fjord_protocol::messages::metadata_response::MetadataResponseTopic;
 
 /// The operations a topic allows, as Kafka reports them without an authorizer (fjord has no
 /// ACLs): every one a topic supports — READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE,
@@ -64,7 +65,7 @@ fn page(
     image: &MetadataImage,
     request: &DescribeTopicPartitionsRequest,
     limit: i32,
-    describe: impl Fn(&str) -> fjord_protocol::messages::metadata_response::MetadataResponseTopic,
+    describe: impl Fn(&str) -> MetadataResponseTopic,
 ) -> Result<DescribeTopicPartitionsResponse, i16> {
     let from = request
         .cursor
@@ -96,25 +97,10 @@ fn page(
         }
         let topic = describe(&name);
         if topic.error_code != errors::NONE {
-            // Every topic asked for: unknown ones are answered as such, a name no topic can
-            // have as invalid (Kafka's `Topic.validate`).
+            // Every topic asked for: unknown ones are answered as such (a listing of all
+            // topics leaves them out).
             if !all {
-                let error_code = match topic.error_code {
-                    errors::UNKNOWN_TOPIC_OR_PARTITION
-                        if fjord_controller::plan::validate_topic_name(&name).is_err() =>
-                    {
-                        errors::INVALID_TOPIC_EXCEPTION
-                    }
-                    code => code,
-                };
-                response.topics.push(DescribeTopicPartitionsResponseTopic {
-                    error_code,
-                    name: Some(name),
-                    topic_id: topic.topic_id,
-                    is_internal: topic.is_internal,
-                    topic_authorized_operations: EVERY_TOPIC_OPERATION,
-                    ..Default::default()
-                });
+                response.topics.push(refused_topic(name, &topic));
             }
             continue;
         }
@@ -122,37 +108,9 @@ fn page(
             Some(c) if c.topic_name == name => c.partition_index,
             _ => 0,
         };
-        let partitions: Vec<_> = topic
-            .partitions
-            .into_iter()
-            .filter(|p| p.partition_index >= start)
-            .collect();
-        let taken = partitions
-            .len()
-            .min(usize::try_from(remaining).unwrap_or(0));
-        let next = partitions.get(taken).map(|p| p.partition_index);
-        response.topics.push(DescribeTopicPartitionsResponseTopic {
-            error_code: errors::NONE,
-            name: Some(name.clone()),
-            topic_id: topic.topic_id,
-            is_internal: topic.is_internal,
-            partitions: partitions
-                .into_iter()
-                .take(taken)
-                .map(|p| DescribeTopicPartitionsResponsePartition {
-                    error_code: p.error_code,
-                    partition_index: p.partition_index,
-                    leader_id: p.leader_id,
-                    leader_epoch: p.leader_epoch,
-                    replica_nodes: p.replica_nodes,
-                    isr_nodes: p.isr_nodes,
-                    eligible_leader_replicas: Some(Vec::new()),
-                    last_known_elr: Some(Vec::new()),
-                    offline_replicas: p.offline_replicas,
-                })
-                .collect(),
-            topic_authorized_operations: EVERY_TOPIC_OPERATION,
-        });
+        let (entry, next) = topic_page(name.clone(), topic, start, remaining);
+        let taken = entry.partitions.len();
+        response.topics.push(entry);
         if let Some(partition_index) = next {
             response.next_cursor = Some(Cursor {
                 topic_name: name,
@@ -163,4 +121,70 @@ fn page(
         remaining -= i32::try_from(taken).unwrap_or(i32::MAX);
     }
     Ok(response)
+}
+
+/// A topic asked for that cannot be described: a name no topic can have is invalid (Kafka's
+/// `Topic.validate`), else the error the image gave.
+fn refused_topic(
+    name: String,
+    topic: &MetadataResponseTopic,
+) -> DescribeTopicPartitionsResponseTopic {
+    let error_code = match topic.error_code {
+        errors::UNKNOWN_TOPIC_OR_PARTITION
+            if fjord_controller::plan::validate_topic_name(&name).is_err() =>
+        {
+            errors::INVALID_TOPIC_EXCEPTION
+        }
+        code => code,
+    };
+    DescribeTopicPartitionsResponseTopic {
+        error_code,
+        name: Some(name),
+        topic_id: topic.topic_id,
+        is_internal: topic.is_internal,
+        topic_authorized_operations: EVERY_TOPIC_OPERATION,
+        ..Default::default()
+    }
+}
+
+/// A topic's partitions from index `start`, at most `remaining` of them; the index of the
+/// first left out, if any (where the next page starts).
+fn topic_page(
+    name: String,
+    topic: MetadataResponseTopic,
+    start: i32,
+    remaining: i32,
+) -> (DescribeTopicPartitionsResponseTopic, Option<i32>) {
+    let partitions: Vec<_> = topic
+        .partitions
+        .into_iter()
+        .filter(|p| p.partition_index >= start)
+        .collect();
+    let taken = partitions
+        .len()
+        .min(usize::try_from(remaining).unwrap_or(0));
+    let next = partitions.get(taken).map(|p| p.partition_index);
+    let entry = DescribeTopicPartitionsResponseTopic {
+        error_code: errors::NONE,
+        name: Some(name),
+        topic_id: topic.topic_id,
+        is_internal: topic.is_internal,
+        partitions: partitions
+            .into_iter()
+            .take(taken)
+            .map(|p| DescribeTopicPartitionsResponsePartition {
+                error_code: p.error_code,
+                partition_index: p.partition_index,
+                leader_id: p.leader_id,
+                leader_epoch: p.leader_epoch,
+                replica_nodes: p.replica_nodes,
+                isr_nodes: p.isr_nodes,
+                eligible_leader_replicas: Some(Vec::new()),
+                last_known_elr: Some(Vec::new()),
+                offline_replicas: p.offline_replicas,
+            })
+            .collect(),
+        topic_authorized_operations: EVERY_TOPIC_OPERATION,
+    };
+    (entry, next)
 }

@@ -23,14 +23,10 @@ use fjord_group::{
 };
 use fjord_metadata::MetadataImage;
 use fjord_protocol::messages::consumer_group_describe_request::ConsumerGroupDescribeRequest;
-use fjord_protocol::messages::consumer_group_describe_response::ConsumerGroupDescribeResponse;
 use fjord_protocol::messages::delete_groups_request::DeleteGroupsRequest;
-use fjord_protocol::messages::delete_groups_response::DeleteGroupsResponse;
 use fjord_protocol::messages::describe_groups_request::DescribeGroupsRequest;
-use fjord_protocol::messages::describe_groups_response::DescribeGroupsResponse;
 use fjord_protocol::messages::list_groups_response::ListGroupsResponse;
 use fjord_protocol::messages::offset_fetch_request::OffsetFetchRequest;
-use fjord_protocol::messages::offset_fetch_response::OffsetFetchResponse;
 use fjord_protocol::{RequestBody, ResponseBody};
 use tokio::sync::{oneshot, Notify};
 
@@ -489,10 +485,39 @@ impl GroupRuntime {
         topics: &Topics,
         client: &ClientInfo,
     ) -> GroupAnswer {
-        let parts: Vec<(i32, RequestBody)> = match &request {
-            RequestBody::DescribeGroups(r) => self
-                .split(&r.groups)
-                .into_iter()
+        let parts = match self.split_request(&request, version) {
+            Ok(parts) => parts,
+            Err(message) => return Box::pin(async move { Err(message) }),
+        };
+        let answers: Vec<GroupAnswer> = parts
+            .into_iter()
+            .map(|(partition, part)| self.start(partition, version, part, topics, client))
+            .collect();
+        Box::pin(async move {
+            // Every part runs to its end (each releases its parked answer) before an error is
+            // returned: the parts' state changes were all made at dispatch.
+            let mut parts = Vec::with_capacity(answers.len());
+            for answer in answers {
+                parts.push(answer.await);
+            }
+            let mut merged = empty_answer(&request);
+            for part in parts {
+                merge_answer(&mut merged, part?);
+            }
+            Ok(merged)
+        })
+    }
+
+    /// A request naming groups of several shards, as one request per shard (by
+    /// `__consumer_offsets` partition).
+    fn split_request(
+        &self,
+        request: &RequestBody,
+        version: i16,
+    ) -> Result<Vec<(i32, RequestBody)>, String> {
+        let split = |groups: &[String]| self.split(groups).into_iter();
+        Ok(match request {
+            RequestBody::DescribeGroups(r) => split(&r.groups)
                 .map(|(partition, groups)| {
                     let part = DescribeGroupsRequest {
                         groups,
@@ -501,17 +526,13 @@ impl GroupRuntime {
                     (partition, RequestBody::DescribeGroups(part))
                 })
                 .collect(),
-            RequestBody::DeleteGroups(r) => self
-                .split(&r.groups_names)
-                .into_iter()
+            RequestBody::DeleteGroups(r) => split(&r.groups_names)
                 .map(|(partition, groups_names)| {
                     let part = DeleteGroupsRequest { groups_names };
                     (partition, RequestBody::DeleteGroups(part))
                 })
                 .collect(),
-            RequestBody::ConsumerGroupDescribe(r) => self
-                .split(&r.group_ids)
-                .into_iter()
+            RequestBody::ConsumerGroupDescribe(r) => split(&r.group_ids)
                 .map(|(partition, group_ids)| {
                     let part = ConsumerGroupDescribeRequest {
                         group_ids,
@@ -522,8 +543,7 @@ impl GroupRuntime {
                 .collect(),
             RequestBody::OffsetFetch(r) if version >= 8 => {
                 let ids: Vec<String> = r.groups.iter().map(|g| g.group_id.clone()).collect();
-                self.split(&ids)
-                    .into_iter()
+                split(&ids)
                     .map(|(partition, group_ids)| {
                         let groups = r
                             .groups
@@ -540,52 +560,11 @@ impl GroupRuntime {
                     .collect()
             }
             other => {
-                let message = format!("{} is not a multi-group request", other.api_key().name());
-                return Box::pin(async move { Err(message) });
+                return Err(format!(
+                    "{} is not a multi-group request",
+                    other.api_key().name()
+                ))
             }
-        };
-        let answers: Vec<GroupAnswer> = parts
-            .into_iter()
-            .map(|(partition, part)| self.start(partition, version, part, topics, client))
-            .collect();
-        Box::pin(async move {
-            let mut merged = match request {
-                RequestBody::DescribeGroups(_) => {
-                    ResponseBody::DescribeGroups(DescribeGroupsResponse::default())
-                }
-                RequestBody::DeleteGroups(_) => {
-                    ResponseBody::DeleteGroups(DeleteGroupsResponse::default())
-                }
-                RequestBody::ConsumerGroupDescribe(_) => {
-                    ResponseBody::ConsumerGroupDescribe(ConsumerGroupDescribeResponse::default())
-                }
-                _ => ResponseBody::OffsetFetch(OffsetFetchResponse::default()),
-            };
-            // Every part runs to its end (each releases its parked answer) before an error is
-            // returned: the parts' state changes were all made at dispatch.
-            let mut parts = Vec::with_capacity(answers.len());
-            for answer in answers {
-                parts.push(answer.await);
-            }
-            for part in parts {
-                match (&mut merged, part?) {
-                    (ResponseBody::DescribeGroups(m), ResponseBody::DescribeGroups(a)) => {
-                        m.groups.extend(a.groups)
-                    }
-                    (ResponseBody::DeleteGroups(m), ResponseBody::DeleteGroups(a)) => {
-                        m.results.extend(a.results)
-                    }
-                    (
-                        ResponseBody::ConsumerGroupDescribe(m),
-                        ResponseBody::ConsumerGroupDescribe(a),
-                    ) => m.groups.extend(a.groups),
-                    (ResponseBody::OffsetFetch(m), ResponseBody::OffsetFetch(a)) => {
-                        m.groups.extend(a.groups)
-                    }
-                    _ => {}
-                }
-            }
-            Ok(merged)
         })
     }
 
@@ -598,6 +577,35 @@ impl GroupRuntime {
                 .push(g.clone());
         }
         by_partition
+    }
+}
+
+/// The empty answer of a multi-group request, which its shards' answers are merged into.
+fn empty_answer(request: &RequestBody) -> ResponseBody {
+    match request {
+        RequestBody::DescribeGroups(_) => ResponseBody::DescribeGroups(Default::default()),
+        RequestBody::DeleteGroups(_) => ResponseBody::DeleteGroups(Default::default()),
+        RequestBody::ConsumerGroupDescribe(_) => {
+            ResponseBody::ConsumerGroupDescribe(Default::default())
+        }
+        _ => ResponseBody::OffsetFetch(Default::default()),
+    }
+}
+
+/// Adds one shard's part of a multi-group answer to `merged`.
+fn merge_answer(merged: &mut ResponseBody, part: ResponseBody) {
+    match (merged, part) {
+        (ResponseBody::DescribeGroups(m), ResponseBody::DescribeGroups(a)) => {
+            m.groups.extend(a.groups)
+        }
+        (ResponseBody::DeleteGroups(m), ResponseBody::DeleteGroups(a)) => {
+            m.results.extend(a.results)
+        }
+        (ResponseBody::ConsumerGroupDescribe(m), ResponseBody::ConsumerGroupDescribe(a)) => {
+            m.groups.extend(a.groups)
+        }
+        (ResponseBody::OffsetFetch(m), ResponseBody::OffsetFetch(a)) => m.groups.extend(a.groups),
+        _ => {}
     }
 }
 

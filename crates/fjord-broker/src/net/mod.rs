@@ -27,7 +27,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use fjord_storage::FileSlice;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, Interest};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -256,70 +256,29 @@ async fn serve_connection<D: Dispatch + ?Sized>(
     config: NetworkConfig,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let (mut reader, mut writer) = stream.into_split();
-    let (out_tx, mut out_rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT_PER_CONNECTION);
-
-    let writer_task = tokio::spawn(async move {
-        while let Some(outgoing) = out_rx.recv().await {
-            let response = match outgoing {
-                Outgoing::Ready(response) => response,
-                Outgoing::Pending(handle) => match handle.await {
-                    Ok(response) => response,
-                    Err(error) => return Err(format!("request task failed: {error}")),
-                },
-            };
-            match response {
-                Response::Send(body) => {
-                    write_frame(&mut writer, vec![OutPart::Bytes(body)]).await?
-                }
-                Response::SendParts(parts) => write_frame(&mut writer, parts).await?,
-                Response::Nothing => {}
-                Response::Close(reason) => return Err(reason),
-            }
-        }
-        let _ = writer.shutdown().await;
-        Ok::<(), String>(())
-    });
-
-    // Requests dispatched whose futures have not finished, and the lane they share (all of them
-    // do: a request outside their lane waits for them first).
-    let running = Arc::new(watch::Sender::new(0usize));
-    let mut running_lane = Sequencing::AfterAll;
+    let (mut reader, writer) = stream.into_split();
+    let (out_tx, out_rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT_PER_CONNECTION);
+    let writer_task = tokio::spawn(write_responses(writer, out_rx));
+    let mut sequencer = Sequencer::default();
     let idle = if config.connections_max_idle_ms > 0 {
         Duration::from_millis(config.connections_max_idle_ms as u64)
     } else {
         Duration::from_secs(u64::MAX / 4)
     };
     let result = loop {
-        let mut size_buf = [0u8; 4];
-        let read = tokio::select! {
-            r = tokio::time::timeout(idle, reader.read_exact(&mut size_buf)) => r,
+        let frame = tokio::select! {
+            frame = read_request(&mut reader, idle, config.socket_request_max_bytes) => frame,
             _ = shutdown.changed() => break Ok(()),
         };
-        match read {
-            Err(_) => break Err("idle timeout (connections.max.idle.ms)".to_string()),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => break Ok(()),
-            Ok(Err(e)) => break Err(format!("read: {e}")),
-            Ok(Ok(_)) => {}
-        }
-        let size = i32::from_be_bytes(size_buf);
-        if size < 0 || size as usize > config.socket_request_max_bytes {
-            break Err(format!(
-                "request size {size} is negative or larger than socket.request.max.bytes ({})",
-                config.socket_request_max_bytes
-            ));
-        }
-        let frame = match read_frame_body(&mut reader, size as usize).await {
-            Ok(frame) => frame,
-            Err(e) => break Err(format!("truncated frame: {e}")),
+        let frame = match frame {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break Ok(()),
+            Err(error) => break Err(error),
         };
-        let frame = frame.freeze();
         let sequencing = dispatcher.sequencing(&frame);
-        let overlaps = matches!(sequencing, Sequencing::Lane(_)) && sequencing == running_lane;
-        if !overlaps && *running.borrow() > 0 {
-            let mut finished = running.subscribe();
+        if sequencer.must_wait(sequencing) {
             tokio::select! {
-                _ = finished.wait_for(|n| *n == 0) => {}
+                _ = sequencer.idle() => {}
                 _ = shutdown.changed() => break Ok(()),
             }
             // An earlier request closed the connection meanwhile: nothing after it may run.
@@ -329,15 +288,7 @@ async fn serve_connection<D: Dispatch + ?Sized>(
         }
         let outgoing = match dispatcher.dispatch(frame, peer) {
             Reply::Now(response) => Outgoing::Ready(response),
-            Reply::Later(future) => {
-                running_lane = sequencing;
-                let guard = Running::enter(running.clone());
-                Outgoing::Pending(tokio::spawn(async move {
-                    let response = future.await;
-                    drop(guard);
-                    response
-                }))
-            }
+            Reply::Later(future) => Outgoing::Pending(sequencer.start(sequencing, future)),
             Reply::Close(reason) => break Err(reason),
         };
         if out_tx.send(outgoing).await.is_err() {
@@ -363,6 +314,92 @@ async fn serve_connection<D: Dispatch + ?Sized>(
     result.and(written)
 }
 
+/// The connection's writer: sends each reply in request order, waiting for those still being
+/// worked on; a reply that closes the connection ends it.
+async fn write_responses(
+    mut writer: OwnedWriteHalf,
+    mut out_rx: mpsc::Receiver<Outgoing>,
+) -> Result<(), String> {
+    while let Some(outgoing) = out_rx.recv().await {
+        let response = match outgoing {
+            Outgoing::Ready(response) => response,
+            Outgoing::Pending(handle) => match handle.await {
+                Ok(response) => response,
+                Err(error) => return Err(format!("request task failed: {error}")),
+            },
+        };
+        match response {
+            Response::Send(body) => write_frame(&mut writer, vec![OutPart::Bytes(body)]).await?,
+            Response::SendParts(parts) => write_frame(&mut writer, parts).await?,
+            Response::Nothing => {}
+            Response::Close(reason) => return Err(reason),
+        }
+    }
+    let _ = writer.shutdown().await;
+    Ok(())
+}
+
+/// The next request frame: None when the client closed the connection; an error for an idle
+/// connection (`connections.max.idle.ms`), a size out of bounds (`socket.request.max.bytes`)
+/// or a truncated frame.
+async fn read_request(
+    reader: &mut OwnedReadHalf,
+    idle: Duration,
+    max_bytes: usize,
+) -> Result<Option<Bytes>, String> {
+    let mut size_buf = [0u8; 4];
+    match tokio::time::timeout(idle, reader.read_exact(&mut size_buf)).await {
+        Err(_) => return Err("idle timeout (connections.max.idle.ms)".to_string()),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Ok(Err(e)) => return Err(format!("read: {e}")),
+        Ok(Ok(_)) => {}
+    }
+    let size = i32::from_be_bytes(size_buf);
+    if size < 0 || size as usize > max_bytes {
+        return Err(format!(
+            "request size {size} is negative or larger than socket.request.max.bytes ({max_bytes})"
+        ));
+    }
+    let frame = read_frame_body(reader, size as usize)
+        .await
+        .map_err(|e| format!("truncated frame: {e}"))?;
+    Ok(Some(frame.freeze()))
+}
+
+/// A connection's requests dispatched whose futures have not finished, and the lane they share
+/// (all of them do: a request outside their lane waits for them first).
+#[derive(Default)]
+struct Sequencer {
+    running: Arc<watch::Sender<usize>>,
+    lane: Option<Sequencing>,
+}
+
+impl Sequencer {
+    /// Whether a request sequenced so must wait for the running ones: unless it shares their
+    /// lane, while any runs.
+    fn must_wait(&self, sequencing: Sequencing) -> bool {
+        let overlaps = matches!(sequencing, Sequencing::Lane(_)) && self.lane == Some(sequencing);
+        !overlaps && *self.running.borrow() > 0
+    }
+
+    /// Returns once no dispatched request is running.
+    async fn idle(&self) {
+        let mut finished = self.running.subscribe();
+        let _ = finished.wait_for(|n| *n == 0).await;
+    }
+
+    /// Runs a dispatched request's future as a task, counted as running until it finishes.
+    fn start(&mut self, sequencing: Sequencing, future: ReplyFuture) -> JoinHandle<Response> {
+        self.lane = Some(sequencing);
+        let guard = Running::enter(self.running.clone());
+        tokio::spawn(async move {
+            let response = future.await;
+            drop(guard);
+            response
+        })
+    }
+}
+
 /// Counts one running request future of a connection, until dropped (also when its task is
 /// aborted or panics, so the connection's later requests never wait for a future that is gone).
 struct Running(Arc<watch::Sender<usize>>);
@@ -382,3 +419,60 @@ impl Drop for Running {
 
 /// How long a connection may take to answer its in-flight requests once shutdown begins.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting_future() -> (tokio::sync::oneshot::Sender<()>, ReplyFuture) {
+        let (done, wait) = tokio::sync::oneshot::channel::<()>();
+        let future: ReplyFuture = Box::pin(async move {
+            let _ = wait.await;
+            Response::Nothing
+        });
+        (done, future)
+    }
+
+    #[tokio::test]
+    async fn requests_of_one_lane_overlap_and_others_wait_for_them() {
+        let mut sequencer = Sequencer::default();
+        let produce = Sequencing::Lane(1);
+        // Nothing runs: nobody waits, whatever its sequencing.
+        assert!(!sequencer.must_wait(Sequencing::AfterAll));
+        assert!(!sequencer.must_wait(produce));
+        let (first_done, first) = waiting_future();
+        let first = sequencer.start(produce, first);
+        // A second request of the lane overlaps the first; another lane and AfterAll wait.
+        assert!(!sequencer.must_wait(produce));
+        assert!(sequencer.must_wait(Sequencing::Lane(2)));
+        assert!(sequencer.must_wait(Sequencing::AfterAll));
+        let (second_done, second) = waiting_future();
+        let second = sequencer.start(produce, second);
+        let quick = Duration::from_millis(50);
+        assert!(tokio::time::timeout(quick, sequencer.idle()).await.is_err());
+        first_done.send(()).unwrap();
+        first.await.unwrap();
+        assert!(
+            sequencer.must_wait(Sequencing::AfterAll),
+            "one of the lane still runs"
+        );
+        second_done.send(()).unwrap();
+        second.await.unwrap();
+        assert!(tokio::time::timeout(quick, sequencer.idle()).await.is_ok());
+        assert!(!sequencer.must_wait(Sequencing::AfterAll));
+    }
+
+    #[tokio::test]
+    async fn an_after_all_request_holds_back_everything_after_it() {
+        let mut sequencer = Sequencer::default();
+        let (done, future) = waiting_future();
+        let running = sequencer.start(Sequencing::AfterAll, future);
+        assert!(sequencer.must_wait(Sequencing::AfterAll));
+        assert!(sequencer.must_wait(Sequencing::Lane(1)));
+        // A request whose task is gone (aborted) no longer holds anyone back.
+        running.abort();
+        let _ = running.await;
+        drop(done);
+        assert!(!sequencer.must_wait(Sequencing::Lane(1)));
+    }
+}

@@ -16,6 +16,7 @@ use fjord_metadata::MetadataQuorum;
 use fjord_protocol::messages::alter_partition_request::{
     AlterPartitionRequest, BrokerState, PartitionData, TopicData,
 };
+use fjord_protocol::messages::alter_partition_response;
 use fjord_protocol::ResponseBody;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -51,6 +52,9 @@ pub fn start(
     })
 }
 
+/// An ISR change a leader proposes, with the leadership it was made under.
+type Proposal = (Arc<Partition>, LeaderAndIsr);
+
 /// One check of every led partition, and the changes due sent in one request.
 async fn check(
     replicas: &ReplicaManager,
@@ -69,7 +73,7 @@ async fn check(
             .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
     };
     let now = now_ms();
-    let mut proposed: Vec<(Arc<Partition>, LeaderAndIsr)> = Vec::new();
+    let mut proposed: Vec<Proposal> = Vec::new();
     for partition in replicas.all() {
         if !partition.is_leader() {
             continue;
@@ -82,8 +86,34 @@ async fn check(
     if proposed.is_empty() {
         return;
     }
+    let request = ControllerRequest::new(
+        ALTER_PARTITION_VERSION,
+        ControllerApi::AlterPartition(AlterPartitionRequest {
+            broker_id: local,
+            broker_epoch,
+            topics: alter_partition_topics(&proposed, local, broker_epoch),
+        }),
+        local,
+    );
+    let (mut answers, otherwise) = answers_of(link.call(request).await, &proposed);
+    let now = now_ms();
+    for (partition, _) in &proposed {
+        let answer = answers
+            .remove(&(partition.topic_id, partition.tp.partition))
+            .unwrap_or(match otherwise {
+                IsrAnswer::Refused => IsrAnswer::Refused,
+                _ => IsrAnswer::Unknown,
+            });
+        partition.isr_change_answered(answer, now);
+    }
+}
+
+/// The proposals as AlterPartition's topics: each new ISR member at the broker epoch it
+/// fetched with (KIP-903), so a broker that restarted since is not taken in on its
+/// predecessor's position.
+fn alter_partition_topics(proposed: &[Proposal], local: i32, broker_epoch: i64) -> Vec<TopicData> {
     let mut topics: Vec<TopicData> = Vec::new();
-    for (partition, change) in &proposed {
+    for (partition, change) in proposed {
         let entry = PartitionData {
             partition_index: partition.tp.partition,
             leader_epoch: change.leader_epoch,
@@ -91,8 +121,6 @@ async fn check(
             new_isr_with_epochs: change
                 .isr
                 .iter()
-                // Each member at the broker epoch it fetched with (KIP-903): a broker that restarted
-                // since is not taken in on its predecessor's position.
                 .map(|&broker_id| BrokerState {
                     broker_id,
                     broker_epoch: if broker_id == local {
@@ -112,19 +140,18 @@ async fn check(
             }),
         }
     }
-    let request = ControllerRequest::new(
-        ALTER_PARTITION_VERSION,
-        ControllerApi::AlterPartition(AlterPartitionRequest {
-            broker_id: local,
-            broker_epoch,
-            topics,
-        }),
-        local,
-    );
-    let mut answers: HashMap<(TopicId, i32), IsrAnswer> = HashMap::new();
-    // Without an answer the outcome is unknown (a commit that timed out may still land).
-    let mut otherwise = IsrAnswer::Unknown;
-    match link.call(request).await {
+    topics
+}
+
+/// What the controller's answer says of each proposal, and of those it does not answer for:
+/// without an answer the outcome is unknown (a commit that timed out may still land); a stale
+/// broker epoch refuses them all.
+fn answers_of(
+    answer: Result<ResponseBody, fjord_controller::ControllerError>,
+    proposed: &[Proposal],
+) -> (HashMap<(TopicId, i32), IsrAnswer>, IsrAnswer) {
+    let mut answers = HashMap::new();
+    match answer {
         Ok(ResponseBody::AlterPartition(r)) if r.error_code == errors::NONE => {
             for topic in &r.topics {
                 for p in &topic.partitions {
@@ -133,29 +160,11 @@ async fn check(
                     }) else {
                         continue;
                     };
-                    let answer = match p.error_code {
-                        errors::NONE => IsrAnswer::Committed(LeaderAndIsr {
-                            leader: p.leader_id,
-                            leader_epoch: p.leader_epoch,
-                            partition_epoch: p.partition_epoch,
-                            replicas: asked.replicas.clone(),
-                            isr: p.isr.clone(),
-                        }),
-                        errors::NOT_CONTROLLER | errors::REQUEST_TIMED_OUT => IsrAnswer::Unknown,
-                        // A reassignment that completed without this broker among the
-                        // replicas elected another leader.
-                        errors::INVALID_UPDATE_VERSION
-                        | errors::NEW_LEADER_ELECTED
-                        | errors::FENCED_LEADER_EPOCH
-                        | errors::UNKNOWN_TOPIC_ID
-                        | errors::UNKNOWN_TOPIC_OR_PARTITION => IsrAnswer::AwaitMetadata,
-                        _ => IsrAnswer::Refused,
-                    };
                     if p.error_code != errors::NONE {
                         tracing::info!(tp = %asked_of.tp,
                             error = errors::name(p.error_code), "the controller refused an ISR change");
                     }
-                    answers.insert((topic.topic_id, p.partition_index), answer);
+                    answers.insert((topic.topic_id, p.partition_index), answer_for(p, asked));
                 }
             }
         }
@@ -165,20 +174,33 @@ async fn check(
                 "the controller refused the ISR changes"
             );
             if r.error_code == errors::STALE_BROKER_EPOCH {
-                otherwise = IsrAnswer::Refused;
+                return (answers, IsrAnswer::Refused);
             }
         }
         Ok(_) => tracing::warn!("the controller answered AlterPartition with another API"),
         Err(error) => tracing::warn!(%error, "ISR changes not answered; asking again"),
     }
-    let now = now_ms();
-    for (partition, _) in &proposed {
-        let answer = answers
-            .remove(&(partition.topic_id, partition.tp.partition))
-            .unwrap_or(match otherwise {
-                IsrAnswer::Refused => IsrAnswer::Refused,
-                _ => IsrAnswer::Unknown,
-            });
-        partition.isr_change_answered(answer, now);
+    (answers, IsrAnswer::Unknown)
+}
+
+/// One partition's outcome in the controller's AlterPartition answer.
+fn answer_for(p: &alter_partition_response::PartitionData, asked: &LeaderAndIsr) -> IsrAnswer {
+    match p.error_code {
+        errors::NONE => IsrAnswer::Committed(LeaderAndIsr {
+            leader: p.leader_id,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            replicas: asked.replicas.clone(),
+            isr: p.isr.clone(),
+        }),
+        errors::NOT_CONTROLLER | errors::REQUEST_TIMED_OUT => IsrAnswer::Unknown,
+        // A reassignment that completed without this broker among the replicas elected another
+        // leader.
+        errors::INVALID_UPDATE_VERSION
+        | errors::NEW_LEADER_ELECTED
+        | errors::FENCED_LEADER_EPOCH
+        | errors::UNKNOWN_TOPIC_ID
+        | errors::UNKNOWN_TOPIC_OR_PARTITION => IsrAnswer::AwaitMetadata,
+        _ => IsrAnswer::Refused,
     }
 }

@@ -84,32 +84,13 @@ pub(super) async fn start_broker(
     ));
     // Transactions prepared before a restart get their markers; open ones time out.
     broker.load_txn_coordinators().map_err(startup)?;
-    let coordinator_timers = tokio::spawn(coordinators::run_timers(
-        broker.clone(),
+    let tasks = Tasks::start(
+        &broker,
+        &storage,
+        initial,
         deadline_moved,
-        shutdown.clone(),
-    ));
-    let image_task = follow_metadata(config, &quorum, &broker, &storage, initial);
-    let housekeeping = tokio::spawn(housekeeping::run(
-        replicas.clone(),
-        config.clone(),
-        shutdown.clone(),
-    ));
-    let replica_fetchers = replication::fetcher::start(
-        replicas.clone(),
-        quorum.clone(),
-        config.clone(),
-        storage.flusher.clone(),
-        storage.replication_quotas.clone(),
-        shutdown.clone(),
-    );
-    // ISR changes go on a link of their own, as heartbeats do.
-    let isr_manager = replication::isr_manager::start(
-        replicas.clone(),
-        quorum.clone(),
         Arc::new(link().with_timeout(Duration::from_secs(10))),
-        config.clone(),
-        shutdown.clone(),
+        &shutdown,
     );
     // Producers that expired while the broker was down go before the first request, as Kafka
     // drops them when it loads producer state.
@@ -144,12 +125,65 @@ pub(super) async fn start_broker(
         replicas,
         groups,
         storage,
-        image_task,
-        housekeeping,
-        coordinator_timers,
-        replica_fetchers,
-        isr_manager,
+        tasks,
     }))
+}
+
+/// The broker role's background tasks.
+struct Tasks {
+    /// Follows the metadata log.
+    image_task: JoinHandle<()>,
+    housekeeping: JoinHandle<()>,
+    /// The timers of both kinds of coordinator.
+    coordinator_timers: JoinHandle<()>,
+    /// The followers' fetchers; they stop on shutdown, before the flusher.
+    replica_fetchers: JoinHandle<()>,
+    /// The leader's ISR checks (AlterPartition).
+    isr_manager: JoinHandle<()>,
+}
+
+impl Tasks {
+    /// Phase 5: the coordinators' timers, following the metadata log, housekeeping, the
+    /// follower fetchers and the ISR manager (with `isr_link`: ISR changes go on a link of
+    /// their own, as heartbeats do).
+    fn start(
+        broker: &Arc<Broker>,
+        storage: &Storage,
+        initial: DynamicBrokerConfig,
+        deadline_moved: Arc<Notify>,
+        isr_link: Arc<ControllerLink>,
+        shutdown: &watch::Receiver<bool>,
+    ) -> Tasks {
+        let (config, quorum, replicas) = (&broker.config, &broker.quorum, &broker.replicas);
+        Tasks {
+            coordinator_timers: tokio::spawn(coordinators::run_timers(
+                broker.clone(),
+                deadline_moved,
+                shutdown.clone(),
+            )),
+            image_task: follow_metadata(config, quorum, broker, storage, initial),
+            housekeeping: tokio::spawn(housekeeping::run(
+                replicas.clone(),
+                config.clone(),
+                shutdown.clone(),
+            )),
+            replica_fetchers: replication::fetcher::start(
+                replicas.clone(),
+                quorum.clone(),
+                config.clone(),
+                storage.flusher.clone(),
+                storage.replication_quotas.clone(),
+                shutdown.clone(),
+            ),
+            isr_manager: replication::isr_manager::start(
+                replicas.clone(),
+                quorum.clone(),
+                isr_link,
+                config.clone(),
+                shutdown.clone(),
+            ),
+        }
+    }
 }
 
 /// Phase 1: every partition log under `log.dirs`, recovered where the last shutdown was not
@@ -308,7 +342,7 @@ fn start_coordinators(
     Ok((groups, txns))
 }
 
-/// Phase 5: follows the metadata log. Each new image brings the hosted partitions and the
+/// Follows the metadata log. Each new image brings the hosted partitions and the
 /// coordinators in line, and changed dynamic broker configs reach what they configure.
 fn follow_metadata(
     config: &Arc<BrokerConfig>,
@@ -387,14 +421,7 @@ pub(super) struct Serving {
     replicas: Arc<ReplicaManager>,
     pub(super) groups: Arc<GroupRuntime>,
     storage: Storage,
-    image_task: JoinHandle<()>,
-    housekeeping: JoinHandle<()>,
-    /// The timers of both kinds of coordinator.
-    coordinator_timers: JoinHandle<()>,
-    /// The followers' fetchers; they stop on shutdown, before the flusher.
-    replica_fetchers: JoinHandle<()>,
-    /// The leader's ISR checks (AlterPartition).
-    isr_manager: JoinHandle<()>,
+    tasks: Tasks,
     /// Heartbeats to the controller; told to ask for shutdown through `stopping`.
     heartbeats: JoinHandle<()>,
     stopping: watch::Sender<bool>,
@@ -422,14 +449,17 @@ impl Serving {
             replicas,
             groups,
             storage,
+            tasks,
+            heartbeats,
+            ..
+        } = self;
+        let Tasks {
             image_task,
             housekeeping,
             coordinator_timers,
-            heartbeats,
             replica_fetchers,
             isr_manager,
-            ..
-        } = self;
+        } = tasks;
         heartbeats.abort();
         let _ = replica_fetchers.await;
         // A request under way to the controller is not waited for: the change stays pending.

@@ -135,37 +135,69 @@ pub async fn run(
     let replaced = wait_for_stop(&config, serving.as_ref(), shutdown, &stop_broker).await;
 
     stop_listening.send_replace(true);
-    if let Some(joining) = joining {
-        joining.abort();
-        let _ = joining.await;
-    }
-    // In-flight requests waiting on this node's controller (a commit a lost quorum cannot make)
-    // are answered now rather than after their timeouts.
-    if let Some(controller) = &controller {
-        controller.stop();
-    }
-    tracing::info!("shutting down: no new connections; finishing in-flight requests");
-    for server in servers {
-        let _ = server.await;
-    }
-    // The broker's last holders are gone with the connections; this one goes before its parts.
-    drop(ready);
-    if let Some(serving) = serving {
-        serving.stop().await?;
-    }
-    drop(controller);
-    if let Some(task) = controller_task {
-        let _ = task.await;
-    }
-    match Arc::try_unwrap(quorum) {
-        Ok(quorum) => quorum.shutdown().await.map_err(startup)?,
-        Err(_) => tracing::warn!("metadata quorum still in use at shutdown"),
-    }
+    let running = Running {
+        servers,
+        joining,
+        controller,
+        controller_task,
+        quorum,
+    };
+    running.stop(ready, serving).await?;
     if let Some(error) = replaced {
         return Err(error);
     }
     tracing::info!("clean shutdown complete");
     Ok(())
+}
+
+/// What runs beside the broker role: the listeners' servers, a dynamic quorum's joining, the
+/// controller and the metadata quorum.
+struct Running {
+    servers: Vec<JoinHandle<()>>,
+    joining: Option<JoinHandle<()>>,
+    controller: Option<Arc<QuorumController>>,
+    controller_task: Option<JoinHandle<()>>,
+    quorum: Arc<MetadataQuorum>,
+}
+
+impl Running {
+    /// Stops everything in order once the listeners were told to stop: in-flight requests
+    /// finish, then the broker role (`serving`, after its last holder `ready`), the controller
+    /// and the metadata quorum.
+    async fn stop(
+        self,
+        ready: Option<watch::Sender<Option<Arc<Broker>>>>,
+        serving: Option<broker_role::Serving>,
+    ) -> Result<(), BrokerError> {
+        if let Some(joining) = self.joining {
+            joining.abort();
+            let _ = joining.await;
+        }
+        // In-flight requests waiting on this node's controller (a commit a lost quorum cannot
+        // make) are answered now rather than after their timeouts.
+        if let Some(controller) = &self.controller {
+            controller.stop();
+        }
+        tracing::info!("shutting down: no new connections; finishing in-flight requests");
+        for server in self.servers {
+            let _ = server.await;
+        }
+        // The broker's last holders are gone with the connections; this one goes before its
+        // parts.
+        drop(ready);
+        if let Some(serving) = serving {
+            serving.stop().await?;
+        }
+        drop(self.controller);
+        if let Some(task) = self.controller_task {
+            let _ = task.await;
+        }
+        match Arc::try_unwrap(self.quorum) {
+            Ok(quorum) => quorum.shutdown().await.map_err(startup)?,
+            Err(_) => tracing::warn!("metadata quorum still in use at shutdown"),
+        }
+        Ok(())
+    }
 }
 
 /// What every listener of this node serves with.
