@@ -12,11 +12,13 @@ use fjord_protocol::messages::list_groups_request::ListGroupsRequest;
 use fjord_protocol::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
 };
+use fjord_protocol::messages::list_offsets_response::ListOffsetsResponse;
 use fjord_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
 use fjord_protocol::messages::offset_commit_request::{
     OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
 use fjord_protocol::messages::offset_fetch_request::{OffsetFetchRequest, OffsetFetchRequestGroup};
+use fjord_protocol::messages::offset_fetch_response::OffsetFetchResponse;
 use fjord_protocol::{ApiKey, RequestBody, ResponseBody, Uuid};
 
 use crate::connection::{ClientConfig, Connection};
@@ -601,109 +603,12 @@ impl Client {
     ) -> Result<BTreeMap<TopicPartition, OffsetAndMetadata>, ClientError> {
         self.group_call(
             group_id,
-            |conn| {
-                let version = conn.version(ApiKey::OffsetFetch).unwrap_or(0);
-                if version < 2 {
-                    // Fetching every topic (a null topic list) needs v2.
-                    return Err(ClientError::UnsupportedApi {
-                        api: "OffsetFetch v2+",
-                        addr: conn.addr().to_string(),
-                    });
-                }
-                Ok(RequestBody::OffsetFetch(if version >= 8 {
-                    OffsetFetchRequest {
-                        group_id: String::new(),
-                        // The v0-7 field keeps its default; v8+ lists topics per group.
-                        topics: Some(Vec::new()),
-                        groups: vec![OffsetFetchRequestGroup {
-                            group_id: group_id.to_string(),
-                            member_id: None,
-                            member_epoch: -1,
-                            topics: None,
-                        }],
-                        require_stable: false,
-                    }
-                } else {
-                    OffsetFetchRequest {
-                        group_id: group_id.to_string(),
-                        topics: None,
-                        groups: Vec::new(),
-                        require_stable: false,
-                    }
-                }))
-            },
+            |conn| offset_fetch_request(conn, group_id),
             |response, _| {
                 let ResponseBody::OffsetFetch(response) = response else {
                     return Err(ClientError::unexpected(ApiKey::OffsetFetch));
                 };
-                let mut offsets = BTreeMap::new();
-                let mut add = |topic: &str,
-                               partition: i32,
-                               offset: i64,
-                               epoch: i32,
-                               metadata: Option<String>,
-                               code: i16|
-                 -> Result<(), (i16, Option<String>)> {
-                    if code != errors::NONE {
-                        return Err((code, Some(format!("partition {topic}-{partition}"))));
-                    }
-                    // -1 means no committed offset for the partition.
-                    if offset >= 0 {
-                        offsets.insert(
-                            TopicPartition::new(topic, partition),
-                            OffsetAndMetadata {
-                                offset,
-                                leader_epoch: (epoch >= 0).then_some(epoch),
-                                metadata: metadata.unwrap_or_default(),
-                            },
-                        );
-                    }
-                    Ok(())
-                };
-                if response.groups.is_empty() {
-                    if response.error_code != errors::NONE {
-                        return Ok(Err((response.error_code, None)));
-                    }
-                    for t in response.topics {
-                        for p in t.partitions {
-                            if let Err(e) = add(
-                                &t.name,
-                                p.partition_index,
-                                p.committed_offset,
-                                p.committed_leader_epoch,
-                                p.metadata,
-                                p.error_code,
-                            ) {
-                                return Ok(Err(e));
-                            }
-                        }
-                    }
-                } else {
-                    for g in response
-                        .groups
-                        .into_iter()
-                        .filter(|g| g.group_id == group_id)
-                    {
-                        if g.error_code != errors::NONE {
-                            return Ok(Err((g.error_code, None)));
-                        }
-                        for t in g.topics {
-                            for p in t.partitions {
-                                if let Err(e) = add(
-                                    &t.name,
-                                    p.partition_index,
-                                    p.committed_offset,
-                                    p.committed_leader_epoch,
-                                    p.metadata,
-                                    p.error_code,
-                                ) {
-                                    return Ok(Err(e));
-                                }
-                            }
-                        }
-                    }
-                }
-                Ok(Ok(offsets))
+                Ok(committed_offsets(response, group_id))
             },
         )
         .await
@@ -769,6 +674,8 @@ impl Client {
     }
 
     /// Looks `spec` up for every partition in `partitions`, asking each partition's leader.
+    /// Partitions whose leader is unknown or answers with a retriable error are asked again
+    /// (after a metadata refresh) until the request timeout.
     pub async fn list_offsets(
         &mut self,
         partitions: &BTreeSet<TopicPartition>,
@@ -780,105 +687,12 @@ impl Client {
         }
         let deadline = Instant::now() + self.config.request_timeout;
         let mut pending: BTreeSet<TopicPartition> = partitions.clone();
-        let timeout_ms = i32::try_from(self.config.request_timeout.as_millis()).unwrap_or(i32::MAX);
         loop {
-            let topics: Vec<String> = pending
-                .iter()
-                .map(|tp| tp.topic.clone())
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            let metadata = self.metadata(Some(&topics)).await?;
-            let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
-            let mut retry_code = None;
-            for tp in &pending {
-                let topic = metadata.topics.iter().find(|t| t.name == tp.topic);
-                let partition =
-                    topic.and_then(|t| t.partitions.iter().find(|p| p.partition == tp.partition));
-                match (topic, partition) {
-                    (Some(t), _) if t.error_code != errors::NONE && !is_retriable(t.error_code) => {
-                        return Err(ClientError::kafka(
-                            format!("Metadata for topic {}", tp.topic),
-                            t.error_code,
-                            None,
-                        ));
-                    }
-                    (_, Some(p)) if p.leader_id >= 0 => {
-                        by_leader
-                            .entry(p.leader_id)
-                            .or_default()
-                            .entry(tp.topic.clone())
-                            .or_default()
-                            .push(tp.partition);
-                    }
-                    (Some(t), None) if t.error_code == errors::NONE => {
-                        return Err(ClientError::kafka(
-                            format!("partition {tp}"),
-                            errors::UNKNOWN_TOPIC_OR_PARTITION,
-                            None,
-                        ));
-                    }
-                    _ => retry_code = Some(errors::LEADER_NOT_AVAILABLE),
-                }
-            }
+            let (by_leader, mut retry_code) = self.partitions_by_leader(&pending).await?;
             for (leader, topics) in by_leader {
-                let conn = self.node_conn(leader).await?;
-                if conn.version(ApiKey::ListOffsets).unwrap_or(0) < 1 {
-                    // v0 answers with a list of offsets instead of one offset and timestamp.
-                    return Err(ClientError::UnsupportedApi {
-                        api: "ListOffsets v1+",
-                        addr: conn.addr().to_string(),
-                    });
-                }
-                let request = ListOffsetsRequest {
-                    replica_id: -1,
-                    isolation_level: 0,
-                    topics: topics
-                        .into_iter()
-                        .map(|(name, parts)| ListOffsetsTopic {
-                            name,
-                            partitions: parts
-                                .into_iter()
-                                .map(|p| ListOffsetsPartition {
-                                    partition_index: p,
-                                    current_leader_epoch: -1,
-                                    timestamp: spec.wire(),
-                                })
-                                .collect(),
-                        })
-                        .collect(),
-                    timeout_ms,
-                };
-                let ResponseBody::ListOffsets(response) =
-                    conn.send(RequestBody::ListOffsets(request)).await?
-                else {
-                    return Err(ClientError::unexpected(ApiKey::ListOffsets));
-                };
-                for t in response.topics {
-                    for p in t.partitions {
-                        let tp = TopicPartition::new(t.name.clone(), p.partition_index);
-                        if !pending.contains(&tp) {
-                            continue;
-                        }
-                        if p.error_code == errors::NONE {
-                            pending.remove(&tp);
-                            result.insert(
-                                tp,
-                                ListedOffset {
-                                    offset: p.offset,
-                                    timestamp: p.timestamp,
-                                },
-                            );
-                        } else if is_retriable(p.error_code) {
-                            retry_code = Some(p.error_code);
-                        } else {
-                            return Err(ClientError::kafka(
-                                format!("ListOffsets for {tp}"),
-                                p.error_code,
-                                None,
-                            ));
-                        }
-                    }
+                let response = self.list_offsets_on(leader, topics, spec).await?;
+                if let Some(code) = take_listed_offsets(response, &mut pending, &mut result)? {
+                    retry_code = Some(code);
                 }
             }
             if pending.is_empty() {
@@ -898,6 +712,98 @@ impl Client {
             }
             tokio::time::sleep(RETRY_BACKOFF).await;
         }
+    }
+
+    /// The leaders of `partitions`, from fresh metadata: each leader's partitions by topic.
+    /// Partitions without a leader yet are left out, with LEADER_NOT_AVAILABLE to retry on; a
+    /// topic that does not exist (a non-retriable topic error) or lacks the partition fails.
+    async fn partitions_by_leader(
+        &mut self,
+        partitions: &BTreeSet<TopicPartition>,
+    ) -> Result<(PartitionsByLeader, Option<i16>), ClientError> {
+        let topics: Vec<String> = partitions
+            .iter()
+            .map(|tp| tp.topic.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let metadata = self.metadata(Some(&topics)).await?;
+        let mut by_leader = PartitionsByLeader::new();
+        let mut retry_code = None;
+        for tp in partitions {
+            let topic = metadata.topics.iter().find(|t| t.name == tp.topic);
+            let partition =
+                topic.and_then(|t| t.partitions.iter().find(|p| p.partition == tp.partition));
+            match (topic, partition) {
+                (Some(t), _) if t.error_code != errors::NONE && !is_retriable(t.error_code) => {
+                    return Err(ClientError::kafka(
+                        format!("Metadata for topic {}", tp.topic),
+                        t.error_code,
+                        None,
+                    ));
+                }
+                (_, Some(p)) if p.leader_id >= 0 => {
+                    by_leader
+                        .entry(p.leader_id)
+                        .or_default()
+                        .entry(tp.topic.clone())
+                        .or_default()
+                        .push(tp.partition);
+                }
+                (Some(t), None) if t.error_code == errors::NONE => {
+                    return Err(ClientError::kafka(
+                        format!("partition {tp}"),
+                        errors::UNKNOWN_TOPIC_OR_PARTITION,
+                        None,
+                    ));
+                }
+                _ => retry_code = Some(errors::LEADER_NOT_AVAILABLE),
+            }
+        }
+        Ok((by_leader, retry_code))
+    }
+
+    /// Sends one ListOffsets for `topics` (partitions by topic) to broker `leader`.
+    async fn list_offsets_on(
+        &mut self,
+        leader: i32,
+        topics: BTreeMap<String, Vec<i32>>,
+        spec: OffsetSpec,
+    ) -> Result<ListOffsetsResponse, ClientError> {
+        let timeout_ms = i32::try_from(self.config.request_timeout.as_millis()).unwrap_or(i32::MAX);
+        let conn = self.node_conn(leader).await?;
+        if conn.version(ApiKey::ListOffsets).unwrap_or(0) < 1 {
+            // v0 answers with a list of offsets instead of one offset and timestamp.
+            return Err(ClientError::UnsupportedApi {
+                api: "ListOffsets v1+",
+                addr: conn.addr().to_string(),
+            });
+        }
+        let request = ListOffsetsRequest {
+            replica_id: -1,
+            isolation_level: 0,
+            topics: topics
+                .into_iter()
+                .map(|(name, parts)| ListOffsetsTopic {
+                    name,
+                    partitions: parts
+                        .into_iter()
+                        .map(|p| ListOffsetsPartition {
+                            partition_index: p,
+                            current_leader_epoch: -1,
+                            timestamp: spec.wire(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            timeout_ms,
+        };
+        let ResponseBody::ListOffsets(response) =
+            conn.send(RequestBody::ListOffsets(request)).await?
+        else {
+            return Err(ClientError::unexpected(ApiKey::ListOffsets));
+        };
+        Ok(response)
     }
 
     /// Deletes `group_id` with its committed offsets. Fails with NON_EMPTY_GROUP while it has
@@ -925,4 +831,159 @@ impl Client {
         )
         .await
     }
+}
+
+/// Partitions by topic, by the node id of their leader.
+type PartitionsByLeader = BTreeMap<i32, BTreeMap<String, Vec<i32>>>;
+
+/// Moves the partitions a ListOffsets answer settles from `pending` into `listed`. A retriable
+/// error leaves its partition pending: the last such code is returned, to name the failure if
+/// the retries run out. Any other error fails the lookup.
+fn take_listed_offsets(
+    response: ListOffsetsResponse,
+    pending: &mut BTreeSet<TopicPartition>,
+    listed: &mut BTreeMap<TopicPartition, ListedOffset>,
+) -> Result<Option<i16>, ClientError> {
+    let mut retry_code = None;
+    for t in response.topics {
+        for p in t.partitions {
+            let tp = TopicPartition::new(t.name.clone(), p.partition_index);
+            if !pending.contains(&tp) {
+                continue;
+            }
+            if p.error_code == errors::NONE {
+                pending.remove(&tp);
+                listed.insert(
+                    tp,
+                    ListedOffset {
+                        offset: p.offset,
+                        timestamp: p.timestamp,
+                    },
+                );
+            } else if is_retriable(p.error_code) {
+                retry_code = Some(p.error_code);
+            } else {
+                return Err(ClientError::kafka(
+                    format!("ListOffsets for {tp}"),
+                    p.error_code,
+                    None,
+                ));
+            }
+        }
+    }
+    Ok(retry_code)
+}
+
+/// An OffsetFetch for every offset `group_id` has committed (a null topic list, which needs
+/// v2), in the layout of the connection's version: the group's fields before v8, a list of
+/// groups from v8.
+fn offset_fetch_request(conn: &Connection, group_id: &str) -> Result<RequestBody, ClientError> {
+    let version = conn.version(ApiKey::OffsetFetch).unwrap_or(0);
+    if version < 2 {
+        // Fetching every topic (a null topic list) needs v2.
+        return Err(ClientError::UnsupportedApi {
+            api: "OffsetFetch v2+",
+            addr: conn.addr().to_string(),
+        });
+    }
+    Ok(RequestBody::OffsetFetch(if version >= 8 {
+        OffsetFetchRequest {
+            group_id: String::new(),
+            // The v0-7 field keeps its default; v8+ lists topics per group.
+            topics: Some(Vec::new()),
+            groups: vec![OffsetFetchRequestGroup {
+                group_id: group_id.to_string(),
+                member_id: None,
+                member_epoch: -1,
+                topics: None,
+            }],
+            require_stable: false,
+        }
+    } else {
+        OffsetFetchRequest {
+            group_id: group_id.to_string(),
+            topics: None,
+            groups: Vec::new(),
+            require_stable: false,
+        }
+    }))
+}
+
+/// The offsets an OffsetFetch answer says `group_id` committed, from either layout (topics at
+/// the top before v8, per group from v8), or the first group or partition error code.
+fn committed_offsets(
+    response: OffsetFetchResponse,
+    group_id: &str,
+) -> Result<BTreeMap<TopicPartition, OffsetAndMetadata>, (i16, Option<String>)> {
+    let mut offsets = BTreeMap::new();
+    if response.groups.is_empty() {
+        if response.error_code != errors::NONE {
+            return Err((response.error_code, None));
+        }
+        for t in response.topics {
+            for p in t.partitions {
+                add_committed(
+                    &mut offsets,
+                    &t.name,
+                    p.partition_index,
+                    p.committed_offset,
+                    p.committed_leader_epoch,
+                    p.metadata,
+                    p.error_code,
+                )?;
+            }
+        }
+    } else {
+        for g in response
+            .groups
+            .into_iter()
+            .filter(|g| g.group_id == group_id)
+        {
+            if g.error_code != errors::NONE {
+                return Err((g.error_code, None));
+            }
+            for t in g.topics {
+                for p in t.partitions {
+                    add_committed(
+                        &mut offsets,
+                        &t.name,
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_leader_epoch,
+                        p.metadata,
+                        p.error_code,
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(offsets)
+}
+
+/// Adds a partition's committed offset to `offsets` (an offset of -1: none is committed), or
+/// answers its error code, naming the partition.
+fn add_committed(
+    offsets: &mut BTreeMap<TopicPartition, OffsetAndMetadata>,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    epoch: i32,
+    metadata: Option<String>,
+    code: i16,
+) -> Result<(), (i16, Option<String>)> {
+    if code != errors::NONE {
+        return Err((code, Some(format!("partition {topic}-{partition}"))));
+    }
+    // -1 means no committed offset for the partition.
+    if offset >= 0 {
+        offsets.insert(
+            TopicPartition::new(topic, partition),
+            OffsetAndMetadata {
+                offset,
+                leader_epoch: (epoch >= 0).then_some(epoch),
+                metadata: metadata.unwrap_or_default(),
+            },
+        );
+    }
+    Ok(())
 }

@@ -255,25 +255,10 @@ impl MetadataQuorum {
         let log_store = LogStore::open(metadata_dir)?;
         let (state_machine, image_rx) = StateMachine::open(metadata_dir)?;
         let bytes_since_snapshot = state_machine.bytes_since_snapshot();
-        let raft_config = Config {
-            cluster_name: cluster_id.to_owned(),
-            heartbeat_interval: 100,
-            election_timeout_min: 500,
-            election_timeout_max: 1000,
-            // Snapshots are triggered by size and age, by `take_snapshots`.
-            snapshot_policy: SnapshotPolicy::Never,
-            max_in_snapshot_log_to_keep: config.entries_kept_after_snapshot,
-            // Purge as soon as a snapshot allows it; purges are already rare.
-            purge_batch_size: 1,
-            ..Config::default()
-        }
-        .validate()
-        .map_err(|e| MetadataError::raft("config", e))?;
-
         let follower_times = FollowerTimes::default();
         let raft = Raft::new(
             node_id,
-            Arc::new(raft_config),
+            Arc::new(raft_config(cluster_id, &config)?),
             TcpNetwork {
                 node_id,
                 follower_times: follower_times.clone(),
@@ -283,43 +268,7 @@ impl MetadataQuorum {
         )
         .await
         .map_err(|e| MetadataError::raft("start", e))?;
-
-        let initialized = raft
-            .is_initialized()
-            .await
-            .map_err(|e| MetadataError::raft("start", e))?;
-        let alone = peers.is_alone();
-        if alone {
-            if initialized {
-                // A lone voter would elect itself on the next tick anyway; asking now
-                // saves that wait on every restart.
-                raft.trigger()
-                    .elect()
-                    .await
-                    .map_err(|e| MetadataError::raft("elect", e))?;
-            } else {
-                let voters = BTreeMap::from([(node_id, QuorumNode::default())]);
-                raft.initialize(voters)
-                    .await
-                    .map_err(|e| MetadataError::raft("initialize", e))?;
-            }
-        } else if !initialized {
-            let voters: BTreeMap<u64, QuorumNode> = match &peers.dynamic {
-                Some(DynamicQuorum::Standalone(node)) => BTreeMap::from([(node_id, node.clone())]),
-                Some(DynamicQuorum::Join) => BTreeMap::new(),
-                None if peers.voters.contains_key(&node_id) => peers
-                    .voters
-                    .iter()
-                    .map(|(id, addr)| (*id, QuorumNode::new(addr)))
-                    .collect(),
-                None => BTreeMap::new(),
-            };
-            if !voters.is_empty() {
-                raft.initialize(voters)
-                    .await
-                    .map_err(|e| MetadataError::raft("initialize", e))?;
-            }
-        }
+        join_quorum(&raft, node_id, &peers).await?;
         tokio::spawn(take_snapshots(
             raft.clone(),
             log_store.clone(),
@@ -336,7 +285,7 @@ impl MetadataQuorum {
             image_rx,
             follower_times,
         };
-        if alone {
+        if peers.is_alone() {
             quorum.caught_up(config.leader_timeout).await?;
             if !quorum.is_leader() {
                 return Err(MetadataError::Timeout {
@@ -617,6 +566,72 @@ impl MetadataQuorum {
     #[cfg(test)]
     pub(crate) fn raft(&self) -> &Raft<TypeConfig> {
         &self.raft
+    }
+}
+
+/// The openraft settings of the metadata quorum `cluster_id`.
+fn raft_config(cluster_id: &str, config: &QuorumConfig) -> Result<Config, MetadataError> {
+    Config {
+        cluster_name: cluster_id.to_owned(),
+        heartbeat_interval: 100,
+        election_timeout_min: 500,
+        election_timeout_max: 1000,
+        // Snapshots are triggered by size and age, by `take_snapshots`.
+        snapshot_policy: SnapshotPolicy::Never,
+        max_in_snapshot_log_to_keep: config.entries_kept_after_snapshot,
+        // Purge as soon as a snapshot allows it; purges are already rare.
+        purge_batch_size: 1,
+        ..Config::default()
+    }
+    .validate()
+    .map_err(|e| MetadataError::raft("config", e))
+}
+
+/// Takes this node's part in the quorum once raft runs. A new metadata log is initialized
+/// with its first voters ([`initial_voters`]), if this node has any to name; a lone voter whose
+/// log exists asks for an election at once.
+async fn join_quorum(
+    raft: &Raft<TypeConfig>,
+    node_id: u64,
+    peers: &QuorumPeers,
+) -> Result<(), MetadataError> {
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|e| MetadataError::raft("start", e))?;
+    if !initialized {
+        let voters = initial_voters(node_id, peers);
+        if !voters.is_empty() {
+            raft.initialize(voters)
+                .await
+                .map_err(|e| MetadataError::raft("initialize", e))?;
+        }
+    } else if peers.is_alone() {
+        // A lone voter would elect itself on the next tick anyway; asking now saves that wait
+        // on every restart.
+        raft.trigger()
+            .elect()
+            .await
+            .map_err(|e| MetadataError::raft("elect", e))?;
+    }
+    Ok(())
+}
+
+/// The voters a new metadata log starts with: this node alone (a lone voter, or the
+/// standalone start of a dynamic quorum), every configured voter when this node is one of
+/// `controller.quorum.voters`, and none otherwise (a node joining a dynamic quorum, or not a
+/// voter): the leader adds it later.
+fn initial_voters(node_id: u64, peers: &QuorumPeers) -> BTreeMap<u64, QuorumNode> {
+    match &peers.dynamic {
+        _ if peers.is_alone() => BTreeMap::from([(node_id, QuorumNode::default())]),
+        Some(DynamicQuorum::Standalone(node)) => BTreeMap::from([(node_id, node.clone())]),
+        Some(DynamicQuorum::Join) => BTreeMap::new(),
+        None if peers.voters.contains_key(&node_id) => peers
+            .voters
+            .iter()
+            .map(|(id, addr)| (*id, QuorumNode::new(addr)))
+            .collect(),
+        None => BTreeMap::new(),
     }
 }
 

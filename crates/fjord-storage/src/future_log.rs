@@ -12,10 +12,9 @@ use std::sync::Mutex;
 use bytes::Bytes;
 
 use crate::error::{IoResultExt, StorageError};
-use fjord_common::TopicPartition;
+use fjord_common::{lock, TopicPartition};
 
 use crate::log::Log;
-use crate::log_manager::lock;
 
 /// Suffix of a future log's directory.
 pub const FUTURE_DIR_SUFFIX: &str = "-future";

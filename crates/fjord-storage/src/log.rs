@@ -357,20 +357,7 @@ impl Log {
     ) -> Result<(Log, RecoveryStats), StorageError> {
         std::fs::create_dir_all(dir).at(dir)?;
         let bases = clean_dir_and_list_segments(dir)?;
-        let mut stats = RecoveryStats::default();
-        let mut segments = BTreeMap::new();
-        let mut needs_recovery = Vec::with_capacity(bases.len());
-        for &base in &bases {
-            let opened = LogSegment::open(
-                dir,
-                base,
-                config.segment_index_bytes,
-                config.index_interval_bytes,
-                now_ms,
-            )?;
-            needs_recovery.push(opened.needs_recovery);
-            segments.insert(base, opened.segment);
-        }
+        let (mut segments, needs_recovery) = open_segments(dir, &bases, &config, now_ms)?;
         // Unclean shutdown: everything from the segment holding the recovery point onwards may
         // hold unflushed, torn data.
         let recover_from = if had_clean_shutdown {
@@ -381,36 +368,10 @@ impl Log {
                 .next_back()
                 .map_or(i64::MIN, |(base, _)| *base)
         };
-        let mut cut_at = None;
-        let mut previous_end = i64::MIN;
-        for (i, (&base, segment)) in segments.iter_mut().enumerate() {
-            if base < previous_end {
-                // Overlaps the previous segment: not a log we can serve from.
-                cut_at = Some(base);
-                break;
-            }
-            if base >= recover_from || needs_recovery.get(i).copied().unwrap_or(true) {
-                stats.needed_recovery = true;
-                stats.segments_recovered += 1;
-                let truncated = segment.recover()?;
-                segment.flush_and_release()?;
-                stats.bytes_truncated += truncated;
-                if truncated > 0 {
-                    cut_at = Some(base + 1);
-                    break;
-                }
-            }
-            previous_end = segment.next_offset();
-        }
+        let mut stats = RecoveryStats::default();
+        let cut_at = recover_segments(&mut segments, &needs_recovery, recover_from, &mut stats)?;
         if let Some(cut) = cut_at {
-            let doomed: Vec<i64> = segments.range(cut..).map(|(base, _)| *base).collect();
-            for base in doomed {
-                if let Some(segment) = segments.remove(&base) {
-                    stats.segments_deleted += 1;
-                    stats.bytes_truncated += segment.size();
-                    delete_segment_files(segment)?;
-                }
-            }
+            delete_segments_from(&mut segments, cut, &mut stats)?;
         }
         let mut log = Log {
             dir: dir.to_path_buf(),
@@ -438,33 +399,49 @@ impl Log {
             moving: false,
             verification_guards: HashMap::new(),
         };
-        if log.segments.is_empty() {
-            let segment = log.new_segment(log.log_start_offset, now_ms)?;
-            log.segments.insert(log.log_start_offset, segment);
+        log.load_offsets(now_ms)?;
+        log.init_leader_epoch_cache();
+        log.reload_producer_state()?;
+        log.check_invariants();
+        Ok((log, stats))
+    }
+
+    /// Sets the log's offsets from its recovered segments at open: an empty log gets its
+    /// first segment at the checkpointed log start, the log end is the active segment's, and
+    /// a log start past the log end (everything before it is gone) starts the log afresh there.
+    /// The recovery point is the log end; the high watermark starts at the log start until the
+    /// checkpointed one is restored.
+    fn load_offsets(&mut self, now_ms: i64) -> Result<(), StorageError> {
+        if self.segments.is_empty() {
+            let segment = self.new_segment(self.log_start_offset, now_ms)?;
+            self.segments.insert(self.log_start_offset, segment);
         }
-        log.log_end_offset = log.active_segment().next_offset();
-        if let Some((&first, _)) = log.segments.iter().next() {
-            log.log_start_offset = log.log_start_offset.max(first);
+        self.log_end_offset = self.active_segment().next_offset();
+        if let Some((&first, _)) = self.segments.iter().next() {
+            self.log_start_offset = self.log_start_offset.max(first);
         }
-        if log.log_start_offset > log.log_end_offset {
+        if self.log_start_offset > self.log_end_offset {
             // Everything before the checkpointed log start is gone: start afresh there.
-            log.truncate_fully_and_start_at(log.log_start_offset, now_ms)?;
+            self.truncate_fully_and_start_at(self.log_start_offset, now_ms)?;
         }
         // Clean shutdown flushed everything; recovery flushed what it validated.
-        log.recovery_point = log.log_end_offset;
-        log.high_watermark = log.log_start_offset;
+        self.recovery_point = self.log_end_offset;
+        self.high_watermark = self.log_start_offset;
+        Ok(())
+    }
+
+    /// Takes the leader epochs of `leader-epoch-checkpoint` that the loaded log still covers.
+    fn init_leader_epoch_cache(&mut self) {
         // Epochs for offsets no longer in the log would answer OffsetsForLeaderEpoch wrongly.
         // The truncated cache is written with the next epoch change, or at close: until then a
         // crash leaves the old file, which the next load truncates the same way. (An empty log
         // loses its one entry here and gets it back when it becomes leader again, so a restart
         // rewrites nothing.)
-        log.leader_epoch_cache = log.persisted_leader_epochs.clone();
-        log.leader_epoch_cache.truncate_from_end(log.log_end_offset);
-        log.leader_epoch_cache
-            .truncate_from_start(log.log_start_offset);
-        log.reload_producer_state()?;
-        log.check_invariants();
-        Ok((log, stats))
+        self.leader_epoch_cache = self.persisted_leader_epochs.clone();
+        self.leader_epoch_cache
+            .truncate_from_end(self.log_end_offset);
+        self.leader_epoch_cache
+            .truncate_from_start(self.log_start_offset);
     }
 
     /// Loads the newest producer snapshot at or below the log end and folds in the batches
@@ -584,47 +561,26 @@ impl Log {
         now_ms: i64,
     ) -> Result<usize, StorageError> {
         self.ensure_open()?;
+        let batches = self.check_replicated_batches(records)?;
+        for (batch, marker) in &batches {
+            self.append_replicated_batch(batch, *marker, now_ms)?;
+        }
+        self.check_invariants();
+        Ok(batches.len())
+    }
+
+    /// Splits a follower append into its batches, each with the transaction marker it holds,
+    /// checking all of them before anything is written: a bad batch appends nothing.
+    fn check_replicated_batches(
+        &self,
+        records: &Bytes,
+    ) -> Result<Vec<(AppendBatch, Option<EndTxnMarker>)>, StorageError> {
         let mut batches = Vec::new();
         let mut next = self.log_end_offset;
         for bytes in split_batches(records)? {
             let batch = AppendBatch::new(bytes.clone())?;
+            self.check_replicated_batch(&batch, &bytes, next)?;
             let header = batch.header();
-            if header
-                .base_offset
-                .checked_add(i64::from(header.last_offset_delta))
-                .is_none_or(|last| last == i64::MAX)
-            {
-                return Err(StorageError::corrupt(
-                    &self.dir,
-                    format!(
-                        "follower append of offset {} out of range",
-                        header.base_offset
-                    ),
-                ));
-            }
-            if header.base_offset < next {
-                return Err(StorageError::corrupt(
-                    &self.dir,
-                    format!(
-                        "follower append of offset {} below the log end {next}",
-                        header.base_offset
-                    ),
-                ));
-            }
-            // `AppendBatch::new` parsed the whole header, so the CRC's range is there.
-            let computed = compute_crc(&bytes);
-            if computed != header.crc {
-                return Err(StorageError::InvalidRecord(RecordsError::CrcMismatch {
-                    stored: header.crc,
-                    computed,
-                }));
-            }
-            if batch.len() as u64 > self.config.segment_bytes {
-                return Err(StorageError::RecordBatchTooLarge {
-                    size: batch.len(),
-                    segment_bytes: self.config.segment_bytes,
-                });
-            }
             next = header.last_offset() + 1;
             let marker = if header.is_control() {
                 read_marker(&bytes)
@@ -633,51 +589,125 @@ impl Log {
             };
             batches.push((batch, marker));
         }
-        for (batch, marker) in &batches {
-            let header = *batch.header();
-            let active = self.active_segment();
-            // Past what the active segment's 32-bit relative offsets reach, or by Kafka's roll
-            // conditions: a new segment at this batch.
-            if header.last_offset() - active.base_offset() > i64::from(i32::MAX)
-                || active.should_roll(
-                    self.config.segment_bytes,
-                    self.config.max_segment_ms(),
-                    batch.len() as u64,
-                    header.max_timestamp,
-                    header.last_offset(),
-                    now_ms,
-                )
-            {
-                self.roll_at(header.base_offset, now_ms)?;
-            }
-            self.active_segment_mut()?.append(batch)?;
-            let completed =
-                self.producer_state
-                    .record_append(&header, header.max_timestamp, *marker);
-            if let Some(txn) = completed.and_then(aborted_txn) {
-                self.active_segment_mut()?.append_aborted_txn(txn)?;
-            }
-            let epoch = header.partition_leader_epoch;
-            if epoch >= 0
-                && self
-                    .leader_epoch_cache
-                    .latest_epoch()
-                    .is_none_or(|e| epoch > e)
-                && self.leader_epoch_cache.assign(epoch, header.base_offset)
-            {
-                self.write_leader_epoch_cache()?;
-            }
-            if self.recovery_point >= self.log_end_offset {
-                self.first_unflushed_ms = Some(now_ms);
-            }
-            assert!(
-                header.last_offset() >= self.log_end_offset,
-                "offsets only grow"
-            );
-            self.log_end_offset = header.last_offset() + 1;
+        Ok(batches)
+    }
+
+    /// One replicated batch: its offsets in range and at or past `next` (the log end, or the end
+    /// of the batch before it), its CRC intact, and its size within `segment.bytes`.
+    fn check_replicated_batch(
+        &self,
+        batch: &AppendBatch,
+        bytes: &Bytes,
+        next: i64,
+    ) -> Result<(), StorageError> {
+        let header = batch.header();
+        if header
+            .base_offset
+            .checked_add(i64::from(header.last_offset_delta))
+            .is_none_or(|last| last == i64::MAX)
+        {
+            return Err(StorageError::corrupt(
+                &self.dir,
+                format!(
+                    "follower append of offset {} out of range",
+                    header.base_offset
+                ),
+            ));
         }
-        self.check_invariants();
-        Ok(batches.len())
+        if header.base_offset < next {
+            return Err(StorageError::corrupt(
+                &self.dir,
+                format!(
+                    "follower append of offset {} below the log end {next}",
+                    header.base_offset
+                ),
+            ));
+        }
+        // `AppendBatch::new` parsed the whole header, so the CRC's range is there.
+        let computed = compute_crc(bytes);
+        if computed != header.crc {
+            return Err(StorageError::InvalidRecord(RecordsError::CrcMismatch {
+                stored: header.crc,
+                computed,
+            }));
+        }
+        if batch.len() as u64 > self.config.segment_bytes {
+            return Err(StorageError::RecordBatchTooLarge {
+                size: batch.len(),
+                segment_bytes: self.config.segment_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Appends one checked replicated batch at its own offsets, rolling first where the leader
+    /// would have, and records its producer, any transaction it aborts and a new leader epoch.
+    fn append_replicated_batch(
+        &mut self,
+        batch: &AppendBatch,
+        marker: Option<EndTxnMarker>,
+        now_ms: i64,
+    ) -> Result<(), StorageError> {
+        let header = *batch.header();
+        let active = self.active_segment();
+        // Past what the active segment's 32-bit relative offsets reach, or by Kafka's roll
+        // conditions: a new segment at this batch.
+        if header.last_offset() - active.base_offset() > i64::from(i32::MAX)
+            || active.should_roll(
+                self.config.segment_bytes,
+                self.config.max_segment_ms(),
+                batch.len() as u64,
+                header.max_timestamp,
+                header.last_offset(),
+                now_ms,
+            )
+        {
+            self.roll_at(header.base_offset, now_ms)?;
+        }
+        self.active_segment_mut()?.append(batch)?;
+        let completed = self
+            .producer_state
+            .record_append(&header, header.max_timestamp, marker);
+        if let Some(txn) = completed.and_then(aborted_txn) {
+            self.active_segment_mut()?.append_aborted_txn(txn)?;
+        }
+        let epoch = header.partition_leader_epoch;
+        if epoch >= 0 {
+            self.assign_newer_leader_epoch(epoch, header.base_offset)?;
+        }
+        self.note_first_unflushed(now_ms);
+        assert!(
+            header.last_offset() >= self.log_end_offset,
+            "offsets only grow"
+        );
+        self.log_end_offset = header.last_offset() + 1;
+        Ok(())
+    }
+
+    /// Records that leader epoch `epoch` starts at `start_offset` when it is newer than every
+    /// epoch the log knows, and persists the cache if that changed it.
+    fn assign_newer_leader_epoch(
+        &mut self,
+        epoch: i32,
+        start_offset: i64,
+    ) -> Result<(), StorageError> {
+        if self
+            .leader_epoch_cache
+            .latest_epoch()
+            .is_none_or(|e| epoch > e)
+            && self.leader_epoch_cache.assign(epoch, start_offset)
+        {
+            self.write_leader_epoch_cache()?;
+        }
+        Ok(())
+    }
+
+    /// An append is about to move the log end past the recovery point: when everything before
+    /// was flushed, this is the oldest unflushed append, which `flush.ms` counts from.
+    fn note_first_unflushed(&mut self, now_ms: i64) {
+        if self.recovery_point >= self.log_end_offset {
+            self.first_unflushed_ms = Some(now_ms);
+        }
     }
 
     /// Appends validated batches as the partition leader: assigns offsets from the log end,
@@ -972,17 +1002,8 @@ impl Log {
             self.active_segment_mut()?.append_aborted_txn(txn)?;
         }
         assert!(next > self.log_end_offset, "offsets only grow");
-        if self
-            .leader_epoch_cache
-            .latest_epoch()
-            .is_none_or(|e| leader_epoch > e)
-            && self.leader_epoch_cache.assign(leader_epoch, first_offset)
-        {
-            self.write_leader_epoch_cache()?;
-        }
-        if self.recovery_point >= self.log_end_offset {
-            self.first_unflushed_ms = Some(now_ms);
-        }
+        self.assign_newer_leader_epoch(leader_epoch, first_offset)?;
+        self.note_first_unflushed(now_ms);
         self.log_end_offset = next;
         self.check_invariants();
         let info = AppendInfo {
@@ -1609,26 +1630,15 @@ impl Log {
         Ok(())
     }
 
-    /// OffsetsForLeaderEpoch: the largest epoch ≤ `epoch` and the offset where it ended
-    /// (the log end for the latest epoch), or (-1, -1) when unknown.
     /// This replica became leader at `leader_epoch`: the epoch starts at the current LEO, as
     /// Kafka records on becoming leader, so OffsetForLeaderEpoch answers for it before any append.
     pub fn become_leader(&mut self, leader_epoch: i32) -> Result<(), StorageError> {
         self.ensure_open()?;
-        let newer = self
-            .leader_epoch_cache
-            .latest_epoch()
-            .is_none_or(|e| leader_epoch > e);
-        if newer
-            && self
-                .leader_epoch_cache
-                .assign(leader_epoch, self.log_end_offset)
-        {
-            self.write_leader_epoch_cache()?;
-        }
-        Ok(())
+        self.assign_newer_leader_epoch(leader_epoch, self.log_end_offset)
     }
 
+    /// OffsetsForLeaderEpoch: the largest epoch ≤ `epoch` and the offset where it ended
+    /// (the log end for the latest epoch), or (-1, -1) when unknown.
     pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
         self.leader_epoch_cache
             .end_offset_for(epoch, self.log_end_offset)
@@ -1724,6 +1734,78 @@ fn aborted_txn(completed: CompletedTxn) -> Option<AbortedTxn> {
         last_offset: completed.last_offset,
         last_stable_offset: completed.last_stable_offset,
     })
+}
+
+/// Opens the segments at `bases`, each with whether its files need recovery whatever the
+/// shutdown was (a missing or damaged index).
+fn open_segments(
+    dir: &Path,
+    bases: &[i64],
+    config: &LogConfig,
+    now_ms: i64,
+) -> Result<(BTreeMap<i64, LogSegment>, Vec<bool>), StorageError> {
+    let mut segments = BTreeMap::new();
+    let mut needs_recovery = Vec::with_capacity(bases.len());
+    for &base in bases {
+        let opened = LogSegment::open(
+            dir,
+            base,
+            config.segment_index_bytes,
+            config.index_interval_bytes,
+            now_ms,
+        )?;
+        needs_recovery.push(opened.needs_recovery);
+        segments.insert(base, opened.segment);
+    }
+    Ok((segments, needs_recovery))
+}
+
+/// Recovers, in offset order, every segment from `recover_from` on and every one that
+/// `needs_recovery` names: validates its batches, truncates a torn tail, rebuilds its indexes
+/// and flushes it. Returns where the log must be cut: past a segment that lost bytes (what
+/// follows it cannot be trusted), or at a segment overlapping the one before it.
+fn recover_segments(
+    segments: &mut BTreeMap<i64, LogSegment>,
+    needs_recovery: &[bool],
+    recover_from: i64,
+    stats: &mut RecoveryStats,
+) -> Result<Option<i64>, StorageError> {
+    let mut previous_end = i64::MIN;
+    for (i, (&base, segment)) in segments.iter_mut().enumerate() {
+        if base < previous_end {
+            // Overlaps the previous segment: not a log we can serve from.
+            return Ok(Some(base));
+        }
+        if base >= recover_from || needs_recovery.get(i).copied().unwrap_or(true) {
+            stats.needed_recovery = true;
+            stats.segments_recovered += 1;
+            let truncated = segment.recover()?;
+            segment.flush_and_release()?;
+            stats.bytes_truncated += truncated;
+            if truncated > 0 {
+                return Ok(Some(base + 1));
+            }
+        }
+        previous_end = segment.next_offset();
+    }
+    Ok(None)
+}
+
+/// Deletes the files of every segment based at or past `cut`, counting them as truncated.
+fn delete_segments_from(
+    segments: &mut BTreeMap<i64, LogSegment>,
+    cut: i64,
+    stats: &mut RecoveryStats,
+) -> Result<(), StorageError> {
+    let doomed: Vec<i64> = segments.range(cut..).map(|(base, _)| *base).collect();
+    for base in doomed {
+        if let Some(segment) = segments.remove(&base) {
+            stats.segments_deleted += 1;
+            stats.bytes_truncated += segment.size();
+            delete_segment_files(segment)?;
+        }
+    }
+    Ok(())
 }
 
 /// Removes leftovers of interrupted operations, finishes interrupted cleaner swaps, and returns

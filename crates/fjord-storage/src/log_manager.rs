@@ -15,14 +15,14 @@ use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use fjord_common::{TopicId, TopicPartition};
+use fjord_common::{lock, TopicId, TopicPartition};
 
 use crate::checkpoint::{read_offset_checkpoint, write_offset_checkpoint};
 use crate::error::{IoResultExt, StorageError};
 use crate::future_log::{
     catch_up_locked, catch_up_round, parse_future_dir_name, FUTURE_DIR_SUFFIX,
 };
-use crate::log::{sync_dir, Log, LogConfig};
+use crate::log::{sync_dir, Log, LogConfig, RecoveryStats};
 use crate::partition_metadata::{read_partition_metadata, write_partition_metadata};
 
 pub const RECOVERY_POINT_CHECKPOINT_FILE: &str = "recovery-point-offset-checkpoint";
@@ -104,13 +104,206 @@ pub enum Retire {
     Stray,
 }
 
-pub(crate) use fjord_common::lock;
-
 fn checkpoint_map(path: &Path) -> Result<BTreeMap<TopicPartition, i64>, StorageError> {
     Ok(read_offset_checkpoint(path)?
         .into_iter()
         .map(|(topic, partition, offset)| (TopicPartition { topic, partition }, offset))
         .collect())
+}
+
+/// What [`LogManager::open`] gathers from the log dirs, one dir after the other, before the
+/// manager exists.
+#[derive(Default)]
+struct LoadedLogs {
+    logs: BTreeMap<TopicPartition, ManagedLog>,
+    pending_deletions: Vec<PendingDeletion>,
+    /// Loaded after every dir's partition logs, as each resumes (or finishes) the move of one.
+    futures: Vec<FoundFuture>,
+    /// Every dir's checkpointed log start and high watermark: a future log promoted at
+    /// start-up takes its partition's from the dir it moved out of.
+    carried: BTreeMap<TopicPartition, (i64, Option<i64>)>,
+}
+
+/// A future log's dir found at start-up.
+struct FoundFuture {
+    dir_index: usize,
+    tp: TopicPartition,
+    path: PathBuf,
+    /// Its log dir had the clean shutdown marker.
+    clean: bool,
+}
+
+/// The offsets a log dir's checkpoint files hold for its partitions.
+struct DirCheckpoints {
+    recovery_points: BTreeMap<TopicPartition, i64>,
+    log_starts: BTreeMap<TopicPartition, i64>,
+    high_watermarks: BTreeMap<TopicPartition, i64>,
+}
+
+impl DirCheckpoints {
+    /// Reads the recovery point, log start and replication offset checkpoints of `log_dir`; a
+    /// missing file reads as empty.
+    fn read(log_dir: &Path) -> Result<DirCheckpoints, StorageError> {
+        Ok(DirCheckpoints {
+            recovery_points: checkpoint_map(&log_dir.join(RECOVERY_POINT_CHECKPOINT_FILE))?,
+            log_starts: checkpoint_map(&log_dir.join(LOG_START_OFFSET_CHECKPOINT_FILE))?,
+            high_watermarks: checkpoint_map(&log_dir.join(REPLICATION_OFFSET_CHECKPOINT_FILE))?,
+        })
+    }
+}
+
+impl LoadedLogs {
+    /// Loads one log dir: reads its checkpoints, opens its partitions' logs in parallel
+    /// (recovering them if the dir was not shut down cleanly), then removes its clean shutdown
+    /// marker, since from then on a crash must trigger recovery again.
+    fn load_dir(
+        &mut self,
+        dir_index: usize,
+        log_dir: &Path,
+        config: &LogConfig,
+        now_ms: i64,
+        report: &mut StartupReport,
+    ) -> Result<(), StorageError> {
+        std::fs::create_dir_all(log_dir).at(log_dir)?;
+        let marker = log_dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean = marker.exists();
+        if clean {
+            report.clean_dirs += 1;
+        }
+        let checkpoints = DirCheckpoints::read(log_dir)?;
+        self.carry(&checkpoints);
+        let to_open = self.scan_dir(dir_index, log_dir, clean, config, now_ms, report)?;
+        let opened = crate::parallel::map(to_open, crate::parallel::DISK_THREADS, |(tp, path)| {
+            load_log(tp, &path, &checkpoints, config, clean, now_ms)
+        });
+        for result in opened {
+            let (tp, log, stats) = result?;
+            report.partitions_loaded += 1;
+            if stats.needed_recovery {
+                report.partitions_recovered += 1;
+            }
+            report.bytes_truncated += stats.bytes_truncated;
+            self.logs.insert(
+                tp,
+                ManagedLog {
+                    dir_index,
+                    log: Arc::new(Mutex::new(log)),
+                },
+            );
+        }
+        // From here on the dir is live: a crash must trigger recovery again.
+        if clean {
+            std::fs::remove_file(&marker).at(&marker)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps the highest log start and high watermark any dir checkpointed for a partition.
+    fn carry(&mut self, checkpoints: &DirCheckpoints) {
+        for (tp, &log_start) in &checkpoints.log_starts {
+            let entry = self.carried.entry(tp.clone()).or_insert((0, None));
+            entry.0 = entry.0.max(log_start);
+        }
+        for (tp, &hw) in &checkpoints.high_watermarks {
+            let entry = self.carried.entry(tp.clone()).or_insert((0, None));
+            entry.1 = Some(entry.1.map_or(hw, |known: i64| known.max(hw)));
+        }
+    }
+
+    /// Sorts a log dir's subdirectories, in name order: `-delete` dirs are queued for removal,
+    /// `-stray` dirs and the metadata log are left alone, future logs are kept for later, and
+    /// the partition logs are returned to be opened. A partition found in two log dirs fails
+    /// the start-up.
+    fn scan_dir(
+        &mut self,
+        dir_index: usize,
+        log_dir: &Path,
+        clean: bool,
+        config: &LogConfig,
+        now_ms: i64,
+        report: &mut StartupReport,
+    ) -> Result<Vec<(TopicPartition, PathBuf)>, StorageError> {
+        let mut entries: Vec<_> = std::fs::read_dir(log_dir)
+            .at(log_dir)?
+            .collect::<Result<_, _>>()
+            .at(log_dir)?;
+        entries.sort_by_key(|e| e.file_name());
+        let mut to_open = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for entry in entries {
+            let path = entry.path();
+            if !entry.file_type().at(&path)?.is_dir() {
+                continue;
+            }
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if name.ends_with(DELETE_DIR_SUFFIX) {
+                self.pending_deletions.push(PendingDeletion {
+                    dir: path,
+                    due_ms: now_ms.saturating_add(config.file_delete_delay_ms),
+                });
+                report.deletions_queued += 1;
+                continue;
+            }
+            if name.ends_with(STRAY_DIR_SUFFIX) {
+                tracing::warn!(path = %path.display(), "a stray partition log set aside earlier is left in place, not loaded (remove it when no longer needed)");
+                report.stray_dirs += 1;
+                continue;
+            }
+            // The metadata log (KRaft's name for it) is not a partition log.
+            if name == METADATA_LOG_DIR_NAME {
+                continue;
+            }
+            if let Some(tp) = parse_future_dir_name(&name) {
+                self.futures.push(FoundFuture {
+                    dir_index,
+                    tp,
+                    path,
+                    clean,
+                });
+                continue;
+            }
+            let Some(tp) = TopicPartition::from_dir_name(&name) else {
+                continue;
+            };
+            if self.logs.contains_key(&tp) || !seen.insert(tp.clone()) {
+                return Err(StorageError::InvalidPartitionDir(format!(
+                    "{} (the partition exists in more than one log dir)",
+                    path.display()
+                )));
+            }
+            to_open.push((tp, path));
+        }
+        Ok(to_open)
+    }
+}
+
+/// Opens one partition's log at start-up from its dir's checkpointed recovery point, log start
+/// and high watermark.
+fn load_log(
+    tp: TopicPartition,
+    path: &Path,
+    checkpoints: &DirCheckpoints,
+    config: &LogConfig,
+    clean: bool,
+    now_ms: i64,
+) -> Result<(TopicPartition, Log, RecoveryStats), StorageError> {
+    let topic_id = read_partition_metadata(path)?;
+    let (mut log, stats) = Log::open(
+        path,
+        tp.clone(),
+        topic_id,
+        config.clone(),
+        checkpoints.recovery_points.get(&tp).copied().unwrap_or(0),
+        checkpoints.log_starts.get(&tp).copied().unwrap_or(0),
+        clean,
+        now_ms,
+    )?;
+    if let Some(&hw) = checkpoints.high_watermarks.get(&tp) {
+        log.restore_high_watermark(hw);
+    }
+    Ok((tp, log, stats))
 }
 
 /// Partition logs with their names.
@@ -143,126 +336,26 @@ impl LogManager {
             return Err(StorageError::NoLogDirs);
         }
         let mut report = StartupReport::default();
-        let mut logs = BTreeMap::new();
-        let mut pending_deletions = Vec::new();
-        let mut found_futures = Vec::new();
-        // Every dir's checkpointed log start and high watermark: a future log promoted at
-        // start-up takes its partition's from the dir it moved out of.
-        let mut carried: BTreeMap<TopicPartition, (i64, Option<i64>)> = BTreeMap::new();
+        let mut loaded = LoadedLogs::default();
         for (dir_index, log_dir) in log_dirs.iter().enumerate() {
-            std::fs::create_dir_all(log_dir).at(log_dir)?;
-            let marker = log_dir.join(CLEAN_SHUTDOWN_FILE);
-            let clean = marker.exists();
-            if clean {
-                report.clean_dirs += 1;
-            }
-            let recovery_points = checkpoint_map(&log_dir.join(RECOVERY_POINT_CHECKPOINT_FILE))?;
-            let log_starts = checkpoint_map(&log_dir.join(LOG_START_OFFSET_CHECKPOINT_FILE))?;
-            let high_watermarks =
-                checkpoint_map(&log_dir.join(REPLICATION_OFFSET_CHECKPOINT_FILE))?;
-            for (tp, &log_start) in &log_starts {
-                let entry = carried.entry(tp.clone()).or_insert((0, None));
-                entry.0 = entry.0.max(log_start);
-            }
-            for (tp, &hw) in &high_watermarks {
-                let entry = carried.entry(tp.clone()).or_insert((0, None));
-                entry.1 = Some(entry.1.map_or(hw, |known: i64| known.max(hw)));
-            }
-            let mut entries: Vec<_> = std::fs::read_dir(log_dir)
-                .at(log_dir)?
-                .collect::<Result<_, _>>()
-                .at(log_dir)?;
-            entries.sort_by_key(|e| e.file_name());
-            let mut to_open = Vec::new();
-            let mut seen = std::collections::HashSet::new();
-            for entry in entries {
-                let path = entry.path();
-                if !entry.file_type().at(&path)?.is_dir() {
-                    continue;
-                }
-                let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-                    continue;
-                };
-                if name.ends_with(DELETE_DIR_SUFFIX) {
-                    pending_deletions.push(PendingDeletion {
-                        dir: path,
-                        due_ms: now_ms.saturating_add(default_config.file_delete_delay_ms),
-                    });
-                    report.deletions_queued += 1;
-                    continue;
-                }
-                if name.ends_with(STRAY_DIR_SUFFIX) {
-                    tracing::warn!(path = %path.display(), "a stray partition log set aside earlier is left in place, not loaded (remove it when no longer needed)");
-                    report.stray_dirs += 1;
-                    continue;
-                }
-                // The metadata log (KRaft's name for it) is not a partition log.
-                if name == METADATA_LOG_DIR_NAME {
-                    continue;
-                }
-                if let Some(tp) = parse_future_dir_name(&name) {
-                    found_futures.push((dir_index, tp, path, clean));
-                    continue;
-                }
-                let Some(tp) = TopicPartition::from_dir_name(&name) else {
-                    continue;
-                };
-                if logs.contains_key(&tp) || !seen.insert(tp.clone()) {
-                    return Err(StorageError::InvalidPartitionDir(format!(
-                        "{} (the partition exists in more than one log dir)",
-                        path.display()
-                    )));
-                }
-                to_open.push((tp, path));
-            }
-            let opened =
-                crate::parallel::map(to_open, crate::parallel::DISK_THREADS, |(tp, path)| {
-                    let topic_id = read_partition_metadata(&path)?;
-                    let (mut log, stats) = Log::open(
-                        &path,
-                        tp.clone(),
-                        topic_id,
-                        default_config.clone(),
-                        recovery_points.get(&tp).copied().unwrap_or(0),
-                        log_starts.get(&tp).copied().unwrap_or(0),
-                        clean,
-                        now_ms,
-                    )?;
-                    if let Some(&hw) = high_watermarks.get(&tp) {
-                        log.restore_high_watermark(hw);
-                    }
-                    Ok::<_, StorageError>((tp, log, stats))
-                });
-            for result in opened {
-                let (tp, log, stats) = result?;
-                report.partitions_loaded += 1;
-                if stats.needed_recovery {
-                    report.partitions_recovered += 1;
-                }
-                report.bytes_truncated += stats.bytes_truncated;
-                logs.insert(
-                    tp,
-                    ManagedLog {
-                        dir_index,
-                        log: Arc::new(Mutex::new(log)),
-                    },
-                );
-            }
-            // From here on the dir is live: a crash must trigger recovery again.
-            if clean {
-                std::fs::remove_file(&marker).at(&marker)?;
-            }
+            loaded.load_dir(dir_index, log_dir, &default_config, now_ms, &mut report)?;
         }
         let manager = LogManager {
             log_dirs: log_dirs.to_vec(),
             default_config,
-            logs: Mutex::new(logs),
+            logs: Mutex::new(loaded.logs),
             futures: Mutex::new(BTreeMap::new()),
             offline_dirs: Mutex::new(Vec::new()),
-            pending_deletions: Mutex::new(pending_deletions),
+            pending_deletions: Mutex::new(loaded.pending_deletions),
         };
-        for (dir_index, tp, path, clean) in found_futures {
-            let carried = carried.get(&tp).copied().unwrap_or((0, None));
+        for FoundFuture {
+            dir_index,
+            tp,
+            path,
+            clean,
+        } in loaded.futures
+        {
+            let carried = loaded.carried.get(&tp).copied().unwrap_or((0, None));
             manager.load_future(dir_index, tp, &path, clean, carried, now_ms, &mut report)?;
         }
         Ok((manager, report))

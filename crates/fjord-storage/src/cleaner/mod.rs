@@ -21,10 +21,10 @@ use std::time::Duration;
 
 use crate::checkpoint::{read_offset_checkpoint, write_offset_checkpoint};
 use crate::error::{IoResultExt, StorageError};
-use fjord_common::TopicPartition;
+use fjord_common::{lock, TopicPartition};
 
 use crate::log::{CleanableLog, Log};
-use crate::log_manager::{lock, PartitionLogs};
+use crate::log_manager::PartitionLogs;
 use offset_map::OffsetMap;
 use pass::{clean_log, PassIo, PassOutcome};
 use throttle::Throttler;

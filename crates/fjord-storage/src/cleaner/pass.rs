@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use fjord_common::lock;
 use fjord_records::compact::{
     filter_batch, for_each_key, stamp_delete_horizon, FilterOptions, Filtered,
 };
@@ -24,8 +25,8 @@ use super::throttle::Throttler;
 use super::txn::TxnTracker;
 use crate::error::StorageError;
 use crate::log::{delete_segment_files, CleanableLog, CleaningSources, Log, SegmentSource};
-use crate::log_manager::lock;
 use crate::segment::{LogSegment, CLEANED_FILE_SUFFIX};
+use crate::txn_index::AbortedTxn;
 
 /// Largest records section the cleaner decompresses from one batch.
 const MAX_DECOMPRESSED_BATCH_BYTES: usize = 256 * 1024 * 1024;
@@ -84,7 +85,6 @@ pub fn clean_log(
     stats.keys_mapped = io.map.len();
     stats.map_memory_bytes = io.map.memory_bytes();
     stats.map_utilization = io.map.utilization();
-    let map = &*io.map;
     let to_clean: Vec<&SegmentSource> = sources
         .segments
         .iter()
@@ -96,104 +96,22 @@ pub fn clean_log(
         config.segment_bytes,
         config.segment_index_bytes as usize,
     );
-    let horizon = now_ms.saturating_add(config.compaction.delete_retention_ms.max(0));
+    let rewrite = Rewrite {
+        sources: &sources,
+        map: &*io.map,
+        first_uncleanable_offset: cleanable.first_uncleanable_offset,
+        now_ms,
+        horizon: now_ms.saturating_add(config.compaction.delete_retention_ms.max(0)),
+        io_buffer_bytes: io.io_buffer_bytes,
+        throttler: io.throttler,
+        stop: io.stop,
+    };
     // One view of the transactions for the whole rewrite: it reads the log from its start.
     let mut txns = TxnTracker::new(sources.aborted_txns.clone());
     for group in groups {
-        // The aborted transactions whose markers this group keeps, for its `.txnindex`.
-        let mut retained = Vec::new();
-        let cleaned = LogSegment::create_with_suffix(
-            &sources.dir,
-            group[0].base_offset,
-            CLEANED_FILE_SUFFIX,
-            config.segment_index_bytes,
-            config.index_interval_bytes,
-            now_ms,
-        )?;
-        let mut writer = Writer {
-            segment: cleaned,
-            buffer: Vec::with_capacity(io.io_buffer_bytes),
-            limit: io.io_buffer_bytes,
-            written: 0,
+        let Some(cleaned) = rewrite.clean_group(&group, &mut reader, &mut txns, &mut stats)? else {
+            return Ok(PassOutcome::Aborted);
         };
-        for source in &group {
-            stats.segments_read += 1;
-            let mut batches = reader.open(source);
-            while let Some((header, bytes)) = batches.next_batch()? {
-                if io.stop.load(Ordering::Relaxed) {
-                    delete_segment_files(writer.segment)?;
-                    return Ok(PassOutcome::Aborted);
-                }
-                if header.is_control() {
-                    let (removable, aborted) = txns.on_control(&header, read_marker(bytes));
-                    retained.extend(aborted);
-                    let last_cleanable =
-                        header.last_offset() + 1 == cleanable.first_uncleanable_offset;
-                    match header.delete_horizon_ms() {
-                        // Kept: its transaction still has batches here, or it keeps the
-                        // offsets continuous up to the uncleanable part.
-                        _ if !removable || last_cleanable => writer.push(bytes, io.throttler)?,
-                        Some(due) if now_ms >= due => {}
-                        Some(_) => writer.push(bytes, io.throttler)?,
-                        None => {
-                            let stamped =
-                                stamp_delete_horizon(bytes, horizon, MAX_DECOMPRESSED_BATCH_BYTES)
-                                    .map_err(|e| corrupt(source, &e.to_string()))?;
-                            writer.push(&stamped, io.throttler)?;
-                        }
-                    }
-                    continue;
-                }
-                let aborted = txns.on_batch(&header);
-                let last_of_producer = header.producer_id >= 0
-                    && sources.producer_last_offsets.get(&header.producer_id)
-                        == Some(&header.last_offset());
-                let options = FilterOptions {
-                    // The last batch before the uncleanable part keeps the offsets continuous.
-                    retain_empty: last_of_producer
-                        || header.last_offset() + 1 == cleanable.first_uncleanable_offset,
-                    delete_horizon_ms: horizon,
-                    max_decompressed: MAX_DECOMPRESSED_BATCH_BYTES,
-                };
-                let delete_horizon = header.delete_horizon_ms();
-                let (filtered, counts) = filter_batch(bytes, options, |record| {
-                    if aborted {
-                        return false;
-                    }
-                    if record.offset > map.latest_offset() {
-                        return true;
-                    }
-                    let Some(key) = record.key else {
-                        // Keyless records have no place in a compacted log.
-                        return false;
-                    };
-                    let latest = record.offset >= map.get(key).unwrap_or(-1);
-                    let tombstone_due = record.value.is_none()
-                        && delete_horizon.is_some_and(|horizon| now_ms >= horizon);
-                    latest && !tombstone_due
-                })
-                .map_err(|e| corrupt(source, &e.to_string()))?;
-                stats.records_read += counts.records_read;
-                stats.records_kept += counts.records_kept;
-                match filtered {
-                    Filtered::Unchanged => writer.push(bytes, io.throttler)?,
-                    Filtered::Rewritten(batch) => writer.push(&batch, io.throttler)?,
-                    Filtered::Dropped => {}
-                }
-            }
-            stats.bytes_read += source.size;
-        }
-        writer.flush(io.throttler)?;
-        stats.bytes_written += writer.written;
-        let mut cleaned = writer.segment;
-        if !retained.is_empty() {
-            cleaned.adopt_aborted_txns(&retained)?;
-        }
-        cleaned.on_become_inactive()?;
-        cleaned.flush()?;
-        if let Some(last) = group.last() {
-            cleaned.set_last_modified(last.last_modified)?;
-        }
         let replaced: Vec<SegmentSource> = group.iter().map(|s| (*s).clone()).collect();
         if !lock(log).replace_segments(cleaned, &replaced, now_ms)? {
             return Ok(PassOutcome::Aborted);
@@ -202,6 +120,172 @@ pub fn clean_log(
     }
     stats.elapsed_ms = started.elapsed().as_millis() as u64;
     Ok(PassOutcome::Cleaned { end_offset, stats })
+}
+
+/// The rewrite of the cleaned part of one log: what decides which batches and records stay.
+struct Rewrite<'a> {
+    sources: &'a CleaningSources,
+    /// Each key of the dirty section mapped to its last offset.
+    map: &'a OffsetMap,
+    first_uncleanable_offset: i64,
+    now_ms: i64,
+    /// The delete horizon this pass stamps on tombstones and markers it keeps the first time.
+    horizon: i64,
+    io_buffer_bytes: usize,
+    throttler: &'a Throttler,
+    stop: &'a AtomicBool,
+}
+
+impl Rewrite<'_> {
+    /// Writes what stays of one group of segments into a new `.cleaned` segment and seals it,
+    /// ready to be swapped in for the group. `None` when the cleaner is stopping: the
+    /// half-written segment is deleted.
+    fn clean_group(
+        &self,
+        group: &[&SegmentSource],
+        reader: &mut Reader<'_>,
+        txns: &mut TxnTracker,
+        stats: &mut PassStats,
+    ) -> Result<Option<LogSegment>, StorageError> {
+        let config = &self.sources.config;
+        // The aborted transactions whose markers this group keeps, for its `.txnindex`.
+        let mut retained = Vec::new();
+        let cleaned = LogSegment::create_with_suffix(
+            &self.sources.dir,
+            group[0].base_offset,
+            CLEANED_FILE_SUFFIX,
+            config.segment_index_bytes,
+            config.index_interval_bytes,
+            self.now_ms,
+        )?;
+        let mut writer = Writer {
+            segment: cleaned,
+            buffer: Vec::with_capacity(self.io_buffer_bytes),
+            limit: self.io_buffer_bytes,
+            written: 0,
+        };
+        for source in group {
+            stats.segments_read += 1;
+            let mut batches = reader.open(source);
+            while let Some((header, bytes)) = batches.next_batch()? {
+                if self.stop.load(Ordering::Relaxed) {
+                    delete_segment_files(writer.segment)?;
+                    return Ok(None);
+                }
+                if header.is_control() {
+                    let (removable, aborted) = txns.on_control(&header, read_marker(bytes));
+                    retained.extend(aborted);
+                    self.clean_marker(&header, bytes, removable, source, &mut writer)?;
+                } else {
+                    let aborted = txns.on_batch(&header);
+                    self.clean_records(&header, bytes, aborted, source, &mut writer, stats)?;
+                }
+            }
+            stats.bytes_read += source.size;
+        }
+        writer.flush(self.throttler)?;
+        stats.bytes_written += writer.written;
+        seal_cleaned(writer.segment, &retained, group).map(Some)
+    }
+
+    /// A control batch (a transaction marker). It stays while its transaction still has
+    /// batches here (`removable` false), or as the last batch before the uncleanable part, which
+    /// keeps the offsets continuous. Otherwise it goes once its delete horizon has passed; the
+    /// first pass that could remove it stamps the horizon instead, as Kafka does.
+    fn clean_marker(
+        &self,
+        header: &BatchHeader,
+        bytes: &[u8],
+        removable: bool,
+        source: &SegmentSource,
+        writer: &mut Writer,
+    ) -> Result<(), StorageError> {
+        let last_cleanable = header.last_offset() + 1 == self.first_uncleanable_offset;
+        match header.delete_horizon_ms() {
+            _ if !removable || last_cleanable => writer.push(bytes, self.throttler),
+            Some(due) if self.now_ms >= due => Ok(()),
+            Some(_) => writer.push(bytes, self.throttler),
+            None => {
+                let stamped =
+                    stamp_delete_horizon(bytes, self.horizon, MAX_DECOMPRESSED_BATCH_BYTES)
+                        .map_err(|e| corrupt(source, &e.to_string()))?;
+                writer.push(&stamped, self.throttler)
+            }
+        }
+    }
+
+    /// A data batch, rewritten to the records that stay: none of an aborted transaction
+    /// (`aborted`); past the map's reach, all; before it, a key's latest record unless it is a
+    /// tombstone whose delete horizon has passed; never a keyless one. An emptied batch stays
+    /// when it is its producer's last (its sequence state) or the last before the uncleanable
+    /// part.
+    fn clean_records(
+        &self,
+        header: &BatchHeader,
+        bytes: &[u8],
+        aborted: bool,
+        source: &SegmentSource,
+        writer: &mut Writer,
+        stats: &mut PassStats,
+    ) -> Result<(), StorageError> {
+        let map = self.map;
+        let now_ms = self.now_ms;
+        let last_of_producer = header.producer_id >= 0
+            && self.sources.producer_last_offsets.get(&header.producer_id)
+                == Some(&header.last_offset());
+        let options = FilterOptions {
+            // The last batch before the uncleanable part keeps the offsets continuous.
+            retain_empty: last_of_producer
+                || header.last_offset() + 1 == self.first_uncleanable_offset,
+            delete_horizon_ms: self.horizon,
+            max_decompressed: MAX_DECOMPRESSED_BATCH_BYTES,
+        };
+        let delete_horizon = header.delete_horizon_ms();
+        let (filtered, counts) = filter_batch(bytes, options, |record| {
+            if aborted {
+                return false;
+            }
+            if record.offset > map.latest_offset() {
+                return true;
+            }
+            let Some(key) = record.key else {
+                // Keyless records have no place in a compacted log.
+                return false;
+            };
+            let latest = record.offset >= map.get(key).unwrap_or(-1);
+            let tombstone_due =
+                record.value.is_none() && delete_horizon.is_some_and(|horizon| now_ms >= horizon);
+            latest && !tombstone_due
+        })
+        .map_err(|e| corrupt(source, &e.to_string()))?;
+        stats.records_read += counts.records_read;
+        stats.records_kept += counts.records_kept;
+        match filtered {
+            Filtered::Unchanged => writer.push(bytes, self.throttler),
+            Filtered::Rewritten(batch) => writer.push(&batch, self.throttler),
+            Filtered::Dropped => Ok(()),
+        }
+    }
+}
+
+/// Makes a written cleaned segment ready for the swap, as a sealed segment: the aborted
+/// transactions whose markers it kept go into its `.txnindex`, its time index records its final
+/// max timestamp, everything is flushed, and its `.log` takes the modification time of the last
+/// segment it replaces (which stands in for the timestamp of records without one).
+fn seal_cleaned(
+    mut cleaned: LogSegment,
+    retained: &[AbortedTxn],
+    group: &[&SegmentSource],
+) -> Result<LogSegment, StorageError> {
+    if !retained.is_empty() {
+        cleaned.adopt_aborted_txns(retained)?;
+    }
+    cleaned.on_become_inactive()?;
+    cleaned.flush()?;
+    if let Some(last) = group.last() {
+        cleaned.set_last_modified(last.last_modified)?;
+    }
+    Ok(cleaned)
 }
 
 /// Maps the keys of the dirty section, from the first dirty offset on, until the map is full
