@@ -113,9 +113,42 @@ error_codes! {
     REBOOTSTRAP_REQUIRED = 129,
 }
 
+/// A failure as a Kafka client is told of it: the error code a response carries, and a
+/// message saying what went wrong for the logs (and for the response, where it has a field).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaError {
+    pub code: i16,
+    pub message: String,
+}
+
+impl KafkaError {
+    pub fn new(code: i16, message: impl Into<String>) -> Self {
+        debug_assert_ne!(code, NONE, "an error has an error code");
+        KafkaError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for KafkaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, name(self.code))
+    }
+}
+
+impl std::error::Error for KafkaError {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_shows_its_message_and_kafkas_name() {
+        let error = KafkaError::new(NOT_COORDINATOR, "the partition moved");
+        assert_eq!(error.to_string(), "the partition moved (NOT_COORDINATOR)");
+        assert_eq!(error.code, NOT_COORDINATOR);
+    }
 
     #[test]
     fn names_are_kafkas() {

@@ -18,6 +18,7 @@ use crate::coordinator::group::{topics_view, GroupAnswer, OFFSETS_TOPIC};
 use crate::coordinator::txn::TXN_TOPIC;
 use crate::net::{Reply, Response};
 use fjord_common::errors;
+use fjord_common::errors::KafkaError;
 
 /// FindCoordinator key types.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -25,7 +26,7 @@ const KEY_TYPE_TRANSACTION: i8 = 1;
 
 impl Broker {
     /// Creates `__consumer_offsets` if missing and loads the coordinator shards this broker hosts.
-    pub(crate) async fn ensure_group_coordinator(&self) -> Result<(), String> {
+    pub(crate) async fn ensure_group_coordinator(&self) -> Result<(), KafkaError> {
         let segment_bytes = self
             .config
             .get("offsets.topic.segment.bytes")
@@ -60,7 +61,7 @@ impl Broker {
         num_partitions: i32,
         rf_key: &str,
         configs: &[(&str, String)],
-    ) -> Result<(), String> {
+    ) -> Result<(), KafkaError> {
         if self.quorum.image().topic(name).is_some() {
             return Ok(());
         }
@@ -90,11 +91,16 @@ impl Broker {
                 .collect::<BTreeMap<_, _>>(),
         };
         for (_, error_code, message) in self.create_internal_topics(vec![topic]).await {
+            // Kafka's FindCoordinator answers a coordinator whose topic cannot be made
+            // COORDINATOR_NOT_AVAILABLE.
             if error_code != errors::NONE && error_code != errors::TOPIC_ALREADY_EXISTS {
-                return Err(format!(
-                    "cannot create {name}: {} {}",
-                    errors::name(error_code),
-                    message.unwrap_or_default()
+                return Err(KafkaError::new(
+                    errors::COORDINATOR_NOT_AVAILABLE,
+                    format!(
+                        "cannot create {name}: {} {}",
+                        errors::name(error_code),
+                        message.unwrap_or_default()
+                    ),
                 ));
             }
         }
@@ -128,9 +134,10 @@ impl Broker {
                     .map(|key| {
                         let (error_code, error_message) = match (&ready, request.key_type) {
                             (Ok(()), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => (errors::NONE, None),
-                            (Err(message), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => {
-                                (errors::COORDINATOR_NOT_AVAILABLE, Some(message.clone()))
-                            }
+                            (Err(error), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => (
+                                errors::COORDINATOR_NOT_AVAILABLE,
+                                Some(error.message.clone()),
+                            ),
                             // Share coordinators (2) are not implemented yet.
                             (_, 2) => (
                                 errors::COORDINATOR_NOT_AVAILABLE,
@@ -223,9 +230,9 @@ impl Broker {
             client_id: client_id.unwrap_or_default(),
             client_host: format!("/{}", peer.ip()),
         };
-        let respond = move |outcome: Result<ResponseBody, String>| match outcome {
+        let respond = move |outcome: Result<ResponseBody, KafkaError>| match outcome {
             Ok(response) => encode_response(api, version, correlation_id, &response),
-            Err(message) => Response::Close(message),
+            Err(error) => Response::Close(error.to_string()),
         };
         if self.groups.all_loaded() {
             let answer = self.start_group_request(body, version, &client);
@@ -233,8 +240,8 @@ impl Broker {
         }
         let this = self.clone();
         Reply::Later(Box::pin(async move {
-            if let Err(message) = this.ensure_group_coordinator().await {
-                return Response::Close(message);
+            if let Err(error) = this.ensure_group_coordinator().await {
+                return Response::Close(error.to_string());
             }
             let answer = this.start_group_request(body, version, &client);
             respond(answer.await)
@@ -252,7 +259,8 @@ impl Broker {
         verdicts: &Verdicts,
     ) -> GroupAnswer {
         let RequestBody::TxnOffsetCommit(r) = &body else {
-            return Box::pin(async { Err("not a TxnOffsetCommit".to_string()) });
+            let error = KafkaError::new(errors::INVALID_REQUEST, "not a TxnOffsetCommit");
+            return Box::pin(async { Err(error) });
         };
         let partition = self.groups.partition_of(&r.group_id);
         let (id, producer_id, epoch) =

@@ -305,11 +305,11 @@ impl Broker {
             .unzip();
         let outcomes = self.flusher.flush_all(targets).await;
         for (i, outcome) in waiting.into_iter().zip(outcomes) {
-            if let Err(message) = outcome {
-                tracing::error!(%message, "fsync failed; the write is not acknowledged");
+            if let Err(error) = outcome {
+                tracing::error!(%error, "fsync failed; the write is not acknowledged");
                 let p = &mut answer.pending[i];
-                p.response.error_code = errors::KAFKA_STORAGE_ERROR;
-                p.response.error_message = Some(message);
+                p.response.error_code = error.code;
+                p.response.error_message = Some(error.message);
                 p.response.base_offset = -1;
                 p.replicated = None;
             }

@@ -32,7 +32,7 @@ use fjord_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest,
 };
 use fjord_protocol::messages::write_txn_markers_response::WriteTxnMarkersResponse;
-use fjord_protocol::{RequestBody, ResponseBody};
+use fjord_protocol::{ApiKey, RequestBody, ResponseBody};
 use fjord_txn::{Answer, MarkerJob, ProducerAnswer};
 
 use fjord_common::now_ms;
@@ -42,6 +42,19 @@ use crate::coordinator::group::OFFSETS_TOPIC;
 use crate::coordinator::runtime::{after_tick, earliest};
 use crate::coordinator::txn::{Ran, SharedShard, TXN_TOPIC};
 use crate::link::peers::LinkPool;
+use fjord_common::errors::KafkaError;
+
+/// Another broker answered a request of `asked` with another API: a broken peer.
+pub(crate) fn wrong_answer(broker: i32, answer: &ResponseBody, asked: ApiKey) -> KafkaError {
+    KafkaError::new(
+        errors::UNKNOWN_SERVER_ERROR,
+        format!(
+            "broker {broker} answered {} to {}",
+            answer.api_key().name(),
+            asked.name()
+        ),
+    )
+}
 
 /// The newest version of WriteTxnMarkers sent to other brokers (v2 tells the leader the
 /// transaction's version, KIP-1228); a broker that knows only v1 gets v1.
@@ -54,7 +67,7 @@ const MARKER_RETRY_MAX: Duration = Duration::from_secs(1);
 impl Broker {
     /// Creates `__transaction_state` if missing and loads the coordinator shards this broker
     /// leads.
-    pub(crate) async fn ensure_txn_coordinator(self: &Arc<Self>) -> Result<(), String> {
+    pub(crate) async fn ensure_txn_coordinator(self: &Arc<Self>) -> Result<(), KafkaError> {
         let setting =
             |key: &str, default: &str| self.config.get(key).unwrap_or_else(|| default.to_string());
         self.ensure_internal_topic(
@@ -85,7 +98,7 @@ impl Broker {
 
     /// Loads the shards of `__transaction_state` partitions this broker now leads, and sends
     /// the markers of the transactions they find prepared.
-    pub fn load_txn_coordinators(self: &Arc<Self>) -> Result<(), String> {
+    pub fn load_txn_coordinators(self: &Arc<Self>) -> Result<(), KafkaError> {
         for (partition, shard, job) in self.txns.load_hosted()? {
             self.send_markers(partition, shard, job);
         }
@@ -523,7 +536,7 @@ impl Broker {
         &self,
         broker: i32,
         request: WriteTxnMarkersRequest,
-    ) -> Result<WriteTxnMarkersResponse, String> {
+    ) -> Result<WriteTxnMarkersResponse, KafkaError> {
         let links = self.txns.marker_links(broker);
         let client_id = format!("txn-markers-{}", self.config.node_id);
         // A marker waits up to 30 s for its replicas at the leader.
@@ -541,10 +554,7 @@ impl Broker {
             .await?
         {
             ResponseBody::WriteTxnMarkers(response) => Ok(response),
-            other => Err(format!(
-                "broker {broker} answered {} to WriteTxnMarkers",
-                other.api_key().name()
-            )),
+            other => Err(wrong_answer(broker, &other, ApiKey::WriteTxnMarkers)),
         }
     }
 
@@ -559,7 +569,7 @@ impl Broker {
         request_timeout: Duration,
         version: i16,
         body: RequestBody,
-    ) -> Result<ResponseBody, String> {
+    ) -> Result<ResponseBody, KafkaError> {
         let mut connection = links.take().await;
         if !connection.as_ref().is_some_and(Connection::is_usable) {
             let config = ClientConfig {
@@ -579,16 +589,21 @@ impl Broker {
             );
         }
         let Some(connection) = connection.as_mut() else {
-            return Err("no connection".into());
+            return Err(KafkaError::new(errors::NETWORK_EXCEPTION, "no connection"));
         };
         let api = body.api_key();
         let Some(version) = connection.version(api).map(|v| v.min(version)) else {
-            return Err(format!("broker {broker} does not support {}", api.name()));
+            return Err(KafkaError::new(
+                errors::UNSUPPORTED_VERSION,
+                format!("broker {broker} does not support {}", api.name()),
+            ));
         };
-        connection
-            .send_at(version, body)
-            .await
-            .map_err(|error| error.to_string())
+        connection.send_at(version, body).await.map_err(|error| {
+            KafkaError::new(
+                errors::NETWORK_EXCEPTION,
+                format!("{} to broker {broker}: {error}", api.name()),
+            )
+        })
     }
 
     // ---- Timers ---------------------------------------------------------------------------

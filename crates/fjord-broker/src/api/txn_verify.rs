@@ -36,6 +36,7 @@ use crate::coordinator::group::OFFSETS_TOPIC;
 use crate::coordinator::txn::TXN_TOPIC;
 use crate::link::peers::{Codes, PendingAsk};
 use crate::replication::{Partition, PartitionError, TxnVerification};
+use fjord_common::errors::KafkaError;
 
 /// What a request's transaction coordinator answered when asked before the request took
 /// effect, with the verification guard taken on each partition led here before the asking.
@@ -484,7 +485,7 @@ impl Broker {
         &self,
         broker: i32,
         request: AddPartitionsToTxnRequest,
-    ) -> Result<AddPartitionsToTxnResponse, String> {
+    ) -> Result<AddPartitionsToTxnResponse, KafkaError> {
         let links = self.txns.verification_links(broker);
         let client_id = format!("txn-verification-{}", self.config.node_id);
         let body = RequestBody::AddPartitionsToTxn(request);
@@ -493,9 +494,10 @@ impl Broker {
             .await?
         {
             ResponseBody::AddPartitionsToTxn(response) => Ok(response),
-            other => Err(format!(
-                "broker {broker} answered {} to AddPartitionsToTxn",
-                other.api_key().name()
+            other => Err(crate::api::txn::wrong_answer(
+                broker,
+                &other,
+                ApiKey::AddPartitionsToTxn,
             )),
         }
     }

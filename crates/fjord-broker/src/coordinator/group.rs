@@ -34,6 +34,7 @@ use crate::coordinator::log::{self as coordinator_log, Replayed};
 use crate::coordinator::runtime::{after_tick, earliest, Coordinator, CoordinatorRuntime, Shard};
 use crate::replication::flusher::FlusherHandle;
 use crate::replication::{Partition, ReplicaManager};
+use fjord_common::errors::{self, KafkaError};
 use fjord_common::now_ms;
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -81,18 +82,18 @@ impl Coordinator for GroupCoordinatorShard {
     }
 
     /// Plain records, a transaction's offsets (pending) and the markers deciding them.
-    fn replay(&mut self, item: Replayed) -> Result<(), String> {
+    fn replay(&mut self, item: Replayed) -> Result<(), KafkaError> {
         match item {
             Replayed::Record {
                 producer_id: None,
                 record,
-            } => GroupCoordinatorShard::replay(self, &record).map_err(|e| e.to_string()),
+            } => GroupCoordinatorShard::replay(self, &record).map_err(unreadable),
             Replayed::Record {
                 producer_id: Some(producer_id),
                 record,
             } => self
                 .replay_transactional(producer_id, &record)
-                .map_err(|e| e.to_string()),
+                .map_err(unreadable),
             Replayed::Marker {
                 producer_id,
                 commit,
@@ -109,6 +110,11 @@ impl Coordinator for GroupCoordinatorShard {
 }
 
 type GroupShard = Shard<GroupCoordinatorShard>;
+
+/// A `__consumer_offsets` record the shard cannot replay: its partition does not load.
+fn unreadable(error: fjord_group::GroupError) -> KafkaError {
+    KafkaError::new(fjord_common::errors::CORRUPT_MESSAGE, error.to_string())
+}
 
 pub struct GroupRuntime {
     /// Locked only for a request's (or a timer's) synchronous run: state change and append.
@@ -166,7 +172,7 @@ impl GroupRuntime {
     }
 
     /// Loads every `__consumer_offsets` partition this broker leads that is not loaded yet.
-    pub fn load_hosted(&self) -> Result<(), String> {
+    pub fn load_hosted(&self) -> Result<(), KafkaError> {
         self.shards.load_hosted().map(drop)
     }
 
@@ -261,7 +267,12 @@ impl GroupRuntime {
             // asks FindCoordinator again.
             let answer =
                 fjord_group::refusal(version, &request, fjord_common::errors::NOT_COORDINATOR)
-                    .ok_or_else(|| format!("{} is not a group request", request.api_key().name()));
+                    .ok_or_else(|| {
+                        KafkaError::new(
+                            errors::INVALID_REQUEST,
+                            format!("{} is not a group request", request.api_key().name()),
+                        )
+                    });
             return Box::pin(async move { answer });
         }
         let started = self.run_on_shard(partition, version, request, topics, client, check);
@@ -276,7 +287,10 @@ impl GroupRuntime {
                     if let Ok(mut parked) = this.parked.lock() {
                         parked.remove(&request_id);
                     }
-                    Err("group request got no answer".to_string())
+                    Err(KafkaError::new(
+                        errors::REQUEST_TIMED_OUT,
+                        "group request got no answer",
+                    ))
                 }
             }
         })
@@ -290,9 +304,12 @@ impl GroupRuntime {
         topics: &Topics,
         client: &ClientInfo,
         check: impl FnOnce(&Partition) -> Result<(), i16>,
-    ) -> Result<(RequestId, oneshot::Receiver<ResponseBody>, Pending), String> {
+    ) -> Result<(RequestId, oneshot::Receiver<ResponseBody>, Pending), KafkaError> {
         let shard = self.shards.shard(partition).ok_or_else(|| {
-            format!("group coordinator for {OFFSETS_TOPIC}-{partition} is not loaded")
+            KafkaError::new(
+                errors::NOT_COORDINATOR,
+                format!("group coordinator for {OFFSETS_TOPIC}-{partition} is not loaded"),
+            )
         })?;
         let mut guard = lock(&shard);
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
@@ -514,7 +531,7 @@ impl GroupRuntime {
         &self,
         request: &RequestBody,
         version: i16,
-    ) -> Result<Vec<(i32, RequestBody)>, String> {
+    ) -> Result<Vec<(i32, RequestBody)>, KafkaError> {
         let split = |groups: &[String]| self.split(groups).into_iter();
         Ok(match request {
             RequestBody::DescribeGroups(r) => split(&r.groups)
@@ -560,9 +577,9 @@ impl GroupRuntime {
                     .collect()
             }
             other => {
-                return Err(format!(
-                    "{} is not a multi-group request",
-                    other.api_key().name()
+                return Err(KafkaError::new(
+                    errors::INVALID_REQUEST,
+                    format!("{} is not a multi-group request", other.api_key().name()),
                 ))
             }
         })
@@ -610,7 +627,8 @@ fn merge_answer(merged: &mut ResponseBody, part: ResponseBody) {
 }
 
 /// The answer to a group request started on its shard.
-pub type GroupAnswer = Pin<Box<dyn Future<Output = Result<ResponseBody, String>> + Send + 'static>>;
+pub type GroupAnswer =
+    Pin<Box<dyn Future<Output = Result<ResponseBody, KafkaError>> + Send + 'static>>;
 
 struct Pending {
     /// The records' end: answered once durable and in every in-sync replica.
@@ -732,7 +750,7 @@ mod tests {
         })
     }
 
-    fn commit_error(answer: Result<ResponseBody, String>) -> i16 {
+    fn commit_error(answer: Result<ResponseBody, KafkaError>) -> i16 {
         match answer {
             Ok(ResponseBody::OffsetCommit(r)) => r.topics[0].partitions[0].error_code,
             other => panic!("{other:?}"),

@@ -14,6 +14,7 @@ use fjord_records::{AppendBatch, BatchBuilder, Compression};
 
 use crate::replication::flusher::{Durable, FlusherHandle};
 use crate::replication::Partition;
+use fjord_common::errors::{self, KafkaError};
 use fjord_common::now_ms;
 
 /// How long a transaction coordinator write waits for its in-sync replicas (the group
@@ -35,7 +36,7 @@ pub enum WriteFailure {
     /// The partition is led elsewhere now (or under a new epoch): the coordinator moved.
     Moved,
     /// The records could not be made durable (the log's disk failed).
-    Storage(String),
+    Storage(KafkaError),
     Failed(String),
 }
 
@@ -56,7 +57,8 @@ impl std::fmt::Display for WriteFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             WriteFailure::Moved => f.write_str("the coordinator's partition moved"),
-            WriteFailure::Storage(message) | WriteFailure::Failed(message) => f.write_str(message),
+            WriteFailure::Storage(error) => write!(f, "{error}"),
+            WriteFailure::Failed(message) => f.write_str(message),
         }
     }
 }
@@ -153,10 +155,19 @@ pub enum Replayed {
 pub fn replay(
     partition: &Partition,
     from: Option<i64>,
-    mut apply: impl FnMut(Replayed) -> Result<(), String>,
-) -> Result<(usize, i64), String> {
+    mut apply: impl FnMut(Replayed) -> Result<(), KafkaError>,
+) -> Result<(usize, i64), KafkaError> {
     let log = partition.log.clone();
-    let poisoned = || "coordinator log lock poisoned".to_string();
+    let poisoned = || {
+        KafkaError::new(
+            errors::UNKNOWN_SERVER_ERROR,
+            "coordinator log lock poisoned",
+        )
+    };
+    let storage =
+        |e: fjord_storage::StorageError| KafkaError::new(e.kafka_error_code(), e.to_string());
+    let unreadable =
+        |e: fjord_records::RecordsError| KafkaError::new(e.kafka_error_code(), e.to_string());
     let (mut offset, end) = {
         let guard = log.lock().map_err(|_| poisoned())?;
         let start = guard.log_start_offset();
@@ -168,16 +179,18 @@ pub fn replay(
             let guard = log.lock().map_err(|_| poisoned())?;
             guard
                 .read(offset, 1024 * 1024, end, true)
-                .map_err(|e| e.to_string())?
+                .map_err(storage)?
                 .records
         };
         let Some(slice) = slice else { break };
-        let bytes = slice.read_to_bytes().map_err(|e| e.to_string())?;
+        let bytes = slice
+            .read_to_bytes()
+            .map_err(|e| KafkaError::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
         let mut position = 0usize;
         let mut progressed = false;
         while position < bytes.len() {
             let header =
-                fjord_records::BatchHeader::parse(&bytes[position..]).map_err(|e| e.to_string())?;
+                fjord_records::BatchHeader::parse(&bytes[position..]).map_err(unreadable)?;
             let end_of_batch = position + header.total_len();
             if end_of_batch > bytes.len() {
                 break;
@@ -197,10 +210,9 @@ pub fn replay(
                 continue;
             }
             let producer_id = header.is_transactional().then_some(header.producer_id);
-            let records =
-                fjord_records::records(&batch, 256 * 1024 * 1024).map_err(|e| e.to_string())?;
+            let records = fjord_records::records(&batch, 256 * 1024 * 1024).map_err(unreadable)?;
             for record in records {
-                let record = record.map_err(|e| e.to_string())?;
+                let record = record.map_err(unreadable)?;
                 let Some(key) = record.key else { continue };
                 apply(Replayed::Record {
                     producer_id,

@@ -10,6 +10,13 @@ use fjord_protocol::messages::allocate_producer_ids_request::AllocateProducerIds
 use fjord_protocol::ResponseBody;
 
 use crate::link::controller::ControllerLink;
+use fjord_common::errors::KafkaError;
+
+/// No producer id can be handed out now: the producer retries (Kafka's answer while its
+/// coordinator has no block).
+fn unavailable(message: String) -> KafkaError {
+    KafkaError::new(errors::COORDINATOR_NOT_AVAILABLE, message)
+}
 
 /// The ids of the block this broker holds: `next` up to `end` (exclusive).
 struct Block {
@@ -36,7 +43,7 @@ impl ProducerIds {
     }
 
     /// The next producer id, refilling the block first when it is used up.
-    pub async fn next(&self) -> Result<i64, String> {
+    pub async fn next(&self) -> Result<i64, KafkaError> {
         let mut block = self.block.lock().await;
         if block.next >= block.end {
             self.refill(&mut block).await?;
@@ -48,7 +55,7 @@ impl ProducerIds {
 
     /// Makes sure a producer id can be taken without waiting: a coordinator needs one while it
     /// holds a shard's lock.
-    pub async fn reserve(&self) -> Result<(), String> {
+    pub async fn reserve(&self) -> Result<(), KafkaError> {
         let mut block = self.block.lock().await;
         if block.next >= block.end {
             self.refill(&mut block).await?;
@@ -65,7 +72,7 @@ impl ProducerIds {
         })
     }
 
-    async fn refill(&self, block: &mut Block) -> Result<(), String> {
+    async fn refill(&self, block: &mut Block) -> Result<(), KafkaError> {
         let request = ControllerRequest::new(
             0,
             ControllerApi::AllocateProducerIds(AllocateProducerIdsRequest {
@@ -83,24 +90,24 @@ impl ProducerIds {
             ResponseBody::AllocateProducerIds(r)
                 if r.error_code == errors::NONE && r.producer_id_start < block.end =>
             {
-                Err(format!(
+                Err(unavailable(format!(
                     "the controller gave producer ids from {}, below the block held (ending {})",
                     r.producer_id_start, block.end
-                ))
+                )))
             }
             ResponseBody::AllocateProducerIds(r) if r.error_code == errors::NONE => {
                 block.next = r.producer_id_start;
                 block.end = r.producer_id_start + r.producer_id_len as i64;
                 Ok(())
             }
-            ResponseBody::AllocateProducerIds(r) => Err(format!(
+            ResponseBody::AllocateProducerIds(r) => Err(unavailable(format!(
                 "the controller refused a block of producer ids: {}",
                 errors::name(r.error_code)
-            )),
-            other => Err(format!(
+            ))),
+            other => Err(unavailable(format!(
                 "the controller answered {} to AllocateProducerIds",
                 other.api_key().name()
-            )),
+            ))),
         }
     }
 }

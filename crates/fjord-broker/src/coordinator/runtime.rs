@@ -17,6 +17,7 @@ use tokio::sync::Notify;
 
 use crate::coordinator::log::{self as coordinator_log, Replayed};
 use crate::replication::{Partition, ReplicaManager};
+use fjord_common::errors::KafkaError;
 
 /// A coordinator's state machine, as the runtime drives it.
 pub trait Coordinator: Send + 'static {
@@ -30,7 +31,7 @@ pub trait Coordinator: Send + 'static {
     type Config: Send + Sync + 'static;
 
     /// Applies one item of its partition's log, replayed at load.
-    fn replay(&mut self, item: Replayed) -> Result<(), String>;
+    fn replay(&mut self, item: Replayed) -> Result<(), KafkaError>;
 
     /// When it next wants its timer run, if at all (milliseconds since the epoch).
     fn next_deadline(&self) -> Option<i64>;
@@ -124,7 +125,7 @@ impl<C: Coordinator> CoordinatorRuntime<C> {
 
     /// Loads every partition of the kind's topic this broker leads that has no shard yet, by
     /// replaying its log; answers the shards it loaded.
-    pub fn load_hosted(&self) -> Result<Vec<(i32, SharedShard<C>)>, String> {
+    pub fn load_hosted(&self) -> Result<Vec<(i32, SharedShard<C>)>, KafkaError> {
         let mut loaded = Vec::new();
         for partition in 0..self.num_partitions {
             if self.shard(partition).is_some() {
@@ -230,7 +231,7 @@ impl<C: Coordinator> CoordinatorRuntime<C> {
 fn replay_into<C: Coordinator>(
     shard: &mut Shard<C>,
     from: Option<i64>,
-) -> Result<(usize, i64), String> {
+) -> Result<(usize, i64), KafkaError> {
     let core = &mut shard.core;
     coordinator_log::replay(&shard.partition, from, |item| core.replay(item))
 }

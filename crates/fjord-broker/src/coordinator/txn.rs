@@ -20,6 +20,7 @@ use crate::coordinator::log::{self as coordinator_log, Replayed};
 use crate::coordinator::runtime::{Coordinator, CoordinatorRuntime};
 use crate::link::peers::{AskQueues, LinkPool, PendingAsk};
 use crate::replication::{FlusherHandle, ReplicaManager};
+use fjord_common::errors::KafkaError;
 
 pub const TXN_TOPIC: &str = fjord_txn::TRANSACTION_STATE_TOPIC;
 
@@ -33,11 +34,11 @@ impl Coordinator for TransactionCoordinatorShard {
         TransactionCoordinatorShard::new(leader_epoch, config.clone())
     }
 
-    fn replay(&mut self, item: Replayed) -> Result<(), String> {
+    fn replay(&mut self, item: Replayed) -> Result<(), KafkaError> {
         match item {
-            Replayed::Record { record, .. } => {
-                TransactionCoordinatorShard::replay(self, &record).map_err(|e| e.to_string())
-            }
+            // A record the shard cannot replay: its partition does not load.
+            Replayed::Record { record, .. } => TransactionCoordinatorShard::replay(self, &record)
+                .map_err(|e| KafkaError::new(errors::CORRUPT_MESSAGE, e.to_string())),
             // No transaction writes to the transaction log.
             Replayed::Marker { .. } => Ok(()),
         }
@@ -117,7 +118,7 @@ impl TxnRuntime {
 
     /// Loads every `__transaction_state` partition this broker leads that is not loaded yet;
     /// returns the markers of transactions found prepared, to be written again.
-    pub fn load_hosted(&self) -> Result<Vec<(i32, SharedShard, MarkerJob)>, String> {
+    pub fn load_hosted(&self) -> Result<Vec<(i32, SharedShard, MarkerJob)>, KafkaError> {
         let mut resumed = Vec::new();
         for (partition, shard) in self.shards.load_hosted()? {
             let jobs = lock(&shard).core.unfinished_markers();

@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use fjord_client::{ClientConfig, Connection};
+use fjord_common::errors::{self, KafkaError};
 use fjord_common::{BrokerId, TopicPartition};
 use fjord_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTransaction;
 
@@ -20,15 +21,23 @@ pub(crate) async fn connect_to_broker(
     listener: &str,
     broker: BrokerId,
     config: &ClientConfig,
-) -> Result<Connection, String> {
+) -> Result<Connection, KafkaError> {
     let endpoint = image
         .broker(broker)
         .and_then(|b| b.endpoints.iter().find(|e| e.name == listener))
-        .ok_or_else(|| format!("broker {broker} has no {listener} listener registered"))?;
+        .ok_or_else(|| {
+            KafkaError::new(
+                errors::BROKER_NOT_AVAILABLE,
+                format!("broker {broker} has no {listener} listener registered"),
+            )
+        })?;
     let addr = format!("{}:{}", endpoint.host, endpoint.port);
-    Connection::connect(&addr, config)
-        .await
-        .map_err(|e| format!("connect to broker {broker} at {addr}: {e}"))
+    Connection::connect(&addr, config).await.map_err(|e| {
+        KafkaError::new(
+            errors::NETWORK_EXCEPTION,
+            format!("connect to broker {broker} at {addr}: {e}"),
+        )
+    })
 }
 
 /// At most this many transactions in one AddPartitionsToTxn to a coordinator.

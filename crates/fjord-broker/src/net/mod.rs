@@ -153,6 +153,38 @@ pub async fn serve<D: Dispatch + ?Sized>(
     }
 }
 
+/// Why the broker closed a connection (a client closing it is no error). Kafka answers none of
+/// these: the client sees its connection go and reconnects.
+#[derive(Debug, thiserror::Error)]
+pub enum Closed {
+    #[error("idle timeout (connections.max.idle.ms)")]
+    Idle,
+    #[error(
+        "request size {size} is negative or larger than socket.request.max.bytes ({max_bytes})"
+    )]
+    RequestSize { size: i32, max_bytes: usize },
+    #[error("truncated frame: {0}")]
+    Truncated(std::io::Error),
+    #[error("read: {0}")]
+    Read(std::io::Error),
+    #[error("write: {0}")]
+    Write(std::io::Error),
+    #[error("response of {0} bytes too large for a frame")]
+    ResponseTooLarge(usize),
+    #[error("sendfile: segment file shorter than the fetched range")]
+    SegmentShorter,
+    /// The dispatcher refused the request (unreadable, unsupported) or its reply failed.
+    #[error("{0}")]
+    Refused(String),
+    #[error("writer stopped")]
+    WriterStopped,
+    #[error("request task failed: {0}")]
+    Task(tokio::task::JoinError),
+    /// Shutdown's grace ended with requests parked (a JoinGroup waiting for its rebalance).
+    #[error("shutdown: parked requests left unanswered")]
+    ShutdownWithParkedRequests,
+}
+
 /// First allocation for a frame body; later growth follows the bytes that arrive.
 const INITIAL_FRAME_CAPACITY: usize = 64 * 1024;
 
@@ -186,9 +218,9 @@ const MAX_WRITE_PARTS: usize = 64;
 /// Writes one response frame: the 4-byte size, then `parts` in order — runs of bytes with
 /// vectored writes that send them from their own buffers, file ranges with `sendfile` — resuming
 /// after partial writes.
-async fn write_frame(writer: &mut OwnedWriteHalf, parts: Vec<OutPart>) -> Result<(), String> {
+async fn write_frame(writer: &mut OwnedWriteHalf, parts: Vec<OutPart>) -> Result<(), Closed> {
     let total: usize = parts.iter().map(OutPart::len).sum();
-    let size = u32::try_from(total).map_err(|_| "response too large".to_string())?;
+    let size = u32::try_from(total).map_err(|_| Closed::ResponseTooLarge(total))?;
     let mut queue: VecDeque<OutPart> = VecDeque::with_capacity(parts.len() + 1);
     queue.push_back(OutPart::Bytes(Bytes::copy_from_slice(&size.to_be_bytes())));
     queue.extend(parts.into_iter().filter(|p| p.len() > 0));
@@ -209,10 +241,10 @@ async fn write_frame(writer: &mut OwnedWriteHalf, parts: Vec<OutPart>) -> Result
         let mut written = writer
             .write_vectored(&slices)
             .await
-            .map_err(|e| format!("write: {e}"))?;
+            .map_err(Closed::Write)?;
         drop(slices);
         if written == 0 {
-            return Err("write: connection closed".to_string());
+            return Err(Closed::Write(std::io::ErrorKind::WriteZero.into()));
         }
         while written > 0 {
             let Some(OutPart::Bytes(front)) = queue.front_mut() else {
@@ -231,19 +263,17 @@ async fn write_frame(writer: &mut OwnedWriteHalf, parts: Vec<OutPart>) -> Result
 }
 
 /// Sends a whole segment-file range to the socket with `sendfile`, waiting for room as needed.
-async fn send_file_slice(writer: &mut OwnedWriteHalf, slice: &FileSlice) -> Result<(), String> {
+async fn send_file_slice(writer: &mut OwnedWriteHalf, slice: &FileSlice) -> Result<(), Closed> {
     let stream: &TcpStream = writer.as_ref();
     let mut done: u32 = 0;
     while done < slice.len() {
-        stream.writable().await.map_err(|e| format!("write: {e}"))?;
+        stream.writable().await.map_err(Closed::Write)?;
         match stream.try_io(Interest::WRITABLE, || slice.send_to(stream.as_fd(), done)) {
             // The size prefix promised these bytes; the client cannot be answered any more.
-            Ok(0) => {
-                return Err("sendfile: segment file shorter than the fetched range".to_string())
-            }
+            Ok(0) => return Err(Closed::SegmentShorter),
             Ok(sent) => done = done.saturating_add(u32::try_from(sent).unwrap_or(u32::MAX)),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(format!("sendfile: {e}")),
+            Err(e) => return Err(Closed::Write(e)),
         }
     }
     Ok(())
@@ -255,7 +285,7 @@ async fn serve_connection<D: Dispatch + ?Sized>(
     dispatcher: Arc<D>,
     config: NetworkConfig,
     mut shutdown: watch::Receiver<bool>,
-) -> Result<(), String> {
+) -> Result<(), Closed> {
     let (mut reader, writer) = stream.into_split();
     let (out_tx, out_rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT_PER_CONNECTION);
     let writer_task = tokio::spawn(write_responses(writer, out_rx));
@@ -283,16 +313,16 @@ async fn serve_connection<D: Dispatch + ?Sized>(
             }
             // An earlier request closed the connection meanwhile: nothing after it may run.
             if out_tx.is_closed() {
-                break Err("writer stopped".to_string());
+                break Err(Closed::WriterStopped);
             }
         }
         let outgoing = match dispatcher.dispatch(frame, peer) {
             Reply::Now(response) => Outgoing::Ready(response),
             Reply::Later(future) => Outgoing::Pending(sequencer.start(sequencing, future)),
-            Reply::Close(reason) => break Err(reason),
+            Reply::Close(reason) => break Err(Closed::Refused(reason)),
         };
         if out_tx.send(outgoing).await.is_err() {
-            break Err("writer stopped".to_string());
+            break Err(Closed::WriterStopped);
         }
     };
     drop(out_tx);
@@ -302,14 +332,14 @@ async fn serve_connection<D: Dispatch + ?Sized>(
     let mut writer_task = writer_task;
     let written = if *shutdown.borrow() {
         match tokio::time::timeout(SHUTDOWN_GRACE, &mut writer_task).await {
-            Ok(joined) => joined.map_err(|e| e.to_string())?,
+            Ok(joined) => joined.map_err(Closed::Task)?,
             Err(_) => {
                 writer_task.abort();
-                Err("shutdown: parked requests left unanswered".to_string())
+                Err(Closed::ShutdownWithParkedRequests)
             }
         }
     } else {
-        writer_task.await.map_err(|e| e.to_string())?
+        writer_task.await.map_err(Closed::Task)?
     };
     result.and(written)
 }
@@ -319,20 +349,20 @@ async fn serve_connection<D: Dispatch + ?Sized>(
 async fn write_responses(
     mut writer: OwnedWriteHalf,
     mut out_rx: mpsc::Receiver<Outgoing>,
-) -> Result<(), String> {
+) -> Result<(), Closed> {
     while let Some(outgoing) = out_rx.recv().await {
         let response = match outgoing {
             Outgoing::Ready(response) => response,
             Outgoing::Pending(handle) => match handle.await {
                 Ok(response) => response,
-                Err(error) => return Err(format!("request task failed: {error}")),
+                Err(error) => return Err(Closed::Task(error)),
             },
         };
         match response {
             Response::Send(body) => write_frame(&mut writer, vec![OutPart::Bytes(body)]).await?,
             Response::SendParts(parts) => write_frame(&mut writer, parts).await?,
             Response::Nothing => {}
-            Response::Close(reason) => return Err(reason),
+            Response::Close(reason) => return Err(Closed::Refused(reason)),
         }
     }
     let _ = writer.shutdown().await;
@@ -346,23 +376,21 @@ async fn read_request(
     reader: &mut OwnedReadHalf,
     idle: Duration,
     max_bytes: usize,
-) -> Result<Option<Bytes>, String> {
+) -> Result<Option<Bytes>, Closed> {
     let mut size_buf = [0u8; 4];
     match tokio::time::timeout(idle, reader.read_exact(&mut size_buf)).await {
-        Err(_) => return Err("idle timeout (connections.max.idle.ms)".to_string()),
+        Err(_) => return Err(Closed::Idle),
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Ok(Err(e)) => return Err(format!("read: {e}")),
+        Ok(Err(e)) => return Err(Closed::Read(e)),
         Ok(Ok(_)) => {}
     }
     let size = i32::from_be_bytes(size_buf);
     if size < 0 || size as usize > max_bytes {
-        return Err(format!(
-            "request size {size} is negative or larger than socket.request.max.bytes ({max_bytes})"
-        ));
+        return Err(Closed::RequestSize { size, max_bytes });
     }
     let frame = read_frame_body(reader, size as usize)
         .await
-        .map_err(|e| format!("truncated frame: {e}"))?;
+        .map_err(Closed::Truncated)?;
     Ok(Some(frame.freeze()))
 }
 

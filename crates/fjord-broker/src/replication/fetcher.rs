@@ -29,6 +29,7 @@ use crate::replication::flusher::{Durable, FlushTarget, FlusherHandle};
 use crate::replication::partition_state::{divergence_truncation, Role};
 use crate::replication::quota::{throttles, ReplicationQuotas, FOLLOWER_THROTTLED_REPLICAS};
 use crate::replication::{Partition, ReplicaManager};
+use fjord_common::errors::KafkaError;
 use fjord_common::now_ms;
 
 /// Lowest Fetch version a follower uses: the last fetched epoch and the diverging epoch
@@ -202,18 +203,23 @@ async fn round(
     connection: &mut Option<Connection>,
     partitions: &[Arc<Partition>],
     given: &mut watch::Receiver<Vec<Arc<Partition>>>,
-) -> Result<bool, String> {
+) -> Result<bool, KafkaError> {
     let settings = context.config.replication();
     if !connection.as_ref().is_some_and(Connection::is_usable) {
         *connection = Some(connect(context, leader, fetcher, &settings).await?);
     }
     let Some(conn) = connection.as_mut() else {
-        return Err("no connection".into());
+        return Err(KafkaError::new(errors::NETWORK_EXCEPTION, "no connection"));
     };
     let version = conn
         .version(ApiKey::Fetch)
         .filter(|v| *v >= MIN_FETCH_VERSION)
-        .ok_or_else(|| format!("broker {leader} does not speak Fetch v{MIN_FETCH_VERSION}+"))?;
+        .ok_or_else(|| {
+            KafkaError::new(
+                errors::UNSUPPORTED_VERSION,
+                format!("broker {leader} does not speak Fetch v{MIN_FETCH_VERSION}+"),
+            )
+        })?;
     sync_unannounced(context, partitions).await;
     let (request, fetched) = fetch_request(context, &settings, version, partitions);
     if fetched.is_empty() {
@@ -241,14 +247,22 @@ async fn round(
         );
         return Ok(true);
     };
-    let response = answer.map_err(|e| format!("fetch from broker {leader}: {e}"))?;
+    let response = answer.map_err(|e| {
+        KafkaError::new(
+            errors::NETWORK_EXCEPTION,
+            format!("fetch from broker {leader}: {e}"),
+        )
+    })?;
     let ResponseBody::Fetch(response) = response else {
-        return Err(format!("broker {leader} answered a fetch with another API"));
+        return Err(KafkaError::new(
+            errors::UNKNOWN_SERVER_ERROR,
+            format!("broker {leader} answered a fetch with another API"),
+        ));
     };
     if response.error_code != errors::NONE {
-        return Err(format!(
-            "broker {leader} refused the fetch: {}",
-            errors::name(response.error_code)
+        return Err(KafkaError::new(
+            response.error_code,
+            format!("broker {leader} refused the fetch"),
         ));
     }
     Ok(apply_response(context, leader, response, fetched).await)
@@ -582,7 +596,7 @@ async fn connect(
     leader: BrokerId,
     fetcher: usize,
     settings: &fjord_config::ReplicationConfig,
-) -> Result<Connection, String> {
+) -> Result<Connection, KafkaError> {
     let config = ClientConfig {
         client_id: format!(
             "replica-fetcher-{}-{leader}-{fetcher}",

@@ -11,9 +11,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fjord_common::errors::{KafkaError, KAFKA_STORAGE_ERROR};
 use fjord_storage::log::Log;
 use fjord_storage::parallel;
 use tokio::sync::{mpsc, oneshot};
+
+/// A flush that did not make its records durable: they are not acknowledged.
+fn storage_error(message: &str) -> KafkaError {
+    KafkaError::new(KAFKA_STORAGE_ERROR, message)
+}
 
 /// Bound on queued flush requests; producers wait for room rather than queue without limit.
 pub const FLUSH_QUEUE_CAPACITY: usize = 4096;
@@ -40,7 +46,7 @@ pub type FlushTarget = (Arc<dyn Durable>, i64);
 struct FlushRequest {
     targets: Vec<FlushTarget>,
     /// One result per target, in order.
-    done: oneshot::Sender<Vec<Result<(), String>>>,
+    done: oneshot::Sender<Vec<Result<(), KafkaError>>>,
     queued_at: Instant,
 }
 
@@ -51,17 +57,21 @@ pub struct FlusherHandle {
 
 impl FlusherHandle {
     /// Waits until `target` is durable below `up_to_offset`.
-    pub async fn flush(&self, target: Arc<dyn Durable>, up_to_offset: i64) -> Result<(), String> {
+    pub async fn flush(
+        &self,
+        target: Arc<dyn Durable>,
+        up_to_offset: i64,
+    ) -> Result<(), KafkaError> {
         self.flush_all(vec![(target, up_to_offset)])
             .await
             .pop()
-            .unwrap_or_else(|| Err("flusher answered nothing".to_string()))
+            .unwrap_or_else(|| Err(storage_error("flusher answered nothing")))
     }
 
     /// Waits until every target is durable; one result per target, in order. The targets travel
     /// as one request, so a produce request to many partitions waits for one round, not one
     /// round per partition.
-    pub async fn flush_all(&self, targets: Vec<FlushTarget>) -> Vec<Result<(), String>> {
+    pub async fn flush_all(&self, targets: Vec<FlushTarget>) -> Vec<Result<(), KafkaError>> {
         let count = targets.len();
         // Rounds that started after these appends already covered them.
         if targets
@@ -77,11 +87,11 @@ impl FlusherHandle {
             queued_at: Instant::now(),
         };
         if self.sender.send(request).await.is_err() {
-            return vec![Err("broker is shutting down".to_string()); count];
+            return vec![Err(storage_error("broker is shutting down")); count];
         }
         match wait.await {
             Ok(results) if results.len() == count => results,
-            _ => vec![Err("flusher stopped".to_string()); count],
+            _ => vec![Err(storage_error("flusher stopped")); count],
         }
     }
 }
@@ -127,7 +137,7 @@ fn run_round(round: Vec<FlushRequest>, on_failure: &StorageFailure) {
             .or_insert_with(|| (target.clone(), *up_to_offset));
         entry.1 = entry.1.max(*up_to_offset);
     }
-    let mut results: HashMap<usize, Result<(), String>> = HashMap::new();
+    let mut results: HashMap<usize, Result<(), KafkaError>> = HashMap::new();
     let mut tickets = Vec::new();
     for (key, (target, furthest)) in logs {
         // Targets that queued while the previous round ran may all be covered by it already.
@@ -137,12 +147,12 @@ fn run_round(round: Vec<FlushRequest>, on_failure: &StorageFailure) {
         }
         let ticket = match target.log().lock() {
             Ok(guard) if guard.is_offline() => {
-                results.insert(key, Err("the log dir is offline".to_string()));
+                results.insert(key, Err(storage_error("the log dir is offline")));
                 continue;
             }
             Ok(guard) => guard.prepare_flush(),
             Err(_) => {
-                results.insert(key, Err("log lock poisoned".to_string()));
+                results.insert(key, Err(storage_error("log lock poisoned")));
                 continue;
             }
         };
@@ -150,14 +160,16 @@ fn run_round(round: Vec<FlushRequest>, on_failure: &StorageFailure) {
     }
     let synced = tickets.len();
     let outcomes = parallel::map(tickets, parallel::DISK_THREADS, |(key, target, ticket)| {
-        let outcome = ticket.sync().map_err(|e| e.to_string());
+        let outcome = ticket
+            .sync()
+            .map_err(|e| KafkaError::new(e.kafka_error_code(), e.to_string()));
         (key, target, ticket, outcome)
     });
     for (key, target, ticket, outcome) in outcomes {
         if let Err(error) = &outcome {
             // Linux may drop the failed pages from the cache: a later fsync could succeed
             // without them. The high watermark stays, and the dir goes offline.
-            on_failure(ticket.dir(), error);
+            on_failure(ticket.dir(), &error.message);
         }
         if outcome.is_ok() {
             if let Ok(mut guard) = target.log().lock() {
@@ -177,7 +189,7 @@ fn run_round(round: Vec<FlushRequest>, on_failure: &StorageFailure) {
                 results
                     .get(&log_key(target.log()))
                     .cloned()
-                    .unwrap_or_else(|| Err("fsync did not run".to_string()))
+                    .unwrap_or_else(|| Err(storage_error("fsync did not run")))
             })
             .collect();
         let _ = request.done.send(answers);

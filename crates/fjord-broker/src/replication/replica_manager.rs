@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
+use fjord_common::errors::KafkaError;
 use fjord_common::{errors, lock, LeaderEpoch, TopicId, TopicPartition};
 use fjord_metadata::MetadataImage;
 use fjord_records::control::EndTxnMarker;
@@ -40,8 +41,13 @@ fn in_scope(scope: Option<&HashSet<String>>, topic: &str) -> bool {
     scope.is_none_or(|s| s.contains(topic))
 }
 
-fn poisoned<G>(_: std::sync::PoisonError<G>) -> String {
-    "partition map poisoned".to_string()
+fn poisoned<G>(_: std::sync::PoisonError<G>) -> KafkaError {
+    KafkaError::new(errors::UNKNOWN_SERVER_ERROR, "partition map poisoned")
+}
+
+/// A log that could not be created or set aside, with the storage error's Kafka code.
+fn storage_failed(what: String, error: &fjord_storage::StorageError) -> KafkaError {
+    KafkaError::new(error.kafka_error_code(), format!("{what}: {error}"))
 }
 
 pub struct ReplicaManager {
@@ -151,7 +157,7 @@ impl ReplicaManager {
     /// changed since the last image applied is touched (the metadata delta): every partition when
     /// broker-level configs changed, else only the partitions of changed or removed topics. An
     /// image older than the last one applied is ignored.
-    pub fn apply_image(&self, image: &Arc<MetadataImage>, now_ms: i64) -> Result<(), String> {
+    pub fn apply_image(&self, image: &Arc<MetadataImage>, now_ms: i64) -> Result<(), KafkaError> {
         let mut applied = lock(&self.applied);
         let scope = match applied.as_ref() {
             Some(last) if last.offset() > image.offset() || Arc::ptr_eq(last, image) => {
@@ -192,7 +198,7 @@ impl ReplicaManager {
         image: &MetadataImage,
         scope: Option<&HashSet<String>>,
         now_ms: i64,
-    ) -> Result<(), String> {
+    ) -> Result<(), KafkaError> {
         let wanted = self.wanted(image, scope);
         let removed = self.unhost(|tp| in_scope(scope, &tp.topic) && !wanted.contains_key(tp))?;
         for tp in removed {
@@ -275,7 +281,7 @@ impl ReplicaManager {
     fn unhost(
         &self,
         gone: impl Fn(&TopicPartition) -> bool,
-    ) -> Result<Vec<TopicPartition>, String> {
+    ) -> Result<Vec<TopicPartition>, KafkaError> {
         let mut partitions = self.partitions.write().map_err(poisoned)?;
         let removed: Vec<TopicPartition> =
             partitions.keys().filter(|tp| gone(tp)).cloned().collect();
@@ -296,7 +302,7 @@ impl ReplicaManager {
         leadership: LeaderAndIsr,
         hosted_now: &HashMap<TopicPartition, Arc<Partition>>,
         now_ms: i64,
-    ) -> Result<Placed, String> {
+    ) -> Result<Placed, KafkaError> {
         let durable = !(config.is_set("flush.messages") || config.is_set("flush.ms"));
         let log_config = log_config(&config, durable);
         let mut existing = self.log_manager.get(&tp);
@@ -309,7 +315,7 @@ impl ReplicaManager {
             };
             self.log_manager
                 .retire_log(&tp, retire, now_ms)
-                .map_err(|e| format!("cannot retire the old log of {tp}: {e}"))?;
+                .map_err(|e| storage_failed(format!("cannot retire the old log of {tp}"), &e))?;
             existing = None;
         }
         let log = match existing {
@@ -317,7 +323,7 @@ impl ReplicaManager {
             None => self
                 .log_manager
                 .create_log(tp.clone(), topic_id, log_config.clone(), now_ms)
-                .map_err(|e| format!("cannot create the log of {tp}: {e}"))?,
+                .map_err(|e| storage_failed(format!("cannot create the log of {tp}"), &e))?,
         };
         let hosted = hosted_now
             .get(&tp)
@@ -364,7 +370,11 @@ impl ReplicaManager {
 
     /// Hosted partitions take their new settings; new ones join the map. A topic's overrides
     /// fjord does not act on are named in a warning when its config changes.
-    fn host(&self, placed: Vec<Placed>, states: Vec<Option<PartitionState>>) -> Result<(), String> {
+    fn host(
+        &self,
+        placed: Vec<Placed>,
+        states: Vec<Option<PartitionState>>,
+    ) -> Result<(), KafkaError> {
         let mut warned = HashSet::new();
         let mut added = Vec::new();
         for (p, state) in placed.into_iter().zip(states) {
