@@ -10,6 +10,8 @@ use fjord_config::{parse_properties, BrokerConfig};
 
 mod cli;
 
+use cli::CliError;
+
 #[derive(Parser)]
 #[command(
     name = "fjord",
@@ -64,23 +66,29 @@ fn main() -> ExitCode {
     }
 }
 
-fn server(file: Option<PathBuf>, overrides: Vec<String>) -> Result<(), String> {
+fn server(file: Option<PathBuf>, overrides: Vec<String>) -> Result<(), CliError> {
     let mut props: BTreeMap<String, String> = match &file {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                CliError::new(format!("cannot read config file {}: {e}", path.display()))
+                    .hint("name a readable server.properties file, or none for one node's defaults")
+            })?;
             parse_properties(&text)
         }
         None => BTreeMap::new(),
     };
     for item in overrides {
-        let (key, value) = item
-            .split_once('=')
-            .ok_or_else(|| format!("--override {item:?} is not KEY=VALUE"))?;
+        let (key, value) = item.split_once('=').ok_or_else(|| {
+            CliError::new(format!("--override {item:?} is not KEY=VALUE"))
+                .hint("write it as --override log.dirs=/var/lib/fjord")
+        })?;
         props.insert(key.trim().to_string(), value.trim().to_string());
     }
     // Every value is validated here, before any data directory is touched.
-    let (config, warnings) = BrokerConfig::from_properties(&props).map_err(|e| e.to_string())?;
+    let (config, warnings) = BrokerConfig::from_properties(&props).map_err(|e| {
+        CliError::new(e.to_string())
+            .hint("fix the key in the properties file (or --override); Kafka's key names and values apply")
+    })?;
     for key in warnings.unknown_keys {
         tracing::warn!(key, "unknown configuration key ignored");
     }
@@ -94,7 +102,7 @@ fn server(file: Option<PathBuf>, overrides: Vec<String>) -> Result<(), String> {
         .enable_all()
         .thread_name("fjord")
         .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+        .map_err(|e| CliError::new(format!("cannot start the runtime: {e}")))?;
     runtime.block_on(async move {
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -104,7 +112,7 @@ fn server(file: Option<PathBuf>, overrides: Vec<String>) -> Result<(), String> {
         });
         fjord_broker::run(config, shutdown_rx)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| CliError::new(e.to_string()))
     })
 }
 

@@ -3,10 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::cli::CliError;
 use clap::{Args, Subcommand};
-use fjord_client::{
-    Client, ClientError, GroupDescription, ListedOffset, OffsetAndMetadata, OffsetSpec,
-};
+use fjord_client::{Client, GroupDescription, ListedOffset, OffsetAndMetadata, OffsetSpec};
 use fjord_common::TopicPartition;
 
 /// Printed where a value is unknown, as Kafka's tool does.
@@ -81,15 +80,13 @@ struct ResetArgs {
 }
 
 /// Runs a `fjord group` command; the error is the message for stderr.
-pub fn run(args: GroupArgs) -> Result<(), String> {
+pub fn run(args: GroupArgs) -> Result<(), CliError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+        .map_err(|e| CliError::new(format!("cannot start the runtime: {e}")))?;
     runtime.block_on(async move {
-        let mut client = Client::connect(&args.bootstrap_server)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut client = Client::connect(&args.bootstrap_server).await?;
         match args.command {
             GroupCommand::List => list(&mut client).await,
             GroupCommand::Describe { group } => describe(&mut client, &group).await,
@@ -99,12 +96,8 @@ pub fn run(args: GroupArgs) -> Result<(), String> {
     })
 }
 
-fn err(e: ClientError) -> String {
-    e.to_string()
-}
-
-async fn list(client: &mut Client) -> Result<(), String> {
-    for group in client.list_groups().await.map_err(err)? {
+async fn list(client: &mut Client) -> Result<(), CliError> {
+    for group in client.list_groups().await.map_err(CliError::from)? {
         println!("{}", group.group_id);
     }
     Ok(())
@@ -121,15 +114,26 @@ struct Row {
     client_id: String,
 }
 
-async fn describe(client: &mut Client, group_id: &str) -> Result<(), String> {
-    let description = client.describe_group(group_id).await.map_err(err)?;
+async fn describe(client: &mut Client, group_id: &str) -> Result<(), CliError> {
+    let description = client
+        .describe_group(group_id)
+        .await
+        .map_err(CliError::from)?;
     match description.state.as_str() {
-        "Dead" => return Err(format!("Consumer group '{group_id}' does not exist.")),
+        "Dead" => {
+            return Err(
+                CliError::new(format!("Consumer group '{group_id}' does not exist."))
+                    .hint("list the groups with `fjord group list`"),
+            )
+        }
         "Empty" => eprintln!("\nConsumer group '{group_id}' has no active members."),
         "Stable" => {}
         _ => eprintln!("\nWarning: Consumer group '{group_id}' is rebalancing."),
     }
-    let committed = client.fetch_offsets(group_id).await.map_err(err)?;
+    let committed = client
+        .fetch_offsets(group_id)
+        .await
+        .map_err(CliError::from)?;
     let rows = describe_rows(client, &description, &committed).await?;
     if rows.is_empty() {
         return Ok(());
@@ -142,7 +146,7 @@ async fn describe_rows(
     client: &mut Client,
     description: &GroupDescription,
     committed: &BTreeMap<TopicPartition, OffsetAndMetadata>,
-) -> Result<Vec<Row>, String> {
+) -> Result<Vec<Row>, CliError> {
     // Members holding the most partitions first; members holding none get no row.
     let mut members: Vec<_> = description
         .members
@@ -159,7 +163,7 @@ async fn describe_rows(
     let log_ends = client
         .list_offsets(&partitions, OffsetSpec::Latest)
         .await
-        .map_err(err)?;
+        .map_err(CliError::from)?;
     let row = |tp: &TopicPartition, consumer_id: &str, host: &str, client_id: &str| Row {
         topic: Some(tp.topic.clone()),
         partition: Some(tp.partition),
@@ -238,22 +242,32 @@ fn format_describe(group_id: &str, rows: &[Row]) -> String {
     out
 }
 
-async fn reset_offsets(client: &mut Client, args: ResetArgs) -> Result<(), String> {
+async fn reset_offsets(client: &mut Client, args: ResetArgs) -> Result<(), CliError> {
     let group_id = args.group.clone();
-    let description = client.describe_group(&group_id).await.map_err(err)?;
+    let description = client
+        .describe_group(&group_id)
+        .await
+        .map_err(CliError::from)?;
     // Offsets of a group with members would be overwritten by its next commit (and the
     // coordinator refuses admin commits then), so only inactive groups are reset.
     if !matches!(description.state.as_str(), "Empty" | "Dead") {
-        return Err(format!(
+        return Err(CliError::new(format!(
             "Assignments can only be reset if the group '{group_id}' is inactive, but the current state is {}.",
             description.state
-        ));
+        ))
+        .hint("stop the group's consumers first, then reset"));
     }
-    let committed = client.fetch_offsets(&group_id).await.map_err(err)?;
+    let committed = client
+        .fetch_offsets(&group_id)
+        .await
+        .map_err(CliError::from)?;
     let partitions = partitions_to_reset(client, &args.topics, &committed).await?;
     let plan = plan_reset(client, &args, &partitions, &committed).await?;
     if args.execute {
-        client.commit_offsets(&group_id, &plan).await.map_err(err)?;
+        client
+            .commit_offsets(&group_id, &plan)
+            .await
+            .map_err(CliError::from)?;
     }
     print!("{}", format_plan(&group_id, &plan));
     Ok(())
@@ -264,7 +278,7 @@ async fn partitions_to_reset(
     client: &mut Client,
     topics: &[String],
     committed: &BTreeMap<TopicPartition, OffsetAndMetadata>,
-) -> Result<BTreeSet<TopicPartition>, String> {
+) -> Result<BTreeSet<TopicPartition>, CliError> {
     if topics.is_empty() {
         return Ok(committed.keys().cloned().collect());
     }
@@ -275,7 +289,10 @@ async fn partitions_to_reset(
             Some((topic, parts)) => {
                 for p in parts.split(',') {
                     let partition = p.trim().parse::<i32>().map_err(|_| {
-                        format!("Invalid partition '{p}' specified in topic arg '{arg}'")
+                        CliError::new(format!(
+                            "Invalid partition '{p}' specified in topic arg '{arg}'"
+                        ))
+                        .hint("name partitions as TOPIC:0,1,2")
                     })?;
                     out.insert(TopicPartition::new(topic, partition));
                 }
@@ -284,15 +301,18 @@ async fn partitions_to_reset(
         }
     }
     if !whole_topics.is_empty() {
-        let metadata = client.metadata(Some(&whole_topics)).await.map_err(err)?;
+        let metadata = client
+            .metadata(Some(&whole_topics))
+            .await
+            .map_err(CliError::from)?;
         for topic in metadata.topics {
             if topic.error_code != 0 {
-                return Err(format!(
+                return Err(CliError::new(format!(
                     "topic '{}': {} ({})",
                     topic.name,
                     fjord_common::errors::name(topic.error_code),
                     topic.error_code
-                ));
+                )));
             }
             for p in topic.partitions {
                 out.insert(TopicPartition::new(topic.name.clone(), p.partition));
@@ -306,8 +326,11 @@ async fn offsets(
     client: &mut Client,
     partitions: &BTreeSet<TopicPartition>,
     spec: OffsetSpec,
-) -> Result<BTreeMap<TopicPartition, ListedOffset>, String> {
-    client.list_offsets(partitions, spec).await.map_err(err)
+) -> Result<BTreeMap<TopicPartition, ListedOffset>, CliError> {
+    client
+        .list_offsets(partitions, spec)
+        .await
+        .map_err(CliError::from)
 }
 
 async fn plan_reset(
@@ -315,7 +338,7 @@ async fn plan_reset(
     args: &ResetArgs,
     partitions: &BTreeSet<TopicPartition>,
     committed: &BTreeMap<TopicPartition, OffsetAndMetadata>,
-) -> Result<BTreeMap<TopicPartition, i64>, String> {
+) -> Result<BTreeMap<TopicPartition, i64>, CliError> {
     let plain = |listed: BTreeMap<TopicPartition, ListedOffset>| {
         listed
             .into_iter()
@@ -357,18 +380,18 @@ async fn plan_reset(
         let mut requested = BTreeMap::new();
         for tp in partitions {
             let current = committed.get(tp).ok_or_else(|| {
-                format!(
+                CliError::new(format!(
                     "Cannot shift offset for partition {tp} since there is no current committed offset"
-                )
+                ))
+                .hint("reset it to an absolute position first (--to-earliest, --to-offset N)")
             })?;
             requested.insert(tp.clone(), current.offset.saturating_add(shift));
         }
         requested
     } else {
-        return Err(
-            "one of --to-earliest, --to-latest, --to-datetime, --to-offset, --shift-by is required"
-                .to_string(),
-        );
+        return Err(CliError::new(
+            "one of --to-earliest, --to-latest, --to-datetime, --to-offset, --shift-by is required",
+        ));
     };
     clamp_to_log(client, requested).await
 }
@@ -377,7 +400,7 @@ async fn plan_reset(
 async fn clamp_to_log(
     client: &mut Client,
     requested: BTreeMap<TopicPartition, i64>,
-) -> Result<BTreeMap<TopicPartition, i64>, String> {
+) -> Result<BTreeMap<TopicPartition, i64>, CliError> {
     let keys: BTreeSet<TopicPartition> = requested.keys().cloned().collect();
     let starts = offsets(client, &keys, OffsetSpec::Earliest).await?;
     let ends = offsets(client, &keys, OffsetSpec::Latest).await?;
@@ -427,9 +450,10 @@ fn format_plan(group_id: &str, plan: &BTreeMap<TopicPartition, i64>) -> String {
     out
 }
 
-async fn delete(client: &mut Client, group_id: &str) -> Result<(), String> {
+async fn delete(client: &mut Client, group_id: &str) -> Result<(), CliError> {
     client.delete_group(group_id).await.map_err(|e| {
-        format!("Deletion of some consumer groups failed:\n* Group '{group_id}' could not be deleted due to: {e}")
+        CliError::new(format!("Deletion of some consumer groups failed:\n* Group '{group_id}' could not be deleted due to: {e}"))
+            .hint("a group with active members cannot be deleted: stop its consumers first")
     })?;
     println!("Deletion of requested consumer groups ('{group_id}') was successful.");
     Ok(())
@@ -437,13 +461,15 @@ async fn delete(client: &mut Client, group_id: &str) -> Result<(), String> {
 
 /// Parses `YYYY-MM-DDTHH:mm:SS[.sss][Z|±hh|±hhmm|±hh:mm]` (UTC without a zone) to ms since
 /// the epoch, the format Kafka's tool takes.
-fn parse_datetime(text: &str) -> Result<i64, String> {
+fn parse_datetime(text: &str) -> Result<i64, CliError> {
     let bad = || {
-        format!("cannot parse datetime '{text}': expected YYYY-MM-DDTHH:mm:SS.sss with an optional zone (Z, +hh:mm)")
+        CliError::new(format!("cannot parse datetime '{text}'")).hint(
+            "write it as YYYY-MM-DDTHH:mm:SS.sss with an optional zone (Z, +hh:mm), as Kafka's tool takes it",
+        )
     };
     let (date, rest) = text.split_once('T').ok_or_else(bad)?;
     let mut date_parts = date.split('-');
-    let next_num = |n: Option<&str>, len: usize| -> Result<i64, String> {
+    let next_num = |n: Option<&str>, len: usize| -> Result<i64, CliError> {
         let s = n.ok_or_else(bad)?;
         if s.len() != len || !s.bytes().all(|b| b.is_ascii_digit()) {
             return Err(bad());

@@ -1,3 +1,6 @@
 //! The operator CLI's subcommands, one module each.
 
+mod error;
 pub mod group;
+
+pub use error::CliError;
