@@ -9,7 +9,7 @@ use std::sync::Arc;
 use fjord_common::{errors, TopicId, Uuid};
 use fjord_config::{BrokerConfig, DynamicBrokerConfig, TopicConfig};
 use fjord_metadata::{
-    BrokerEndpoint, MetadataDelta, MetadataImage, MetadataRecord, ProducerIdsRecord, QuorumStatus,
+    BrokerEndpoint, MetadataImage, MetadataRecord, ProducerIdsRecord, QuorumStatus,
     RegisterBrokerRecord, ReplicaStatus,
 };
 use fjord_protocol::messages::add_raft_voter_request::AddRaftVoterRequest;
@@ -20,9 +20,7 @@ use fjord_protocol::messages::alter_configs_response::{
     AlterConfigsResourceResponse as LegacyResult, AlterConfigsResponse,
 };
 use fjord_protocol::messages::alter_partition_request::AlterPartitionRequest;
-use fjord_protocol::messages::alter_partition_response::AlterPartitionResponse;
 use fjord_protocol::messages::broker_heartbeat_request::BrokerHeartbeatRequest;
-use fjord_protocol::messages::broker_heartbeat_response::BrokerHeartbeatResponse;
 use fjord_protocol::messages::broker_registration_request::BrokerRegistrationRequest;
 use fjord_protocol::messages::broker_registration_response::BrokerRegistrationResponse;
 use fjord_protocol::messages::controller_registration_request::ControllerRegistrationRequest;
@@ -31,7 +29,7 @@ use fjord_protocol::messages::create_partitions_request::CreatePartitionsRequest
 use fjord_protocol::messages::create_partitions_response::{
     CreatePartitionsResponse, CreatePartitionsTopicResult,
 };
-use fjord_protocol::messages::create_topics_request::CreateTopicsRequest;
+use fjord_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
 use fjord_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult, CreateTopicsResponse,
 };
@@ -46,7 +44,6 @@ use fjord_protocol::messages::describe_quorum_response::{
     TopicData as DescribeQuorumTopic,
 };
 use fjord_protocol::messages::elect_leaders_request::ElectLeadersRequest;
-use fjord_protocol::messages::elect_leaders_response::ElectLeadersResponse;
 use fjord_protocol::messages::incremental_alter_configs_response::{
     AlterConfigsResourceResponse, IncrementalAlterConfigsResponse,
 };
@@ -64,6 +61,7 @@ use fjord_protocol::ApiKey;
 /// The metadata log's topic, as Kafka names it.
 pub const METADATA_TOPIC: &str = "__cluster_metadata";
 
+use crate::decision::{Decision, Working};
 use crate::membership::{self, BrokerSessions};
 use crate::plan::{self, CreateTopic, Refusal, TopicPlan};
 
@@ -235,23 +233,6 @@ impl ControllerRequest {
     }
 }
 
-/// What a request decided: records to commit (none for a refusal or a validate-only request)
-/// and the answer once they are.
-#[derive(Debug)]
-pub struct Decision {
-    pub records: Vec<MetadataRecord>,
-    pub response: ResponseBody,
-}
-
-impl Decision {
-    fn answer(response: ResponseBody) -> Self {
-        Decision {
-            records: Vec::new(),
-            response,
-        }
-    }
-}
-
 /// A validate-only request decides everything and commits nothing.
 pub(crate) fn committed_unless(
     validate_only: bool,
@@ -261,41 +242,6 @@ pub(crate) fn committed_unless(
         Vec::new()
     } else {
         records
-    }
-}
-
-/// The image as a request's earlier entries left it, so later entries see them (a topic created
-/// by entry 1 exists for entry 2).
-pub(crate) struct Working {
-    image: MetadataImage,
-    records: Vec<MetadataRecord>,
-}
-
-impl Working {
-    pub(crate) fn new(image: &MetadataImage) -> Self {
-        Working {
-            image: image.clone(),
-            records: Vec::new(),
-        }
-    }
-
-    pub(crate) fn image(&self) -> &MetadataImage {
-        &self.image
-    }
-
-    pub(crate) fn into_records(self) -> Vec<MetadataRecord> {
-        self.records
-    }
-
-    pub(crate) fn add(&mut self, records: Vec<MetadataRecord>) {
-        let mut delta = MetadataDelta::new(&self.image);
-        for record in &records {
-            // Plans are made against this image, so they apply; a record that does not is
-            // refused again, atomically with its entry, when the log applies it.
-            let _ = delta.apply(record);
-        }
-        self.image = delta.finish(self.image.offset());
-        self.records.extend(records);
     }
 }
 
@@ -542,6 +488,8 @@ impl Controller {
             .collect()
     }
 
+    /// CreateTopics: each topic planned on the image the earlier ones left, so a later entry
+    /// sees an earlier one's topic; a name given twice creates nothing (INVALID_REQUEST).
     fn create_topics(
         &self,
         image: &MetadataImage,
@@ -549,13 +497,7 @@ impl Controller {
         version: i16,
         new_topic_id: &mut dyn FnMut() -> TopicId,
     ) -> Decision {
-        let mut seen = HashSet::new();
-        let duplicates: HashSet<&str> = request
-            .topics
-            .iter()
-            .filter(|t| !seen.insert(t.name.as_str()))
-            .map(|t| t.name.as_str())
-            .collect();
+        let duplicates = duplicate_names(request);
         let live = self.live_brokers(image);
         let mut working = Working::new(image);
         let mut results = Vec::with_capacity(request.topics.len());
@@ -564,23 +506,9 @@ impl Controller {
             .iter()
             .filter(|t| !duplicates.contains(t.name.as_str()))
         {
-            let create = CreateTopic {
-                name: topic.name.clone(),
-                num_partitions: topic.num_partitions,
-                replication_factor: topic.replication_factor,
-                assignments: topic
-                    .assignments
-                    .iter()
-                    .map(|a| (a.partition_index, a.broker_ids.clone()))
-                    .collect(),
-                configs: topic
-                    .configs
-                    .iter()
-                    .filter_map(|c| c.value.clone().map(|v| (c.name.clone(), v)))
-                    .collect(),
-            };
+            let create = create_topic(topic);
             let outcome = plan::plan_create_topic(
-                &working.image,
+                working.image(),
                 &create,
                 self.config.num_partitions,
                 self.config.default_replication_factor,
@@ -588,67 +516,29 @@ impl Controller {
                 new_topic_id(),
             );
             results.push(match outcome {
-                Ok(TopicPlan {
-                    topic_id,
-                    num_partitions,
-                    replication_factor,
-                    records,
-                }) => {
-                    working.add(records);
-                    let dynamic = DynamicBrokerConfig::from_image(image, self.config.node_id);
-                    let config = TopicConfig::resolve(&self.config, &dynamic, &create.configs);
-                    CreatableTopicResult {
-                        name: create.name,
-                        topic_id: if request.validate_only {
-                            Uuid::ZERO
-                        } else {
-                            topic_id
-                        },
-                        error_code: errors::NONE,
-                        num_partitions,
-                        replication_factor,
-                        configs: (version >= 5).then(|| {
-                            config
-                                .entries()
-                                .map(|(name, value, source)| CreatableTopicConfigs {
-                                    name: name.to_string(),
-                                    value: Some(value.to_string()),
-                                    read_only: false,
-                                    config_source: source as i8,
-                                    is_sensitive: false,
-                                })
-                                .collect()
-                        }),
-                        ..Default::default()
-                    }
+                Ok(planned) => {
+                    let result =
+                        self.created_topic(image, create, &planned, request.validate_only, version);
+                    working.add(planned.records);
+                    result
                 }
                 Err(refusal) => CreatableTopicResult {
                     topic_id: image
                         .topic(&create.name)
                         .map(|t| t.topic_id)
                         .unwrap_or(Uuid::ZERO),
-                    name: create.name,
-                    error_code: refusal.error_code,
-                    error_message: Some(refusal.message),
-                    num_partitions: -1,
-                    replication_factor: -1,
                     topic_config_error_code: refusal.error_code,
                     configs: None,
+                    ..refused_topic(create.name, refusal.error_code, Some(refusal.message))
                 },
             });
         }
-        for name in duplicates {
-            results.push(CreatableTopicResult {
-                name: name.to_string(),
-                error_code: errors::INVALID_REQUEST,
-                error_message: Some("Duplicate topic name.".to_string()),
-                num_partitions: -1,
-                replication_factor: -1,
-                ..Default::default()
-            });
-        }
+        results.extend(duplicates.into_iter().map(|name| {
+            let message = Some("Duplicate topic name.".to_string());
+            refused_topic(name.to_string(), errors::INVALID_REQUEST, message)
+        }));
         Decision {
-            records: committed_unless(request.validate_only, working.records),
+            records: committed_unless(request.validate_only, working.into_records()),
             response: ResponseBody::CreateTopics(CreateTopicsResponse {
                 topics: results,
                 ..Default::default()
@@ -656,20 +546,52 @@ impl Controller {
         }
     }
 
+    /// A planned topic's result: its id (none for a validate-only request), partition count and
+    /// replication factor, and from v5 every config it resolves to, with each one's source.
+    fn created_topic(
+        &self,
+        image: &MetadataImage,
+        create: CreateTopic,
+        planned: &TopicPlan,
+        validate_only: bool,
+        version: i16,
+    ) -> CreatableTopicResult {
+        let dynamic = DynamicBrokerConfig::from_image(image, self.config.node_id);
+        let config = TopicConfig::resolve(&self.config, &dynamic, &create.configs);
+        CreatableTopicResult {
+            name: create.name,
+            topic_id: if validate_only {
+                Uuid::ZERO
+            } else {
+                planned.topic_id
+            },
+            error_code: errors::NONE,
+            num_partitions: planned.num_partitions,
+            replication_factor: planned.replication_factor,
+            configs: (version >= 5).then(|| {
+                config
+                    .entries()
+                    .map(|(name, value, source)| CreatableTopicConfigs {
+                        name: name.to_string(),
+                        value: Some(value.to_string()),
+                        read_only: false,
+                        config_source: source as i8,
+                        is_sensitive: false,
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        }
+    }
+
     fn delete_topics(&self, image: &MetadataImage, request: &DeleteTopicsRequest) -> Decision {
-        // v6+ names topics in `topics` (by name or id); older versions in `topic_names`.
-        let mut targets: Vec<(Option<String>, Uuid)> = request
-            .topic_names
-            .iter()
-            .map(|n| (Some(n.clone()), Uuid::ZERO))
-            .collect();
-        targets.extend(request.topics.iter().map(|t| (t.name.clone(), t.topic_id)));
+        let targets: Vec<(Option<String>, Uuid)> = delete_targets(request).collect();
         let mut working = Working::new(image);
         let mut responses = Vec::with_capacity(targets.len());
         for (name, id) in targets {
             let resolved = match (&name, id) {
                 (Some(n), _) => Some(n.clone()),
-                (None, id) => working.image.topic_by_id(&id).map(|t| t.name.clone()),
+                (None, id) => working.image().topic_by_id(&id).map(|t| t.name.clone()),
             };
             let mut result = DeletableTopicResult {
                 name: name.clone(),
@@ -685,9 +607,9 @@ impl Controller {
                 Some(_) if !self.config.delete_topic_enable => {
                     result.error_code = errors::TOPIC_DELETION_DISABLED;
                 }
-                Some(n) => match plan::plan_delete_topic(&working.image, &n) {
+                Some(n) => match plan::plan_delete_topic(working.image(), &n) {
                     Ok(records) => {
-                        result.topic_id = working.image.topic(&n).map_or(id, |t| t.topic_id);
+                        result.topic_id = working.image().topic(&n).map_or(id, |t| t.topic_id);
                         result.name = Some(n);
                         working.add(records);
                     }
@@ -700,7 +622,7 @@ impl Controller {
             responses.push(result);
         }
         Decision {
-            records: working.records,
+            records: working.into_records(),
             response: ResponseBody::DeleteTopics(DeleteTopicsResponse {
                 responses,
                 ..Default::default()
@@ -722,19 +644,13 @@ impl Controller {
                 .as_ref()
                 .map(|a| a.iter().map(|x| x.broker_ids.clone()).collect());
             let outcome = plan::plan_create_partitions(
-                &working.image,
+                working.image(),
                 &topic.name,
                 topic.count,
                 assignments.as_deref(),
                 &live,
             );
-            let (error_code, error_message) = match outcome {
-                Ok(records) => {
-                    working.add(records);
-                    (errors::NONE, None)
-                }
-                Err(refusal) => (refusal.error_code, Some(refusal.message)),
-            };
+            let (error_code, error_message) = answer(outcome.map(|records| working.add(records)));
             results.push(CreatePartitionsTopicResult {
                 name: topic.name.clone(),
                 error_code,
@@ -742,7 +658,7 @@ impl Controller {
             });
         }
         Decision {
-            records: committed_unless(request.validate_only, working.records),
+            records: committed_unless(request.validate_only, working.into_records()),
             response: ResponseBody::CreatePartitions(CreatePartitionsResponse {
                 results,
                 ..Default::default()
@@ -762,65 +678,30 @@ impl Controller {
         now_ms: i64,
     ) -> Decision {
         if request.broker_id < 0 {
-            return Decision::answer(ResponseBody::BrokerRegistration(
-                BrokerRegistrationResponse {
-                    error_code: errors::INVALID_REQUEST,
-                    broker_epoch: -1,
-                    ..Default::default()
-                },
-            ));
+            return Decision::answer(registration_answer(errors::INVALID_REQUEST, -1));
         }
         if request.cluster_id != self.cluster_id {
-            return Decision::answer(ResponseBody::BrokerRegistration(
-                BrokerRegistrationResponse {
-                    error_code: errors::INCONSISTENT_CLUSTER_ID,
-                    broker_epoch: -1,
-                    ..Default::default()
-                },
-            ));
+            return Decision::answer(registration_answer(errors::INCONSISTENT_CLUSTER_ID, -1));
         }
-        let answer = |error_code, broker_epoch| {
-            ResponseBody::BrokerRegistration(BrokerRegistrationResponse {
-                error_code,
-                broker_epoch,
-                ..Default::default()
-            })
-        };
         if let Some(existing) = image.broker(request.broker_id) {
             if existing.incarnation_id == request.incarnation_id {
-                return Decision::answer(answer(errors::NONE, existing.broker_epoch));
+                return Decision::answer(registration_answer(errors::NONE, existing.broker_epoch));
             }
             if self
                 .sessions
                 .has_valid_session(image, request.broker_id, now_ms)
             {
-                return Decision::answer(answer(errors::DUPLICATE_BROKER_REGISTRATION, -1));
+                let refused = registration_answer(errors::DUPLICATE_BROKER_REGISTRATION, -1);
+                return Decision::answer(refused);
             }
         }
         let previous = image
             .broker(request.broker_id)
             .map_or(-1, |b| b.broker_epoch);
         let Some(broker_epoch) = previous.max(request.previous_broker_epoch).checked_add(1) else {
-            return Decision::answer(answer(errors::INVALID_REQUEST, -1));
+            return Decision::answer(registration_answer(errors::INVALID_REQUEST, -1));
         };
-        let record = RegisterBrokerRecord {
-            broker_id: request.broker_id,
-            incarnation_id: request.incarnation_id,
-            broker_epoch,
-            endpoints: request
-                .listeners
-                .iter()
-                .map(|l| BrokerEndpoint {
-                    name: l.name.clone(),
-                    host: l.host.clone(),
-                    port: l.port,
-                    security_protocol: l.security_protocol,
-                })
-                .collect(),
-            rack: request.rack.clone(),
-            fenced: true,
-            in_controlled_shutdown: false,
-        };
+        let record = registration_record(request, broker_epoch);
         self.sessions
             .registered(request.broker_id, broker_epoch, now_ms);
         // An earlier incarnation that was never fenced (killed, back before its session
@@ -828,13 +709,108 @@ impl Controller {
         let records = membership::register(image, record, &self.unclean_allowed(image));
         if records.is_empty() {
             // The record would not apply: nothing to commit, so nothing to claim.
-            return Decision::answer(answer(errors::INVALID_REQUEST, -1));
+            return Decision::answer(registration_answer(errors::INVALID_REQUEST, -1));
         }
         Decision {
             records,
-            response: answer(errors::NONE, broker_epoch),
+            response: registration_answer(errors::NONE, broker_epoch),
         }
     }
+}
+
+/// The names a CreateTopics request gives more than once: Kafka creates no topic of such a name,
+/// and answers it once, INVALID_REQUEST.
+fn duplicate_names(request: &CreateTopicsRequest) -> HashSet<&str> {
+    let mut seen = HashSet::new();
+    request
+        .topics
+        .iter()
+        .filter(|t| !seen.insert(t.name.as_str()))
+        .map(|t| t.name.as_str())
+        .collect()
+}
+
+/// A CreateTopics entry as the plan takes it: explicit replicas by partition index, and the
+/// configs given a value.
+fn create_topic(topic: &CreatableTopic) -> CreateTopic {
+    CreateTopic {
+        name: topic.name.clone(),
+        num_partitions: topic.num_partitions,
+        replication_factor: topic.replication_factor,
+        assignments: topic
+            .assignments
+            .iter()
+            .map(|a| (a.partition_index, a.broker_ids.clone()))
+            .collect(),
+        configs: topic
+            .configs
+            .iter()
+            .filter_map(|c| c.value.clone().map(|v| (c.name.clone(), v)))
+            .collect(),
+    }
+}
+
+/// A CreateTopics entry refused: no partitions, no replication factor.
+fn refused_topic(
+    name: String,
+    error_code: i16,
+    error_message: Option<String>,
+) -> CreatableTopicResult {
+    CreatableTopicResult {
+        name,
+        error_code,
+        error_message,
+        num_partitions: -1,
+        replication_factor: -1,
+        ..Default::default()
+    }
+}
+
+/// The topics a DeleteTopics request names, each by name or id: v6+ names them in `topics`,
+/// older versions in `topic_names`.
+fn delete_targets(
+    request: &DeleteTopicsRequest,
+) -> impl Iterator<Item = (Option<String>, Uuid)> + '_ {
+    request
+        .topic_names
+        .iter()
+        .map(|n| (Some(n.clone()), Uuid::ZERO))
+        .chain(request.topics.iter().map(|t| (t.name.clone(), t.topic_id)))
+}
+
+/// The record that registers `request`'s broker at `broker_epoch`: its listeners and rack,
+/// fenced until its first heartbeat catches up.
+fn registration_record(
+    request: &BrokerRegistrationRequest,
+    broker_epoch: i64,
+) -> RegisterBrokerRecord {
+    RegisterBrokerRecord {
+        broker_id: request.broker_id,
+        incarnation_id: request.incarnation_id,
+        broker_epoch,
+        endpoints: request
+            .listeners
+            .iter()
+            .map(|l| BrokerEndpoint {
+                name: l.name.clone(),
+                host: l.host.clone(),
+                port: l.port,
+                security_protocol: l.security_protocol,
+            })
+            .collect(),
+        rack: request.rack.clone(),
+        fenced: true,
+        in_controlled_shutdown: false,
+    }
+}
+
+/// BrokerRegistration's answer: the broker's epoch, or -1 with the refusal's error.
+fn registration_answer(error_code: i16, broker_epoch: i64) -> ResponseBody {
+    ResponseBody::BrokerRegistration(BrokerRegistrationResponse {
+        error_code,
+        broker_epoch,
+        ..Default::default()
+    })
 }
 
 /// The next block of producer ids, reserved in the metadata log so that no id is handed out
@@ -857,58 +833,29 @@ fn allocate_producer_ids(image: &MetadataImage, request: &AllocateProducerIdsReq
 }
 
 /// The answer to a controller request that could not be decided or committed: every entry
-/// refused with `error_code`.
+/// refused with `error_code`, or the request as a whole where Kafka's response has no entries.
 pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -> ResponseBody {
     let message = Some(message.to_string());
     match request {
-        ControllerApi::CreateTopics(r) => ResponseBody::CreateTopics(CreateTopicsResponse {
-            topics: r
-                .topics
-                .iter()
-                .map(|t| CreatableTopicResult {
-                    name: t.name.clone(),
-                    error_code,
-                    error_message: message.clone(),
-                    num_partitions: -1,
-                    replication_factor: -1,
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }),
-        ControllerApi::DeleteTopics(r) => ResponseBody::DeleteTopics(DeleteTopicsResponse {
-            responses: r
-                .topic_names
-                .iter()
-                .map(|n| (Some(n.clone()), Uuid::ZERO))
-                .chain(r.topics.iter().map(|t| (t.name.clone(), t.topic_id)))
-                .map(|(name, topic_id)| DeletableTopicResult {
-                    name,
-                    topic_id,
-                    error_code,
-                    error_message: message.clone(),
-                })
-                .collect(),
-            ..Default::default()
-        }),
-        ControllerApi::CreatePartitions(r) => {
-            ResponseBody::CreatePartitions(CreatePartitionsResponse {
-                results: r
-                    .topics
-                    .iter()
-                    .map(|t| CreatePartitionsTopicResult {
-                        name: t.name.clone(),
-                        error_code,
-                        error_message: message.clone(),
-                    })
-                    .collect(),
+        ControllerApi::CreateTopics(r) => create_topics_refused(r, error_code, message),
+        ControllerApi::DeleteTopics(r) => delete_topics_refused(r, error_code, message),
+        ControllerApi::CreatePartitions(r) => create_partitions_refused(r, error_code, message),
+        ControllerApi::IncrementalAlterConfigs(r) => {
+            incremental_alter_configs_refused(r, error_code, message)
+        }
+        ControllerApi::AlterConfigs(r) => alter_configs_refused(r, error_code, message),
+        ControllerApi::ElectLeaders(_) => crate::election::elect_leaders_refused(error_code),
+        ControllerApi::AlterPartition(_) => crate::isr::alter_partition_refused(error_code),
+        ControllerApi::BrokerHeartbeat(_) => membership::heartbeat_refused(error_code),
+        ControllerApi::BrokerRegistration(_) => registration_answer(error_code, -1),
+        ControllerApi::AllocateProducerIds(_) => {
+            ResponseBody::AllocateProducerIds(AllocateProducerIdsResponse {
+                error_code,
+                producer_id_start: -1,
+                producer_id_len: 0,
                 ..Default::default()
             })
         }
-        ControllerApi::ElectLeaders(_) => ResponseBody::ElectLeaders(ElectLeadersResponse {
-            error_code,
-            ..Default::default()
-        }),
         ControllerApi::AlterPartitionReassignments(_) => {
             ResponseBody::AlterPartitionReassignments(AlterPartitionReassignmentsResponse {
                 error_code,
@@ -923,84 +870,141 @@ pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -
                 ..Default::default()
             })
         }
-        ControllerApi::IncrementalAlterConfigs(r) => {
-            ResponseBody::IncrementalAlterConfigs(IncrementalAlterConfigsResponse {
-                responses: r
-                    .resources
-                    .iter()
-                    .map(|res| AlterConfigsResourceResponse {
-                        error_code,
-                        error_message: message.clone(),
-                        resource_type: res.resource_type,
-                        resource_name: res.resource_name.clone(),
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-        }
-        ControllerApi::AlterConfigs(r) => ResponseBody::AlterConfigs(AlterConfigsResponse {
-            responses: r
-                .resources
-                .iter()
-                .map(|res| LegacyResult {
-                    error_code,
-                    error_message: message.clone(),
-                    resource_type: res.resource_type,
-                    resource_name: res.resource_name.clone(),
-                })
-                .collect(),
-            ..Default::default()
-        }),
-        ControllerApi::AllocateProducerIds(_) => {
-            ResponseBody::AllocateProducerIds(AllocateProducerIdsResponse {
-                error_code,
-                producer_id_start: -1,
-                producer_id_len: 0,
-                ..Default::default()
-            })
-        }
-        ControllerApi::BrokerHeartbeat(_) => {
-            ResponseBody::BrokerHeartbeat(BrokerHeartbeatResponse {
-                error_code,
-                is_fenced: true,
-                ..Default::default()
-            })
-        }
-        ControllerApi::BrokerRegistration(_) => {
-            ResponseBody::BrokerRegistration(BrokerRegistrationResponse {
-                error_code,
-                broker_epoch: -1,
-                ..Default::default()
-            })
-        }
-        ControllerApi::AlterPartition(_) => ResponseBody::AlterPartition(AlterPartitionResponse {
-            error_code,
-            ..Default::default()
-        }),
         ControllerApi::DescribeQuorum(_) => ResponseBody::DescribeQuorum(DescribeQuorumResponse {
             error_code,
             error_message: message,
             ..Default::default()
         }),
+        ControllerApi::AddRaftVoter(_)
+        | ControllerApi::RemoveRaftVoter(_)
+        | ControllerApi::ControllerRegistration(_) => {
+            voter_change_answer(request, error_code, message)
+        }
+    }
+}
+
+/// Every topic of a CreateTopics request refused.
+fn create_topics_refused(
+    request: &CreateTopicsRequest,
+    error_code: i16,
+    error_message: Option<String>,
+) -> ResponseBody {
+    ResponseBody::CreateTopics(CreateTopicsResponse {
+        topics: request
+            .topics
+            .iter()
+            .map(|t| refused_topic(t.name.clone(), error_code, error_message.clone()))
+            .collect(),
+        ..Default::default()
+    })
+}
+
+/// Every topic a DeleteTopics request names refused, as it names it (by name or by id).
+fn delete_topics_refused(
+    request: &DeleteTopicsRequest,
+    error_code: i16,
+    error_message: Option<String>,
+) -> ResponseBody {
+    ResponseBody::DeleteTopics(DeleteTopicsResponse {
+        responses: delete_targets(request)
+            .map(|(name, topic_id)| DeletableTopicResult {
+                name,
+                topic_id,
+                error_code,
+                error_message: error_message.clone(),
+            })
+            .collect(),
+        ..Default::default()
+    })
+}
+
+/// Every topic of a CreatePartitions request refused.
+fn create_partitions_refused(
+    request: &CreatePartitionsRequest,
+    error_code: i16,
+    error_message: Option<String>,
+) -> ResponseBody {
+    ResponseBody::CreatePartitions(CreatePartitionsResponse {
+        results: request
+            .topics
+            .iter()
+            .map(|t| CreatePartitionsTopicResult {
+                name: t.name.clone(),
+                error_code,
+                error_message: error_message.clone(),
+            })
+            .collect(),
+        ..Default::default()
+    })
+}
+
+/// Every resource of an IncrementalAlterConfigs request refused.
+fn incremental_alter_configs_refused(
+    request: &IncrementalAlterConfigsRequest,
+    error_code: i16,
+    error_message: Option<String>,
+) -> ResponseBody {
+    ResponseBody::IncrementalAlterConfigs(IncrementalAlterConfigsResponse {
+        responses: request
+            .resources
+            .iter()
+            .map(|res| AlterConfigsResourceResponse {
+                error_code,
+                error_message: error_message.clone(),
+                resource_type: res.resource_type,
+                resource_name: res.resource_name.clone(),
+            })
+            .collect(),
+        ..Default::default()
+    })
+}
+
+/// Every resource of a (legacy) AlterConfigs request refused.
+fn alter_configs_refused(
+    request: &AlterConfigsRequest,
+    error_code: i16,
+    error_message: Option<String>,
+) -> ResponseBody {
+    ResponseBody::AlterConfigs(AlterConfigsResponse {
+        responses: request
+            .resources
+            .iter()
+            .map(|res| LegacyResult {
+                error_code,
+                error_message: error_message.clone(),
+                resource_type: res.resource_type,
+                resource_name: res.resource_name.clone(),
+            })
+            .collect(),
+        ..Default::default()
+    })
+}
+
+/// The answer to a change of the quorum's members (AddRaftVoter, RemoveRaftVoter, or else
+/// ControllerRegistration): `error_code` (NONE once carried out) and `error_message`.
+pub(crate) fn voter_change_answer(
+    request: &ControllerApi,
+    error_code: i16,
+    error_message: Option<String>,
+) -> ResponseBody {
+    match request {
         ControllerApi::AddRaftVoter(_) => ResponseBody::AddRaftVoter(AddRaftVoterResponse {
             error_code,
-            error_message: message,
+            error_message,
             ..Default::default()
         }),
         ControllerApi::RemoveRaftVoter(_) => {
             ResponseBody::RemoveRaftVoter(RemoveRaftVoterResponse {
                 error_code,
-                error_message: message,
+                error_message,
                 ..Default::default()
             })
         }
-        ControllerApi::ControllerRegistration(_) => {
-            ResponseBody::ControllerRegistration(ControllerRegistrationResponse {
-                error_code,
-                error_message: message,
-                ..Default::default()
-            })
-        }
+        _ => ResponseBody::ControllerRegistration(ControllerRegistrationResponse {
+            error_code,
+            error_message,
+            ..Default::default()
+        }),
     }
 }
 
@@ -1058,6 +1062,7 @@ pub(crate) fn answer(outcome: Result<(), Refusal>) -> (i16, Option<String>) {
 mod tests {
     use std::collections::BTreeMap;
 
+    use fjord_metadata::MetadataDelta;
     use fjord_protocol::messages::create_topics_request::CreatableTopic;
     use fjord_protocol::messages::delete_topics_request::DeleteTopicState;
 

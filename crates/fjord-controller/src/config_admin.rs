@@ -14,7 +14,8 @@ use fjord_config::{BrokerConfig, DynamicBrokerConfig};
 use fjord_metadata::MetadataImage;
 use fjord_protocol::messages::ResponseBody;
 
-use crate::apis::{answer, committed_unless, Controller, Decision};
+use crate::apis::{answer, committed_unless, Controller};
+use crate::decision::Decision;
 use crate::plan::{self, ConfigChange, Refusal};
 
 /// One resource's answer: its type, its name, and whether its changes were accepted.

@@ -22,7 +22,7 @@ use fjord_protocol::messages::elect_leaders_response::{
 };
 use fjord_protocol::ResponseBody;
 
-use crate::apis::{Decision, Working};
+use crate::decision::{Decision, Working};
 
 /// ElectLeaders' election types, as Kafka numbers them.
 const PREFERRED: i8 = 0;
@@ -40,13 +40,7 @@ pub fn elect_leaders(
         request.election_type
     };
     if election != PREFERRED && election != UNCLEAN {
-        return Decision {
-            records: Vec::new(),
-            response: ResponseBody::ElectLeaders(ElectLeadersResponse {
-                error_code: errors::INVALID_REQUEST,
-                ..Default::default()
-            }),
-        };
+        return Decision::answer(elect_leaders_refused(errors::INVALID_REQUEST));
     }
     let mut working = Working::new(image);
     let mut results = Vec::new();
@@ -86,6 +80,14 @@ pub fn elect_leaders(
             ..Default::default()
         }),
     }
+}
+
+/// ElectLeaders refused as a whole: no partition elected.
+pub(crate) fn elect_leaders_refused(error_code: i16) -> ResponseBody {
+    ResponseBody::ElectLeaders(ElectLeadersResponse {
+        error_code,
+        ..Default::default()
+    })
 }
 
 fn elect_one(

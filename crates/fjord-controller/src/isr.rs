@@ -9,7 +9,9 @@
 //! partition's new state.
 
 use fjord_common::errors;
-use fjord_metadata::{MetadataImage, MetadataRecord, PartitionChangeRecord, PartitionImage};
+use fjord_metadata::{
+    MetadataImage, MetadataRecord, PartitionChangeRecord, PartitionImage, TopicImage,
+};
 use fjord_protocol::messages::alter_partition_request::{
     AlterPartitionRequest, PartitionData as RequestPartition,
 };
@@ -18,7 +20,8 @@ use fjord_protocol::messages::alter_partition_response::{
 };
 use fjord_protocol::ResponseBody;
 
-use crate::apis::Decision;
+use crate::decision::Decision;
+use crate::reassignment::Completed;
 
 /// Decides an AlterPartition request at `version` on `image`.
 pub fn alter_partition(
@@ -30,94 +33,18 @@ pub fn alter_partition(
         .broker(request.broker_id)
         .is_some_and(|b| b.broker_epoch == request.broker_epoch);
     if !registered {
-        return Decision {
-            records: Vec::new(),
-            response: ResponseBody::AlterPartition(AlterPartitionResponse {
-                error_code: errors::STALE_BROKER_EPOCH,
-                ..Default::default()
-            }),
-        };
+        return Decision::answer(alter_partition_refused(errors::STALE_BROKER_EPOCH));
     }
     let mut records = Vec::new();
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let found = image.topic_by_id(&topic.topic_id);
-        let unknown_topic = errors::UNKNOWN_TOPIC_ID;
         let partitions = topic
             .partitions
             .iter()
-            .map(|p| {
-                let Some(topic_image) = found else {
-                    return refused(p.partition_index, unknown_topic);
-                };
-                let current = usize::try_from(p.partition_index)
-                    .ok()
-                    .and_then(|i| topic_image.partitions.get(i));
-                let Some(current) = current else {
-                    return refused(p.partition_index, errors::UNKNOWN_TOPIC_OR_PARTITION);
-                };
-                let new_isr = requested_isr(p, version);
-                if let Err(code) = check(image, request.broker_id, current, p, &new_isr) {
-                    return refused(p.partition_index, code);
-                }
-                let mut isr: Vec<i32> = new_isr.iter().map(|(id, _)| *id).collect();
-                let mut partition_epoch = current.partition_epoch;
-                // A reassignment whose target replicas are now all in sync completes here.
-                let completed = current
-                    .is_reassigning()
-                    .then(|| {
-                        crate::reassignment::completes(
-                            image,
-                            current,
-                            &current.replicas,
-                            &current.removing_replicas,
-                            &isr,
-                        )
-                    })
-                    .flatten();
-                if let Some(done) = completed {
-                    let new_leader = done.leader;
-                    records.push(MetadataRecord::PartitionChange(PartitionChangeRecord {
-                        partition_id: p.partition_index,
-                        topic_id: topic_image.topic_id,
-                        isr: Some(done.isr.clone()),
-                        leader: new_leader,
-                        replicas: Some(done.replicas),
-                        adding_replicas: Some(Vec::new()),
-                        removing_replicas: Some(Vec::new()),
-                    }));
-                    if new_leader.is_some() {
-                        // The requester was removed: it leads no more.
-                        let code = if version > 1 {
-                            errors::NEW_LEADER_ELECTED
-                        } else {
-                            errors::FENCED_LEADER_EPOCH
-                        };
-                        return refused(p.partition_index, code);
-                    }
-                    isr = done.isr;
-                    partition_epoch += 1;
-                } else if isr != current.isr {
-                    records.push(MetadataRecord::PartitionChange(PartitionChangeRecord {
-                        partition_id: p.partition_index,
-                        topic_id: topic_image.topic_id,
-                        isr: Some(isr.clone()),
-                        leader: None,
-                        replicas: None,
-                        adding_replicas: None,
-                        removing_replicas: None,
-                    }));
-                    partition_epoch += 1;
-                }
-                PartitionData {
-                    partition_index: p.partition_index,
-                    error_code: errors::NONE,
-                    leader_id: current.leader,
-                    leader_epoch: current.leader_epoch,
-                    isr,
-                    leader_recovery_state: 0,
-                    partition_epoch,
-                }
+            .map(|p| match found {
+                Some(found) => alter_one(image, request.broker_id, version, found, p, &mut records),
+                None => refused(p.partition_index, errors::UNKNOWN_TOPIC_ID),
             })
             .collect();
         topics.push(TopicData {
@@ -133,6 +60,101 @@ pub fn alter_partition(
             ..Default::default()
         }),
     }
+}
+
+/// AlterPartition refused as a whole (a requester not at its current broker epoch): no
+/// partitions answered.
+pub(crate) fn alter_partition_refused(error_code: i16) -> ResponseBody {
+    ResponseBody::AlterPartition(AlterPartitionResponse {
+        error_code,
+        ..Default::default()
+    })
+}
+
+/// One partition's ISR change from `requester`, decided on `topic`: the answer, and the record an
+/// accepted change takes, added to `records`. A reassignment whose target replicas are then all
+/// in sync completes in that record; if that removes the requester, it is answered as no longer
+/// the leader.
+fn alter_one(
+    image: &MetadataImage,
+    requester: i32,
+    version: i16,
+    topic: &TopicImage,
+    p: &RequestPartition,
+    records: &mut Vec<MetadataRecord>,
+) -> PartitionData {
+    let current = usize::try_from(p.partition_index)
+        .ok()
+        .and_then(|i| topic.partitions.get(i));
+    let Some(current) = current else {
+        return refused(p.partition_index, errors::UNKNOWN_TOPIC_OR_PARTITION);
+    };
+    let new_isr = requested_isr(p, version);
+    if let Err(code) = check(image, requester, current, p, &new_isr) {
+        return refused(p.partition_index, code);
+    }
+    let isr: Vec<i32> = new_isr.iter().map(|(id, _)| *id).collect();
+    // A reassignment whose target replicas are now all in sync completes here.
+    let completed = current
+        .is_reassigning()
+        .then(|| {
+            crate::reassignment::completes(
+                image,
+                current,
+                &current.replicas,
+                &current.removing_replicas,
+                &isr,
+            )
+        })
+        .flatten();
+    let (isr, partition_epoch) = match completed {
+        Some(done) => {
+            records.push(isr_change(topic, p.partition_index, &done.isr, Some(&done)));
+            if done.leader.is_some() {
+                // The requester was removed: it leads no more.
+                let code = if version > 1 {
+                    errors::NEW_LEADER_ELECTED
+                } else {
+                    errors::FENCED_LEADER_EPOCH
+                };
+                return refused(p.partition_index, code);
+            }
+            (done.isr, current.partition_epoch + 1)
+        }
+        None if isr != current.isr => {
+            records.push(isr_change(topic, p.partition_index, &isr, None));
+            (isr, current.partition_epoch + 1)
+        }
+        None => (isr, current.partition_epoch),
+    };
+    PartitionData {
+        partition_index: p.partition_index,
+        error_code: errors::NONE,
+        leader_id: current.leader,
+        leader_epoch: current.leader_epoch,
+        isr,
+        leader_recovery_state: 0,
+        partition_epoch,
+    }
+}
+
+/// The record of an accepted ISR change: the new ISR and, when it completes a reassignment, the
+/// target replicas, the new leader if the old one was removed, and nothing left to add or remove.
+fn isr_change(
+    topic: &TopicImage,
+    partition_id: i32,
+    isr: &[i32],
+    completed: Option<&Completed>,
+) -> MetadataRecord {
+    MetadataRecord::PartitionChange(PartitionChangeRecord {
+        partition_id,
+        topic_id: topic.topic_id,
+        isr: Some(isr.to_vec()),
+        leader: completed.and_then(|c| c.leader),
+        replicas: completed.map(|c| c.replicas.clone()),
+        adding_replicas: completed.map(|_| Vec::new()),
+        removing_replicas: completed.map(|_| Vec::new()),
+    })
 }
 
 /// The new ISR with each member's broker epoch (-1: not given, before v3).

@@ -14,6 +14,7 @@
 
 mod apis;
 mod config_admin;
+mod decision;
 mod election;
 mod isr;
 mod membership;
@@ -24,9 +25,10 @@ mod reassignment;
 mod voters;
 
 pub use apis::{
-    error_response, is_not_controller, Controller, ControllerApi, ControllerRequest, Decision,
+    error_response, is_not_controller, Controller, ControllerApi, ControllerRequest,
     PRODUCER_ID_BLOCK,
 };
+pub use decision::Decision;
 pub use quorum_controller::{ControllerError, QuorumController};
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use fjord_protocol::messages::broker_heartbeat_request::BrokerHeartbeatRequest;
 use fjord_protocol::messages::broker_heartbeat_response::BrokerHeartbeatResponse;
 use fjord_protocol::messages::ResponseBody;
 
-use crate::apis::Decision;
+use crate::decision::Decision;
 
 /// One broker's session: the registration (epoch) it belongs to, when it was last heard from and
 /// how far it had applied the metadata log then.
@@ -188,14 +188,7 @@ pub fn heartbeat(
     now_ms: i64,
     unclean: Unclean,
 ) -> Decision {
-    let refuse = |error_code| Decision {
-        records: Vec::new(),
-        response: ResponseBody::BrokerHeartbeat(BrokerHeartbeatResponse {
-            error_code,
-            is_fenced: true,
-            ..Default::default()
-        }),
-    };
+    let refuse = |error_code| Decision::answer(heartbeat_refused(error_code));
     let Some(registration) = image.broker(request.broker_id) else {
         return refuse(errors::BROKER_ID_NOT_REGISTERED);
     };
@@ -275,6 +268,15 @@ pub fn heartbeat(
             ..Default::default()
         }),
     }
+}
+
+/// A heartbeat refused: the broker is told it is fenced, and nothing changes.
+pub(crate) fn heartbeat_refused(error_code: i16) -> ResponseBody {
+    ResponseBody::BrokerHeartbeat(BrokerHeartbeatResponse {
+        error_code,
+        is_fenced: true,
+        ..Default::default()
+    })
 }
 
 /// The records that fence `broker_id`: it leaves every ISR it is in (unless it is the last

@@ -113,72 +113,13 @@ pub fn plan_create_topic(
     brokers: &[UsableBroker],
     new_topic_id: TopicId,
 ) -> Result<TopicPlan, Refusal> {
-    validate_topic_name(&request.name)?;
-    if image.topic(&request.name).is_some() {
-        return Err(refuse(
-            errors::TOPIC_ALREADY_EXISTS,
-            format!("Topic '{}' already exists.", request.name),
-        ));
-    }
-    if let Some(existing) = colliding_topic(image, &request.name) {
-        return Err(refuse(
-            errors::INVALID_TOPIC_EXCEPTION,
-            format!(
-                "Topic '{}' collides with existing topic: {existing}",
-                request.name
-            ),
-        ));
-    }
-    for (key, value) in &request.configs {
-        validate_topic_config(key, value)
-            .map_err(|e| refuse(errors::INVALID_CONFIG, e.to_string()))?;
-    }
-    let replicas_by_partition: Vec<Vec<i32>> = if request.assignments.is_empty() {
-        let num_partitions = if request.num_partitions == -1 {
-            default_partitions
-        } else {
-            request.num_partitions
-        };
-        if num_partitions <= 0 || num_partitions > MAX_PARTITIONS_PER_TOPIC {
-            return Err(refuse(
-                errors::INVALID_PARTITIONS,
-                format!("Number of partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}; got {num_partitions}."),
-            ));
-        }
-        let replication_factor = if request.replication_factor == -1 {
-            default_replication_factor
-        } else {
-            request.replication_factor
-        };
-        if replication_factor <= 0 {
-            return Err(refuse(
-                errors::INVALID_REPLICATION_FACTOR,
-                "Replication factor must be larger than 0, or -1 to use the default value.",
-            ));
-        }
-        let mut placer = Placer::new(brokers, placement::seed(&new_topic_id, 0));
-        (0..num_partitions)
-            .map(|_| placer.place(replication_factor as usize))
-            .collect::<Result<_, _>>()?
+    may_create(image, request)?;
+    let replicas_by_partition = if request.assignments.is_empty() {
+        let num_partitions = or_default(request.num_partitions, default_partitions);
+        let replication_factor = or_default(request.replication_factor, default_replication_factor);
+        placed_replicas(num_partitions, replication_factor, brokers, &new_topic_id)?
     } else {
-        if request.num_partitions != -1 || request.replication_factor != -1 {
-            return Err(refuse(
-                errors::INVALID_REQUEST,
-                "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.",
-            ));
-        }
-        let mut out = Vec::new();
-        for (expected, (index, assigned)) in request.assignments.iter().enumerate() {
-            if *index != expected as i32 {
-                return Err(refuse(
-                    errors::INVALID_REPLICA_ASSIGNMENT,
-                    "Partitions should be a consecutive 0-based integer sequence",
-                ));
-            }
-            check_assignment(assigned, brokers)?;
-            out.push(assigned.clone());
-        }
-        out
+        assigned_replicas(request, brokers)?
     };
     same_replication_factor(&replicas_by_partition)?;
     let replication_factor = replicas_by_partition.first().map(|r| r.len()).unwrap_or(0) as i16;
@@ -208,6 +149,93 @@ pub fn plan_create_topic(
         replication_factor,
         records,
     })
+}
+
+/// Whether the topic may be created at all: a legal name that neither exists nor collides with
+/// an existing one, and valid configs.
+fn may_create(image: &MetadataImage, request: &CreateTopic) -> Result<(), Refusal> {
+    validate_topic_name(&request.name)?;
+    if image.topic(&request.name).is_some() {
+        return Err(refuse(
+            errors::TOPIC_ALREADY_EXISTS,
+            format!("Topic '{}' already exists.", request.name),
+        ));
+    }
+    if let Some(existing) = colliding_topic(image, &request.name) {
+        return Err(refuse(
+            errors::INVALID_TOPIC_EXCEPTION,
+            format!(
+                "Topic '{}' collides with existing topic: {existing}",
+                request.name
+            ),
+        ));
+    }
+    for (key, value) in &request.configs {
+        validate_topic_config(key, value)
+            .map_err(|e| refuse(errors::INVALID_CONFIG, e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// A requested count, or the broker's default where the request says -1.
+fn or_default<T: PartialEq + From<i8>>(requested: T, default: T) -> T {
+    if requested == T::from(-1) {
+        default
+    } else {
+        requested
+    }
+}
+
+/// Replicas placed by this controller: `num_partitions` partitions of `replication_factor`
+/// replicas each, the placement seeded by the topic's id.
+fn placed_replicas(
+    num_partitions: i32,
+    replication_factor: i16,
+    brokers: &[UsableBroker],
+    topic_id: &TopicId,
+) -> Result<Vec<Vec<i32>>, Refusal> {
+    if num_partitions <= 0 || num_partitions > MAX_PARTITIONS_PER_TOPIC {
+        return Err(refuse(
+            errors::INVALID_PARTITIONS,
+            format!("Number of partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}; got {num_partitions}."),
+        ));
+    }
+    if replication_factor <= 0 {
+        return Err(refuse(
+            errors::INVALID_REPLICATION_FACTOR,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        ));
+    }
+    let mut placer = Placer::new(brokers, placement::seed(topic_id, 0));
+    (0..num_partitions)
+        .map(|_| placer.place(replication_factor as usize))
+        .collect()
+}
+
+/// Replicas as the request assigns them: partitions 0, 1, … in order, each a valid replica list,
+/// and no partition count or replication factor besides.
+fn assigned_replicas(
+    request: &CreateTopic,
+    brokers: &[UsableBroker],
+) -> Result<Vec<Vec<i32>>, Refusal> {
+    if request.num_partitions != -1 || request.replication_factor != -1 {
+        return Err(refuse(
+            errors::INVALID_REQUEST,
+            "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.",
+        ));
+    }
+    let mut out = Vec::new();
+    for (expected, (index, assigned)) in request.assignments.iter().enumerate() {
+        if *index != expected as i32 {
+            return Err(refuse(
+                errors::INVALID_REPLICA_ASSIGNMENT,
+                "Partitions should be a consecutive 0-based integer sequence",
+            ));
+        }
+        check_assignment(assigned, brokers)?;
+        out.push(assigned.clone());
+    }
+    Ok(out)
 }
 
 /// Kafka's rule for explicit assignments: every partition of a topic has as many replicas.

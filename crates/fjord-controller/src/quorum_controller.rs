@@ -69,99 +69,11 @@ impl QuorumController {
         quorum: Arc<MetadataQuorum>,
         commit_timeout: Duration,
     ) -> (QuorumController, JoinHandle<()>) {
-        let (events, mut queue) = mpsc::channel::<(ControllerRequest, Reply)>(QUEUE_DEPTH);
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let (events, queue) = mpsc::channel::<(ControllerRequest, Reply)>(QUEUE_DEPTH);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
-            let setting = |key: &str, default: u64| {
-                controller
-                    .config
-                    .get(key)
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .unwrap_or(default)
-                    .max(1)
-            };
-            let unclean_interval =
-                Duration::from_millis(setting("unclean.leader.election.interval.ms", 300_000));
-            // `auto.leader.rebalance.enable`: the balance runs every check interval; off, never.
-            let balance_interval = controller
-                .config
-                .get("auto.leader.rebalance.enable")
-                .is_none_or(|v| v.trim().eq_ignore_ascii_case("true"))
-                .then(|| {
-                    Duration::from_secs(setting("leader.imbalance.check.interval.seconds", 300))
-                });
-            let now = tokio::time::Instant::now();
-            let mut shell = Shell {
-                controller,
-                quorum,
-                commit_timeout,
-                epoch: tokio::time::Instant::now(),
-                active_term: None,
-                unclean_interval,
-                next_unclean_check: now + unclean_interval,
-                balance_interval,
-                next_balance_check: balance_interval.map(|i| now + i),
-            };
-            loop {
-                // Sessions expire on the clock, not on requests: wake up when the next could, or
-                // when unclean elections or the leader balance are next due.
-                let now = tokio::time::Instant::now();
-                let wait = [Some(shell.next_unclean_check), shell.next_balance_check]
-                    .into_iter()
-                    .flatten()
-                    .map(|at| at.saturating_duration_since(now))
-                    .fold(shell.next_expiry_in(), Duration::min);
-                tokio::select! {
-                    event = queue.recv() => {
-                        let Some((request, reply)) = event else { break };
-                        if crate::voters::is_voter_change(&request.api) {
-                            // Carried out beside the queue: a new voter catching up must not
-                            // hold up heartbeats.
-                            let (quorum, config, cluster_id, timeout) = (
-                                shell.quorum.clone(),
-                                shell.controller.config.clone(),
-                                shell.controller.cluster_id.clone(),
-                                request.api.timeout_ms().map_or(shell.commit_timeout, |ms| {
-                                    Duration::from_millis(ms as u64)
-                                }),
-                            );
-                            tokio::spawn(async move {
-                                let result = crate::voters::apply(
-                                    &quorum,
-                                    &config,
-                                    &cluster_id,
-                                    &request.api,
-                                    timeout,
-                                )
-                                .await;
-                                let _ = reply.send(result);
-                            });
-                            continue;
-                        }
-                        // A commit that cannot land (no quorum) is not waited out on shutdown:
-                        // its caller hears the controller stopped.
-                        let result = tokio::select! {
-                            result = shell.process(&request) => result,
-                            _ = until_stopped(&mut stopped) => Err(ControllerError::Stopped),
-                        };
-                        let _ = reply.send(result);
-                    }
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = until_stopped(&mut stopped) => break,
-                }
-                if *stopped.borrow() {
-                    break;
-                }
-                // A steady stream of requests must hold off neither fencing nor elections.
-                tokio::select! {
-                    _ = async {
-                        shell.fence_stale_brokers().await;
-                        shell.elect_unclean_leaders_if_due().await;
-                        shell.balance_leaders_if_due().await;
-                    } => {}
-                    _ = until_stopped(&mut stopped) => break,
-                }
-            }
+            let shell = Shell::new(controller, quorum, commit_timeout);
+            shell.run(queue, stopped).await;
         });
         (QuorumController { events, stop }, task)
     }
@@ -203,6 +115,112 @@ struct Shell {
 }
 
 impl Shell {
+    /// The task's state as it starts: no term led yet, and the unclean elections and (with
+    /// `auto.leader.rebalance.enable`) the leader balance first due one interval from now.
+    fn new(controller: Controller, quorum: Arc<MetadataQuorum>, commit_timeout: Duration) -> Self {
+        let setting = |key: &str, default: u64| {
+            controller
+                .config
+                .get(key)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(default)
+                .max(1)
+        };
+        let unclean_interval =
+            Duration::from_millis(setting("unclean.leader.election.interval.ms", 300_000));
+        // `auto.leader.rebalance.enable`: the balance runs every check interval; off, never.
+        let balance_interval = controller
+            .config
+            .get("auto.leader.rebalance.enable")
+            .is_none_or(|v| v.trim().eq_ignore_ascii_case("true"))
+            .then(|| Duration::from_secs(setting("leader.imbalance.check.interval.seconds", 300)));
+        let now = tokio::time::Instant::now();
+        Shell {
+            controller,
+            quorum,
+            commit_timeout,
+            epoch: tokio::time::Instant::now(),
+            active_term: None,
+            unclean_interval,
+            next_unclean_check: now + unclean_interval,
+            balance_interval,
+            next_balance_check: balance_interval.map(|i| now + i),
+        }
+    }
+
+    /// Answers requests one at a time until every handle is dropped or `stop` is called. Between
+    /// requests, and whenever one is due, stale brokers are fenced, unclean leaders elected and
+    /// leadership balanced.
+    async fn run(
+        mut self,
+        mut queue: mpsc::Receiver<(ControllerRequest, Reply)>,
+        mut stopped: tokio::sync::watch::Receiver<bool>,
+    ) {
+        loop {
+            let wait = self.next_wake_in();
+            tokio::select! {
+                event = queue.recv() => {
+                    let Some((request, reply)) = event else { break };
+                    if crate::voters::is_voter_change(&request.api) {
+                        self.spawn_voter_change(request, reply);
+                        continue;
+                    }
+                    // A commit that cannot land (no quorum) is not waited out on shutdown:
+                    // its caller hears the controller stopped.
+                    let result = tokio::select! {
+                        result = self.process(&request) => result,
+                        _ = until_stopped(&mut stopped) => Err(ControllerError::Stopped),
+                    };
+                    let _ = reply.send(result);
+                }
+                _ = tokio::time::sleep(wait) => {}
+                _ = until_stopped(&mut stopped) => break,
+            }
+            if *stopped.borrow() {
+                break;
+            }
+            // A steady stream of requests must hold off neither fencing nor elections.
+            tokio::select! {
+                _ = async {
+                    self.fence_stale_brokers().await;
+                    self.elect_unclean_leaders_if_due().await;
+                    self.balance_leaders_if_due().await;
+                } => {}
+                _ = until_stopped(&mut stopped) => break,
+            }
+        }
+    }
+
+    /// Sessions expire on the clock, not on requests: how long until the next could, or until
+    /// unclean elections or the leader balance are next due.
+    fn next_wake_in(&self) -> Duration {
+        let now = tokio::time::Instant::now();
+        [Some(self.next_unclean_check), self.next_balance_check]
+            .into_iter()
+            .flatten()
+            .map(|at| at.saturating_duration_since(now))
+            .fold(self.next_expiry_in(), Duration::min)
+    }
+
+    /// Carries out a change of the quorum's members beside the queue, answering `reply` when
+    /// done: a new voter catching up must not hold up heartbeats.
+    fn spawn_voter_change(&self, request: ControllerRequest, reply: Reply) {
+        let (quorum, config, cluster_id) = (
+            self.quorum.clone(),
+            self.controller.config.clone(),
+            self.controller.cluster_id.clone(),
+        );
+        let timeout = request
+            .api
+            .timeout_ms()
+            .map_or(self.commit_timeout, |ms| Duration::from_millis(ms as u64));
+        tokio::spawn(async move {
+            let result =
+                crate::voters::apply(&quorum, &config, &cluster_id, &request.api, timeout).await;
+            let _ = reply.send(result);
+        });
+    }
+
     fn now_ms(&self) -> i64 {
         self.epoch.elapsed().as_millis().min(i64::MAX as u128) as i64
     }

@@ -13,7 +13,7 @@
 
 use fjord_common::errors;
 use fjord_metadata::{
-    MetadataImage, MetadataRecord, PartitionChangeRecord, PartitionImage, NO_LEADER,
+    MetadataImage, MetadataRecord, PartitionChangeRecord, PartitionImage, TopicImage, NO_LEADER,
 };
 use fjord_protocol::messages::alter_partition_reassignments_request::AlterPartitionReassignmentsRequest;
 use fjord_protocol::messages::alter_partition_reassignments_response::{
@@ -25,7 +25,7 @@ use fjord_protocol::messages::list_partition_reassignments_response::{
 };
 use fjord_protocol::ResponseBody;
 
-use crate::apis::{Decision, Working};
+use crate::decision::{Decision, Working};
 use crate::membership::Unclean;
 
 /// What a partition becomes once its reassignment completes.
@@ -59,23 +59,33 @@ pub(crate) fn completes(
     if target.is_empty() || new_isr.is_empty() || !target.iter().all(|r| new_isr.contains(r)) {
         return None;
     }
-    let leader = if p.leader != NO_LEADER && new_isr.contains(&p.leader) {
-        None
-    } else {
-        let active = |id: i32| image.broker(id).is_some_and(|b| b.is_active());
-        Some(
-            target
-                .iter()
-                .copied()
-                .find(|&id| new_isr.contains(&id) && active(id))
-                .unwrap_or(NO_LEADER),
-        )
-    };
+    let leader = new_leader(image, p, &target, &new_isr);
     Some(Completed {
         replicas: target,
         isr: new_isr,
         leader,
     })
+}
+
+/// A new leader for `p` when its leader is not in `isr` (or it has none): the first of `replicas`
+/// in `isr` on an active broker, else NO_LEADER. None when the leader stays.
+fn new_leader(
+    image: &MetadataImage,
+    p: &PartitionImage,
+    replicas: &[i32],
+    isr: &[i32],
+) -> Option<i32> {
+    if p.leader != NO_LEADER && isr.contains(&p.leader) {
+        return None;
+    }
+    let active = |id: i32| image.broker(id).is_some_and(|b| b.is_active());
+    Some(
+        replicas
+            .iter()
+            .copied()
+            .find(|&id| isr.contains(&id) && active(id))
+            .unwrap_or(NO_LEADER),
+    )
 }
 
 /// Decides AlterPartitionReassignments on `image`.
@@ -130,6 +140,28 @@ pub fn alter_partition_reassignments(
 
 type Refusal = (i16, String);
 
+/// What a partition's reassignment fields become: replicas, ISR, a new leader if it changes, and
+/// the replicas being added and removed (none once the reassignment is over).
+struct Reassigned {
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+    leader: Option<i32>,
+    adding: Vec<i32>,
+    removing: Vec<i32>,
+}
+
+impl From<Completed> for Reassigned {
+    fn from(done: Completed) -> Self {
+        Reassigned {
+            replicas: done.replicas,
+            isr: done.isr,
+            leader: done.leader,
+            adding: Vec::new(),
+            removing: Vec::new(),
+        }
+    }
+}
+
 /// The record that starts (or completes, or cancels) one partition's reassignment; None when
 /// nothing changes.
 fn reassign(
@@ -140,6 +172,26 @@ fn reassign(
     allow_replication_factor_change: bool,
     unclean: Unclean,
 ) -> Result<Option<MetadataRecord>, Refusal> {
+    let (topic, p) = partition(image, topic_name, partition_id)?;
+    let next = match target {
+        None => cancel(image, topic_name, partition_id, p, unclean)?,
+        Some(target) => {
+            if !allow_replication_factor_change {
+                keeps_replication_factor(p, target)?;
+            }
+            validate(image, target)?;
+            start(image, p, target)
+        }
+    };
+    Ok(change_record(topic, partition_id, p, next))
+}
+
+/// The topic and partition a reassignment names (UNKNOWN_TOPIC_OR_PARTITION if there is none).
+fn partition<'a>(
+    image: &'a MetadataImage,
+    topic_name: &str,
+    partition_id: i32,
+) -> Result<(&'a TopicImage, &'a PartitionImage), Refusal> {
     let unknown = || {
         (
             errors::UNKNOWN_TOPIC_OR_PARTITION,
@@ -151,120 +203,134 @@ fn reassign(
         .ok()
         .and_then(|i| topic.partitions.get(i))
         .ok_or_else(unknown)?;
-    let change = |replicas: Vec<i32>,
-                  isr: Vec<i32>,
-                  leader: Option<i32>,
-                  adding: Vec<i32>,
-                  removing: Vec<i32>| {
-        let changed = replicas != p.replicas
-            || isr != p.isr
-            || leader.is_some()
-            || adding != p.adding_replicas
-            || removing != p.removing_replicas;
-        changed.then(|| {
-            MetadataRecord::PartitionChange(PartitionChangeRecord {
-                partition_id,
-                topic_id: topic.topic_id,
-                isr: (isr != p.isr).then_some(isr),
-                leader,
-                replicas: (replicas != p.replicas).then_some(replicas),
-                adding_replicas: Some(adding),
-                removing_replicas: Some(removing),
-            })
+    Ok((topic, p))
+}
+
+/// The record that takes partition `p` to `next`, carrying replicas and ISR only where they
+/// change; None when nothing does.
+fn change_record(
+    topic: &TopicImage,
+    partition_id: i32,
+    p: &PartitionImage,
+    next: Reassigned,
+) -> Option<MetadataRecord> {
+    let changed = next.replicas != p.replicas
+        || next.isr != p.isr
+        || next.leader.is_some()
+        || next.adding != p.adding_replicas
+        || next.removing != p.removing_replicas;
+    changed.then(|| {
+        MetadataRecord::PartitionChange(PartitionChangeRecord {
+            partition_id,
+            topic_id: topic.topic_id,
+            isr: (next.isr != p.isr).then_some(next.isr),
+            leader: next.leader,
+            replicas: (next.replicas != p.replicas).then_some(next.replicas),
+            adding_replicas: Some(next.adding),
+            removing_replicas: Some(next.removing),
         })
-    };
-    let Some(target) = target else {
-        // Cancel: back to the replicas before the reassignment.
-        if !p.is_reassigning() {
-            return Err((
-                errors::NO_REASSIGNMENT_IN_PROGRESS,
-                format!("no reassignment of {topic_name}-{partition_id} is in progress"),
-            ));
-        }
-        let original: Vec<i32> = p
-            .replicas
-            .iter()
-            .copied()
-            .filter(|r| !p.adding_replicas.contains(r))
-            .collect();
-        let mut isr: Vec<i32> = p
-            .isr
-            .iter()
-            .copied()
-            .filter(|r| !p.adding_replicas.contains(r))
-            .collect();
-        if isr.is_empty() {
-            if !unclean(topic_name) {
-                return Err((
-                    errors::INVALID_REPLICA_ASSIGNMENT,
-                    format!("cancelling the reassignment of {topic_name}-{partition_id} would need an unclean leader election"),
-                ));
-            }
-            isr = original.first().copied().into_iter().collect();
-        }
-        let leader = (p.leader == NO_LEADER || !isr.contains(&p.leader)).then(|| {
-            let active = |id: i32| image.broker(id).is_some_and(|b| b.is_active());
-            original
-                .iter()
-                .copied()
-                .find(|&id| isr.contains(&id) && active(id))
-                .unwrap_or(NO_LEADER)
-        });
-        return Ok(change(original, isr, leader, Vec::new(), Vec::new()));
-    };
-    if !allow_replication_factor_change {
-        // KIP-860: the target must keep the replication factor the partition has, or is heading
-        // for when a reassignment is in progress (its replicas without those being removed).
-        let current = p
-            .replicas
-            .iter()
-            .filter(|r| !p.removing_replicas.contains(r))
-            .count();
-        if current != target.len() {
-            return Err((
-                errors::INVALID_REPLICATION_FACTOR,
-                format!(
-                    "The replication factor is changed from {current} to {}",
-                    target.len()
-                ),
-            ));
-        }
+    })
+}
+
+/// Cancelling a reassignment: back to the replicas before it, the ones it added dropped from the
+/// ISR. If that leaves the ISR empty, only a topic allowing unclean elections may: the first
+/// original replica is then the ISR.
+fn cancel(
+    image: &MetadataImage,
+    topic_name: &str,
+    partition_id: i32,
+    p: &PartitionImage,
+    unclean: Unclean,
+) -> Result<Reassigned, Refusal> {
+    if !p.is_reassigning() {
+        return Err((
+            errors::NO_REASSIGNMENT_IN_PROGRESS,
+            format!("no reassignment of {topic_name}-{partition_id} is in progress"),
+        ));
     }
-    validate(image, target)?;
-    // From the replicas as they are now (a reassignment in progress included).
-    let removing: Vec<i32> = {
-        let mut r: Vec<i32> = p
-            .replicas
-            .iter()
-            .copied()
-            .filter(|id| !target.contains(id))
-            .collect();
-        r.sort_unstable();
-        r
-    };
-    let adding: Vec<i32> = {
-        let mut a: Vec<i32> = target
-            .iter()
-            .copied()
-            .filter(|id| !p.replicas.contains(id))
-            .collect();
-        a.sort_unstable();
-        a
-    };
+    let original: Vec<i32> = p
+        .replicas
+        .iter()
+        .copied()
+        .filter(|r| !p.adding_replicas.contains(r))
+        .collect();
+    let mut isr: Vec<i32> = p
+        .isr
+        .iter()
+        .copied()
+        .filter(|r| !p.adding_replicas.contains(r))
+        .collect();
+    if isr.is_empty() {
+        if !unclean(topic_name) {
+            return Err((
+                errors::INVALID_REPLICA_ASSIGNMENT,
+                format!("cancelling the reassignment of {topic_name}-{partition_id} would need an unclean leader election"),
+            ));
+        }
+        isr = original.first().copied().into_iter().collect();
+    }
+    let leader = new_leader(image, p, &original, &isr);
+    Ok(Reassigned {
+        replicas: original,
+        isr,
+        leader,
+        adding: Vec::new(),
+        removing: Vec::new(),
+    })
+}
+
+/// KIP-860: without `allow_replication_factor_change`, the target must keep the replication
+/// factor the partition has, or is heading for when a reassignment is in progress (its replicas
+/// without those being removed).
+fn keeps_replication_factor(p: &PartitionImage, target: &[i32]) -> Result<(), Refusal> {
+    let current = p
+        .replicas
+        .iter()
+        .filter(|r| !p.removing_replicas.contains(r))
+        .count();
+    if current != target.len() {
+        return Err((
+            errors::INVALID_REPLICATION_FACTOR,
+            format!(
+                "The replication factor is changed from {current} to {}",
+                target.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A reassignment to `target`, from the replicas as they are now (a reassignment in progress
+/// included): replicas `target` then those it drops, adding and removing the difference — or,
+/// when the ISR already holds every target replica, the reassignment completed at once.
+fn start(image: &MetadataImage, p: &PartitionImage, target: &[i32]) -> Reassigned {
+    let mut removing: Vec<i32> = p
+        .replicas
+        .iter()
+        .copied()
+        .filter(|id| !target.contains(id))
+        .collect();
+    removing.sort_unstable();
+    let mut adding: Vec<i32> = target
+        .iter()
+        .copied()
+        .filter(|id| !p.replicas.contains(id))
+        .collect();
+    adding.sort_unstable();
     let replicas: Vec<i32> = target
         .iter()
         .copied()
         .chain(removing.iter().copied())
         .collect();
     match completes(image, p, &replicas, &removing, &p.isr) {
-        Some(done) => Ok(change(
-            done.replicas,
-            done.isr,
-            done.leader,
-            Vec::new(),
-            Vec::new(),
-        )),
-        None => Ok(change(replicas, p.isr.clone(), None, adding, removing)),
+        Some(done) => done.into(),
+        None => Reassigned {
+            replicas,
+            isr: p.isr.clone(),
+            leader: None,
+            adding,
+            removing,
+        },
     }
 }
 

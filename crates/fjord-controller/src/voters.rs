@@ -11,12 +11,12 @@ use std::time::Duration;
 use fjord_common::errors;
 use fjord_config::BrokerConfig;
 use fjord_metadata::{MetadataError, MetadataQuorum, QuorumMember, QuorumNode};
-use fjord_protocol::messages::add_raft_voter_response::AddRaftVoterResponse;
-use fjord_protocol::messages::controller_registration_response::ControllerRegistrationResponse;
-use fjord_protocol::messages::remove_raft_voter_response::RemoveRaftVoterResponse;
+use fjord_protocol::messages::add_raft_voter_request::AddRaftVoterRequest;
+use fjord_protocol::messages::controller_registration_request::ControllerRegistrationRequest;
+use fjord_protocol::messages::remove_raft_voter_request::RemoveRaftVoterRequest;
 use fjord_protocol::messages::ResponseBody;
 
-use crate::apis::{error_response, ControllerApi};
+use crate::apis::{error_response, voter_change_answer, ControllerApi};
 use crate::quorum_controller::ControllerError;
 
 /// What a request asks of the quorum's membership, once checked.
@@ -48,6 +48,9 @@ pub(crate) fn is_voter_change(api: &ControllerApi) -> bool {
     )
 }
 
+/// A refusal: the Kafka error and its message.
+type Refusal = (i16, String);
+
 /// Checks a membership request against this cluster and its current `members`, as Kafka's
 /// leader does: the cluster id must be this one's, the quorum dynamic, the new voter reachable on
 /// the controller listener and not a voter yet, the removed one a voter with that directory id.
@@ -56,127 +59,156 @@ pub(crate) fn voter_change(
     cluster_id: &str,
     api: &ControllerApi,
     members: &[QuorumMember],
-) -> Result<VoterChange, (i16, String)> {
+) -> Result<VoterChange, Refusal> {
     let listener = config
         .cluster
         .controller_listener_names
         .first()
         .map(String::as_str)
         .unwrap_or("CONTROLLER");
-    let wrong_cluster = |theirs: &Option<String>| {
-        theirs.as_deref().filter(|id| *id != cluster_id).map(|id| {
-            (
-                errors::INCONSISTENT_CLUSTER_ID,
-                format!(
-                    "The cluster id {id} in the request does not match this cluster's {cluster_id}"
-                ),
-            )
-        })
-    };
-    let static_quorum = |what: &str| {
-        (
-            errors::UNSUPPORTED_VERSION,
-            format!("Cluster doesn't support {what} voter because the kraft.version feature is 0: its voters are fixed by controller.quorum.voters"),
-        )
-    };
-    let voter = |id: u64| members.iter().find(|m| m.node_id == id && m.voter);
-    let voter_ids = || {
-        members
-            .iter()
-            .filter(|m| m.voter)
-            .map(|m| m.node_id.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     match api {
         ControllerApi::AddRaftVoter(r) => {
-            if let Some(refusal) = wrong_cluster(&r.cluster_id) {
-                return Err(refusal);
-            }
-            if !config.cluster.voters.is_empty() {
-                return Err(static_quorum("adding"));
-            }
-            let id = u64::try_from(r.voter_id).map_err(|_| {
-                (
-                    errors::INVALID_REQUEST,
-                    format!("invalid voter id {}", r.voter_id),
-                )
-            })?;
-            if voter(id).is_some() {
-                return Err((
-                    errors::DUPLICATE_VOTER,
-                    format!(
-                        "The voter id for {id} is already part of the set of voters [{}].",
-                        voter_ids()
-                    ),
-                ));
-            }
-            let endpoints = r.listeners.iter().map(|l| (&l.name, &l.host, l.port));
-            Ok(VoterChange::Add {
-                id,
-                node: QuorumNode {
-                    addr: controller_endpoint(endpoints, listener)?,
-                    directory_id: Some(r.voter_directory_id),
-                },
-            })
+            may_change_voters(config, cluster_id, &r.cluster_id, "adding")?;
+            add_voter(r, members, listener)
         }
         ControllerApi::RemoveRaftVoter(r) => {
-            if let Some(refusal) = wrong_cluster(&r.cluster_id) {
-                return Err(refusal);
-            }
-            if !config.cluster.voters.is_empty() {
-                return Err(static_quorum("removing"));
-            }
-            let found = u64::try_from(r.voter_id).ok().and_then(voter).filter(|m| {
-                m.node
-                    .directory_id
-                    .is_none_or(|dir| dir == r.voter_directory_id)
-            });
-            let Some(member) = found else {
-                return Err((
-                    errors::VOTER_NOT_FOUND,
-                    format!(
-                        "Cannot remove voter {}-{} from the set of voters [{}]",
-                        r.voter_id,
-                        r.voter_directory_id,
-                        voter_ids()
-                    ),
-                ));
-            };
-            if members.iter().filter(|m| m.voter).count() == 1 {
-                return Err((
-                    errors::INVALID_REQUEST,
-                    format!(
-                        "Cannot remove voter {}: it is the quorum's last voter",
-                        r.voter_id
-                    ),
-                ));
-            }
-            Ok(VoterChange::Remove { id: member.node_id })
+            may_change_voters(config, cluster_id, &r.cluster_id, "removing")?;
+            remove_voter(r, members)
         }
-        ControllerApi::ControllerRegistration(r) => {
-            let id = u64::try_from(r.controller_id).map_err(|_| {
-                (
-                    errors::INVALID_REQUEST,
-                    format!("invalid controller id {}", r.controller_id),
-                )
-            })?;
-            let endpoints = r.listeners.iter().map(|l| (&l.name, &l.host, l.port));
-            let addr = controller_endpoint(endpoints, listener)?;
-            // A voter stays as it is; a learner is reached where it now says it listens.
-            let known = members
-                .iter()
-                .any(|m| m.node_id == id && (m.voter || m.node.addr == addr));
-            if known {
-                return Ok(VoterChange::Nothing);
-            }
-            Ok(VoterChange::Learner {
-                id,
-                node: QuorumNode::new(addr),
-            })
-        }
+        ControllerApi::ControllerRegistration(r) => register_controller(r, members, listener),
         _ => Ok(VoterChange::Nothing),
     }
+}
+
+/// Whether the voters may be changed (`what`: adding or removing) by a request naming the cluster
+/// `theirs`: it must be this cluster, when named, and the quorum dynamic — a static quorum's
+/// voters are fixed by `controller.quorum.voters`.
+fn may_change_voters(
+    config: &BrokerConfig,
+    cluster_id: &str,
+    theirs: &Option<String>,
+    what: &str,
+) -> Result<(), Refusal> {
+    if let Some(id) = theirs.as_deref().filter(|id| *id != cluster_id) {
+        return Err((
+            errors::INCONSISTENT_CLUSTER_ID,
+            format!(
+                "The cluster id {id} in the request does not match this cluster's {cluster_id}"
+            ),
+        ));
+    }
+    if !config.cluster.voters.is_empty() {
+        return Err((
+            errors::UNSUPPORTED_VERSION,
+            format!("Cluster doesn't support {what} voter because the kraft.version feature is 0: its voters are fixed by controller.quorum.voters"),
+        ));
+    }
+    Ok(())
+}
+
+/// AddRaftVoter: a node that is not a voter yet, reached on its `listener` endpoint.
+fn add_voter(
+    r: &AddRaftVoterRequest,
+    members: &[QuorumMember],
+    listener: &str,
+) -> Result<VoterChange, Refusal> {
+    let id = node_id(r.voter_id, "voter")?;
+    if voter(members, id).is_some() {
+        return Err((
+            errors::DUPLICATE_VOTER,
+            format!(
+                "The voter id for {id} is already part of the set of voters [{}].",
+                voter_ids(members)
+            ),
+        ));
+    }
+    let endpoints = r.listeners.iter().map(|l| (&l.name, &l.host, l.port));
+    Ok(VoterChange::Add {
+        id,
+        node: QuorumNode {
+            addr: controller_endpoint(endpoints, listener)?,
+            directory_id: Some(r.voter_directory_id),
+        },
+    })
+}
+
+/// RemoveRaftVoter: a voter with that directory id (when the quorum knows it), not the last one.
+fn remove_voter(
+    r: &RemoveRaftVoterRequest,
+    members: &[QuorumMember],
+) -> Result<VoterChange, Refusal> {
+    let found = u64::try_from(r.voter_id)
+        .ok()
+        .and_then(|id| voter(members, id))
+        .filter(|m| {
+            m.node
+                .directory_id
+                .is_none_or(|dir| dir == r.voter_directory_id)
+        });
+    let Some(member) = found else {
+        return Err((
+            errors::VOTER_NOT_FOUND,
+            format!(
+                "Cannot remove voter {}-{} from the set of voters [{}]",
+                r.voter_id,
+                r.voter_directory_id,
+                voter_ids(members)
+            ),
+        ));
+    };
+    if members.iter().filter(|m| m.voter).count() == 1 {
+        return Err((
+            errors::INVALID_REQUEST,
+            format!(
+                "Cannot remove voter {}: it is the quorum's last voter",
+                r.voter_id
+            ),
+        ));
+    }
+    Ok(VoterChange::Remove { id: member.node_id })
+}
+
+/// ControllerRegistration: a controller that is not a member follows the log as a learner,
+/// reached on its `listener` endpoint; a voter stays as it is, a learner is reached where it now
+/// says it listens.
+fn register_controller(
+    r: &ControllerRegistrationRequest,
+    members: &[QuorumMember],
+    listener: &str,
+) -> Result<VoterChange, Refusal> {
+    let id = node_id(r.controller_id, "controller")?;
+    let endpoints = r.listeners.iter().map(|l| (&l.name, &l.host, l.port));
+    let addr = controller_endpoint(endpoints, listener)?;
+    let known = members
+        .iter()
+        .any(|m| m.node_id == id && (m.voter || m.node.addr == addr));
+    if known {
+        return Ok(VoterChange::Nothing);
+    }
+    Ok(VoterChange::Learner {
+        id,
+        node: QuorumNode::new(addr),
+    })
+}
+
+/// A request's node id (`kind`: voter or controller) as the quorum numbers nodes.
+fn node_id(id: i32, kind: &str) -> Result<u64, Refusal> {
+    u64::try_from(id).map_err(|_| (errors::INVALID_REQUEST, format!("invalid {kind} id {id}")))
+}
+
+/// The voter `id` among `members`.
+fn voter(members: &[QuorumMember], id: u64) -> Option<&QuorumMember> {
+    members.iter().find(|m| m.node_id == id && m.voter)
+}
+
+/// The voters' ids, as Kafka lists them in a refusal.
+fn voter_ids(members: &[QuorumMember]) -> String {
+    members
+        .iter()
+        .filter(|m| m.voter)
+        .map(|m| m.node_id.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The `host:port` of the listener named `listener` among a request's `endpoints` (name, host,
@@ -184,7 +216,7 @@ pub(crate) fn voter_change(
 fn controller_endpoint<'a>(
     mut endpoints: impl Iterator<Item = (&'a String, &'a String, u16)>,
     listener: &str,
-) -> Result<String, (i16, String)> {
+) -> Result<String, Refusal> {
     endpoints
         .find(|(name, _, _)| *name == listener)
         .map(|(_, host, port)| fjord_common::host_port(host, port))
@@ -227,7 +259,7 @@ pub(crate) async fn apply(
         VoterChange::Nothing => Ok(()),
     };
     match outcome {
-        Ok(()) => Ok(success(api)),
+        Ok(()) => Ok(voter_change_answer(api, errors::NONE, None)),
         Err(MetadataError::NotLeader { leader }) => Err(ControllerError::NotController { leader }),
         Err(e @ (MetadataError::MembershipChange(_) | MetadataError::Timeout { .. })) => Ok(
             error_response(api, errors::REQUEST_TIMED_OUT, &e.to_string()),
@@ -237,25 +269,6 @@ pub(crate) async fn apply(
             errors::UNKNOWN_SERVER_ERROR,
             &e.to_string(),
         )),
-    }
-}
-
-fn success(api: &ControllerApi) -> ResponseBody {
-    match api {
-        ControllerApi::AddRaftVoter(_) => ResponseBody::AddRaftVoter(AddRaftVoterResponse {
-            error_message: None,
-            ..Default::default()
-        }),
-        ControllerApi::RemoveRaftVoter(_) => {
-            ResponseBody::RemoveRaftVoter(RemoveRaftVoterResponse {
-                error_message: None,
-                ..Default::default()
-            })
-        }
-        _ => ResponseBody::ControllerRegistration(ControllerRegistrationResponse {
-            error_message: None,
-            ..Default::default()
-        }),
     }
 }
 
