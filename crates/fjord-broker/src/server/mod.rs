@@ -103,16 +103,7 @@ pub async fn run(
             shutdown.clone(),
         ))
     });
-    // The broker's own stop signal: the process's shutdown, or this broker's registration being
-    // replaced by another process (then the broker's tasks must stop without a SIGTERM).
-    let (stop_broker, broker_stopping) = watch::channel(false);
-    let mut forwarded = shutdown.clone();
-    let stop_on_shutdown = stop_broker.clone();
-    tokio::spawn(async move {
-        if forwarded.wait_for(|stop| *stop).await.is_ok() {
-            stop_on_shutdown.send_replace(true);
-        }
-    });
+    let (stop_broker, broker_stopping) = broker_stop_signal(&shutdown);
     let serving = if config.cluster.broker {
         broker_role::start_broker(
             &config,
@@ -148,6 +139,22 @@ pub async fn run(
     }
     tracing::info!("clean shutdown complete");
     Ok(())
+}
+
+/// The broker's own stop signal: the process's shutdown, or this broker's registration being
+/// replaced by another process (then the broker's tasks must stop without a SIGTERM).
+fn broker_stop_signal(
+    shutdown: &watch::Receiver<bool>,
+) -> (watch::Sender<bool>, watch::Receiver<bool>) {
+    let (stop_broker, broker_stopping) = watch::channel(false);
+    let mut forwarded = shutdown.clone();
+    let stop_on_shutdown = stop_broker.clone();
+    tokio::spawn(async move {
+        if forwarded.wait_for(|stop| *stop).await.is_ok() {
+            stop_on_shutdown.send_replace(true);
+        }
+    });
+    (stop_broker, broker_stopping)
 }
 
 /// What runs beside the broker role: the listeners' servers, a dynamic quorum's joining, the
