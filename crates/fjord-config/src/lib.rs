@@ -7,8 +7,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use fjord_storage::CleanerConfig;
-
 /// Kafka's config value types, numbered as DescribeConfigs (v3+) reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigType {
@@ -93,205 +91,163 @@ macro_rules! topic_config {
     };
 }
 
-/// Every topic config fjord knows, with Kafka 4.x defaults.
-pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
-    topic_config!(
-        "cleanup.policy",
-        Some("log.cleanup.policy"),
-        List,
-        "delete",
-        Check::ListOf(CLEANUP_POLICIES)
-    ),
-    topic_config!(
-        "compression.type",
-        Some("compression.type"),
-        String,
-        "producer",
-        Check::OneOf(COMPRESSION_TYPES)
-    ),
-    topic_config!(
-        "compression.gzip.level",
-        Some("compression.gzip.level"),
-        Int,
-        "-1",
-        Check::None
-    ),
-    topic_config!(
-        "compression.lz4.level",
-        Some("compression.lz4.level"),
-        Int,
-        "9",
-        Check::AtLeast(1)
-    ),
-    topic_config!(
-        "compression.zstd.level",
-        Some("compression.zstd.level"),
-        Int,
-        "3",
-        Check::None
-    ),
-    topic_config!(
-        "delete.retention.ms",
-        Some("log.cleaner.delete.retention.ms"),
-        Long,
-        "86400000",
-        Check::AtLeast(0)
-    ),
-    topic_config!(
-        "file.delete.delay.ms",
-        Some("log.segment.delete.delay.ms"),
-        Long,
-        "60000",
-        Check::AtLeast(0)
-    ),
-    topic_config!(
-        "flush.messages",
-        Some("log.flush.interval.messages"),
-        Long,
-        "9223372036854775807",
-        Check::AtLeast(1)
-    ),
-    topic_config!(
-        "flush.ms",
-        Some("log.flush.interval.ms"),
-        Long,
-        "9223372036854775807",
-        Check::AtLeast(0)
-    ),
-    topic_config!(
-        "follower.replication.throttled.replicas",
-        None,
-        List,
-        "",
-        Check::ThrottledReplicas
-    ),
-    topic_config!(
-        "index.interval.bytes",
-        Some("log.index.interval.bytes"),
-        Int,
-        "4096",
-        Check::AtLeast(0)
-    ),
-    topic_config!(
-        "leader.replication.throttled.replicas",
-        None,
-        List,
-        "",
-        Check::ThrottledReplicas
-    ),
-    topic_config!(
-        "max.compaction.lag.ms",
-        Some("log.cleaner.max.compaction.lag.ms"),
-        Long,
-        "9223372036854775807",
-        Check::AtLeast(1)
-    ),
-    topic_config!(
-        "max.message.bytes",
-        Some("message.max.bytes"),
-        Int,
-        "1048588",
-        Check::AtLeast(0)
-    ),
-    topic_config!(
-        "message.timestamp.after.max.ms",
-        Some("log.message.timestamp.after.max.ms"),
-        Long,
-        "3600000",
-        Check::AtLeast(0)
-    ),
-    topic_config!(
-        "message.timestamp.before.max.ms",
-        Some("log.message.timestamp.before.max.ms"),
-        Long,
-        "9223372036854775807",
-        Check::AtLeast(0)
-    ),
-    topic_config!(
-        "message.timestamp.type",
-        Some("log.message.timestamp.type"),
-        String,
-        "CreateTime",
-        Check::OneOf(TIMESTAMP_TYPES)
-    ),
-    topic_config!(
-        "min.cleanable.dirty.ratio",
-        Some("log.cleaner.min.cleanable.ratio"),
-        Double,
-        "0.5",
-        Check::Between(0.0, 1.0)
-    ),
-    topic_config!(
-        "min.compaction.lag.ms",
-        Some("log.cleaner.min.compaction.lag.ms"),
-        Long,
-        "0",
-        Check::AtLeast(0)
-    ),
-    topic_config!(
-        "min.insync.replicas",
-        Some("min.insync.replicas"),
-        Int,
-        "1",
-        Check::AtLeast(1)
-    ),
-    topic_config!(
-        "preallocate",
-        Some("log.preallocate"),
-        Boolean,
-        "false",
-        Check::None
-    ),
-    topic_config!(
-        "retention.bytes",
-        Some("log.retention.bytes"),
-        Long,
-        "-1",
-        Check::None
-    ),
-    topic_config!(
-        "retention.ms",
-        Some("log.retention.ms"),
-        Long,
-        "604800000",
-        Check::AtLeast(-1)
-    ),
-    topic_config!(
-        "segment.bytes",
-        Some("log.segment.bytes"),
-        Int,
-        "1073741824",
-        Check::AtLeast(14)
-    ),
-    topic_config!(
-        "segment.index.bytes",
-        Some("log.index.size.max.bytes"),
-        Int,
-        "10485760",
-        Check::AtLeast(4)
-    ),
-    topic_config!(
-        "segment.jitter.ms",
-        Some("log.roll.jitter.ms"),
-        Long,
-        "0",
-        Check::AtLeast(0)
-    ),
-    topic_config!(
-        "segment.ms",
-        Some("log.roll.ms"),
-        Long,
-        "604800000",
-        Check::AtLeast(1)
-    ),
-    topic_config!(
-        "unclean.leader.election.enable",
-        Some("unclean.leader.election.enable"),
-        Boolean,
-        "false",
-        Check::None
-    ),
-];
+/// Declares every topic config fjord knows, with Kafka 4.x defaults, once: the table
+/// [`TOPIC_CONFIGS`] (names, broker synonyms, types, defaults, checks) and the typed
+/// [`TopicSettings`] a topic's values are parsed into, a field per key.
+macro_rules! topic_configs {
+    ($($field:ident: $ty:ty = $name:literal, $syn:expr, $kind:ident, $default:literal, $check:expr;)*) => {
+        /// Every topic config fjord knows, with Kafka 4.x defaults.
+        pub const TOPIC_CONFIGS: &[TopicConfigDef] =
+            &[$(topic_config!($name, $syn, $kind, $default, $check),)*];
+
+        /// A topic's configs, typed: parsed once when its config is resolved, a field per key of
+        /// [`TOPIC_CONFIGS`] (the key's name with `_` for `.`).
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct TopicSettings {
+            $(#[doc = concat!("`", $name, "`")] pub $field: $ty,)*
+        }
+
+        impl TopicSettings {
+            /// Parses each key's value (`value_of`); a value that does not parse (it passed its
+            /// check when set, so only a broker default fjord reads more strictly) is the key's
+            /// default.
+            fn parse<'a>(value_of: impl Fn(&'static str) -> &'a str) -> TopicSettings {
+                TopicSettings {
+                    $($field: FromConfig::from_config(value_of($name))
+                        .or_else(|| FromConfig::from_config($default))
+                        .expect(concat!("the default of ", $name, " parses")),)*
+                }
+            }
+        }
+    };
+}
+
+topic_configs! {
+    cleanup_policy: CleanupPolicy = "cleanup.policy", Some("log.cleanup.policy"), List, "delete", Check::ListOf(CLEANUP_POLICIES);
+    compression_type: TopicCompression = "compression.type", Some("compression.type"), String, "producer", Check::OneOf(COMPRESSION_TYPES);
+    compression_gzip_level: i64 = "compression.gzip.level", Some("compression.gzip.level"), Int, "-1", Check::None;
+    compression_lz4_level: i64 = "compression.lz4.level", Some("compression.lz4.level"), Int, "9", Check::AtLeast(1);
+    compression_zstd_level: i64 = "compression.zstd.level", Some("compression.zstd.level"), Int, "3", Check::None;
+    delete_retention_ms: i64 = "delete.retention.ms", Some("log.cleaner.delete.retention.ms"), Long, "86400000", Check::AtLeast(0);
+    file_delete_delay_ms: i64 = "file.delete.delay.ms", Some("log.segment.delete.delay.ms"), Long, "60000", Check::AtLeast(0);
+    flush_messages: i64 = "flush.messages", Some("log.flush.interval.messages"), Long, "9223372036854775807", Check::AtLeast(1);
+    flush_ms: i64 = "flush.ms", Some("log.flush.interval.ms"), Long, "9223372036854775807", Check::AtLeast(0);
+    follower_replication_throttled_replicas: ThrottledReplicas = "follower.replication.throttled.replicas", None, List, "", Check::ThrottledReplicas;
+    index_interval_bytes: i64 = "index.interval.bytes", Some("log.index.interval.bytes"), Int, "4096", Check::AtLeast(0);
+    leader_replication_throttled_replicas: ThrottledReplicas = "leader.replication.throttled.replicas", None, List, "", Check::ThrottledReplicas;
+    max_compaction_lag_ms: i64 = "max.compaction.lag.ms", Some("log.cleaner.max.compaction.lag.ms"), Long, "9223372036854775807", Check::AtLeast(1);
+    max_message_bytes: i64 = "max.message.bytes", Some("message.max.bytes"), Int, "1048588", Check::AtLeast(0);
+    message_timestamp_after_max_ms: i64 = "message.timestamp.after.max.ms", Some("log.message.timestamp.after.max.ms"), Long, "3600000", Check::AtLeast(0);
+    message_timestamp_before_max_ms: i64 = "message.timestamp.before.max.ms", Some("log.message.timestamp.before.max.ms"), Long, "9223372036854775807", Check::AtLeast(0);
+    message_timestamp_type: TimestampType = "message.timestamp.type", Some("log.message.timestamp.type"), String, "CreateTime", Check::OneOf(TIMESTAMP_TYPES);
+    min_cleanable_dirty_ratio: f64 = "min.cleanable.dirty.ratio", Some("log.cleaner.min.cleanable.ratio"), Double, "0.5", Check::Between(0.0, 1.0);
+    min_compaction_lag_ms: i64 = "min.compaction.lag.ms", Some("log.cleaner.min.compaction.lag.ms"), Long, "0", Check::AtLeast(0);
+    min_insync_replicas: i64 = "min.insync.replicas", Some("min.insync.replicas"), Int, "1", Check::AtLeast(1);
+    preallocate: bool = "preallocate", Some("log.preallocate"), Boolean, "false", Check::None;
+    retention_bytes: i64 = "retention.bytes", Some("log.retention.bytes"), Long, "-1", Check::None;
+    retention_ms: i64 = "retention.ms", Some("log.retention.ms"), Long, "604800000", Check::AtLeast(-1);
+    segment_bytes: i64 = "segment.bytes", Some("log.segment.bytes"), Int, "1073741824", Check::AtLeast(14);
+    segment_index_bytes: i64 = "segment.index.bytes", Some("log.index.size.max.bytes"), Int, "10485760", Check::AtLeast(4);
+    segment_jitter_ms: i64 = "segment.jitter.ms", Some("log.roll.jitter.ms"), Long, "0", Check::AtLeast(0);
+    segment_ms: i64 = "segment.ms", Some("log.roll.ms"), Long, "604800000", Check::AtLeast(1);
+    unclean_leader_election_enable: bool = "unclean.leader.election.enable", Some("unclean.leader.election.enable"), Boolean, "false", Check::None;
+}
+
+/// A topic config's value as its typed field holds it.
+trait FromConfig: Sized {
+    fn from_config(value: &str) -> Option<Self>;
+}
+
+impl FromConfig for i64 {
+    fn from_config(value: &str) -> Option<Self> {
+        value.trim().parse().ok()
+    }
+}
+
+impl FromConfig for f64 {
+    fn from_config(value: &str) -> Option<Self> {
+        value.trim().parse().ok()
+    }
+}
+
+impl FromConfig for bool {
+    fn from_config(value: &str) -> Option<Self> {
+        match value.trim() {
+            v if v.eq_ignore_ascii_case("true") => Some(true),
+            v if v.eq_ignore_ascii_case("false") => Some(false),
+            _ => None,
+        }
+    }
+}
+
+impl FromConfig for ThrottledReplicas {
+    fn from_config(value: &str) -> Option<Self> {
+        throttled_replicas(value)
+    }
+}
+
+/// `cleanup.policy`: `delete`, `compact`, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    pub compact: bool,
+    /// Retention by time and size applies.
+    pub delete: bool,
+}
+
+impl FromConfig for CleanupPolicy {
+    fn from_config(value: &str) -> Option<Self> {
+        let policies = split_list(value);
+        if policies.iter().any(|p| !CLEANUP_POLICIES.contains(p)) {
+            return None;
+        }
+        Some(CleanupPolicy {
+            compact: policies.contains(&"compact"),
+            delete: policies.contains(&"delete"),
+        })
+    }
+}
+
+/// `compression.type`: keep the producer's codec, or recompress to this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicCompression {
+    Producer,
+    Uncompressed,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl FromConfig for TopicCompression {
+    fn from_config(value: &str) -> Option<Self> {
+        Some(match value.trim() {
+            "producer" => TopicCompression::Producer,
+            "uncompressed" => TopicCompression::Uncompressed,
+            "gzip" => TopicCompression::Gzip,
+            "snappy" => TopicCompression::Snappy,
+            "lz4" => TopicCompression::Lz4,
+            "zstd" => TopicCompression::Zstd,
+            _ => return None,
+        })
+    }
+}
+
+/// `message.timestamp.type`: the producer's timestamps, or the broker's at append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampType {
+    CreateTime,
+    LogAppendTime,
+}
+
+impl FromConfig for TimestampType {
+    fn from_config(value: &str) -> Option<Self> {
+        match value.trim() {
+            "CreateTime" => Some(TimestampType::CreateTime),
+            "LogAppendTime" => Some(TimestampType::LogAppendTime),
+            _ => None,
+        }
+    }
+}
 
 pub fn topic_config_def(name: &str) -> Option<&'static TopicConfigDef> {
     TOPIC_CONFIGS.iter().find(|def| def.name == name)
@@ -1107,6 +1063,36 @@ const BROKER_CONFIGS: &[BrokerConfigDef] = &[
         Some("104857600"),
         Check::AtLeast(1)
     ),
+    broker_config!(
+        "transaction.state.log.num.partitions",
+        Int,
+        Some("50"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "transaction.state.log.segment.bytes",
+        Int,
+        Some("104857600"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "transaction.max.timeout.ms",
+        Int,
+        Some("900000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "transactional.id.expiration.ms",
+        Int,
+        Some("604800000"),
+        Check::AtLeast(1)
+    ),
+    broker_config!(
+        "max.request.partition.size.limit",
+        Int,
+        Some("2000"),
+        Check::AtLeast(1)
+    ),
     broker_config!("cluster.id", String, None, Check::None),
     broker_config!("broker.rack", String, None, Check::None),
     broker_config!(
@@ -1185,6 +1171,32 @@ pub struct ReplicationConfig {
     pub quota_window_num: usize,
     pub quota_window_ms: i64,
 }
+
+/// The log cleaner's `log.cleaner.*` settings, values already checked. The broker hands them to
+/// `fjord_storage::LogCleaner` as its `CleanerConfig` (the config crate does not depend on
+/// storage).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CleanerConfig {
+    /// log.cleaner.enable
+    pub enable: bool,
+    /// log.cleaner.threads
+    pub threads: usize,
+    /// log.cleaner.dedupe.buffer.size: the key maps of all threads together.
+    pub dedupe_buffer_size: u64,
+    /// log.cleaner.io.buffer.load.factor
+    pub dedupe_buffer_load_factor: f64,
+    /// log.cleaner.io.buffer.size: read and write buffers of all threads together.
+    pub io_buffer_size: usize,
+    /// log.cleaner.io.max.bytes.per.second
+    pub io_max_bytes_per_second: f64,
+    /// log.cleaner.backoff.ms: the sleep when no log needs cleaning.
+    pub backoff_ms: u64,
+}
+
+/// Bytes one key takes in the cleaner's key map (a 128-bit hash and an offset), by which
+/// `log.cleaner.dedupe.buffer.size` is checked. The same as
+/// `fjord_storage::cleaner::offset_map::BYTES_PER_ENTRY`; the broker's tests check that.
+pub const CLEANER_BYTES_PER_KEY: u64 = 24;
 
 /// This node's part in the cluster, from Kafka's KRaft keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1586,7 +1598,7 @@ impl BrokerConfig {
         };
         let per_thread_keys = cleaner.dedupe_buffer_size as f64
             / cleaner.threads.max(1) as f64
-            / fjord_storage::cleaner::offset_map::BYTES_PER_ENTRY as f64
+            / CLEANER_BYTES_PER_KEY as f64
             * cleaner.dedupe_buffer_load_factor;
         if cleaner.enable && cleaner.threads > 0 && per_thread_keys <= 1.0 {
             return Err(invalid(
@@ -1642,10 +1654,23 @@ impl BrokerConfig {
         Self::bytes_per_second(values, "replica.alter.log.dirs.io.max.bytes.per.second")
     }
 
-    /// A bytes-per-second broker config from merged broker values (its default when unset):
-    /// `replica.alter.log.dirs.io.max.bytes.per.second`, `leader.replication.throttled.rate`,
-    /// `follower.replication.throttled.rate`.
-    pub fn bytes_per_second(values: &BTreeMap<String, String>, key: &str) -> f64 {
+    /// The replication throttles' rates from merged broker values (their defaults when unset):
+    /// `leader.replication.throttled.rate` and `follower.replication.throttled.rate`, in bytes
+    /// per second.
+    pub fn replication_throttled_rates(values: &BTreeMap<String, String>) -> (f64, f64) {
+        (
+            Self::bytes_per_second(values, "leader.replication.throttled.rate"),
+            Self::bytes_per_second(values, "follower.replication.throttled.rate"),
+        )
+    }
+
+    /// `cluster.id`, when the properties set it.
+    pub fn explicit_cluster_id(&self) -> Option<&String> {
+        self.explicit.get("cluster.id")
+    }
+
+    /// A bytes-per-second broker config from merged broker values (its default when unset).
+    fn bytes_per_second(values: &BTreeMap<String, String>, key: &str) -> f64 {
         values
             .get(key)
             .map(String::as_str)
@@ -1662,6 +1687,146 @@ impl BrokerConfig {
     }
 }
 
+impl BrokerConfig {
+    /// A numeric key's value: set, else its default. Every key read here has a default in
+    /// `BROKER_CONFIGS` and was checked against its type at start, so the default is only the
+    /// answer for a key never set.
+    fn number(&self, key: &'static str) -> i64 {
+        let default = || {
+            broker_default(key)
+                .and_then(|d| d.parse().ok())
+                .unwrap_or_else(|| panic!("{key} has a numeric default in BROKER_CONFIGS"))
+        };
+        self.get(key)
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(default)
+    }
+
+    /// A 32-bit numeric key's value (`number`, clamped into range).
+    fn int(&self, key: &'static str) -> i32 {
+        self.number(key).clamp(i32::MIN as i64, i32::MAX as i64) as i32
+    }
+
+    /// The group coordinator's settings: Kafka's `group.*`, `offsets.*` and
+    /// `offset.metadata.max.bytes` keys.
+    pub fn group_coordinator(&self) -> GroupCoordinatorSettings {
+        GroupCoordinatorSettings {
+            min_session_timeout_ms: self.int("group.min.session.timeout.ms"),
+            max_session_timeout_ms: self.int("group.max.session.timeout.ms"),
+            initial_rebalance_delay_ms: self.int("group.initial.rebalance.delay.ms"),
+            max_size: self.int("group.max.size"),
+            offsets_retention_minutes: self.int("offsets.retention.minutes"),
+            offsets_retention_check_interval_ms: self.number("offsets.retention.check.interval.ms"),
+            offset_metadata_max_bytes: self.int("offset.metadata.max.bytes"),
+            offsets_commit_timeout_ms: self.int("offsets.commit.timeout.ms"),
+            consumer_session_timeout_ms: self.int("group.consumer.session.timeout.ms"),
+            consumer_min_session_timeout_ms: self.int("group.consumer.min.session.timeout.ms"),
+            consumer_max_session_timeout_ms: self.int("group.consumer.max.session.timeout.ms"),
+            consumer_heartbeat_interval_ms: self.int("group.consumer.heartbeat.interval.ms"),
+            consumer_min_heartbeat_interval_ms: self
+                .int("group.consumer.min.heartbeat.interval.ms"),
+            consumer_max_heartbeat_interval_ms: self
+                .int("group.consumer.max.heartbeat.interval.ms"),
+            consumer_max_size: self.int("group.consumer.max.size"),
+            consumer_assignors: split_list(
+                &self.get("group.consumer.assignors").unwrap_or_default(),
+            )
+            .into_iter()
+            .map(str::to_string)
+            .collect(),
+        }
+    }
+
+    /// The transaction coordinator's settings.
+    pub fn txn_coordinator(&self) -> TxnCoordinatorSettings {
+        TxnCoordinatorSettings {
+            max_timeout_ms: self.int("transaction.max.timeout.ms"),
+            transactional_id_expiration_ms: self.int("transactional.id.expiration.ms"),
+        }
+    }
+
+    /// `__consumer_offsets` as the broker creates it: compacted, the producer's compression.
+    pub fn offsets_topic(&self) -> InternalTopicSettings {
+        let segment_bytes = self.number("offsets.topic.segment.bytes").to_string();
+        InternalTopicSettings {
+            num_partitions: self.int("offsets.topic.num.partitions"),
+            replication_factor: self.int("offsets.topic.replication.factor"),
+            configs: [
+                ("cleanup.policy", "compact".to_string()),
+                ("compression.type", "producer".to_string()),
+                ("segment.bytes", segment_bytes),
+            ]
+            .map(|(k, v)| (k.to_string(), v))
+            .into(),
+        }
+    }
+
+    /// `__transaction_state` as the broker creates it: compacted, uncompressed, never led by
+    /// an out-of-sync replica, with its own `min.insync.replicas`.
+    pub fn transaction_state_topic(&self) -> InternalTopicSettings {
+        let segment_bytes = self
+            .number("transaction.state.log.segment.bytes")
+            .to_string();
+        let min_isr = self.number("transaction.state.log.min.isr").to_string();
+        InternalTopicSettings {
+            num_partitions: self.int("transaction.state.log.num.partitions"),
+            replication_factor: self.int("transaction.state.log.replication.factor"),
+            configs: [
+                ("cleanup.policy", "compact".to_string()),
+                ("compression.type", "uncompressed".to_string()),
+                ("segment.bytes", segment_bytes),
+                ("min.insync.replicas", min_isr),
+                ("unclean.leader.election.enable", "false".to_string()),
+            ]
+            .map(|(k, v)| (k.to_string(), v))
+            .into(),
+        }
+    }
+
+    /// `max.request.partition.size.limit`: the most partitions one DescribeTopicPartitions
+    /// answer holds.
+    pub fn max_request_partition_size_limit(&self) -> i32 {
+        self.int("max.request.partition.size.limit")
+    }
+}
+
+/// The group coordinator's settings, Kafka's keys typed (see [`BrokerConfig::group_coordinator`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupCoordinatorSettings {
+    pub min_session_timeout_ms: i32,
+    pub max_session_timeout_ms: i32,
+    pub initial_rebalance_delay_ms: i32,
+    pub max_size: i32,
+    pub offsets_retention_minutes: i32,
+    pub offsets_retention_check_interval_ms: i64,
+    pub offset_metadata_max_bytes: i32,
+    pub offsets_commit_timeout_ms: i32,
+    pub consumer_session_timeout_ms: i32,
+    pub consumer_min_session_timeout_ms: i32,
+    pub consumer_max_session_timeout_ms: i32,
+    pub consumer_heartbeat_interval_ms: i32,
+    pub consumer_min_heartbeat_interval_ms: i32,
+    pub consumer_max_heartbeat_interval_ms: i32,
+    pub consumer_max_size: i32,
+    pub consumer_assignors: Vec<String>,
+}
+
+/// The transaction coordinator's settings (see [`BrokerConfig::txn_coordinator`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnCoordinatorSettings {
+    pub max_timeout_ms: i32,
+    pub transactional_id_expiration_ms: i32,
+}
+
+/// An internal topic's shape as the broker creates it on first use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InternalTopicSettings {
+    pub num_partitions: i32,
+    pub replication_factor: i32,
+    /// Its topic configs, as CreateTopics carries them.
+    pub configs: BTreeMap<String, String>,
+}
+
 /// Dynamic broker configs from the metadata log: this broker's (`kafka-configs --entity-name
 /// <id>`) and the cluster-wide default (`--entity-default`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -1671,13 +1836,10 @@ pub struct DynamicBrokerConfig {
 }
 
 impl DynamicBrokerConfig {
-    /// Node `node_id`'s dynamic configs and the cluster default, as the image holds them.
-    pub fn from_image(image: &fjord_metadata::MetadataImage, node_id: i32) -> Self {
-        let get = |name: &str| image.broker_config(name).cloned().unwrap_or_default();
-        DynamicBrokerConfig {
-            node: get(&node_id.to_string()),
-            default: get(""),
-        }
+    /// The two layers: this node's dynamic configs and the cluster default, as the metadata image
+    /// holds them (`MetadataImage::broker_config_layers`).
+    pub fn new(node: BTreeMap<String, String>, default: BTreeMap<String, String>) -> Self {
+        DynamicBrokerConfig { node, default }
     }
 }
 
@@ -2037,10 +2199,12 @@ fn unescape(c: char) -> char {
     }
 }
 
-/// The effective configs of one topic: its overrides over the broker's defaults.
+/// The effective configs of one topic: its overrides over the broker's defaults, each value
+/// with its source (as DescribeConfigs lists them), and the same values typed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicConfig {
     values: BTreeMap<&'static str, (String, ConfigSource)>,
+    settings: TopicSettings,
 }
 
 impl TopicConfig {
@@ -2060,39 +2224,31 @@ impl TopicConfig {
                 };
                 (def.name, entry)
             })
-            .collect();
-        TopicConfig { values }
+            .collect::<BTreeMap<_, _>>();
+        let settings =
+            TopicSettings::parse(|name| values.get(name).map_or("", |(v, _)| v.as_str()));
+        TopicConfig { values, settings }
+    }
+
+    /// The topic's configs, typed.
+    pub fn settings(&self) -> &TopicSettings {
+        &self.settings
     }
 
     pub fn entries(&self) -> impl Iterator<Item = (&'static str, &str, ConfigSource)> + '_ {
         self.values.iter().map(|(k, (v, s))| (*k, v.as_str(), *s))
     }
 
-    pub fn get(&self, name: &str) -> &str {
-        self.values.get(name).map(|(v, _)| v.as_str()).unwrap_or("")
-    }
-
-    pub fn get_i64(&self, name: &str) -> i64 {
-        self.get(name).trim().parse().unwrap_or(0)
-    }
-
-    pub fn is_set(&self, name: &str) -> bool {
+    fn is_set(&self, name: &str) -> bool {
         self.values
             .get(name)
             .is_some_and(|(_, s)| *s != ConfigSource::Default)
     }
 
-    pub fn compacted(&self) -> bool {
-        split_list(self.get("cleanup.policy")).contains(&"compact")
-    }
-
-    /// `cleanup.policy` includes `delete`: retention by time and size applies.
-    pub fn cleanup_policy_delete(&self) -> bool {
-        split_list(self.get("cleanup.policy")).contains(&"delete")
-    }
-
-    pub fn log_append_time(&self) -> bool {
-        self.get("message.timestamp.type") == "LogAppendTime"
+    /// Flushed by interval (`flush.messages` or `flush.ms` set, for the topic or the broker):
+    /// Kafka's page-cache mode, rather than fjord's fsync before every acknowledgement.
+    pub fn flushed_by_interval(&self) -> bool {
+        self.is_set("flush.messages") || self.is_set("flush.ms")
     }
 }
 
@@ -2466,7 +2622,18 @@ mod tests {
         assert_eq!(config.cleaner.dedupe_buffer_size, 1_048_576);
         assert_eq!(config.cleaner.io_max_bytes_per_second, 1e6);
         let (defaults, _) = BrokerConfig::from_properties(&props(&[])).unwrap();
-        assert_eq!(defaults.cleaner, CleanerConfig::default());
+        assert_eq!(
+            defaults.cleaner,
+            CleanerConfig {
+                enable: true,
+                threads: 1,
+                dedupe_buffer_size: 128 * 1024 * 1024,
+                dedupe_buffer_load_factor: 0.9,
+                io_buffer_size: 512 * 1024,
+                io_max_bytes_per_second: f64::MAX,
+                backoff_ms: 15_000,
+            }
+        );
         // A key map that cannot hold one key never makes progress: refused, as Kafka does.
         let err =
             BrokerConfig::from_properties(&props(&[("log.cleaner.dedupe.buffer.size", "24")]))
@@ -2516,13 +2683,48 @@ mod tests {
             &DynamicBrokerConfig::default(),
             &props(&[("cleanup.policy", "compact")]),
         );
-        assert_eq!(topic.get("retention.ms"), "7200000");
-        assert_eq!(topic.get("segment.bytes"), "1048576");
-        assert!(topic.compacted());
+        let values: BTreeMap<_, _> = topic.entries().map(|(k, v, _)| (k, v)).collect();
+        assert_eq!(values["retention.ms"], "7200000");
+        assert_eq!(values["segment.bytes"], "1048576");
+        assert_eq!(topic.settings().retention_ms, 7_200_000);
+        assert_eq!(topic.settings().segment_bytes, 1_048_576);
+        assert!(topic.settings().cleanup_policy.compact);
+        assert!(!topic.settings().cleanup_policy.delete);
         let sources: BTreeMap<_, _> = topic.entries().map(|(k, _, s)| (k, s)).collect();
         assert_eq!(sources["retention.ms"], ConfigSource::StaticBroker);
         assert_eq!(sources["cleanup.policy"], ConfigSource::DynamicTopic);
         assert_eq!(sources["max.message.bytes"], ConfigSource::Default);
+    }
+
+    #[test]
+    fn every_topic_default_parses_into_its_typed_field() {
+        // TopicSettings::parse falls back to each key's table default: each must parse.
+        let settings = TopicSettings::parse(|name| {
+            TOPIC_CONFIGS
+                .iter()
+                .find(|d| d.name == name)
+                .map_or("", |d| d.default)
+        });
+        assert_eq!(settings.max_message_bytes, 1_048_588);
+        assert_eq!(settings.compression_type, TopicCompression::Producer);
+        assert_eq!(settings.message_timestamp_type, TimestampType::CreateTime);
+        assert_eq!(
+            settings.follower_replication_throttled_replicas,
+            ThrottledReplicas::These(Vec::new())
+        );
+        assert!(settings.cleanup_policy.delete && !settings.cleanup_policy.compact);
+        // A value that does not parse (never accepted by the checks) is the default, not 0.
+        let broken = TopicSettings::parse(|name| {
+            if name == "retention.ms" {
+                "soon"
+            } else {
+                TOPIC_CONFIGS
+                    .iter()
+                    .find(|d| d.name == name)
+                    .map_or("", |d| d.default)
+            }
+        });
+        assert_eq!(broken.retention_ms, 604_800_000);
     }
 
     #[test]

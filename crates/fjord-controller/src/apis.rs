@@ -1,6 +1,6 @@
 //! The controller's request handling, sans-IO: a controller request and the current image in,
 //! the records to commit and the response to give once they are committed out. The shell
-//! ([`crate::QuorumController`]) commits the records; if it cannot, the whole request is
+//! (`fjord_quorum::QuorumController`) commits the records; if it cannot, the whole request is
 //! answered with [`error_response`], as Kafka's controller answers a request it could not finish.
 
 use std::collections::HashSet;
@@ -264,6 +264,16 @@ impl Controller {
         }
     }
 
+    /// This node's static config.
+    pub fn config(&self) -> &Arc<BrokerConfig> {
+        &self.config
+    }
+
+    /// The cluster this controller decides for.
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
     /// This node became the active controller at `now_ms` (monotonic milliseconds, the clock
     /// every later call uses): every unfenced broker's session starts afresh.
     pub fn activate(&mut self, image: &MetadataImage, now_ms: i64) {
@@ -454,10 +464,7 @@ impl Controller {
     /// listener named like this node's inter-broker listener. None for a voter of a static
     /// quorum, or alone. (A controller of a dynamic quorum is already a member when its broker
     /// registers: it registered as a controller first.)
-    pub(crate) fn learner_address(
-        &self,
-        registration: &BrokerRegistrationRequest,
-    ) -> Option<String> {
+    pub fn learner_address(&self, registration: &BrokerRegistrationRequest) -> Option<String> {
         let cluster = &self.config.cluster;
         if (cluster.voters.is_empty() && cluster.bootstrap_servers.is_empty())
             || cluster
@@ -556,7 +563,8 @@ impl Controller {
         validate_only: bool,
         version: i16,
     ) -> CreatableTopicResult {
-        let dynamic = DynamicBrokerConfig::from_image(image, self.config.node_id);
+        let (node, default) = image.broker_config_layers(self.config.node_id);
+        let dynamic = DynamicBrokerConfig::new(node, default);
         let config = TopicConfig::resolve(&self.config, &dynamic, &create.configs);
         CreatableTopicResult {
             name: create.name,
@@ -982,7 +990,7 @@ fn alter_configs_refused(
 
 /// The answer to a change of the quorum's members (AddRaftVoter, RemoveRaftVoter, or else
 /// ControllerRegistration): `error_code` (NONE once carried out) and `error_message`.
-pub(crate) fn voter_change_answer(
+pub fn voter_change_answer(
     request: &ControllerApi,
     error_code: i16,
     error_message: Option<String>,
@@ -1014,14 +1022,14 @@ fn unclean_policy<'a>(
     config: &'a BrokerConfig,
     image: &'a MetadataImage,
 ) -> impl Fn(&str) -> bool + 'a {
-    let dynamic = fjord_config::DynamicBrokerConfig::from_image(image, config.node_id);
+    let (node, default) = image.broker_config_layers(config.node_id);
+    let dynamic = fjord_config::DynamicBrokerConfig::new(node, default);
     move |topic: &str| {
         let empty = std::collections::BTreeMap::new();
         let overrides = image.topic_config(topic).unwrap_or(&empty);
         fjord_config::TopicConfig::resolve(config, &dynamic, overrides)
-            .get("unclean.leader.election.enable")
-            .trim()
-            .eq_ignore_ascii_case("true")
+            .settings()
+            .unclean_leader_election_enable
     }
 }
 

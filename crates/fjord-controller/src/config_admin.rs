@@ -191,7 +191,8 @@ impl Controller {
                             changes,
                             replace,
                             |after| {
-                                let mut dynamic = DynamicBrokerConfig::from_image(image, node_id);
+                                let (node, default) = image.broker_config_layers(node_id);
+                                let mut dynamic = DynamicBrokerConfig::new(node, default);
                                 let layer = if name.is_empty() {
                                     &mut dynamic.default
                                 } else {

@@ -5,8 +5,12 @@
 //!
 //! - [`plan`]: the decisions, pure: an image and a request in, records or a Kafka error out.
 //! - [`Controller`] (`apis`, `config_admin`): Kafka requests to decisions, sans-IO.
-//! - [`QuorumController`]: the async shell — one queue, one decision at a time, each committed
-//!   through the [`fjord_metadata::MetadataQuorum`] before the next is made.
+//! - [`voters`]: changes of the quorum's members (KIP-853), checked.
+//!
+//! No tokio, no raft, no storage: the time comes in as an argument (only
+//! [`ControllerRequest::new`] reads the clock, to stamp a deadline). The async shell — one queue,
+//! one decision at a time, each committed through the metadata quorum before the next is made —
+//! is `fjord_quorum::QuorumController`.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
@@ -16,20 +20,20 @@ mod apis;
 mod config_admin;
 mod decision;
 mod election;
+mod error;
 mod isr;
 mod membership;
 pub mod placement;
 pub mod plan;
-mod quorum_controller;
 mod reassignment;
-mod voters;
+pub mod voters;
 
 pub use apis::{
     error_response, is_not_controller, Controller, ControllerApi, ControllerRequest,
     PRODUCER_ID_BLOCK,
 };
 pub use decision::Decision;
-pub use quorum_controller::{ControllerError, QuorumController};
+pub use error::ControllerError;
 
 #[cfg(test)]
 mod testing {

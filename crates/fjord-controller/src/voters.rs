@@ -3,25 +3,23 @@
 //! or a controller with `controller.quorum.auto.join.enable`) and ControllerRegistration (a
 //! controller that is not a member follows the log as a learner). They change the quorum's
 //! membership, not the image, so they are checked here ([`voter_change`], sans-IO) and carried
-//! out by the quorum ([`apply`]) outside the controller's queue: a voter catching up must not
-//! hold up the brokers' heartbeats.
-
-use std::time::Duration;
+//! out by the quorum (`fjord_quorum::QuorumController`) outside the controller's queue: a voter
+//! catching up must not hold up the brokers' heartbeats. The answer once carried out is
+//! [`voter_change_answer`], or [`crate::error_response`] for a failure.
 
 use fjord_common::errors;
 use fjord_config::BrokerConfig;
-use fjord_metadata::{MetadataError, MetadataQuorum, QuorumMember, QuorumNode};
+use fjord_metadata::{QuorumMember, QuorumNode};
 use fjord_protocol::messages::add_raft_voter_request::AddRaftVoterRequest;
 use fjord_protocol::messages::controller_registration_request::ControllerRegistrationRequest;
 use fjord_protocol::messages::remove_raft_voter_request::RemoveRaftVoterRequest;
-use fjord_protocol::messages::ResponseBody;
 
-use crate::apis::{error_response, voter_change_answer, ControllerApi};
-use crate::quorum_controller::ControllerError;
+pub use crate::apis::voter_change_answer;
+use crate::apis::ControllerApi;
 
 /// What a request asks of the quorum's membership, once checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum VoterChange {
+pub enum VoterChange {
     Add {
         id: u64,
         node: QuorumNode,
@@ -39,7 +37,7 @@ pub(crate) enum VoterChange {
 }
 
 /// Whether `api` changes the quorum's membership (and is therefore not decided on the image).
-pub(crate) fn is_voter_change(api: &ControllerApi) -> bool {
+pub fn is_voter_change(api: &ControllerApi) -> bool {
     matches!(
         api,
         ControllerApi::AddRaftVoter(_)
@@ -49,12 +47,12 @@ pub(crate) fn is_voter_change(api: &ControllerApi) -> bool {
 }
 
 /// A refusal: the Kafka error and its message.
-type Refusal = (i16, String);
+pub type Refusal = (i16, String);
 
 /// Checks a membership request against this cluster and its current `members`, as Kafka's
 /// leader does: the cluster id must be this one's, the quorum dynamic, the new voter reachable on
 /// the controller listener and not a voter yet, the removed one a voter with that directory id.
-pub(crate) fn voter_change(
+pub fn voter_change(
     config: &BrokerConfig,
     cluster_id: &str,
     api: &ControllerApi,
@@ -226,50 +224,6 @@ fn controller_endpoint<'a>(
                 format!("Provided listeners do not contain a listener for {listener}"),
             )
         })
-}
-
-/// Checks `api` and carries it out on `quorum` (this node must lead it); answers the request.
-/// `timeout` bounds an addition or removal (a new voter that cannot catch up).
-pub(crate) async fn apply(
-    quorum: &MetadataQuorum,
-    config: &BrokerConfig,
-    cluster_id: &str,
-    api: &ControllerApi,
-    timeout: Duration,
-) -> Result<ResponseBody, ControllerError> {
-    if quorum.leader_term().is_none() {
-        return Err(ControllerError::NotController {
-            leader: quorum.leader(),
-        });
-    }
-    let change = match voter_change(config, cluster_id, api, &quorum.members()) {
-        Ok(change) => change,
-        Err((code, message)) => return Ok(error_response(api, code, &message)),
-    };
-    let outcome = match change {
-        VoterChange::Add { id, node } => {
-            tracing::info!(voter = id, addr = %node.addr, "adding a voter to the metadata quorum");
-            quorum.add_voter(id, node, timeout).await
-        }
-        VoterChange::Remove { id } => {
-            tracing::info!(voter = id, "removing a voter from the metadata quorum");
-            quorum.remove_voter(id, timeout).await
-        }
-        VoterChange::Learner { id, node } => quorum.add_learner(id, node).await,
-        VoterChange::Nothing => Ok(()),
-    };
-    match outcome {
-        Ok(()) => Ok(voter_change_answer(api, errors::NONE, None)),
-        Err(MetadataError::NotLeader { leader }) => Err(ControllerError::NotController { leader }),
-        Err(e @ (MetadataError::MembershipChange(_) | MetadataError::Timeout { .. })) => Ok(
-            error_response(api, errors::REQUEST_TIMED_OUT, &e.to_string()),
-        ),
-        Err(e) => Ok(error_response(
-            api,
-            errors::UNKNOWN_SERVER_ERROR,
-            &e.to_string(),
-        )),
-    }
 }
 
 #[cfg(test)]

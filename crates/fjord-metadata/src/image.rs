@@ -207,6 +207,16 @@ impl MetadataImage {
         self.broker_configs.get(resource_name)
     }
 
+    /// Node `node_id`'s dynamic broker configs and the cluster-wide default, each empty when none
+    /// are set: the two layers of `fjord_config::DynamicBrokerConfig::new`.
+    pub fn broker_config_layers(
+        &self,
+        node_id: i32,
+    ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let get = |name: &str| self.broker_config(name).cloned().unwrap_or_default();
+        (get(&node_id.to_string()), get(""))
+    }
+
     pub fn broker(&self, broker_id: i32) -> Option<&BrokerRegistration> {
         self.brokers.get(&broker_id)
     }
@@ -1054,6 +1064,13 @@ mod tests {
             Some("5")
         );
         assert!(image.broker_config("1").is_none());
+        // The two layers of a node's dynamic broker config: its own (none left) and the default.
+        let (node, default) = image.broker_config_layers(1);
+        assert!(node.is_empty());
+        assert_eq!(
+            default,
+            BTreeMap::from([("log.retention.ms".into(), "5".into())])
+        );
 
         let err = build(&[config(CONFIG_RESOURCE_TOPIC, "nope", "x", Some("1"))]).unwrap_err();
         assert_eq!(

@@ -35,7 +35,8 @@ impl Broker {
         request: &DescribeConfigsRequest,
     ) -> DescribeConfigsResponse {
         let image = self.quorum.image();
-        let dynamic = DynamicBrokerConfig::from_image(&image, self.config.node_id);
+        let (node, default) = image.broker_config_layers(self.config.node_id);
+        let dynamic = DynamicBrokerConfig::new(node, default);
         let mut results = Vec::new();
         for resource in &request.resources {
             let asked = Asked {

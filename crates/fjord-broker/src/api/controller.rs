@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use fjord_controller::{ControllerApi, ControllerRequest, QuorumController};
-use fjord_metadata::{is_raft_frame, MetadataQuorum};
+use fjord_controller::{ControllerApi, ControllerRequest};
 use fjord_protocol::{decode_request_header, ApiKey, Decoder, RequestBody, ResponseBody};
+use fjord_quorum::{is_raft_frame, MetadataQuorum, QuorumController};
 
 use fjord_protocol::messages::describe_cluster_request::DescribeClusterRequest;
 use fjord_protocol::messages::describe_cluster_response::{

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use fjord_common::{errors, now_ms};
 use fjord_controller::ControllerApi;
-use fjord_metadata::MetadataQuorum;
 use fjord_protocol::messages::api_versions_request::ApiVersionsRequest;
 use fjord_protocol::messages::api_versions_response::ApiVersionsResponse;
 use fjord_protocol::messages::produce_request::ProduceRequest;
 use fjord_protocol::{
     decode_request_header, ApiKey, Decoder, RequestBody, RequestHeader, ResponseBody,
 };
+use fjord_quorum::MetadataQuorum;
 use tokio::sync::watch;
 
 use crate::api::versions::{api_versions_error, api_versions_response, supported_range};
@@ -372,7 +372,7 @@ impl Dispatch for BrokerDispatch {
     }
 
     fn dispatch(&self, frame: Bytes, peer: SocketAddr) -> Reply {
-        if self.carries_raft && fjord_metadata::is_raft_frame(&frame) {
+        if self.carries_raft && fjord_quorum::is_raft_frame(&frame) {
             return crate::api::controller::raft_reply(&self.quorum, frame);
         }
         if let Some(broker) = &*self.broker.borrow() {

@@ -27,7 +27,7 @@ use crate::api::fetch_session::{RequestedPartition, SessionDecision};
 use crate::api::{encode_response, Broker};
 use crate::net::{OutPart, Reply, Response};
 use crate::replication::partition_state::FollowerFetch;
-use crate::replication::quota::{throttles, LEADER_THROTTLED_REPLICAS};
+use crate::replication::quota::{throttles, Side};
 use crate::replication::Partition;
 use fjord_common::errors;
 
@@ -618,7 +618,7 @@ impl Broker {
             .filter(|(target, _)| {
                 self.replicas
                     .get(&target.topic, target.partition)
-                    .is_some_and(|p| throttles(&p, LEADER_THROTTLED_REPLICAS, self.config.node_id))
+                    .is_some_and(|p| throttles(&p, Side::Leader, self.config.node_id))
             })
             .map(|(_, slice)| u64::from(slice.len()))
             .sum();
@@ -712,7 +712,7 @@ impl Broker {
             // A throttled replica out of sync is answered without records while the leader's
             // throttle is above its rate (its position is still taken).
             let held_back = plan.replica.is_some_and(|r| {
-                throttles(partition, LEADER_THROTTLED_REPLICAS, self.config.node_id)
+                throttles(partition, Side::Leader, self.config.node_id)
                     && !partition.isr_and_replica_count().0.contains(&r.id)
                     && self.replication_quotas.leader.exceeded(now_ms)
             });
@@ -883,5 +883,128 @@ impl Broker {
             topics,
             ..Default::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fjord_metadata::{MetadataImage, MetadataRecord, TopicRecord};
+    use fjord_protocol::messages::fetch_request::{
+        FetchPartition, FetchTopic, ForgottenTopic, ReplicaState,
+    };
+
+    fn image() -> Arc<MetadataImage> {
+        let records = [MetadataRecord::Topic(TopicRecord {
+            name: "known".into(),
+            topic_id: Uuid([7; 16]),
+        })];
+        Arc::new(MetadataImage::from_records(1, &records).unwrap())
+    }
+
+    fn partition(index: i32, last_fetched_epoch: i32) -> FetchPartition {
+        FetchPartition {
+            partition: index,
+            current_leader_epoch: 3,
+            fetch_offset: 10,
+            last_fetched_epoch,
+            partition_max_bytes: 1024,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_consumer_fetch_by_topic_id_names_known_topics_and_answers_unknown_ids() {
+        let request = FetchRequest {
+            replica_id: -1,
+            max_bytes: 0,
+            min_bytes: -5,
+            max_wait_ms: 3_600_000,
+            isolation_level: 1,
+            topics: vec![
+                FetchTopic {
+                    topic: String::new(),
+                    topic_id: Uuid([7; 16]),
+                    partitions: vec![partition(0, 2), partition(1, -1)],
+                },
+                FetchTopic {
+                    topic: String::new(),
+                    topic_id: Uuid([9; 16]),
+                    partitions: vec![partition(0, -1)],
+                },
+            ],
+            forgotten_topics_data: vec![ForgottenTopic {
+                topic: String::new(),
+                topic_id: Uuid([7; 16]),
+                partitions: vec![5],
+            }],
+            ..Default::default()
+        };
+        let plan = FetchPlan::of(&request, 13, 99, &image());
+        assert!(plan.uses_ids && plan.replica.is_none() && plan.consumer.is_some());
+        let named: Vec<(&str, i32)> = plan
+            .requested
+            .iter()
+            .map(|p| (p.topic.as_str(), p.partition))
+            .collect();
+        assert_eq!(named, [("known", 0), ("known", 1)]);
+        assert_eq!(plan.unknown_ids, [(Uuid([9; 16]), 0)]);
+        assert_eq!(plan.forgotten, [("known".to_string(), 5)]);
+        // KIP-320: only a known last fetched epoch is kept.
+        assert_eq!(plan.last_fetched.get(&("known".into(), 0)), Some(&2));
+        assert!(!plan.last_fetched.contains_key(&("known".into(), 1)));
+        // No byte limit, no negative minimum, the wait capped, read_committed.
+        assert_eq!(plan.max_bytes, i32::MAX as usize);
+        assert_eq!(plan.min_bytes, 0);
+        assert_eq!(plan.max_wait_ms, MAX_WAIT_CAP_MS);
+        assert!(plan.read_committed);
+        let target = plan.target(&image(), ("known".into(), 0), 10, 1024, 3);
+        assert_eq!(
+            (target.topic_id, target.last_fetched_epoch),
+            (Uuid([7; 16]), 2)
+        );
+    }
+
+    #[test]
+    fn a_follower_is_known_by_its_replica_state_from_v15_and_its_replica_id_before() {
+        let request = FetchRequest {
+            replica_id: 2,
+            replica_state: ReplicaState {
+                replica_id: 3,
+                replica_epoch: 77,
+            },
+            ..Default::default()
+        };
+        let v15 = FetchPlan::of(&request, 15, 1, &image());
+        let replica = v15.replica.expect("a follower's fetch");
+        assert_eq!((replica.id, replica.broker_epoch), (3, 77));
+        assert!(
+            v15.consumer.is_none(),
+            "a follower reads from the leader only"
+        );
+        let v12 = FetchPlan::of(&request, 12, 1, &image());
+        let replica = v12.replica.expect("a follower's fetch");
+        assert_eq!((replica.id, replica.broker_epoch), (2, -1));
+        // Named topics before v13: taken as named, known or not.
+        let by_name = FetchRequest {
+            replica_id: -1,
+            topics: vec![FetchTopic {
+                topic: "anything".into(),
+                partitions: vec![partition(4, -1)],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let plan = FetchPlan::of(&by_name, 12, 1, &image());
+        assert!(plan.unknown_ids.is_empty() && plan.requested[0].topic == "anything");
+        assert!(
+            plan.satisfied_by(&(Vec::new(), 1, false)),
+            "min_bytes 0 still wants a byte"
+        );
+        assert!(!plan.satisfied_by(&(Vec::new(), 0, false)));
+        assert!(
+            plan.satisfied_by(&(Vec::new(), 0, true)),
+            "an error answers at once"
+        );
     }
 }

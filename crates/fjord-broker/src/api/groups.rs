@@ -2,7 +2,6 @@
 //! coordinator shard that owns its group (see `coordinator::group`). The internal topic
 //! `__consumer_offsets` is created on first use, as in Kafka.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -19,6 +18,7 @@ use crate::coordinator::txn::TXN_TOPIC;
 use crate::net::{Reply, Response};
 use fjord_common::errors;
 use fjord_common::errors::KafkaError;
+use fjord_config::InternalTopicSettings;
 
 /// FindCoordinator key types.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -27,21 +27,8 @@ const KEY_TYPE_TRANSACTION: i8 = 1;
 impl Broker {
     /// Creates `__consumer_offsets` if missing and loads the coordinator shards this broker hosts.
     pub(crate) async fn ensure_group_coordinator(&self) -> Result<(), KafkaError> {
-        let segment_bytes = self
-            .config
-            .get("offsets.topic.segment.bytes")
-            .unwrap_or_else(|| "104857600".to_string());
-        self.ensure_internal_topic(
-            OFFSETS_TOPIC,
-            self.groups.num_partitions(),
-            "offsets.topic.replication.factor",
-            &[
-                ("cleanup.policy", "compact".into()),
-                ("compression.type", "producer".into()),
-                ("segment.bytes", segment_bytes),
-            ],
-        )
-        .await?;
+        self.ensure_internal_topic(OFFSETS_TOPIC, self.config.offsets_topic())
+            .await?;
         if !self.groups.all_loaded() {
             // Another request may have committed the topic a moment ago and not yet opened its
             // partitions: bring them in line with the image before loading the shards.
@@ -52,24 +39,18 @@ impl Broker {
     }
 
     /// Creates a coordinator's internal topic if it is missing. As Kafka, a cluster creates it
-    /// with the configured replication factor (`rf_key`, default 3), which fails (the
+    /// with the configured replication factor (default 3), which fails (the
     /// coordinator is not available) until that many brokers are up. A bare node alone is the
     /// one exception: it would never have enough, so it takes one replica.
     pub(crate) async fn ensure_internal_topic(
         &self,
         name: &str,
-        num_partitions: i32,
-        rf_key: &str,
-        configs: &[(&str, String)],
+        settings: InternalTopicSettings,
     ) -> Result<(), KafkaError> {
         if self.quorum.image().topic(name).is_some() {
             return Ok(());
         }
-        let wanted_rf: i16 = self
-            .config
-            .get(rf_key)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(3);
+        let wanted_rf = i16::try_from(settings.replication_factor).unwrap_or(i16::MAX);
         let alone = self.config.cluster.voters.is_empty()
             && self.config.cluster.bootstrap_servers.is_empty();
         let replication_factor = if alone && wanted_rf > 1 {
@@ -83,12 +64,9 @@ impl Broker {
         };
         let topic = InternalTopic {
             name: name.to_string(),
-            num_partitions,
+            num_partitions: settings.num_partitions,
             replication_factor,
-            configs: configs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect::<BTreeMap<_, _>>(),
+            configs: settings.configs,
         };
         for (_, error_code, message) in self.create_internal_topics(vec![topic]).await {
             // Kafka's FindCoordinator answers a coordinator whose topic cannot be made

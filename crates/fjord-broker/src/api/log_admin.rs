@@ -113,7 +113,9 @@ impl Broker {
         if !self
             .replicas
             .topic_config(image, topic)
-            .cleanup_policy_delete()
+            .settings()
+            .cleanup_policy
+            .delete
         {
             return Err(errors::POLICY_VIOLATION);
         }

@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex};
 use bytes::BytesMut;
 use fjord_common::errors;
 use fjord_config::BrokerConfig;
-use fjord_metadata::MetadataQuorum;
 use fjord_protocol::{response_header_version, ApiKey, Encodable, ResponseBody, ResponseHeader};
+use fjord_quorum::MetadataQuorum;
 
 use crate::api::fetch_session::FetchSessionCache;
 use crate::coordinator::group::GroupRuntime;

@@ -21,20 +21,13 @@ use fjord_protocol::messages::metadata_response::MetadataResponseTopic;
 const EVERY_TOPIC_OPERATION: i32 =
     1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 7 | 1 << 8 | 1 << 10 | 1 << 11;
 
-/// Kafka's default for `max.request.partition.size.limit`.
-const DEFAULT_PARTITION_LIMIT: i32 = 2000;
-
 impl Broker {
     pub(crate) fn describe_topic_partitions(
         &self,
         request: &DescribeTopicPartitionsRequest,
     ) -> DescribeTopicPartitionsResponse {
         let image = self.quorum.image();
-        let broker_limit = self
-            .config
-            .get("max.request.partition.size.limit")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DEFAULT_PARTITION_LIMIT);
+        let broker_limit = self.config.max_request_partition_size_limit();
         let limit = request.response_partition_limit.min(broker_limit).max(1);
         match page(&image, request, limit, |name| {
             self.topic_metadata(&image, name)

@@ -68,27 +68,8 @@ impl Broker {
     /// Creates `__transaction_state` if missing and loads the coordinator shards this broker
     /// leads.
     pub(crate) async fn ensure_txn_coordinator(self: &Arc<Self>) -> Result<(), KafkaError> {
-        let setting =
-            |key: &str, default: &str| self.config.get(key).unwrap_or_else(|| default.to_string());
-        self.ensure_internal_topic(
-            TXN_TOPIC,
-            self.txns.shards.num_partitions(),
-            "transaction.state.log.replication.factor",
-            &[
-                ("cleanup.policy", "compact".into()),
-                ("compression.type", "uncompressed".into()),
-                (
-                    "segment.bytes",
-                    setting("transaction.state.log.segment.bytes", "104857600"),
-                ),
-                (
-                    "min.insync.replicas",
-                    setting("transaction.state.log.min.isr", "2"),
-                ),
-                ("unclean.leader.election.enable", "false".into()),
-            ],
-        )
-        .await?;
+        self.ensure_internal_topic(TXN_TOPIC, self.config.transaction_state_topic())
+            .await?;
         if !self.txns.shards.all_loaded() {
             // The topic may have been committed a moment ago and its partitions not opened yet.
             self.replicas.apply_image(&self.quorum.image(), now_ms())?;

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fjord_client::{ClientConfig, Connection};
-use fjord_controller::{is_not_controller, ControllerError, ControllerRequest, QuorumController};
-use fjord_metadata::MetadataQuorum;
+use fjord_controller::{is_not_controller, ControllerError, ControllerRequest};
 use fjord_protocol::ResponseBody;
+use fjord_quorum::{MetadataQuorum, QuorumController};
 
 /// How long a request keeps looking for the active controller (through elections, a quorum
 /// without a majority) before it is answered REQUEST_TIMED_OUT.

@@ -16,18 +16,18 @@ use std::time::Duration;
 use fjord_client::{ClientConfig, Connection};
 use fjord_common::{errors, lock, BrokerId, TopicPartition};
 use fjord_config::{BrokerConfig, ReplicationConfig};
-use fjord_metadata::MetadataQuorum;
 use fjord_protocol::messages::fetch_request::{
     FetchPartition, FetchRequest, FetchTopic, ReplicaState,
 };
 use fjord_protocol::messages::fetch_response::{FetchResponse, PartitionData};
 use fjord_protocol::{ApiKey, RequestBody, ResponseBody, Uuid};
+use fjord_quorum::MetadataQuorum;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::replication::flusher::{Durable, FlushTarget, FlusherHandle};
 use crate::replication::partition_state::{divergence_truncation, Role};
-use crate::replication::quota::{throttles, ReplicationQuotas, FOLLOWER_THROTTLED_REPLICAS};
+use crate::replication::quota::{throttles, ReplicationQuotas, Side};
 use crate::replication::{Partition, ReplicaManager};
 use fjord_common::errors::KafkaError;
 use fjord_common::now_ms;
@@ -315,7 +315,7 @@ fn fetch_request(
     let mut fetched = FetchedPartitions::new();
     let now = now_ms();
     for partition in partitions {
-        let throttled = throttles(partition, FOLLOWER_THROTTLED_REPLICAS, local);
+        let throttled = throttles(partition, Side::Follower, local);
         // A throttled replica out of sync is left out while the follower's throttle is above
         // its rate (all of them out: the fetcher backs off, as after an empty round).
         if throttled

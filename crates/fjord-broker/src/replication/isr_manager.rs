@@ -12,12 +12,12 @@ use std::time::Duration;
 use fjord_common::{errors, TopicId};
 use fjord_config::BrokerConfig;
 use fjord_controller::{ControllerApi, ControllerRequest};
-use fjord_metadata::MetadataQuorum;
 use fjord_protocol::messages::alter_partition_request::{
     AlterPartitionRequest, BrokerState, PartitionData, TopicData,
 };
 use fjord_protocol::messages::alter_partition_response;
 use fjord_protocol::ResponseBody;
+use fjord_quorum::MetadataQuorum;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -202,5 +202,115 @@ fn answer_for(p: &alter_partition_response::PartitionData, asked: &LeaderAndIsr)
         | errors::UNKNOWN_TOPIC_ID
         | errors::UNKNOWN_TOPIC_OR_PARTITION => IsrAnswer::AwaitMetadata,
         _ => IsrAnswer::Refused,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replication::partition::tests::test_partition;
+    use fjord_common::TopicPartition;
+    use fjord_protocol::messages::alter_partition_response::{
+        AlterPartitionResponse, PartitionData as Answered, TopicData as AnsweredTopic,
+    };
+
+    fn leadership(isr: &[i32]) -> LeaderAndIsr {
+        LeaderAndIsr {
+            leader: 1,
+            leader_epoch: 4,
+            partition_epoch: 7,
+            replicas: vec![1, 2, 3],
+            isr: isr.to_vec(),
+        }
+    }
+
+    fn proposal(dir: &std::path::Path, index: i32, isr: &[i32]) -> Proposal {
+        let partition = test_partition(
+            dir,
+            TopicPartition::new("t", index),
+            false,
+            1,
+            leadership(&[1, 2, 3]),
+        );
+        (partition, leadership(isr))
+    }
+
+    #[test]
+    fn proposals_go_in_one_request_each_member_at_its_broker_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let proposed = vec![
+            proposal(dir.path(), 0, &[1, 2]),
+            proposal(dir.path(), 1, &[1]),
+        ];
+        let topics = alter_partition_topics(&proposed, 1, 42);
+        // Both partitions are of one topic (its id).
+        assert_eq!(topics.len(), 1);
+        let partitions = &topics[0].partitions;
+        assert_eq!(partitions.len(), 2);
+        assert_eq!(
+            (partitions[0].leader_epoch, partitions[0].partition_epoch),
+            (4, 7)
+        );
+        let members: Vec<(i32, i64)> = partitions[0]
+            .new_isr_with_epochs
+            .iter()
+            .map(|m| (m.broker_id, m.broker_epoch))
+            .collect();
+        // The leader at its own epoch; a follower it has not heard fetch at -1 (unknown).
+        assert_eq!(members, [(1, 42), (2, -1)]);
+    }
+
+    #[test]
+    fn each_answer_says_what_becomes_of_its_proposal() {
+        let dir = tempfile::tempdir().unwrap();
+        let proposed = vec![
+            proposal(dir.path(), 0, &[1, 2]),
+            proposal(dir.path(), 1, &[1]),
+            proposal(dir.path(), 2, &[1]),
+        ];
+        let topic_id = proposed[0].0.topic_id;
+        let answered = |partition_index, error_code, isr: Vec<i32>| Answered {
+            partition_index,
+            error_code,
+            leader_id: 1,
+            leader_epoch: 4,
+            partition_epoch: 8,
+            isr,
+            ..Default::default()
+        };
+        let response = AlterPartitionResponse {
+            error_code: errors::NONE,
+            topics: vec![AnsweredTopic {
+                topic_id,
+                partitions: vec![
+                    answered(0, errors::NONE, vec![1, 2]),
+                    answered(1, errors::FENCED_LEADER_EPOCH, vec![]),
+                ],
+            }],
+            ..Default::default()
+        };
+        let (answers, otherwise) =
+            answers_of(Ok(ResponseBody::AlterPartition(response)), &proposed);
+        match &answers[&(topic_id, 0)] {
+            IsrAnswer::Committed(now) => {
+                assert_eq!((now.isr.clone(), now.partition_epoch), (vec![1, 2], 8));
+                assert_eq!(now.replicas, vec![1, 2, 3], "the replicas asked under");
+            }
+            _ => panic!("a committed change"),
+        }
+        assert!(matches!(answers[&(topic_id, 1)], IsrAnswer::AwaitMetadata));
+        // Not answered for: unknown, asked again.
+        assert!(!answers.contains_key(&(topic_id, 2)));
+        assert!(matches!(otherwise, IsrAnswer::Unknown));
+        // A stale broker epoch refuses every proposal; no answer at all leaves them unknown.
+        let stale = AlterPartitionResponse {
+            error_code: errors::STALE_BROKER_EPOCH,
+            ..Default::default()
+        };
+        let (answers, otherwise) = answers_of(Ok(ResponseBody::AlterPartition(stale)), &proposed);
+        assert!(answers.is_empty() && matches!(otherwise, IsrAnswer::Refused));
+        let lost = Err(fjord_controller::ControllerError::NotController { leader: None });
+        let (answers, otherwise) = answers_of(lost, &proposed);
+        assert!(answers.is_empty() && matches!(otherwise, IsrAnswer::Unknown));
     }
 }

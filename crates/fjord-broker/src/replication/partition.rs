@@ -141,7 +141,8 @@ impl Partition {
         let (isr, replicas) = self.isr_and_replica_count();
         let min_isr = self
             .config()
-            .get_i64("min.insync.replicas")
+            .settings()
+            .min_insync_replicas
             .min(i64::try_from(replicas).unwrap_or(i64::MAX));
         (i64::try_from(isr.len()).unwrap_or(i64::MAX) < min_isr).then(|| {
             format!(
@@ -534,32 +535,27 @@ pub struct Appended {
 
 /// The storage settings a topic's config implies.
 pub fn log_config(config: &TopicConfig, durable: bool) -> LogConfig {
-    let positive = |name: &str| config.get_i64(name).max(0) as u64;
-    let optional = |name: &str| {
-        let v = config.get_i64(name);
-        (!durable && v != i64::MAX).then_some(v)
-    };
+    let s = config.settings();
+    let positive = |v: i64| v.max(0) as u64;
+    // Flushing by interval applies in page-cache mode only.
+    let interval = |v: i64| (!durable && v != i64::MAX).then_some(v);
     LogConfig {
-        segment_bytes: positive("segment.bytes"),
-        segment_ms: config.get_i64("segment.ms"),
-        segment_index_bytes: positive("segment.index.bytes"),
-        index_interval_bytes: positive("index.interval.bytes"),
-        retention_bytes: config.get_i64("retention.bytes"),
-        retention_ms: config.get_i64("retention.ms"),
-        flush_interval_messages: optional("flush.messages").map(|v| v.max(1) as u64),
-        flush_interval_ms: optional("flush.ms"),
-        file_delete_delay_ms: config.get_i64("file.delete.delay.ms"),
-        cleanup_policy_delete: config.cleanup_policy_delete(),
+        segment_bytes: positive(s.segment_bytes),
+        segment_ms: s.segment_ms,
+        segment_index_bytes: positive(s.segment_index_bytes),
+        index_interval_bytes: positive(s.index_interval_bytes),
+        retention_bytes: s.retention_bytes,
+        retention_ms: s.retention_ms,
+        flush_interval_messages: interval(s.flush_messages).map(|v| v.max(1) as u64),
+        flush_interval_ms: interval(s.flush_ms),
+        file_delete_delay_ms: s.file_delete_delay_ms,
+        cleanup_policy_delete: s.cleanup_policy.delete,
         compaction: CompactionConfig {
-            compact: config.compacted(),
-            min_cleanable_dirty_ratio: config
-                .get("min.cleanable.dirty.ratio")
-                .trim()
-                .parse()
-                .unwrap_or(0.5),
-            min_compaction_lag_ms: config.get_i64("min.compaction.lag.ms"),
-            max_compaction_lag_ms: config.get_i64("max.compaction.lag.ms"),
-            delete_retention_ms: config.get_i64("delete.retention.ms"),
+            compact: s.cleanup_policy.compact,
+            min_cleanable_dirty_ratio: s.min_cleanable_dirty_ratio,
+            min_compaction_lag_ms: s.min_compaction_lag_ms,
+            max_compaction_lag_ms: s.max_compaction_lag_ms,
+            delete_retention_ms: s.delete_retention_ms,
         },
     }
 }

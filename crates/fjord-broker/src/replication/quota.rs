@@ -19,10 +19,14 @@ use fjord_config::ReplicationConfig;
 
 use crate::replication::Partition;
 
-/// The topic config naming the replicas a leader throttles.
-pub const LEADER_THROTTLED_REPLICAS: &str = "leader.replication.throttled.replicas";
-/// The topic config naming the replicas a follower throttles.
-pub const FOLLOWER_THROTTLED_REPLICAS: &str = "follower.replication.throttled.replicas";
+/// Which side of replication a throttle bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// What a leader sends (`leader.replication.throttled.replicas`).
+    Leader,
+    /// What a follower fetches (`follower.replication.throttled.replicas`).
+    Follower,
+}
 
 /// Bytes per second over a sliding window of `samples` samples of `window_ms` each (Kafka's
 /// `SimpleRate`): the bytes of the samples kept, over the time since the oldest began (at least
@@ -135,14 +139,15 @@ impl ReplicationQuotas {
     }
 }
 
-/// Whether topic config `key` (`LEADER_THROTTLED_REPLICAS`, `FOLLOWER_THROTTLED_REPLICAS`) names
-/// `partition`'s replica on `broker`.
-pub fn throttles(partition: &Partition, key: &str, broker: BrokerId) -> bool {
+/// Whether the topic's throttled replicas of `side` name `partition`'s replica on `broker`.
+pub fn throttles(partition: &Partition, side: Side, broker: BrokerId) -> bool {
     let config = partition.config();
-    let value = config.get(key);
-    !value.is_empty()
-        && fjord_config::throttled_replicas(value)
-            .is_some_and(|replicas| replicas.names(partition.tp.partition, broker))
+    let settings = config.settings();
+    let replicas = match side {
+        Side::Leader => &settings.leader_replication_throttled_replicas,
+        Side::Follower => &settings.follower_replication_throttled_replicas,
+    };
+    replicas.names(partition.tp.partition, broker)
 }
 
 #[cfg(test)]

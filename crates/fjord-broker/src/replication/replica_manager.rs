@@ -19,7 +19,7 @@ use crate::replication::partition::{
     MAX_DECOMPRESSED_BATCH_BYTES,
 };
 use crate::replication::partition_state::{LeaderAndIsr, PartitionState};
-use fjord_config::{BrokerConfig, DynamicBrokerConfig, TopicConfig};
+use fjord_config::{BrokerConfig, DynamicBrokerConfig, TopicCompression, TopicConfig};
 
 /// The partitions an image gives this broker: config, topic id and leadership of each.
 type Wanted = HashMap<TopicPartition, (Arc<TopicConfig>, TopicId, LeaderAndIsr)>;
@@ -34,6 +34,18 @@ struct Placed {
     log: Arc<Mutex<Log>>,
     /// Hosted already, on this very log: updated in place.
     hosted: Option<Arc<Partition>>,
+}
+
+/// The codec a topic's `compression.type` recompresses to; None: the producer's is kept.
+fn topic_codec(compression: TopicCompression) -> Option<Compression> {
+    match compression {
+        TopicCompression::Producer => None,
+        TopicCompression::Uncompressed => Some(Compression::None),
+        TopicCompression::Gzip => Some(Compression::Gzip),
+        TopicCompression::Snappy => Some(Compression::Snappy),
+        TopicCompression::Lz4 => Some(Compression::Lz4),
+        TopicCompression::Zstd => Some(Compression::Zstd),
+    }
 }
 
 /// Whether `topic` is among those an image change touched (all: None).
@@ -136,7 +148,8 @@ impl ReplicaManager {
 
     /// The topic config and log config a topic gets from its overrides in the image.
     pub fn topic_config(&self, image: &MetadataImage, topic: &str) -> TopicConfig {
-        let dynamic = DynamicBrokerConfig::from_image(image, self.node_id);
+        let (node, default) = image.broker_config_layers(self.node_id);
+        let dynamic = DynamicBrokerConfig::new(node, default);
         self.topic_config_with(image, &dynamic, topic)
     }
 
@@ -247,7 +260,8 @@ impl ReplicaManager {
     fn wanted(&self, image: &MetadataImage, scope: Option<&HashSet<String>>) -> Wanted {
         let mut wanted = Wanted::new();
         // Read once: every topic's defaults layer the same broker configs.
-        let dynamic = DynamicBrokerConfig::from_image(image, self.node_id);
+        let (node, default) = image.broker_config_layers(self.node_id);
+        let dynamic = DynamicBrokerConfig::new(node, default);
         let topics: Vec<&Arc<fjord_metadata::TopicImage>> = match scope {
             None => image.topics().collect(),
             Some(names) => names.iter().filter_map(|n| image.topic(n)).collect(),
@@ -303,7 +317,7 @@ impl ReplicaManager {
         hosted_now: &HashMap<TopicPartition, Arc<Partition>>,
         now_ms: i64,
     ) -> Result<Placed, KafkaError> {
-        let durable = !(config.is_set("flush.messages") || config.is_set("flush.ms"));
+        let durable = !config.flushed_by_interval();
         let log_config = log_config(&config, durable);
         let mut existing = self.log_manager.get(&tp);
         let existing_id = existing.as_ref().and_then(|log| lock(log).topic_id());
@@ -490,25 +504,22 @@ impl ReplicaManager {
                 "a produce request may carry only one record batch per partition",
             ));
         }
-        let timestamp_type = if config.log_append_time() {
-            TimestampType::LogAppendTime
-        } else {
-            TimestampType::CreateTime
+        let settings = config.settings();
+        let timestamp_type = match settings.message_timestamp_type {
+            fjord_config::TimestampType::LogAppendTime => TimestampType::LogAppendTime,
+            fjord_config::TimestampType::CreateTime => TimestampType::CreateTime,
         };
         let validation = ValidationConfig {
-            max_batch_bytes: config.get_i64("max.message.bytes").max(0) as usize,
+            max_batch_bytes: settings.max_message_bytes.max(0) as usize,
             max_decompressed_bytes: MAX_DECOMPRESSED_BATCH_BYTES,
-            require_keys: config.compacted(),
+            require_keys: settings.cleanup_policy.compact,
             timestamp_type,
             now_ms,
-            timestamp_before_max_ms: config.get_i64("message.timestamp.before.max.ms"),
-            timestamp_after_max_ms: config.get_i64("message.timestamp.after.max.ms"),
+            timestamp_before_max_ms: settings.message_timestamp_before_max_ms,
+            timestamp_after_max_ms: settings.message_timestamp_after_max_ms,
             origin: fjord_records::AppendOrigin::Client,
         };
-        let target = match config.get("compression.type") {
-            "producer" => None,
-            name => Compression::from_config_name(name),
-        };
+        let target = topic_codec(settings.compression_type);
         let mut owned = Vec::with_capacity(batches.len());
         for batch in batches {
             let validated = fjord_records::validate_batch(&batch, &validation)
@@ -706,11 +717,11 @@ mod tests {
             Arc::ptr_eq(&a, &replicas.get("a", 0).unwrap()),
             "updated in place"
         );
-        assert_eq!(a.config().get_i64("retention.ms"), 1234);
+        assert_eq!(a.config().settings().retention_ms, 1234);
         // An older image arriving late (a racing applier) changes nothing.
         replicas.apply_image(&first, 0).unwrap();
         assert!(replicas.get("b", 1).is_some());
-        assert_eq!(a.config().get_i64("retention.ms"), 1234);
+        assert_eq!(a.config().settings().retention_ms, 1234);
         // A removed topic's partitions and logs go.
         records.push(MetadataRecord::RemoveTopic(
             fjord_metadata::RemoveTopicRecord {

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use fjord_common::now_ms;
 use fjord_config::{BrokerConfig, DynamicBrokerConfig};
-use fjord_controller::QuorumController;
-use fjord_metadata::MetadataQuorum;
+use fjord_quorum::{MetadataQuorum, QuorumController};
 use fjord_storage::log::LogConfig;
 use fjord_storage::log_manager::LogManager;
 use fjord_storage::LogCleaner;
@@ -65,7 +64,8 @@ pub(super) async fn start_broker(
     replicas
         .apply_image(&quorum.image(), now_ms())
         .map_err(startup)?;
-    let initial = DynamicBrokerConfig::from_image(&quorum.image(), config.node_id);
+    let (node, default) = quorum.image().broker_config_layers(config.node_id);
+    let initial = DynamicBrokerConfig::new(node, default);
     let storage = Storage::start(config, &replicas, &initial)?;
     let deadline_moved = Arc::new(Notify::new());
     let (groups, txns) = start_coordinators(config, &replicas, &storage.flusher, &deadline_moved)?;
@@ -276,7 +276,7 @@ impl Storage {
         let cleaner_logs = replicas.clone();
         let cleaner = Arc::new(
             LogCleaner::start(
-                BrokerConfig::cleaner_config(&merged).map_err(startup)?,
+                cleaner_config(&merged).map_err(startup)?,
                 &config.log_dirs,
                 Box::new(move || cleaner_logs.log_manager().logs_by_dir()),
             )
@@ -294,10 +294,7 @@ impl Storage {
         );
         let replication_quotas = Arc::new(ReplicationQuotas::new(
             &config.replication(),
-            (
-                BrokerConfig::bytes_per_second(&merged, "leader.replication.throttled.rate"),
-                BrokerConfig::bytes_per_second(&merged, "follower.replication.throttled.rate"),
-            ),
+            BrokerConfig::replication_throttled_rates(&merged),
         ));
         Ok(Storage {
             cleaner,
@@ -318,10 +315,9 @@ fn start_coordinators(
     flusher: &FlusherHandle,
     deadline_moved: &Arc<Notify>,
 ) -> Result<(Arc<GroupRuntime>, Arc<TxnRuntime>), BrokerError> {
-    let partitions = |key: &str| config.get(key).and_then(|v| v.parse().ok()).unwrap_or(50);
     let groups = Arc::new(GroupRuntime::new(
         coordinators::group_config(config),
-        partitions("offsets.topic.num.partitions"),
+        config.offsets_topic().num_partitions,
         replicas.clone(),
         flusher.clone(),
         deadline_moved.clone(),
@@ -334,7 +330,7 @@ fn start_coordinators(
     );
     let txns = Arc::new(TxnRuntime::new(
         coordinators::txn_config(config),
-        partitions("transaction.state.log.num.partitions"),
+        config.transaction_state_topic().num_partitions,
         replicas.clone(),
         flusher.clone(),
         deadline_moved.clone(),
@@ -365,7 +361,8 @@ fn follow_metadata(
                 tracing::error!(%error, "cannot apply a metadata change");
             }
             coordinators::follow_leadership(&broker);
-            let now = DynamicBrokerConfig::from_image(&image, config.node_id);
+            let (node, default) = image.broker_config_layers(config.node_id);
+            let now = DynamicBrokerConfig::new(node, default);
             if now != dynamic {
                 apply_dynamic_broker_config(&config, &dynamic, &now, &cleaner, &mover, &quotas)
                     .await;
@@ -511,14 +508,17 @@ async fn apply_dynamic_broker_config(
         tracing::info!(max_bytes_per_second = rate, "log dir mover reconfigured");
         mover.set_max_bytes_per_second(rate);
     }
-    for (key, quota) in [
-        ("leader.replication.throttled.rate", &quotas.leader),
-        ("follower.replication.throttled.rate", &quotas.follower),
+    let (old_rates, new_rates) = (
+        BrokerConfig::replication_throttled_rates(&old),
+        BrokerConfig::replication_throttled_rates(&new),
+    );
+    for (side, quota, before, after) in [
+        ("leader", &quotas.leader, old_rates.0, new_rates.0),
+        ("follower", &quotas.follower, old_rates.1, new_rates.1),
     ] {
-        let rate = BrokerConfig::bytes_per_second(&new, key);
-        if rate != BrokerConfig::bytes_per_second(&old, key) {
-            tracing::info!(key, bytes_per_second = rate, "replication throttle set");
-            quota.set_bound(rate);
+        if after != before {
+            tracing::info!(side, bytes_per_second = after, "replication throttle set");
+            quota.set_bound(after);
         }
     }
     for (key, value) in &new {
@@ -530,7 +530,7 @@ async fn apply_dynamic_broker_config(
             );
         }
     }
-    match BrokerConfig::cleaner_config(&new) {
+    match cleaner_config(&new) {
         Ok(wanted) if wanted != cleaner.config() => {
             tracing::info!(?wanted, "log cleaner reconfigured");
             let cleaner = cleaner.clone();
@@ -541,5 +541,67 @@ async fn apply_dynamic_broker_config(
         }
         Ok(_) => {}
         Err(error) => tracing::warn!(%error, "dynamic cleaner settings ignored"),
+    }
+}
+
+/// The log cleaner's settings in `merged` broker values, checked as at start, as fjord-storage's
+/// cleaner takes them (fjord-config does not depend on storage).
+fn cleaner_config(
+    merged: &std::collections::BTreeMap<String, String>,
+) -> Result<fjord_storage::CleanerConfig, fjord_config::ConfigError> {
+    BrokerConfig::cleaner_config(merged).map(storage_cleaner_config)
+}
+
+fn storage_cleaner_config(config: fjord_config::CleanerConfig) -> fjord_storage::CleanerConfig {
+    // Taken apart, so that a setting added to either side is a compile error here.
+    let fjord_config::CleanerConfig {
+        enable,
+        threads,
+        dedupe_buffer_size,
+        dedupe_buffer_load_factor,
+        io_buffer_size,
+        io_max_bytes_per_second,
+        backoff_ms,
+    } = config;
+    fjord_storage::CleanerConfig {
+        enable,
+        threads,
+        dedupe_buffer_size,
+        dedupe_buffer_load_factor,
+        io_buffer_size,
+        io_max_bytes_per_second,
+        backoff_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cleaner_gets_the_configured_settings() {
+        // fjord-config checks log.cleaner.dedupe.buffer.size by the key map's real entry size.
+        assert_eq!(
+            fjord_config::CLEANER_BYTES_PER_KEY,
+            fjord_storage::cleaner::offset_map::BYTES_PER_ENTRY
+        );
+        // Kafka's defaults on both sides.
+        let (defaults, _) = BrokerConfig::from_properties(&Default::default()).unwrap();
+        assert_eq!(
+            storage_cleaner_config(defaults.cleaner),
+            fjord_storage::CleanerConfig::default()
+        );
+        let merged = [
+            ("log.cleaner.threads", "3"),
+            ("log.cleaner.backoff.ms", "7"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+        let cleaner = cleaner_config(&merged).unwrap();
+        assert_eq!((cleaner.threads, cleaner.backoff_ms), (3, 7));
+        let tiny = [("log.cleaner.dedupe.buffer.size", "24")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
+        assert!(cleaner_config(&tiny).is_err());
     }
 }

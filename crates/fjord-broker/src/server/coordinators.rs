@@ -53,89 +53,36 @@ pub(crate) fn follow_leadership(broker: &Arc<Broker>) {
     }
 }
 
-/// The transaction coordinator's settings from the broker config (Kafka's names and defaults).
+/// The transaction coordinator's settings from the broker config.
 pub(super) fn txn_config(config: &BrokerConfig) -> fjord_txn::TxnConfig {
-    let mut txn = fjord_txn::TxnConfig::default();
-    if let Some(v) = config
-        .get("transaction.max.timeout.ms")
-        .and_then(|v| v.trim().parse().ok())
-    {
-        txn.max_timeout_ms = v;
+    let settings = config.txn_coordinator();
+    fjord_txn::TxnConfig {
+        max_timeout_ms: settings.max_timeout_ms,
+        transactional_id_expiration_ms: i64::from(settings.transactional_id_expiration_ms),
+        // The coordinator's own aborts follow the version clients are told is finalized.
+        transaction_version: finalized_level("transaction.version"),
     }
-    if let Some(v) = config
-        .get("transactional.id.expiration.ms")
-        .and_then(|v| v.trim().parse().ok())
-    {
-        txn.transactional_id_expiration_ms = v;
-    }
-    // The coordinator's own aborts follow the version clients are told is finalized.
-    txn.transaction_version = finalized_level("transaction.version");
-    txn
 }
 
-/// The group coordinator's settings from the broker config (Kafka's names and defaults).
+/// The group coordinator's settings from the broker config.
 pub(super) fn group_config(config: &BrokerConfig) -> fjord_group::GroupConfig {
-    let mut group = fjord_group::GroupConfig::default();
-    let int = |key: &str, default: i32| {
-        config
-            .get(key)
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(default)
-    };
-    group.group_min_session_timeout_ms = int(
-        "group.min.session.timeout.ms",
-        group.group_min_session_timeout_ms,
-    );
-    group.group_max_session_timeout_ms = int(
-        "group.max.session.timeout.ms",
-        group.group_max_session_timeout_ms,
-    );
-    group.group_initial_rebalance_delay_ms = int(
-        "group.initial.rebalance.delay.ms",
-        group.group_initial_rebalance_delay_ms,
-    );
-    group.group_max_size = int("group.max.size", group.group_max_size);
-    group.offsets_retention_minutes =
-        int("offsets.retention.minutes", group.offsets_retention_minutes);
-    group.offsets_retention_check_interval_ms = config
-        .get("offsets.retention.check.interval.ms")
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(group.offsets_retention_check_interval_ms);
-    group.offset_metadata_max_bytes =
-        int("offset.metadata.max.bytes", group.offset_metadata_max_bytes);
-    group.offsets_commit_timeout_ms =
-        int("offsets.commit.timeout.ms", group.offsets_commit_timeout_ms);
-    group.group_consumer_session_timeout_ms = int(
-        "group.consumer.session.timeout.ms",
-        group.group_consumer_session_timeout_ms,
-    );
-    group.group_consumer_min_session_timeout_ms = int(
-        "group.consumer.min.session.timeout.ms",
-        group.group_consumer_min_session_timeout_ms,
-    );
-    group.group_consumer_max_session_timeout_ms = int(
-        "group.consumer.max.session.timeout.ms",
-        group.group_consumer_max_session_timeout_ms,
-    );
-    group.group_consumer_heartbeat_interval_ms = int(
-        "group.consumer.heartbeat.interval.ms",
-        group.group_consumer_heartbeat_interval_ms,
-    );
-    group.group_consumer_min_heartbeat_interval_ms = int(
-        "group.consumer.min.heartbeat.interval.ms",
-        group.group_consumer_min_heartbeat_interval_ms,
-    );
-    group.group_consumer_max_heartbeat_interval_ms = int(
-        "group.consumer.max.heartbeat.interval.ms",
-        group.group_consumer_max_heartbeat_interval_ms,
-    );
-    group.group_consumer_max_size = int("group.consumer.max.size", group.group_consumer_max_size);
-    if let Some(assignors) = config.get("group.consumer.assignors") {
-        group.group_consumer_assignors = assignors
-            .split(',')
-            .map(|a| a.trim().to_string())
-            .filter(|a| !a.is_empty())
-            .collect();
+    let g = config.group_coordinator();
+    fjord_group::GroupConfig {
+        group_min_session_timeout_ms: g.min_session_timeout_ms,
+        group_max_session_timeout_ms: g.max_session_timeout_ms,
+        group_initial_rebalance_delay_ms: g.initial_rebalance_delay_ms,
+        group_max_size: g.max_size,
+        offsets_retention_minutes: g.offsets_retention_minutes,
+        offsets_retention_check_interval_ms: g.offsets_retention_check_interval_ms,
+        offset_metadata_max_bytes: g.offset_metadata_max_bytes,
+        offsets_commit_timeout_ms: g.offsets_commit_timeout_ms,
+        group_consumer_session_timeout_ms: g.consumer_session_timeout_ms,
+        group_consumer_min_session_timeout_ms: g.consumer_min_session_timeout_ms,
+        group_consumer_max_session_timeout_ms: g.consumer_max_session_timeout_ms,
+        group_consumer_heartbeat_interval_ms: g.consumer_heartbeat_interval_ms,
+        group_consumer_min_heartbeat_interval_ms: g.consumer_min_heartbeat_interval_ms,
+        group_consumer_max_heartbeat_interval_ms: g.consumer_max_heartbeat_interval_ms,
+        group_consumer_max_size: g.consumer_max_size,
+        group_consumer_assignors: g.consumer_assignors,
     }
-    group
 }

@@ -17,7 +17,7 @@ use fjord_client::{ClientConfig, Connection};
 use fjord_common::{errors, Uuid};
 use fjord_config::BrokerConfig;
 use fjord_controller::{ControllerApi, ControllerRequest};
-use fjord_metadata::{DynamicQuorum, MetadataQuorum, QuorumNode};
+use fjord_metadata::QuorumNode;
 use fjord_protocol::messages::add_raft_voter_request::{
     AddRaftVoterRequest, Listener as VoterListener,
 };
@@ -26,6 +26,7 @@ use fjord_protocol::messages::controller_registration_request::{
 };
 use fjord_protocol::messages::describe_cluster_request::DescribeClusterRequest;
 use fjord_protocol::{RequestBody, ResponseBody};
+use fjord_quorum::{DynamicQuorum, MetadataQuorum};
 use tokio::sync::watch;
 
 use crate::link::controller::ControllerLink;

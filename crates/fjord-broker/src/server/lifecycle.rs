@@ -9,12 +9,12 @@ use std::time::Duration;
 use fjord_common::errors;
 use fjord_config::BrokerConfig;
 use fjord_controller::{ControllerApi, ControllerRequest};
-use fjord_metadata::MetadataQuorum;
 use fjord_protocol::messages::broker_heartbeat_request::BrokerHeartbeatRequest;
 use fjord_protocol::messages::broker_registration_request::{
     BrokerRegistrationRequest, Listener as RegistrationListener,
 };
 use fjord_protocol::messages::ResponseBody;
+use fjord_quorum::MetadataQuorum;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

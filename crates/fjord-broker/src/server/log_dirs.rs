@@ -11,7 +11,7 @@ use crate::server::{startup, BrokerError};
 /// The cluster id this node already has: `cluster.id` if set, else the one in any of its log
 /// dirs' `meta.properties`.
 pub(super) fn known_cluster_id(config: &BrokerConfig) -> Result<Option<String>, BrokerError> {
-    if let Some(id) = config.explicit.get("cluster.id") {
+    if let Some(id) = config.explicit_cluster_id() {
         return Ok(Some(id.clone()));
     }
     for dir in config.log_dirs.iter().chain([&config.metadata_log_dir]) {
@@ -33,7 +33,7 @@ pub(super) fn check_log_dirs(
     if !dirs.contains(&config.metadata_log_dir) {
         dirs.push(config.metadata_log_dir.clone());
     }
-    let mut cluster_id: Option<String> = config.explicit.get("cluster.id").cloned();
+    let mut cluster_id: Option<String> = config.explicit_cluster_id().cloned();
     let mut missing = Vec::new();
     for dir in &dirs {
         std::fs::create_dir_all(dir)

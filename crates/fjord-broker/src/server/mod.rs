@@ -14,8 +14,8 @@ mod log_dirs;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fjord_controller::{Controller, QuorumController};
-use fjord_metadata::{MetadataQuorum, QuorumConfig, QuorumPeers};
+use fjord_controller::Controller;
+use fjord_quorum::{MetadataQuorum, QuorumConfig, QuorumController, QuorumPeers};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 

@@ -7,6 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use fjord_metadata::{
+    MetadataImage, MetadataRecord, QuorumMember, QuorumNode, QuorumStatus, ReplicaStatus,
+};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, Config, Raft, ServerState, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
@@ -16,12 +19,10 @@ use tokio::time::Instant;
 use crate::error::MetadataError;
 use crate::follower_times::FollowerTimes;
 use crate::frame;
-use crate::image::MetadataImage;
 use crate::log_store::LogStore;
 use crate::network::{self, RaftReply, RaftRequest, TcpNetwork};
-use crate::record::MetadataRecord;
 use crate::state_machine::StateMachine;
-use crate::types::{Proposal, QuorumNode, TypeConfig};
+use crate::types::{Proposal, TypeConfig};
 
 #[cfg(test)]
 mod tests;
@@ -67,45 +68,6 @@ impl QuorumPeers {
     fn is_alone(&self) -> bool {
         self.voters.is_empty() && self.dynamic.is_none()
     }
-}
-
-/// A member of the quorum as its membership entries record it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QuorumMember {
-    pub node_id: u64,
-    pub node: QuorumNode,
-    /// A voter; otherwise a learner (an observer in Kafka's words).
-    pub voter: bool,
-}
-
-/// The quorum as this node sees it, for DescribeQuorum.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QuorumStatus {
-    pub leader: Option<u64>,
-    /// The raft term: the quorum's leader epoch.
-    pub term: u64,
-    /// Offset below which every entry is committed and applied here (exclusive, as Kafka's).
-    pub high_watermark: u64,
-    pub voters: Vec<ReplicaStatus>,
-    /// Nodes that follow the log without voting (brokers).
-    pub learners: Vec<ReplicaStatus>,
-}
-
-/// One member of the quorum.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReplicaStatus {
-    pub node_id: u64,
-    /// Where its raft RPCs go (its controller listener for a controller), and the directory id
-    /// it was added with (None for a static quorum's voters, as Kafka's are).
-    pub node: QuorumNode,
-    /// Its log end offset (exclusive) as the leader last saw it; None when unknown (the leader
-    /// has not heard from it, or this node does not lead).
-    pub log_end_offset: Option<u64>,
-    /// When it last answered the leader (ms since the epoch; the leader itself: now); None
-    /// when unknown.
-    pub last_fetch_ms: Option<i64>,
-    /// When it last held every entry the leader had (ms since the epoch); None when unknown.
-    pub last_caught_up_ms: Option<i64>,
 }
 
 /// Tuning of a [`MetadataQuorum`]; [`QuorumConfig::default`] suits a broker.

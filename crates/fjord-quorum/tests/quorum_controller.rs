@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use fjord_common::{errors, Uuid};
 use fjord_config::BrokerConfig;
-use fjord_controller::{Controller, ControllerApi, ControllerRequest, QuorumController};
-use fjord_metadata::MetadataQuorum;
+use fjord_controller::{Controller, ControllerApi, ControllerRequest};
 use fjord_protocol::messages::broker_heartbeat_request::BrokerHeartbeatRequest;
 use fjord_protocol::messages::broker_registration_request::BrokerRegistrationRequest;
 use fjord_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
 use fjord_protocol::ResponseBody;
+use fjord_quorum::{MetadataQuorum, QuorumController};
 
 async fn start(
     dir: &std::path::Path,

@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::image::ImageError;
+use fjord_metadata::ImageError;
 
 /// Why a metadata quorum operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -8,10 +8,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use fjord_common::Uuid;
-use fjord_metadata::{
-    DynamicQuorum, MetadataError, MetadataQuorum, MetadataRecord, QuorumConfig, QuorumNode,
-    QuorumPeers, TopicRecord,
-};
+use fjord_metadata::{MetadataRecord, QuorumNode, TopicRecord};
+use fjord_quorum::{DynamicQuorum, MetadataError, MetadataQuorum, QuorumConfig, QuorumPeers};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use fjord_metadata::{MetadataDelta, MetadataImage, MetadataRecord};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{AnyError, EntryPayload, RaftSnapshotBuilder, StorageIOError};
 use serde::{Deserialize, Serialize};
@@ -22,8 +23,6 @@ use tokio::sync::watch;
 
 use crate::error::MetadataError;
 use crate::frame;
-use crate::image::{MetadataDelta, MetadataImage};
-use crate::record::MetadataRecord;
 use crate::types::{
     ApplyResult, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };

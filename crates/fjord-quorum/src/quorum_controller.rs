@@ -3,54 +3,28 @@
 //! two decisions are ever made on the same image (two creations of one topic cannot both pass).
 //! Only the quorum's leader decides; on any other node every request is refused with
 //! NOT_CONTROLLER, which tells the sender to go to the active controller.
+//!
+//! The decisions are `fjord-controller`'s, sans-IO; this is their shell: the queue, the timers
+//! and the commits through the [`MetadataQuorum`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use fjord_common::{errors, TopicId, Uuid};
-use fjord_metadata::{MetadataError, MetadataQuorum, QuorumNode};
+use fjord_config::BrokerConfig;
+use fjord_controller::voters::{self, VoterChange};
+use fjord_controller::{
+    error_response, Controller, ControllerApi, ControllerError, ControllerRequest,
+};
+use fjord_metadata::QuorumNode;
 use fjord_protocol::messages::ResponseBody;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::apis::{error_response, Controller, ControllerApi, ControllerRequest};
+use crate::{MetadataError, MetadataQuorum};
 
 /// Requests waiting for the controller beyond this many make their senders wait.
 const QUEUE_DEPTH: usize = 256;
-
-/// Why the controller did not answer a request itself.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ControllerError {
-    #[error("this node is not the active controller (the quorum's leader is {leader:?})")]
-    NotController { leader: Option<u64> },
-    #[error("the metadata change was not committed within {0:?}")]
-    Timeout(Duration),
-    #[error("the metadata quorum failed: {0}")]
-    Quorum(String),
-    #[error("the controller has stopped")]
-    Stopped,
-    #[error("the request's timeout passed before the controller could decide it")]
-    Expired,
-}
-
-impl ControllerError {
-    /// The Kafka error a client is answered with; every one is retriable (the client retries and
-    /// finds the new controller, or the quorum back).
-    pub fn error_code(&self) -> i16 {
-        match self {
-            ControllerError::NotController { .. } | ControllerError::Stopped => {
-                errors::NOT_CONTROLLER
-            }
-            ControllerError::Timeout(_) | ControllerError::Expired => errors::REQUEST_TIMED_OUT,
-            ControllerError::Quorum(_) => errors::UNKNOWN_SERVER_ERROR,
-        }
-    }
-
-    /// The whole request answered with this error.
-    pub fn response_to(&self, request: &ControllerRequest) -> ResponseBody {
-        error_response(&request.api, self.error_code(), &self.to_string())
-    }
-}
 
 type Reply = oneshot::Sender<Result<ResponseBody, ControllerError>>;
 
@@ -120,7 +94,7 @@ impl Shell {
     fn new(controller: Controller, quorum: Arc<MetadataQuorum>, commit_timeout: Duration) -> Self {
         let setting = |key: &str, default: u64| {
             controller
-                .config
+                .config()
                 .get(key)
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .unwrap_or(default)
@@ -130,7 +104,7 @@ impl Shell {
             Duration::from_millis(setting("unclean.leader.election.interval.ms", 300_000));
         // `auto.leader.rebalance.enable`: the balance runs every check interval; off, never.
         let balance_interval = controller
-            .config
+            .config()
             .get("auto.leader.rebalance.enable")
             .is_none_or(|v| v.trim().eq_ignore_ascii_case("true"))
             .then(|| Duration::from_secs(setting("leader.imbalance.check.interval.seconds", 300)));
@@ -161,7 +135,7 @@ impl Shell {
             tokio::select! {
                 event = queue.recv() => {
                     let Some((request, reply)) = event else { break };
-                    if crate::voters::is_voter_change(&request.api) {
+                    if voters::is_voter_change(&request.api) {
                         self.spawn_voter_change(request, reply);
                         continue;
                     }
@@ -207,16 +181,15 @@ impl Shell {
     fn spawn_voter_change(&self, request: ControllerRequest, reply: Reply) {
         let (quorum, config, cluster_id) = (
             self.quorum.clone(),
-            self.controller.config.clone(),
-            self.controller.cluster_id.clone(),
+            self.controller.config().clone(),
+            self.controller.cluster_id().to_string(),
         );
         let timeout = request
             .api
             .timeout_ms()
             .map_or(self.commit_timeout, |ms| Duration::from_millis(ms as u64));
         tokio::spawn(async move {
-            let result =
-                crate::voters::apply(&quorum, &config, &cluster_id, &request.api, timeout).await;
+            let result = change_voters(&quorum, &config, &cluster_id, &request.api, timeout).await;
             let _ = reply.send(result);
         });
     }
@@ -375,6 +348,50 @@ impl Shell {
             Ok(Err(e)) => Err(ControllerError::Quorum(e.to_string())),
             Err(_) => Err(ControllerError::Timeout(self.commit_timeout)),
         }
+    }
+}
+
+/// Checks `api` and carries it out on `quorum` (this node must lead it); answers the request.
+/// `timeout` bounds an addition or removal (a new voter that cannot catch up).
+async fn change_voters(
+    quorum: &MetadataQuorum,
+    config: &BrokerConfig,
+    cluster_id: &str,
+    api: &ControllerApi,
+    timeout: Duration,
+) -> Result<ResponseBody, ControllerError> {
+    if quorum.leader_term().is_none() {
+        return Err(ControllerError::NotController {
+            leader: quorum.leader(),
+        });
+    }
+    let change = match voters::voter_change(config, cluster_id, api, &quorum.members()) {
+        Ok(change) => change,
+        Err((code, message)) => return Ok(error_response(api, code, &message)),
+    };
+    let outcome = match change {
+        VoterChange::Add { id, node } => {
+            tracing::info!(voter = id, addr = %node.addr, "adding a voter to the metadata quorum");
+            quorum.add_voter(id, node, timeout).await
+        }
+        VoterChange::Remove { id } => {
+            tracing::info!(voter = id, "removing a voter from the metadata quorum");
+            quorum.remove_voter(id, timeout).await
+        }
+        VoterChange::Learner { id, node } => quorum.add_learner(id, node).await,
+        VoterChange::Nothing => Ok(()),
+    };
+    match outcome {
+        Ok(()) => Ok(voters::voter_change_answer(api, errors::NONE, None)),
+        Err(MetadataError::NotLeader { leader }) => Err(ControllerError::NotController { leader }),
+        Err(e @ (MetadataError::MembershipChange(_) | MetadataError::Timeout { .. })) => Ok(
+            error_response(api, errors::REQUEST_TIMED_OUT, &e.to_string()),
+        ),
+        Err(e) => Ok(error_response(
+            api,
+            errors::UNKNOWN_SERVER_ERROR,
+            &e.to_string(),
+        )),
     }
 }
 

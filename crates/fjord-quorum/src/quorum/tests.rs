@@ -4,13 +4,13 @@
 use std::path::Path;
 use std::time::Duration;
 
+use fjord_metadata::record::*;
+use fjord_metadata::ImageError;
 use openraft::LogIdOptionExt;
 
 use super::*;
 use crate::frame::Frames;
-use crate::image::ImageError;
 use crate::log_store::LOG_FILE;
-use crate::record::*;
 
 const CLUSTER: &str = "test-cluster";
 
@@ -33,14 +33,14 @@ async fn start(dir: &Path) -> MetadataQuorum {
 fn topic(name: &str, id: u8) -> MetadataRecord {
     MetadataRecord::Topic(TopicRecord {
         name: name.into(),
-        topic_id: crate::Uuid([id; 16]),
+        topic_id: fjord_metadata::Uuid([id; 16]),
     })
 }
 
 fn partition(id: u8, partition_id: i32) -> MetadataRecord {
     MetadataRecord::Partition(PartitionRecord {
         partition_id,
-        topic_id: crate::Uuid([id; 16]),
+        topic_id: fjord_metadata::Uuid([id; 16]),
         replicas: vec![1],
         isr: vec![1],
         leader: 1,
@@ -77,7 +77,7 @@ async fn propose_then_restart_gives_the_same_image() {
             }),
             MetadataRecord::RegisterBroker(RegisterBrokerRecord {
                 broker_id: 1,
-                incarnation_id: crate::Uuid([9; 16]),
+                incarnation_id: fjord_metadata::Uuid([9; 16]),
                 broker_epoch: first as i64,
                 endpoints: vec![BrokerEndpoint {
                     name: "PLAINTEXT".into(),
@@ -96,7 +96,7 @@ async fn propose_then_restart_gives_the_same_image() {
             }),
             MetadataRecord::PartitionChange(PartitionChangeRecord {
                 partition_id: 1,
-                topic_id: crate::Uuid([1; 16]),
+                topic_id: fjord_metadata::Uuid([1; 16]),
                 isr: None,
                 leader: Some(1),
                 replicas: None,

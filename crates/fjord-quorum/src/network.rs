@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use fjord_metadata::QuorumNode;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -20,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::follower_times::FollowerTimes;
-use crate::types::{QuorumNode, TypeConfig};
+use crate::types::TypeConfig;
 
 /// The API key raft RPCs travel under: outside the range Kafka assigns, so no Kafka client or
 /// tool ever sends it by accident.

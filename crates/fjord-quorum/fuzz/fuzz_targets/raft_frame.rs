@@ -2,7 +2,7 @@
 //! inputs get a well-formed header, so the fuzzer reaches the RPC decoder behind it.
 #![no_main]
 
-use fjord_metadata::{check_raft_frame, RAFT_API_KEY};
+use fjord_quorum::{check_raft_frame, RAFT_API_KEY};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
