@@ -1241,6 +1241,178 @@ pub struct ClusterConfig {
     pub metadata_max_retention_bytes: i64,
 }
 
+/// A node's roles and id, as the quorum checks read them.
+struct Roles {
+    broker: bool,
+    controller: bool,
+    node_id: i32,
+}
+
+/// `controller.quorum.voters`: `id@host:port` entries, each id once.
+fn parse_voters(value: &str) -> Result<Vec<Voter>, ConfigError> {
+    let mut voters: Vec<Voter> = Vec::new();
+    for item in split_list(value) {
+        let bad = |why: &str| {
+            invalid(
+                "controller.quorum.voters",
+                value,
+                format!("{item:?} {why}; expected id@host:port"),
+            )
+        };
+        let (id, address) = item.split_once('@').ok_or_else(|| bad("has no '@'"))?;
+        let id: i32 = id.trim().parse().map_err(|_| bad("has no valid node id"))?;
+        let (host, port) = address.rsplit_once(':').ok_or_else(|| bad("has no port"))?;
+        let port: u16 = port.parse().map_err(|_| bad("has an invalid port"))?;
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        if id < 0 || host.is_empty() {
+            return Err(bad("is incomplete"));
+        }
+        if voters.iter().any(|v| v.id == id) {
+            return Err(invalid(
+                "controller.quorum.voters",
+                value,
+                format!("node id {id} appears twice"),
+            ));
+        }
+        voters.push(Voter { id, host, port });
+    }
+    Ok(voters)
+}
+
+/// `controller.quorum.bootstrap.servers`: `host:port` entries.
+fn parse_bootstrap_servers(value: &str) -> Result<Vec<String>, ConfigError> {
+    let mut servers = Vec::new();
+    for item in split_list(value) {
+        let bad = |why: &str| {
+            invalid(
+                "controller.quorum.bootstrap.servers",
+                value,
+                format!("{item:?} {why}; expected host:port"),
+            )
+        };
+        let (host, port) = item.rsplit_once(':').ok_or_else(|| bad("has no port"))?;
+        let port: u16 = port.parse().map_err(|_| bad("has an invalid port"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() || port == 0 {
+            return Err(bad("is incomplete"));
+        }
+        servers.push(fjord_common::host_port(host, port));
+    }
+    Ok(servers)
+}
+
+/// The quorum's keys against the node's roles, as Kafka checks them at start: a quorum named
+/// needs controller listeners; a controller is a voter of a static quorum and listens on a
+/// controller listener; a node without the role is neither; a node with one role needs a
+/// quorum named.
+fn check_quorum_roles(
+    roles: &Roles,
+    voters: &[Voter],
+    bootstrap_servers: &[String],
+    listeners: &[Listener],
+    controller_listener_names: &[String],
+    get: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    let Roles {
+        broker,
+        controller,
+        node_id,
+    } = *roles;
+    let names_value = get("controller.listener.names");
+    let is_controller_listener = |l: &Listener| controller_listener_names.contains(&l.name);
+    if voters.is_empty() && bootstrap_servers.is_empty() {
+        if !(broker && controller) {
+            return Err(invalid(
+                "controller.quorum.voters",
+                &get("controller.quorum.voters"),
+                "a node with only one role needs the controller quorum named (controller.quorum.voters or controller.quorum.bootstrap.servers)",
+            ));
+        }
+        return Ok(());
+    }
+    if controller_listener_names.is_empty() {
+        return Err(invalid(
+            "controller.listener.names",
+            &names_value,
+            "must be set when controller.quorum.voters or controller.quorum.bootstrap.servers is",
+        ));
+    }
+    if controller && !voters.is_empty() && !voters.iter().any(|v| v.id == node_id) {
+        return Err(invalid(
+            "controller.quorum.voters",
+            &get("controller.quorum.voters"),
+            format!("this node has the controller role, so its node.id {node_id} must be one of the voters"),
+        ));
+    }
+    if !controller && voters.iter().any(|v| v.id == node_id) {
+        return Err(invalid(
+            "process.roles",
+            &get("process.roles"),
+            format!("node {node_id} is a voter in controller.quorum.voters, so it must have the controller role"),
+        ));
+    }
+    if controller && !listeners.iter().any(is_controller_listener) {
+        return Err(invalid(
+            "listeners",
+            &get("listeners"),
+            format!("a controller must listen on one of controller.listener.names ({names_value})"),
+        ));
+    }
+    if !controller && listeners.iter().any(is_controller_listener) {
+        return Err(invalid(
+            "listeners",
+            &get("listeners"),
+            format!("controller.listener.names ({names_value}) must not appear in listeners on a node without the controller role"),
+        ));
+    }
+    Ok(())
+}
+
+/// `inter.broker.listener.name`: a broker's must name a listener other than the controller
+/// listeners (unset: the first such). A controller without the broker role still names the
+/// listener brokers are reached on (it tells each learner's address from it): as set, else
+/// Kafka's PLAINTEXT.
+fn inter_broker_listener(
+    broker: bool,
+    listeners: &[Listener],
+    is_controller_listener: &dyn Fn(&Listener) -> bool,
+    get: &dyn Fn(&str) -> String,
+) -> Result<String, ConfigError> {
+    let inter_value = get("inter.broker.listener.name");
+    if !broker {
+        return Ok(if inter_value.is_empty() {
+            "PLAINTEXT".to_string()
+        } else {
+            inter_value
+        });
+    }
+    let name = if inter_value.is_empty() {
+        listeners
+            .iter()
+            .find(|l| !is_controller_listener(l))
+            .map(|l| l.name.clone())
+    } else {
+        Some(inter_value.clone())
+    };
+    match name {
+        Some(n)
+            if listeners
+                .iter()
+                .any(|l| l.name == n && !is_controller_listener(l)) =>
+        {
+            Ok(n)
+        }
+        _ => Err(invalid(
+            "inter.broker.listener.name",
+            &inter_value,
+            "a broker needs a listener other than the controller listeners, and this must name one",
+        )),
+    }
+}
+
 impl ClusterConfig {
     /// Checks the KRaft keys together, as Kafka does at start.
     fn from_properties(
@@ -1258,57 +1430,13 @@ impl ClusterConfig {
             ));
         }
         let (broker, controller) = (roles.contains(&"broker"), roles.contains(&"controller"));
-        let voters_value = get("controller.quorum.voters");
-        let mut voters: Vec<Voter> = Vec::new();
-        for item in split_list(&voters_value) {
-            let bad = |why: &str| {
-                invalid(
-                    "controller.quorum.voters",
-                    &voters_value,
-                    format!("{item:?} {why}; expected id@host:port"),
-                )
-            };
-            let (id, address) = item.split_once('@').ok_or_else(|| bad("has no '@'"))?;
-            let id: i32 = id.trim().parse().map_err(|_| bad("has no valid node id"))?;
-            let (host, port) = address.rsplit_once(':').ok_or_else(|| bad("has no port"))?;
-            let port: u16 = port.parse().map_err(|_| bad("has an invalid port"))?;
-            let host = host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string();
-            if id < 0 || host.is_empty() {
-                return Err(bad("is incomplete"));
-            }
-            if voters.iter().any(|v| v.id == id) {
-                return Err(invalid(
-                    "controller.quorum.voters",
-                    &voters_value,
-                    format!("node id {id} appears twice"),
-                ));
-            }
-            voters.push(Voter { id, host, port });
-        }
+        let voters = parse_voters(&get("controller.quorum.voters"))?;
         // A static quorum wins over a dynamic one when both are named, as in Kafka.
-        let bootstrap_value = get("controller.quorum.bootstrap.servers");
-        let mut bootstrap_servers: Vec<String> = Vec::new();
-        if voters.is_empty() {
-            for item in split_list(&bootstrap_value) {
-                let bad = |why: &str| {
-                    invalid(
-                        "controller.quorum.bootstrap.servers",
-                        &bootstrap_value,
-                        format!("{item:?} {why}; expected host:port"),
-                    )
-                };
-                let (host, port) = item.rsplit_once(':').ok_or_else(|| bad("has no port"))?;
-                let port: u16 = port.parse().map_err(|_| bad("has an invalid port"))?;
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                if host.is_empty() || port == 0 {
-                    return Err(bad("is incomplete"));
-                }
-                bootstrap_servers.push(fjord_common::host_port(host, port));
-            }
-        }
+        let bootstrap_servers = if voters.is_empty() {
+            parse_bootstrap_servers(&get("controller.quorum.bootstrap.servers"))?
+        } else {
+            Vec::new()
+        };
         let auto_join_value = get("controller.quorum.auto.join.enable");
         let quorum_auto_join = auto_join_value.trim().eq_ignore_ascii_case("true");
         if quorum_auto_join && !controller {
@@ -1318,84 +1446,26 @@ impl ClusterConfig {
                 "is only supported when process.roles contains the controller role",
             ));
         }
-        let names_value = get("controller.listener.names");
-        let controller_listener_names: Vec<String> = split_list(&names_value)
+        let controller_listener_names: Vec<String> = split_list(&get("controller.listener.names"))
             .into_iter()
             .map(str::to_string)
             .collect();
-        let is_controller_listener = |l: &Listener| controller_listener_names.contains(&l.name);
-        if !voters.is_empty() || !bootstrap_servers.is_empty() {
-            if controller_listener_names.is_empty() {
-                return Err(invalid(
-                    "controller.listener.names",
-                    &names_value,
-                    "must be set when controller.quorum.voters or controller.quorum.bootstrap.servers is",
-                ));
-            }
-            if controller && !voters.is_empty() && !voters.iter().any(|v| v.id == node_id) {
-                return Err(invalid(
-                    "controller.quorum.voters",
-                    &voters_value,
-                    format!("this node has the controller role, so its node.id {node_id} must be one of the voters"),
-                ));
-            }
-            if !controller && voters.iter().any(|v| v.id == node_id) {
-                return Err(invalid(
-                    "process.roles",
-                    &roles_value,
-                    format!("node {node_id} is a voter in controller.quorum.voters, so it must have the controller role"),
-                ));
-            }
-            if controller && !listeners.iter().any(is_controller_listener) {
-                return Err(invalid(
-                    "listeners",
-                    &get("listeners"),
-                    format!("a controller must listen on one of controller.listener.names ({names_value})"),
-                ));
-            }
-            if !controller && listeners.iter().any(is_controller_listener) {
-                return Err(invalid(
-                    "listeners",
-                    &get("listeners"),
-                    format!("controller.listener.names ({names_value}) must not appear in listeners on a node without the controller role"),
-                ));
-            }
-        } else if !(broker && controller) {
-            return Err(invalid(
-                "controller.quorum.voters",
-                &voters_value,
-                "a node with only one role needs the controller quorum named (controller.quorum.voters or controller.quorum.bootstrap.servers)",
-            ));
-        }
-        let inter_value = get("inter.broker.listener.name");
-        // A controller without the broker role still names the listener brokers are reached on
-        // (it tells each learner's address from it): as set, else Kafka's PLAINTEXT.
-        let inter_broker_listener_name = if !broker {
-            if inter_value.is_empty() {
-                "PLAINTEXT".to_string()
-            } else {
-                inter_value
-            }
-        } else {
-            let name = if inter_value.is_empty() {
-                listeners
-                    .iter()
-                    .find(|l| !is_controller_listener(l))
-                    .map(|l| l.name.clone())
-            } else {
-                Some(inter_value.clone())
-            };
-            match name {
-                Some(n) if listeners.iter().any(|l| l.name == n && !is_controller_listener(l)) => n,
-                _ => {
-                    return Err(invalid(
-                        "inter.broker.listener.name",
-                        &inter_value,
-                        "a broker needs a listener other than the controller listeners, and this must name one",
-                    ))
-                }
-            }
+        let roles = Roles {
+            broker,
+            controller,
+            node_id,
         };
+        check_quorum_roles(
+            &roles,
+            &voters,
+            &bootstrap_servers,
+            listeners,
+            &controller_listener_names,
+            get,
+        )?;
+        let is_controller_listener = |l: &Listener| controller_listener_names.contains(&l.name);
+        let inter_broker_listener_name =
+            inter_broker_listener(broker, listeners, &is_controller_listener, get)?;
         let integer = |key: &str| {
             let value = get(key);
             value
@@ -2010,74 +2080,8 @@ impl BrokerConfig {
                 .parse()
                 .map_err(|_| invalid(key, &v, "expected an integer"))
         };
-        let node_id = match props.get("broker.id") {
-            Some(b) if !props.contains_key("node.id") => b
-                .trim()
-                .parse()
-                .map_err(|_| invalid("broker.id", b, "expected an integer"))?,
-            _ => parse_i64("node.id")? as i32,
-        };
-        if let (Some(b), Some(n)) = (props.get("broker.id"), props.get("node.id")) {
-            if b.trim() != n.trim() {
-                return Err(invalid(
-                    "broker.id",
-                    b,
-                    format!("must equal node.id ({n}) when both are set"),
-                ));
-            }
-        }
-        let protocols = security_protocol_map(props, &get("listener.security.protocol.map"))?;
-        let listeners = Listener::parse_list("listeners", &get("listeners"), &protocols)?;
-        // Until fjord has TLS and SASL, a listener configured as secure must not start at all:
-        // serving it in plaintext without authentication would betray its configuration.
-        if let Some(l) = listeners
-            .iter()
-            .find(|l| l.security_protocol != SecurityProtocol::Plaintext)
-        {
-            return Err(invalid(
-                "listeners",
-                &get("listeners"),
-                format!(
-                    "listener {} uses security protocol {}, which fjord does not implement yet \
-                     (only PLAINTEXT listeners can be served)",
-                    l.name,
-                    l.security_protocol.name()
-                ),
-            ));
-        }
-        let advertised = match props.get("advertised.listeners") {
-            Some(v) => Listener::parse_list("advertised.listeners", v, &protocols)?,
-            None => Vec::new(),
-        };
-        if let Some(stray) = advertised
-            .iter()
-            .find(|a| !listeners.iter().any(|l| l.name == a.name))
-        {
-            return Err(invalid(
-                "advertised.listeners",
-                &get("advertised.listeners"),
-                format!("listener {} is not in listeners", stray.name),
-            ));
-        }
-        let advertised_listeners: Vec<Listener> = listeners
-            .iter()
-            .map(|l| {
-                advertised
-                    .iter()
-                    .find(|a| a.name == l.name)
-                    .unwrap_or(l)
-                    .clone()
-            })
-            .collect();
-        for l in &advertised_listeners {
-            if l.host.is_empty() || l.host == "0.0.0.0" || l.host == "::" {
-                return Err(invalid(
-                    "advertised.listeners",
-                    &get("advertised.listeners"),
-                    format!("listener {} advertises the wildcard host {:?}; clients cannot connect to it", l.name, l.host),
-                ));
-            }
-        }
+        let node_id = node_id(props, &parse_i64)?;
+        let (listeners, advertised_listeners) = parse_listeners(props, &get)?;
         let log_dirs: Vec<PathBuf> = match props.get("log.dirs") {
             Some(v) => split_list(v).into_iter().map(PathBuf::from).collect(),
             None => vec![PathBuf::from(get("log.dir"))],
@@ -2120,6 +2124,94 @@ impl BrokerConfig {
         };
         Ok((config, warnings))
     }
+}
+
+/// `node.id`, or the older `broker.id` (equal to it when both are set).
+fn node_id(
+    props: &BTreeMap<String, String>,
+    parse_i64: &dyn Fn(&str) -> Result<i64, ConfigError>,
+) -> Result<i32, ConfigError> {
+    let node_id = match props.get("broker.id") {
+        Some(b) if !props.contains_key("node.id") => b
+            .trim()
+            .parse()
+            .map_err(|_| invalid("broker.id", b, "expected an integer"))?,
+        _ => parse_i64("node.id")? as i32,
+    };
+    if let (Some(b), Some(n)) = (props.get("broker.id"), props.get("node.id")) {
+        if b.trim() != n.trim() {
+            return Err(invalid(
+                "broker.id",
+                b,
+                format!("must equal node.id ({n}) when both are set"),
+            ));
+        }
+    }
+    Ok(node_id)
+}
+
+/// `listeners` and what each advertises (`advertised.listeners`, else itself). Until fjord has
+/// TLS and SASL, a listener configured as secure must not start at all: serving it in
+/// plaintext without authentication would betray its configuration. An advertised listener
+/// must be one of the listeners, at a host clients can connect to.
+fn parse_listeners(
+    props: &BTreeMap<String, String>,
+    get: &dyn Fn(&str) -> String,
+) -> Result<(Vec<Listener>, Vec<Listener>), ConfigError> {
+    let protocols = security_protocol_map(props, &get("listener.security.protocol.map"))?;
+    let listeners = Listener::parse_list("listeners", &get("listeners"), &protocols)?;
+    if let Some(l) = listeners
+        .iter()
+        .find(|l| l.security_protocol != SecurityProtocol::Plaintext)
+    {
+        return Err(invalid(
+            "listeners",
+            &get("listeners"),
+            format!(
+                "listener {} uses security protocol {}, which fjord does not implement yet \
+                 (only PLAINTEXT listeners can be served)",
+                l.name,
+                l.security_protocol.name()
+            ),
+        ));
+    }
+    let advertised = match props.get("advertised.listeners") {
+        Some(v) => Listener::parse_list("advertised.listeners", v, &protocols)?,
+        None => Vec::new(),
+    };
+    if let Some(stray) = advertised
+        .iter()
+        .find(|a| !listeners.iter().any(|l| l.name == a.name))
+    {
+        return Err(invalid(
+            "advertised.listeners",
+            &get("advertised.listeners"),
+            format!("listener {} is not in listeners", stray.name),
+        ));
+    }
+    let advertised_listeners: Vec<Listener> = listeners
+        .iter()
+        .map(|l| {
+            advertised
+                .iter()
+                .find(|a| a.name == l.name)
+                .unwrap_or(l)
+                .clone()
+        })
+        .collect();
+    for l in &advertised_listeners {
+        if l.host.is_empty() || l.host == "0.0.0.0" || l.host == "::" {
+            return Err(invalid(
+                "advertised.listeners",
+                &get("advertised.listeners"),
+                format!(
+                    "listener {} advertises the wildcard host {:?}; clients cannot connect to it",
+                    l.name, l.host
+                ),
+            ));
+        }
+    }
+    Ok((listeners, advertised_listeners))
 }
 
 /// Parses Java properties text: `key=value` or `key: value` or `key value`, `#`/`!` comments,

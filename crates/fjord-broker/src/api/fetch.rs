@@ -28,7 +28,7 @@ use crate::api::{encode_response, Broker};
 use crate::net::{OutPart, Reply, Response};
 use crate::replication::partition_state::FollowerFetch;
 use crate::replication::quota::{throttles, Side};
-use crate::replication::Partition;
+use crate::replication::{LockedPartition, Partition};
 use fjord_common::errors;
 
 /// Longest a fetch may wait, whatever the client asks: bounds a parked request.
@@ -151,8 +151,7 @@ enum FollowerRead {
 /// records, unless an error, a divergence or the throttle (`held_back`) says none.
 fn read_log(
     plan: &FetchPlan,
-    partition: &Partition,
-    log: &mut fjord_storage::log::Log,
+    log: &mut LockedPartition<'_>,
     target: &Target,
     data: &mut PartitionData,
     ((remaining, first), held_back): ((usize, bool), bool),
@@ -166,7 +165,7 @@ fn read_log(
         log.high_watermark()
     };
     if let Some(replica) = plan.replica {
-        match follower_read(partition, log, replica, target, now_ms) {
+        match follower_read(log, replica, target, now_ms) {
             FollowerRead::Read => max_offset = log.log_end_offset(),
             FollowerRead::Diverged(epoch, end_offset) => {
                 data.diverging_epoch = EpochEndOffset { epoch, end_offset };
@@ -213,8 +212,7 @@ fn read_log(
 /// (`check_follower_fetch`), then records its position (which may move the high watermark), as
 /// Kafka does.
 fn follower_read(
-    partition: &Partition,
-    log: &mut fjord_storage::log::Log,
+    log: &mut LockedPartition<'_>,
     replica: Replica,
     target: &Target,
     now_ms: i64,
@@ -233,8 +231,7 @@ fn follower_read(
         }
         FollowerFetch::Read => {}
     }
-    match partition.follower_fetched(
-        log,
+    match log.follower_fetched(
         replica.id,
         target.fetch_offset,
         replica.broker_epoch,
@@ -703,7 +700,7 @@ impl Broker {
         } else if let Some(id) = preferred {
             // Sent elsewhere: no records, the offsets the consumer needs.
             data.preferred_read_replica = id;
-            if let Ok(log) = partition.log.lock() {
+            if let Ok(log) = partition.try_lock() {
                 data.high_watermark = log.high_watermark();
                 data.last_stable_offset = log.last_stable_offset();
                 data.log_start_offset = log.log_start_offset();
@@ -716,10 +713,9 @@ impl Broker {
                     && !partition.isr_and_replica_count().0.contains(&r.id)
                     && self.replication_quotas.leader.exceeded(now_ms)
             });
-            let read = partition.log.lock().map_err(|_| None).and_then(|mut log| {
+            let read = partition.try_lock().map_err(|_| None).and_then(|mut log| {
                 read_log(
                     plan,
-                    partition,
                     &mut log,
                     target,
                     &mut data,
@@ -810,7 +806,7 @@ impl Broker {
             out.error_code = code;
             return out;
         }
-        let Ok(log) = partition.log.lock() else {
+        let Ok(log) = partition.try_lock() else {
             out.error_code = errors::KAFKA_STORAGE_ERROR;
             return out;
         };
@@ -862,7 +858,7 @@ impl Broker {
                             Some(partition) => {
                                 match check_leader_epoch(&partition, p.current_leader_epoch) {
                                     Err(code) => out.error_code = code,
-                                    Ok(()) => match partition.log.lock() {
+                                    Ok(()) => match partition.try_lock() {
                                         Ok(log) => {
                                             let (epoch, end_offset) =
                                                 log.end_offset_for_epoch(p.leader_epoch);

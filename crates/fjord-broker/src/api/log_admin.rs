@@ -119,7 +119,7 @@ impl Broker {
         {
             return Err(errors::POLICY_VIOLATION);
         }
-        let mut log = hosted.log.lock().map_err(|_| errors::KAFKA_STORAGE_ERROR)?;
+        let mut log = hosted.try_lock().map_err(|e| e.code)?;
         let target = if offset == HIGH_WATERMARK {
             log.high_watermark()
         } else {

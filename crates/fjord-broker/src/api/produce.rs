@@ -337,15 +337,13 @@ impl Broker {
     /// Page-cache mode: flush in the background when flush.messages / flush.ms say so.
     fn flush_if_due(&self, partition: &Arc<crate::replication::Partition>, now: i64) {
         let due = partition
-            .log
-            .lock()
+            .try_lock()
             .map(|log| log.needs_flush(now))
             .unwrap_or(false);
         if due {
             let flusher = self.flusher.clone();
             let offset = partition
-                .log
-                .lock()
+                .try_lock()
                 .map(|l| l.log_end_offset())
                 .unwrap_or(0);
             let target: Arc<dyn Durable> = partition.clone();

@@ -148,7 +148,7 @@ impl Broker {
         let Some(partition) = self.replicas.get(topic, index) else {
             return refused(self.not_hosted(topic, index));
         };
-        let Ok(log) = partition.log.lock() else {
+        let Ok(log) = partition.try_lock() else {
             return refused(errors::UNKNOWN_SERVER_ERROR);
         };
         let active_producers = log

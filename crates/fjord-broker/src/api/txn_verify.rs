@@ -125,8 +125,7 @@ impl Broker {
         version: i16,
     ) -> Result<(), i16> {
         let fenced = partition
-            .log
-            .lock()
+            .try_lock()
             .is_ok_and(|log| log.producer_epoch(producer_id) > Some(producer_epoch));
         if fenced {
             return Err(errors::INVALID_PRODUCER_EPOCH);
@@ -142,7 +141,7 @@ impl Broker {
         // marker can come between this and the append.
         let code = match code {
             errors::NONE
-                if !partition.log.lock().is_ok_and(|log| {
+                if !partition.try_lock().is_ok_and(|log| {
                     log.transaction_verified(producer_id, producer_epoch, guard)
                 }) =>
             {
@@ -179,8 +178,7 @@ impl Broker {
         verdicts: &Verdicts,
     ) -> (i16, Option<u64>) {
         let needed = partition
-            .log
-            .lock()
+            .try_lock()
             .is_ok_and(|log| log.needs_transaction_verification(producer_id, producer_epoch));
         if !needed {
             return (errors::NONE, None);
@@ -243,7 +241,7 @@ impl Broker {
                 let Some(partition) = self.replicas.get(&topic.name, data.index) else {
                     continue;
                 };
-                let needed = partition.log.lock().is_ok_and(|log| {
+                let needed = partition.try_lock().is_ok_and(|log| {
                     log.needs_transaction_verification(header.producer_id, header.producer_epoch)
                 });
                 if needed {
@@ -282,7 +280,7 @@ impl Broker {
         let coordinator = self.coordinator_to_ask(&request.transactional_id, add)?;
         let offsets_partition = self.groups.partition_of(&request.group_id);
         let partition = self.replicas.get(OFFSETS_TOPIC, offsets_partition)?;
-        let needed = partition.log.lock().is_ok_and(|log| {
+        let needed = partition.try_lock().is_ok_and(|log| {
             log.needs_transaction_verification(request.producer_id, request.producer_epoch)
         });
         needed.then(|| CoordinatorAsk {
@@ -511,7 +509,7 @@ fn start_verification(
     producer_epoch: i16,
     epoch_bumps: bool,
 ) -> Option<u64> {
-    let mut log = partition.log.lock().ok()?;
+    let mut log = partition.try_lock().ok()?;
     Some(log.start_transaction_verification(
         producer_id,
         producer_epoch,

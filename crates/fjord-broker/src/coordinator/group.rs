@@ -854,7 +854,7 @@ mod tests {
         };
         let log_end = || {
             let partition = runtime.shards.replicas().get(OFFSETS_TOPIC, 0).unwrap();
-            let end = partition.log.lock().unwrap().log_end_offset();
+            let end = partition.lock().log_end_offset();
             end
         };
         assert_eq!(commit(42), fjord_common::errors::COORDINATOR_NOT_AVAILABLE);

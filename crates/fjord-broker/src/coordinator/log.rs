@@ -87,9 +87,8 @@ pub fn append(
     }
     let batch = builder.build().map_err(|e| failed(&e))?;
     let batch = AppendBatch::new(batch.freeze()).map_err(|e| failed(&e))?;
-    let mut log = partition
-        .log
-        .lock()
+    let mut locked = partition
+        .try_lock()
         .map_err(|_| failed(&"coordinator log lock poisoned"))?;
     // Coordinators write with acks=all, so `min.insync.replicas` holds for them as for any
     // producer: nothing is appended while the ISR is too small (Kafka's NOT_ENOUGH_REPLICAS,
@@ -97,15 +96,13 @@ pub fn append(
     if let Some(shortfall) = partition.min_isr_shortfall() {
         return Err(WriteFailure::Failed(shortfall));
     }
-    let (info, leader_epoch) = partition
-        .append_as_coordinator(&mut log, batch, now)
-        .map_err(|e| {
-            if partition.is_leader() {
-                failed(&e)
-            } else {
-                WriteFailure::Moved
-            }
-        })?;
+    let (info, leader_epoch) = locked.append_as_coordinator(batch, now).map_err(|e| {
+        if partition.is_leader() {
+            failed(&e)
+        } else {
+            WriteFailure::Moved
+        }
+    })?;
     Ok(Appended {
         partition: partition.clone(),
         end_offset: info.last_offset + 1,
@@ -157,7 +154,6 @@ pub fn replay(
     from: Option<i64>,
     mut apply: impl FnMut(Replayed) -> Result<(), KafkaError>,
 ) -> Result<(usize, i64), KafkaError> {
-    let log = partition.log.clone();
     let poisoned = || {
         KafkaError::new(
             errors::UNKNOWN_SERVER_ERROR,
@@ -169,14 +165,14 @@ pub fn replay(
     let unreadable =
         |e: fjord_records::RecordsError| KafkaError::new(e.kafka_error_code(), e.to_string());
     let (mut offset, end) = {
-        let guard = log.lock().map_err(|_| poisoned())?;
+        let guard = partition.try_lock().map_err(|_| poisoned())?;
         let start = guard.log_start_offset();
         (from.map_or(start, |f| f.max(start)), guard.log_end_offset())
     };
     let mut replayed = 0usize;
     while offset < end {
         let slice = {
-            let guard = log.lock().map_err(|_| poisoned())?;
+            let guard = partition.try_lock().map_err(|_| poisoned())?;
             guard
                 .read(offset, 1024 * 1024, end, true)
                 .map_err(storage)?

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fjord_client::{ClientConfig, Connection};
-use fjord_common::{errors, lock, BrokerId, TopicPartition};
+use fjord_common::{errors, BrokerId, TopicPartition};
 use fjord_config::{BrokerConfig, ReplicationConfig};
 use fjord_protocol::messages::fetch_request::{
     FetchPartition, FetchRequest, FetchTopic, ReplicaState,
@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use crate::replication::flusher::{Durable, FlushTarget, FlusherHandle};
 use crate::replication::partition_state::{divergence_truncation, Role};
 use crate::replication::quota::{throttles, ReplicationQuotas, Side};
-use crate::replication::{Partition, ReplicaManager};
+use crate::replication::{LockedPartition, Partition, ReplicaManager};
 use fjord_common::errors::KafkaError;
 use fjord_common::now_ms;
 
@@ -275,7 +275,7 @@ async fn sync_unannounced(context: &Context, partitions: &[Arc<Partition>]) {
         .iter()
         .filter(|p| p.durable())
         .filter_map(|p| {
-            let end = lock(&p.log).log_end_offset();
+            let end = p.lock().log_end_offset();
             (p.durable_end() < end).then(|| (p.clone() as Arc<dyn Durable>, end))
         })
         .collect();
@@ -365,7 +365,7 @@ fn fetch_position(
     leader_epoch: i32,
     settings: &ReplicationConfig,
 ) -> Option<FetchPartition> {
-    let log = lock(&partition.log);
+    let log = partition.lock();
     if log.is_offline() || (partition.durable() && partition.durable_end() < log.log_end_offset()) {
         return None;
     }
@@ -458,11 +458,11 @@ fn follow_leader_offsets(
     leader_epoch: i32,
     now: i64,
 ) {
-    let mut log = lock(&partition.log);
+    let mut log = partition.lock();
     if !partition.follows_at(leader_epoch) {
         return;
     }
-    partition.leader_high_watermark(&mut log, high_watermark, leader_epoch);
+    log.leader_high_watermark(high_watermark, leader_epoch);
     let start = log_start_offset.min(log.high_watermark());
     if start > log.log_start_offset() {
         if let Err(error) = log.increment_log_start_offset(start, now) {
@@ -500,15 +500,14 @@ enum Outcome {
 
 fn handle_partition(fetched: &Fetched, data: &PartitionData, now: i64) -> Result<Outcome, Failure> {
     let partition = &fetched.partition;
-    let mut log = lock(&partition.log);
+    let mut log = partition.lock();
     // An answer to a fetch made under another leadership (a fetcher that was replaced while
     // its request was out) is dropped: acting on it could cut what the new leader counts on.
     if !partition.follows_at(fetched.leader_epoch) {
         return Ok(Outcome::Refused);
     }
-    let truncate = |log: &mut fjord_storage::log::Log, to: i64| {
-        partition
-            .truncate(log, to, fetched.leader_epoch, now)
+    let truncate = |log: &mut LockedPartition<'_>, to: i64| {
+        log.truncate(to, fetched.leader_epoch, now)
             .map_err(|e| storage_error(log, e))
     };
     match data.error_code {
@@ -556,7 +555,7 @@ fn handle_partition(fetched: &Fetched, data: &PartitionData, now: i64) -> Result
     if records.is_empty() {
         return Ok(Outcome::Served);
     }
-    match partition.append_as_follower(&mut log, &records, fetched.leader_epoch, now) {
+    match log.append_as_follower(&records, fetched.leader_epoch, now) {
         Ok(_) => Ok(Outcome::Appended(log.log_end_offset())),
         Err(crate::replication::AppendError::NotLeader) => Ok(Outcome::Refused),
         Err(e) => Err(storage_error(&log, e)),

@@ -18,7 +18,7 @@ pub(crate) mod replica_manager;
 pub(crate) use flusher::FlusherHandle;
 pub(crate) use log_dir_mover::LogDirMover;
 pub(crate) use partition::{
-    AppendError, Appended, IsrAnswer, Partition, PartitionError, TxnVerification,
+    AppendError, Appended, IsrAnswer, LockedPartition, Partition, PartitionError, TxnVerification,
 };
 pub(crate) use quota::ReplicationQuotas;
 pub(crate) use replica_manager::ReplicaManager;

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
-use fjord_common::{lock, LeaderEpoch, TopicId, TopicPartition};
+use fjord_common::{errors, lock, LeaderEpoch, TopicId, TopicPartition};
 use fjord_config::TopicConfig;
 use fjord_records::control::EndTxnMarker;
 use fjord_records::AppendBatch;
@@ -24,7 +24,9 @@ pub const MAX_DECOMPRESSED_BATCH_BYTES: usize = 256 * 1024 * 1024;
 pub struct Partition {
     pub tp: TopicPartition,
     pub topic_id: TopicId,
-    pub log: Arc<Mutex<Log>>,
+    /// Reached only through [`Partition::lock`]: every change to the log goes through the
+    /// partition, which keeps its replication state in step.
+    log: Arc<Mutex<Log>>,
     settings: Mutex<Settings>,
     /// Role, epochs, ISR and the high watermark. Locked after the log, never before.
     state: Mutex<PartitionState>,
@@ -75,8 +77,8 @@ impl Partition {
     /// The metadata log gave this hosted partition new leadership (`log` is its own, locked):
     /// the state follows; waiters are released when this broker stops leading, and the high
     /// watermark moves as the state says.
-    pub(crate) fn apply_leadership(&self, log: &mut Log, leadership: LeaderAndIsr, now_ms: i64) {
-        let mut state = lock(&self.state);
+    fn apply_leadership(&self, log: &mut Log, leadership: LeaderAndIsr, now_ms: i64) {
+        let mut state = self.state();
         let was_leader = state.role() == Role::Leader;
         let applied = state.apply(leadership, now_ms);
         let lost = was_leader && state.role() != Role::Leader;
@@ -103,16 +105,16 @@ impl Partition {
     }
 
     pub fn leader_epoch(&self) -> LeaderEpoch {
-        lock(&self.state).leader_epoch()
+        self.state().leader_epoch()
     }
 
     /// Whether this broker leads the partition, as the metadata log last said.
     pub fn is_leader(&self) -> bool {
-        lock(&self.state).role() == Role::Leader
+        self.state().role() == Role::Leader
     }
 
     pub fn role(&self) -> Role {
-        lock(&self.state).role()
+        self.state().role()
     }
 
     /// See [`PartitionState::preferred_read_replica`].
@@ -122,12 +124,13 @@ impl Partition {
         client_rack: &str,
         rack_of: impl Fn(i32) -> Option<String>,
     ) -> Option<i32> {
-        lock(&self.state).preferred_read_replica(fetch_offset, client_rack, rack_of)
+        self.state()
+            .preferred_read_replica(fetch_offset, client_rack, rack_of)
     }
 
     /// The ISR and how many replicas the partition has, as the metadata log last said.
     pub fn isr_and_replica_count(&self) -> (Vec<fjord_common::BrokerId>, usize) {
-        let state = lock(&self.state);
+        let state = self.state();
         (
             state.leadership().isr.clone(),
             state.leadership().replicas.len(),
@@ -162,7 +165,7 @@ impl Partition {
 
     /// Leader: follower `replica` fetched from `fetch_offset` (it holds everything below).
     /// The high watermark moves as the partition's state says.
-    pub fn follower_fetched(
+    fn follower_fetched(
         &self,
         log: &mut Log,
         replica: fjord_common::BrokerId,
@@ -170,8 +173,9 @@ impl Partition {
         broker_epoch: i64,
         now_ms: i64,
     ) -> Result<(), NotAReplica> {
-        let moved =
-            lock(&self.state).on_follower_fetch(replica, fetch_offset, broker_epoch, now_ms)?;
+        let moved = self
+            .state()
+            .on_follower_fetch(replica, fetch_offset, broker_epoch, now_ms)?;
         if let Some(hw) = moved {
             self.high_watermark_moved(log, hw);
         }
@@ -187,7 +191,7 @@ impl Partition {
         eligible: impl Fn(fjord_common::BrokerId) -> bool,
     ) -> Option<LeaderAndIsr> {
         let log = lock(&self.log);
-        let mut state = lock(&self.state);
+        let mut state = self.state();
         let epoch_start = log
             .epoch_start_offset(state.leader_epoch())
             .unwrap_or(i64::MAX);
@@ -203,7 +207,7 @@ impl Partition {
     /// ISR says.
     pub fn isr_change_answered(&self, answer: IsrAnswer, now_ms: i64) {
         let mut log = lock(&self.log);
-        let mut state = lock(&self.state);
+        let mut state = self.state();
         let moved = match answer {
             IsrAnswer::Committed(leadership) => {
                 state.isr_change_done();
@@ -229,14 +233,14 @@ impl Partition {
     /// Follower: appends batches fetched from the leader under `leader_epoch`, offsets and
     /// epochs as the leader wrote them. Refused once the partition has another leader or
     /// epoch than the fetch was made under.
-    pub fn append_as_follower(
+    fn append_as_follower(
         &self,
         log: &mut Log,
         records: &Bytes,
         leader_epoch: LeaderEpoch,
         now_ms: i64,
     ) -> Result<usize, AppendError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state();
         if !matches!(state.role(), Role::Follower { .. }) || state.leader_epoch() != leader_epoch {
             return Err(AppendError::NotLeader);
         }
@@ -248,15 +252,15 @@ impl Partition {
     /// Whether this broker follows the partition under `leader_epoch`: a fetch answer made under
     /// another epoch (a stale fetcher's) must not touch the log.
     pub fn follows_at(&self, leader_epoch: LeaderEpoch) -> bool {
-        let state = lock(&self.state);
+        let state = self.state();
         matches!(state.role(), Role::Follower { .. }) && state.leader_epoch() == leader_epoch
     }
 
     /// Follower: the leader's high watermark from a fetch made under `leader_epoch` (applied as
     /// far as this log is durable).
-    pub fn leader_high_watermark(&self, log: &mut Log, hw: i64, leader_epoch: LeaderEpoch) {
+    fn leader_high_watermark(&self, log: &mut Log, hw: i64, leader_epoch: LeaderEpoch) {
         let moved = {
-            let mut state = lock(&self.state);
+            let mut state = self.state();
             if state.leader_epoch() != leader_epoch {
                 return;
             }
@@ -270,21 +274,21 @@ impl Partition {
     /// Follower: the local log is durable below this (fjord's fsync mode; the log end in
     /// page-cache mode) — what a follower may announce as its position.
     pub fn durable_end(&self) -> i64 {
-        lock(&self.state).durable_end()
+        self.state().durable_end()
     }
 
     /// Truncates the log to `offset` as the follower of `leader_epoch` (a divergent tail; an
     /// offset past the log end, or below its start, restarts the log empty there: the leader's
     /// log starts there). The state hears the log's end whatever happens; a failed disk is
     /// reported by the caller.
-    pub fn truncate(
+    fn truncate(
         &self,
         log: &mut Log,
         offset: i64,
         leader_epoch: LeaderEpoch,
         now_ms: i64,
     ) -> Result<(), AppendError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state();
         if !matches!(state.role(), Role::Follower { .. }) || state.leader_epoch() != leader_epoch {
             return Err(AppendError::NotLeader);
         }
@@ -321,7 +325,7 @@ impl Partition {
         // Held while the high watermark is read: a move that lands after the read drains the
         // queue only after this entry is in it.
         let mut waiting = lock(&self.delayed_produces);
-        let state = lock(&self.state);
+        let state = self.state();
         if state.role() != Role::Leader || state.leader_epoch() != leader_epoch {
             drop(done);
         } else if state.high_watermark() >= offset {
@@ -354,7 +358,7 @@ impl Partition {
     /// Appends `batches` as the leader, stamped with the partition's leader epoch, to `log`
     /// (this partition's, locked by the caller); the high watermark moves as the partition's
     /// state says.
-    pub fn append_as_leader<B>(
+    fn append_as_leader<B>(
         &self,
         log: &mut Log,
         batches: Vec<B>,
@@ -371,7 +375,7 @@ impl Partition {
 
     /// Appends a batch a coordinator built (`Log::append_as_coordinator`: producer epochs
     /// checked, sequences not) as the leader, as `append_as_leader` does.
-    pub fn append_as_coordinator(
+    fn append_as_coordinator(
         &self,
         log: &mut Log,
         batch: AppendBatch,
@@ -389,7 +393,7 @@ impl Partition {
         log: &mut Log,
         append: impl FnOnce(&mut Log, LeaderEpoch) -> Result<AppendInfo, fjord_storage::StorageError>,
     ) -> Result<(AppendInfo, LeaderEpoch), AppendError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state();
         // Leadership can move between finding the partition and appending: a broker that was
         // fenced, or lost the partition, appends nothing.
         if state.role() != Role::Leader {
@@ -409,7 +413,7 @@ impl Partition {
 
     /// Appends a transaction's commit or abort marker as leader (WriteTxnMarkers), as
     /// [`Partition::append_as_leader`] appends records.
-    pub fn append_marker(
+    fn append_marker(
         &self,
         log: &mut Log,
         producer_id: i64,
@@ -440,6 +444,256 @@ impl Partition {
     }
 }
 
+// The lock order of a partition, the one rule for its locks: its log, then its replication
+// state, then its waiter queues; never the log while holding the state. (The coordinators'
+// locks come before both: a shard's lock, then its partition's.) Debug builds check the log
+// and state nesting: `STATE_HELD` counts this thread's state guards.
+#[cfg(debug_assertions)]
+thread_local! {
+    static STATE_HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A partition's replication state, locked; in debug builds counted in `STATE_HELD`.
+struct StateGuard<'a> {
+    state: std::sync::MutexGuard<'a, PartitionState>,
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = PartitionState;
+    fn deref(&self) -> &PartitionState {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut PartitionState {
+        &mut self.state
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        #[cfg(debug_assertions)]
+        STATE_HELD.with(|held| held.set(held.get() - 1));
+    }
+}
+
+/// A partition with its log locked: the way to read the log and the only way to change it.
+/// The operations that touch replication state (appends, truncation, a follower's position,
+/// the leader's high watermark) are its methods, so the log they change is always this
+/// partition's own; reads go through `Deref`.
+pub struct LockedPartition<'a> {
+    partition: &'a Partition,
+    log: std::sync::MutexGuard<'a, Log>,
+}
+
+impl std::ops::Deref for LockedPartition<'_> {
+    type Target = Log;
+    fn deref(&self) -> &Log {
+        &self.log
+    }
+}
+
+impl Partition {
+    /// Locks the partition's log (see the lock order above).
+    pub fn lock(&self) -> LockedPartition<'_> {
+        #[cfg(debug_assertions)]
+        STATE_HELD.with(|held| {
+            assert_eq!(
+                held.get(),
+                0,
+                "a partition's log is locked before its state, never under it"
+            )
+        });
+        LockedPartition {
+            partition: self,
+            log: lock(&self.log),
+        }
+    }
+
+    /// As `lock`, refusing a log whose lock a panic poisoned (KAFKA_STORAGE_ERROR): a request
+    /// is not served from a log left half-changed.
+    pub fn try_lock(&self) -> Result<LockedPartition<'_>, PartitionError> {
+        #[cfg(debug_assertions)]
+        STATE_HELD.with(|held| {
+            assert_eq!(
+                held.get(),
+                0,
+                "a partition's log is locked before its state, never under it"
+            )
+        });
+        let log = self.log.lock().map_err(|_| {
+            PartitionError::new(errors::KAFKA_STORAGE_ERROR, "partition log lock poisoned")
+        })?;
+        Ok(LockedPartition {
+            partition: self,
+            log,
+        })
+    }
+
+    fn state(&self) -> StateGuard<'_> {
+        #[cfg(debug_assertions)]
+        STATE_HELD.with(|held| held.set(held.get() + 1));
+        StateGuard {
+            state: lock(&self.state),
+        }
+    }
+
+    /// Whether `log` is this partition's log (the one it was made with, not since swapped).
+    pub(crate) fn has_log(&self, log: &Arc<Mutex<Log>>) -> bool {
+        Arc::ptr_eq(&self.log, log)
+    }
+}
+
+impl LockedPartition<'_> {
+    /// See [`Partition::apply_leadership`].
+    pub(crate) fn apply_leadership(&mut self, leadership: LeaderAndIsr, now_ms: i64) {
+        self.partition
+            .apply_leadership(&mut self.log, leadership, now_ms)
+    }
+
+    /// Leader: follower `replica` fetched from `fetch_offset` (it holds everything below); the
+    /// high watermark moves as the partition's state says.
+    pub fn follower_fetched(
+        &mut self,
+        replica: fjord_common::BrokerId,
+        fetch_offset: i64,
+        broker_epoch: i64,
+        now_ms: i64,
+    ) -> Result<(), NotAReplica> {
+        self.partition
+            .follower_fetched(&mut self.log, replica, fetch_offset, broker_epoch, now_ms)
+    }
+
+    /// Follower: appends batches fetched under `leader_epoch` (see
+    /// [`Partition::append_as_follower`]).
+    pub fn append_as_follower(
+        &mut self,
+        records: &Bytes,
+        leader_epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<usize, AppendError> {
+        self.partition
+            .append_as_follower(&mut self.log, records, leader_epoch, now_ms)
+    }
+
+    /// Follower: the leader's high watermark from a fetch under `leader_epoch`.
+    pub fn leader_high_watermark(&mut self, hw: i64, leader_epoch: LeaderEpoch) {
+        self.partition
+            .leader_high_watermark(&mut self.log, hw, leader_epoch)
+    }
+
+    /// Follower: truncates to `offset` (see [`Partition::truncate`]).
+    pub fn truncate(
+        &mut self,
+        offset: i64,
+        leader_epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<(), AppendError> {
+        self.partition
+            .truncate(&mut self.log, offset, leader_epoch, now_ms)
+    }
+
+    /// Leader: appends a client's batches; a transactional one only if `verification` still
+    /// holds under this lock (a marker for the producer may have come since it was verified).
+    pub fn append_as_leader(
+        &mut self,
+        batches: Vec<AppendBatch>,
+        verification: Option<TxnVerification>,
+        now_ms: i64,
+    ) -> Result<(AppendInfo, LeaderEpoch), AppendError> {
+        if let Some(v) = verification {
+            if !self
+                .log
+                .transaction_verified(v.producer_id, v.producer_epoch, v.guard)
+            {
+                return Err(AppendError::TransactionEnded);
+            }
+        }
+        self.partition
+            .append_as_leader(&mut self.log, batches, now_ms)
+    }
+
+    /// Leader: appends a batch a coordinator built (see [`Partition::append_as_coordinator`]).
+    pub fn append_as_coordinator(
+        &mut self,
+        batch: AppendBatch,
+        now_ms: i64,
+    ) -> Result<(AppendInfo, LeaderEpoch), AppendError> {
+        self.partition
+            .append_as_coordinator(&mut self.log, batch, now_ms)
+    }
+
+    /// Leader: appends a transaction's marker (see [`Partition::append_marker`]).
+    pub fn append_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: EndTxnMarker,
+        epoch_bumps: bool,
+        now_ms: i64,
+    ) -> Result<(AppendInfo, LeaderEpoch), AppendError> {
+        self.partition.append_marker(
+            &mut self.log,
+            producer_id,
+            producer_epoch,
+            marker,
+            epoch_bumps,
+            now_ms,
+        )
+    }
+
+    /// The log takes `config`; led here at `leader_epoch`, it records where that epoch starts.
+    pub(crate) fn configure(
+        &mut self,
+        config: fjord_storage::log::LogConfig,
+        leader_epoch: Option<LeaderEpoch>,
+    ) -> Result<(), fjord_storage::StorageError> {
+        self.log.set_config(config);
+        match leader_epoch {
+            Some(epoch) => self.log.become_leader(epoch),
+            None => Ok(()),
+        }
+    }
+
+    /// Retention: deletes segments past `retention.ms` / `retention.bytes` (and below the log
+    /// start), as the log decides.
+    pub fn delete_old_segments(
+        &mut self,
+        now_ms: i64,
+    ) -> Result<usize, fjord_storage::StorageError> {
+        self.log.delete_old_segments(now_ms)
+    }
+
+    /// Forgets producers idle for `producer_id_expiration_ms`.
+    pub fn remove_expired_producers(&mut self, now_ms: i64, producer_id_expiration_ms: i64) {
+        self.log
+            .remove_expired_producers(now_ms, producer_id_expiration_ms)
+    }
+
+    /// Moves the log start forward (DeleteRecords, or a follower following its leader's);
+    /// answers the log start now.
+    pub fn increment_log_start_offset(
+        &mut self,
+        offset: i64,
+        now_ms: i64,
+    ) -> Result<i64, fjord_storage::StorageError> {
+        self.log.increment_log_start_offset(offset, now_ms)
+    }
+
+    /// KIP-890: takes the producer's verification guard before its coordinator is asked.
+    pub fn start_transaction_verification(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        epoch_bumps: bool,
+        now_ms: i64,
+    ) -> u64 {
+        self.log
+            .start_transaction_verification(producer_id, producer_epoch, epoch_bumps, now_ms)
+    }
+}
+
 /// Wakes and clears a delayed-fetch queue.
 fn wake(queue: &Mutex<Vec<Weak<Notify>>>) {
     for waiter in std::mem::take(&mut *lock(queue)) {
@@ -455,7 +709,7 @@ impl crate::replication::flusher::Durable for Partition {
     }
 
     fn made_durable(&self, log: &mut Log, offset: i64) {
-        let moved = lock(&self.state).on_durable(offset);
+        let moved = self.state().on_durable(offset);
         if let Some(hw) = moved {
             self.high_watermark_moved(log, hw);
         }
@@ -478,7 +732,7 @@ pub enum IsrAnswer {
 impl Partition {
     /// The broker epoch follower `id` fetched with, as this leader saw (-1: not known).
     pub fn follower_broker_epoch(&self, id: fjord_common::BrokerId) -> i64 {
-        lock(&self.state)
+        self.state()
             .followers()
             .get(&id)
             .map_or(-1, |f| f.broker_epoch)
@@ -696,5 +950,30 @@ pub mod tests {
         assert!(tokio::time::timeout(quick, waiter.notified()).await.is_ok());
         drop(flusher);
         task.await.unwrap();
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "locked before its state")]
+    fn locking_the_log_under_the_state_is_caught_in_debug_builds() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path(), "order", false);
+        let _state = p.state();
+        let _log = p.lock();
+    }
+
+    #[test]
+    fn a_locked_partition_appends_to_its_own_log_and_moves_its_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path(), "own", false);
+        append(&p);
+        let mut locked = p.lock();
+        assert_eq!((locked.log_end_offset(), locked.high_watermark()), (1, 1));
+        // Only a follower truncates: refused here, the log untouched.
+        assert!(matches!(
+            locked.truncate(0, p.leader_epoch(), 0),
+            Err(AppendError::NotLeader)
+        ));
+        assert_eq!(locked.log_end_offset(), 1);
     }
 }

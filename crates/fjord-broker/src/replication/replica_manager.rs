@@ -15,7 +15,7 @@ use fjord_storage::log::{AppendInfo, Log, LogConfig};
 use fjord_storage::log_manager::{LogManager, Retire};
 
 use crate::replication::partition::{
-    log_config, AppendError, Appended, Partition, PartitionError, Settings,
+    log_config, AppendError, Appended, LockedPartition, Partition, PartitionError, Settings,
     MAX_DECOMPRESSED_BATCH_BYTES,
 };
 use crate::replication::partition_state::{LeaderAndIsr, PartitionState};
@@ -74,12 +74,6 @@ pub struct ReplicaManager {
     /// Bumped whenever hosted partitions or their leadership change: the replica fetchers
     /// follow it.
     changes: tokio::sync::watch::Sender<u64>,
-}
-
-fn lock_log(log: &Mutex<Log>) -> Result<std::sync::MutexGuard<'_, Log>, PartitionError> {
-    log.lock().map_err(|_| {
-        PartitionError::new(errors::KAFKA_STORAGE_ERROR, "partition log lock poisoned")
-    })
 }
 
 impl ReplicaManager {
@@ -341,7 +335,7 @@ impl ReplicaManager {
         };
         let hosted = hosted_now
             .get(&tp)
-            .filter(|p| p.topic_id == topic_id && Arc::ptr_eq(&p.log, &log))
+            .filter(|p| p.topic_id == topic_id && p.has_log(&log))
             .cloned();
         Ok(Placed {
             tp,
@@ -359,16 +353,22 @@ impl ReplicaManager {
     /// recovery is durable: a high watermark checkpointed lower rises to it when this broker
     /// holds the whole ISR.
     fn lead_or_follow(&self, p: &Placed, now_ms: i64) -> Option<PartitionState> {
-        let mut log = lock(&p.log);
-        log.set_config(p.log_config.clone());
-        if p.leadership.leader == self.node_id {
-            if let Err(error) = log.become_leader(p.leadership.leader_epoch) {
+        let leads = (p.leadership.leader == self.node_id).then_some(p.leadership.leader_epoch);
+        let started = |outcome: Result<(), fjord_storage::StorageError>| {
+            if let Err(error) = outcome {
                 tracing::warn!(tp = %p.tp, %error, "cannot record the leader epoch start");
             }
-        }
+        };
         if let Some(hosted) = &p.hosted {
-            hosted.apply_leadership(&mut log, p.leadership.clone(), now_ms);
+            let mut locked = hosted.lock();
+            started(locked.configure(p.log_config.clone(), leads));
+            locked.apply_leadership(p.leadership.clone(), now_ms);
             return None;
+        }
+        let mut log = lock(&p.log);
+        log.set_config(p.log_config.clone());
+        if let Some(epoch) = leads {
+            started(log.become_leader(epoch));
         }
         let state = PartitionState::new(
             self.node_id,
@@ -437,15 +437,8 @@ impl ReplicaManager {
         epoch_bumps: bool,
         now_ms: i64,
     ) -> Result<(AppendInfo, LeaderEpoch), PartitionError> {
-        self.leader_append(partition, |partition, log| {
-            partition.append_marker(
-                log,
-                producer_id,
-                producer_epoch,
-                marker,
-                epoch_bumps,
-                now_ms,
-            )
+        self.leader_append(partition, |locked| {
+            locked.append_marker(producer_id, producer_epoch, marker, epoch_bumps, now_ms)
         })
     }
 
@@ -454,10 +447,10 @@ impl ReplicaManager {
     fn leader_append(
         &self,
         partition: &Partition,
-        append: impl FnOnce(&Partition, &mut Log) -> Result<(AppendInfo, LeaderEpoch), AppendError>,
+        append: impl FnOnce(&mut LockedPartition<'_>) -> Result<(AppendInfo, LeaderEpoch), AppendError>,
     ) -> Result<(AppendInfo, LeaderEpoch), PartitionError> {
-        let mut log = lock_log(&partition.log)?;
-        match append(partition, &mut log) {
+        let mut log = partition.try_lock()?;
+        match append(&mut log) {
             Ok(appended) => Ok(appended),
             Err(AppendError::NotLeader) => Err(PartitionError::new(
                 errors::NOT_LEADER_OR_FOLLOWER,
@@ -543,13 +536,8 @@ impl ReplicaManager {
             }
             owned.push(batch);
         }
-        let (info, leader_epoch) = self.leader_append(partition, |partition, log| {
-            if let Some(v) = verification {
-                if !log.transaction_verified(v.producer_id, v.producer_epoch, v.guard) {
-                    return Err(AppendError::TransactionEnded);
-                }
-            }
-            partition.append_as_leader(log, owned, now_ms)
+        let (info, leader_epoch) = self.leader_append(partition, |locked| {
+            locked.append_as_leader(owned, verification, now_ms)
         })?;
         let log_append_time_ms = if timestamp_type == TimestampType::LogAppendTime {
             now_ms
@@ -649,21 +637,20 @@ mod tests {
         };
         // The leader takes its guard and asks the coordinator; before the batch is appended
         // the transaction is aborted and its marker lands here.
-        let guard = lock(&p.log).start_transaction_verification(7, 0, false, 0);
+        let guard = p.lock().start_transaction_verification(7, 0, false, 0);
         let abort = EndTxnMarker {
             commit: false,
             coordinator_epoch: 0,
         };
-        p.append_marker(&mut lock(&p.log), 7, 0, abort, false, 0)
-            .unwrap();
+        p.lock().append_marker(7, 0, abort, false, 0).unwrap();
         let refused = replicas.append(&p, &batch(0), verified(guard), 0);
         assert_eq!(
             refused.err().map(|e| e.code),
             Some(errors::TRANSACTION_ABORTABLE)
         );
-        assert_eq!(lock(&p.log).log_end_offset(), 1, "only the marker");
+        assert_eq!(p.lock().log_end_offset(), 1, "only the marker");
         // Verified anew: appended, and the transaction is open for the next batch.
-        let guard = lock(&p.log).start_transaction_verification(7, 0, false, 0);
+        let guard = p.lock().start_transaction_verification(7, 0, false, 0);
         replicas.append(&p, &batch(0), verified(guard), 0).unwrap();
         let open = Some(TxnVerification {
             producer_id: 7,
@@ -671,7 +658,7 @@ mod tests {
             guard: None,
         });
         replicas.append(&p, &batch(1), open, 0).unwrap();
-        assert_eq!(lock(&p.log).log_end_offset(), 3);
+        assert_eq!(p.lock().log_end_offset(), 3);
     }
 
     fn image(offset: u64, records: &[fjord_metadata::MetadataRecord]) -> Arc<MetadataImage> {
@@ -781,12 +768,8 @@ mod tests {
         records.extend([remove(1), topic("t", 2), led_by_broker_1(Uuid([2; 16]), 0)]);
         replicas.apply_image(&image(2, &records), 0).unwrap();
         let t = replicas.get("t", 0).unwrap();
-        assert_eq!(
-            lock(&t.log).log_end_offset(),
-            0,
-            "not the old topic's records"
-        );
-        assert_eq!(lock(&t.log).topic_id(), Some(Uuid([2; 16])));
+        assert_eq!(t.lock().log_end_offset(), 0, "not the old topic's records");
+        assert_eq!(t.lock().topic_id(), Some(Uuid([2; 16])));
         assert_eq!(dirs_ending(dir.path(), "-delete").len(), 1);
         append(&t);
         drop((t, replicas));
@@ -808,8 +791,8 @@ mod tests {
         records.extend([remove(2), topic("t", 3), led_by_broker_1(Uuid([3; 16]), 0)]);
         replicas.apply_image(&image(3, &records), 0).unwrap();
         let t = replicas.get("t", 0).unwrap();
-        assert_eq!(lock(&t.log).log_end_offset(), 0);
-        assert_eq!(lock(&t.log).topic_id(), Some(Uuid([3; 16])));
+        assert_eq!(t.lock().log_end_offset(), 0);
+        assert_eq!(t.lock().topic_id(), Some(Uuid([3; 16])));
         let mut strays = dirs_ending(dir.path(), "-stray");
         strays.sort();
         assert_eq!(strays.len(), 2, "{strays:?}");

@@ -14,8 +14,8 @@ use crate::replication::ReplicaManager;
 pub(super) fn expire_producers(replicas: &ReplicaManager, config: &BrokerConfig) {
     let now = now_ms();
     for partition in replicas.all() {
-        if let Ok(mut log) = partition.log.lock() {
-            log.remove_expired_producers(now, config.producer_id_expiration_ms);
+        if let Ok(mut locked) = partition.try_lock() {
+            locked.remove_expired_producers(now, config.producer_id_expiration_ms);
         }
     }
 }
@@ -55,7 +55,7 @@ pub(super) async fn run(
                     let now = now_ms();
                     for partition in replicas.all() {
                         let result =
-                            partition.log.lock().map(|mut log| log.delete_old_segments(now));
+                            partition.try_lock().map(|mut log| log.delete_old_segments(now));
                         if let Ok(Err(error)) = result {
                             tracing::warn!(tp = %partition.tp, %error, "retention failed");
                         }
