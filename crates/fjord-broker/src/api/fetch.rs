@@ -1003,4 +1003,96 @@ mod tests {
             "an error answers at once"
         );
     }
+
+    /// Reads `target` from `partition` as `plan` asks, as the fetch path does.
+    fn read(
+        plan: &FetchPlan,
+        partition: &Partition,
+        fetch_offset: i64,
+    ) -> (PartitionData, Option<FileSlice>) {
+        let target = Target {
+            topic: partition.tp.topic.clone(),
+            topic_id: Uuid::ZERO,
+            partition: partition.tp.partition,
+            fetch_offset,
+            partition_max_bytes: 1 << 20,
+            current_leader_epoch: -1,
+            last_fetched_epoch: -1,
+        };
+        let mut data = no_data(target.partition);
+        let mut locked = partition.lock();
+        let read = read_log(
+            plan,
+            &mut locked,
+            &target,
+            &mut data,
+            ((1 << 20, true), false),
+            0,
+        );
+        (data, read.expect("a read").records)
+    }
+
+    #[test]
+    fn consumers_read_below_the_high_watermark_that_followers_fetches_move() {
+        use crate::replication::partition::tests::test_partition;
+        use crate::replication::partition_state::LeaderAndIsr;
+        use fjord_records::{BatchBuilder, Compression};
+        let dir = tempfile::tempdir().unwrap();
+        let leadership = LeaderAndIsr {
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+        };
+        let tp = fjord_common::TopicPartition::new("t", 0);
+        let p = test_partition(dir.path(), tp, false, 1, leadership);
+        for _ in 0..2 {
+            let mut builder = BatchBuilder::new(Compression::None);
+            builder.append(0, None, Some(b"v"), &[]).unwrap();
+            let batch = fjord_records::AppendBatch::new(builder.build().unwrap().freeze()).unwrap();
+            p.lock().append_as_leader(vec![batch], None, 0).unwrap();
+        }
+        let consumer = FetchPlan::of(
+            &FetchRequest {
+                replica_id: -1,
+                ..Default::default()
+            },
+            15,
+            1,
+            &image(),
+        );
+        // Follower 2 has fetched nothing: the high watermark stays at 0, nothing to read.
+        let (data, records) = read(&consumer, &p, 0);
+        assert_eq!((data.high_watermark, records.is_none()), (0, true));
+        let follower = |id| {
+            let request = FetchRequest {
+                replica_state: ReplicaState {
+                    replica_id: id,
+                    replica_epoch: 7,
+                },
+                ..Default::default()
+            };
+            FetchPlan::of(&request, 15, 1, &image())
+        };
+        // Its fetch from the log end says it holds everything: the high watermark moves.
+        let (data, records) = read(&follower(2), &p, 2);
+        assert_eq!((data.error_code, data.high_watermark), (errors::NONE, 2));
+        assert!(records.is_none(), "nothing past the log end");
+        let (data, records) = read(&consumer, &p, 0);
+        assert_eq!(data.high_watermark, 2);
+        assert!(
+            records.is_some_and(|r| !r.is_empty()),
+            "both batches, now committed"
+        );
+        // Past the log end, and from a broker that is no replica: refused.
+        assert_eq!(
+            read(&follower(2), &p, 10).0.error_code,
+            errors::OFFSET_OUT_OF_RANGE
+        );
+        assert_eq!(
+            read(&follower(9), &p, 2).0.error_code,
+            errors::NOT_LEADER_OR_FOLLOWER
+        );
+    }
 }

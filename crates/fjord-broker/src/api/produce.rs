@@ -16,6 +16,7 @@ use crate::api::txn_verify::{not_in_transaction_code, Verdicts};
 use crate::api::{encode_response, Broker};
 use crate::net::{Reply, Response};
 use crate::replication::flusher::{Durable, FlushTarget};
+use crate::replication::FlusherHandle;
 use crate::replication::{Appended, Partition, PartitionError};
 use fjord_common::errors;
 
@@ -107,6 +108,34 @@ impl PendingPartition {
     }
 }
 
+/// acks=0: no response; an error can only be signalled by closing the connection, as Kafka
+/// does. The flush still runs as the request's future, so the connection's next request
+/// (not another produce) sees these records below the high watermark.
+fn answer_without_acks(flusher: &FlusherHandle, pending: Vec<PendingPartition>) -> Reply {
+    let any_error = pending
+        .iter()
+        .any(|p| p.response.error_code != errors::NONE);
+    let targets: Vec<FlushTarget> = pending.into_iter().filter_map(|p| p.flush).collect();
+    let failed = || Reply::Close("acks=0 produce failed".to_string());
+    if targets.is_empty() {
+        return if any_error {
+            failed()
+        } else {
+            Reply::Now(Response::Nothing)
+        };
+    }
+    let flusher = flusher.clone();
+    let flushed = async move {
+        let _ = flusher.flush_all(targets).await;
+        Response::Nothing
+    };
+    if any_error {
+        tokio::spawn(flushed);
+        return failed();
+    }
+    Reply::Later(Box::pin(flushed))
+}
+
 /// What every partition of one produce request shares.
 struct ProduceRequestInfo<'a> {
     acks: i16,
@@ -177,7 +206,7 @@ impl Broker {
             }
         }
         if info.acks == 0 {
-            return self.answer_without_acks(answer.pending);
+            return answer_without_acks(&self.flusher, answer.pending);
         }
         for p in &mut answer.pending {
             p.settle_if_replicated();
@@ -260,34 +289,6 @@ impl Broker {
         Ok(appended)
     }
 
-    /// acks=0: no response; an error can only be signalled by closing the connection, as Kafka
-    /// does. The flush still runs as the request's future, so the connection's next request
-    /// (not another produce) sees these records below the high watermark.
-    fn answer_without_acks(&self, pending: Vec<PendingPartition>) -> Reply {
-        let any_error = pending
-            .iter()
-            .any(|p| p.response.error_code != errors::NONE);
-        let targets: Vec<FlushTarget> = pending.into_iter().filter_map(|p| p.flush).collect();
-        let failed = || Reply::Close("acks=0 produce failed".to_string());
-        if targets.is_empty() {
-            return if any_error {
-                failed()
-            } else {
-                Reply::Now(Response::Nothing)
-            };
-        }
-        let flusher = self.flusher.clone();
-        let flushed = async move {
-            let _ = flusher.flush_all(targets).await;
-            Response::Nothing
-        };
-        if any_error {
-            tokio::spawn(flushed);
-            return failed();
-        }
-        Reply::Later(Box::pin(flushed))
-    }
-
     /// Waits for what the answer needs: every partition's flush in one round of the flusher
     /// (a failed fsync is not acknowledged), then acks=all's replication, each bounded by the
     /// request's timeout.
@@ -351,5 +352,110 @@ impl Broker {
                 let _ = flusher.flush(target, offset).await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replication::partition::tests::{append, partition};
+
+    fn pending(topic_index: usize, index: i32, error_code: i16) -> PendingPartition {
+        PendingPartition {
+            topic_index,
+            response: PartitionProduceResponse {
+                index,
+                error_code,
+                ..Default::default()
+            },
+            flush: None,
+            replicated: None,
+        }
+    }
+
+    fn answer(pending: Vec<PendingPartition>) -> ProduceAnswer {
+        let topic = |name: &str| TopicProduceResponse {
+            name: name.into(),
+            ..Default::default()
+        };
+        ProduceAnswer {
+            api: ApiKey::Produce,
+            version: 9,
+            correlation_id: 5,
+            topics: vec![topic("a"), topic("b")],
+            pending,
+        }
+    }
+
+    #[test]
+    fn partitions_are_answered_under_their_topics_in_request_order() {
+        let answer = answer(vec![pending(1, 0, 0), pending(0, 2, 0), pending(1, 1, 3)]);
+        assert!(answer.complete(), "nothing to wait for");
+        let Response::Send(frame) = answer.encode() else {
+            panic!("an encoded response");
+        };
+        let mut decoder = fjord_protocol::Decoder::new(frame);
+        let header_version = fjord_protocol::response_header_version(ApiKey::Produce, 9);
+        let header = <fjord_protocol::ResponseHeader as fjord_protocol::Decodable>::decode(
+            &mut decoder,
+            header_version,
+        )
+        .expect("a response header");
+        assert_eq!(header.correlation_id, 5);
+        let body = ResponseBody::decode(ApiKey::Produce, &mut decoder, 9).expect("a produce body");
+        let ResponseBody::Produce(response) = body else {
+            panic!("a produce response");
+        };
+        let shape: Vec<(String, Vec<(i32, i16)>)> = response
+            .responses
+            .into_iter()
+            .map(|t| {
+                let partitions = t
+                    .partition_responses
+                    .into_iter()
+                    .map(|p| (p.index, p.error_code))
+                    .collect();
+                (t.name, partitions)
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("a".to_string(), vec![(2, 0)]),
+                ("b".to_string(), vec![(0, 0), (1, 3)]),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_acks_all_write_already_replicated_is_settled_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        // Page-cache mode, this broker the whole ISR: the append moves the high watermark.
+        let p = partition(dir.path(), "settled", false);
+        append(&p);
+        let mut covered = pending(0, 0, 0);
+        covered.replicated = Some((p.delay_produce(1, p.leader_epoch()), p.clone()));
+        covered.settle_if_replicated();
+        assert!(covered.replicated.is_none() && covered.response.error_code == 0);
+        let mut waiting = pending(0, 0, 0);
+        waiting.replicated = Some((p.delay_produce(2, p.leader_epoch()), p.clone()));
+        waiting.settle_if_replicated();
+        assert!(
+            waiting.replicated.is_some(),
+            "offset 1 is not below the high watermark yet"
+        );
+    }
+
+    #[tokio::test]
+    async fn acks_0_answers_nothing_and_closes_the_connection_on_an_error() {
+        let (flusher, _task) = crate::replication::flusher::start(Arc::new(|_, _| {}));
+        assert!(matches!(
+            answer_without_acks(&flusher, vec![pending(0, 0, 0)]),
+            Reply::Now(Response::Nothing)
+        ));
+        assert!(matches!(
+            answer_without_acks(&flusher, vec![pending(0, 0, 0), pending(0, 1, 6)]),
+            Reply::Close(_)
+        ));
     }
 }

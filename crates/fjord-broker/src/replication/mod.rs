@@ -10,7 +10,7 @@ pub(crate) mod fetcher;
 pub(crate) mod flusher;
 pub(crate) mod isr_manager;
 mod log_dir_mover;
-mod partition;
+pub(crate) mod partition;
 pub mod partition_state;
 pub(crate) mod quota;
 pub(crate) mod replica_manager;
