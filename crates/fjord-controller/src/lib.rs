@@ -26,6 +26,7 @@ mod membership;
 pub mod placement;
 pub mod plan;
 mod reassignment;
+mod refusal;
 pub mod voters;
 
 pub use apis::{

@@ -10,7 +10,7 @@
 
 use fjord_common::errors;
 
-use crate::plan::{refuse, Refusal};
+use crate::refusal::{refuse, Refusal};
 
 /// A broker that can take replicas: registered and not shutting down.
 #[derive(Debug, Clone, PartialEq, Eq)]

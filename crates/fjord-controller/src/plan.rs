@@ -12,6 +12,8 @@ use fjord_metadata::{
 use fjord_common::{errors, TopicId};
 
 use crate::placement::{self, Placer, UsableBroker};
+pub(crate) use crate::refusal::refuse;
+pub use crate::refusal::Refusal;
 use fjord_config::{
     broker_config_kind, check_broker_value, is_dynamic_broker_key, split_list, topic_config_def,
     validate_topic_config, ConfigType,
@@ -22,19 +24,6 @@ pub const MAX_TOPIC_NAME_LEN: usize = 249;
 /// Upper bound on partitions per topic: keeps one request from creating an unbounded number of
 /// directories and files.
 pub const MAX_PARTITIONS_PER_TOPIC: i32 = 100_000;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub error_code: i16,
-    pub message: String,
-}
-
-pub(crate) fn refuse(error_code: i16, message: impl Into<String>) -> Refusal {
-    Refusal {
-        error_code,
-        message: message.into(),
-    }
-}
 
 /// Kafka's topic name rules: 1..=249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), Refusal> {
