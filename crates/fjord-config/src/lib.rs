@@ -2789,6 +2789,25 @@ mod tests {
     }
 
     #[test]
+    fn every_typed_broker_setting_reads_a_key_the_table_knows() {
+        // BrokerConfig::number panics on a key without a numeric default in BROKER_CONFIGS: each
+        // typed accessor is read once on a default config, and an override is taken.
+        let (config, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
+        assert_eq!(config.group_coordinator().offsets_commit_timeout_ms, 5_000);
+        assert_eq!(config.txn_coordinator().max_timeout_ms, 900_000);
+        assert_eq!(config.offsets_topic().num_partitions, 50);
+        assert_eq!(
+            config.transaction_state_topic().configs["min.insync.replicas"],
+            "2"
+        );
+        assert_eq!(config.max_request_partition_size_limit(), 2000);
+        let (config, _) =
+            BrokerConfig::from_properties(&props(&[("transaction.max.timeout.ms", "1000")]))
+                .unwrap();
+        assert_eq!(config.txn_coordinator().max_timeout_ms, 1_000);
+    }
+
+    #[test]
     fn every_topic_default_parses_into_its_typed_field() {
         // TopicSettings::parse falls back to each key's table default: each must parse.
         let settings = TopicSettings::parse(|name| {
