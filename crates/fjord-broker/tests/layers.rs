@@ -182,44 +182,6 @@ fn every_module_says_what_it_owns() {
     );
 }
 
-/// A file's lines before its test module (`#[cfg(test)]` up to the end is test code).
-fn non_test_lines(text: &str) -> Vec<(usize, String)> {
-    let lines = code_lines(text);
-    let end = lines
-        .iter()
-        .position(|(_, line)| line.trim_start().starts_with("#[cfg(test)]"))
-        .unwrap_or(lines.len());
-    lines[..end].to_vec()
-}
-
-#[test]
-fn config_keys_are_read_through_fjord_config_types() {
-    let keys: Vec<&str> = fjord_config::broker_config_keys()
-        .map(|(name, _)| name)
-        .chain(fjord_config::TOPIC_CONFIGS.iter().map(|def| def.name))
-        .collect();
-    let mut files = Vec::new();
-    rust_files(&src_dir(), &mut files);
-    files.sort();
-    let mut found = Vec::new();
-    for file in &files {
-        let shown = file.strip_prefix(src_dir()).unwrap().display().to_string();
-        let text = std::fs::read_to_string(file).unwrap();
-        for (number, line) in non_test_lines(&text) {
-            for key in &keys {
-                if line.contains(&format!("\"{key}\"")) {
-                    found.push(format!("{shown}:{number}: \"{key}\": {}", line.trim()));
-                }
-            }
-        }
-    }
-    assert!(
-        found.is_empty(),
-        "config keys named in the broker (read them through fjord-config's typed settings):\n{}",
-        found.join("\n")
-    );
-}
-
 #[test]
 fn the_checker_sees_imports_in_every_form() {
     let layers = ["api", "link", "replication"];

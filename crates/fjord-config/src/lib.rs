@@ -1807,6 +1807,26 @@ impl BrokerConfig {
         }
     }
 
+    /// The active controller's periodic elections: unclean ones every
+    /// `unclean.leader.election.interval.ms`, preferred-leader balancing every
+    /// `leader.imbalance.check.interval.seconds` when `auto.leader.rebalance.enable`.
+    pub fn leader_elections(&self) -> LeaderElectionSettings {
+        let auto_rebalance = self
+            .get("auto.leader.rebalance.enable")
+            .or_else(|| broker_default("auto.leader.rebalance.enable").map(str::to_string))
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        LeaderElectionSettings {
+            unclean_interval_ms: self.number("unclean.leader.election.interval.ms").max(1),
+            balance_interval_s: auto_rebalance.then(|| {
+                self.number("leader.imbalance.check.interval.seconds")
+                    .max(1)
+            }),
+            imbalance_per_broker_percentage: self
+                .int("leader.imbalance.per.broker.percentage")
+                .max(0),
+        }
+    }
+
     /// The transaction coordinator's settings.
     pub fn txn_coordinator(&self) -> TxnCoordinatorSettings {
         TxnCoordinatorSettings {
@@ -1879,6 +1899,15 @@ pub struct GroupCoordinatorSettings {
     pub consumer_max_heartbeat_interval_ms: i32,
     pub consumer_max_size: i32,
     pub consumer_assignors: Vec<String>,
+}
+
+/// The controller's periodic elections (see [`BrokerConfig::leader_elections`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderElectionSettings {
+    pub unclean_interval_ms: i64,
+    /// None: `auto.leader.rebalance.enable` is off.
+    pub balance_interval_s: Option<i64>,
+    pub imbalance_per_broker_percentage: i32,
 }
 
 /// The transaction coordinator's settings (see [`BrokerConfig::txn_coordinator`]).
@@ -2801,10 +2830,23 @@ mod tests {
             "2"
         );
         assert_eq!(config.max_request_partition_size_limit(), 2000);
-        let (config, _) =
-            BrokerConfig::from_properties(&props(&[("transaction.max.timeout.ms", "1000")]))
-                .unwrap();
+        assert_eq!(
+            config.leader_elections(),
+            LeaderElectionSettings {
+                unclean_interval_ms: 300_000,
+                balance_interval_s: Some(300),
+                imbalance_per_broker_percentage: 10,
+            }
+        );
+        let (config, _) = BrokerConfig::from_properties(&props(&[
+            ("transaction.max.timeout.ms", "1000"),
+            ("auto.leader.rebalance.enable", "false"),
+            ("unclean.leader.election.interval.ms", "50"),
+        ]))
+        .unwrap();
         assert_eq!(config.txn_coordinator().max_timeout_ms, 1_000);
+        assert_eq!(config.leader_elections().balance_interval_s, None);
+        assert_eq!(config.leader_elections().unclean_interval_ms, 50);
     }
 
     #[test]

@@ -308,10 +308,9 @@ impl Controller {
     pub fn balance_leaders(&self, image: &MetadataImage) -> Vec<MetadataRecord> {
         let percentage = self
             .config
-            .get("leader.imbalance.per.broker.percentage")
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .unwrap_or(10);
-        crate::election::balance_leaders(image, percentage)
+            .leader_elections()
+            .imbalance_per_broker_percentage;
+        crate::election::balance_leaders(image, percentage.into())
     }
 
     /// Milliseconds until a session on `image` could next expire.

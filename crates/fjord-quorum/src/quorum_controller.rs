@@ -92,22 +92,12 @@ impl Shell {
     /// The task's state as it starts: no term led yet, and the unclean elections and (with
     /// `auto.leader.rebalance.enable`) the leader balance first due one interval from now.
     fn new(controller: Controller, quorum: Arc<MetadataQuorum>, commit_timeout: Duration) -> Self {
-        let setting = |key: &str, default: u64| {
-            controller
-                .config()
-                .get(key)
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap_or(default)
-                .max(1)
-        };
-        let unclean_interval =
-            Duration::from_millis(setting("unclean.leader.election.interval.ms", 300_000));
+        let elections = controller.config().leader_elections();
+        let unclean_interval = Duration::from_millis(elections.unclean_interval_ms.unsigned_abs());
         // `auto.leader.rebalance.enable`: the balance runs every check interval; off, never.
-        let balance_interval = controller
-            .config()
-            .get("auto.leader.rebalance.enable")
-            .is_none_or(|v| v.trim().eq_ignore_ascii_case("true"))
-            .then(|| Duration::from_secs(setting("leader.imbalance.check.interval.seconds", 300)));
+        let balance_interval = elections
+            .balance_interval_s
+            .map(|s| Duration::from_secs(s.unsigned_abs()));
         let now = tokio::time::Instant::now();
         Shell {
             controller,
