@@ -57,6 +57,9 @@ struct Broker {
     epochs: LeaderEpochCache,
     /// None until the partition's metadata first reaches this incarnation.
     state: Option<PartitionState>,
+    /// The log's high watermark: raised to the state's bound after each event (as
+    /// `Log::raise_high_watermark`), lowered only by truncation.
+    hw: i64,
     /// The last high watermark seen per leader epoch, this incarnation.
     hw_seen: HashMap<i32, i64>,
     /// When its fetch in flight was sent: a fetcher has one at a time (another after a timeout).
@@ -68,9 +71,17 @@ impl Broker {
         self.log.len() as i64
     }
 
+    /// The log raises its high watermark to what the state allows; never lowers it here.
+    fn raise_hw(&mut self) {
+        if let Some(state) = &self.state {
+            self.hw = self.hw.max(state.high_watermark_bound());
+        }
+    }
+
     fn truncate(&mut self, to: i64) {
         let to = to.clamp(0, self.leo()) as usize;
         self.log.truncate(to);
+        self.hw = self.hw.min(to as i64);
         self.durable = self.durable.min(to);
         self.epochs.truncate_from_end(to as i64);
         if let Some(state) = &mut self.state {
@@ -173,6 +184,7 @@ impl Sim {
                 epochs: LeaderEpochCache::new(),
                 state: None,
                 hw_seen: HashMap::new(),
+                hw: 0,
                 fetch_sent_ms: None,
             });
         }
@@ -320,7 +332,6 @@ impl Sim {
                     lai.clone(),
                     b.log.len() as i64,
                     b.durable as i64,
-                    0,
                     now,
                 ));
             }
@@ -328,6 +339,7 @@ impl Sim {
                 let _ = state.apply(lai.clone(), now);
             }
         }
+        b.raise_hw();
         if lai.leader == b.id {
             // A new leader epoch starts at this log's end.
             b.epochs.assign(lai.leader_epoch, b.log.len() as i64);
@@ -353,6 +365,7 @@ impl Sim {
             self.next_value += 1;
         }
         state.on_append(b.log.len() as i64, false);
+        b.raise_hw();
         let (id, leo) = (b.id, b.log.len());
         self.trace(format!("produce {n} at b{id} epoch {epoch} -> leo {leo}"));
     }
@@ -363,6 +376,7 @@ impl Sim {
         if let Some(state) = &mut b.state {
             state.on_durable(b.durable as i64);
         }
+        b.raise_hw();
     }
 
     /// A follower syncs what it appended, then fetches from its log end.
@@ -439,17 +453,18 @@ impl Sim {
                 });
                 let outcome = match check {
                     FollowerFetch::OutOfRange => FetchOutcome::OutOfRange {
-                        high_watermark: state.high_watermark(),
+                        high_watermark: l.hw,
                     },
                     FollowerFetch::Diverged { epoch, end_offset } => {
                         FetchOutcome::Diverged { epoch, end_offset }
                     }
                     FollowerFetch::Read => {
                         let _ = state.on_follower_fetch(from, fetch_offset, broker_epoch, now);
+                        l.raise_hw();
                         let end = (fetch_offset as usize + 50).min(l.log.len());
                         FetchOutcome::Records {
                             entries: l.log[fetch_offset as usize..end].to_vec(),
-                            high_watermark: state.high_watermark(),
+                            high_watermark: l.hw,
                         }
                     }
                 };
@@ -487,7 +502,7 @@ impl Sim {
                 }
                 let truncate_to = match outcome {
                     FetchOutcome::OutOfRange { high_watermark } => {
-                        Some(high_watermark.max(state.high_watermark()).min(f.leo()))
+                        Some(high_watermark.max(f.hw).min(f.leo()))
                     }
                     FetchOutcome::Diverged { epoch, end_offset } => {
                         let local = f.epochs.end_offset_for(epoch, f.leo());
@@ -504,6 +519,7 @@ impl Sim {
                         let state = f.state.as_mut().unwrap();
                         state.on_append(f.log.len() as i64, false);
                         state.on_leader_high_watermark(high_watermark);
+                        f.raise_hw();
                         None
                     }
                 };
@@ -543,7 +559,7 @@ impl Sim {
             .latest_entry()
             .filter(|e| e.epoch == state.leader_epoch())
             .map_or(i64::MAX, |e| e.start_offset);
-        let Some(isr) = state.propose_isr_change(now, LAG_MS, start, eligible) else {
+        let Some(isr) = state.propose_isr_change(now, LAG_MS, start, l.hw, eligible) else {
             return;
         };
         let (leader_epoch, partition_epoch) = (state.leader_epoch(), state.partition_epoch());
@@ -577,7 +593,8 @@ impl Sim {
             }),
             3,
         );
-        let state = self.brokers[li].state.as_mut().unwrap();
+        let b = &mut self.brokers[li];
+        let state = b.state.as_mut().unwrap();
         match response {
             ResponseBody::AlterPartition(r) if r.error_code == errors::NONE => {
                 let p = &r.topics[0].partitions[0];
@@ -596,6 +613,7 @@ impl Sim {
             }
             _ => state.isr_change_done(),
         }
+        b.raise_hw();
     }
 
     fn crash(&mut self, i: usize) {
@@ -610,6 +628,7 @@ impl Sim {
         b.log.truncate(b.durable);
         b.epochs.truncate_from_end(durable);
         b.state = None;
+        b.hw = 0;
         b.epoch = None;
         b.incarnation = incarnation;
         b.hw_seen.clear();
@@ -674,9 +693,7 @@ impl Sim {
                         b.paused,
                         b.leo(),
                         b.durable,
-                        b.state
-                            .as_ref()
-                            .map(|s| (s.role(), s.leader_epoch(), s.high_watermark()))
+                        b.state.as_ref().map(|s| (s.role(), s.leader_epoch(), b.hw))
                     ))
                     .collect::<Vec<_>>()
                     .join("; ")
@@ -687,7 +704,7 @@ impl Sim {
     fn check(&mut self) {
         for b in &mut self.brokers {
             let Some(state) = &b.state else { continue };
-            let hw = state.high_watermark();
+            let hw = b.hw;
             assert!(
                 hw <= b.log.len() as i64,
                 "broker {}: HW {hw} above LEO {}",
@@ -747,7 +764,7 @@ impl Sim {
         assert!(p.leader > 0, "no leader after healing: {p:?}");
         assert_eq!(p.isr.len(), 3, "not every replica back in sync: {p:?}");
         let leader = &self.brokers[self.index_of(p.leader)];
-        let hw = leader.state.as_ref().unwrap().high_watermark();
+        let hw = leader.hw;
         assert_eq!(hw, leader.leo(), "the leader's log not all committed");
         for b in &self.brokers {
             assert_eq!(

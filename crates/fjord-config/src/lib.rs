@@ -153,20 +153,53 @@ topic_configs! {
     unclean_leader_election_enable: bool = "unclean.leader.election.enable", Some("unclean.leader.election.enable"), Boolean, "false", Check::None;
 }
 
-/// A topic config's value as its typed field holds it.
+/// A config's value as its typed field ([`TopicSettings`], [`BrokerSettings`]) holds it.
 trait FromConfig: Sized {
     fn from_config(value: &str) -> Option<Self>;
-}
 
-impl FromConfig for i64 {
-    fn from_config(value: &str) -> Option<Self> {
-        value.trim().parse().ok()
+    /// The field of a key neither set nor defaulted: only an `Option` has one.
+    fn unset() -> Option<Self> {
+        None
     }
 }
 
-impl FromConfig for f64 {
+/// A key's value (None: neither set nor defaulted) as its typed field holds it.
+fn typed<T: FromConfig>(value: Option<&str>) -> Option<T> {
+    value.map_or_else(T::unset, T::from_config)
+}
+
+macro_rules! from_config_by_parse {
+    ($($ty:ty),*) => {
+        $(impl FromConfig for $ty {
+            fn from_config(value: &str) -> Option<Self> {
+                value.trim().parse().ok()
+            }
+        })*
+    };
+}
+
+from_config_by_parse!(i16, i32, i64, f64);
+
+impl FromConfig for String {
     fn from_config(value: &str) -> Option<Self> {
-        value.trim().parse().ok()
+        Some(value.to_string())
+    }
+}
+
+impl FromConfig for Vec<String> {
+    fn from_config(value: &str) -> Option<Self> {
+        Some(split_list(value).into_iter().map(str::to_string).collect())
+    }
+}
+
+/// A key without a default: `None` until set.
+impl<T: FromConfig> FromConfig for Option<T> {
+    fn from_config(value: &str) -> Option<Self> {
+        T::from_config(value).map(Some)
+    }
+
+    fn unset() -> Option<Self> {
+        Some(None)
     }
 }
 
@@ -561,565 +594,171 @@ struct BrokerConfigDef {
     check: Check,
 }
 
-macro_rules! broker_config {
-    ($name:expr, $kind:ident, $default:expr, $check:expr) => {
-        BrokerConfigDef {
+/// Declares every broker config fjord knows once: the table `BROKER_CONFIGS` (names, types,
+/// defaults, checks) and the typed [`BrokerSettings`] the broker's values are parsed into, a field
+/// per key. A key without a default is an `Option` field: unset, it is `None`.
+macro_rules! broker_configs {
+    ($($field:ident: $ty:ty = $name:literal, $kind:ident, $default:expr, $check:expr;)*) => {
+        const BROKER_CONFIGS: &[BrokerConfigDef] = &[$(BrokerConfigDef {
             name: $name,
             kind: ConfigType::$kind,
             default: $default,
             check: $check,
+        },)*];
+
+        /// A broker's configs, typed: a field per key of Kafka's broker configs that fjord knows
+        /// (the key's name with `_` for `.`), each the value set, else the key's default. Parsed
+        /// once, from the properties at start ([`BrokerConfig::settings`]) or from the static keys
+        /// merged with the dynamic ones ([`BrokerSettings::from_values`] of
+        /// [`BrokerConfig::merged`]) when those change, so that no reader parses a string.
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct BrokerSettings {
+            $(#[doc = concat!("`", $name, "`")] pub $field: $ty,)*
+        }
+
+        impl BrokerSettings {
+            /// Parses each key's value (`value_of`, None when unset): set, else the key's
+            /// default. A value that does not parse (it passed its check when set, so none
+            /// should) is the key's default.
+            fn parse<'a>(value_of: impl Fn(&'static str) -> Option<&'a str>) -> BrokerSettings {
+                BrokerSettings {
+                    $($field: typed(value_of($name).or($default))
+                        .or_else(|| typed($default))
+                        .expect(concat!("the default of ", $name, " parses")),)*
+                }
+            }
         }
     };
 }
 
-const BROKER_CONFIGS: &[BrokerConfigDef] = &[
-    broker_config!("node.id", Int, Some("1"), Check::AtLeast(0)),
-    broker_config!("broker.id", Int, None, Check::AtLeast(0)),
-    broker_config!(
-        "process.roles",
-        List,
-        Some("broker,controller"),
-        Check::ListOf(&["broker", "controller"])
-    ),
+broker_configs! {
+    node_id: i32 = "node.id", Int, Some("1"), Check::AtLeast(0);
+    broker_id: Option<i32> = "broker.id", Int, None, Check::AtLeast(0);
+    process_roles: Vec<String> = "process.roles", List, Some("broker,controller"), Check::ListOf(&["broker", "controller"]);
     // fjord binds loopback by default so a bare `fjord server` is safe on any machine.
-    broker_config!(
-        "listeners",
-        List,
-        Some("PLAINTEXT://127.0.0.1:9092"),
-        Check::None
-    ),
-    broker_config!("advertised.listeners", List, None, Check::None),
-    broker_config!(
-        "listener.security.protocol.map",
-        List,
-        Some("SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"),
-        Check::None
-    ),
-    broker_config!("controller.listener.names", List, None, Check::None),
-    broker_config!("controller.quorum.voters", List, None, Check::None),
-    broker_config!(
-        "controller.quorum.bootstrap.servers",
-        List,
-        None,
-        Check::None
-    ),
-    broker_config!(
-        "controller.quorum.auto.join.enable",
-        Boolean,
-        Some("false"),
-        Check::None
-    ),
-    broker_config!("inter.broker.listener.name", String, None, Check::None),
-    broker_config!("log.dir", String, Some("./fjord-data"), Check::None),
-    broker_config!("log.dirs", List, None, Check::None),
-    broker_config!("metadata.log.dir", String, None, Check::None),
-    broker_config!(
-        "metadata.log.max.record.bytes.between.snapshots",
-        Long,
-        Some("20971520"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "metadata.log.max.snapshot.interval.ms",
-        Long,
-        Some("3600000"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "metadata.max.retention.bytes",
-        Long,
-        Some("104857600"),
-        Check::None
-    ),
-    broker_config!("num.partitions", Int, Some("1"), Check::AtLeast(1)),
-    broker_config!(
-        "default.replication.factor",
-        Int,
-        Some("1"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "auto.create.topics.enable",
-        Boolean,
-        Some("true"),
-        Check::None
-    ),
-    broker_config!("delete.topic.enable", Boolean, Some("true"), Check::None),
-    broker_config!("message.max.bytes", Int, Some("1048588"), Check::AtLeast(0)),
-    broker_config!(
-        "log.segment.bytes",
-        Int,
-        Some("1073741824"),
-        Check::AtLeast(14)
-    ),
-    broker_config!("log.roll.ms", Long, None, Check::AtLeast(1)),
-    broker_config!("log.roll.hours", Int, Some("168"), Check::AtLeast(1)),
-    broker_config!("log.roll.jitter.ms", Long, None, Check::AtLeast(0)),
-    broker_config!("log.roll.jitter.hours", Int, Some("0"), Check::AtLeast(0)),
-    broker_config!("log.retention.ms", Long, None, Check::AtLeast(-1)),
-    broker_config!("log.retention.minutes", Int, None, Check::AtLeast(-1)),
-    broker_config!("log.retention.hours", Int, Some("168"), Check::AtLeast(-1)),
-    broker_config!("log.retention.bytes", Long, Some("-1"), Check::None),
-    broker_config!(
-        "log.retention.check.interval.ms",
-        Long,
-        Some("300000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "log.cleanup.policy",
-        List,
-        Some("delete"),
-        Check::ListOf(CLEANUP_POLICIES)
-    ),
-    broker_config!(
-        "log.index.size.max.bytes",
-        Int,
-        Some("10485760"),
-        Check::AtLeast(4)
-    ),
-    broker_config!(
-        "log.index.interval.bytes",
-        Int,
-        Some("4096"),
-        Check::AtLeast(0)
-    ),
-    broker_config!("log.flush.interval.messages", Long, None, Check::AtLeast(1)),
-    broker_config!("log.flush.interval.ms", Long, None, Check::AtLeast(0)),
-    broker_config!(
-        "log.flush.scheduler.interval.ms",
-        Long,
-        Some("9223372036854775807"),
-        Check::None
-    ),
-    broker_config!(
-        "log.flush.offset.checkpoint.interval.ms",
-        Int,
-        Some("60000"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "log.segment.delete.delay.ms",
-        Long,
-        Some("60000"),
-        Check::AtLeast(0)
-    ),
-    broker_config!("log.preallocate", Boolean, Some("false"), Check::None),
-    broker_config!(
-        "log.message.timestamp.type",
-        String,
-        Some("CreateTime"),
-        Check::OneOf(TIMESTAMP_TYPES)
-    ),
-    broker_config!(
-        "log.message.timestamp.before.max.ms",
-        Long,
-        Some("9223372036854775807"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "log.message.timestamp.after.max.ms",
-        Long,
-        Some("3600000"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "log.cleaner.delete.retention.ms",
-        Long,
-        Some("86400000"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "log.cleaner.min.compaction.lag.ms",
-        Long,
-        Some("0"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "log.cleaner.max.compaction.lag.ms",
-        Long,
-        Some("9223372036854775807"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "log.cleaner.min.cleanable.ratio",
-        Double,
-        Some("0.5"),
-        Check::Between(0.0, 1.0)
-    ),
-    broker_config!("log.cleaner.enable", Boolean, Some("true"), Check::None),
-    broker_config!("log.cleaner.threads", Int, Some("1"), Check::AtLeast(0)),
-    broker_config!(
-        "log.cleaner.dedupe.buffer.size",
-        Long,
-        Some("134217728"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "log.cleaner.io.buffer.size",
-        Int,
-        Some("524288"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "log.cleaner.io.buffer.load.factor",
-        Double,
-        Some("0.9"),
-        Check::Between(0.01, 1.0)
-    ),
-    broker_config!(
-        "log.cleaner.io.max.bytes.per.second",
-        Double,
-        Some("1.7976931348623157E308"),
-        Check::Between(1.0, f64::MAX)
-    ),
-    broker_config!(
-        "log.cleaner.backoff.ms",
-        Long,
-        Some("15000"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "replica.alter.log.dirs.io.max.bytes.per.second",
-        Long,
-        Some("9223372036854775807"),
-        Check::AtLeast(0)
-    ),
+    listeners: Vec<String> = "listeners", List, Some("PLAINTEXT://127.0.0.1:9092"), Check::None;
+    advertised_listeners: Option<Vec<String>> = "advertised.listeners", List, None, Check::None;
+    listener_security_protocol_map: Vec<String> = "listener.security.protocol.map", List, Some("SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"), Check::None;
+    controller_listener_names: Option<Vec<String>> = "controller.listener.names", List, None, Check::None;
+    controller_quorum_voters: Option<Vec<String>> = "controller.quorum.voters", List, None, Check::None;
+    controller_quorum_bootstrap_servers: Option<Vec<String>> = "controller.quorum.bootstrap.servers", List, None, Check::None;
+    controller_quorum_auto_join_enable: bool = "controller.quorum.auto.join.enable", Boolean, Some("false"), Check::None;
+    inter_broker_listener_name: Option<String> = "inter.broker.listener.name", String, None, Check::None;
+    log_dir: String = "log.dir", String, Some("./fjord-data"), Check::None;
+    log_dirs: Option<Vec<String>> = "log.dirs", List, None, Check::None;
+    metadata_log_dir: Option<String> = "metadata.log.dir", String, None, Check::None;
+    metadata_log_max_record_bytes_between_snapshots: i64 = "metadata.log.max.record.bytes.between.snapshots", Long, Some("20971520"), Check::AtLeast(1);
+    metadata_log_max_snapshot_interval_ms: i64 = "metadata.log.max.snapshot.interval.ms", Long, Some("3600000"), Check::AtLeast(0);
+    metadata_max_retention_bytes: i64 = "metadata.max.retention.bytes", Long, Some("104857600"), Check::None;
+    num_partitions: i32 = "num.partitions", Int, Some("1"), Check::AtLeast(1);
+    default_replication_factor: i32 = "default.replication.factor", Int, Some("1"), Check::AtLeast(1);
+    auto_create_topics_enable: bool = "auto.create.topics.enable", Boolean, Some("true"), Check::None;
+    delete_topic_enable: bool = "delete.topic.enable", Boolean, Some("true"), Check::None;
+    message_max_bytes: i32 = "message.max.bytes", Int, Some("1048588"), Check::AtLeast(0);
+    log_segment_bytes: i32 = "log.segment.bytes", Int, Some("1073741824"), Check::AtLeast(14);
+    log_roll_ms: Option<i64> = "log.roll.ms", Long, None, Check::AtLeast(1);
+    log_roll_hours: i32 = "log.roll.hours", Int, Some("168"), Check::AtLeast(1);
+    log_roll_jitter_ms: Option<i64> = "log.roll.jitter.ms", Long, None, Check::AtLeast(0);
+    log_roll_jitter_hours: i32 = "log.roll.jitter.hours", Int, Some("0"), Check::AtLeast(0);
+    log_retention_ms: Option<i64> = "log.retention.ms", Long, None, Check::AtLeast(-1);
+    log_retention_minutes: Option<i32> = "log.retention.minutes", Int, None, Check::AtLeast(-1);
+    log_retention_hours: i32 = "log.retention.hours", Int, Some("168"), Check::AtLeast(-1);
+    log_retention_bytes: i64 = "log.retention.bytes", Long, Some("-1"), Check::None;
+    log_retention_check_interval_ms: i64 = "log.retention.check.interval.ms", Long, Some("300000"), Check::AtLeast(1);
+    log_cleanup_policy: CleanupPolicy = "log.cleanup.policy", List, Some("delete"), Check::ListOf(CLEANUP_POLICIES);
+    log_index_size_max_bytes: i32 = "log.index.size.max.bytes", Int, Some("10485760"), Check::AtLeast(4);
+    log_index_interval_bytes: i32 = "log.index.interval.bytes", Int, Some("4096"), Check::AtLeast(0);
+    log_flush_interval_messages: Option<i64> = "log.flush.interval.messages", Long, None, Check::AtLeast(1);
+    log_flush_interval_ms: Option<i64> = "log.flush.interval.ms", Long, None, Check::AtLeast(0);
+    log_flush_scheduler_interval_ms: i64 = "log.flush.scheduler.interval.ms", Long, Some("9223372036854775807"), Check::None;
+    log_flush_offset_checkpoint_interval_ms: i32 = "log.flush.offset.checkpoint.interval.ms", Int, Some("60000"), Check::AtLeast(0);
+    log_segment_delete_delay_ms: i64 = "log.segment.delete.delay.ms", Long, Some("60000"), Check::AtLeast(0);
+    log_preallocate: bool = "log.preallocate", Boolean, Some("false"), Check::None;
+    log_message_timestamp_type: TimestampType = "log.message.timestamp.type", String, Some("CreateTime"), Check::OneOf(TIMESTAMP_TYPES);
+    log_message_timestamp_before_max_ms: i64 = "log.message.timestamp.before.max.ms", Long, Some("9223372036854775807"), Check::AtLeast(0);
+    log_message_timestamp_after_max_ms: i64 = "log.message.timestamp.after.max.ms", Long, Some("3600000"), Check::AtLeast(0);
+    log_cleaner_delete_retention_ms: i64 = "log.cleaner.delete.retention.ms", Long, Some("86400000"), Check::AtLeast(0);
+    log_cleaner_min_compaction_lag_ms: i64 = "log.cleaner.min.compaction.lag.ms", Long, Some("0"), Check::AtLeast(0);
+    log_cleaner_max_compaction_lag_ms: i64 = "log.cleaner.max.compaction.lag.ms", Long, Some("9223372036854775807"), Check::AtLeast(1);
+    log_cleaner_min_cleanable_ratio: f64 = "log.cleaner.min.cleanable.ratio", Double, Some("0.5"), Check::Between(0.0, 1.0);
+    log_cleaner_enable: bool = "log.cleaner.enable", Boolean, Some("true"), Check::None;
+    log_cleaner_threads: i32 = "log.cleaner.threads", Int, Some("1"), Check::AtLeast(0);
+    log_cleaner_dedupe_buffer_size: i64 = "log.cleaner.dedupe.buffer.size", Long, Some("134217728"), Check::AtLeast(0);
+    log_cleaner_io_buffer_size: i32 = "log.cleaner.io.buffer.size", Int, Some("524288"), Check::AtLeast(0);
+    log_cleaner_io_buffer_load_factor: f64 = "log.cleaner.io.buffer.load.factor", Double, Some("0.9"), Check::Between(0.01, 1.0);
+    log_cleaner_io_max_bytes_per_second: f64 = "log.cleaner.io.max.bytes.per.second", Double, Some("1.7976931348623157E308"), Check::Between(1.0, f64::MAX);
+    log_cleaner_backoff_ms: i64 = "log.cleaner.backoff.ms", Long, Some("15000"), Check::AtLeast(0);
+    replica_alter_log_dirs_io_max_bytes_per_second: i64 = "replica.alter.log.dirs.io.max.bytes.per.second", Long, Some("9223372036854775807"), Check::AtLeast(0);
     // Replication throttles (dynamic; kafka-reassign-partitions --throttle sets them): bytes per
     // second over the replicas the topics' throttled-replicas configs name, out of sync ones only.
-    broker_config!(
-        "leader.replication.throttled.rate",
-        Long,
-        Some("9223372036854775807"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "follower.replication.throttled.rate",
-        Long,
-        Some("9223372036854775807"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "replication.quota.window.num",
-        Int,
-        Some("11"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "replication.quota.window.size.seconds",
-        Int,
-        Some("1"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "compression.type",
-        String,
-        Some("producer"),
-        Check::OneOf(COMPRESSION_TYPES)
-    ),
-    broker_config!("compression.gzip.level", Int, Some("-1"), Check::None),
-    broker_config!("compression.lz4.level", Int, Some("9"), Check::AtLeast(1)),
-    broker_config!("compression.zstd.level", Int, Some("3"), Check::None),
-    broker_config!("num.replica.fetchers", Int, Some("1"), Check::AtLeast(1)),
-    broker_config!(
-        "replica.fetch.max.bytes",
-        Int,
-        Some("1048576"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "replica.fetch.response.max.bytes",
-        Int,
-        Some("10485760"),
-        Check::AtLeast(0)
-    ),
-    broker_config!("replica.fetch.min.bytes", Int, Some("1"), Check::AtLeast(1)),
-    broker_config!(
-        "replica.fetch.wait.max.ms",
-        Int,
-        Some("500"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "replica.fetch.backoff.ms",
-        Int,
-        Some("1000"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "replica.socket.timeout.ms",
-        Int,
-        Some("30000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "replica.lag.time.max.ms",
-        Long,
-        Some("30000"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "auto.leader.rebalance.enable",
-        Boolean,
-        Some("true"),
-        Check::None
-    ),
-    broker_config!(
-        "leader.imbalance.check.interval.seconds",
-        Long,
-        Some("300"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "leader.imbalance.per.broker.percentage",
-        Int,
-        Some("10"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "unclean.leader.election.interval.ms",
-        Long,
-        Some("300000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!("min.insync.replicas", Int, Some("1"), Check::AtLeast(1)),
-    broker_config!(
-        "unclean.leader.election.enable",
-        Boolean,
-        Some("false"),
-        Check::None
-    ),
-    broker_config!(
-        "socket.request.max.bytes",
-        Int,
-        Some("104857600"),
-        Check::AtLeast(1)
-    ),
-    broker_config!("socket.send.buffer.bytes", Int, Some("102400"), Check::None),
-    broker_config!(
-        "socket.receive.buffer.bytes",
-        Int,
-        Some("102400"),
-        Check::None
-    ),
-    broker_config!("connections.max.idle.ms", Long, Some("600000"), Check::None),
-    broker_config!("num.network.threads", Int, Some("3"), Check::AtLeast(1)),
-    broker_config!("num.io.threads", Int, Some("8"), Check::AtLeast(1)),
-    broker_config!(
-        "num.recovery.threads.per.data.dir",
-        Int,
-        Some("2"),
-        Check::AtLeast(1)
-    ),
-    broker_config!("queued.max.requests", Int, Some("500"), Check::AtLeast(1)),
-    broker_config!(
-        "producer.id.expiration.ms",
-        Int,
-        Some("86400000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "producer.id.expiration.check.interval.ms",
-        Int,
-        Some("600000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "offsets.topic.num.partitions",
-        Int,
-        Some("50"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "offsets.topic.replication.factor",
-        Short,
-        Some("3"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "transaction.state.log.replication.factor",
-        Short,
-        Some("3"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "transaction.state.log.min.isr",
-        Int,
-        Some("2"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "add.partitions.to.txn.retry.backoff.ms",
-        Int,
-        Some("20"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "add.partitions.to.txn.retry.backoff.max.ms",
-        Int,
-        Some("100"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "group.initial.rebalance.delay.ms",
-        Int,
-        Some("3000"),
-        Check::None
-    ),
-    broker_config!(
-        "group.min.session.timeout.ms",
-        Int,
-        Some("6000"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "group.max.session.timeout.ms",
-        Int,
-        Some("1800000"),
-        Check::AtLeast(0)
-    ),
-    broker_config!("group.max.size", Int, Some("2147483647"), Check::AtLeast(1)),
-    broker_config!(
-        "group.coordinator.rebalance.protocols",
-        List,
-        Some("classic,consumer"),
-        Check::ListOf(&["classic", "consumer", "share", "streams"])
-    ),
-    broker_config!(
-        "group.consumer.session.timeout.ms",
-        Int,
-        Some("45000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "group.consumer.min.session.timeout.ms",
-        Int,
-        Some("45000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "group.consumer.max.session.timeout.ms",
-        Int,
-        Some("60000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "group.consumer.heartbeat.interval.ms",
-        Int,
-        Some("5000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "group.consumer.min.heartbeat.interval.ms",
-        Int,
-        Some("5000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "group.consumer.max.heartbeat.interval.ms",
-        Int,
-        Some("15000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "group.consumer.max.size",
-        Int,
-        Some("2147483647"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "group.consumer.assignors",
-        List,
-        Some("uniform,range"),
-        Check::ListOf(&["uniform", "range"])
-    ),
-    broker_config!(
-        "offsets.retention.minutes",
-        Int,
-        Some("10080"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "offsets.retention.check.interval.ms",
-        Long,
-        Some("600000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "offsets.commit.timeout.ms",
-        Int,
-        Some("5000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "offset.metadata.max.bytes",
-        Int,
-        Some("4096"),
-        Check::AtLeast(0)
-    ),
-    broker_config!(
-        "offsets.topic.segment.bytes",
-        Int,
-        Some("104857600"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "transaction.state.log.num.partitions",
-        Int,
-        Some("50"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "transaction.state.log.segment.bytes",
-        Int,
-        Some("104857600"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "transaction.max.timeout.ms",
-        Int,
-        Some("900000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "transactional.id.expiration.ms",
-        Int,
-        Some("604800000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "max.request.partition.size.limit",
-        Int,
-        Some("2000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!("cluster.id", String, None, Check::None),
-    broker_config!("broker.rack", String, None, Check::None),
-    broker_config!(
-        "replica.selector.class",
-        Class,
-        None,
-        Check::OneOf(&[RACK_AWARE_REPLICA_SELECTOR])
-    ),
-    broker_config!(
-        "broker.session.timeout.ms",
-        Int,
-        Some("9000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "broker.heartbeat.interval.ms",
-        Int,
-        Some("2000"),
-        Check::AtLeast(1)
-    ),
-    broker_config!(
-        "controlled.shutdown.enable",
-        Boolean,
-        Some("true"),
-        Check::None
-    ),
-];
+    leader_replication_throttled_rate: i64 = "leader.replication.throttled.rate", Long, Some("9223372036854775807"), Check::AtLeast(0);
+    follower_replication_throttled_rate: i64 = "follower.replication.throttled.rate", Long, Some("9223372036854775807"), Check::AtLeast(0);
+    replication_quota_window_num: i32 = "replication.quota.window.num", Int, Some("11"), Check::AtLeast(1);
+    replication_quota_window_size_seconds: i32 = "replication.quota.window.size.seconds", Int, Some("1"), Check::AtLeast(1);
+    compression_type: TopicCompression = "compression.type", String, Some("producer"), Check::OneOf(COMPRESSION_TYPES);
+    compression_gzip_level: i32 = "compression.gzip.level", Int, Some("-1"), Check::None;
+    compression_lz4_level: i32 = "compression.lz4.level", Int, Some("9"), Check::AtLeast(1);
+    compression_zstd_level: i32 = "compression.zstd.level", Int, Some("3"), Check::None;
+    num_replica_fetchers: i32 = "num.replica.fetchers", Int, Some("1"), Check::AtLeast(1);
+    replica_fetch_max_bytes: i32 = "replica.fetch.max.bytes", Int, Some("1048576"), Check::AtLeast(0);
+    replica_fetch_response_max_bytes: i32 = "replica.fetch.response.max.bytes", Int, Some("10485760"), Check::AtLeast(0);
+    replica_fetch_min_bytes: i32 = "replica.fetch.min.bytes", Int, Some("1"), Check::AtLeast(1);
+    replica_fetch_wait_max_ms: i32 = "replica.fetch.wait.max.ms", Int, Some("500"), Check::AtLeast(0);
+    replica_fetch_backoff_ms: i32 = "replica.fetch.backoff.ms", Int, Some("1000"), Check::AtLeast(0);
+    replica_socket_timeout_ms: i32 = "replica.socket.timeout.ms", Int, Some("30000"), Check::AtLeast(1);
+    replica_lag_time_max_ms: i64 = "replica.lag.time.max.ms", Long, Some("30000"), Check::AtLeast(0);
+    auto_leader_rebalance_enable: bool = "auto.leader.rebalance.enable", Boolean, Some("true"), Check::None;
+    leader_imbalance_check_interval_seconds: i64 = "leader.imbalance.check.interval.seconds", Long, Some("300"), Check::AtLeast(1);
+    leader_imbalance_per_broker_percentage: i32 = "leader.imbalance.per.broker.percentage", Int, Some("10"), Check::AtLeast(0);
+    unclean_leader_election_interval_ms: i64 = "unclean.leader.election.interval.ms", Long, Some("300000"), Check::AtLeast(1);
+    min_insync_replicas: i32 = "min.insync.replicas", Int, Some("1"), Check::AtLeast(1);
+    unclean_leader_election_enable: bool = "unclean.leader.election.enable", Boolean, Some("false"), Check::None;
+    socket_request_max_bytes: i32 = "socket.request.max.bytes", Int, Some("104857600"), Check::AtLeast(1);
+    socket_send_buffer_bytes: i32 = "socket.send.buffer.bytes", Int, Some("102400"), Check::None;
+    socket_receive_buffer_bytes: i32 = "socket.receive.buffer.bytes", Int, Some("102400"), Check::None;
+    connections_max_idle_ms: i64 = "connections.max.idle.ms", Long, Some("600000"), Check::None;
+    num_network_threads: i32 = "num.network.threads", Int, Some("3"), Check::AtLeast(1);
+    num_io_threads: i32 = "num.io.threads", Int, Some("8"), Check::AtLeast(1);
+    num_recovery_threads_per_data_dir: i32 = "num.recovery.threads.per.data.dir", Int, Some("2"), Check::AtLeast(1);
+    queued_max_requests: i32 = "queued.max.requests", Int, Some("500"), Check::AtLeast(1);
+    producer_id_expiration_ms: i32 = "producer.id.expiration.ms", Int, Some("86400000"), Check::AtLeast(1);
+    producer_id_expiration_check_interval_ms: i32 = "producer.id.expiration.check.interval.ms", Int, Some("600000"), Check::AtLeast(1);
+    offsets_topic_num_partitions: i32 = "offsets.topic.num.partitions", Int, Some("50"), Check::AtLeast(1);
+    offsets_topic_replication_factor: i16 = "offsets.topic.replication.factor", Short, Some("3"), Check::AtLeast(1);
+    transaction_state_log_replication_factor: i16 = "transaction.state.log.replication.factor", Short, Some("3"), Check::AtLeast(1);
+    transaction_state_log_min_isr: i32 = "transaction.state.log.min.isr", Int, Some("2"), Check::AtLeast(1);
+    add_partitions_to_txn_retry_backoff_ms: i32 = "add.partitions.to.txn.retry.backoff.ms", Int, Some("20"), Check::AtLeast(1);
+    add_partitions_to_txn_retry_backoff_max_ms: i32 = "add.partitions.to.txn.retry.backoff.max.ms", Int, Some("100"), Check::AtLeast(0);
+    group_initial_rebalance_delay_ms: i32 = "group.initial.rebalance.delay.ms", Int, Some("3000"), Check::None;
+    group_min_session_timeout_ms: i32 = "group.min.session.timeout.ms", Int, Some("6000"), Check::AtLeast(0);
+    group_max_session_timeout_ms: i32 = "group.max.session.timeout.ms", Int, Some("1800000"), Check::AtLeast(0);
+    group_max_size: i32 = "group.max.size", Int, Some("2147483647"), Check::AtLeast(1);
+    group_coordinator_rebalance_protocols: Vec<String> = "group.coordinator.rebalance.protocols", List, Some("classic,consumer"), Check::ListOf(&["classic", "consumer", "share", "streams"]);
+    group_consumer_session_timeout_ms: i32 = "group.consumer.session.timeout.ms", Int, Some("45000"), Check::AtLeast(1);
+    group_consumer_min_session_timeout_ms: i32 = "group.consumer.min.session.timeout.ms", Int, Some("45000"), Check::AtLeast(1);
+    group_consumer_max_session_timeout_ms: i32 = "group.consumer.max.session.timeout.ms", Int, Some("60000"), Check::AtLeast(1);
+    group_consumer_heartbeat_interval_ms: i32 = "group.consumer.heartbeat.interval.ms", Int, Some("5000"), Check::AtLeast(1);
+    group_consumer_min_heartbeat_interval_ms: i32 = "group.consumer.min.heartbeat.interval.ms", Int, Some("5000"), Check::AtLeast(1);
+    group_consumer_max_heartbeat_interval_ms: i32 = "group.consumer.max.heartbeat.interval.ms", Int, Some("15000"), Check::AtLeast(1);
+    group_consumer_max_size: i32 = "group.consumer.max.size", Int, Some("2147483647"), Check::AtLeast(1);
+    group_consumer_assignors: Vec<String> = "group.consumer.assignors", List, Some("uniform,range"), Check::ListOf(&["uniform", "range"]);
+    offsets_retention_minutes: i32 = "offsets.retention.minutes", Int, Some("10080"), Check::AtLeast(1);
+    offsets_retention_check_interval_ms: i64 = "offsets.retention.check.interval.ms", Long, Some("600000"), Check::AtLeast(1);
+    offsets_commit_timeout_ms: i32 = "offsets.commit.timeout.ms", Int, Some("5000"), Check::AtLeast(1);
+    offset_metadata_max_bytes: i32 = "offset.metadata.max.bytes", Int, Some("4096"), Check::AtLeast(0);
+    offsets_topic_segment_bytes: i32 = "offsets.topic.segment.bytes", Int, Some("104857600"), Check::AtLeast(1);
+    transaction_state_log_num_partitions: i32 = "transaction.state.log.num.partitions", Int, Some("50"), Check::AtLeast(1);
+    transaction_state_log_segment_bytes: i32 = "transaction.state.log.segment.bytes", Int, Some("104857600"), Check::AtLeast(1);
+    transaction_max_timeout_ms: i32 = "transaction.max.timeout.ms", Int, Some("900000"), Check::AtLeast(1);
+    transactional_id_expiration_ms: i32 = "transactional.id.expiration.ms", Int, Some("604800000"), Check::AtLeast(1);
+    max_request_partition_size_limit: i32 = "max.request.partition.size.limit", Int, Some("2000"), Check::AtLeast(1);
+    cluster_id: Option<String> = "cluster.id", String, None, Check::None;
+    broker_rack: Option<String> = "broker.rack", String, None, Check::None;
+    replica_selector_class: Option<String> = "replica.selector.class", Class, None, Check::OneOf(&[RACK_AWARE_REPLICA_SELECTOR]);
+    broker_session_timeout_ms: i32 = "broker.session.timeout.ms", Int, Some("9000"), Check::AtLeast(1);
+    broker_heartbeat_interval_ms: i32 = "broker.heartbeat.interval.ms", Int, Some("2000"), Check::AtLeast(1);
+    controlled_shutdown_enable: bool = "controlled.shutdown.enable", Boolean, Some("true"), Check::None;
+}
 
 /// Broker keys fjord accepts, so that Kafka's own config files start it, but does not act upon
 /// yet; each one set is named in a warning at start. (The cluster keys come with clustering.)
@@ -1197,6 +836,56 @@ pub struct CleanerConfig {
 /// `log.cleaner.dedupe.buffer.size` is checked. The same as
 /// `fjord_storage::cleaner::offset_map::BYTES_PER_ENTRY`; the broker's tests check that.
 pub const CLEANER_BYTES_PER_KEY: u64 = 24;
+
+impl BrokerSettings {
+    /// The settings of broker values `values` (a key's value there, else its default): the
+    /// static keys merged with the dynamic ones ([`BrokerConfig::merged`]), parsed once per
+    /// change.
+    pub fn from_values(values: &BTreeMap<String, String>) -> BrokerSettings {
+        BrokerSettings::parse(|key| values.get(key).map(String::as_str))
+    }
+
+    /// The log cleaner's `log.cleaner.*` settings, refused as at start when the key map would
+    /// not hold a single key (a cleaner that never makes progress, as Kafka refuses it).
+    pub fn cleaner_config(&self) -> Result<CleanerConfig, ConfigError> {
+        let cleaner = CleanerConfig {
+            enable: self.log_cleaner_enable,
+            threads: self.log_cleaner_threads.max(0) as usize,
+            dedupe_buffer_size: self.log_cleaner_dedupe_buffer_size.max(0) as u64,
+            dedupe_buffer_load_factor: self.log_cleaner_io_buffer_load_factor,
+            io_buffer_size: self.log_cleaner_io_buffer_size.max(0) as usize,
+            io_max_bytes_per_second: self.log_cleaner_io_max_bytes_per_second,
+            backoff_ms: self.log_cleaner_backoff_ms.max(0) as u64,
+        };
+        let per_thread_keys = cleaner.dedupe_buffer_size as f64
+            / cleaner.threads.max(1) as f64
+            / CLEANER_BYTES_PER_KEY as f64
+            * cleaner.dedupe_buffer_load_factor;
+        if cleaner.enable && cleaner.threads > 0 && per_thread_keys <= 1.0 {
+            return Err(invalid(
+                "log.cleaner.dedupe.buffer.size",
+                &self.log_cleaner_dedupe_buffer_size.to_string(),
+                "the cleaner's key map would not hold even one key: raise it or lower \
+                 log.cleaner.threads",
+            ));
+        }
+        Ok(cleaner)
+    }
+
+    /// `replica.alter.log.dirs.io.max.bytes.per.second`: the log dir mover's read rate.
+    pub fn log_dir_move_rate(&self) -> f64 {
+        self.replica_alter_log_dirs_io_max_bytes_per_second as f64
+    }
+
+    /// The replication throttles' rates, `leader.replication.throttled.rate` and
+    /// `follower.replication.throttled.rate`, in bytes per second.
+    pub fn replication_throttled_rates(&self) -> (f64, f64) {
+        (
+            self.leader_replication_throttled_rate as f64,
+            self.follower_replication_throttled_rate as f64,
+        )
+    }
+}
 
 /// This node's part in the cluster, from Kafka's KRaft keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1414,22 +1103,24 @@ fn inter_broker_listener(
 }
 
 impl ClusterConfig {
-    /// Checks the KRaft keys together, as Kafka does at start.
+    /// Checks the KRaft keys together, as Kafka does at start. `get` gives a key's raw value,
+    /// which the structured keys are parsed from and errors name.
     fn from_properties(
         node_id: i32,
         listeners: &[Listener],
+        settings: &BrokerSettings,
         get: &dyn Fn(&str) -> String,
     ) -> Result<ClusterConfig, ConfigError> {
-        let roles_value = get("process.roles");
-        let roles = split_list(&roles_value);
+        let roles = &settings.process_roles;
         if roles.is_empty() {
             return Err(invalid(
                 "process.roles",
-                &roles_value,
+                &get("process.roles"),
                 "must name broker, controller or both",
             ));
         }
-        let (broker, controller) = (roles.contains(&"broker"), roles.contains(&"controller"));
+        let has_role = |role: &str| roles.iter().any(|r| r == role);
+        let (broker, controller) = (has_role("broker"), has_role("controller"));
         let voters = parse_voters(&get("controller.quorum.voters"))?;
         // A static quorum wins over a dynamic one when both are named, as in Kafka.
         let bootstrap_servers = if voters.is_empty() {
@@ -1437,19 +1128,18 @@ impl ClusterConfig {
         } else {
             Vec::new()
         };
-        let auto_join_value = get("controller.quorum.auto.join.enable");
-        let quorum_auto_join = auto_join_value.trim().eq_ignore_ascii_case("true");
+        let quorum_auto_join = settings.controller_quorum_auto_join_enable;
         if quorum_auto_join && !controller {
             return Err(invalid(
                 "controller.quorum.auto.join.enable",
-                &auto_join_value,
+                &get("controller.quorum.auto.join.enable"),
                 "is only supported when process.roles contains the controller role",
             ));
         }
-        let controller_listener_names: Vec<String> = split_list(&get("controller.listener.names"))
-            .into_iter()
-            .map(str::to_string)
-            .collect();
+        let controller_listener_names = settings
+            .controller_listener_names
+            .clone()
+            .unwrap_or_default();
         let roles = Roles {
             broker,
             controller,
@@ -1466,14 +1156,7 @@ impl ClusterConfig {
         let is_controller_listener = |l: &Listener| controller_listener_names.contains(&l.name);
         let inter_broker_listener_name =
             inter_broker_listener(broker, listeners, &is_controller_listener, get)?;
-        let integer = |key: &str| {
-            let value = get(key);
-            value
-                .trim()
-                .parse::<i64>()
-                .map_err(|_| invalid(key, &value, "expected an integer"))
-        };
-        let rack = get("broker.rack");
+        let rack = settings.broker_rack.as_deref().map(str::trim);
         Ok(ClusterConfig {
             broker,
             controller,
@@ -1482,19 +1165,17 @@ impl ClusterConfig {
             quorum_auto_join,
             controller_listener_names,
             inter_broker_listener_name,
-            rack: (!rack.trim().is_empty()).then(|| rack.trim().to_string()),
-            rack_aware_reads: get("replica.selector.class").trim() == RACK_AWARE_REPLICA_SELECTOR,
-            broker_session_timeout_ms: integer("broker.session.timeout.ms")?,
-            broker_heartbeat_interval_ms: integer("broker.heartbeat.interval.ms")?,
-            controlled_shutdown_enable: get("controlled.shutdown.enable")
-                .trim()
-                .eq_ignore_ascii_case("true"),
-            metadata_max_bytes_between_snapshots: integer(
-                "metadata.log.max.record.bytes.between.snapshots",
-            )?
-            .max(1) as u64,
-            metadata_max_snapshot_interval_ms: integer("metadata.log.max.snapshot.interval.ms")?,
-            metadata_max_retention_bytes: integer("metadata.max.retention.bytes")?,
+            rack: rack.filter(|r| !r.is_empty()).map(str::to_string),
+            rack_aware_reads: settings.replica_selector_class.as_deref().map(str::trim)
+                == Some(RACK_AWARE_REPLICA_SELECTOR),
+            broker_session_timeout_ms: settings.broker_session_timeout_ms.into(),
+            broker_heartbeat_interval_ms: settings.broker_heartbeat_interval_ms.into(),
+            controlled_shutdown_enable: settings.controlled_shutdown_enable,
+            metadata_max_bytes_between_snapshots: settings
+                .metadata_log_max_record_bytes_between_snapshots
+                .max(1) as u64,
+            metadata_max_snapshot_interval_ms: settings.metadata_log_max_snapshot_interval_ms,
+            metadata_max_retention_bytes: settings.metadata_max_retention_bytes,
         })
     }
 
@@ -1542,6 +1223,8 @@ pub struct BrokerConfig {
     pub cluster: ClusterConfig,
     /// Every key the operator set, after validation; topic defaults come from here.
     pub explicit: BTreeMap<String, String>,
+    /// `explicit` over the defaults, typed once.
+    settings: BrokerSettings,
 }
 
 impl BrokerConfig {
@@ -1554,15 +1237,18 @@ impl BrokerConfig {
             .unwrap_or(&self.advertised_listeners[0])
     }
 
-    /// The effective value of a broker key: explicit, else the default.
+    /// The effective value of a broker key as a string (DescribeConfigs, the dynamic layers):
+    /// explicit, else the default. Code that acts on a value reads [`Self::settings`].
     pub fn get(&self, key: &str) -> Option<String> {
-        if let Some(v) = self.explicit.get(key) {
-            return Some(v.clone());
-        }
-        BROKER_CONFIGS
-            .iter()
-            .find(|def| def.name == key)
-            .and_then(|def| def.default.map(str::to_string))
+        self.explicit
+            .get(key)
+            .cloned()
+            .or_else(|| broker_default(key).map(str::to_string))
+    }
+
+    /// The static configs (the properties over the defaults), typed.
+    pub fn settings(&self) -> &BrokerSettings {
+        &self.settings
     }
 
     /// The static keys overlaid with the dynamic ones, as Kafka merges them before reading a
@@ -1572,6 +1258,11 @@ impl BrokerConfig {
         merged.extend(dynamic.default.iter().map(|(k, v)| (k.clone(), v.clone())));
         merged.extend(dynamic.node.iter().map(|(k, v)| (k.clone(), v.clone())));
         merged
+    }
+
+    /// The settings with the dynamic layers applied: parsed once per change of them.
+    pub fn merged_settings(&self, dynamic: &DynamicBrokerConfig) -> BrokerSettings {
+        BrokerSettings::from_values(&self.merged(dynamic))
     }
 
     /// Each layer's keys, highest first.
@@ -1639,67 +1330,20 @@ impl BrokerConfig {
         }
     }
 
-    /// The log cleaner's settings in `merged` (see [`Self::merged`]), checked as at start.
-    pub fn cleaner_config(merged: &BTreeMap<String, String>) -> Result<CleanerConfig, ConfigError> {
-        let get = |key: &str| -> String {
-            merged
-                .get(key)
-                .cloned()
-                .or_else(|| broker_default(key).map(str::to_string))
-                .unwrap_or_default()
-        };
-        let int = |key: &str| -> Result<i64, ConfigError> {
-            let v = get(key);
-            v.trim()
-                .parse()
-                .map_err(|_| invalid(key, &v, "expected an integer"))
-        };
-        let float = |key: &str| -> f64 { get(key).trim().parse().unwrap_or(0.0) };
-        let cleaner = CleanerConfig {
-            enable: get("log.cleaner.enable")
-                .trim()
-                .eq_ignore_ascii_case("true"),
-            threads: int("log.cleaner.threads")?.max(0) as usize,
-            dedupe_buffer_size: int("log.cleaner.dedupe.buffer.size")?.max(0) as u64,
-            dedupe_buffer_load_factor: float("log.cleaner.io.buffer.load.factor"),
-            io_buffer_size: int("log.cleaner.io.buffer.size")?.max(0) as usize,
-            io_max_bytes_per_second: float("log.cleaner.io.max.bytes.per.second"),
-            backoff_ms: int("log.cleaner.backoff.ms")?.max(0) as u64,
-        };
-        let per_thread_keys = cleaner.dedupe_buffer_size as f64
-            / cleaner.threads.max(1) as f64
-            / CLEANER_BYTES_PER_KEY as f64
-            * cleaner.dedupe_buffer_load_factor;
-        if cleaner.enable && cleaner.threads > 0 && per_thread_keys <= 1.0 {
-            return Err(invalid(
-                "log.cleaner.dedupe.buffer.size",
-                &get("log.cleaner.dedupe.buffer.size"),
-                "the cleaner's key map would not hold even one key: raise it or lower \
-                 log.cleaner.threads",
-            ));
-        }
-        Ok(cleaner)
-    }
-
     /// The follower side of ISR replication: `num.replica.fetchers` and `replica.fetch.*`.
     pub fn replication(&self) -> ReplicationConfig {
-        let int = |key: &str| -> i64 {
-            self.get(key)
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0)
-                .max(0)
-        };
+        let s = &self.settings;
         ReplicationConfig {
-            num_replica_fetchers: int("num.replica.fetchers").max(1) as usize,
-            fetch_max_bytes: int("replica.fetch.max.bytes") as i32,
-            fetch_response_max_bytes: int("replica.fetch.response.max.bytes") as i32,
-            fetch_min_bytes: int("replica.fetch.min.bytes") as i32,
-            fetch_wait_max_ms: int("replica.fetch.wait.max.ms") as i32,
-            fetch_backoff_ms: int("replica.fetch.backoff.ms") as u64,
-            socket_timeout_ms: int("replica.socket.timeout.ms").max(1) as u64,
-            lag_time_max_ms: int("replica.lag.time.max.ms"),
-            quota_window_num: int("replication.quota.window.num").max(1) as usize,
-            quota_window_ms: int("replication.quota.window.size.seconds").max(1) * 1000,
+            num_replica_fetchers: s.num_replica_fetchers.max(1) as usize,
+            fetch_max_bytes: s.replica_fetch_max_bytes,
+            fetch_response_max_bytes: s.replica_fetch_response_max_bytes,
+            fetch_min_bytes: s.replica_fetch_min_bytes,
+            fetch_wait_max_ms: s.replica_fetch_wait_max_ms,
+            fetch_backoff_ms: s.replica_fetch_backoff_ms.max(0) as u64,
+            socket_timeout_ms: s.replica_socket_timeout_ms.max(1) as u64,
+            lag_time_max_ms: s.replica_lag_time_max_ms,
+            quota_window_num: s.replication_quota_window_num.max(1) as usize,
+            quota_window_ms: i64::from(s.replication_quota_window_size_seconds.max(1)) * 1000,
         }
     }
 
@@ -1707,103 +1351,49 @@ impl BrokerConfig {
     /// asking a transaction coordinator that answered CONCURRENT_TRANSACTIONS again, and for how
     /// long in all before the producer hears it.
     pub fn add_partitions_to_txn_retry_ms(&self) -> (u64, u64) {
-        let ms = |key: &str| -> u64 {
-            self.get(key)
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        };
+        let s = &self.settings;
         (
-            ms("add.partitions.to.txn.retry.backoff.ms").max(1),
-            ms("add.partitions.to.txn.retry.backoff.max.ms"),
-        )
-    }
-
-    /// `replica.alter.log.dirs.io.max.bytes.per.second` from merged broker values: the log dir
-    /// mover's read rate.
-    pub fn log_dir_move_rate(values: &BTreeMap<String, String>) -> f64 {
-        Self::bytes_per_second(values, "replica.alter.log.dirs.io.max.bytes.per.second")
-    }
-
-    /// The replication throttles' rates from merged broker values (their defaults when unset):
-    /// `leader.replication.throttled.rate` and `follower.replication.throttled.rate`, in bytes
-    /// per second.
-    pub fn replication_throttled_rates(values: &BTreeMap<String, String>) -> (f64, f64) {
-        (
-            Self::bytes_per_second(values, "leader.replication.throttled.rate"),
-            Self::bytes_per_second(values, "follower.replication.throttled.rate"),
+            s.add_partitions_to_txn_retry_backoff_ms.max(1) as u64,
+            s.add_partitions_to_txn_retry_backoff_max_ms.max(0) as u64,
         )
     }
 
     /// `cluster.id`, when the properties set it.
     pub fn explicit_cluster_id(&self) -> Option<&String> {
-        self.explicit.get("cluster.id")
-    }
-
-    /// A bytes-per-second broker config from merged broker values (its default when unset).
-    fn bytes_per_second(values: &BTreeMap<String, String>, key: &str) -> f64 {
-        values
-            .get(key)
-            .map(String::as_str)
-            .or_else(|| broker_default(key))
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .map_or(f64::MAX, |v| v as f64)
+        self.settings.cluster_id.as_ref()
     }
 
     /// True when the operator asked for Kafka's page-cache durability (flush by interval) rather
-    /// than fjord's default of fsync before acknowledging.
+    /// than fjord's default of fsync before acknowledging. Neither key has a default, so a value
+    /// is one set.
     pub fn page_cache_flush(&self) -> bool {
-        self.explicit.contains_key("log.flush.interval.messages")
-            || self.explicit.contains_key("log.flush.interval.ms")
+        self.settings.log_flush_interval_messages.is_some()
+            || self.settings.log_flush_interval_ms.is_some()
     }
 }
 
 impl BrokerConfig {
-    /// A numeric key's value: set, else its default. Every key read here has a default in
-    /// `BROKER_CONFIGS` and was checked against its type at start, so the default is only the
-    /// answer for a key never set.
-    fn number(&self, key: &'static str) -> i64 {
-        let default = || {
-            broker_default(key)
-                .and_then(|d| d.parse().ok())
-                .unwrap_or_else(|| panic!("{key} has a numeric default in BROKER_CONFIGS"))
-        };
-        self.get(key)
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(default)
-    }
-
-    /// A 32-bit numeric key's value (`number`, clamped into range).
-    fn int(&self, key: &'static str) -> i32 {
-        self.number(key).clamp(i32::MIN as i64, i32::MAX as i64) as i32
-    }
-
     /// The group coordinator's settings: Kafka's `group.*`, `offsets.*` and
     /// `offset.metadata.max.bytes` keys.
     pub fn group_coordinator(&self) -> GroupCoordinatorSettings {
+        let s = &self.settings;
         GroupCoordinatorSettings {
-            min_session_timeout_ms: self.int("group.min.session.timeout.ms"),
-            max_session_timeout_ms: self.int("group.max.session.timeout.ms"),
-            initial_rebalance_delay_ms: self.int("group.initial.rebalance.delay.ms"),
-            max_size: self.int("group.max.size"),
-            offsets_retention_minutes: self.int("offsets.retention.minutes"),
-            offsets_retention_check_interval_ms: self.number("offsets.retention.check.interval.ms"),
-            offset_metadata_max_bytes: self.int("offset.metadata.max.bytes"),
-            offsets_commit_timeout_ms: self.int("offsets.commit.timeout.ms"),
-            consumer_session_timeout_ms: self.int("group.consumer.session.timeout.ms"),
-            consumer_min_session_timeout_ms: self.int("group.consumer.min.session.timeout.ms"),
-            consumer_max_session_timeout_ms: self.int("group.consumer.max.session.timeout.ms"),
-            consumer_heartbeat_interval_ms: self.int("group.consumer.heartbeat.interval.ms"),
-            consumer_min_heartbeat_interval_ms: self
-                .int("group.consumer.min.heartbeat.interval.ms"),
-            consumer_max_heartbeat_interval_ms: self
-                .int("group.consumer.max.heartbeat.interval.ms"),
-            consumer_max_size: self.int("group.consumer.max.size"),
-            consumer_assignors: split_list(
-                &self.get("group.consumer.assignors").unwrap_or_default(),
-            )
-            .into_iter()
-            .map(str::to_string)
-            .collect(),
+            min_session_timeout_ms: s.group_min_session_timeout_ms,
+            max_session_timeout_ms: s.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms: s.group_initial_rebalance_delay_ms,
+            max_size: s.group_max_size,
+            offsets_retention_minutes: s.offsets_retention_minutes,
+            offsets_retention_check_interval_ms: s.offsets_retention_check_interval_ms,
+            offset_metadata_max_bytes: s.offset_metadata_max_bytes,
+            offsets_commit_timeout_ms: s.offsets_commit_timeout_ms,
+            consumer_session_timeout_ms: s.group_consumer_session_timeout_ms,
+            consumer_min_session_timeout_ms: s.group_consumer_min_session_timeout_ms,
+            consumer_max_session_timeout_ms: s.group_consumer_max_session_timeout_ms,
+            consumer_heartbeat_interval_ms: s.group_consumer_heartbeat_interval_ms,
+            consumer_min_heartbeat_interval_ms: s.group_consumer_min_heartbeat_interval_ms,
+            consumer_max_heartbeat_interval_ms: s.group_consumer_max_heartbeat_interval_ms,
+            consumer_max_size: s.group_consumer_max_size,
+            consumer_assignors: s.group_consumer_assignors.clone(),
         }
     }
 
@@ -1811,40 +1401,34 @@ impl BrokerConfig {
     /// `unclean.leader.election.interval.ms`, preferred-leader balancing every
     /// `leader.imbalance.check.interval.seconds` when `auto.leader.rebalance.enable`.
     pub fn leader_elections(&self) -> LeaderElectionSettings {
-        let auto_rebalance = self
-            .get("auto.leader.rebalance.enable")
-            .or_else(|| broker_default("auto.leader.rebalance.enable").map(str::to_string))
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        let s = &self.settings;
         LeaderElectionSettings {
-            unclean_interval_ms: self.number("unclean.leader.election.interval.ms").max(1),
-            balance_interval_s: auto_rebalance.then(|| {
-                self.number("leader.imbalance.check.interval.seconds")
-                    .max(1)
-            }),
-            imbalance_per_broker_percentage: self
-                .int("leader.imbalance.per.broker.percentage")
-                .max(0),
+            unclean_interval_ms: s.unclean_leader_election_interval_ms.max(1),
+            balance_interval_s: s
+                .auto_leader_rebalance_enable
+                .then(|| s.leader_imbalance_check_interval_seconds.max(1)),
+            imbalance_per_broker_percentage: s.leader_imbalance_per_broker_percentage.max(0),
         }
     }
 
     /// The transaction coordinator's settings.
     pub fn txn_coordinator(&self) -> TxnCoordinatorSettings {
         TxnCoordinatorSettings {
-            max_timeout_ms: self.int("transaction.max.timeout.ms"),
-            transactional_id_expiration_ms: self.int("transactional.id.expiration.ms"),
+            max_timeout_ms: self.settings.transaction_max_timeout_ms,
+            transactional_id_expiration_ms: self.settings.transactional_id_expiration_ms,
         }
     }
 
     /// `__consumer_offsets` as the broker creates it: compacted, the producer's compression.
     pub fn offsets_topic(&self) -> InternalTopicSettings {
-        let segment_bytes = self.number("offsets.topic.segment.bytes").to_string();
+        let s = &self.settings;
         InternalTopicSettings {
-            num_partitions: self.int("offsets.topic.num.partitions"),
-            replication_factor: self.int("offsets.topic.replication.factor"),
+            num_partitions: s.offsets_topic_num_partitions,
+            replication_factor: s.offsets_topic_replication_factor.into(),
             configs: [
                 ("cleanup.policy", "compact".to_string()),
                 ("compression.type", "producer".to_string()),
-                ("segment.bytes", segment_bytes),
+                ("segment.bytes", s.offsets_topic_segment_bytes.to_string()),
             ]
             .map(|(k, v)| (k.to_string(), v))
             .into(),
@@ -1854,18 +1438,21 @@ impl BrokerConfig {
     /// `__transaction_state` as the broker creates it: compacted, uncompressed, never led by
     /// an out-of-sync replica, with its own `min.insync.replicas`.
     pub fn transaction_state_topic(&self) -> InternalTopicSettings {
-        let segment_bytes = self
-            .number("transaction.state.log.segment.bytes")
-            .to_string();
-        let min_isr = self.number("transaction.state.log.min.isr").to_string();
+        let s = &self.settings;
         InternalTopicSettings {
-            num_partitions: self.int("transaction.state.log.num.partitions"),
-            replication_factor: self.int("transaction.state.log.replication.factor"),
+            num_partitions: s.transaction_state_log_num_partitions,
+            replication_factor: s.transaction_state_log_replication_factor.into(),
             configs: [
                 ("cleanup.policy", "compact".to_string()),
                 ("compression.type", "uncompressed".to_string()),
-                ("segment.bytes", segment_bytes),
-                ("min.insync.replicas", min_isr),
+                (
+                    "segment.bytes",
+                    s.transaction_state_log_segment_bytes.to_string(),
+                ),
+                (
+                    "min.insync.replicas",
+                    s.transaction_state_log_min_isr.to_string(),
+                ),
                 ("unclean.leader.election.enable", "false".to_string()),
             ]
             .map(|(k, v)| (k.to_string(), v))
@@ -1876,7 +1463,7 @@ impl BrokerConfig {
     /// `max.request.partition.size.limit`: the most partitions one DescribeTopicPartitions
     /// answer holds.
     pub fn max_request_partition_size_limit(&self) -> i32 {
-        self.int("max.request.partition.size.limit")
+        self.settings.max_request_partition_size_limit
     }
 }
 
@@ -2093,63 +1680,55 @@ impl BrokerConfig {
                 warnings.ignored_keys.push(key.clone());
             }
         }
+        let settings = BrokerSettings::from_values(props);
+        // The raw values, which the structured keys (listeners, the quorum) are parsed from and
+        // errors name.
         let get = |key: &str| -> String {
-            props.get(key).cloned().unwrap_or_else(|| {
-                BROKER_CONFIGS
-                    .iter()
-                    .find(|def| def.name == key)
-                    .and_then(|def| def.default)
-                    .unwrap_or_default()
-                    .to_string()
-            })
+            props
+                .get(key)
+                .map(String::as_str)
+                .or_else(|| broker_default(key))
+                .unwrap_or_default()
+                .to_string()
         };
-        let parse_i64 = |key: &str| -> Result<i64, ConfigError> {
-            let v = get(key);
-            v.trim()
-                .parse()
-                .map_err(|_| invalid(key, &v, "expected an integer"))
-        };
-        let node_id = node_id(props, &parse_i64)?;
+        let node_id = node_id(props, &settings)?;
         let (listeners, advertised_listeners) = parse_listeners(props, &get)?;
-        let log_dirs: Vec<PathBuf> = match props.get("log.dirs") {
-            Some(v) => split_list(v).into_iter().map(PathBuf::from).collect(),
-            None => vec![PathBuf::from(get("log.dir"))],
+        let log_dirs: Vec<PathBuf> = match &settings.log_dirs {
+            Some(dirs) => dirs.iter().map(PathBuf::from).collect(),
+            None => vec![PathBuf::from(&settings.log_dir)],
         };
         if log_dirs.is_empty() {
             return Err(invalid("log.dirs", &get("log.dirs"), "no directory given"));
         }
-        let metadata_log_dir = props
-            .get("metadata.log.dir")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| log_dirs[0].clone());
-        let default_replication_factor = parse_i64("default.replication.factor")?;
-        let cleaner = Self::cleaner_config(props)?;
-        let cluster = ClusterConfig::from_properties(node_id, &listeners, &get)?;
+        let metadata_log_dir = settings
+            .metadata_log_dir
+            .as_ref()
+            .map_or_else(|| log_dirs[0].clone(), PathBuf::from);
+        let cleaner = settings.cleaner_config()?;
+        let cluster = ClusterConfig::from_properties(node_id, &listeners, &settings, &get)?;
         let config = BrokerConfig {
             node_id,
             listeners,
             advertised_listeners,
             log_dirs,
             metadata_log_dir,
-            num_partitions: parse_i64("num.partitions")? as i32,
-            default_replication_factor: default_replication_factor.min(i16::MAX as i64) as i16,
-            auto_create_topics_enable: get("auto.create.topics.enable")
-                .trim()
-                .eq_ignore_ascii_case("true"),
-            delete_topic_enable: get("delete.topic.enable")
-                .trim()
-                .eq_ignore_ascii_case("true"),
-            socket_request_max_bytes: parse_i64("socket.request.max.bytes")? as usize,
-            connections_max_idle_ms: parse_i64("connections.max.idle.ms")?,
-            log_retention_check_interval_ms: parse_i64("log.retention.check.interval.ms")?,
-            log_segment_delete_delay_ms: parse_i64("log.segment.delete.delay.ms")?,
-            producer_id_expiration_ms: parse_i64("producer.id.expiration.ms")?,
-            producer_id_expiration_check_interval_ms: parse_i64(
-                "producer.id.expiration.check.interval.ms",
-            )?,
+            num_partitions: settings.num_partitions,
+            default_replication_factor: i16::try_from(settings.default_replication_factor)
+                .unwrap_or(i16::MAX),
+            auto_create_topics_enable: settings.auto_create_topics_enable,
+            delete_topic_enable: settings.delete_topic_enable,
+            socket_request_max_bytes: settings.socket_request_max_bytes.max(0) as usize,
+            connections_max_idle_ms: settings.connections_max_idle_ms,
+            log_retention_check_interval_ms: settings.log_retention_check_interval_ms,
+            log_segment_delete_delay_ms: settings.log_segment_delete_delay_ms,
+            producer_id_expiration_ms: settings.producer_id_expiration_ms.into(),
+            producer_id_expiration_check_interval_ms: settings
+                .producer_id_expiration_check_interval_ms
+                .into(),
             cleaner,
             cluster,
             explicit: props.clone(),
+            settings,
         };
         Ok((config, warnings))
     }
@@ -2158,15 +1737,8 @@ impl BrokerConfig {
 /// `node.id`, or the older `broker.id` (equal to it when both are set).
 fn node_id(
     props: &BTreeMap<String, String>,
-    parse_i64: &dyn Fn(&str) -> Result<i64, ConfigError>,
+    settings: &BrokerSettings,
 ) -> Result<i32, ConfigError> {
-    let node_id = match props.get("broker.id") {
-        Some(b) if !props.contains_key("node.id") => b
-            .trim()
-            .parse()
-            .map_err(|_| invalid("broker.id", b, "expected an integer"))?,
-        _ => parse_i64("node.id")? as i32,
-    };
     if let (Some(b), Some(n)) = (props.get("broker.id"), props.get("node.id")) {
         if b.trim() != n.trim() {
             return Err(invalid(
@@ -2176,7 +1748,11 @@ fn node_id(
             ));
         }
     }
-    Ok(node_id)
+    // `node.id` has a default, so `broker.id` alone can only be seen in the properties.
+    Ok(match settings.broker_id {
+        Some(broker_id) if !props.contains_key("node.id") => broker_id,
+        _ => settings.node_id,
+    })
 }
 
 /// `listeners` and what each advertises (`advertised.listeners`, else itself). Until fjord has
@@ -2819,8 +2395,8 @@ mod tests {
 
     #[test]
     fn every_typed_broker_setting_reads_a_key_the_table_knows() {
-        // BrokerConfig::number panics on a key without a numeric default in BROKER_CONFIGS: each
-        // typed accessor is read once on a default config, and an override is taken.
+        // Each typed accessor reads its keys' BrokerSettings fields: each is read once on a
+        // default config, and an override is taken.
         let (config, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
         assert_eq!(config.group_coordinator().offsets_commit_timeout_ms, 5_000);
         assert_eq!(config.txn_coordinator().max_timeout_ms, 900_000);
@@ -2847,6 +2423,124 @@ mod tests {
         assert_eq!(config.txn_coordinator().max_timeout_ms, 1_000);
         assert_eq!(config.leader_elections().balance_interval_s, None);
         assert_eq!(config.leader_elections().unclean_interval_ms, 50);
+    }
+
+    #[test]
+    fn every_broker_default_parses_into_its_typed_field() {
+        // BrokerSettings::parse falls back to each key's table default: each must parse (it
+        // panics naming the key otherwise), and a key without one is None.
+        let settings = BrokerSettings::from_values(&BTreeMap::new());
+        assert_eq!(settings.node_id, 1);
+        assert_eq!(settings.broker_id, None);
+        assert_eq!(settings.listeners, ["PLAINTEXT://127.0.0.1:9092"]);
+        assert_eq!(settings.process_roles, ["broker", "controller"]);
+        assert_eq!(settings.log_dirs, None);
+        assert_eq!(settings.log_dir, "./fjord-data");
+        assert_eq!(settings.log_flush_interval_ms, None);
+        assert_eq!(settings.log_retention_hours, 168);
+        assert_eq!(settings.log_flush_scheduler_interval_ms, i64::MAX);
+        assert_eq!(settings.log_cleaner_io_max_bytes_per_second, f64::MAX);
+        assert_eq!(settings.log_cleaner_io_buffer_load_factor, 0.9);
+        assert_eq!(settings.offsets_topic_replication_factor, 3);
+        assert_eq!(settings.group_consumer_assignors, ["uniform", "range"]);
+        assert_eq!(settings.compression_type, TopicCompression::Producer);
+        assert_eq!(
+            settings.log_message_timestamp_type,
+            TimestampType::CreateTime
+        );
+        assert!(settings.log_cleanup_policy.delete && !settings.log_cleanup_policy.compact);
+        assert!(settings.auto_leader_rebalance_enable && !settings.log_preallocate);
+        assert_eq!(settings.replica_selector_class, None);
+        // A config built from no properties holds the same settings.
+        let (config, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
+        assert_eq!(config.settings(), &settings);
+    }
+
+    #[test]
+    fn a_broker_override_is_read_into_its_field() {
+        let (config, _) = BrokerConfig::from_properties(&props(&[
+            ("log.cleaner.threads", "4"),
+            ("log.cleaner.io.buffer.load.factor", "0.5"),
+            ("log.flush.interval.ms", "1000"),
+            ("offsets.topic.replication.factor", "1"),
+            ("broker.rack", "rack-a"),
+            ("group.consumer.assignors", "range"),
+            ("compression.type", "zstd"),
+            ("log.cleanup.policy", "compact,delete"),
+            ("auto.leader.rebalance.enable", "FALSE"),
+        ]))
+        .unwrap();
+        let settings = config.settings();
+        assert_eq!(settings.log_cleaner_threads, 4);
+        assert_eq!(settings.log_cleaner_io_buffer_load_factor, 0.5);
+        assert_eq!(settings.log_flush_interval_ms, Some(1000));
+        assert_eq!(settings.offsets_topic_replication_factor, 1);
+        assert_eq!(settings.broker_rack.as_deref(), Some("rack-a"));
+        assert_eq!(settings.group_consumer_assignors, ["range"]);
+        assert_eq!(settings.compression_type, TopicCompression::Zstd);
+        assert!(settings.log_cleanup_policy.compact && settings.log_cleanup_policy.delete);
+        assert!(!settings.auto_leader_rebalance_enable);
+        // Keys not overridden keep their defaults.
+        assert_eq!(settings.log_cleaner_backoff_ms, 15_000);
+        assert_eq!(config.cleaner.threads, 4);
+        assert!(config.page_cache_flush());
+    }
+
+    #[test]
+    fn a_broker_value_that_does_not_parse_is_the_default() {
+        // Checked values always parse; a value no check passed is the key's default, not 0. Every
+        // key whose field is not free text is tried.
+        let defaults = BrokerSettings::from_values(&BTreeMap::new());
+        let free_text = [ConfigType::String, ConfigType::List, ConfigType::Class];
+        let enums = [
+            "compression.type",
+            "log.message.timestamp.type",
+            "log.cleanup.policy",
+        ];
+        let garbage: BTreeMap<String, String> = BROKER_CONFIGS
+            .iter()
+            .filter(|def| !free_text.contains(&def.kind) || enums.contains(&def.name))
+            .map(|def| (def.name.to_string(), "soon".to_string()))
+            .collect();
+        assert!(garbage.contains_key("num.partitions") && garbage.contains_key("log.roll.ms"));
+        assert_eq!(BrokerSettings::from_values(&garbage), defaults);
+        let settings = BrokerSettings::from_values(&props(&[("num.partitions", "many")]));
+        assert_eq!(settings.num_partitions, 1);
+    }
+
+    #[test]
+    fn dynamic_broker_configs_change_the_merged_settings() {
+        let (config, _) = BrokerConfig::from_properties(&props(&[
+            ("leader.replication.throttled.rate", "1000"),
+            ("log.cleaner.threads", "2"),
+        ]))
+        .unwrap();
+        let dynamic = DynamicBrokerConfig::new(
+            props(&[("leader.replication.throttled.rate", "500")]),
+            props(&[
+                ("log.cleaner.threads", "3"),
+                ("replica.alter.log.dirs.io.max.bytes.per.second", "2048"),
+            ]),
+        );
+        let merged = config.merged(&dynamic);
+        let settings = BrokerSettings::from_values(&merged);
+        assert_eq!(settings.leader_replication_throttled_rate, 500);
+        assert_eq!(settings.log_cleaner_threads, 3);
+        assert_eq!(
+            settings.replication_throttled_rates(),
+            (500.0, i64::MAX as f64)
+        );
+        assert_eq!(settings.log_dir_move_rate(), 2048.0);
+        assert_eq!(settings.cleaner_config().unwrap().threads, 3);
+        // The static settings are the properties' alone.
+        assert_eq!(config.settings().leader_replication_throttled_rate, 1000);
+        assert_eq!(config.settings().log_cleaner_threads, 2);
+        assert_eq!(
+            config
+                .merged_settings(&DynamicBrokerConfig::default())
+                .log_dir_move_rate(),
+            i64::MAX as f64
+        );
     }
 
     #[test]

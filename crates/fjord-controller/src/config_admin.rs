@@ -10,7 +10,7 @@ use fjord_protocol::messages::incremental_alter_configs_request::IncrementalAlte
 use fjord_protocol::messages::incremental_alter_configs_response::*;
 
 use fjord_common::errors;
-use fjord_config::{BrokerConfig, DynamicBrokerConfig};
+use fjord_config::DynamicBrokerConfig;
 use fjord_metadata::MetadataImage;
 use fjord_protocol::messages::ResponseBody;
 
@@ -199,7 +199,9 @@ impl Controller {
                                     &mut dynamic.node
                                 };
                                 *layer = after.clone();
-                                BrokerConfig::cleaner_config(&self.config.merged(&dynamic))
+                                self.config
+                                    .merged_settings(&dynamic)
+                                    .cleaner_config()
                                     .map(drop)
                                     .map_err(|e| e.to_string())
                             },

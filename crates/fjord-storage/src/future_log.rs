@@ -99,7 +99,7 @@ pub fn catch_up_locked(
         let view = SourceView::of(current, future);
         let from = align(&view, future, now_ms)?;
         if from >= view.log_end_offset {
-            future.set_high_watermark(view.high_watermark);
+            future.raise_high_watermark(view.high_watermark);
             return Ok(());
         }
         let read = current.read(from, max_bytes, i64::MAX, true)?;
@@ -173,7 +173,7 @@ fn apply(
     if !records.is_empty() {
         future.append_as_follower(records, now_ms)?;
     }
-    future.set_high_watermark(view.high_watermark);
+    future.raise_high_watermark(view.high_watermark);
     if view.log_start_offset > future.log_start_offset() {
         future.increment_log_start_offset(view.log_start_offset, now_ms)?;
     }

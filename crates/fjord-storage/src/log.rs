@@ -1105,14 +1105,18 @@ impl Log {
         self.high_watermark
     }
 
-    /// Moves the high watermark forward, clamped to [log start, log end]; a value below the
-    /// current one is ignored (the high watermark only moves back through truncation).
-    pub fn set_high_watermark(&mut self, hw: i64) {
+    /// Moves the high watermark forward to `hw`, clamped to [log start, log end]; a value below
+    /// the current one is ignored (the high watermark only moves back through truncation).
+    /// Returns whether it moved. The log is the high watermark's one home; its partition's
+    /// replication state says how far it may go.
+    pub fn raise_high_watermark(&mut self, hw: i64) -> bool {
         let hw = hw.clamp(self.log_start_offset, self.log_end_offset);
-        if hw > self.high_watermark {
+        let moved = hw > self.high_watermark;
+        if moved {
             self.high_watermark = hw;
         }
         self.check_invariants();
+        moved
     }
 
     /// Sets the high watermark from a checkpoint at startup, clamped to the log's bounds.

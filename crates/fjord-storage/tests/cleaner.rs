@@ -61,7 +61,7 @@ fn keyed_batch(
 fn append(log: &mut Log, batch: Bytes, now: i64) {
     log.append_as_leader(vec![batch], 0, now).unwrap();
     let leo = log.log_end_offset();
-    log.set_high_watermark(leo);
+    log.raise_high_watermark(leo);
 }
 
 /// Every batch in the log, whole, in offset order.
@@ -617,7 +617,7 @@ fn cleaned_segments_keep_the_aborted_transactions_of_those_they_replace() {
     log.append_marker(5, 0, marker, false, 0, T0).unwrap();
     fill(&mut log);
     let end = log.log_end_offset();
-    log.set_high_watermark(end);
+    log.raise_high_watermark(end);
     let aborted = log.aborted_txns(0, end);
     assert_eq!(aborted.len(), 1);
     let log = Mutex::new(log);
@@ -642,7 +642,7 @@ fn an_open_transaction_bounds_what_the_cleaner_may_touch() {
     append(&mut log, txn.build().unwrap().freeze(), T0);
     fill(&mut log);
     let end = log.log_end_offset();
-    log.set_high_watermark(end);
+    log.raise_high_watermark(end);
     assert_eq!(log.last_stable_offset(), sealed_end);
     let cleanable = log.cleanable(None, T0 + 1).unwrap();
     assert!(
@@ -663,7 +663,7 @@ fn an_open_transaction_bounds_what_the_cleaner_may_touch() {
     )
     .unwrap();
     log.roll(T0).unwrap();
-    log.set_high_watermark(log.log_end_offset());
+    log.raise_high_watermark(log.log_end_offset());
     let decided = log.cleanable(None, T0 + 1).unwrap();
     assert!(decided.first_uncleanable_offset > sealed_end);
 }
@@ -730,7 +730,7 @@ fn aborted_transactions_are_cleaned_away_then_their_markers_after_the_horizon() 
     end_txn(&mut log, 5, true); // 7
     log.roll(T0).unwrap();
     let end = log.log_end_offset();
-    log.set_high_watermark(end);
+    log.raise_high_watermark(end);
     assert_eq!(log.aborted_txns(0, end).len(), 1);
     let values = |log: &Log| -> Vec<(String, String)> {
         read_all(log)
@@ -786,7 +786,7 @@ fn aborted_transactions_are_cleaned_away_then_their_markers_after_the_horizon() 
     drop(log);
     let (mut log, _) =
         Log::open(dir.path(), common::tp(), None, config(), 0, 0, false, T0).unwrap();
-    log.set_high_watermark(log.log_end_offset());
+    log.raise_high_watermark(log.log_end_offset());
     assert_eq!(values(&log), expected);
     assert_eq!(log.last_stable_offset(), log.high_watermark());
 }
@@ -818,7 +818,7 @@ fn an_aborted_transaction_whose_marker_is_in_the_active_segment_shadows_nothing(
         coordinator_epoch: 0,
     };
     log.append_marker(5, 0, marker, false, 0, T0).unwrap();
-    log.set_high_watermark(log.log_end_offset());
+    log.raise_high_watermark(log.log_end_offset());
     let log = Mutex::new(log);
     pass(&log, None, 1 << 20, T0 + 1);
     let log = log.into_inner().unwrap();

@@ -407,7 +407,7 @@ fn retention_by_size_and_time() {
     assert!(segments > 4);
     // Nothing below the high watermark yet: nothing may go.
     assert_eq!(log.delete_old_segments(0).unwrap(), 0);
-    log.set_high_watermark(log.log_end_offset());
+    log.raise_high_watermark(log.log_end_offset());
     let deleted = log.delete_old_segments(0).unwrap();
     assert!(deleted > 0);
     assert!(log.size_in_bytes() <= 4096 + 2048);
@@ -437,7 +437,7 @@ fn retention_by_size_and_time() {
     for i in 0..60 {
         log.append_as_leader(vec![batch(&[i], 100)], 0, 0).unwrap();
     }
-    log.set_high_watermark(59);
+    log.raise_high_watermark(59);
     assert_eq!(log.delete_old_segments(500).unwrap(), 0);
     let n = log.num_segments();
     // The active segment holds an offset above the high watermark: it stays.
@@ -450,7 +450,7 @@ fn retention_by_size_and_time() {
     assert_eq!(log.log_start_offset(), log.segment_base_offsets()[0]);
     // Idle and wholly below the high watermark, the expired active segment goes too (as in
     // Kafka): an empty segment is rolled at the log end, where the log now starts.
-    log.set_high_watermark(60);
+    log.raise_high_watermark(60);
     assert_eq!(log.delete_old_segments(5_200).unwrap(), 1);
     assert_eq!(log.segment_base_offsets(), vec![60]);
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (60, 60));
@@ -481,7 +481,7 @@ fn retention_never_deletes_a_compact_only_log() {
     for i in 0..60 {
         log.append_as_leader(vec![batch(&[i], 100)], 0, 0).unwrap();
     }
-    log.set_high_watermark(60);
+    log.raise_high_watermark(60);
     let segments = log.num_segments();
     assert!(segments > 4);
     assert_eq!(log.delete_old_segments(i64::MAX / 2).unwrap(), 0);
@@ -506,7 +506,7 @@ fn truncation_and_epochs() {
     }
     assert_eq!(log.end_offset_for_epoch(0), (0, 20));
     assert_eq!(log.end_offset_for_epoch(1), (1, 40));
-    log.set_high_watermark(50);
+    log.raise_high_watermark(50);
     log.truncate_to(30).unwrap();
     assert_eq!(log.log_end_offset(), 30);
     assert_eq!(log.high_watermark(), 30);
@@ -705,7 +705,7 @@ fn open_transactions_hold_back_the_last_stable_offset_until_their_markers() {
         .unwrap();
     log.append_as_leader(vec![transactional(batch(&[4], 5), 8, 0)], 0, 0)
         .unwrap();
-    log.set_high_watermark(log.log_end_offset());
+    log.raise_high_watermark(log.log_end_offset());
     assert_eq!(
         log.last_stable_offset(),
         2,
@@ -732,7 +732,7 @@ fn open_transactions_hold_back_the_last_stable_offset_until_their_markers() {
         completed.last_stable_offset, 3,
         "producer 8's is still open"
     );
-    log.set_high_watermark(log.log_end_offset());
+    log.raise_high_watermark(log.log_end_offset());
     assert_eq!(log.last_stable_offset(), 3);
 
     // Rebuilt from the log alone (no snapshot), the markers are read back.
@@ -759,7 +759,7 @@ fn open_transactions_hold_back_the_last_stable_offset_until_their_markers() {
     log.append_marker(8, 2, abort, false, 0, 12).unwrap();
     let old_epoch = log.append_marker(8, 1, abort, false, 0, 13).unwrap_err();
     assert_eq!(old_epoch.kafka_error_code(), 47);
-    log.set_high_watermark(log.log_end_offset());
+    log.raise_high_watermark(log.log_end_offset());
     assert_eq!(log.last_stable_offset(), log.high_watermark());
 
     // An open transaction survives a snapshot and a clean restart.
@@ -768,7 +768,7 @@ fn open_transactions_hold_back_the_last_stable_offset_until_their_markers() {
     let open_at = log.log_end_offset() - 1;
     log.roll(20).unwrap();
     log.append_as_leader(vec![batch(&[7], 5)], 0, 0).unwrap();
-    log.set_high_watermark(log.log_end_offset());
+    log.raise_high_watermark(log.log_end_offset());
     log.close().unwrap();
     let (mut log, _) = open(dir.path(), small_config(), true, 0);
     log.restore_high_watermark(log.log_end_offset());
@@ -802,8 +802,8 @@ fn a_follower_copying_markers_ends_the_same_transactions() {
     follower
         .append_as_follower(&slice.read_to_bytes().unwrap(), 5)
         .unwrap();
-    follower.set_high_watermark(end);
-    leader.set_high_watermark(end);
+    follower.raise_high_watermark(end);
+    leader.raise_high_watermark(end);
     assert_eq!(leader.last_stable_offset(), 1, "producer 8's is open");
     assert_eq!(follower.last_stable_offset(), 1);
     // The follower knows the coordinator epoch the marker carried.

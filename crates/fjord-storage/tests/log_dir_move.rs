@@ -34,7 +34,7 @@ fn fill(log: &Mutex<Log>, batches: usize, epoch: i32) {
             .unwrap();
     }
     let leo = log.log_end_offset();
-    log.set_high_watermark(leo);
+    log.raise_high_watermark(leo);
 }
 
 /// Every batch's (base offset, last offset, epoch) and the bytes of the whole log.
@@ -200,7 +200,7 @@ fn idempotent_producers_and_the_log_start_come_along() {
             log.append_as_leader(vec![b], 0, 0).unwrap();
         }
         let leo = log.log_end_offset();
-        log.set_high_watermark(leo);
+        log.raise_high_watermark(leo);
         // DeleteRecords to the middle of a batch.
         log.increment_log_start_offset(31, 0).unwrap();
     }

@@ -22,7 +22,7 @@ fn places_partitions_on_least_loaded_dir_and_reloads() {
         let mut log = log.lock().unwrap();
         log.append_as_leader(vec![batch(&[1, 2, 3], 10)], 2, 0)
             .unwrap();
-        log.set_high_watermark(2);
+        log.raise_high_watermark(2);
     }
     for d in &dirs {
         let count = std::fs::read_dir(d)

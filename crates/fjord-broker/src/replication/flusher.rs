@@ -245,7 +245,7 @@ mod tests {
         }
 
         fn made_durable(&self, log: &mut Log, offset: i64) {
-            log.set_high_watermark(offset);
+            log.raise_high_watermark(offset);
         }
     }
 

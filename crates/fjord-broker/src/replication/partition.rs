@@ -82,13 +82,13 @@ impl Partition {
         let was_leader = state.role() == Role::Leader;
         let applied = state.apply(leadership, now_ms);
         let lost = was_leader && state.role() != Role::Leader;
+        let bound = state.high_watermark_bound();
         drop(state);
         if lost {
             self.leadership_lost();
         }
         match applied {
-            Ok(Some(hw)) => self.high_watermark_moved(log, hw),
-            Ok(None) => {}
+            Ok(()) => self.raise_high_watermark(log, bound),
             Err(stale) => {
                 // An ISR change answered by the controller before this node's image applied it.
                 tracing::debug!(tp = %self.tp, %stale, "partition state from the metadata log ignored");
@@ -173,12 +173,12 @@ impl Partition {
         broker_epoch: i64,
         now_ms: i64,
     ) -> Result<(), NotAReplica> {
-        let moved = self
-            .state()
-            .on_follower_fetch(replica, fetch_offset, broker_epoch, now_ms)?;
-        if let Some(hw) = moved {
-            self.high_watermark_moved(log, hw);
-        }
+        let bound = {
+            let mut state = self.state();
+            state.on_follower_fetch(replica, fetch_offset, broker_epoch, now_ms)?;
+            state.high_watermark_bound()
+        };
+        self.raise_high_watermark(log, bound);
         Ok(())
     }
 
@@ -195,8 +195,15 @@ impl Partition {
         let epoch_start = log
             .epoch_start_offset(state.leader_epoch())
             .unwrap_or(i64::MAX);
+        let high_watermark = log.high_watermark();
         drop(log);
-        let isr = state.propose_isr_change(now_ms, lag_time_max_ms, epoch_start, eligible)?;
+        let isr = state.propose_isr_change(
+            now_ms,
+            lag_time_max_ms,
+            epoch_start,
+            high_watermark,
+            eligible,
+        )?;
         Some(LeaderAndIsr {
             isr,
             ..state.leadership().clone()
@@ -208,26 +215,20 @@ impl Partition {
     pub fn isr_change_answered(&self, answer: IsrAnswer, now_ms: i64) {
         let mut log = lock(&self.log);
         let mut state = self.state();
-        let moved = match answer {
+        match answer {
             IsrAnswer::Committed(leadership) => {
                 state.isr_change_done();
-                state.apply(leadership, now_ms).ok().flatten()
+                // Stale: the metadata log already brought a newer state.
+                let _ = state.apply(leadership, now_ms);
             }
-            IsrAnswer::Refused => {
-                state.isr_change_done();
-                None
-            }
-            IsrAnswer::Unknown => {
-                state.isr_change_unknown();
-                None
-            }
+            IsrAnswer::Refused => state.isr_change_done(),
+            IsrAnswer::Unknown => state.isr_change_unknown(),
             // Pending until the metadata log brings the partition's newer state.
-            IsrAnswer::AwaitMetadata => None,
-        };
-        drop(state);
-        if let Some(hw) = moved {
-            self.high_watermark_moved(&mut log, hw);
+            IsrAnswer::AwaitMetadata => {}
         }
+        let bound = state.high_watermark_bound();
+        drop(state);
+        self.raise_high_watermark(&mut log, bound);
     }
 
     /// Follower: appends batches fetched from the leader under `leader_epoch`, offsets and
@@ -259,16 +260,15 @@ impl Partition {
     /// Follower: the leader's high watermark from a fetch made under `leader_epoch` (applied as
     /// far as this log is durable).
     fn leader_high_watermark(&self, log: &mut Log, hw: i64, leader_epoch: LeaderEpoch) {
-        let moved = {
+        let bound = {
             let mut state = self.state();
             if state.leader_epoch() != leader_epoch {
                 return;
             }
-            state.on_leader_high_watermark(hw)
+            state.on_leader_high_watermark(hw);
+            state.high_watermark_bound()
         };
-        if let Some(hw) = moved {
-            self.high_watermark_moved(log, hw);
-        }
+        self.raise_high_watermark(log, bound);
     }
 
     /// Follower: the local log is durable below this (fjord's fsync mode; the log end in
@@ -322,13 +322,14 @@ impl Partition {
     /// sees its sender dropped).
     pub fn delay_produce(&self, offset: i64, leader_epoch: LeaderEpoch) -> oneshot::Receiver<()> {
         let (done, wait) = oneshot::channel();
-        // Held while the high watermark is read: a move that lands after the read drains the
-        // queue only after this entry is in it.
-        let mut waiting = lock(&self.delayed_produces);
+        // The log is held while the high watermark is read and the entry queued: a move, made
+        // under the log's lock, lands either before the read or after the entry is in the queue.
+        let log = lock(&self.log);
         let state = self.state();
+        let mut waiting = lock(&self.delayed_produces);
         if state.role() != Role::Leader || state.leader_epoch() != leader_epoch {
             drop(done);
-        } else if state.high_watermark() >= offset {
+        } else if log.high_watermark() >= offset {
             let _ = done.send(());
         } else {
             waiting.retain(|(_, w)| !w.is_closed());
@@ -337,10 +338,13 @@ impl Partition {
         wait
     }
 
-    /// The high watermark moved to `hw`: into the log; every waiting fetch is woken and every
-    /// produce it covers answered.
-    fn high_watermark_moved(&self, log: &mut Log, hw: i64) {
-        log.set_high_watermark(hw);
+    /// Raises the log's high watermark to `bound` (the state's, read under the same log lock).
+    /// When it moved, every waiting fetch is woken and every produce it covers answered.
+    fn raise_high_watermark(&self, log: &mut Log, bound: i64) {
+        if !log.raise_high_watermark(bound) {
+            return;
+        }
+        let hw = log.high_watermark();
         wake(&self.delayed_fetches);
         wake(&self.delayed_replica_fetches);
         let mut produces = lock(&self.delayed_produces);
@@ -401,13 +405,12 @@ impl Partition {
         }
         let leader_epoch = state.leader_epoch();
         let info = append(log, leader_epoch)?;
-        let moved = state.on_append(log.log_end_offset(), !self.durable());
+        state.on_append(log.log_end_offset(), !self.durable());
+        let bound = state.high_watermark_bound();
         drop(state);
-        if let Some(hw) = moved {
-            self.high_watermark_moved(log, hw);
-        } else {
-            wake(&self.delayed_replica_fetches);
-        }
+        // Followers waiting for records have some now, whether or not the high watermark moved.
+        wake(&self.delayed_replica_fetches);
+        self.raise_high_watermark(log, bound);
         Ok((info, leader_epoch))
     }
 
@@ -709,10 +712,12 @@ impl crate::replication::flusher::Durable for Partition {
     }
 
     fn made_durable(&self, log: &mut Log, offset: i64) {
-        let moved = self.state().on_durable(offset);
-        if let Some(hw) = moved {
-            self.high_watermark_moved(log, hw);
-        }
+        let bound = {
+            let mut state = self.state();
+            state.on_durable(offset);
+            state.high_watermark_bound()
+        };
+        self.raise_high_watermark(log, bound);
     }
 }
 
@@ -852,7 +857,7 @@ pub mod tests {
                 config: Arc::new(config),
                 durable,
             },
-            PartitionState::new(local, leadership, 0, 0, 0, 0),
+            PartitionState::new(local, leadership, 0, 0, 0),
         ))
     }
 

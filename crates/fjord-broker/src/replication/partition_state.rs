@@ -1,14 +1,17 @@
 //! One partition's replication state on this broker, sans-IO: its role (leader or follower),
-//! leader epoch, partition epoch, replicas and ISR as the metadata log last said, and the high
-//! watermark, which nothing else decides. The shell (`replication::Partition`) reports what the log
-//! did — appends, completed fsyncs — and writes the high watermark this answers into the log.
+//! leader epoch, partition epoch, replicas and ISR as the metadata log last said, and how far the
+//! high watermark may go, which nothing else decides. The high watermark itself has one home, the
+//! partition's `Log` (it bounds reads, retention and the checkpoint, as in Kafka): the shell
+//! (`replication::Partition`) reports what the log did — appends, completed fsyncs, follower
+//! fetches — and raises the log's high watermark to [`PartitionState::high_watermark_bound`]; the
+//! log never lowers it but by truncation.
 //!
-//! Leader: the high watermark is the offset every ISR member has: the minimum of this broker's
-//! durable end (in fjord's default fsync mode; in page-cache mode the log end) and each other
-//! ISR member's position, which is the fetch offset of its last fetch. A follower fetches from
-//! its durable end (it syncs what it appended before fetching again), so in fsync mode a record
-//! below the high watermark is on the disk of every ISR member. A follower the leader has not
-//! heard from since it became leader holds the high watermark where it is.
+//! Leader: the bound is the offset every ISR member has: the minimum of this broker's durable end
+//! (in fjord's default fsync mode; in page-cache mode the log end) and each other ISR member's
+//! position, which is the fetch offset of its last fetch. A follower fetches from its durable end
+//! (it syncs what it appended before fetching again), so in fsync mode a record below the high
+//! watermark is on the disk of every ISR member. A follower the leader has not heard from since
+//! it became leader has no position, so the high watermark stays where it is.
 //! Follower: the leader's high watermark, capped at what is durable locally.
 
 use std::collections::BTreeMap;
@@ -83,21 +86,20 @@ pub struct PartitionState {
     log_end_offset: i64,
     /// Below this the local log is durable (or, in page-cache mode, simply written).
     durable_end: i64,
-    high_watermark: i64,
+    /// Follower only: the high watermark the leader last announced (-1: none yet).
+    leader_high_watermark: i64,
 }
 
 impl PartitionState {
     /// The state of a partition whose log ends at `log_end_offset`, durable below
-    /// `durable_end`, with `high_watermark` as the log holds it (checkpointed or restored).
+    /// `durable_end`.
     pub fn new(
         local: BrokerId,
         leadership: LeaderAndIsr,
         log_end_offset: i64,
         durable_end: i64,
-        high_watermark: i64,
         now_ms: i64,
     ) -> PartitionState {
-        assert!(high_watermark <= log_end_offset, "HW ≤ LEO");
         assert!(durable_end <= log_end_offset, "durable end ≤ LEO");
         let role = role_of(local, &leadership);
         let mut state = PartitionState {
@@ -109,10 +111,9 @@ impl PartitionState {
             resend_pending: false,
             log_end_offset,
             durable_end,
-            high_watermark,
+            leader_high_watermark: -1,
         };
         state.reset_followers(now_ms);
-        state.advance_high_watermark();
         state
     }
 
@@ -180,15 +181,14 @@ impl PartitionState {
     }
 
     /// A leader heard a fetch from follower `replica` at `fetch_offset`: everything below it is
-    /// on that follower (durable there in fsync mode). Returns the new high watermark if it
-    /// moved.
+    /// on that follower (durable there in fsync mode).
     pub fn on_follower_fetch(
         &mut self,
         replica: BrokerId,
         fetch_offset: i64,
         broker_epoch: i64,
         now_ms: i64,
-    ) -> Result<Option<i64>, NotAReplica> {
+    ) -> Result<(), NotAReplica> {
         let leader_log_end = self.log_end_offset;
         let Some(follower) = self.followers.get_mut(&replica) else {
             return Err(NotAReplica(replica));
@@ -210,12 +210,12 @@ impl PartitionState {
         // A follower ahead of this leader (a divergent tail it has yet to truncate) holds no
         // more of this log than its end.
         follower.log_end_offset = fetch_offset.min(leader_log_end);
-        Ok(self.advance_high_watermark())
+        Ok(())
     }
 
     /// Leader: the ISR change due now, if any and none is pending — Kafka's rules. A member
     /// that has not caught up for `lag_time_max_ms` leaves; a replica joins once it has reached
-    /// the high watermark and the start of this leader's epoch (`epoch_start_offset`) and
+    /// the log's `high_watermark` and the start of this leader's epoch (`epoch_start_offset`) and
     /// `eligible` says its broker may (registered, unfenced, not shutting down). The new ISR
     /// keeps replica order. The change stays pending until `apply` brings its outcome, or
     /// `isr_change_done`.
@@ -224,6 +224,7 @@ impl PartitionState {
         now_ms: i64,
         lag_time_max_ms: i64,
         epoch_start_offset: i64,
+        high_watermark: i64,
         eligible: impl Fn(BrokerId) -> bool,
     ) -> Option<Vec<BrokerId>> {
         if self.role != Role::Leader {
@@ -246,7 +247,7 @@ impl PartitionState {
                 f.log_end_offset >= self.log_end_offset
                     || now_ms.saturating_sub(f.last_caught_up_ms) <= lag_time_max_ms
             } else {
-                f.log_end_offset >= self.high_watermark
+                f.log_end_offset >= high_watermark
                     && f.log_end_offset >= epoch_start_offset
                     && eligible(id)
             }
@@ -284,17 +285,11 @@ impl PartitionState {
         self.pending_isr.as_deref()
     }
 
-    /// A follower learned the leader's high watermark from a fetch response. Returns the new
-    /// high watermark if it moved.
-    pub fn on_leader_high_watermark(&mut self, leader_high_watermark: i64) -> Option<i64> {
-        if !matches!(self.role, Role::Follower { .. }) {
-            return None;
+    /// A follower learned the leader's high watermark from a fetch response.
+    pub fn on_leader_high_watermark(&mut self, leader_high_watermark: i64) {
+        if matches!(self.role, Role::Follower { .. }) {
+            self.leader_high_watermark = self.leader_high_watermark.max(leader_high_watermark);
         }
-        let candidate = leader_high_watermark.min(self.durable_end);
-        (candidate > self.high_watermark).then(|| {
-            self.high_watermark = candidate;
-            candidate
-        })
     }
 
     pub fn role(&self) -> Role {
@@ -313,21 +308,13 @@ impl PartitionState {
         &self.leadership
     }
 
-    pub fn high_watermark(&self) -> i64 {
-        self.high_watermark
-    }
-
     pub fn durable_end(&self) -> i64 {
         self.durable_end
     }
 
     /// A new leader and ISR from the metadata log. Epochs never go back: an older one is
-    /// refused. Returns the new high watermark if it moved.
-    pub fn apply(
-        &mut self,
-        leadership: LeaderAndIsr,
-        now_ms: i64,
-    ) -> Result<Option<i64>, StaleEpoch> {
+    /// refused.
+    pub fn apply(&mut self, leadership: LeaderAndIsr, now_ms: i64) -> Result<(), StaleEpoch> {
         let current = &self.leadership;
         if (leadership.leader_epoch, leadership.partition_epoch)
             < (current.leader_epoch, current.partition_epoch)
@@ -355,6 +342,8 @@ impl PartitionState {
         );
         if new_leadership || was != self.role {
             self.reset_followers(now_ms);
+            // A new leader's high watermark comes from its own fetch answers.
+            self.leader_high_watermark = -1;
         } else {
             // Same leadership, new ISR or replicas: known positions stay, new replicas start
             // unknown, removed ones go.
@@ -372,32 +361,29 @@ impl PartitionState {
                 }
             }
         }
-        Ok(self.advance_high_watermark())
+        Ok(())
     }
 
     /// The local log now ends at `log_end_offset`; `durable` when the append needs no fsync to
-    /// count (page-cache mode). Returns the new high watermark if it moved.
-    pub fn on_append(&mut self, log_end_offset: i64, durable: bool) -> Option<i64> {
+    /// count (page-cache mode).
+    pub fn on_append(&mut self, log_end_offset: i64, durable: bool) {
         assert!(log_end_offset >= self.log_end_offset, "offsets only grow");
         self.log_end_offset = log_end_offset;
         if durable {
             self.durable_end = log_end_offset;
         }
-        self.advance_high_watermark()
     }
 
-    /// An fsync made the local log durable below `offset`. Returns the new high watermark if it
-    /// moved.
-    pub fn on_durable(&mut self, offset: i64) -> Option<i64> {
+    /// An fsync made the local log durable below `offset`.
+    pub fn on_durable(&mut self, offset: i64) {
         let offset = offset.min(self.log_end_offset);
         if offset > self.durable_end {
             self.durable_end = offset;
         }
-        self.advance_high_watermark()
     }
 
     /// The local log was truncated (or restarted) to end at `log_end_offset`: the durable end
-    /// and high watermark come down with it, the only way they move back.
+    /// comes down with it (and the log's high watermark, the only way it moves back).
     pub fn on_truncate(&mut self, log_end_offset: i64) {
         // A leader never truncates its log: its high watermark never moves back while it leads.
         assert!(
@@ -406,12 +392,12 @@ impl PartitionState {
         );
         self.log_end_offset = log_end_offset;
         self.durable_end = self.durable_end.min(log_end_offset);
-        self.high_watermark = self.high_watermark.min(log_end_offset);
     }
 
-    /// Raises the high watermark as far as the role allows; it never moves back here.
-    fn advance_high_watermark(&mut self) -> Option<i64> {
-        let candidate = match self.role {
+    /// How far the high watermark may go now (see the module docs); the log raises its own to
+    /// this and never lowers it here. -1 when nothing is known yet (a follower unheard of).
+    pub fn high_watermark_bound(&self) -> i64 {
+        let bound = match self.role {
             // Every ISR member must hold it: this broker durably, each other member as far as
             // its last fetch (unknown: nothing yet).
             Role::Leader => self
@@ -422,15 +408,10 @@ impl PartitionState {
                 .filter(|&&id| id != self.local)
                 .map(|id| self.followers.get(id).map_or(-1, |f| f.log_end_offset))
                 .fold(self.durable_end, i64::min),
-            Role::Follower { .. } => return None,
+            Role::Follower { .. } => self.leader_high_watermark.min(self.durable_end),
         };
-        if candidate > self.high_watermark {
-            assert!(candidate <= self.log_end_offset, "HW ≤ LEO");
-            self.high_watermark = candidate;
-            Some(candidate)
-        } else {
-            None
-        }
+        assert!(bound <= self.log_end_offset, "HW ≤ LEO");
+        bound
     }
 }
 
@@ -536,9 +517,116 @@ mod tests {
         }
     }
 
+    /// The state with the high watermark its log would hold: raised to the state's bound after
+    /// each event, never lowered but by truncation (`Log::raise_high_watermark`).
+    struct Replica {
+        state: PartitionState,
+        hw: i64,
+    }
+
+    impl Replica {
+        fn new(
+            local: BrokerId,
+            leadership: LeaderAndIsr,
+            log_end_offset: i64,
+            durable_end: i64,
+            hw: i64,
+            now_ms: i64,
+        ) -> Replica {
+            let state = PartitionState::new(local, leadership, log_end_offset, durable_end, now_ms);
+            let mut replica = Replica { state, hw };
+            replica.raise();
+            replica
+        }
+
+        /// Raises the high watermark to the bound; returns it if it moved.
+        fn raise(&mut self) -> Option<i64> {
+            let bound = self.state.high_watermark_bound();
+            (bound > self.hw).then(|| {
+                self.hw = bound;
+                bound
+            })
+        }
+
+        fn on_append(&mut self, log_end_offset: i64, durable: bool) -> Option<i64> {
+            self.state.on_append(log_end_offset, durable);
+            self.raise()
+        }
+
+        fn on_durable(&mut self, offset: i64) -> Option<i64> {
+            self.state.on_durable(offset);
+            self.raise()
+        }
+
+        fn on_follower_fetch(
+            &mut self,
+            replica: BrokerId,
+            fetch_offset: i64,
+            broker_epoch: i64,
+            now_ms: i64,
+        ) -> Result<Option<i64>, NotAReplica> {
+            self.state
+                .on_follower_fetch(replica, fetch_offset, broker_epoch, now_ms)?;
+            Ok(self.raise())
+        }
+
+        fn on_leader_high_watermark(&mut self, hw: i64) -> Option<i64> {
+            self.state.on_leader_high_watermark(hw);
+            self.raise()
+        }
+
+        fn apply(
+            &mut self,
+            leadership: LeaderAndIsr,
+            now_ms: i64,
+        ) -> Result<Option<i64>, StaleEpoch> {
+            self.state.apply(leadership, now_ms)?;
+            Ok(self.raise())
+        }
+
+        fn on_truncate(&mut self, log_end_offset: i64) {
+            self.state.on_truncate(log_end_offset);
+            self.hw = self.hw.min(log_end_offset);
+        }
+
+        fn propose_isr_change(
+            &mut self,
+            now_ms: i64,
+            lag_time_max_ms: i64,
+            epoch_start_offset: i64,
+            eligible: impl Fn(BrokerId) -> bool,
+        ) -> Option<Vec<BrokerId>> {
+            self.state.propose_isr_change(
+                now_ms,
+                lag_time_max_ms,
+                epoch_start_offset,
+                self.hw,
+                eligible,
+            )
+        }
+
+        fn high_watermark(&self) -> i64 {
+            self.hw
+        }
+    }
+
+    impl std::ops::Deref for Replica {
+        type Target = PartitionState;
+
+        fn deref(&self) -> &PartitionState {
+            &self.state
+        }
+    }
+
+    impl std::ops::DerefMut for Replica {
+        fn deref_mut(&mut self) -> &mut PartitionState {
+            &mut self.state
+        }
+    }
+
     #[test]
     fn a_single_replica_leader_exposes_what_is_durable() {
-        let mut p = PartitionState::new(1, led(1, 0, &[1]), 10, 4, 4, 0);
+        let mut p = Replica::new(1, led(1, 0, &[1]), 10, 4, 4, 0);
         assert_eq!(p.role(), Role::Leader);
         assert_eq!(p.high_watermark(), 4);
         // Appended, not yet fsynced: not visible.
@@ -556,8 +644,7 @@ mod tests {
     fn consumers_are_sent_to_the_in_sync_follower_in_their_rack_furthest_along() {
         // Leader 1 in rack a; 2 and 3 in rack b, 4 in rack b but out of the ISR.
         let racks = |id: BrokerId| Some(if id == 1 { "a" } else { "b" }.to_string());
-        let mut p =
-            PartitionState::new(1, led_isr(1, 0, 0, &[1, 2, 3, 4], &[1, 2, 3]), 10, 10, 0, 0);
+        let mut p = Replica::new(1, led_isr(1, 0, 0, &[1, 2, 3, 4], &[1, 2, 3]), 10, 10, 0, 0);
         for (id, offset) in [(2, 8), (3, 10), (4, 10)] {
             p.on_follower_fetch(id, offset, -1, 1).unwrap();
         }
@@ -570,7 +657,7 @@ mod tests {
         assert_eq!(p.preferred_read_replica(5, "c", racks), None);
         assert_eq!(p.preferred_read_replica(5, "", racks), None);
         // Followers send nobody anywhere.
-        let f = PartitionState::new(2, led_isr(1, 0, 0, &[1, 2, 3], &[1, 2, 3]), 10, 10, 0, 0);
+        let f = Replica::new(2, led_isr(1, 0, 0, &[1, 2, 3], &[1, 2, 3]), 10, 10, 0, 0);
         assert_eq!(f.preferred_read_replica(5, "b", racks), None);
     }
 
@@ -611,17 +698,18 @@ mod tests {
 
     #[test]
     fn a_restart_raises_a_stale_checkpointed_high_watermark_to_the_durable_end() {
-        let p = PartitionState::new(1, led(1, 3, &[1]), 100, 100, 60, 0);
+        let p = Replica::new(1, led(1, 3, &[1]), 100, 100, 60, 0);
         assert_eq!(p.high_watermark(), 100);
+        assert_eq!(p.high_watermark_bound(), 100);
     }
 
     #[test]
     fn followers_and_leaders_waiting_on_their_isr_do_not_advance() {
-        let mut follower = PartitionState::new(2, led(1, 0, &[1, 2]), 10, 10, 0, 0);
+        let mut follower = Replica::new(2, led(1, 0, &[1, 2]), 10, 10, 0, 0);
         assert_eq!(follower.role(), Role::Follower { leader: 1 });
         assert_eq!(follower.on_durable(10), None);
         assert_eq!(follower.high_watermark(), 0);
-        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 10, 10, 0, 0);
+        let mut leader = Replica::new(1, led(1, 0, &[1, 2]), 10, 10, 0, 0);
         assert_eq!(leader.on_append(12, true), None);
         // The other replica leaves the ISR: what is here is committed.
         assert_eq!(leader.apply(led(1, 1, &[1]), 0), Ok(Some(12)));
@@ -629,7 +717,7 @@ mod tests {
 
     #[test]
     fn epochs_never_go_back() {
-        let mut p = PartitionState::new(1, led(1, 5, &[1]), 0, 0, 0, 0);
+        let mut p = Replica::new(1, led(1, 5, &[1]), 0, 0, 0, 0);
         assert!(p.apply(led(1, 4, &[1]), 0).is_err());
         assert_eq!(p.leader_epoch(), 5);
         assert_eq!(p.apply(led(2, 6, &[2]), 0), Ok(None));
@@ -661,7 +749,7 @@ mod tests {
         /// never go back.
         #[test]
         fn invariants_hold_over_any_history(steps in proptest::collection::vec(step(), 0..60)) {
-            let mut p = PartitionState::new(1, led(1, 0, &[1]), 0, 0, 0, 0);
+            let mut p = Replica::new(1, led(1, 0, &[1]), 0, 0, 0, 0);
             let (mut leo, mut durable) = (0i64, 0i64);
             for step in steps {
                 let (hw_before, epoch_before) = (p.high_watermark(), p.leader_epoch());
@@ -701,7 +789,7 @@ mod tests {
 
     #[test]
     fn a_leaders_high_watermark_is_the_least_position_in_its_isr() {
-        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2, 3]), 0, 0, 0, 0);
+        let mut leader = Replica::new(1, led(1, 0, &[1, 2, 3]), 0, 0, 0, 0);
         assert_eq!(leader.on_append(10, true), None, "followers unknown");
         assert_eq!(leader.on_follower_fetch(2, 6, -1, 1), Ok(None));
         assert_eq!(leader.on_follower_fetch(3, 4, -1, 1), Ok(Some(4)));
@@ -726,7 +814,7 @@ mod tests {
 
     #[test]
     fn in_fsync_mode_the_leader_waits_for_its_own_disk_too() {
-        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 0, 0, 0, 0);
+        let mut leader = Replica::new(1, led(1, 0, &[1, 2]), 0, 0, 0, 0);
         assert_eq!(leader.on_append(10, false), None);
         assert_eq!(leader.on_follower_fetch(2, 10, -1, 1), Ok(None));
         assert_eq!(leader.on_durable(10), Some(10));
@@ -734,7 +822,7 @@ mod tests {
 
     #[test]
     fn the_lag_clock_follows_kafkas_caught_up_rule() {
-        let mut leader = PartitionState::new(1, led(1, 0, &[1, 2]), 0, 0, 0, 0);
+        let mut leader = Replica::new(1, led(1, 0, &[1, 2]), 0, 0, 0, 0);
         leader.on_append(10, true);
         leader.on_follower_fetch(2, 5, -1, 100).unwrap();
         assert_eq!(leader.followers()[&2].last_caught_up_ms, 0, "behind");
@@ -748,7 +836,7 @@ mod tests {
 
     #[test]
     fn a_new_leadership_forgets_follower_positions() {
-        let mut p = PartitionState::new(1, led(1, 0, &[1, 2]), 10, 10, 0, 0);
+        let mut p = Replica::new(1, led(1, 0, &[1, 2]), 10, 10, 0, 0);
         p.on_follower_fetch(2, 10, -1, 1).unwrap();
         assert_eq!(p.high_watermark(), 10);
         p.on_append(15, true);
@@ -759,11 +847,12 @@ mod tests {
 
     #[test]
     fn a_followers_high_watermark_is_the_leaders_capped_at_its_durable_end() {
-        let mut f = PartitionState::new(2, led(1, 0, &[1, 2]), 0, 0, 0, 0);
+        let mut f = Replica::new(2, led(1, 0, &[1, 2]), 0, 0, 0, 0);
         f.on_append(10, false);
         assert_eq!(f.on_leader_high_watermark(8), None, "not durable here");
-        f.on_durable(10);
-        assert_eq!(f.on_leader_high_watermark(8), Some(8));
+        // The leader's high watermark is kept: the fsync alone lets it through.
+        assert_eq!(f.on_durable(10), Some(8));
+        assert_eq!(f.on_leader_high_watermark(8), None);
         assert_eq!(f.on_leader_high_watermark(20), Some(10));
         assert_eq!(f.on_leader_high_watermark(5), None, "never back");
         assert!(f.followers().is_empty());
@@ -784,7 +873,7 @@ mod tests {
     #[test]
     fn a_lagging_member_leaves_the_isr_and_a_caught_up_replica_joins() {
         let all = |_| true;
-        let mut p = PartitionState::new(1, led_isr(1, 2, 5, &[1, 2, 3], &[1, 2]), 0, 0, 0, 1000);
+        let mut p = Replica::new(1, led_isr(1, 2, 5, &[1, 2, 3], &[1, 2]), 0, 0, 0, 1000);
         p.on_append(10, true);
         // Broker 2 was caught up at the election (1000): in sync until 1000 + lag.
         assert_eq!(p.propose_isr_change(1500, 1000, 0, all), None);
@@ -815,7 +904,7 @@ mod tests {
         assert_eq!(p.propose_isr_change(2900, 1000, 0, all), Some(vec![1, 3]));
         p.isr_change_done();
         // A fenced broker, or one that has not reached this leader's epoch, does not join.
-        let mut p = PartitionState::new(1, led_isr(1, 2, 5, &[1, 2], &[1]), 10, 10, 10, 0);
+        let mut p = Replica::new(1, led_isr(1, 2, 5, &[1, 2], &[1]), 10, 10, 10, 0);
         p.on_follower_fetch(2, 10, -1, 1).unwrap();
         assert_eq!(p.propose_isr_change(1, 1000, 0, |_| false), None);
         assert_eq!(p.propose_isr_change(1, 1000, 11, all), None);
@@ -825,7 +914,7 @@ mod tests {
     #[test]
     fn an_unanswered_isr_change_stays_pending_and_is_asked_again_unchanged() {
         let all = |_| true;
-        let mut p = PartitionState::new(1, led_isr(1, 0, 0, &[1, 2], &[1]), 10, 10, 10, 0);
+        let mut p = Replica::new(1, led_isr(1, 0, 0, &[1, 2], &[1]), 10, 10, 10, 0);
         p.on_follower_fetch(2, 10, 7, 1).unwrap();
         assert_eq!(p.propose_isr_change(1, 1000, 0, all), Some(vec![1, 2]));
         // No answer: it may have committed. The maximal ISR holds, and the same change goes
@@ -842,7 +931,7 @@ mod tests {
 
     #[test]
     fn a_follower_under_a_new_broker_epoch_starts_its_lag_afresh() {
-        let mut p = PartitionState::new(1, led_isr(1, 0, 0, &[1, 2], &[1, 2]), 10, 10, 10, 0);
+        let mut p = Replica::new(1, led_isr(1, 0, 0, &[1, 2], &[1, 2]), 10, 10, 10, 0);
         p.on_follower_fetch(2, 10, 7, 100).unwrap();
         assert_eq!(p.followers()[&2].broker_epoch, 7);
         p.on_append(20, true);
@@ -855,7 +944,7 @@ mod tests {
     #[test]
     fn truncation_is_the_only_way_down() {
         // A follower of broker 2 truncates its divergent tail, then leads.
-        let mut p = PartitionState::new(1, led(2, 0, &[1, 2]), 10, 10, 10, 0);
+        let mut p = Replica::new(1, led(2, 0, &[1, 2]), 10, 10, 10, 0);
         p.on_truncate(6);
         assert_eq!(p.high_watermark(), 6);
         assert_eq!(p.apply(led(1, 1, &[1]), 0), Ok(None));
@@ -866,7 +955,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "a leader truncated its log")]
     fn a_leader_truncating_its_log_is_a_bug() {
-        let mut p = PartitionState::new(1, led(1, 0, &[1]), 10, 10, 10, 0);
+        let mut p = Replica::new(1, led(1, 0, &[1]), 10, 10, 10, 0);
         p.on_truncate(6);
     }
 }

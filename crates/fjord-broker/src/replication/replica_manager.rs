@@ -375,10 +375,10 @@ impl ReplicaManager {
             p.leadership.clone(),
             log.log_end_offset(),
             log.recovery_point(),
-            log.high_watermark(),
             now_ms,
         );
-        log.set_high_watermark(state.high_watermark());
+        // A restart raises a stale checkpointed high watermark to what this sole leader has.
+        log.raise_high_watermark(state.high_watermark_bound());
         Some(state)
     }
 

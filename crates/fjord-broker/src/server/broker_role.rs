@@ -272,11 +272,11 @@ impl Storage {
         replicas: &Arc<ReplicaManager>,
         initial: &DynamicBrokerConfig,
     ) -> Result<Storage, BrokerError> {
-        let merged = config.merged(initial);
+        let settings = config.merged_settings(initial);
         let cleaner_logs = replicas.clone();
         let cleaner = Arc::new(
             LogCleaner::start(
-                cleaner_config(&merged).map_err(startup)?,
+                cleaner_config(&settings).map_err(startup)?,
                 &config.log_dirs,
                 Box::new(move || cleaner_logs.log_manager().logs_by_dir()),
             )
@@ -289,12 +289,12 @@ impl Storage {
             }));
         // Moves between log dirs, including those a restart interrupted.
         let log_dir_mover = Arc::new(
-            LogDirMover::start(replicas.clone(), BrokerConfig::log_dir_move_rate(&merged))
+            LogDirMover::start(replicas.clone(), settings.log_dir_move_rate())
                 .map_err(|e| startup(format!("cannot start the log dir mover: {e}")))?,
         );
         let replication_quotas = Arc::new(ReplicationQuotas::new(
             &config.replication(),
-            BrokerConfig::replication_throttled_rates(&merged),
+            settings.replication_throttled_rates(),
         ));
         Ok(Storage {
             cleaner,
@@ -503,14 +503,18 @@ async fn apply_dynamic_broker_config(
     quotas: &ReplicationQuotas,
 ) {
     let (old, new) = (config.merged(before), config.merged(after));
-    let rate = BrokerConfig::log_dir_move_rate(&new);
-    if rate != BrokerConfig::log_dir_move_rate(&old) {
+    let (old_settings, settings) = (
+        fjord_config::BrokerSettings::from_values(&old),
+        fjord_config::BrokerSettings::from_values(&new),
+    );
+    let rate = settings.log_dir_move_rate();
+    if rate != old_settings.log_dir_move_rate() {
         tracing::info!(max_bytes_per_second = rate, "log dir mover reconfigured");
         mover.set_max_bytes_per_second(rate);
     }
     let (old_rates, new_rates) = (
-        BrokerConfig::replication_throttled_rates(&old),
-        BrokerConfig::replication_throttled_rates(&new),
+        old_settings.replication_throttled_rates(),
+        settings.replication_throttled_rates(),
     );
     for (side, quota, before, after) in [
         ("leader", &quotas.leader, old_rates.0, new_rates.0),
@@ -530,7 +534,7 @@ async fn apply_dynamic_broker_config(
             );
         }
     }
-    match cleaner_config(&new) {
+    match cleaner_config(&settings) {
         Ok(wanted) if wanted != cleaner.config() => {
             tracing::info!(?wanted, "log cleaner reconfigured");
             let cleaner = cleaner.clone();
@@ -544,12 +548,12 @@ async fn apply_dynamic_broker_config(
     }
 }
 
-/// The log cleaner's settings in `merged` broker values, checked as at start, as fjord-storage's
-/// cleaner takes them (fjord-config does not depend on storage).
+/// The log cleaner's settings, checked as at start, as fjord-storage's cleaner takes them
+/// (fjord-config does not depend on storage).
 fn cleaner_config(
-    merged: &std::collections::BTreeMap<String, String>,
+    settings: &fjord_config::BrokerSettings,
 ) -> Result<fjord_storage::CleanerConfig, fjord_config::ConfigError> {
-    BrokerConfig::cleaner_config(merged).map(storage_cleaner_config)
+    settings.cleaner_config().map(storage_cleaner_config)
 }
 
 fn storage_cleaner_config(config: fjord_config::CleanerConfig) -> fjord_storage::CleanerConfig {
@@ -597,11 +601,11 @@ mod tests {
         ]
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .into();
-        let cleaner = cleaner_config(&merged).unwrap();
+        let cleaner = cleaner_config(&fjord_config::BrokerSettings::from_values(&merged)).unwrap();
         assert_eq!((cleaner.threads, cleaner.backoff_ms), (3, 7));
         let tiny = [("log.cleaner.dedupe.buffer.size", "24")]
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .into();
-        assert!(cleaner_config(&tiny).is_err());
+        assert!(cleaner_config(&fjord_config::BrokerSettings::from_values(&tiny)).is_err());
     }
 }
