@@ -315,6 +315,14 @@ async fn serve_connection<D: Dispatch + ?Sized>(
             if out_tx.is_closed() {
                 break Err(Closed::WriterStopped);
             }
+            // The client gave up on the connection while this request waited (it canceled the
+            // request, or its link died): the request is dropped unapplied. Kafka never reads a
+            // request before the previous one is answered; applied now, it could land after
+            // what the client sent since on another connection — an older offset commit over a
+            // newer one, moving the group's position back.
+            if peer_closed(&mut reader) {
+                break Ok(());
+            }
         }
         let outgoing = match dispatcher.dispatch(frame, peer) {
             Reply::Now(response) => Outgoing::Ready(response),
@@ -392,6 +400,19 @@ async fn read_request(
         .await
         .map_err(Closed::Truncated)?;
     Ok(Some(frame.freeze()))
+}
+
+/// Whether the client has closed (or reset) the connection, as far as the socket tells without
+/// waiting: the end of the stream is next, or an error. Bytes still unread (requests it sent
+/// before closing) hide a close behind them.
+fn peer_closed(reader: &mut OwnedReadHalf) -> bool {
+    let mut byte = [0u8; 1];
+    let mut buf = tokio::io::ReadBuf::new(&mut byte);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    matches!(
+        reader.poll_peek(&mut cx, &mut buf),
+        std::task::Poll::Ready(Ok(0) | Err(_))
+    )
 }
 
 /// A connection's requests dispatched whose futures have not finished, and the lane they share
@@ -502,5 +523,63 @@ mod tests {
         let _ = running.await;
         drop(done);
         assert!(!sequencer.must_wait(Sequencing::Lane(1)));
+    }
+
+    /// Records each request's body; the first request's reply waits until `release` fires.
+    struct Recorder {
+        dispatched: std::sync::Mutex<Vec<Bytes>>,
+        first: std::sync::Mutex<Option<ReplyFuture>>,
+    }
+
+    impl Dispatch for Recorder {
+        fn sequencing(&self, _frame: &Bytes) -> Sequencing {
+            Sequencing::AfterAll
+        }
+
+        fn dispatch(&self, frame: Bytes, _peer: SocketAddr) -> Reply {
+            self.dispatched.lock().unwrap().push(frame);
+            match self.first.lock().unwrap().take() {
+                Some(future) => Reply::Later(future),
+                None => Reply::Now(Response::Nothing),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_left_waiting_by_a_client_that_closed_is_never_applied() {
+        let (release, first) = waiting_future();
+        let recorder = Arc::new(Recorder {
+            dispatched: std::sync::Mutex::new(Vec::new()),
+            first: std::sync::Mutex::new(Some(first)),
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (_stop, shutdown) = watch::channel(false);
+        let config = NetworkConfig {
+            socket_request_max_bytes: 1024,
+            connections_max_idle_ms: 60_000,
+        };
+        tokio::spawn(serve(listener, recorder.clone(), config, shutdown));
+        let mut client = TcpStream::connect(address).await.unwrap();
+        // Two requests, the second behind the first (which waits), then the client closes: a
+        // canceled request it will send again elsewhere.
+        for body in [&b"first"[..], b"second"] {
+            client
+                .write_all(&(body.len() as i32).to_be_bytes())
+                .await
+                .unwrap();
+            client.write_all(body).await.unwrap();
+        }
+        client.shutdown().await.unwrap();
+        drop(client);
+        let dispatched = || recorder.dispatched.lock().unwrap().clone();
+        while dispatched().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Let the reader take the second request and wait behind the first.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        release.send(()).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(dispatched(), vec![Bytes::from_static(b"first")]);
     }
 }
