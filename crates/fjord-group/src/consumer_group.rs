@@ -1611,9 +1611,11 @@ fn reconcile(
             if still_owns(&member.pending_revocation) {
                 return member.clone();
             }
+            // More to revoke keeps the epoch (Kafka 4.4): a client whose answer was lost sends
+            // the same heartbeat again, at this epoch, with partitions it still owns.
             next_assignment(
                 member,
-                member.member_epoch.saturating_add(1),
+                member.member_epoch,
                 target_epoch,
                 target,
                 owners,
@@ -1665,8 +1667,12 @@ fn next_assignment(
         let keep: BTreeSet<i32> = have.intersection(want).copied().collect();
         let revoke: BTreeSet<i32> = have.difference(&keep).copied().collect();
         let mut add = BTreeSet::new();
+        let pending = member.pending_revocation.get(&t);
         for &p in want.difference(&keep) {
-            if owners.contains_key(&(t, p)) {
+            // A partition this member itself is still revoking is no other member's: it may
+            // come back to it at once.
+            let own = pending.is_some_and(|ps| ps.contains(&p));
+            if owners.contains_key(&(t, p)) && !own {
                 unreleased = true;
             } else {
                 add.insert(p);
@@ -2051,6 +2057,55 @@ mod tests {
             }
         }
         assert_eq!(count(&clients[0].owned) + count(&clients[1].owned), 6);
+        assert_eq!(rebuild(&log).groups, groups.groups);
+    }
+
+    /// A member acknowledging one revocation while the target moved again is asked to revoke
+    /// more at the same epoch (as Kafka 4.4 does), so when the answer is lost and the client
+    /// sends the same heartbeat again, with the partitions it still owns, it is answered again,
+    /// not fenced: fenced, it would drop its partitions without committing (OnPartitionsLost)
+    /// and their next owner would read records again.
+    #[test]
+    fn a_lost_answer_during_a_second_revocation_round_is_not_fenced() {
+        let t = topics(&[("t", 1, 6)]);
+        let mut groups = ConsumerGroups::new(ConsumerGroupConfig::default());
+        let mut log = Vec::new();
+        let mut a = Client::new("a");
+        beat(&mut groups, &mut log, 0, &mut a, &t);
+        assert_eq!((a.epoch, count(&a.owned)), (1, 6));
+        let mut b = Client::new("b");
+        beat(&mut groups, &mut log, 10, &mut b, &t);
+        // a is asked to give up three partitions, keeping its epoch until it does.
+        beat(&mut groups, &mut log, 20, &mut a, &t);
+        assert_eq!((a.epoch, count(&a.owned)), (1, 3));
+        // c joins: a's target shrinks again, to two partitions.
+        let mut c = Client::new("c");
+        beat(&mut groups, &mut log, 30, &mut c, &t);
+        // a acknowledges the first revocation and is asked for another; the answer is lost.
+        let ack = a.request("g", &["t"]);
+        let (first, recs) = groups.heartbeat(40, &ack, &t);
+        log.extend(recs);
+        assert_eq!(first.error_code, NONE, "{:?}", first.error_message);
+        assert_eq!(first.member_epoch, 1, "revoking again keeps the epoch");
+        // The same heartbeat again: answered as the first was.
+        let (again, recs) = groups.heartbeat(50, &ack, &t);
+        log.extend(recs);
+        assert_eq!(again.error_code, NONE, "{:?}", again.error_message);
+        a.adopt(&again);
+        assert_eq!((a.epoch, count(&a.owned)), (1, 2));
+        assert_single_owner(&groups);
+        // Everyone converges, two partitions each, no partition ever held twice.
+        let mut clients = [a, b, c];
+        for round in 0..4 {
+            for cl in clients.iter_mut() {
+                beat(&mut groups, &mut log, 60 + round, cl, &t);
+                assert_single_owner(&groups);
+            }
+        }
+        assert_eq!(groups.group_state("g"), Some("Stable"));
+        for cl in &clients {
+            assert_eq!(count(&cl.owned), 2);
+        }
         assert_eq!(rebuild(&log).groups, groups.groups);
     }
 
