@@ -104,10 +104,11 @@ class Member:
 class ChunkProducer(threading.Thread):
     """Produces CHUNKS chunks of CHUNK records (one per second) with the franz-go tool, recording the acks."""
 
-    def __init__(self, bootstrap: str, topic: str, workdir: Path, chunks: int = CHUNKS, pause_s: float = 1.0):
+    def __init__(self, bootstrap: str, topic: str, workdir: Path, chunks: int = CHUNKS, pause_s: float = 1.0,
+                 chunk: int = CHUNK):
         super().__init__(daemon=True)
         self.bootstrap, self.topic, self.workdir = bootstrap, topic, workdir
-        self.chunks, self.pause_s = chunks, pause_s
+        self.chunks, self.pause_s, self.chunk = chunks, pause_s, chunk
         self.acked: Set[Tuple[str, int, int]] = set()
         self.error: Optional[BaseException] = None
 
@@ -115,7 +116,7 @@ class ChunkProducer(threading.Thread):
         try:
             for c in range(self.chunks):
                 out = self.workdir / f"{self.topic}-produce-{c}.txt"
-                run_tool("go", "produce", wall_s=120, bootstrap=self.bootstrap, topic=self.topic, count=CHUNK,
+                run_tool("go", "produce", wall_s=120, bootstrap=self.bootstrap, topic=self.topic, count=self.chunk,
                          codec="lz4", acks="all", seed=fresh_seed(), out=out)
                 for line in out.read_text().splitlines():
                     _, p, off = line.split()
