@@ -2109,6 +2109,31 @@ mod tests {
         assert_eq!(rebuild(&log).groups, groups.groups);
     }
 
+    /// A partition the member was revoking and whose target gives it back is no other member's:
+    /// once the revocation is acknowledged it comes back at once, not a heartbeat later.
+    #[test]
+    fn a_partition_being_revoked_comes_back_to_its_member_at_once() {
+        let t = topics(&[("t", 1, 4)]);
+        let mut groups = ConsumerGroups::new(ConsumerGroupConfig::default());
+        let mut log = Vec::new();
+        let mut a = Client::new("a");
+        beat(&mut groups, &mut log, 0, &mut a, &t);
+        let mut b = Client::new("b");
+        beat(&mut groups, &mut log, 10, &mut b, &t);
+        beat(&mut groups, &mut log, 20, &mut a, &t);
+        assert_eq!(count(&a.owned), 2, "revoking two");
+        // b leaves before a acknowledges: a's target is every partition again.
+        let mut leave = b.request("g", &["t"]);
+        leave.member_epoch = LEAVE_GROUP_MEMBER_EPOCH;
+        let (r, recs) = groups.heartbeat(30, &leave, &t);
+        log.extend(recs);
+        assert_eq!(r.error_code, NONE);
+        beat(&mut groups, &mut log, 40, &mut a, &t);
+        assert_eq!(count(&a.owned), 4);
+        assert_eq!(groups.group_state("g"), Some("Stable"));
+        assert_eq!(rebuild(&log).groups, groups.groups);
+    }
+
     #[test]
     fn stale_and_future_epochs_are_fenced() {
         let t = topics(&[("t", 1, 2)]);
