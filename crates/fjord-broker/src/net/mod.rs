@@ -13,7 +13,9 @@
 //! once the earlier ones whose futures are still running have finished, unless the dispatcher
 //! puts both in one [`Sequencing::Lane`]: requests that apply their effects at dispatch, in
 //! arrival order, and whose futures only wait (produce appends waiting for group commit). Those
-//! overlap, which is what keeps pipelined produce requests sharing fsyncs.
+//! overlap, which is what keeps pipelined produce requests sharing fsyncs. A request read while
+//! earlier ones run is dropped, never applied, if the client closed the connection meanwhile: it
+//! may have sent it again elsewhere, and applied late it would land after newer requests.
 
 use std::collections::VecDeque;
 use std::future::Future;
