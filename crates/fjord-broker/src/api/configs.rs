@@ -8,7 +8,7 @@ use fjord_config::{
 use fjord_protocol::messages::describe_configs_request::*;
 use fjord_protocol::messages::describe_configs_response::*;
 
-use crate::api::Broker;
+use crate::api::ClusterApi;
 
 /// Resource types as DescribeConfigs numbers them.
 const TOPIC: i8 = 2;
@@ -28,14 +28,14 @@ impl Asked<'_> {
     }
 }
 
-impl Broker {
+impl ClusterApi {
     /// DescribeConfigs: each resource's entries, or its error.
     pub(crate) fn describe_configs(
         &self,
         request: &DescribeConfigsRequest,
     ) -> DescribeConfigsResponse {
-        let image = self.quorum.image();
-        let (node, default) = image.broker_config_layers(self.config.node_id);
+        let image = self.node.image();
+        let (node, default) = image.broker_config_layers(self.node.config.node_id);
         let dynamic = DynamicBrokerConfig::new(node, default);
         let mut results = Vec::new();
         for resource in &request.resources {
@@ -51,11 +51,11 @@ impl Broker {
                 )),
                 TOPIC => Ok(self.topic_entries(&image, &dynamic, name, &asked)),
                 BROKER if name.is_empty() => Ok(default_broker_entries(&dynamic, &asked)),
-                BROKER if *name != self.config.node_id.to_string() => Err((
+                BROKER if *name != self.node.config.node_id.to_string() => Err((
                     errors::INVALID_REQUEST,
                     format!(
                         "Unexpected broker id, expected {}, but received {name}",
-                        self.config.node_id
+                        self.node.config.node_id
                     ),
                 )),
                 BROKER => Ok(self.broker_entries(&dynamic, &asked)),
@@ -109,7 +109,7 @@ impl Broker {
                     .and_then(|d| d.broker_synonym)
                     .map(broker_key_synonyms)
                     .unwrap_or_default();
-                for (n, v, s) in self.config.synonyms(dynamic, &names) {
+                for (n, v, s) in self.node.config.synonyms(dynamic, &names) {
                     synonyms.push(synonym(&n, &v, s));
                 }
             }
@@ -139,7 +139,10 @@ impl Broker {
             if !asked.wants(name) {
                 continue;
             }
-            let all = self.config.synonyms(dynamic, &broker_key_synonyms(name));
+            let all = self
+                .node
+                .config
+                .synonyms(dynamic, &broker_key_synonyms(name));
             let own: Vec<_> = all.into_iter().skip_while(|(n, _, _)| n != name).collect();
             let (value, source) = match own.first() {
                 Some((_, v, s)) => (Some(v.clone()), *s),

@@ -58,14 +58,14 @@ impl Broker {
         match api {
             // A transactional produce that must first ask its transaction coordinator (KIP-890,
             // `txn_verify`) waits for everything before it and holds back everything after it.
-            Some(ApiKey::Produce) if self.produce_must_ask(frame) => Sequencing::AfterAll,
+            Some(ApiKey::Produce) if self.txns.produce_must_ask(frame) => Sequencing::AfterAll,
             Some(ApiKey::Produce) => Sequencing::Lane(PRODUCE_LANE),
             // Like a transactional produce, a TxnOffsetCommit that must first ask its
             // transaction coordinator runs alone.
-            Some(ApiKey::TxnOffsetCommit) if self.txn_offset_commit_must_ask(frame) => {
+            Some(ApiKey::TxnOffsetCommit) if self.txns.txn_offset_commit_must_ask(frame) => {
                 Sequencing::AfterAll
             }
-            Some(api) if is_group_api(api) && self.groups.all_loaded() => {
+            Some(api) if is_group_api(api) && self.groups.groups.all_loaded() => {
                 Sequencing::Lane(GROUP_LANE)
             }
             _ => Sequencing::AfterAll,
@@ -79,12 +79,12 @@ impl Broker {
             Ok(decoded) => decoded,
             Err(reply) => return reply,
         };
-        crate::api::topic_ids::name_topics(|| self.quorum.image(), &mut body, answer.version);
+        crate::api::topic_ids::name_topics(|| self.node.image(), &mut body, answer.version);
         let body = match ControllerApi::from_body(body) {
             Ok(request) => {
-                let this = self.clone();
+                let forwarder = self.forwarder.clone();
                 let version = answer.version;
-                return answer.later(async move { this.forward(version, request).await });
+                return answer.later(async move { forwarder.forward(version, request).await });
             }
             Err(body) => *body,
         };
@@ -105,11 +105,13 @@ impl Broker {
             | RequestBody::ListTransactions(_)
             | RequestBody::DescribeProducers(_)) => self.route_txn(body, answer),
             RequestBody::FindCoordinator(request) => {
-                let endpoint = self.advertised(listener);
-                let found = self.find_coordinator(request, answer.version, listener, endpoint);
+                let endpoint = self.node.advertised(listener);
+                let found =
+                    self.groups
+                        .find_coordinator(request, answer.version, listener, endpoint);
                 answer.later(async move { ResponseBody::FindCoordinator(found.await) })
             }
-            body if is_group_api(answer.api) => self.group_request(
+            body if is_group_api(answer.api) => self.groups.group_request(
                 body,
                 answer.api,
                 answer.version,
@@ -142,7 +144,7 @@ impl Broker {
             if api == ApiKey::ApiVersions {
                 let body = ResponseBody::ApiVersions(api_versions_response(
                     errors::UNSUPPORTED_VERSION,
-                    self.config.cluster.kraft_version(),
+                    self.node.config.cluster.kraft_version(),
                 ));
                 return Err(Reply::Now(encode_response(
                     api,
@@ -180,23 +182,23 @@ impl Broker {
         let now = now_ms();
         match body {
             RequestBody::Produce(request) => self.route_produce(request, answer),
-            RequestBody::Fetch(request) => self.fetch(request, version, correlation_id, now),
+            RequestBody::Fetch(request) => self.fetch.fetch(request, version, correlation_id, now),
             RequestBody::ListOffsets(request) => answer.now(ResponseBody::ListOffsets(
-                self.list_offsets(&request, version),
+                self.fetch.list_offsets(&request, version),
             )),
             RequestBody::OffsetForLeaderEpoch(request) => answer.now(
-                ResponseBody::OffsetForLeaderEpoch(self.offset_for_leader_epoch(&request)),
+                ResponseBody::OffsetForLeaderEpoch(self.fetch.offset_for_leader_epoch(&request)),
             ),
             RequestBody::DeleteRecords(request) => {
-                let deleted = self.delete_records(request, now);
+                let deleted = self.log_admin.delete_records(request, now);
                 answer.later(async move { ResponseBody::DeleteRecords(deleted.await) })
             }
             RequestBody::AlterReplicaLogDirs(request) => {
-                let altered = self.alter_replica_log_dirs(request, now);
+                let altered = self.log_admin.alter_replica_log_dirs(request, now);
                 answer.later(async move { ResponseBody::AlterReplicaLogDirs(altered.await) })
             }
             RequestBody::DescribeLogDirs(request) => {
-                let described = self.describe_log_dirs(request);
+                let described = self.log_admin.describe_log_dirs(request);
                 answer.later(async move { ResponseBody::DescribeLogDirs(described.await) })
             }
             other => unrouted(&other),
@@ -213,14 +215,21 @@ impl Broker {
             version,
             correlation_id,
         } = answer;
-        let Some(ask) = self.produce_ask(&request, version) else {
+        let Some(ask) = self.txns.produce_ask(&request, version) else {
             let verdicts = Default::default();
-            return self.produce(request, api, version, correlation_id, now_ms(), &verdicts);
+            return self.produce.produce(
+                request,
+                api,
+                version,
+                correlation_id,
+                now_ms(),
+                &verdicts,
+            );
         };
-        let this = self.clone();
+        let (txns, produce) = (self.txns.clone(), self.produce.clone());
         Reply::Later(Box::pin(async move {
-            let verdicts = this.ask_coordinator(ask).await;
-            match this.produce(request, api, version, correlation_id, now_ms(), &verdicts) {
+            let verdicts = txns.ask_coordinator(ask).await;
+            match produce.produce(request, api, version, correlation_id, now_ms(), &verdicts) {
                 Reply::Now(response) => response,
                 Reply::Later(future) => future.await,
                 Reply::Close(message) => Response::Close(message),
@@ -233,7 +242,7 @@ impl Broker {
     fn route_txn(self: &Arc<Self>, body: RequestBody, answer: Answer) -> Reply {
         let version = answer.version;
         let now = now_ms();
-        let this = self.clone();
+        let this = self.txns.clone();
         match body {
             RequestBody::InitProducerId(request) => answer.later(async move {
                 ResponseBody::InitProducerId(this.init_producer_id(request).await)
@@ -246,17 +255,20 @@ impl Broker {
             }),
             RequestBody::EndTxn(request) => answer
                 .later(async move { ResponseBody::EndTxn(this.end_txn(request, version).await) }),
-            RequestBody::WriteTxnMarkers(request) => answer.later(async move {
-                ResponseBody::WriteTxnMarkers(this.write_txn_markers(request, now).await)
-            }),
+            RequestBody::WriteTxnMarkers(request) => {
+                let markers = self.txns.markers.clone();
+                answer.later(async move {
+                    ResponseBody::WriteTxnMarkers(markers.write_txn_markers(request, now).await)
+                })
+            }
             RequestBody::DescribeTransactions(request) => answer.now(
-                ResponseBody::DescribeTransactions(self.describe_transactions(&request)),
+                ResponseBody::DescribeTransactions(self.txns.describe_transactions(&request)),
             ),
             RequestBody::ListTransactions(request) => answer.now(ResponseBody::ListTransactions(
-                self.list_transactions(&request, now),
+                self.txns.list_transactions(&request, now),
             )),
             RequestBody::DescribeProducers(request) => answer.now(ResponseBody::DescribeProducers(
-                self.describe_producers(&request),
+                self.txns.describe_producers(&request),
             )),
             other => unrouted(&other),
         }
@@ -271,8 +283,8 @@ impl Broker {
                 self.api_versions(&request, version),
             )),
             RequestBody::Metadata(request) => {
-                let this = self.clone();
-                let endpoint = self.advertised(listener);
+                let this = self.cluster.clone();
+                let endpoint = self.node.advertised(listener);
                 let listener = listener.to_string();
                 answer.later(async move {
                     ResponseBody::Metadata(
@@ -280,14 +292,17 @@ impl Broker {
                     )
                 })
             }
-            RequestBody::DescribeTopicPartitions(request) => answer.now(
-                ResponseBody::DescribeTopicPartitions(self.describe_topic_partitions(&request)),
-            ),
+            RequestBody::DescribeTopicPartitions(request) => {
+                answer.now(ResponseBody::DescribeTopicPartitions(
+                    self.cluster.describe_topic_partitions(&request),
+                ))
+            }
             RequestBody::DescribeCluster(request) => answer.now(ResponseBody::DescribeCluster(
-                self.describe_cluster(&request, listener, self.advertised(listener)),
+                self.cluster
+                    .describe_cluster(&request, listener, self.node.advertised(listener)),
             )),
             RequestBody::DescribeConfigs(request) => answer.now(ResponseBody::DescribeConfigs(
-                self.describe_configs(&request),
+                self.cluster.describe_configs(&request),
             )),
             other => unrouted(&other),
         }
@@ -296,10 +311,10 @@ impl Broker {
     /// ApiVersions as this broker answers it; Kafka answers a refused request with its error
     /// alone.
     fn api_versions(&self, request: &ApiVersionsRequest, version: i16) -> ApiVersionsResponse {
-        let node = (self.cluster_id.as_str(), self.config.node_id);
+        let node = (self.node.cluster_id.as_str(), self.node.config.node_id);
         match api_versions_error(request, version, Some(node)) {
             errors::NONE => {
-                api_versions_response(errors::NONE, self.config.cluster.kraft_version())
+                api_versions_response(errors::NONE, self.node.config.cluster.kraft_version())
             }
             code => ApiVersionsResponse {
                 error_code: code,

@@ -24,7 +24,7 @@ use fjord_storage::FileSlice;
 use tokio::sync::Notify;
 
 use crate::api::fetch_session::{RequestedPartition, SessionDecision};
-use crate::api::{encode_response, Broker};
+use crate::api::{encode_response, FetchApi};
 use crate::net::{OutPart, Reply, Response};
 use crate::replication::partition_state::FollowerFetch;
 use crate::replication::quota::{throttles, Side};
@@ -386,7 +386,7 @@ struct SessionTargets {
     targets: Vec<Target>,
 }
 
-impl Broker {
+impl FetchApi {
     /// Fetch: the plan of the request, its session's targets, a first read, and — when too
     /// little is there and the client will wait — a long poll woken by the partitions' high
     /// watermarks.
@@ -397,7 +397,7 @@ impl Broker {
         correlation_id: i32,
         now: i64,
     ) -> Reply {
-        let image = self.quorum.image();
+        let image = self.node.image();
         let mut plan = FetchPlan::of(&request, version, correlation_id, &image);
         let session = match self.session_targets(&request, &mut plan, &image, now) {
             Ok(session) => session,
@@ -455,7 +455,7 @@ impl Broker {
         image: &fjord_metadata::MetadataImage,
         now: i64,
     ) -> Result<SessionTargets, i16> {
-        let decision = match self.fetch_sessions.lock() {
+        let decision = match self.sessions.lock() {
             Ok(mut cache) => {
                 cache.expire(now, 120_000);
                 cache.begin(
@@ -589,7 +589,7 @@ impl Broker {
     ) -> bool {
         let key = (target.topic.clone(), target.partition);
         let news = self
-            .fetch_sessions
+            .sessions
             .lock()
             .map(|mut c| {
                 c.record_sent(
@@ -615,7 +615,7 @@ impl Broker {
             .filter(|(target, _)| {
                 self.replicas
                     .get(&target.topic, target.partition)
-                    .is_some_and(|p| throttles(&p, Side::Leader, self.config.node_id))
+                    .is_some_and(|p| throttles(&p, Side::Leader, self.node.config.node_id))
             })
             .map(|(_, slice)| u64::from(slice.len()))
             .sum();
@@ -654,7 +654,7 @@ impl Broker {
             let (data, file) = match hosted {
                 None => {
                     let mut data = no_data(target.partition);
-                    data.error_code = self.not_hosted(&target.topic, target.partition);
+                    data.error_code = self.node.not_hosted(&target.topic, target.partition);
                     (data, None)
                 }
                 Some(partition) => {
@@ -689,7 +689,7 @@ impl Broker {
         let mut data = no_data(target.partition);
         let mut file = None;
         let preferred = plan.consumer.as_ref().and_then(|c| {
-            if !self.config.cluster.rack_aware_reads {
+            if !self.node.config.cluster.rack_aware_reads {
                 return None;
             }
             let rack_of = |id: i32| c.image.broker(id).and_then(|b| b.rack.clone());
@@ -709,7 +709,7 @@ impl Broker {
             // A throttled replica out of sync is answered without records while the leader's
             // throttle is above its rate (its position is still taken).
             let held_back = plan.replica.is_some_and(|r| {
-                throttles(partition, Side::Leader, self.config.node_id)
+                throttles(partition, Side::Leader, self.node.config.node_id)
                     && !partition.isr_and_replica_count().0.contains(&r.id)
                     && self.replication_quotas.leader.exceeded(now_ms)
             });
@@ -740,7 +740,7 @@ impl Broker {
         // partitions leave the field at its default.
         if data.error_code == errors::FENCED_LEADER_EPOCH {
             data.current_leader = LeaderIdAndEpoch {
-                leader_id: self.config.node_id,
+                leader_id: self.node.config.node_id,
                 leader_epoch: partition.leader_epoch(),
             };
         }
@@ -799,7 +799,7 @@ impl Broker {
             ..Default::default()
         };
         let Some(partition) = self.replicas.get(topic, partition_index) else {
-            out.error_code = self.not_hosted(topic, partition_index);
+            out.error_code = self.node.not_hosted(topic, partition_index);
             return out;
         };
         if let Err(code) = check_leader_epoch(&partition, current_leader_epoch) {
@@ -854,7 +854,9 @@ impl Broker {
                             ..Default::default()
                         };
                         match self.replicas.get(&topic.topic, p.partition) {
-                            None => out.error_code = self.not_hosted(&topic.topic, p.partition),
+                            None => {
+                                out.error_code = self.node.not_hosted(&topic.topic, p.partition)
+                            }
                             Some(partition) => {
                                 match check_leader_epoch(&partition, p.current_leader_epoch) {
                                     Err(code) => out.error_code = code,
@@ -1093,6 +1095,100 @@ mod tests {
         assert_eq!(
             read(&follower(9), &p, 2).0.error_code,
             errors::NOT_LEADER_OR_FOLLOWER
+        );
+    }
+
+    /// The fetch family's context, built from its own parts alone: this broker (1) hosting
+    /// `t`-0 with one record, the image also naming `t`-1, led by broker 2.
+    fn fetch_api(dir: &std::path::Path) -> FetchApi {
+        use crate::api::Node;
+        use crate::replication::replica_manager::led_by_broker_1;
+        use crate::replication::{ReplicaManager, ReplicationQuotas};
+        use fjord_config::BrokerConfig;
+        use fjord_storage::log::LogConfig;
+        use fjord_storage::LogManager;
+        let (config, _) = BrokerConfig::from_properties(&Default::default()).unwrap();
+        let config = Arc::new(config);
+        let topic_id = Uuid([3; 16]);
+        let records = [
+            MetadataRecord::Topic(TopicRecord {
+                name: "t".into(),
+                topic_id,
+            }),
+            led_by_broker_1(topic_id, 0),
+            MetadataRecord::Partition(fjord_metadata::PartitionRecord {
+                partition_id: 1,
+                topic_id,
+                replicas: vec![2],
+                isr: vec![2],
+                leader: 2,
+                leader_epoch: 0,
+                partition_epoch: 0,
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
+            }),
+        ];
+        let image = Arc::new(MetadataImage::from_records(1, &records).unwrap());
+        let (logs, _) = LogManager::open(&[dir.to_path_buf()], LogConfig::default(), 0).unwrap();
+        let replicas = Arc::new(ReplicaManager::new(1, config.clone(), logs));
+        replicas.apply_image(&image, 0).unwrap();
+        crate::replication::partition::tests::append(&replicas.get("t", 0).unwrap());
+        let quotas = ReplicationQuotas::new(&config.replication(), (f64::MAX, f64::MAX));
+        FetchApi {
+            node: Arc::new(Node {
+                config,
+                cluster_id: "c".into(),
+                images: tokio::sync::watch::channel(image).1,
+            }),
+            replicas,
+            sessions: Default::default(),
+            replication_quotas: Arc::new(quotas),
+        }
+    }
+
+    #[test]
+    fn list_offsets_answers_hosted_partitions_and_names_the_error_for_others() {
+        use fjord_protocol::messages::list_offsets_request::{
+            ListOffsetsPartition, ListOffsetsTopic,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let api = fetch_api(dir.path());
+        let ask = |name: &str, partitions: &[i32]| ListOffsetsTopic {
+            name: name.into(),
+            partitions: partitions
+                .iter()
+                .map(|&partition_index| ListOffsetsPartition {
+                    partition_index,
+                    current_leader_epoch: -1,
+                    // The earliest offset.
+                    timestamp: -2,
+                })
+                .collect(),
+        };
+        let request = ListOffsetsRequest {
+            replica_id: -1,
+            topics: vec![ask("t", &[0, 1, 7]), ask("u", &[0])],
+            ..Default::default()
+        };
+        let answered: Vec<(String, i32, i16, i64)> = api
+            .list_offsets(&request, 7)
+            .topics
+            .into_iter()
+            .flat_map(|t| {
+                let name = t.name;
+                t.partitions
+                    .into_iter()
+                    .map(move |p| (name.clone(), p.partition_index, p.error_code, p.offset))
+            })
+            .collect();
+        assert_eq!(
+            answered,
+            [
+                ("t".to_string(), 0, errors::NONE, 0),
+                ("t".to_string(), 1, errors::NOT_LEADER_OR_FOLLOWER, -1),
+                ("t".to_string(), 7, errors::UNKNOWN_TOPIC_OR_PARTITION, -1),
+                ("u".to_string(), 0, errors::UNKNOWN_TOPIC_OR_PARTITION, -1),
+            ]
         );
     }
 }

@@ -11,7 +11,10 @@ use fjord_protocol::messages::create_topics_request::{
 };
 use fjord_protocol::ResponseBody;
 
-use crate::api::Broker;
+use crate::api::Forwarder;
+use fjord_common::errors;
+use fjord_common::errors::KafkaError;
+use fjord_config::InternalTopicSettings;
 
 /// A topic the broker itself needs (an auto-created topic, `__consumer_offsets`).
 pub(crate) struct InternalTopic {
@@ -26,15 +29,15 @@ pub(crate) struct InternalTopic {
 /// The CreateTopics version the broker's own creations are made at.
 const CREATE_TOPICS_VERSION: i16 = 7;
 
-impl Broker {
+impl Forwarder {
     /// Sends `api` (a request at `version`) to the active controller and returns its answer;
     /// when the controller cannot be reached or cannot commit, every entry carries the error.
     /// Once the answer is in, this broker's partitions follow the image it produced.
     pub(crate) async fn forward(&self, version: i16, api: ControllerApi) -> ResponseBody {
-        let request = ControllerRequest::new(version, api, self.config.node_id);
+        let request = ControllerRequest::new(version, api, self.node.config.node_id);
         match self.controller.call(request.clone()).await {
             Ok(response) => {
-                if let Err(error) = self.replicas.apply_image(&self.quorum.image(), now_ms()) {
+                if let Err(error) = self.replicas.apply_image(&self.node.image(), now_ms()) {
                     tracing::error!(%error, "cannot apply a metadata change");
                 }
                 response
@@ -98,5 +101,52 @@ impl Broker {
                     .collect()
             }
         }
+    }
+
+    /// Creates a coordinator's internal topic if it is missing. As Kafka, a cluster creates it
+    /// with the configured replication factor (default 3), which fails (the
+    /// coordinator is not available) until that many brokers are up. A bare node alone is the
+    /// one exception: it would never have enough, so it takes one replica.
+    pub(crate) async fn ensure_internal_topic(
+        &self,
+        name: &str,
+        settings: InternalTopicSettings,
+    ) -> Result<(), KafkaError> {
+        if self.node.image().topic(name).is_some() {
+            return Ok(());
+        }
+        let wanted_rf = i16::try_from(settings.replication_factor).unwrap_or(i16::MAX);
+        let alone = self.node.config.cluster.voters.is_empty()
+            && self.node.config.cluster.bootstrap_servers.is_empty();
+        let replication_factor = if alone && wanted_rf > 1 {
+            tracing::info!(
+                wanted_rf,
+                "{name} gets one replica per partition on a node alone"
+            );
+            1
+        } else {
+            wanted_rf
+        };
+        let topic = InternalTopic {
+            name: name.to_string(),
+            num_partitions: settings.num_partitions,
+            replication_factor,
+            configs: settings.configs,
+        };
+        for (_, error_code, message) in self.create_internal_topics(vec![topic]).await {
+            // Kafka's FindCoordinator answers a coordinator whose topic cannot be made
+            // COORDINATOR_NOT_AVAILABLE.
+            if error_code != errors::NONE && error_code != errors::TOPIC_ALREADY_EXISTS {
+                return Err(KafkaError::new(
+                    errors::COORDINATOR_NOT_AVAILABLE,
+                    format!(
+                        "cannot create {name}: {} {}",
+                        errors::name(error_code),
+                        message.unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }

@@ -11,78 +11,30 @@ use fjord_protocol::messages::find_coordinator_response::{Coordinator, FindCoord
 use fjord_protocol::{ApiKey, RequestBody, ResponseBody};
 
 use crate::api::txn_verify::Verdicts;
-use crate::api::InternalTopic;
-use crate::api::{encode_response, Broker};
+use crate::api::{encode_response, GroupApi};
 use crate::coordinator::group::{topics_view, GroupAnswer, OFFSETS_TOPIC};
 use crate::coordinator::txn::TXN_TOPIC;
 use crate::net::{Reply, Response};
 use fjord_common::errors;
 use fjord_common::errors::KafkaError;
-use fjord_config::InternalTopicSettings;
 
 /// FindCoordinator key types.
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
-impl Broker {
+impl GroupApi {
     /// Creates `__consumer_offsets` if missing and loads the coordinator shards this broker hosts.
     pub(crate) async fn ensure_group_coordinator(&self) -> Result<(), KafkaError> {
-        self.ensure_internal_topic(OFFSETS_TOPIC, self.config.offsets_topic())
+        self.forwarder
+            .ensure_internal_topic(OFFSETS_TOPIC, self.node.config.offsets_topic())
             .await?;
         if !self.groups.all_loaded() {
             // Another request may have committed the topic a moment ago and not yet opened its
             // partitions: bring them in line with the image before loading the shards.
             self.replicas
-                .apply_image(&self.quorum.image(), fjord_common::now_ms())?;
+                .apply_image(&self.node.image(), fjord_common::now_ms())?;
         }
         self.groups.load_hosted()
-    }
-
-    /// Creates a coordinator's internal topic if it is missing. As Kafka, a cluster creates it
-    /// with the configured replication factor (default 3), which fails (the
-    /// coordinator is not available) until that many brokers are up. A bare node alone is the
-    /// one exception: it would never have enough, so it takes one replica.
-    pub(crate) async fn ensure_internal_topic(
-        &self,
-        name: &str,
-        settings: InternalTopicSettings,
-    ) -> Result<(), KafkaError> {
-        if self.quorum.image().topic(name).is_some() {
-            return Ok(());
-        }
-        let wanted_rf = i16::try_from(settings.replication_factor).unwrap_or(i16::MAX);
-        let alone = self.config.cluster.voters.is_empty()
-            && self.config.cluster.bootstrap_servers.is_empty();
-        let replication_factor = if alone && wanted_rf > 1 {
-            tracing::info!(
-                wanted_rf,
-                "{name} gets one replica per partition on a node alone"
-            );
-            1
-        } else {
-            wanted_rf
-        };
-        let topic = InternalTopic {
-            name: name.to_string(),
-            num_partitions: settings.num_partitions,
-            replication_factor,
-            configs: settings.configs,
-        };
-        for (_, error_code, message) in self.create_internal_topics(vec![topic]).await {
-            // Kafka's FindCoordinator answers a coordinator whose topic cannot be made
-            // COORDINATOR_NOT_AVAILABLE.
-            if error_code != errors::NONE && error_code != errors::TOPIC_ALREADY_EXISTS {
-                return Err(KafkaError::new(
-                    errors::COORDINATOR_NOT_AVAILABLE,
-                    format!(
-                        "cannot create {name}: {} {}",
-                        errors::name(error_code),
-                        message.unwrap_or_default()
-                    ),
-                ));
-            }
-        }
-        Ok(())
     }
 
     pub(crate) fn find_coordinator(
@@ -102,64 +54,65 @@ impl Broker {
             };
             let ready = match request.key_type {
                 KEY_TYPE_GROUP => this.ensure_group_coordinator().await,
-                KEY_TYPE_TRANSACTION => this.ensure_txn_coordinator().await,
+                KEY_TYPE_TRANSACTION => this.txns.ensure_txn_coordinator().await,
                 _ => Ok(()),
             };
             // Every registered broker's endpoint on this listener, read once for all the keys.
-            let endpoints = this.live_endpoints(&listener, own);
-            let coordinators: Vec<Coordinator> =
-                keys.iter()
-                    .map(|key| {
-                        let (error_code, error_message) = match (&ready, request.key_type) {
-                            (Ok(()), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => (errors::NONE, None),
-                            (Err(error), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => (
-                                errors::COORDINATOR_NOT_AVAILABLE,
-                                Some(error.message.clone()),
-                            ),
-                            // Share coordinators (2) are not implemented yet.
-                            (_, 2) => (
-                                errors::COORDINATOR_NOT_AVAILABLE,
-                                Some("this broker has no such coordinator yet".to_string()),
-                            ),
-                            _ => (
-                                errors::INVALID_REQUEST,
-                                Some(format!("unknown key type {}", request.key_type)),
-                            ),
-                        };
-                        // The coordinator is the leader of the key's partition of the coordinator's
-                        // topic, reached on the listener this request came in on.
-                        let leader = (error_code == errors::NONE)
-                            .then(|| match request.key_type {
-                                KEY_TYPE_GROUP => this
-                                    .internal_leader(OFFSETS_TOPIC, this.groups.partition_of(key)),
-                                _ => this.internal_leader(TXN_TOPIC, this.txns.partition_of(key)),
-                            })
-                            .flatten()
-                            .and_then(|id| endpoints.iter().find(|b| b.0 == id).cloned());
-                        match leader {
-                            Some((node_id, host, port, _)) => Coordinator {
-                                key: key.clone(),
-                                node_id,
-                                host,
-                                port,
-                                error_code,
-                                error_message,
+            let endpoints = this.node.live_endpoints(&listener, own);
+            let coordinators: Vec<Coordinator> = keys
+                .iter()
+                .map(|key| {
+                    let (error_code, error_message) = match (&ready, request.key_type) {
+                        (Ok(()), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => (errors::NONE, None),
+                        (Err(error), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => (
+                            errors::COORDINATOR_NOT_AVAILABLE,
+                            Some(error.message.clone()),
+                        ),
+                        // Share coordinators (2) are not implemented yet.
+                        (_, 2) => (
+                            errors::COORDINATOR_NOT_AVAILABLE,
+                            Some("this broker has no such coordinator yet".to_string()),
+                        ),
+                        _ => (
+                            errors::INVALID_REQUEST,
+                            Some(format!("unknown key type {}", request.key_type)),
+                        ),
+                    };
+                    // The coordinator is the leader of the key's partition of the coordinator's
+                    // topic, reached on the listener this request came in on.
+                    let leader = (error_code == errors::NONE)
+                        .then(|| match request.key_type {
+                            KEY_TYPE_GROUP => {
+                                this.internal_leader(OFFSETS_TOPIC, this.groups.partition_of(key))
+                            }
+                            _ => this.internal_leader(TXN_TOPIC, this.txns.txns.partition_of(key)),
+                        })
+                        .flatten()
+                        .and_then(|id| endpoints.iter().find(|b| b.0 == id).cloned());
+                    match leader {
+                        Some((node_id, host, port, _)) => Coordinator {
+                            key: key.clone(),
+                            node_id,
+                            host,
+                            port,
+                            error_code,
+                            error_message,
+                        },
+                        None => Coordinator {
+                            key: key.clone(),
+                            node_id: -1,
+                            host: String::new(),
+                            port: -1,
+                            error_code: if error_code == errors::NONE {
+                                errors::COORDINATOR_NOT_AVAILABLE
+                            } else {
+                                error_code
                             },
-                            None => Coordinator {
-                                key: key.clone(),
-                                node_id: -1,
-                                host: String::new(),
-                                port: -1,
-                                error_code: if error_code == errors::NONE {
-                                    errors::COORDINATOR_NOT_AVAILABLE
-                                } else {
-                                    error_code
-                                },
-                                error_message,
-                            },
-                        }
-                    })
-                    .collect();
+                            error_message,
+                        },
+                    }
+                })
+                .collect();
             if version >= 4 {
                 FindCoordinatorResponse {
                     coordinators,
@@ -181,7 +134,7 @@ impl Broker {
 
     /// The leader of an internal topic's partition, if it has one.
     fn internal_leader(&self, topic: &str, partition: i32) -> Option<i32> {
-        let image = self.quorum.image();
+        let image = self.node.image();
         let leader = image
             .topic(topic)?
             .partitions
@@ -245,7 +198,8 @@ impl Broker {
             (r.transactional_id.clone(), r.producer_id, r.producer_epoch);
         self.groups
             .start_checked(partition, version, body, topics, client, |p| {
-                self.check_txn_offset_commit(&id, producer_id, epoch, p, verdicts, version)
+                self.txns
+                    .check_txn_offset_commit(&id, producer_id, epoch, p, verdicts, version)
             })
     }
 
@@ -256,11 +210,11 @@ impl Broker {
         version: i16,
         client: &ClientInfo,
     ) -> GroupAnswer {
-        let topics = topics_view(&self.quorum.image());
+        let topics = topics_view(&self.node.image());
         if let RequestBody::TxnOffsetCommit(r) = &body {
             // The transaction coordinator is asked first when it must be (KIP-890; the request
             // is then sequenced after everything before it, `txn_verify`).
-            let Some(ask) = self.offsets_ask(r, version) else {
+            let Some(ask) = self.txns.offsets_ask(r, version) else {
                 return self.start_txn_offset_commit(
                     body,
                     version,
@@ -271,7 +225,7 @@ impl Broker {
             };
             let (this, client) = (self.clone(), client.clone());
             return Box::pin(async move {
-                let verdicts = this.ask_coordinator(ask).await;
+                let verdicts = this.txns.ask_coordinator(ask).await;
                 this.start_txn_offset_commit(body, version, &topics, &client, &verdicts)
                     .await
             });

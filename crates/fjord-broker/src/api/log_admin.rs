@@ -19,7 +19,7 @@ use fjord_storage::file_io::volume_space;
 use fjord_storage::log::Log;
 use fjord_storage::{LogManager, StorageError};
 
-use crate::api::Broker;
+use crate::api::LogAdminApi;
 use fjord_common::errors;
 
 /// DeleteRecords' stand-in offset for "up to the high watermark".
@@ -27,7 +27,7 @@ const HIGH_WATERMARK: i64 = -1;
 /// The low watermark of a partition answered with an error.
 const INVALID_LOW_WATERMARK: i64 = -1;
 
-impl Broker {
+impl LogAdminApi {
     /// DeleteRecords: each partition's log start offset moves up to the requested offset (at most
     /// the high watermark) at once; the answer waits until the new log start offsets are
     /// checkpointed, so a crash cannot bring the deleted records back.
@@ -36,7 +36,7 @@ impl Broker {
         request: DeleteRecordsRequest,
         now_ms: i64,
     ) -> impl std::future::Future<Output = DeleteRecordsResponse> + Send + 'static {
-        let image = self.quorum.image();
+        let image = self.node.image();
         let mut moved = false;
         let topics: Vec<DeleteRecordsTopicResult> = request
             .topics
@@ -136,7 +136,7 @@ impl Broker {
     }
 }
 
-impl Broker {
+impl LogAdminApi {
     /// DescribeLogDirs: every log dir with the partitions it holds (all, or those asked for),
     /// their sizes, and the dir's filesystem size and usable space. Off the runtime's threads:
     /// `statvfs` on a hung disk must not stall connections.
@@ -167,7 +167,7 @@ impl Broker {
     }
 }
 
-impl Broker {
+impl LogAdminApi {
     /// AlterReplicaLogDirs: each partition starts moving to the log dir named for it (the move
     /// itself runs on the log dir mover's thread); answered once the moves are set up, as Kafka
     /// answers, not once they finish. Off the runtime's threads: setting up touches the disk.
@@ -179,7 +179,7 @@ impl Broker {
         let this = self.clone();
         async move {
             let results = tokio::task::spawn_blocking(move || {
-                let image = this.quorum.image();
+                let image = this.node.image();
                 let exists = |topic: &str, partition: i32| {
                     image.topic(topic).is_some_and(|t| {
                         usize::try_from(partition).is_ok_and(|p| p < t.partitions.len())

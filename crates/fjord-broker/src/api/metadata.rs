@@ -12,9 +12,9 @@ use fjord_protocol::messages::metadata_request::*;
 use fjord_protocol::messages::metadata_response::*;
 use fjord_protocol::Uuid;
 
-use crate::api::{Broker, InternalTopic};
+use crate::api::{ClusterApi, InternalTopic, Node};
 
-impl Broker {
+impl Node {
     /// Every registered broker's endpoint on `listener` (this broker's as `own`), with its
     /// rack, in id order; a broker without that listener is left out, as Kafka does.
     pub(crate) fn live_endpoints(
@@ -31,13 +31,13 @@ impl Broker {
     /// The registered brokers' endpoints on `listener` (this broker's is `own`), in id order,
     /// each with whether it is fenced; fenced brokers only with `fenced_too` (they are not alive
     /// to clients, as in Kafka's metadata cache).
-    fn broker_endpoints(
+    pub(crate) fn broker_endpoints(
         &self,
         listener: &str,
         own: (String, i32),
         fenced_too: bool,
     ) -> Vec<(i32, String, i32, Option<String>, bool)> {
-        let image = self.quorum.image();
+        let image = self.image();
         let mut brokers: Vec<(i32, String, i32, Option<String>, bool)> = image
             .brokers()
             .filter(|b| b.broker_id != self.config.node_id && (fenced_too || !b.fenced))
@@ -62,7 +62,9 @@ impl Broker {
         brokers.sort_by_key(|b| b.0);
         brokers
     }
+}
 
+impl ClusterApi {
     pub(crate) async fn metadata(
         self: Arc<Self>,
         request: MetadataRequest,
@@ -73,6 +75,7 @@ impl Broker {
         let listener = listener.as_str();
         let mut response = MetadataResponse {
             brokers: self
+                .node
                 .live_endpoints(listener, (host, port))
                 .into_iter()
                 .map(|(node_id, host, port, rack)| MetadataResponseBroker {
@@ -82,9 +85,9 @@ impl Broker {
                     rack,
                 })
                 .collect(),
-            cluster_id: Some(self.cluster_id.clone()),
+            cluster_id: Some(self.node.cluster_id.clone()),
             // As a KRaft broker answers: a live broker (this one), which forwards controller work.
-            controller_id: self.config.node_id,
+            controller_id: self.node.config.node_id,
             cluster_authorized_operations: i32::MIN,
             ..Default::default()
         };
@@ -93,9 +96,9 @@ impl Broker {
             Some(list) if list.is_empty() && version == 0 => None,
             other => other,
         };
-        let auto_create = self.config.auto_create_topics_enable
+        let auto_create = self.node.config.auto_create_topics_enable
             && (version < 4 || request.allow_auto_topic_creation);
-        let image = self.quorum.image();
+        let image = self.node.image();
         let Some(requested) = requested else {
             let mut names: Vec<String> = image.topics().map(|t| t.name.clone()).collect();
             names.sort();
@@ -107,7 +110,7 @@ impl Broker {
         };
         let auto_create = auto_create.then_some(&image);
         self.auto_create_topics(&requested, auto_create).await;
-        let image = self.quorum.image();
+        let image = self.node.image();
         response.topics = requested
             .iter()
             .map(|topic| self.requested_topic_metadata(&image, topic))
@@ -139,7 +142,7 @@ impl Broker {
         if topics.is_empty() {
             return;
         }
-        for (name, error_code, message) in self.create_internal_topics(topics).await {
+        for (name, error_code, message) in self.forwarder.create_internal_topics(topics).await {
             if error_code != errors::NONE && error_code != errors::TOPIC_ALREADY_EXISTS {
                 tracing::warn!(topic = %name, error = errors::name(error_code), ?message, "auto-creation refused");
             }
@@ -253,10 +256,11 @@ impl Broker {
         DescribeClusterResponse {
             error_code: errors::NONE,
             endpoint_type: 1,
-            cluster_id: self.cluster_id.clone(),
-            controller_id: self.config.node_id,
+            cluster_id: self.node.cluster_id.clone(),
+            controller_id: self.node.config.node_id,
             // Fenced brokers too when asked (v2, KIP-1073), marked.
             brokers: self
+                .node
                 .broker_endpoints(listener, own, request.include_fenced_brokers)
                 .into_iter()
                 .map(

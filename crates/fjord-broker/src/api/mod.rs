@@ -2,7 +2,8 @@
 //! routes it; `produce`, `fetch` (with `fetch_session`), `metadata`, `configs`, `log_admin`,
 //! `groups`, the transaction modules (`txn`, `txn_markers`, `txn_verify`, `txn_admin`) answer
 //! it; `forward` sends controller work on to the active controller; `controller` serves a
-//! controller listener. `Broker` is the context every handler runs in. Nothing but `server`
+//! controller listener. `Broker` routes each request to its family's narrow context (`ProduceApi`,
+//! `FetchApi`, ...), which holds only the parts its handlers use. Nothing but `server`
 //! imports this layer.
 
 mod configs;
@@ -28,8 +29,10 @@ use std::sync::{Arc, Mutex};
 use bytes::BytesMut;
 use fjord_common::errors;
 use fjord_config::BrokerConfig;
+use fjord_metadata::MetadataImage;
 use fjord_protocol::{response_header_version, ApiKey, Encodable, ResponseBody, ResponseHeader};
 use fjord_quorum::MetadataQuorum;
+use tokio::sync::watch;
 
 use crate::api::fetch_session::FetchSessionCache;
 use crate::coordinator::group::GroupRuntime;
@@ -42,28 +45,117 @@ use crate::replication::{FlusherHandle, LogDirMover, ReplicaManager, Replication
 pub use dispatch::BrokerDispatch;
 pub(crate) use forward::InternalTopic;
 
-/// What every request handler runs with: this broker's config and identity, the metadata
-/// image, the partitions it hosts and the coordinators on it. Built once the broker has
-/// registered; shared by every connection.
+/// This broker as every handler sees it: its config, its identity and the metadata image.
+pub struct Node {
+    pub config: Arc<BrokerConfig>,
+    pub cluster_id: String,
+    /// The metadata image as the quorum applies it.
+    images: watch::Receiver<Arc<MetadataImage>>,
+}
+
+/// The request router: one narrow context per API family, each holding only what its
+/// handlers use, so a handler can be built and tested with its own parts alone. Built once
+/// the broker has registered; shared by every connection.
 pub struct Broker {
+    pub node: Arc<Node>,
+    /// Controller work and the topics the broker creates itself (`forward`).
+    pub(crate) forwarder: Arc<Forwarder>,
+    pub(crate) produce: Arc<ProduceApi>,
+    pub(crate) fetch: Arc<FetchApi>,
+    pub(crate) log_admin: Arc<LogAdminApi>,
+    pub(crate) groups: Arc<GroupApi>,
+    pub(crate) txns: Arc<TxnApi>,
+    pub(crate) cluster: Arc<ClusterApi>,
+}
+
+/// What a broker is built from: its identity and image, the partitions it hosts, and the
+/// runtimes and links the API families share.
+pub struct BrokerParts {
     pub config: Arc<BrokerConfig>,
     pub cluster_id: String,
     pub quorum: Arc<MetadataQuorum>,
+    pub controller: Arc<ControllerLink>,
+    pub broker_epoch: i64,
     pub replicas: Arc<ReplicaManager>,
     pub flusher: FlusherHandle,
-    pub fetch_sessions: Mutex<FetchSessionCache>,
-    /// Producer ids for idempotent and transactional producers, in blocks from the controller.
-    pub(crate) producer_ids: Arc<ProducerIds>,
-    /// The controller this broker forwards controller work to (see `forward`).
-    pub(crate) controller: Arc<ControllerLink>,
-    /// The group coordinator shards this broker hosts.
     pub groups: Arc<GroupRuntime>,
-    /// The transaction coordinator shards this broker hosts.
     pub txns: Arc<TxnRuntime>,
-    /// Moves partitions between log dirs (AlterReplicaLogDirs).
     pub log_dir_mover: Arc<LogDirMover>,
-    /// The leader's side of the replication throttles (see `replication::quota`).
     pub replication_quotas: Arc<ReplicationQuotas>,
+}
+
+/// Controller work forwarded to the active controller, and the topics the broker needs
+/// itself (`forward`).
+pub(crate) struct Forwarder {
+    node: Arc<Node>,
+    controller: Arc<ControllerLink>,
+    replicas: Arc<ReplicaManager>,
+}
+
+/// Produce (`produce`): appends through the partitions, durability through the flusher, and
+/// KIP-890's verification through the transaction APIs.
+pub(crate) struct ProduceApi {
+    node: Arc<Node>,
+    replicas: Arc<ReplicaManager>,
+    flusher: FlusherHandle,
+    txns: Arc<TxnApi>,
+}
+
+/// Fetch, ListOffsets and OffsetForLeaderEpoch (`fetch`): reads of the partitions, fetch
+/// sessions and the leader's replication throttle.
+pub(crate) struct FetchApi {
+    node: Arc<Node>,
+    replicas: Arc<ReplicaManager>,
+    sessions: Mutex<FetchSessionCache>,
+    replication_quotas: Arc<ReplicationQuotas>,
+}
+
+/// DeleteRecords, DescribeLogDirs and AlterReplicaLogDirs (`log_admin`).
+pub(crate) struct LogAdminApi {
+    node: Arc<Node>,
+    replicas: Arc<ReplicaManager>,
+    log_dir_mover: Arc<LogDirMover>,
+}
+
+/// FindCoordinator and the group APIs (`groups`), on the group coordinator runtime.
+pub(crate) struct GroupApi {
+    node: Arc<Node>,
+    replicas: Arc<ReplicaManager>,
+    groups: Arc<GroupRuntime>,
+    /// TxnOffsetCommit's verification, and the transaction coordinator FindCoordinator loads.
+    txns: Arc<TxnApi>,
+    forwarder: Arc<Forwarder>,
+}
+
+/// The transaction APIs (`txn`, `txn_verify`, `txn_admin`), on the transaction coordinator
+/// runtime: producer ids, markers sent through `markers` here and over links elsewhere.
+pub(crate) struct TxnApi {
+    node: Arc<Node>,
+    replicas: Arc<ReplicaManager>,
+    txns: Arc<TxnRuntime>,
+    producer_ids: ProducerIds,
+    /// Which `__consumer_offsets` partition a group's offsets go to.
+    groups: Arc<GroupRuntime>,
+    markers: Arc<MarkerWriter>,
+    forwarder: Arc<Forwarder>,
+}
+
+/// WriteTxnMarkers as a partition leader (`txn_markers`), for other brokers' coordinators and
+/// this broker's own.
+pub(crate) struct MarkerWriter {
+    node: Arc<Node>,
+    replicas: Arc<ReplicaManager>,
+    flusher: FlusherHandle,
+    /// Markers on `__consumer_offsets` commit or drop a transaction's offsets.
+    groups: Arc<GroupRuntime>,
+}
+
+/// The cluster's description (`metadata`, `topic_partitions`, `configs`): Metadata with its
+/// topic auto-creation, DescribeCluster, DescribeTopicPartitions, DescribeConfigs.
+pub(crate) struct ClusterApi {
+    node: Arc<Node>,
+    replicas: Arc<ReplicaManager>,
+    forwarder: Arc<Forwarder>,
 }
 
 /// Encodes a response header and body into one frame body. A response that cannot be encoded
@@ -91,39 +183,97 @@ pub fn encode_response(
 }
 
 impl Broker {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        config: Arc<BrokerConfig>,
-        cluster_id: String,
-        quorum: Arc<MetadataQuorum>,
-        controller: Arc<ControllerLink>,
-        broker_epoch: i64,
-        replicas: Arc<ReplicaManager>,
-        flusher: FlusherHandle,
-        groups: Arc<GroupRuntime>,
-        txns: Arc<TxnRuntime>,
-        log_dir_mover: Arc<LogDirMover>,
-        replication_quotas: Arc<ReplicationQuotas>,
-    ) -> Self {
-        let producer_ids = Arc::new(ProducerIds::new(
-            controller.clone(),
-            config.node_id,
-            broker_epoch,
-        ));
-        Broker {
+    pub fn new(parts: BrokerParts) -> Self {
+        let BrokerParts {
             config,
             cluster_id,
             quorum,
+            controller,
+            broker_epoch,
             replicas,
             flusher,
-            fetch_sessions: Mutex::new(FetchSessionCache::default()),
-            producer_ids,
-            controller,
             groups,
             txns,
             log_dir_mover,
             replication_quotas,
+        } = parts;
+        let producer_ids = ProducerIds::new(controller.clone(), config.node_id, broker_epoch);
+        let node = Arc::new(Node {
+            config,
+            cluster_id,
+            images: quorum.subscribe(),
+        });
+        let forwarder = Arc::new(Forwarder {
+            node: node.clone(),
+            controller,
+            replicas: replicas.clone(),
+        });
+        let markers = Arc::new(MarkerWriter {
+            node: node.clone(),
+            replicas: replicas.clone(),
+            flusher: flusher.clone(),
+            groups: groups.clone(),
+        });
+        let txn_api = Arc::new(TxnApi {
+            node: node.clone(),
+            replicas: replicas.clone(),
+            txns,
+            producer_ids,
+            groups: groups.clone(),
+            markers,
+            forwarder: forwarder.clone(),
+        });
+        Broker {
+            produce: Arc::new(ProduceApi {
+                node: node.clone(),
+                replicas: replicas.clone(),
+                flusher,
+                txns: txn_api.clone(),
+            }),
+            fetch: Arc::new(FetchApi {
+                node: node.clone(),
+                replicas: replicas.clone(),
+                sessions: Mutex::new(FetchSessionCache::default()),
+                replication_quotas,
+            }),
+            log_admin: Arc::new(LogAdminApi {
+                node: node.clone(),
+                replicas: replicas.clone(),
+                log_dir_mover,
+            }),
+            groups: Arc::new(GroupApi {
+                node: node.clone(),
+                replicas: replicas.clone(),
+                groups,
+                txns: txn_api.clone(),
+                forwarder: forwarder.clone(),
+            }),
+            cluster: Arc::new(ClusterApi {
+                node: node.clone(),
+                replicas,
+                forwarder: forwarder.clone(),
+            }),
+            txns: txn_api,
+            forwarder,
+            node,
         }
+    }
+
+    /// The group coordinator runtime (the server's timers and leadership-following drive it).
+    pub(crate) fn group_runtime(&self) -> &Arc<GroupRuntime> {
+        &self.groups.groups
+    }
+
+    /// The transaction coordinator runtime.
+    pub(crate) fn txn_runtime(&self) -> &Arc<TxnRuntime> {
+        &self.txns.txns
+    }
+}
+
+impl Node {
+    /// The latest image this broker applied.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.images.borrow().clone()
     }
 
     /// This broker's endpoint as clients of `listener` reach it: that listener's advertised
@@ -138,7 +288,6 @@ impl Broker {
     /// UNKNOWN_TOPIC_OR_PARTITION.
     pub(crate) fn not_hosted(&self, topic: &str, partition: i32) -> i16 {
         let exists = self
-            .quorum
             .image()
             .topic(topic)
             .is_some_and(|t| usize::try_from(partition).is_ok_and(|p| p < t.partitions.len()));

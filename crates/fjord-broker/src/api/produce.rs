@@ -13,7 +13,7 @@ use fjord_protocol::{ApiKey, ResponseBody};
 
 use crate::api::topic_ids::PRODUCE_TOPIC_IDS_FROM;
 use crate::api::txn_verify::{not_in_transaction_code, Verdicts};
-use crate::api::{encode_response, Broker};
+use crate::api::{encode_response, ProduceApi};
 use crate::net::{Reply, Response};
 use crate::replication::flusher::{Durable, FlushTarget};
 use crate::replication::FlusherHandle;
@@ -145,7 +145,7 @@ struct ProduceRequestInfo<'a> {
     now: i64,
 }
 
-impl Broker {
+impl ProduceApi {
     /// Produce: each partition appended in turn, on the connection's reader; then the answer,
     /// at once or once the appends are durable (and, acks=all, replicated).
     pub(crate) fn produce(
@@ -242,7 +242,7 @@ impl Broker {
         }
         let Some(partition) = self.replicas.get(topic, data.index) else {
             return Err(PartitionError::new(
-                self.not_hosted(topic, data.index),
+                self.node.not_hosted(topic, data.index),
                 "This server does not host this topic-partition.",
             ));
         };
@@ -258,7 +258,7 @@ impl Broker {
             }
         }
         let verification = match info.transactional_id {
-            Some(id) => self.verify_transactional_produce(
+            Some(id) => self.txns.verify_transactional_produce(
                 id,
                 &partition,
                 records,

@@ -11,7 +11,7 @@ use fjord_protocol::messages::describe_topic_partitions_response::{
     DescribeTopicPartitionsResponseTopic,
 };
 
-use crate::api::Broker;
+use crate::api::ClusterApi;
 use fjord_common::errors;
 use fjord_protocol::messages::metadata_response::MetadataResponseTopic;
 
@@ -21,13 +21,13 @@ use fjord_protocol::messages::metadata_response::MetadataResponseTopic;
 const EVERY_TOPIC_OPERATION: i32 =
     1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 7 | 1 << 8 | 1 << 10 | 1 << 11;
 
-impl Broker {
+impl ClusterApi {
     pub(crate) fn describe_topic_partitions(
         &self,
         request: &DescribeTopicPartitionsRequest,
     ) -> DescribeTopicPartitionsResponse {
-        let image = self.quorum.image();
-        let broker_limit = self.config.max_request_partition_size_limit();
+        let image = self.node.image();
+        let broker_limit = self.node.config.max_request_partition_size_limit();
         let limit = request.response_partition_limit.min(broker_limit).max(1);
         match page(&image, request, limit, |name| {
             self.topic_metadata(&image, name)

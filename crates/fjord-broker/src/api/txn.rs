@@ -37,7 +37,7 @@ use fjord_txn::{Answer, MarkerJob, ProducerAnswer};
 
 use fjord_common::now_ms;
 
-use crate::api::Broker;
+use crate::api::TxnApi;
 use crate::coordinator::group::OFFSETS_TOPIC;
 use crate::coordinator::runtime::{after_tick, earliest};
 use crate::coordinator::txn::{Ran, SharedShard, TXN_TOPIC};
@@ -64,15 +64,16 @@ const WRITE_TXN_MARKERS_VERSION: i16 = 2;
 const MARKER_RETRY_MIN: Duration = Duration::from_millis(50);
 const MARKER_RETRY_MAX: Duration = Duration::from_secs(1);
 
-impl Broker {
+impl TxnApi {
     /// Creates `__transaction_state` if missing and loads the coordinator shards this broker
     /// leads.
     pub(crate) async fn ensure_txn_coordinator(self: &Arc<Self>) -> Result<(), KafkaError> {
-        self.ensure_internal_topic(TXN_TOPIC, self.config.transaction_state_topic())
+        self.forwarder
+            .ensure_internal_topic(TXN_TOPIC, self.node.config.transaction_state_topic())
             .await?;
         if !self.txns.shards.all_loaded() {
             // The topic may have been committed a moment ago and its partitions not opened yet.
-            self.replicas.apply_image(&self.quorum.image(), now_ms())?;
+            self.replicas.apply_image(&self.node.image(), now_ms())?;
         }
         self.load_txn_coordinators()
     }
@@ -231,7 +232,7 @@ impl Broker {
         client_transaction_version: i16,
     ) -> AddPartitionsToTxnResult {
         let partitions = transaction_partitions(&transaction);
-        let image = self.quorum.image();
+        let image = self.node.image();
         let exists = |tp: &TopicPartition| {
             image.topic(&tp.topic).is_some_and(|t| {
                 usize::try_from(tp.partition).is_ok_and(|p| p < t.partitions.len())
@@ -437,7 +438,7 @@ impl Broker {
             if !self.txns.shards.is_current(txn_partition, &shard) {
                 return;
             }
-            let image = self.quorum.image();
+            let image = self.node.image();
             let mut done: Vec<TopicPartition> = Vec::new();
             let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
             for tp in &remaining {
@@ -454,8 +455,12 @@ impl Broker {
             }
             for (leader, partitions) in by_leader {
                 let request = marker_request(&job, &partitions);
-                let answer = if leader == self.config.node_id {
-                    Ok(self.clone().write_txn_markers(request, now_ms()).await)
+                let answer = if leader == self.node.config.node_id {
+                    Ok(self
+                        .markers
+                        .clone()
+                        .write_txn_markers(request, now_ms())
+                        .await)
                 } else {
                     self.send_remote_markers(leader, request).await
                 };
@@ -519,7 +524,7 @@ impl Broker {
         request: WriteTxnMarkersRequest,
     ) -> Result<WriteTxnMarkersResponse, KafkaError> {
         let links = self.txns.marker_links(broker);
-        let client_id = format!("txn-markers-{}", self.config.node_id);
+        let client_id = format!("txn-markers-{}", self.node.config.node_id);
         // A marker waits up to 30 s for its replicas at the leader.
         let timeout = Duration::from_secs(35);
         let body = RequestBody::WriteTxnMarkers(request);
@@ -561,8 +566,8 @@ impl Broker {
             };
             *connection = Some(
                 crate::link::peers::connect_to_broker(
-                    &self.quorum.image(),
-                    &self.config.cluster.inter_broker_listener_name,
+                    &self.node.image(),
+                    &self.node.config.cluster.inter_broker_listener_name,
                     broker,
                     &config,
                 )

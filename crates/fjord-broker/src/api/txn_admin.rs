@@ -17,10 +17,10 @@ use fjord_protocol::messages::list_transactions_request::ListTransactionsRequest
 use fjord_protocol::messages::list_transactions_response::ListTransactionsResponse;
 use fjord_txn::TxnState;
 
-use crate::api::Broker;
+use crate::api::TxnApi;
 use crate::coordinator::txn::TXN_TOPIC;
 
-impl Broker {
+impl TxnApi {
     /// DescribeTransactions: each id from the shard of its `__transaction_state` partition;
     /// NOT_COORDINATOR where this broker does not lead it (COORDINATOR_LOAD_IN_PROGRESS while
     /// it loads).
@@ -146,7 +146,7 @@ impl Broker {
             ..Default::default()
         };
         let Some(partition) = self.replicas.get(topic, index) else {
-            return refused(self.not_hosted(topic, index));
+            return refused(self.node.not_hosted(topic, index));
         };
         let Ok(log) = partition.try_lock() else {
             return refused(errors::UNKNOWN_SERVER_ERROR);

@@ -15,7 +15,7 @@ use fjord_protocol::messages::write_txn_markers_response::{
 };
 use fjord_records::control::EndTxnMarker;
 
-use crate::api::Broker;
+use crate::api::MarkerWriter;
 use crate::coordinator::group::OFFSETS_TOPIC;
 use crate::replication::flusher::Durable;
 use crate::replication::{Partition, PartitionError};
@@ -26,7 +26,7 @@ use fjord_storage::log::AppendInfo;
 /// default `request.timeout.ms`); the coordinator then sends it again.
 const MARKER_TIMEOUT: Duration = Duration::from_secs(30);
 
-impl Broker {
+impl MarkerWriter {
     /// Appends one marker through its partition; on a `__consumer_offsets` partition through
     /// the group coordinator too, which commits or drops the transaction's offsets with it.
     fn append_marker(
@@ -74,7 +74,7 @@ impl Broker {
                 let mut partitions = Vec::with_capacity(topic.partition_indexes.len());
                 for (p, &index) in topic.partition_indexes.iter().enumerate() {
                     let error_code = match self.replicas.get(&topic.name, index) {
-                        None => self.not_hosted(&topic.name, index),
+                        None => self.node.not_hosted(&topic.name, index),
                         Some(partition) => match self.append_marker(
                             &partition,
                             marker.producer_id,

@@ -31,7 +31,7 @@ use fjord_protocol::messages::produce_request::ProduceRequest;
 use fjord_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequest;
 use fjord_protocol::{ApiKey, Decoder, RequestBody, ResponseBody};
 
-use crate::api::Broker;
+use crate::api::TxnApi;
 use crate::coordinator::group::OFFSETS_TOPIC;
 use crate::coordinator::txn::TXN_TOPIC;
 use crate::link::peers::{Codes, PendingAsk};
@@ -67,7 +67,7 @@ pub(crate) struct CoordinatorAsk {
     transaction: AddPartitionsToTxnTransaction,
 }
 
-impl Broker {
+impl TxnApi {
     /// KIP-890: a transactional batch for a partition where its producer has no transaction
     /// open yet must be in the producer's transaction at the coordinator.
     pub(crate) fn verify_transactional_produce(
@@ -304,10 +304,10 @@ impl Broker {
     fn coordinator_to_ask(&self, transactional_id: &str, add: bool) -> Option<i32> {
         let txn_partition = self.txns.partition_of(transactional_id);
         if self.replicas.get(TXN_TOPIC, txn_partition).is_some() {
-            return add.then_some(self.config.node_id);
+            return add.then_some(self.node.config.node_id);
         }
         let leader = self
-            .quorum
+            .node
             .image()
             .topic(TXN_TOPIC)
             .and_then(|t| {
@@ -355,7 +355,7 @@ impl Broker {
         let Ok(mut body) = RequestBody::decode(ApiKey::Produce, &mut input, version) else {
             return false;
         };
-        crate::api::topic_ids::name_topics(|| self.quorum.image(), &mut body, version);
+        crate::api::topic_ids::name_topics(|| self.node.image(), &mut body, version);
         match body {
             RequestBody::Produce(request) => self.produce_ask(&request, version).is_some(),
             _ => false,
@@ -369,7 +369,7 @@ impl Broker {
         // An add refused with CONCURRENT_TRANSACTIONS (the producer's previous transaction is
         // still being completed) is asked again after a backoff, for a while, before the
         // producer hears it.
-        let (backoff_ms, retry_max_ms) = self.config.add_partitions_to_txn_retry_ms();
+        let (backoff_ms, retry_max_ms) = self.node.config.add_partitions_to_txn_retry_ms();
         let started = Instant::now();
         loop {
             // Guards before each asking: a marker that lands while the coordinator is asked
@@ -388,7 +388,7 @@ impl Broker {
                     Some((tp, guard))
                 })
                 .collect();
-            let codes = if ask.coordinator == self.config.node_id {
+            let codes = if ask.coordinator == self.node.config.node_id {
                 verdicts_of(self.add_partitions(ask.transaction.clone(), 2).await)
             } else {
                 self.ask_remote_coordinator(ask.coordinator, &ask.transaction)
@@ -485,7 +485,7 @@ impl Broker {
         request: AddPartitionsToTxnRequest,
     ) -> Result<AddPartitionsToTxnResponse, KafkaError> {
         let links = self.txns.verification_links(broker);
-        let client_id = format!("txn-verification-{}", self.config.node_id);
+        let client_id = format!("txn-verification-{}", self.node.config.node_id);
         let body = RequestBody::AddPartitionsToTxn(request);
         match self
             .send_on_link(&links, broker, client_id, ASK_TIMEOUT, ASK_VERSION, body)

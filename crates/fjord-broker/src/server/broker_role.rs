@@ -15,7 +15,7 @@ use fjord_storage::LogCleaner;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
-use crate::api::Broker;
+use crate::api::{Broker, BrokerParts};
 use crate::coordinator::group::GroupRuntime;
 use crate::coordinator::txn::TxnRuntime;
 use crate::link::controller::ControllerLink;
@@ -69,23 +69,24 @@ pub(super) async fn start_broker(
     let storage = Storage::start(config, &replicas, &initial)?;
     let deadline_moved = Arc::new(Notify::new());
     let (groups, txns) = start_coordinators(config, &replicas, &storage.flusher, &deadline_moved)?;
-    let broker = Arc::new(Broker::new(
-        config.clone(),
+    let broker = Arc::new(Broker::new(BrokerParts {
+        config: config.clone(),
         cluster_id,
-        quorum.clone(),
-        Arc::new(link()),
+        quorum: quorum.clone(),
+        controller: Arc::new(link()),
         broker_epoch,
-        replicas.clone(),
-        storage.flusher.clone(),
-        groups.clone(),
-        txns.clone(),
-        storage.log_dir_mover.clone(),
-        storage.replication_quotas.clone(),
-    ));
+        replicas: replicas.clone(),
+        flusher: storage.flusher.clone(),
+        groups: groups.clone(),
+        txns: txns.clone(),
+        log_dir_mover: storage.log_dir_mover.clone(),
+        replication_quotas: storage.replication_quotas.clone(),
+    }));
     // Transactions prepared before a restart get their markers; open ones time out.
-    broker.load_txn_coordinators().map_err(startup)?;
+    broker.txns.load_txn_coordinators().map_err(startup)?;
     let tasks = Tasks::start(
         &broker,
+        &quorum,
         &storage,
         initial,
         deadline_moved,
@@ -122,7 +123,6 @@ pub(super) async fn start_broker(
         stopping,
         membership,
         broker,
-        replicas,
         groups,
         storage,
         tasks,
@@ -148,13 +148,14 @@ impl Tasks {
     /// their own, as heartbeats do).
     fn start(
         broker: &Arc<Broker>,
+        quorum: &Arc<MetadataQuorum>,
         storage: &Storage,
         initial: DynamicBrokerConfig,
         deadline_moved: Arc<Notify>,
         isr_link: Arc<ControllerLink>,
         shutdown: &watch::Receiver<bool>,
     ) -> Tasks {
-        let (config, quorum, replicas) = (&broker.config, &broker.quorum, &broker.replicas);
+        let (config, replicas) = (&broker.node.config, &storage.replicas);
         Tasks {
             coordinator_timers: tokio::spawn(coordinators::run_timers(
                 broker.clone(),
@@ -255,9 +256,11 @@ async fn register(
     Ok(Some(broker_epoch))
 }
 
-/// What works on the hosted logs beside requests: the cleaner (compaction, on its own threads),
-/// the flusher (group commit of fsyncs), the log-dir mover and the replication throttles.
+/// The hosted logs and what works on them beside requests: the partitions, the cleaner
+/// (compaction, on its own threads), the flusher (group commit of fsyncs), the log-dir mover and
+/// the replication throttles.
 struct Storage {
+    replicas: Arc<ReplicaManager>,
     cleaner: Arc<LogCleaner>,
     flusher: FlusherHandle,
     flusher_task: JoinHandle<()>,
@@ -297,6 +300,7 @@ impl Storage {
             settings.replication_throttled_rates(),
         ));
         Ok(Storage {
+            replicas: replicas.clone(),
             cleaner,
             flusher,
             flusher_task,
@@ -349,6 +353,7 @@ fn follow_metadata(
 ) -> JoinHandle<()> {
     let mut images = quorum.subscribe();
     let broker = broker.clone();
+    let replicas = storage.replicas.clone();
     let cleaner = storage.cleaner.clone();
     let mover = storage.log_dir_mover.clone();
     let quotas = storage.replication_quotas.clone();
@@ -357,7 +362,7 @@ fn follow_metadata(
         let mut dynamic = initial;
         while images.changed().await.is_ok() {
             let image = images.borrow_and_update().clone();
-            if let Err(error) = broker.replicas.apply_image(&image, now_ms()) {
+            if let Err(error) = replicas.apply_image(&image, now_ms()) {
                 tracing::error!(%error, "cannot apply a metadata change");
             }
             coordinators::follow_leadership(&broker);
@@ -415,7 +420,6 @@ async fn await_unfencing(
 /// The broker role's parts, running; `stop` shuts them down in order.
 pub(super) struct Serving {
     broker: Arc<Broker>,
-    replicas: Arc<ReplicaManager>,
     pub(super) groups: Arc<GroupRuntime>,
     storage: Storage,
     tasks: Tasks,
@@ -443,7 +447,6 @@ impl Serving {
     pub(super) async fn stop(self) -> Result<(), BrokerError> {
         let Serving {
             broker,
-            replicas,
             groups,
             storage,
             tasks,
@@ -465,12 +468,13 @@ impl Serving {
         let _ = housekeeping.await;
         let _ = coordinator_timers.await;
         // Marker senders stop with their shards.
-        broker.txns.shards.close();
-        broker.groups.close();
+        broker.txn_runtime().shards.close();
+        groups.close();
         drop(groups);
         image_task.abort();
         drop(broker);
         let Storage {
+            replicas,
             cleaner,
             flusher,
             flusher_task,

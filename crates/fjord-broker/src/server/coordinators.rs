@@ -23,8 +23,8 @@ pub(crate) async fn run_timers(
     loop {
         let now = now_ms();
         let next = earliest(
-            broker.groups.run_due_timers(now).await,
-            broker.run_due_txn_timers(now).await,
+            broker.group_runtime().run_due_timers(now).await,
+            broker.txns.run_due_txn_timers(now).await,
         );
         let wait_ms = next.map_or(1000, |d| (d - now_ms()).clamp(10, 1000));
         tokio::select! {
@@ -39,15 +39,15 @@ pub(crate) async fn run_timers(
 /// partitions no longer led here (or led under a new epoch) are unloaded, those newly led
 /// loaded.
 pub(crate) fn follow_leadership(broker: &Arc<Broker>) {
-    broker.groups.unload_unled();
-    if !broker.groups.all_loaded() {
-        if let Err(error) = broker.groups.load_hosted() {
+    broker.group_runtime().unload_unled();
+    if !broker.group_runtime().all_loaded() {
+        if let Err(error) = broker.group_runtime().load_hosted() {
             tracing::warn!(%error, "cannot load a group coordinator shard");
         }
     }
-    broker.txns.shards.unload_unled();
-    if !broker.txns.shards.all_loaded() {
-        if let Err(error) = broker.load_txn_coordinators() {
+    broker.txn_runtime().shards.unload_unled();
+    if !broker.txn_runtime().shards.all_loaded() {
+        if let Err(error) = broker.txns.load_txn_coordinators() {
             tracing::warn!(%error, "cannot load a transaction coordinator shard");
         }
     }
