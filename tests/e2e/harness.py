@@ -73,6 +73,10 @@ def read_classpath(name: str) -> str:
     return path.read_text().strip()
 
 
+def read_properties(path: Path) -> Dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
 def write_properties(path: Path, props: Dict[str, str]) -> None:
     path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
@@ -721,19 +725,21 @@ class Cluster:
             node.kill9()
 
 
-def round_trip(client: str, bootstrap: str, topic: str, partitions: int, count: int, codec: str, workdir: Path) -> None:
+def round_trip(client: str, bootstrap: str, topic: str, partitions: int, count: int, codec: str, workdir: Path,
+               client_config: Optional[Path] = None) -> None:
     """`client` produces `count` records with acks=all to `topic` (record i to partition i % partitions) and consumes
-    them back: every one acknowledged once, offsets rising in send order, each read back exactly once."""
+    them back: every one acknowledged once, offsets rising in send order, each read back exactly once. The client
+    takes its other settings (TLS) from the properties file `client_config`, in its own naming."""
     seed = fresh_seed()
     acked = workdir / "produce.out"
     run_tool(client, "produce", bootstrap=bootstrap, topic=topic, count=count, codec=codec, acks="all", seed=seed,
-             out=acked)
+             out=acked, client_config=client_config)
     acks = read_acks(acked)
     assert sorted(acks) == list(range(count))
     check_acks(acks, partitions)
     out = workdir / "consume.out"
     run_tool(client, "consume", bootstrap=bootstrap, topic=topic, partitions=partitions, expect=count, out=out,
-             timeout_s=120)
+             timeout_s=120, client_config=client_config)
     check_consumed(out, seed, acks, partitions, exact=True)
 
 

@@ -16,13 +16,13 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Set, Tuple
+from typing import List, Set, Tuple
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from churn import ChurnProxy
-from harness import Cluster, franz_go_dir, free_port, fresh_seed, write_properties
+from harness import Cluster, franz_go_dir, free_port, fresh_seed, read_properties, write_properties
 from test_groups import ChunkProducer, Member, check_no_skip, missing, processed, unique, wait_until
 
 CHAOS_RUNS = int(os.environ.get("E2E_CHAOS_RUNS", "1"))
@@ -33,10 +33,6 @@ PARTITIONS = 12
 CHUNKS, CHUNK = 10, 2000
 # franz-go's record count per test (its chaos mode is exercised with 50k in its own docs).
 FRANZ_RECORDS = os.environ.get("E2E_CHAOS_FRANZ_RECORDS", "50000")
-
-
-def read_properties(path: Path) -> Dict[str, str]:
-    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
 
 class ChaosCluster:

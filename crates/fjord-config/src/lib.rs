@@ -7,6 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+mod tls;
+pub use tls::{ClientAuth, KeyStore, TlsSettings, TlsVersion, TrustStore};
+
 /// Kafka's config value types, numbered as DescribeConfigs (v3+) reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigType {
@@ -584,6 +587,53 @@ impl Listener {
     }
 }
 
+/// The key a per-listener override (`listener.name.<listener>.<key>`) sets, if `key` is one
+/// fjord reads per listener.
+fn listener_override_of(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix("listener.name.")?;
+    let (_, key) = rest.split_once('.')?;
+    key.starts_with("ssl.").then_some(key)
+}
+
+/// The TLS settings of each SSL listener. fjord's own links (to the controllers, between
+/// brokers) speak plaintext only so far: a controller or inter-broker listener on SSL is refused
+/// rather than left unreachable.
+fn secure_listeners(
+    props: &BTreeMap<String, String>,
+    listeners: &[Listener],
+    cluster: &ClusterConfig,
+) -> Result<BTreeMap<String, TlsSettings>, ConfigError> {
+    let mut settings = BTreeMap::new();
+    for listener in listeners {
+        if listener.security_protocol != SecurityProtocol::Ssl {
+            continue;
+        }
+        let own_link = if cluster.is_controller_listener(&listener.name) {
+            Some("controller.listener.names")
+        } else if cluster.inter_broker_listener_name == listener.name {
+            Some("inter.broker.listener.name")
+        } else {
+            None
+        };
+        if let Some(key) = own_link {
+            return Err(invalid(
+                key,
+                &listener.name,
+                format!(
+                    "listener {} is SSL, and fjord's links between nodes do not speak TLS yet; \
+                     keep them on a PLAINTEXT listener and serve clients on SSL",
+                    listener.name
+                ),
+            ));
+        }
+        settings.insert(
+            listener.name.clone(),
+            tls::listener_tls(props, &listener.name)?,
+        );
+    }
+    Ok(settings)
+}
+
 /// A broker config key fjord knows: type, Kafka's default (fjord's where it differs, said why),
 /// and its check. Keys not here but known to Kafka are accepted with a warning that fjord
 /// ignores them; unknown keys are warned about.
@@ -758,6 +808,20 @@ broker_configs! {
     broker_session_timeout_ms: i32 = "broker.session.timeout.ms", Int, Some("9000"), Check::AtLeast(1);
     broker_heartbeat_interval_ms: i32 = "broker.heartbeat.interval.ms", Int, Some("2000"), Check::AtLeast(1);
     controlled_shutdown_enable: bool = "controlled.shutdown.enable", Boolean, Some("true"), Check::None;
+    // TLS (see `tls`): each may also be set for one listener as `listener.name.<name>.<key>`.
+    ssl_keystore_type: String = "ssl.keystore.type", String, Some("JKS"), Check::None;
+    ssl_keystore_location: Option<String> = "ssl.keystore.location", String, None, Check::None;
+    ssl_keystore_password: Option<String> = "ssl.keystore.password", Password, None, Check::None;
+    ssl_keystore_key: Option<String> = "ssl.keystore.key", Password, None, Check::None;
+    ssl_keystore_certificate_chain: Option<String> = "ssl.keystore.certificate.chain", Password, None, Check::None;
+    ssl_key_password: Option<String> = "ssl.key.password", Password, None, Check::None;
+    ssl_truststore_type: String = "ssl.truststore.type", String, Some("JKS"), Check::None;
+    ssl_truststore_location: Option<String> = "ssl.truststore.location", String, None, Check::None;
+    ssl_truststore_password: Option<String> = "ssl.truststore.password", Password, None, Check::None;
+    ssl_truststore_certificates: Option<String> = "ssl.truststore.certificates", Password, None, Check::None;
+    ssl_client_auth: String = "ssl.client.auth", String, Some("none"), Check::OneOf(&["required", "requested", "none"]);
+    ssl_enabled_protocols: Vec<String> = "ssl.enabled.protocols", List, Some("TLSv1.2,TLSv1.3"), Check::None;
+    ssl_cipher_suites: Option<Vec<String>> = "ssl.cipher.suites", List, None, Check::None;
 }
 
 /// Broker keys fjord accepts, so that Kafka's own config files start it, but does not act upon
@@ -1221,6 +1285,8 @@ pub struct BrokerConfig {
     pub cleaner: CleanerConfig,
     /// This node's roles and the controller quorum it belongs to.
     pub cluster: ClusterConfig,
+    /// Each SSL listener's TLS settings, by listener name.
+    listener_tls: BTreeMap<String, TlsSettings>,
     /// Every key the operator set, after validation; topic defaults come from here.
     pub explicit: BTreeMap<String, String>,
     /// `explicit` over the defaults, typed once.
@@ -1228,6 +1294,11 @@ pub struct BrokerConfig {
 }
 
 impl BrokerConfig {
+    /// The TLS settings of listener `name`: Some for an SSL listener.
+    pub fn listener_tls(&self, name: &str) -> Option<&TlsSettings> {
+        self.listener_tls.get(name)
+    }
+
     /// The advertised endpoint of the listener named `name` (the first listener's for a name
     /// this broker does not listen on).
     pub fn advertised_listener(&self, name: &str) -> &Listener {
@@ -1672,7 +1743,10 @@ impl BrokerConfig {
     ) -> Result<(BrokerConfig, ConfigWarnings), ConfigError> {
         let mut warnings = ConfigWarnings::default();
         for (key, value) in props {
-            match BROKER_CONFIGS.iter().find(|def| def.name == key) {
+            match BROKER_CONFIGS
+                .iter()
+                .find(|def| def.name == key || listener_override_of(key) == Some(def.name))
+            {
                 Some(def) => check_value(key, value, def.kind, def.check)?,
                 None => warnings.unknown_keys.push(key.clone()),
             }
@@ -1706,6 +1780,7 @@ impl BrokerConfig {
             .map_or_else(|| log_dirs[0].clone(), PathBuf::from);
         let cleaner = settings.cleaner_config()?;
         let cluster = ClusterConfig::from_properties(node_id, &listeners, &settings, &get)?;
+        let listener_tls = secure_listeners(props, &listeners, &cluster)?;
         let config = BrokerConfig {
             node_id,
             listeners,
@@ -1727,6 +1802,7 @@ impl BrokerConfig {
                 .into(),
             cleaner,
             cluster,
+            listener_tls,
             explicit: props.clone(),
             settings,
         };
@@ -1756,25 +1832,27 @@ fn node_id(
 }
 
 /// `listeners` and what each advertises (`advertised.listeners`, else itself). Until fjord has
-/// TLS and SASL, a listener configured as secure must not start at all: serving it in
-/// plaintext without authentication would betray its configuration. An advertised listener
-/// must be one of the listeners, at a host clients can connect to.
+/// SASL, a SASL listener must not start at all: serving it without authentication would betray
+/// its configuration. An advertised listener must be one of the listeners, at a host clients can
+/// connect to.
 fn parse_listeners(
     props: &BTreeMap<String, String>,
     get: &dyn Fn(&str) -> String,
 ) -> Result<(Vec<Listener>, Vec<Listener>), ConfigError> {
     let protocols = security_protocol_map(props, &get("listener.security.protocol.map"))?;
     let listeners = Listener::parse_list("listeners", &get("listeners"), &protocols)?;
-    if let Some(l) = listeners
-        .iter()
-        .find(|l| l.security_protocol != SecurityProtocol::Plaintext)
-    {
+    if let Some(l) = listeners.iter().find(|l| {
+        matches!(
+            l.security_protocol,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }) {
         return Err(invalid(
             "listeners",
             &get("listeners"),
             format!(
                 "listener {} uses security protocol {}, which fjord does not implement yet \
-                 (only PLAINTEXT listeners can be served)",
+                 (PLAINTEXT and SSL listeners can be served)",
                 l.name,
                 l.security_protocol.name()
             ),
@@ -1950,10 +2028,10 @@ impl TopicConfig {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
 
-    fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pub(crate) fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -2197,9 +2275,8 @@ mod tests {
     }
 
     #[test]
-    fn secure_listeners_are_refused_until_implemented() {
+    fn sasl_listeners_are_refused_until_implemented() {
         for (listeners, map, protocol) in [
-            ("SSL://127.0.0.1:9093", None, "SSL"),
             ("SASL_SSL://127.0.0.1:9093", None, "SASL_SSL"),
             ("SASL_PLAINTEXT://127.0.0.1:9093", None, "SASL_PLAINTEXT"),
             (
@@ -2218,6 +2295,35 @@ mod tests {
             let name = if map.is_some() { "CLIENT" } else { protocol };
             assert!(err.reason.contains(&format!("listener {name} ")), "{err}");
         }
+    }
+
+    #[test]
+    fn ssl_serves_clients_while_the_links_between_nodes_stay_plaintext() {
+        let pem = [
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.location", "/broker.pem"),
+            ("listener.name.ssl.ssl.client.auth", "requested"),
+            ("listener.name.ssl.ssl.truststore.certificates", "CA"),
+        ];
+        // Alone, the SSL listener would be the inter-broker listener.
+        let mut pairs = vec![("listeners", "SSL://127.0.0.1:9093")];
+        pairs.extend(pem);
+        let err = BrokerConfig::from_properties(&props(&pairs)).unwrap_err();
+        assert_eq!(err.key, "inter.broker.listener.name", "{err}");
+        pairs[0] = (
+            "listeners",
+            "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093",
+        );
+        let (config, warnings) = BrokerConfig::from_properties(&props(&pairs)).unwrap();
+        assert!(warnings.unknown_keys.is_empty(), "{warnings:?}");
+        assert!(config.listener_tls("PLAINTEXT").is_none());
+        let tls = config.listener_tls("SSL").expect("TLS settings");
+        assert_eq!(tls.keystore, KeyStore::PemFile("/broker.pem".into()));
+        assert_eq!(tls.client_auth, ClientAuth::Requested);
+        // A per-listener key is checked like the key itself.
+        pairs.push(("listener.name.ssl.ssl.client.auth", "sometimes"));
+        let err = BrokerConfig::from_properties(&props(&pairs)).unwrap_err();
+        assert_eq!(err.key, "listener.name.ssl.ssl.client.auth", "{err}");
     }
 
     #[test]
@@ -2491,7 +2597,12 @@ mod tests {
         // Checked values always parse; a value no check passed is the key's default, not 0. Every
         // key whose field is not free text is tried.
         let defaults = BrokerSettings::from_values(&BTreeMap::new());
-        let free_text = [ConfigType::String, ConfigType::List, ConfigType::Class];
+        let free_text = [
+            ConfigType::String,
+            ConfigType::List,
+            ConfigType::Class,
+            ConfigType::Password,
+        ];
         let enums = [
             "compression.type",
             "log.message.timestamp.type",

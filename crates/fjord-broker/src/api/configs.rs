@@ -3,7 +3,7 @@
 use fjord_common::errors;
 use fjord_config::{
     broker_config_keys, broker_config_kind, broker_key_synonyms, is_dynamic_broker_key,
-    ConfigSource, DynamicBrokerConfig, TOPIC_CONFIGS,
+    ConfigSource, ConfigType, DynamicBrokerConfig, TOPIC_CONFIGS,
 };
 use fjord_protocol::messages::describe_configs_request::*;
 use fjord_protocol::messages::describe_configs_response::*;
@@ -198,20 +198,53 @@ fn synonym(name: &str, value: &str, source: ConfigSource) -> DescribeConfigsSyno
 }
 
 /// A broker config's DescribeConfigs entry; read-only unless it can change on a running broker.
+/// A password (a key, a keystore's password) is sensitive: described without its value, in
+/// its synonyms too, as Kafka describes it.
 fn broker_entry(
     name: &str,
     value: Option<String>,
     source: ConfigSource,
-    synonyms: Vec<DescribeConfigsSynonym>,
+    mut synonyms: Vec<DescribeConfigsSynonym>,
 ) -> DescribeConfigsResourceResult {
+    let kind = broker_config_kind(name);
+    let is_sensitive = kind == Some(ConfigType::Password);
+    if is_sensitive {
+        for synonym in &mut synonyms {
+            synonym.value = None;
+        }
+    }
     DescribeConfigsResourceResult {
         name: name.to_string(),
-        value,
+        value: value.filter(|_| !is_sensitive),
         read_only: !is_dynamic_broker_key(name),
         config_source: source as i8,
-        is_sensitive: false,
+        is_sensitive,
         synonyms,
-        config_type: broker_config_kind(name).map_or(0, |k| k as i8),
+        config_type: kind.map_or(0, |k| k as i8),
         documentation: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_is_described_without_its_value() {
+        let entry = |name: &str| {
+            let synonyms = vec![synonym(name, "secret", ConfigSource::StaticBroker)];
+            broker_entry(
+                name,
+                Some("secret".into()),
+                ConfigSource::StaticBroker,
+                synonyms,
+            )
+        };
+        let key = entry("ssl.key.password");
+        assert!(key.is_sensitive && key.value.is_none());
+        assert_eq!(key.synonyms[0].value, None);
+        let location = entry("ssl.keystore.location");
+        assert!(!location.is_sensitive);
+        assert_eq!(location.value.as_deref(), Some("secret"));
     }
 }

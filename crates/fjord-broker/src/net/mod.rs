@@ -16,6 +16,11 @@
 //! overlap, which is what keeps pipelined produce requests sharing fsyncs. A request read while
 //! earlier ones run is dropped, never applied, if the client closed the connection meanwhile: it
 //! may have sent it again elsewhere, and applied late it would land after newer requests.
+//!
+//! A TLS listener (`tls`) handshakes each connection first; its responses' segment-file ranges
+//! are read and encrypted instead of going out with `sendfile`.
+
+pub mod tls;
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -28,11 +33,14 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use fjord_storage::FileSlice;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{
+    AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, Interest, ReadHalf, WriteHalf,
+};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio_rustls::server::TlsStream;
 
 /// Requests a connection may have outstanding before the broker stops reading from it.
 pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
@@ -116,14 +124,17 @@ enum Outgoing {
     Pending(JoinHandle<Response>),
 }
 
-/// Serves one bound listener until `shutdown` turns true. Returns when the accept loop has stopped
-/// and every connection has finished its in-flight requests.
+/// Serves one bound listener — with TLS when `tls` is given — until `shutdown` turns true.
+/// Returns when the accept loop has stopped and every connection has finished its in-flight
+/// requests.
 pub async fn serve<D: Dispatch + ?Sized>(
     listener: TcpListener,
     dispatcher: Arc<D>,
     config: NetworkConfig,
+    tls: Option<Arc<rustls::ServerConfig>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     let mut connections: Vec<JoinHandle<()>> = Vec::new();
     loop {
         tokio::select! {
@@ -133,8 +144,12 @@ pub async fn serve<D: Dispatch + ?Sized>(
                     let dispatcher = dispatcher.clone();
                     let config = config.clone();
                     let shutdown = shutdown.clone();
+                    let tls = tls.clone();
                     connections.retain(|c| !c.is_finished());
                     connections.push(tokio::spawn(async move {
+                        let Some(stream) = open(stream, tls, &config).await else {
+                            return;
+                        };
                         if let Err(reason) = serve_connection(stream, peer, dispatcher, config, shutdown).await {
                             tracing::debug!(%peer, %reason, "connection closed");
                         }
@@ -152,6 +167,126 @@ pub async fn serve<D: Dispatch + ?Sized>(
     drop(listener);
     for connection in connections {
         let _ = connection.await;
+    }
+}
+
+/// A connection's byte stream: plain TCP, or TLS over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// The connection, handshaken on a TLS listener; None when the handshake fails or does not
+/// finish within the idle timeout (`connections.max.idle.ms`), as Kafka closes it.
+async fn open(
+    stream: TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    config: &NetworkConfig,
+) -> Option<Stream> {
+    let Some(acceptor) = tls else {
+        return Some(Stream::Plain(stream));
+    };
+    let peer = stream.peer_addr().ok();
+    match tokio::time::timeout(idle_timeout(config), acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => Some(Stream::Tls(Box::new(stream))),
+        Ok(Err(error)) => {
+            tracing::info!(?peer, %error, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::info!(
+                ?peer,
+                "TLS handshake not finished within connections.max.idle.ms"
+            );
+            None
+        }
+    }
+}
+
+/// The read side of a connection. TLS reads are buffered, so that whether the client closed
+/// can be seen without taking a byte of its next request.
+enum Reader {
+    Plain(OwnedReadHalf),
+    Tls(BufReader<ReadHalf<TlsStream<TcpStream>>>),
+}
+
+impl AsyncRead for Reader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Reader::Plain(r) => Pin::new(r).poll_read(cx, buf),
+            Reader::Tls(r) => Pin::new(r).poll_read(cx, buf),
+        }
+    }
+}
+
+/// The write side of a connection.
+enum Writer {
+    Plain(OwnedWriteHalf),
+    Tls(WriteHalf<TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    fn split(self) -> (Reader, Writer) {
+        match self {
+            Stream::Plain(stream) => {
+                let (r, w) = stream.into_split();
+                (Reader::Plain(r), Writer::Plain(w))
+            }
+            Stream::Tls(stream) => {
+                let (r, w) = tokio::io::split(*stream);
+                (Reader::Tls(BufReader::new(r)), Writer::Tls(w))
+            }
+        }
+    }
+}
+
+impl Writer {
+    async fn write_vectored(&mut self, slices: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        match self {
+            Writer::Plain(w) => w.write_vectored(slices).await,
+            Writer::Tls(w) => w.write_vectored(slices).await,
+        }
+    }
+
+    /// A segment-file range: `sendfile` on plain TCP; read and encrypted on TLS.
+    async fn send_file(&mut self, slice: &FileSlice) -> Result<(), Closed> {
+        match self {
+            Writer::Plain(w) => send_file_slice(w, slice).await,
+            Writer::Tls(w) => {
+                let bytes = slice.read_to_bytes().map_err(|e| match e.kind() {
+                    std::io::ErrorKind::UnexpectedEof => Closed::SegmentShorter,
+                    _ => Closed::Write(e),
+                })?;
+                w.write_all(&bytes).await.map_err(Closed::Write)
+            }
+        }
+    }
+
+    /// Pushes out what TLS holds back (a record not yet written); nothing to do on plain TCP.
+    async fn flush(&mut self) -> Result<(), Closed> {
+        match self {
+            Writer::Plain(_) => Ok(()),
+            Writer::Tls(w) => w.flush().await.map_err(Closed::Write),
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        let _ = match self {
+            Writer::Plain(w) => w.shutdown().await,
+            Writer::Tls(w) => w.shutdown().await,
+        };
+    }
+}
+
+fn idle_timeout(config: &NetworkConfig) -> Duration {
+    if config.connections_max_idle_ms > 0 {
+        Duration::from_millis(config.connections_max_idle_ms as u64)
+    } else {
+        Duration::from_secs(u64::MAX / 4)
     }
 }
 
@@ -220,7 +355,7 @@ const MAX_WRITE_PARTS: usize = 64;
 /// Writes one response frame: the 4-byte size, then `parts` in order — runs of bytes with
 /// vectored writes that send them from their own buffers, file ranges with `sendfile` — resuming
 /// after partial writes.
-async fn write_frame(writer: &mut OwnedWriteHalf, parts: Vec<OutPart>) -> Result<(), Closed> {
+async fn write_frame(writer: &mut Writer, parts: Vec<OutPart>) -> Result<(), Closed> {
     let total: usize = parts.iter().map(OutPart::len).sum();
     let size = u32::try_from(total).map_err(|_| Closed::ResponseTooLarge(total))?;
     let mut queue: VecDeque<OutPart> = VecDeque::with_capacity(parts.len() + 1);
@@ -228,7 +363,7 @@ async fn write_frame(writer: &mut OwnedWriteHalf, parts: Vec<OutPart>) -> Result
     queue.extend(parts.into_iter().filter(|p| p.len() > 0));
     while let Some(front) = queue.front() {
         if let OutPart::File(slice) = front {
-            send_file_slice(writer, slice).await?;
+            writer.send_file(slice).await?;
             queue.pop_front();
             continue;
         }
@@ -261,7 +396,7 @@ async fn write_frame(writer: &mut OwnedWriteHalf, parts: Vec<OutPart>) -> Result
             }
         }
     }
-    Ok(())
+    writer.flush().await
 }
 
 /// Sends a whole segment-file range to the socket with `sendfile`, waiting for room as needed.
@@ -282,21 +417,17 @@ async fn send_file_slice(writer: &mut OwnedWriteHalf, slice: &FileSlice) -> Resu
 }
 
 async fn serve_connection<D: Dispatch + ?Sized>(
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     dispatcher: Arc<D>,
     config: NetworkConfig,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), Closed> {
-    let (mut reader, writer) = stream.into_split();
+    let (mut reader, writer) = stream.split();
     let (out_tx, out_rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT_PER_CONNECTION);
     let writer_task = tokio::spawn(write_responses(writer, out_rx));
     let mut sequencer = Sequencer::default();
-    let idle = if config.connections_max_idle_ms > 0 {
-        Duration::from_millis(config.connections_max_idle_ms as u64)
-    } else {
-        Duration::from_secs(u64::MAX / 4)
-    };
+    let idle = idle_timeout(&config);
     let result = loop {
         let frame = tokio::select! {
             frame = read_request(&mut reader, idle, config.socket_request_max_bytes) => frame,
@@ -357,7 +488,7 @@ async fn serve_connection<D: Dispatch + ?Sized>(
 /// The connection's writer: sends each reply in request order, waiting for those still being
 /// worked on; a reply that closes the connection ends it.
 async fn write_responses(
-    mut writer: OwnedWriteHalf,
+    mut writer: Writer,
     mut out_rx: mpsc::Receiver<Outgoing>,
 ) -> Result<(), Closed> {
     while let Some(outgoing) = out_rx.recv().await {
@@ -375,7 +506,7 @@ async fn write_responses(
             Response::Close(reason) => return Err(Closed::Refused(reason)),
         }
     }
-    let _ = writer.shutdown().await;
+    writer.shutdown().await;
     Ok(())
 }
 
@@ -383,7 +514,7 @@ async fn write_responses(
 /// connection (`connections.max.idle.ms`), a size out of bounds (`socket.request.max.bytes`)
 /// or a truncated frame.
 async fn read_request(
-    reader: &mut OwnedReadHalf,
+    reader: &mut Reader,
     idle: Duration,
     max_bytes: usize,
 ) -> Result<Option<Bytes>, Closed> {
@@ -407,14 +538,24 @@ async fn read_request(
 /// Whether the client has closed (or reset) the connection, as far as the socket tells without
 /// waiting: the end of the stream is next, or an error. Bytes still unread (requests it sent
 /// before closing) hide a close behind them.
-fn peer_closed(reader: &mut OwnedReadHalf) -> bool {
-    let mut byte = [0u8; 1];
-    let mut buf = tokio::io::ReadBuf::new(&mut byte);
+fn peer_closed(reader: &mut Reader) -> bool {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    matches!(
-        reader.poll_peek(&mut cx, &mut buf),
-        std::task::Poll::Ready(Ok(0) | Err(_))
-    )
+    match reader {
+        Reader::Plain(r) => {
+            let mut byte = [0u8; 1];
+            let mut buf = tokio::io::ReadBuf::new(&mut byte);
+            matches!(
+                r.poll_peek(&mut cx, &mut buf),
+                std::task::Poll::Ready(Ok(0) | Err(_))
+            )
+        }
+        // The TLS layer's close_notify, or the socket's end, reads as an empty buffer.
+        Reader::Tls(r) => match Pin::new(r).poll_fill_buf(&mut cx) {
+            std::task::Poll::Ready(Ok(bytes)) => bytes.is_empty(),
+            std::task::Poll::Ready(Err(_)) => true,
+            std::task::Poll::Pending => false,
+        },
+    }
 }
 
 /// A connection's requests dispatched whose futures have not finished, and the lane they share
@@ -472,7 +613,7 @@ impl Drop for Running {
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
 
     fn waiting_future() -> (tokio::sync::oneshot::Sender<()>, ReplyFuture) {
@@ -547,8 +688,18 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_request_left_waiting_by_a_client_that_closed_is_never_applied() {
+    /// A client sends two requests, the second read while the first still waits, then closes
+    /// the connection (a canceled request it will send again elsewhere); what the listener
+    /// (with `tls`) dispatched. `connect` opens the client's stream.
+    pub(crate) async fn requests_dispatched_for_a_client_that_closed<S, F, C>(
+        tls: Option<Arc<rustls::ServerConfig>>,
+        connect: C,
+    ) -> Vec<Bytes>
+    where
+        S: tokio::io::AsyncWrite + Unpin,
+        F: Future<Output = S>,
+        C: FnOnce(SocketAddr) -> F,
+    {
         let (release, first) = waiting_future();
         let recorder = Arc::new(Recorder {
             dispatched: std::sync::Mutex::new(Vec::new()),
@@ -561,10 +712,8 @@ mod tests {
             socket_request_max_bytes: 1024,
             connections_max_idle_ms: 60_000,
         };
-        tokio::spawn(serve(listener, recorder.clone(), config, shutdown));
-        let mut client = TcpStream::connect(address).await.unwrap();
-        // Two requests, the second behind the first (which waits), then the client closes: a
-        // canceled request it will send again elsewhere.
+        tokio::spawn(serve(listener, recorder.clone(), config, tls, shutdown));
+        let mut client = connect(address).await;
         for body in [&b"first"[..], b"second"] {
             client
                 .write_all(&(body.len() as i32).to_be_bytes())
@@ -582,6 +731,13 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         release.send(()).unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(dispatched(), vec![Bytes::from_static(b"first")]);
+        dispatched()
+    }
+
+    #[tokio::test]
+    async fn a_request_left_waiting_by_a_client_that_closed_is_never_applied() {
+        let connect = |address| async move { TcpStream::connect(address).await.unwrap() };
+        let dispatched = requests_dispatched_for_a_client_that_closed(None, connect).await;
+        assert_eq!(dispatched, vec![Bytes::from_static(b"first")]);
     }
 }

@@ -278,11 +278,21 @@ async fn serve_listeners(
             ))
         })?;
         tracing::info!(listener = %listener.name, address = %socket.local_addr().map(|a| a.to_string()).unwrap_or(address), "listening");
+        let tls = match config.listener_tls(&listener.name) {
+            Some(settings) => Some(crate::net::tls::server_config(settings).map_err(|e| {
+                startup(format!(
+                    "cannot set up TLS on listener {}: {e}",
+                    listener.name
+                ))
+            })?),
+            None => None,
+        };
         let dispatch = listener_dispatch(node, &listener.name, broker);
         servers.push(tokio::spawn(crate::net::serve(
             socket,
             dispatch,
             network_config.clone(),
+            tls,
             listening.clone(),
         )));
     }

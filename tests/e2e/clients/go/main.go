@@ -3,8 +3,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -81,6 +84,7 @@ type options struct {
 	partitions, count, seed, expect    int64
 	idempotent                         bool
 	timeoutS                           float64
+	clientConfig                       string
 }
 
 func parse(cmd string, args []string) (options, error) {
@@ -97,12 +101,17 @@ func parse(cmd string, args []string) (options, error) {
 	fs.Int64Var(&o.expect, "expect", 0, "records to consume")
 	fs.BoolVar(&o.idempotent, "idempotent", false, "idempotent producer")
 	fs.Float64Var(&o.timeoutS, "timeout-s", 60, "consume timeout in seconds")
+	fs.StringVar(&o.clientConfig, "client-config", "", "client properties file (TLS)")
 	err := fs.Parse(args)
 	return o, err
 }
 
 func createTopic(o options) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(o.bootstrap)...))
+	conn, err := connOpts(o)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(conn...)
 	if err != nil {
 		return err
 	}
@@ -141,16 +150,19 @@ func produce(o options) error {
 	if err != nil {
 		return err
 	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(seeds(o.bootstrap)...),
+	opts, err := connOpts(o)
+	if err != nil {
+		return err
+	}
+	opts = append(opts,
 		kgo.DefaultProduceTopic(o.topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchCompression(codec),
 		// No RecordDeliveryTimeout: franz-go measures it from Record.Timestamp, which here is the
 		// generator's and not the enqueue time. produceCtx bounds the run instead.
-		kgo.ProduceRequestTimeout(15 * time.Second),
-		kgo.ProducerLinger(5 * time.Millisecond),
-	}
+		kgo.ProduceRequestTimeout(15*time.Second),
+		kgo.ProducerLinger(5*time.Millisecond),
+	)
 	switch o.acks {
 	case "all":
 		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
@@ -243,10 +255,12 @@ func consume(o options) error {
 	for p := int32(0); int64(p) < o.partitions; p++ {
 		offsets[p] = kgo.NewOffset().AtStart()
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(seeds(o.bootstrap)...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{o.topic: offsets}),
-	)
+	conn, err := connOpts(o)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(conn,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{o.topic: offsets}))...)
 	if err != nil {
 		return err
 	}
@@ -347,6 +361,48 @@ func main() {
 }
 
 // seeds splits a comma-separated bootstrap list, as other clients take it.
+// connOpts: the seed brokers, and TLS when the properties file --client-config names says
+// security.protocol=SSL, with ssl.ca.location, ssl.certificate.location and ssl.key.location as
+// librdkafka names them.
+func connOpts(o options) ([]kgo.Opt, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds(o.bootstrap)...)}
+	if o.clientConfig == "" {
+		return opts, nil
+	}
+	f, err := os.Open(o.clientConfig)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	props := map[string]string{}
+	scanner := bufio.NewScanner(f)
+	for scanner.Scan() {
+		if k, v, ok := strings.Cut(scanner.Text(), "="); ok {
+			props[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	if props["security.protocol"] != "SSL" {
+		return opts, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca := props["ssl.ca.location"]; ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		cfg.RootCAs.AppendCertsFromPEM(pem)
+	}
+	if cert := props["ssl.certificate.location"]; cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, props["ssl.key.location"])
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return append(opts, kgo.DialTLSConfig(cfg)), nil
+}
+
 func seeds(bootstrap string) []string {
 	return strings.Split(bootstrap, ",")
 }

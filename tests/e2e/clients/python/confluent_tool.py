@@ -8,11 +8,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from grouplog import GroupLog, Stop, group_flags, idle_expired, record_index
-from recordgen import consume_line, generate, parse_flags
+from recordgen import client_config, consume_line, generate, parse_flags
 
 
 def create_topic(a: dict) -> int:
-    admin = AdminClient({"bootstrap.servers": a["bootstrap"]})
+    admin = AdminClient({"bootstrap.servers": a["bootstrap"], **client_config(a)})
     futures = admin.create_topics([NewTopic(a["topic"], num_partitions=int(a["partitions"]), replication_factor=1)])
     for f in futures.values():
         f.result(timeout=60)
@@ -36,6 +36,7 @@ def produce(a: dict) -> int:
     producer = Producer(
         {
             "bootstrap.servers": a["bootstrap"],
+            **client_config(a),
             "acks": a["acks"],
             "compression.codec": a["codec"],
             "enable.idempotence": bool(a.get("idempotent")),
@@ -91,6 +92,7 @@ def consume(a: dict) -> int:
     consumer = Consumer(
         {
             "bootstrap.servers": a["bootstrap"],
+            **client_config(a),
             "group.id": f"fjord-e2e-{os.getpid()}",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,

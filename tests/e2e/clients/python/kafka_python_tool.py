@@ -14,7 +14,7 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from grouplog import GroupLog, Stop, group_flags, idle_expired, record_index
-from recordgen import consume_line, generate, parse_flags
+from recordgen import client_config, consume_line, generate, parse_flags
 
 ASSIGNORS = {
     "range": RangePartitionAssignor,
@@ -25,7 +25,7 @@ ASSIGNORS = {
 
 
 def create_topic(a: dict) -> int:
-    admin = KafkaAdminClient(bootstrap_servers=a["bootstrap"])
+    admin = KafkaAdminClient(bootstrap_servers=a["bootstrap"], **client_config(a))
     try:
         admin.create_topics({a["topic"]: {"num_partitions": int(a["partitions"]), "replication_factor": 1}})
     finally:
@@ -37,6 +37,7 @@ def produce(a: dict) -> int:
     topic, seed, count = a["topic"], int(a["seed"]), int(a["count"])
     producer = KafkaProducer(
         bootstrap_servers=a["bootstrap"],
+        **client_config(a),
         acks="all" if a["acks"] == "all" else int(a["acks"]),
         compression_type=None if a["codec"] == "none" else a["codec"],
         enable_idempotence=bool(a.get("idempotent")),
@@ -80,7 +81,8 @@ def consume(a: dict) -> int:
     topic, partitions, expect = a["topic"], int(a["partitions"]), int(a["expect"])
     deadline = time.monotonic() + float(a["timeout-s"])
     # group_id=None: partitions are assigned by hand and no offsets are committed.
-    consumer = KafkaConsumer(bootstrap_servers=a["bootstrap"], group_id=None, enable_auto_commit=False)
+    consumer = KafkaConsumer(bootstrap_servers=a["bootstrap"], group_id=None, enable_auto_commit=False,
+                             **client_config(a))
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)

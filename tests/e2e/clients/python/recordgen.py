@@ -52,6 +52,17 @@ def consume_line(
     return f"{partition} {offset} {timestamp} {_hex_or_dash(key)} {_hex_or_dash(value)} {hs or '-'}"
 
 
+def client_config(a: dict) -> dict:
+    """The client settings of the properties file `--client-config` names (TLS, say), in the client's own naming, as
+    Kafka's tools take `--command-config`; empty without one."""
+    path = a.get("client-config")
+    if path is None:
+        return {}
+    with open(path, encoding="utf-8") as f:
+        pairs = (line.strip().split("=", 1) for line in f if "=" in line and not line.startswith("#"))
+        return {k.strip(): v.strip() for k, v in pairs}
+
+
 def parse_flags(argv: List[str]) -> dict:
     """The tools' shared CLI: `--name value` pairs plus the bare `--idempotent` switch."""
     out = {}

@@ -78,6 +78,22 @@ public final class ClientTool {
         return out;
     }
 
+    /**
+     * The client's properties: the bootstrap servers, and those of the properties file {@code --client-config} names
+     * (TLS settings, say), as Kafka's own tools take {@code --command-config}.
+     */
+    static Properties clientProps(Map<String, String> args) throws java.io.IOException {
+        Properties props = new Properties();
+        String file = args.get("client-config");
+        if (file != null) {
+            try (java.io.Reader reader = java.nio.file.Files.newBufferedReader(java.nio.file.Path.of(file))) {
+                props.load(reader);
+            }
+        }
+        props.put("bootstrap.servers", need(args, "bootstrap"));
+        return props;
+    }
+
     private static String need(Map<String, String> args, String name) {
         String v = args.get(name);
         if (v == null) {
@@ -87,8 +103,7 @@ public final class ClientTool {
     }
 
     private static int createTopic(Map<String, String> args) throws Exception {
-        Properties props = new Properties();
-        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, need(args, "bootstrap"));
+        Properties props = clientProps(args);
         try (Admin admin = Admin.create(props)) {
             NewTopic topic = new NewTopic(need(args, "topic"), Integer.parseInt(need(args, "partitions")), (short) 1);
             admin.createTopics(List.of(topic)).all().get();
@@ -98,8 +113,7 @@ public final class ClientTool {
 
     /** Admin.alterReplicaLogDirs for one partition on broker 1; prints "ok" or the error's class name. */
     private static int alterLogDir(Map<String, String> args) throws Exception {
-        Properties props = new Properties();
-        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, need(args, "bootstrap"));
+        Properties props = clientProps(args);
         TopicPartitionReplica replica =
                 new TopicPartitionReplica(need(args, "topic"), Integer.parseInt(need(args, "partition")), 1);
         try (Admin admin = Admin.create(props)) {
@@ -118,8 +132,7 @@ public final class ClientTool {
         long count = Long.parseLong(need(args, "count"));
         long seed = Long.parseLong(need(args, "seed"));
         boolean idempotent = args.containsKey("idempotent");
-        Properties props = new Properties();
-        props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, need(args, "bootstrap"));
+        Properties props = clientProps(args);
         props.put(ProducerConfig.ACKS_CONFIG, need(args, "acks"));
         props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, need(args, "codec"));
         props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, Boolean.toString(idempotent));
@@ -172,8 +185,7 @@ public final class ClientTool {
     /** Sends the (key, value) lines of --input in order to partition 0; waits for every acknowledgement. */
     private static int produceKv(Map<String, String> args) throws Exception {
         String topic = need(args, "topic");
-        Properties props = new Properties();
-        props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, need(args, "bootstrap"));
+        Properties props = clientProps(args);
         props.put(ProducerConfig.ACKS_CONFIG, "all");
         props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, Boolean.toString(args.containsKey("idempotent")));
         props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, args.getOrDefault("codec", "none"));
@@ -207,8 +219,7 @@ public final class ClientTool {
     private static int dump(Map<String, String> args) throws Exception {
         TopicPartition tp = new TopicPartition(need(args, "topic"), 0);
         long deadline = System.nanoTime() + (long) (Double.parseDouble(need(args, "timeout-s")) * 1e9);
-        Properties props = new Properties();
-        props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, need(args, "bootstrap"));
+        Properties props = clientProps(args);
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
@@ -242,8 +253,7 @@ public final class ClientTool {
         int partitions = Integer.parseInt(need(args, "partitions"));
         long expect = Long.parseLong(need(args, "expect"));
         long deadline = System.nanoTime() + (long) (Double.parseDouble(need(args, "timeout-s")) * 1e9);
-        Properties props = new Properties();
-        props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, need(args, "bootstrap"));
+        Properties props = clientProps(args);
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());

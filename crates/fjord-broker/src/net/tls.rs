@@ -1,0 +1,340 @@
+//! TLS on a listener, on rustls: the server side built once from the listener's settings
+//! (`fjord_config::TlsSettings`: PEM key material, client certificates none / requested /
+//! required against the truststore, the enabled versions and cipher suites), and the handshake
+//! that opens each of its connections.
+
+use std::sync::Arc;
+
+use fjord_config::{ClientAuth, KeyStore, TlsSettings, TlsVersion, TrustStore};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite};
+
+/// Why a listener's TLS cannot be set up; each names the file or setting at fault.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TlsSetupError(String);
+
+fn fail(message: impl Into<String>) -> TlsSetupError {
+    TlsSetupError(message.into())
+}
+
+/// The server side of TLS for a listener with `settings`.
+pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsSetupError> {
+    let provider = Arc::new(provider(&settings.cipher_suites)?);
+    let versions: Vec<&'static rustls::SupportedProtocolVersion> = settings
+        .protocols
+        .iter()
+        .map(|v| match v {
+            TlsVersion::Tls12 => &rustls::version::TLS12,
+            TlsVersion::Tls13 => &rustls::version::TLS13,
+        })
+        .collect();
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+        .map_err(|e| fail(format!("ssl.enabled.protocols with ssl.cipher.suites: {e}")))?;
+    let builder = match settings.client_auth {
+        ClientAuth::None => builder.with_no_client_auth(),
+        auth => {
+            let trusted = settings.truststore.as_ref().ok_or_else(|| {
+                fail("client certificates are asked for, but no truststore is configured")
+            })?;
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(trusted)?), provider);
+            let verifier = match auth {
+                ClientAuth::Requested => verifier.allow_unauthenticated(),
+                _ => verifier,
+            };
+            builder.with_client_cert_verifier(
+                verifier
+                    .build()
+                    .map_err(|e| fail(format!("truststore: {e}")))?,
+            )
+        }
+    };
+    let (chain, key) = key_and_chain(settings)?;
+    let config = builder.with_single_cert(chain, key).map_err(|e| {
+        fail(format!(
+            "keystore: the key does not fit the certificate: {e}"
+        ))
+    })?;
+    Ok(Arc::new(config))
+}
+
+/// The IANA name of a suite (rustls calls the TLS 1.3 ones `TLS13_…`), as `ssl.cipher.suites`
+/// names them.
+fn iana_name(suite: &SupportedCipherSuite) -> String {
+    let name = format!("{:?}", suite.suite());
+    match name.strip_prefix("TLS13_") {
+        Some(rest) => format!("TLS_{rest}"),
+        None => name,
+    }
+}
+
+/// aws-lc-rs's provider, with only the suites `ssl.cipher.suites` names when it names any. Names of
+/// suites rustls does not implement (CBC, RSA key exchange) are skipped with a warning, as a
+/// Java broker skips those its JVM lacks; none left is an error.
+fn provider(names: &[String]) -> Result<CryptoProvider, TlsSetupError> {
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    if names.is_empty() {
+        return Ok(provider);
+    }
+    let served: Vec<String> = provider.cipher_suites.iter().map(iana_name).collect();
+    for name in names.iter().filter(|n| !served.contains(n)) {
+        tracing::warn!(suite = %name, "ssl.cipher.suites names a suite fjord does not serve; skipped");
+    }
+    provider
+        .cipher_suites
+        .retain(|s| names.contains(&iana_name(s)));
+    if provider.cipher_suites.is_empty() {
+        return Err(fail(format!(
+            "ssl.cipher.suites names no suite fjord serves (it serves {})",
+            served.join(", ")
+        )));
+    }
+    Ok(provider)
+}
+
+fn key_and_chain(
+    settings: &TlsSettings,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsSetupError> {
+    let (key_origin, chain_origin) = settings.keystore.origins();
+    let (chain, key) = match &settings.keystore {
+        KeyStore::PemFile(path) => {
+            let pem = std::fs::read(path).map_err(|e| fail(format!("{key_origin}: {e}")))?;
+            (
+                certificates(&pem, &chain_origin)?,
+                private_key(&pem, &key_origin)?,
+            )
+        }
+        KeyStore::PemInline { key, chain } => (
+            certificates(chain.as_bytes(), &chain_origin)?,
+            private_key(key.as_bytes(), &key_origin)?,
+        ),
+    };
+    if chain.is_empty() {
+        return Err(fail("keystore: no certificate found"));
+    }
+    Ok((chain, key))
+}
+
+fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
+    CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fail(format!("{what}: unreadable certificate: {e}")))
+}
+
+fn private_key(pem: &[u8], what: &str) -> Result<PrivateKeyDer<'static>, TlsSetupError> {
+    if String::from_utf8_lossy(pem).contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") {
+        return Err(fail(format!(
+            "{what}: the private key is encrypted, which fjord does not read yet; decrypt it \
+             with `openssl pkcs8 -topk8 -nocrypt`"
+        )));
+    }
+    PrivateKeyDer::from_pem_slice(pem)
+        .map_err(|e| fail(format!("{what}: no readable private key: {e}")))
+}
+
+fn roots(trusted: &TrustStore) -> Result<RootCertStore, TlsSetupError> {
+    let origin = trusted.origin();
+    let certs = match trusted {
+        TrustStore::PemFile(path) => {
+            let pem = std::fs::read(path).map_err(|e| fail(format!("{origin}: {e}")))?;
+            certificates(&pem, &origin)?
+        }
+        TrustStore::PemInline(pem) => certificates(pem.as_bytes(), &origin)?,
+    };
+    let mut roots = RootCertStore::empty();
+    for cert in certs {
+        roots
+            .add(cert)
+            .map_err(|e| fail(format!("truststore: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(fail("truststore: no certificate found"));
+    }
+    Ok(roots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::watch;
+    use tokio_rustls::TlsConnector;
+
+    use crate::net::{serve, Dispatch, NetworkConfig, Reply, Response, Sequencing};
+
+    /// Answers every request with its own body.
+    struct Echo;
+
+    impl Dispatch for Echo {
+        fn sequencing(&self, _frame: &Bytes) -> Sequencing {
+            Sequencing::AfterAll
+        }
+
+        fn dispatch(&self, frame: Bytes, _peer: SocketAddr) -> Reply {
+            Reply::Now(Response::Send(frame))
+        }
+    }
+
+    /// A test CA, and a certificate with its key (PEM) signed by it for `name`.
+    struct Pki {
+        ca: CertifiedIssuer<'static, KeyPair>,
+    }
+
+    impl Pki {
+        fn new() -> Pki {
+            let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+            Pki { ca }
+        }
+
+        fn issue(&self, name: &str) -> (String, String) {
+            let key = KeyPair::generate().unwrap();
+            let params = CertificateParams::new(vec![name.to_string()]).unwrap();
+            let cert = params.signed_by(&key, &self.ca).unwrap();
+            (cert.pem(), key.serialize_pem())
+        }
+    }
+
+    fn settings(pki: &Pki, client_auth: ClientAuth) -> TlsSettings {
+        let (chain, key) = pki.issue("localhost");
+        TlsSettings {
+            keystore: KeyStore::PemInline { key, chain },
+            truststore: Some(TrustStore::PemInline(pki.ca.pem())),
+            client_auth,
+            protocols: vec![TlsVersion::Tls12, TlsVersion::Tls13],
+            cipher_suites: Vec::new(),
+        }
+    }
+
+    async fn listen(settings: &TlsSettings) -> (SocketAddr, watch::Sender<bool>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, shutdown) = watch::channel(false);
+        let config = NetworkConfig {
+            socket_request_max_bytes: 1024,
+            connections_max_idle_ms: 5_000,
+        };
+        let tls = Some(server_config(settings).unwrap());
+        tokio::spawn(serve(listener, Arc::new(Echo), config, tls, shutdown));
+        (address, stop)
+    }
+
+    /// A client trusting `pki`'s CA, with a certificate of its own when `identity` is given.
+    fn connector(pki: &Pki, identity: Option<(String, String)>) -> TlsConnector {
+        let mut roots = RootCertStore::empty();
+        roots.add(pki.ca.der().clone()).unwrap();
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+        let config = match identity {
+            None => builder.with_no_client_auth(),
+            Some((chain, key)) => builder
+                .with_client_auth_cert(
+                    certificates(chain.as_bytes(), "chain").unwrap(),
+                    private_key(key.as_bytes(), "key").unwrap(),
+                )
+                .unwrap(),
+        };
+        TlsConnector::from(Arc::new(config))
+    }
+
+    /// Sends one frame and reads the answer; an error when the broker closed the connection.
+    async fn echo(
+        connector: &TlsConnector,
+        address: SocketAddr,
+        body: &[u8],
+    ) -> std::io::Result<Vec<u8>> {
+        let tcp = TcpStream::connect(address).await?;
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut tls = connector.connect(name, tcp).await?;
+        tls.write_all(&(body.len() as i32).to_be_bytes()).await?;
+        tls.write_all(body).await?;
+        let mut size = [0u8; 4];
+        tls.read_exact(&mut size).await?;
+        let mut answer = vec![0u8; i32::from_be_bytes(size) as usize];
+        tls.read_exact(&mut answer).await?;
+        Ok(answer)
+    }
+
+    #[tokio::test]
+    async fn required_client_auth_serves_trusted_certificates_only() {
+        let pki = Pki::new();
+        let (address, _stop) = listen(&settings(&pki, ClientAuth::Required)).await;
+        let trusted = connector(&pki, Some(pki.issue("client")));
+        assert_eq!(echo(&trusted, address, b"hello").await.unwrap(), b"hello");
+        // TLS 1.3: the client learns of the refusal when it reads.
+        let anonymous = connector(&pki, None);
+        assert!(echo(&anonymous, address, b"hello").await.is_err());
+        let stranger = Pki::new();
+        let untrusted = connector(&pki, Some(stranger.issue("client")));
+        assert!(echo(&untrusted, address, b"hello").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn requested_client_auth_serves_clients_without_a_certificate() {
+        let pki = Pki::new();
+        let (address, _stop) = listen(&settings(&pki, ClientAuth::Requested)).await;
+        let anonymous = connector(&pki, None);
+        assert_eq!(echo(&anonymous, address, b"hi").await.unwrap(), b"hi");
+    }
+
+    #[tokio::test]
+    async fn a_plaintext_client_on_a_tls_listener_is_closed_at_once() {
+        let pki = Pki::new();
+        let (address, _stop) = listen(&settings(&pki, ClientAuth::None)).await;
+        let mut plain = TcpStream::connect(address).await.unwrap();
+        plain.write_all(&5i32.to_be_bytes()).await.unwrap();
+        plain.write_all(b"hello").await.unwrap();
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), plain.read_to_end(&mut rest)).await;
+        // Closed (perhaps after a TLS alert), never answered in plaintext.
+        assert!(read.is_ok(), "the broker must not wait for more");
+        assert!(!rest.windows(5).any(|w| w == b"hello"));
+    }
+
+    #[test]
+    fn cipher_suites_are_named_as_kafka_names_them() {
+        let pki = Pki::new();
+        let mut only = settings(&pki, ClientAuth::None);
+        only.cipher_suites = vec![
+            "TLS_AES_256_GCM_SHA384".into(),
+            "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA384".into(),
+        ];
+        let provider = provider(&only.cipher_suites).unwrap();
+        let kept: Vec<String> = provider.cipher_suites.iter().map(iana_name).collect();
+        assert_eq!(kept, ["TLS_AES_256_GCM_SHA384"]);
+        only.cipher_suites = vec!["TLS_RSA_WITH_RC4_128_MD5".into()];
+        assert!(server_config(&only).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_request_left_waiting_by_a_tls_client_that_closed_is_never_applied() {
+        use crate::net::tests::requests_dispatched_for_a_client_that_closed;
+        let pki = Pki::new();
+        let tls = Some(server_config(&settings(&pki, ClientAuth::None)).unwrap());
+        let client = connector(&pki, None);
+        let connect = |address| async move {
+            let tcp = TcpStream::connect(address).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            // Its shutdown sends close_notify, then ends the socket.
+            client.connect(name, tcp).await.unwrap()
+        };
+        let dispatched = requests_dispatched_for_a_client_that_closed(tls, connect).await;
+        assert_eq!(dispatched, vec![Bytes::from_static(b"first")]);
+    }
+}

@@ -1,0 +1,171 @@
+"""TLS listeners: every client reaches the broker over SSL with PEM certificates made by openssl, with a client
+certificate where the listener requires one and without one where it does not, and a client that lacks a
+certificate the listener requires, or shows one it does not trust, fails within seconds as it normally reports it,
+while the broker serves everyone else.
+
+One broker for the module (fjord, or Kafka with E2E_BROKER=kafka): its own links on PLAINTEXT, and two SSL
+listeners configured through Kafka's per-listener keys: MTLS (`ssl.client.auth=required`) and TLS (no client
+certificate).
+"""
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
+
+from harness import create_topics, free_port, make_broker, read_properties, round_trip, run_tool, write_properties
+
+CLIENTS = ["java", "confluent", "go", "kafka-python"]
+
+
+def openssl(workdir: Path, *args: str) -> None:
+    subprocess.run(["openssl", *args], cwd=workdir, check=True, capture_output=True, timeout=60)
+
+
+class Pki:
+    """A CA and, signed by it, the broker's certificate (for localhost and 127.0.0.1) and a client's; keys are
+    unencrypted PKCS#8. `<name>.pem` holds a key and its certificate, as a PEM keystore does."""
+
+    def __init__(self, workdir: Path, ca: str = "ca"):
+        self.dir = workdir
+        openssl(workdir, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key", "-out",
+                f"{ca}.pem", "-days", "2", "-subj", f"/CN=fjord e2e {ca}")
+        self.ca_name = ca
+        self.ca = workdir / f"{ca}.pem"
+
+    def issue(self, name: str, subject: str, san: Optional[str] = None) -> str:
+        ext = self.dir / f"{name}.ext"
+        ext.write_text(f"subjectAltName={san}\n" if san else "basicConstraints=CA:FALSE\n")
+        openssl(self.dir, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                "-subj", subject)
+        openssl(self.dir, "x509", "-req", "-in", f"{name}.csr", "-CA", f"{self.ca_name}.pem", "-CAkey",
+                f"{self.ca_name}.key", "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", str(ext))
+        (self.dir / f"{name}.pem").write_text((self.dir / f"{name}.key").read_text()
+                                              + (self.dir / f"{name}.crt").read_text())
+        return name
+
+
+class TlsBroker:
+    def __init__(self, workdir: Path):
+        self.pki = Pki(workdir)
+        self.pki.issue("broker", "/CN=localhost", "DNS:localhost,IP:127.0.0.1")
+        self.pki.issue("client", "/CN=client/OU=e2e")
+        self.broker = make_broker(workdir / "broker")
+        props = read_properties(self.broker.config)
+        self.ports = {"MTLS": free_port(), "TLS": free_port()}
+        added = ",".join(f"{name}://127.0.0.1:{port}" for name, port in self.ports.items())
+        props["listeners"] += "," + added
+        props["advertised.listeners"] += "," + added
+        props["listener.security.protocol.map"] = (props.get("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT")
+                                                   + ",MTLS:SSL,TLS:SSL")
+        props["inter.broker.listener.name"] = "PLAINTEXT"
+        for name in ("mtls", "tls"):
+            props[f"listener.name.{name}.ssl.keystore.type"] = "PEM"
+            props[f"listener.name.{name}.ssl.keystore.location"] = str(workdir / "broker.pem")
+            props[f"listener.name.{name}.ssl.truststore.type"] = "PEM"
+            props[f"listener.name.{name}.ssl.truststore.location"] = str(self.pki.ca)
+        props["listener.name.mtls.ssl.client.auth"] = "required"
+        write_properties(self.broker.config, props)
+        self.broker.start()
+
+    def bootstrap(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    def client_config(self, client: str, workdir: Path, identity: Optional[str] = "client",
+                      extra: Optional[Dict[str, str]] = None) -> Path:
+        """The properties file `client` reaches an SSL listener with, presenting `identity`'s certificate (none when
+        None)."""
+        d = self.pki.dir
+        if client == "java":
+            props = {"security.protocol": "SSL", "ssl.truststore.type": "PEM",
+                     "ssl.truststore.location": str(self.pki.ca)}
+            if identity:
+                props.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(d / f"{identity}.pem")})
+        elif client == "kafka-python":
+            props = {"security_protocol": "SSL", "ssl_cafile": str(self.pki.ca)}
+            if identity:
+                props.update({"ssl_certfile": str(d / f"{identity}.crt"), "ssl_keyfile": str(d / f"{identity}.key")})
+        else:
+            props = {"security.protocol": "SSL", "ssl.ca.location": str(self.pki.ca)}
+            if identity:
+                props.update({"ssl.certificate.location": str(d / f"{identity}.crt"),
+                              "ssl.key.location": str(d / f"{identity}.key")})
+        props.update(extra or {})
+        path = workdir / f"{client}-{identity}.properties"
+        write_properties(path, props)
+        return path
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory):
+    t = TlsBroker(tmp_path_factory.mktemp("tls"))
+    yield t
+    if t.broker.running():
+        t.broker.stop()
+
+
+@pytest.mark.parametrize("listener", ["MTLS", "TLS"])
+@pytest.mark.parametrize("client", CLIENTS)
+def test_round_trip_over_tls(tls: TlsBroker, client: str, listener: str, tmp_path: Path):
+    """Produce with acks=all and consume back over SSL: with a client certificate on MTLS, without one on TLS."""
+    topic = f"tls-{client}-{listener}".lower()
+    create_topics(tls.broker.bootstrap, [topic], partitions=2, replication_factor=1)
+    identity = "client" if listener == "MTLS" else None
+    config = tls.client_config(client, tmp_path, identity)
+    round_trip(client, tls.bootstrap(listener), topic, 2, 300, "lz4", tmp_path, client_config=config)
+
+
+def refused_quickly(attempt) -> Exception:
+    """Runs `attempt`, which must fail; what it failed with. Within seconds: a client is not left hanging."""
+    started = time.monotonic()
+    with pytest.raises(Exception) as failure:
+        attempt()
+    assert time.monotonic() - started < 30, "refused, but not within seconds"
+    return failure.value
+
+
+@pytest.mark.parametrize("identity", [None, "stranger"])
+def test_a_client_without_a_trusted_certificate_is_refused_where_one_is_required(tls: TlsBroker, identity: str,
+                                                                                  tmp_path: Path):
+    """librdkafka, kafka-python and Java fail to connect to MTLS with no certificate or one from another CA."""
+    if identity == "stranger":
+        other = Pki(tls.pki.dir, ca="other-ca")
+        other.issue("stranger", "/CN=stranger")
+    bootstrap = tls.bootstrap("MTLS")
+
+    def confluent():
+        conf = {"bootstrap.servers": bootstrap, "message.timeout.ms": 5000, "socket.timeout.ms": 5000,
+                **read_properties(tls.client_config("confluent", tmp_path, identity))}
+        producer = Producer(conf)
+        failed = []
+        producer.produce("tls-refused", b"v", on_delivery=lambda err, msg: failed.append(err))
+        producer.flush(20)
+        if failed and failed[0] is not None:
+            raise KafkaException(failed[0])
+
+    def kafka_python():
+        conf = read_properties(tls.client_config("kafka-python", tmp_path, identity))
+        producer = KafkaProducer(bootstrap_servers=bootstrap, bootstrap_timeout_ms=5000, max_block_ms=5000, **conf)
+        try:
+            producer.send("tls-refused", b"v").get(timeout=10)
+        finally:
+            producer.close(timeout=1)
+
+    def java():
+        extra = {"default.api.timeout.ms": "5000", "request.timeout.ms": "3000"}
+        run_tool("java", "create-topic", bootstrap=bootstrap, topic="tls-refused", partitions=1,
+                 client_config=tls.client_config("java", tmp_path, identity, extra), wall_s=60)
+
+    refused_quickly(confluent)
+    assert isinstance(refused_quickly(kafka_python), KafkaError)
+    refused_quickly(java)
+    # Everyone else is still served.
+    admin = AdminClient({"bootstrap.servers": bootstrap,
+                         **read_properties(tls.client_config("confluent", tmp_path, "client"))})
+    assert admin.list_topics(timeout=10).topics is not None
