@@ -96,6 +96,9 @@ def test_franz_go_groups_under_chaos(chaos: ChaosCluster, tmp_path: Path):
         if proc.returncode != 0 or absent:
             doubles = [line.strip() for line in text.splitlines() if "saw double offset" in line][:3]
             failed.append((run, proc.returncode, absent, doubles, str(out)))
+        # Progress for the long mode (shown with -s): a stopped run still tells how far it got.
+        print(f"franz-go chaos run {run}/{CHAOS_RUNS}: {'FAILED' if failed and failed[-1][0] == run else 'passed'}"
+              f" ({len(failed)} failed so far, {time.monotonic() - started:.0f}s)", flush=True)
     elapsed = time.monotonic() - started
     print(f"franz-go chaos on {NODES} node(s): {CHAOS_RUNS - len(failed)}/{CHAOS_RUNS} runs passed in {elapsed:.0f}s")
     assert not failed, f"failed runs (run, exit code, subtests not passed, doubles, output): {failed}"

@@ -4,8 +4,10 @@ certificate the listener requires, or shows one it does not trust, fails within 
 while the broker serves everyone else.
 
 One broker for the module (fjord, or Kafka with E2E_BROKER=kafka): its own links on PLAINTEXT, and two SSL
-listeners configured through Kafka's per-listener keys: MTLS (`ssl.client.auth=required`) and TLS (no client
-certificate).
+listeners configured through Kafka's per-listener keys: MTLS (`ssl.client.auth=required`, its keystore and truststore
+PKCS12, made by `openssl pkcs12` and `keytool`) and TLS (no client certificate, its key PEM encrypted with
+`ssl.key.password`). Kafka reads such a key (PKCS#8, PBES2) on JDK 21 and later: run the Kafka mode with JAVA_HOME
+set to one (JDK 17 refuses the key at start).
 """
 
 import subprocess
@@ -65,12 +67,31 @@ class TlsBroker:
         props["listener.security.protocol.map"] = (props.get("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT")
                                                    + ",MTLS:SSL,TLS:SSL")
         props["inter.broker.listener.name"] = "PLAINTEXT"
-        for name in ("mtls", "tls"):
-            props[f"listener.name.{name}.ssl.keystore.type"] = "PEM"
-            props[f"listener.name.{name}.ssl.keystore.location"] = str(workdir / "broker.pem")
-            props[f"listener.name.{name}.ssl.truststore.type"] = "PEM"
-            props[f"listener.name.{name}.ssl.truststore.location"] = str(self.pki.ca)
-        props["listener.name.mtls.ssl.client.auth"] = "required"
+        # MTLS: PKCS12 stores.
+        openssl(workdir, "pkcs12", "-export", "-inkey", "broker.key", "-in", "broker.crt", "-out", "broker.p12",
+                "-passout", "pass:store-pw")
+        subprocess.run(["keytool", "-importcert", "-noprompt", "-alias", "ca", "-file", str(self.pki.ca),
+                        "-keystore", str(workdir / "trust.p12"), "-storetype", "PKCS12", "-storepass", "trust-pw"],
+                       check=True, capture_output=True, timeout=60)
+        props.update({
+            "listener.name.mtls.ssl.keystore.type": "PKCS12",
+            "listener.name.mtls.ssl.keystore.location": str(workdir / "broker.p12"),
+            "listener.name.mtls.ssl.keystore.password": "store-pw",
+            "listener.name.mtls.ssl.truststore.type": "PKCS12",
+            "listener.name.mtls.ssl.truststore.location": str(workdir / "trust.p12"),
+            "listener.name.mtls.ssl.truststore.password": "trust-pw",
+            "listener.name.mtls.ssl.client.auth": "required",
+        })
+        # TLS: the key PEM, encrypted (PKCS#8, AES-256).
+        openssl(workdir, "pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", "broker.key", "-out", "broker-enc.key",
+                "-passout", "pass:key-pw")
+        (workdir / "broker-enc.pem").write_text((workdir / "broker-enc.key").read_text()
+                                                + (workdir / "broker.crt").read_text())
+        props.update({
+            "listener.name.tls.ssl.keystore.type": "PEM",
+            "listener.name.tls.ssl.keystore.location": str(workdir / "broker-enc.pem"),
+            "listener.name.tls.ssl.key.password": "key-pw",
+        })
         write_properties(self.broker.config, props)
         self.broker.start()
 

@@ -2318,7 +2318,13 @@ pub mod tests {
         assert!(warnings.unknown_keys.is_empty(), "{warnings:?}");
         assert!(config.listener_tls("PLAINTEXT").is_none());
         let tls = config.listener_tls("SSL").expect("TLS settings");
-        assert_eq!(tls.keystore, KeyStore::PemFile("/broker.pem".into()));
+        assert_eq!(
+            tls.keystore,
+            KeyStore::PemFile {
+                path: "/broker.pem".into(),
+                key_password: None
+            }
+        );
         assert_eq!(tls.client_auth, ClientAuth::Requested);
         // A per-listener key is checked like the key itself.
         pairs.push(("listener.name.ssl.ssl.client.auth", "sometimes"));

@@ -8,20 +8,31 @@ use std::path::PathBuf;
 
 use crate::{broker_default, invalid, split_list, ConfigError};
 
-/// Where a listener's private key and certificate chain come from (`ssl.keystore.type` PEM).
+/// Where a listener's private key and certificate chain come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyStore {
-    /// `ssl.keystore.location`: one PEM file holding the key and the chain.
-    PemFile(PathBuf),
+    /// `ssl.keystore.type` PEM, `ssl.keystore.location`: one file holding the key and the chain;
+    /// the key (PKCS#8) encrypted with `key_password` (`ssl.key.password`) when that is set.
+    PemFile {
+        path: PathBuf,
+        key_password: Option<String>,
+    },
     /// `ssl.keystore.key` and `ssl.keystore.certificate.chain`: the PEM text itself.
-    PemInline { key: String, chain: String },
+    PemInline {
+        key: String,
+        chain: String,
+        key_password: Option<String>,
+    },
+    /// `ssl.keystore.type` PKCS12: the store at `ssl.keystore.location`, opened with
+    /// `ssl.keystore.password`.
+    Pkcs12 { path: PathBuf, password: String },
 }
 
 impl KeyStore {
     /// Where the key and where the chain come from, named by the keys that set them (for errors).
     pub fn origins(&self) -> (String, String) {
         match self {
-            KeyStore::PemFile(path) => {
+            KeyStore::PemFile { path, .. } | KeyStore::Pkcs12 { path, .. } => {
                 let file = format!("ssl.keystore.location {}", path.display());
                 (file.clone(), file)
             }
@@ -33,20 +44,28 @@ impl KeyStore {
     }
 }
 
-/// The certificates a listener trusts client certificates to (`ssl.truststore.type` PEM).
+/// The certificates a listener trusts client certificates to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TrustStore {
-    /// `ssl.truststore.location`: a PEM file of certificates.
+    /// `ssl.truststore.type` PEM, `ssl.truststore.location`: a file of certificates.
     PemFile(PathBuf),
     /// `ssl.truststore.certificates`: the PEM text itself.
     PemInline(String),
+    /// `ssl.truststore.type` PKCS12: its certificate entries, the store opened with
+    /// `ssl.truststore.password` (none: empty).
+    Pkcs12 {
+        path: PathBuf,
+        password: Option<String>,
+    },
 }
 
 impl TrustStore {
     /// Where the certificates come from, named by the key that sets them (for errors).
     pub fn origin(&self) -> String {
         match self {
-            TrustStore::PemFile(path) => format!("ssl.truststore.location {}", path.display()),
+            TrustStore::PemFile(path) | TrustStore::Pkcs12 { path, .. } => {
+                format!("ssl.truststore.location {}", path.display())
+            }
             TrustStore::PemInline(_) => "ssl.truststore.certificates".to_string(),
         }
     }
@@ -112,15 +131,6 @@ pub(crate) fn listener_tls(
 ) -> Result<TlsSettings, ConfigError> {
     let get = |key: &'static str| listener_value(props, listener, key);
     let keystore = keystore(listener, &get)?;
-    let (password_key, key_password) = get("ssl.key.password");
-    if key_password.is_some() {
-        return Err(invalid(
-            &password_key,
-            "[hidden]",
-            "encrypted private keys are not read by fjord yet; decrypt the key with \
-             `openssl pkcs8 -topk8 -nocrypt -in <key> -out <key.pem>` and unset it",
-        ));
-    }
     let truststore = truststore(&get)?;
     let (auth_key, auth) = get("ssl.client.auth");
     let client_auth = match auth.as_deref().map(str::trim) {
@@ -183,20 +193,31 @@ pub(crate) fn listener_tls(
     })
 }
 
-/// What `ssl.keystore.type` says fjord cannot read, and what to do instead.
-fn unreadable_store(kind: &str) -> Option<&'static str> {
-    match kind {
-        "PEM" => None,
-        "JKS" => Some(
-            "JKS keystores are not read by fjord; convert one with `keytool -importkeystore \
-             -srckeystore <jks> -destkeystore store.p12 -deststoretype PKCS12` and then \
-             `openssl pkcs12 -in store.p12 -nodes -out store.pem`, and set the type to PEM",
-        ),
-        "PKCS12" => Some(
-            "PKCS12 stores are not read by fjord yet; convert one with `openssl pkcs12 -in \
-             <store.p12> -nodes -out store.pem` and set the type to PEM",
-        ),
-        _ => Some("the store types are PEM, PKCS12 and JKS; fjord reads PEM"),
+/// A store type, as `ssl.keystore.type` / `ssl.truststore.type` name it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StoreType {
+    Pem,
+    Pkcs12,
+}
+
+/// The store type `kind` names (any case), or why fjord cannot read it and what to do instead.
+fn store_type(type_key: &str, kind: Option<String>) -> Result<StoreType, ConfigError> {
+    let kind = kind.unwrap_or_default().trim().to_ascii_uppercase();
+    match kind.as_str() {
+        "PEM" => Ok(StoreType::Pem),
+        "PKCS12" => Ok(StoreType::Pkcs12),
+        "JKS" => Err(invalid(
+            type_key,
+            &kind,
+            "JKS stores are not read by fjord; convert one with `keytool -importkeystore \
+             -srckeystore <store.jks> -destkeystore store.p12 -deststoretype PKCS12` and set the \
+             type to PKCS12",
+        )),
+        _ => Err(invalid(
+            type_key,
+            &kind,
+            "the store types are PEM, PKCS12 and JKS; fjord reads PEM and PKCS12",
+        )),
     }
 }
 
@@ -207,11 +228,16 @@ fn keystore(
     let (_, location) = get("ssl.keystore.location");
     let (key_key, key) = get("ssl.keystore.key");
     let (chain_key, chain) = get("ssl.keystore.certificate.chain");
+    let (password_key, password) = get("ssl.keystore.password");
+    let (_, key_password) = get("ssl.key.password");
     let (type_key, kind) = get("ssl.keystore.type");
-    let kind = kind.unwrap_or_default().trim().to_ascii_uppercase();
     // Kafka takes inline PEM text whatever the type's default; a location needs the type.
     match (location, key, chain) {
-        (None, Some(key), Some(chain)) => Ok(KeyStore::PemInline { key, chain }),
+        (None, Some(key), Some(chain)) => Ok(KeyStore::PemInline {
+            key,
+            chain,
+            key_password,
+        }),
         (None, Some(_), None) => Err(invalid(
             &chain_key,
             "",
@@ -222,9 +248,27 @@ fn keystore(
             "",
             format!("{chain_key} is set without the private key"),
         )),
-        (Some(location), None, None) => match unreadable_store(&kind) {
-            None => Ok(KeyStore::PemFile(PathBuf::from(location))),
-            Some(why) => Err(invalid(&type_key, &kind, why)),
+        (Some(location), None, None) => match (store_type(&type_key, kind)?, password) {
+            // As Kafka: a PEM store has no password of its own, only its key may.
+            (StoreType::Pem, Some(_)) => Err(invalid(
+                &password_key,
+                "[hidden]",
+                "a PEM keystore takes no store password; an encrypted key's goes in \
+                 ssl.key.password",
+            )),
+            (StoreType::Pem, None) => Ok(KeyStore::PemFile {
+                path: PathBuf::from(location),
+                key_password,
+            }),
+            (StoreType::Pkcs12, None) => Err(invalid(
+                &password_key,
+                "",
+                "a PKCS12 keystore needs its password",
+            )),
+            (StoreType::Pkcs12, Some(password)) => Ok(KeyStore::Pkcs12 {
+                path: PathBuf::from(location),
+                password,
+            }),
         },
         (Some(_), _, _) => Err(invalid(
             &key_key,
@@ -235,7 +279,7 @@ fn keystore(
             "listeners",
             listener,
             format!(
-                "SSL listener {listener} has no keystore: set ssl.keystore.type=PEM and \
+                "SSL listener {listener} has no keystore: set ssl.keystore.type (PEM or PKCS12) and \
                  ssl.keystore.location, or ssl.keystore.key and ssl.keystore.certificate.chain \
                  (for this listener alone: listener.name.{}.ssl.*)",
                 listener.to_ascii_lowercase()
@@ -249,15 +293,18 @@ fn truststore(
 ) -> Result<Option<TrustStore>, ConfigError> {
     let (location_key, location) = get("ssl.truststore.location");
     let (_, certificates) = get("ssl.truststore.certificates");
+    let (_, password) = get("ssl.truststore.password");
     let (type_key, kind) = get("ssl.truststore.type");
-    let kind = kind.unwrap_or_default().trim().to_ascii_uppercase();
     match (location, certificates) {
         (None, None) => Ok(None),
         (None, Some(certificates)) => Ok(Some(TrustStore::PemInline(certificates))),
-        (Some(location), None) => match unreadable_store(&kind) {
-            None => Ok(Some(TrustStore::PemFile(PathBuf::from(location)))),
-            Some(why) => Err(invalid(&type_key, &kind, why)),
-        },
+        (Some(location), None) => Ok(Some(match store_type(&type_key, kind)? {
+            StoreType::Pem => TrustStore::PemFile(PathBuf::from(location)),
+            StoreType::Pkcs12 => TrustStore::Pkcs12 {
+                path: PathBuf::from(location),
+                password,
+            },
+        })),
         (Some(location), Some(_)) => Err(invalid(
             &location_key,
             &location,
@@ -282,7 +329,11 @@ mod tests {
             ("ssl.truststore.location", "/ca.pem"),
         ]);
         let secure = listener_tls(&p, "SECURE").unwrap();
-        assert_eq!(secure.keystore, KeyStore::PemFile("/secure.pem".into()));
+        let pem_file = |path: &str| KeyStore::PemFile {
+            path: path.into(),
+            key_password: None,
+        };
+        assert_eq!(secure.keystore, pem_file("/secure.pem"));
         assert_eq!(secure.client_auth, ClientAuth::Required);
         assert_eq!(
             secure.truststore,
@@ -290,7 +341,7 @@ mod tests {
         );
         assert_eq!(secure.protocols, [TlsVersion::Tls12, TlsVersion::Tls13]);
         let other = listener_tls(&p, "OTHER").unwrap();
-        assert_eq!(other.keystore, KeyStore::PemFile("/all.pem".into()));
+        assert_eq!(other.keystore, pem_file("/all.pem"));
         assert_eq!(other.client_auth, ClientAuth::None);
     }
 
@@ -299,6 +350,7 @@ mod tests {
         let p = props(&[
             ("ssl.keystore.key", "KEY"),
             ("ssl.keystore.certificate.chain", "CHAIN"),
+            ("ssl.key.password", "secret"),
             ("ssl.truststore.certificates", "CA"),
             ("ssl.enabled.protocols", "TLSv1.3"),
         ]);
@@ -307,11 +359,38 @@ mod tests {
             tls.keystore,
             KeyStore::PemInline {
                 key: "KEY".into(),
-                chain: "CHAIN".into()
+                chain: "CHAIN".into(),
+                key_password: Some("secret".into()),
             }
         );
         assert_eq!(tls.truststore, Some(TrustStore::PemInline("CA".into())));
         assert_eq!(tls.protocols, [TlsVersion::Tls13]);
+    }
+
+    #[test]
+    fn pkcs12_stores_are_opened_with_their_passwords() {
+        let p = props(&[
+            ("ssl.keystore.type", "pkcs12"),
+            ("ssl.keystore.location", "/k.p12"),
+            ("ssl.keystore.password", "store"),
+            ("ssl.truststore.type", "PKCS12"),
+            ("ssl.truststore.location", "/t.p12"),
+        ]);
+        let tls = listener_tls(&p, "SSL").unwrap();
+        assert_eq!(
+            tls.keystore,
+            KeyStore::Pkcs12 {
+                path: "/k.p12".into(),
+                password: "store".into()
+            }
+        );
+        assert_eq!(
+            tls.truststore,
+            Some(TrustStore::Pkcs12 {
+                path: "/t.p12".into(),
+                password: None
+            })
+        );
     }
 
     #[test]
@@ -331,19 +410,19 @@ mod tests {
                 ("ssl.keystore.type", "PKCS12"),
                 ("ssl.keystore.location", "/k.p12"),
             ],
-            "openssl pkcs12",
+            "needs its password",
+        );
+        refused(
+            &[
+                ("ssl.keystore.type", "PEM"),
+                ("ssl.keystore.location", "/k.pem"),
+                ("ssl.keystore.password", "store"),
+            ],
+            "takes no store password",
         );
         refused(
             &[("ssl.keystore.key", "KEY")],
             "without the certificate chain",
-        );
-        refused(
-            &[
-                ("ssl.keystore.key", "KEY"),
-                ("ssl.keystore.certificate.chain", "CHAIN"),
-                ("ssl.key.password", "secret"),
-            ],
-            "openssl pkcs8",
         );
         let pem = [
             ("ssl.keystore.type", "PEM"),

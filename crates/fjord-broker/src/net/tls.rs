@@ -102,21 +102,71 @@ fn key_and_chain(
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsSetupError> {
     let (key_origin, chain_origin) = settings.keystore.origins();
     let (chain, key) = match &settings.keystore {
-        KeyStore::PemFile(path) => {
-            let pem = std::fs::read(path).map_err(|e| fail(format!("{key_origin}: {e}")))?;
+        KeyStore::PemFile { path, key_password } => {
+            let pem = read(path, &key_origin)?;
             (
                 certificates(&pem, &chain_origin)?,
-                private_key(&pem, &key_origin)?,
+                private_key(&pem, key_password.as_deref(), &key_origin)?,
             )
         }
-        KeyStore::PemInline { key, chain } => (
+        KeyStore::PemInline {
+            key,
+            chain,
+            key_password,
+        } => (
             certificates(chain.as_bytes(), &chain_origin)?,
-            private_key(key.as_bytes(), &key_origin)?,
+            private_key(key.as_bytes(), key_password.as_deref(), &key_origin)?,
         ),
+        KeyStore::Pkcs12 { path, password } => pkcs12_key_and_chain(path, password, &key_origin)?,
     };
     if chain.is_empty() {
-        return Err(fail("keystore: no certificate found"));
+        return Err(fail(format!("{chain_origin}: no certificate found")));
     }
+    Ok((chain, key))
+}
+
+fn read(path: &std::path::Path, origin: &str) -> Result<Vec<u8>, TlsSetupError> {
+    std::fs::read(path).map_err(|e| fail(format!("{origin}: {e}")))
+}
+
+/// The PKCS12 store at `path`. Strict for a keystore (a key and its chain); relaxed for a
+/// truststore, whose certificates may come without Java's trusted-certificate mark (an
+/// `openssl pkcs12 -nokeys` store).
+fn pkcs12(
+    path: &std::path::Path,
+    password: &str,
+    policy: p12_keystore::Pkcs12ImportPolicy,
+    origin: &str,
+) -> Result<p12_keystore::KeyStore, TlsSetupError> {
+    let der = read(path, origin)?;
+    p12_keystore::KeyStore::from_pkcs12(&der, password, policy).map_err(|e| {
+        fail(format!(
+            "{origin}: not a PKCS12 store this password opens: {e}"
+        ))
+    })
+}
+
+/// The store's private key entry: its key (PKCS#8) and certificate chain.
+fn pkcs12_key_and_chain(
+    path: &std::path::Path,
+    password: &str,
+    origin: &str,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsSetupError> {
+    let store = pkcs12(
+        path,
+        password,
+        p12_keystore::Pkcs12ImportPolicy::Strict,
+        origin,
+    )?;
+    let (_, entry) = store
+        .private_key_chain()
+        .ok_or_else(|| fail(format!("{origin}: no private key entry")))?;
+    let chain = entry
+        .certs()
+        .iter()
+        .map(|c| CertificateDer::from(c.as_der().to_vec()))
+        .collect();
+    let key = PrivateKeyDer::Pkcs8(entry.key().as_der().to_vec().into());
     Ok((chain, key))
 }
 
@@ -126,34 +176,76 @@ fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, 
         .map_err(|e| fail(format!("{what}: unreadable certificate: {e}")))
 }
 
-fn private_key(pem: &[u8], what: &str) -> Result<PrivateKeyDer<'static>, TlsSetupError> {
-    if String::from_utf8_lossy(pem).contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") {
-        return Err(fail(format!(
-            "{what}: the private key is encrypted, which fjord does not read yet; decrypt it \
-             with `openssl pkcs8 -topk8 -nocrypt`"
-        )));
+const ENCRYPTED_BEGIN: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
+const ENCRYPTED_END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
+
+/// The private key in `pem`: an encrypted PKCS#8 one decrypted with `password` (Kafka reads
+/// only that kind encrypted), else an unencrypted PKCS#8, PKCS#1 or SEC1 one.
+fn private_key(
+    pem: &[u8],
+    password: Option<&str>,
+    what: &str,
+) -> Result<PrivateKeyDer<'static>, TlsSetupError> {
+    let text = String::from_utf8_lossy(pem);
+    let encrypted = text.find(ENCRYPTED_BEGIN).and_then(|start| {
+        let end = text[start..].find(ENCRYPTED_END)? + start + ENCRYPTED_END.len();
+        Some(&text[start..end])
+    });
+    match (encrypted, password) {
+        (Some(block), Some(password)) => decrypt(block, password, what),
+        (Some(_), None) => Err(fail(format!(
+            "{what}: the private key is encrypted; ssl.key.password must give its password"
+        ))),
+        (None, _) => PrivateKeyDer::from_pem_slice(pem)
+            .map_err(|e| fail(format!("{what}: no readable private key: {e}"))),
     }
-    PrivateKeyDer::from_pem_slice(pem)
-        .map_err(|e| fail(format!("{what}: no readable private key: {e}")))
+}
+
+fn decrypt(
+    block: &str,
+    password: &str,
+    what: &str,
+) -> Result<PrivateKeyDer<'static>, TlsSetupError> {
+    let (_, der) = pkcs8::der::pem::decode_vec(block.as_bytes())
+        .map_err(|e| fail(format!("{what}: unreadable encrypted key: {e}")))?;
+    let info = pkcs8::EncryptedPrivateKeyInfoRef::try_from(der.as_slice())
+        .map_err(|e| fail(format!("{what}: unreadable encrypted key: {e}")))?;
+    let key = info.decrypt(password).map_err(|e| {
+        fail(format!(
+            "{what}: cannot decrypt the private key with ssl.key.password: {e}"
+        ))
+    })?;
+    Ok(PrivateKeyDer::Pkcs8(key.as_bytes().to_vec().into()))
 }
 
 fn roots(trusted: &TrustStore) -> Result<RootCertStore, TlsSetupError> {
     let origin = trusted.origin();
     let certs = match trusted {
-        TrustStore::PemFile(path) => {
-            let pem = std::fs::read(path).map_err(|e| fail(format!("{origin}: {e}")))?;
-            certificates(&pem, &origin)?
-        }
+        TrustStore::PemFile(path) => certificates(&read(path, &origin)?, &origin)?,
         TrustStore::PemInline(pem) => certificates(pem.as_bytes(), &origin)?,
+        TrustStore::Pkcs12 { path, password } => {
+            let password = password.as_deref().unwrap_or_default();
+            let relaxed = p12_keystore::Pkcs12ImportPolicy::Relaxed;
+            let store = pkcs12(path, password, relaxed, &origin)?;
+            store
+                .entries()
+                .flat_map(|(_, entry)| match entry {
+                    p12_keystore::KeyStoreEntry::Certificate(cert) => vec![cert.clone()],
+                    p12_keystore::KeyStoreEntry::PrivateKeyChain(chain) => chain.certs().to_vec(),
+                    p12_keystore::KeyStoreEntry::Secret(_) => Vec::new(),
+                })
+                .map(|c| CertificateDer::from(c.as_der().to_vec()))
+                .collect()
+        }
     };
     let mut roots = RootCertStore::empty();
     for cert in certs {
         roots
             .add(cert)
-            .map_err(|e| fail(format!("truststore: {e}")))?;
+            .map_err(|e| fail(format!("{origin}: {e}")))?;
     }
     if roots.is_empty() {
-        return Err(fail("truststore: no certificate found"));
+        return Err(fail(format!("{origin}: no certificate found")));
     }
     Ok(roots)
 }
@@ -210,7 +302,11 @@ mod tests {
     fn settings(pki: &Pki, client_auth: ClientAuth) -> TlsSettings {
         let (chain, key) = pki.issue("localhost");
         TlsSettings {
-            keystore: KeyStore::PemInline { key, chain },
+            keystore: KeyStore::PemInline {
+                key,
+                chain,
+                key_password: None,
+            },
             truststore: Some(TrustStore::PemInline(pki.ca.pem())),
             client_auth,
             protocols: vec![TlsVersion::Tls12, TlsVersion::Tls13],
@@ -246,7 +342,7 @@ mod tests {
             Some((chain, key)) => builder
                 .with_client_auth_cert(
                     certificates(chain.as_bytes(), "chain").unwrap(),
-                    private_key(key.as_bytes(), "key").unwrap(),
+                    private_key(key.as_bytes(), None, "key").unwrap(),
                 )
                 .unwrap(),
         };
@@ -336,5 +432,83 @@ mod tests {
         };
         let dispatched = requests_dispatched_for_a_client_that_closed(tls, connect).await;
         assert_eq!(dispatched, vec![Bytes::from_static(b"first")]);
+    }
+
+    #[test]
+    fn an_encrypted_pkcs8_key_is_read_with_its_password() {
+        use pkcs8::der::Decode;
+        let pki = Pki::new();
+        let (chain, key) = pki.issue("localhost");
+        let der = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let info = pkcs8::PrivateKeyInfoRef::from_der(der.secret_der()).unwrap();
+        let params = pkcs8::pkcs5::pbes2::Parameters::generate_pbkdf2_sha256_aes256cbc(
+            2048, &[7; 16], [9; 16],
+        )
+        .unwrap();
+        let encrypted = info.encrypt_with_params(params, "secret").unwrap();
+        let pem = pkcs8::der::pem::encode_string(
+            "ENCRYPTED PRIVATE KEY",
+            pkcs8::LineEnding::LF,
+            encrypted.as_bytes(),
+        )
+        .unwrap();
+        let decrypted = private_key(pem.as_bytes(), Some("secret"), "key").unwrap();
+        assert_eq!(decrypted.secret_der(), der.secret_der());
+        let error = private_key(pem.as_bytes(), Some("wrong"), "key").unwrap_err();
+        assert!(error.to_string().contains("cannot decrypt"), "{error}");
+        let error = private_key(pem.as_bytes(), None, "key").unwrap_err();
+        assert!(error.to_string().contains("ssl.key.password"), "{error}");
+        // A keystore whose key needs it serves TLS.
+        let mut with_password = settings(&pki, ClientAuth::None);
+        with_password.keystore = KeyStore::PemInline {
+            key: pem,
+            chain,
+            key_password: Some("secret".into()),
+        };
+        assert!(server_config(&with_password).is_ok());
+    }
+
+    #[test]
+    fn a_pkcs12_keystore_and_truststore_serve_tls() {
+        let pki = Pki::new();
+        let (chain, key) = pki.issue("localhost");
+        let dir = tempfile::tempdir().unwrap();
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let certs = certificates(chain.as_bytes(), "chain").unwrap();
+        let mut store = p12_keystore::KeyStore::new();
+        let entry = p12_keystore::PrivateKeyChain::new(
+            b"1".to_vec(),
+            p12_keystore::PrivateKey::from_der(key.secret_der()).unwrap(),
+            certs
+                .iter()
+                .map(|c| p12_keystore::Certificate::from_der(c).unwrap()),
+        );
+        store.add_entry(
+            "broker",
+            p12_keystore::KeyStoreEntry::PrivateKeyChain(entry),
+        );
+        let keystore = dir.path().join("broker.p12");
+        std::fs::write(&keystore, store.writer("store-pw").write().unwrap()).unwrap();
+        let mut trusted = p12_keystore::KeyStore::new();
+        let ca = p12_keystore::Certificate::from_der(pki.ca.der()).unwrap();
+        trusted.add_entry("ca", p12_keystore::KeyStoreEntry::Certificate(ca));
+        let truststore = dir.path().join("trust.p12");
+        std::fs::write(&truststore, trusted.writer("trust-pw").write().unwrap()).unwrap();
+        let mut settings = settings(&pki, ClientAuth::Required);
+        settings.keystore = KeyStore::Pkcs12 {
+            path: keystore.clone(),
+            password: "store-pw".into(),
+        };
+        settings.truststore = Some(TrustStore::Pkcs12 {
+            path: truststore,
+            password: Some("trust-pw".into()),
+        });
+        assert!(server_config(&settings).is_ok());
+        settings.keystore = KeyStore::Pkcs12 {
+            path: keystore,
+            password: "wrong".into(),
+        };
+        let error = server_config(&settings).unwrap_err().to_string();
+        assert!(error.contains("password"), "{error}");
     }
 }
