@@ -587,6 +587,74 @@ impl Listener {
     }
 }
 
+/// The consumer group protocol's timeouts against their bounds, as Kafka's group coordinator
+/// checks them at start: each bound pair ordered, the default heartbeat interval and session
+/// timeout within their bounds, and the interval below the timeout.
+fn check_consumer_group_bounds(s: &BrokerSettings) -> Result<(), ConfigError> {
+    const SESSION: &str = "group.consumer.session.timeout.ms";
+    const MIN_SESSION: &str = "group.consumer.min.session.timeout.ms";
+    const MAX_SESSION: &str = "group.consumer.max.session.timeout.ms";
+    const HEARTBEAT: &str = "group.consumer.heartbeat.interval.ms";
+    const MIN_HEARTBEAT: &str = "group.consumer.min.heartbeat.interval.ms";
+    const MAX_HEARTBEAT: &str = "group.consumer.max.heartbeat.interval.ms";
+    let (heartbeat, session) = (
+        s.group_consumer_heartbeat_interval_ms,
+        s.group_consumer_session_timeout_ms,
+    );
+    // (key, its value, holds, what it must be)
+    let rules = [
+        (
+            MAX_HEARTBEAT,
+            s.group_consumer_max_heartbeat_interval_ms,
+            s.group_consumer_max_heartbeat_interval_ms
+                >= s.group_consumer_min_heartbeat_interval_ms,
+            format!("at least {MIN_HEARTBEAT}"),
+        ),
+        (
+            HEARTBEAT,
+            heartbeat,
+            heartbeat >= s.group_consumer_min_heartbeat_interval_ms,
+            format!("at least {MIN_HEARTBEAT}"),
+        ),
+        (
+            HEARTBEAT,
+            heartbeat,
+            heartbeat <= s.group_consumer_max_heartbeat_interval_ms,
+            format!("at most {MAX_HEARTBEAT}"),
+        ),
+        (
+            MAX_SESSION,
+            s.group_consumer_max_session_timeout_ms,
+            s.group_consumer_max_session_timeout_ms >= s.group_consumer_min_session_timeout_ms,
+            format!("at least {MIN_SESSION}"),
+        ),
+        (
+            SESSION,
+            session,
+            session >= s.group_consumer_min_session_timeout_ms,
+            format!("at least {MIN_SESSION}"),
+        ),
+        (
+            SESSION,
+            session,
+            session <= s.group_consumer_max_session_timeout_ms,
+            format!("at most {MAX_SESSION}"),
+        ),
+        (
+            HEARTBEAT,
+            heartbeat,
+            heartbeat < session,
+            format!("below {SESSION}"),
+        ),
+    ];
+    match rules.into_iter().find(|(_, _, holds, _)| !holds) {
+        Some((key, value, _, bound)) => {
+            Err(invalid(key, &value.to_string(), format!("must be {bound}")))
+        }
+        None => Ok(()),
+    }
+}
+
 /// The key a per-listener override (`listener.name.<listener>.<key>`) sets, if `key` is one
 /// fjord reads per listener.
 fn listener_override_of(key: &str) -> Option<&str> {
@@ -1781,6 +1849,7 @@ impl BrokerConfig {
         let cleaner = settings.cleaner_config()?;
         let cluster = ClusterConfig::from_properties(node_id, &listeners, &settings, &get)?;
         let listener_tls = secure_listeners(props, &listeners, &cluster)?;
+        check_consumer_group_bounds(&settings)?;
         let config = BrokerConfig {
             node_id,
             listeners,
@@ -2295,6 +2364,40 @@ pub mod tests {
             let name = if map.is_some() { "CLIENT" } else { protocol };
             assert!(err.reason.contains(&format!("listener {name} ")), "{err}");
         }
+    }
+
+    #[test]
+    fn consumer_group_timeouts_must_fit_their_bounds() {
+        let refused = |pairs: &[(&str, &str)], key: &str| {
+            let err = BrokerConfig::from_properties(&props(pairs)).unwrap_err();
+            assert_eq!(err.key, key, "{err}");
+        };
+        // Kafka refuses a heartbeat interval below its minimum at start.
+        refused(
+            &[("group.consumer.heartbeat.interval.ms", "2000")],
+            "group.consumer.heartbeat.interval.ms",
+        );
+        refused(
+            &[("group.consumer.min.heartbeat.interval.ms", "20000")],
+            "group.consumer.max.heartbeat.interval.ms",
+        );
+        refused(
+            &[("group.consumer.session.timeout.ms", "90000")],
+            "group.consumer.session.timeout.ms",
+        );
+        refused(
+            &[
+                ("group.consumer.heartbeat.interval.ms", "9000"),
+                ("group.consumer.session.timeout.ms", "9000"),
+                ("group.consumer.min.session.timeout.ms", "9000"),
+            ],
+            "group.consumer.heartbeat.interval.ms",
+        );
+        let ok = [
+            ("group.consumer.heartbeat.interval.ms", "2000"),
+            ("group.consumer.min.heartbeat.interval.ms", "1000"),
+        ];
+        assert!(BrokerConfig::from_properties(&props(&ok)).is_ok());
     }
 
     #[test]
