@@ -46,6 +46,7 @@ impl Broker {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMetadata {
     pub name: String,
+    pub topic_id: Uuid,
     pub error_code: i16,
     pub is_internal: bool,
     pub partitions: Vec<PartitionMetadata>,
@@ -56,6 +57,10 @@ pub struct PartitionMetadata {
     pub partition: i32,
     pub leader_id: i32,
     pub error_code: i16,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// Replicas on brokers that are down.
+    pub offline: Vec<i32>,
 }
 
 /// The brokers and topics a Metadata request returned.
@@ -203,7 +208,7 @@ impl Client {
     }
 
     /// A connection to any broker, for cluster-wide requests.
-    async fn any_conn(&mut self) -> Result<&mut Connection, ClientError> {
+    pub(crate) async fn any_conn(&mut self) -> Result<&mut Connection, ClientError> {
         if !self.bootstrap_conn.is_usable() {
             self.bootstrap_conn = Client::connect_any(&self.bootstrap, &self.config).await?;
         }
@@ -272,6 +277,7 @@ impl Client {
             .into_iter()
             .map(|t| TopicMetadata {
                 name: t.name.unwrap_or_default(),
+                topic_id: t.topic_id,
                 error_code: t.error_code,
                 is_internal: t.is_internal,
                 partitions: t
@@ -281,6 +287,9 @@ impl Client {
                         partition: p.partition_index,
                         leader_id: p.leader_id,
                         error_code: p.error_code,
+                        replicas: p.replica_nodes.clone(),
+                        isr: p.isr_nodes.clone(),
+                        offline: p.offline_replicas.clone(),
                     })
                     .collect(),
             })

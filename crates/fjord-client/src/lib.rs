@@ -1,5 +1,5 @@
 //! An async Kafka client built on `fjord-protocol`: connections that negotiate API versions,
-//! cluster metadata, coordinator discovery, the admin calls for consumer groups and offsets,
+//! cluster metadata, coordinator discovery, the admin calls for topics, consumer groups and offsets,
 //! and the consumer protocol's Subscription/Assignment formats.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 #![cfg_attr(
@@ -11,6 +11,7 @@ mod client;
 mod connection;
 pub mod consumer_protocol;
 mod error;
+mod topics;
 
 pub use client::{
     Broker, Client, ClusterMetadata, GroupDescription, GroupKind, GroupListing, ListedOffset,
@@ -18,3 +19,4 @@ pub use client::{
 };
 pub use connection::{ClientConfig, Connection};
 pub use error::{is_retriable, ClientError};
+pub use topics::{NewTopic, TopicOutcomes};

@@ -1,5 +1,5 @@
 //! The `fjord` binary: the broker (`fjord server`) and the operator CLI (`fjord group`, as Kafka's
-//! `kafka-consumer-groups`).
+//! `kafka-consumer-groups`; `fjord topic`, as `kafka-topics`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -35,6 +35,8 @@ enum Command {
     },
     /// List, describe, reset the offsets of and delete consumer groups.
     Group(cli::group::GroupArgs),
+    /// Create, list, describe and delete topics.
+    Topic(cli::topic::TopicArgs),
 }
 
 fn main() -> ExitCode {
@@ -56,13 +58,19 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Group(args) => match cli::group::run(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(message) => {
-                eprintln!("Error: {message}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Group(args) => report(cli::group::run(args)),
+        Command::Topic(args) => report(cli::topic::run(args)),
+    }
+}
+
+/// A CLI command's exit: 0, or 1 after saying what failed and what to do.
+fn report(result: Result<(), CliError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("Error: {message}");
+            ExitCode::FAILURE
+        }
     }
 }
 

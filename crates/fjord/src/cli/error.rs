@@ -37,8 +37,8 @@ impl From<ClientError> for CliError {
     fn from(error: ClientError) -> Self {
         let hint = match &error {
             ClientError::Connect { .. } => Some(
-                "is a broker running there? Start one with `fjord server`, or name another with \
-                 --bootstrap-server HOST:PORT",
+                "is a broker running there? Start one with `fjord server`, or name another \
+                 (--bootstrap-server or -b HOST:PORT)",
             ),
             ClientError::Timeout { .. } => {
                 Some("the broker did not answer in time: check that it is up (its log says why) and retry")

@@ -81,11 +81,7 @@ struct ResetArgs {
 
 /// Runs a `fjord group` command; the error is the message for stderr.
 pub fn run(args: GroupArgs) -> Result<(), CliError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::new(format!("cannot start the runtime: {e}")))?;
-    runtime.block_on(async move {
+    super::block_on(async move {
         let mut client = Client::connect(&args.bootstrap_server).await?;
         match args.command {
             GroupCommand::List => list(&mut client).await,
