@@ -1,5 +1,5 @@
 """fjord's own CLI against the suite's broker — fjord, or Apache Kafka with E2E_BROKER=kafka: every client command
-of `fjord topic` must work against Kafka too, printing the same."""
+of `fjord topic` and `fjord cluster` must work against Kafka too, printing the same."""
 
 import os
 import subprocess
@@ -13,8 +13,8 @@ from harness import REPO_ROOT
 FJORD = Path(os.environ.get("FJORD_BIN", REPO_ROOT / "target" / "release" / "fjord"))
 
 
-def fjord(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(FJORD), "topic", "-b", bootstrap, *args], capture_output=True, text=True, timeout=60)
+def fjord(bootstrap: str, *args: str, command: str = "topic") -> subprocess.CompletedProcess:
+    return subprocess.run([str(FJORD), command, "-b", bootstrap, *args], capture_output=True, text=True, timeout=60)
 
 
 def listed(bootstrap: str) -> List[str]:
@@ -47,3 +47,14 @@ def test_topic_commands(broker):
     while name in listed(broker.bootstrap):
         assert time.monotonic() < deadline, f"{name} still listed"
         time.sleep(0.2)
+
+
+def test_cluster_commands(broker):
+    info = fjord(broker.bootstrap, "info", command="cluster")
+    assert info.returncode == 0, info.stderr
+    lines = info.stdout.splitlines()
+    assert lines[0].startswith("Cluster: ") and lines[1] == "Controller: 1", lines
+    assert lines[2:] == [f"Broker: 1\t{broker.bootstrap}"], lines
+    health = fjord(broker.bootstrap, "health", command="cluster")
+    assert health.returncode == 0, health.stdout + health.stderr
+    assert health.stdout.startswith("Healthy: true\nBrokers: 1\n"), health.stdout

@@ -66,6 +66,9 @@ pub struct PartitionMetadata {
 /// The brokers and topics a Metadata request returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterMetadata {
+    pub cluster_id: Option<String>,
+    /// The broker the cluster names as its controller (-1: none known).
+    pub controller_id: i32,
     pub brokers: Vec<Broker>,
     pub topics: Vec<TopicMetadata>,
 }
@@ -294,7 +297,12 @@ impl Client {
                     .collect(),
             })
             .collect();
-        Ok(ClusterMetadata { brokers, topics })
+        Ok(ClusterMetadata {
+            cluster_id: response.cluster_id,
+            controller_id: response.controller_id,
+            brokers,
+            topics,
+        })
     }
 
     /// The coordinator of `group_id`, retrying while it is being elected or loaded.

@@ -37,6 +37,8 @@ enum Command {
     Group(cli::group::GroupArgs),
     /// Create, list, describe and delete topics.
     Topic(cli::topic::TopicArgs),
+    /// The cluster's brokers and controller, and whether every partition is in sync.
+    Cluster(cli::cluster::ClusterArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         },
         Command::Group(args) => report(cli::group::run(args)),
         Command::Topic(args) => report(cli::topic::run(args)),
+        Command::Cluster(args) => report(cli::cluster::run(args)),
     }
 }
 

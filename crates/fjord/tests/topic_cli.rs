@@ -128,3 +128,42 @@ fn topics_are_created_listed_described_and_deleted() {
     assert!(stderr.contains("UNKNOWN_TOPIC_OR_PARTITION"), "{stderr}");
     assert_eq!(fjord_ok(&broker, &["delete", "orders", "--if-exists"]), "");
 }
+
+#[test]
+fn cluster_info_and_health_of_one_node() {
+    let broker = TestBroker::start();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_fjord"))
+            .arg("cluster")
+            .args(["-b", &broker.addr.to_string()])
+            .args(args)
+            .output()
+            .expect("run fjord cluster");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, info) = run(&["info"]);
+    assert_eq!(code, Some(0), "{info}");
+    let lines: Vec<&str> = info.lines().collect();
+    assert!(lines[0].starts_with("Cluster: ") && lines[0].len() > "Cluster: ".len());
+    assert_eq!(
+        lines[1..],
+        [
+            "Controller: 1".to_string(),
+            format!("Broker: 1\t{}", broker.addr)
+        ]
+    );
+    fjord_ok(&broker, &["create", "healthy", "-p", "2"]);
+    let (code, health) = run(&["health"]);
+    assert_eq!(code, Some(0), "{health}");
+    assert!(
+        health.starts_with("Healthy: true\nBrokers: 1\n"),
+        "{health}"
+    );
+    assert!(
+        health.contains("Leaderless partitions: 0\nUnder-replicated partitions: 0"),
+        "{health}"
+    );
+}

@@ -1,10 +1,25 @@
 //! The operator CLI's subcommands, one module each.
 
+pub mod cluster;
 mod error;
 pub mod group;
 pub mod topic;
 
 pub use error::CliError;
+
+/// The brokers a client command bootstraps from, `-b` or `FJORD_BROKERS`.
+#[derive(clap::Args)]
+pub struct Brokers {
+    /// The broker(s) to bootstrap from: HOST:PORT[,HOST:PORT...].
+    #[arg(
+        short = 'b',
+        long = "brokers",
+        global = true,
+        env = "FJORD_BROKERS",
+        default_value = "127.0.0.1:9092"
+    )]
+    brokers: String,
+}
 
 /// Runs a command's async body on a runtime of its own (one thread: a command is one client).
 fn block_on<F>(command: F) -> Result<(), CliError>

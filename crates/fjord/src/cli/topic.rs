@@ -8,15 +8,8 @@ use fjord_common::errors;
 
 #[derive(Args)]
 pub struct TopicArgs {
-    /// The broker(s) to bootstrap from: HOST:PORT[,HOST:PORT...].
-    #[arg(
-        short = 'b',
-        long = "brokers",
-        global = true,
-        env = "FJORD_BROKERS",
-        default_value = "127.0.0.1:9092"
-    )]
-    brokers: String,
+    #[command(flatten)]
+    brokers: super::Brokers,
     #[command(subcommand)]
     command: TopicCommand,
 }
@@ -64,7 +57,7 @@ enum TopicCommand {
 
 pub fn run(args: TopicArgs) -> Result<(), CliError> {
     super::block_on(async move {
-        let mut client = Client::connect(&args.brokers).await?;
+        let mut client = Client::connect(&args.brokers.brokers).await?;
         match args.command {
             TopicCommand::Create {
                 name,
