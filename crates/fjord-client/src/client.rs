@@ -219,7 +219,7 @@ impl Client {
     }
 
     /// A connection to broker `node_id`, opened (after a metadata refresh if needed) on demand.
-    async fn node_conn(&mut self, node_id: i32) -> Result<&mut Connection, ClientError> {
+    pub(crate) async fn node_conn(&mut self, node_id: i32) -> Result<&mut Connection, ClientError> {
         let usable = self
             .connections
             .get(&node_id)

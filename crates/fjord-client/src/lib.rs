@@ -1,5 +1,5 @@
 //! An async Kafka client built on `fjord-protocol`: connections that negotiate API versions,
-//! cluster metadata, coordinator discovery, the admin calls for topics, consumer groups and offsets,
+//! cluster metadata, coordinator discovery, the admin calls for topics, configs, consumer groups and offsets,
 //! and the consumer protocol's Subscription/Assignment formats.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 #![cfg_attr(
@@ -8,6 +8,7 @@
 )]
 
 mod client;
+mod configs;
 mod connection;
 pub mod consumer_protocol;
 mod error;
@@ -17,6 +18,7 @@ pub use client::{
     Broker, Client, ClusterMetadata, GroupDescription, GroupKind, GroupListing, ListedOffset,
     MemberDescription, OffsetAndMetadata, OffsetSpec, PartitionMetadata, TopicMetadata,
 };
+pub use configs::{config_source_name, ConfigChange, ConfigEntry, ConfigResource};
 pub use connection::{ClientConfig, Connection};
 pub use error::{is_retriable, ClientError};
 pub use topics::{NewTopic, TopicOutcomes};

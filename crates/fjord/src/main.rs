@@ -39,6 +39,8 @@ enum Command {
     Topic(cli::topic::TopicArgs),
     /// The cluster's brokers and controller, and whether every partition is in sync.
     Cluster(cli::cluster::ClusterArgs),
+    /// Read and change the configs of a topic or a broker.
+    Config(cli::config::ConfigArgs),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
         Command::Group(args) => report(cli::group::run(args)),
         Command::Topic(args) => report(cli::topic::run(args)),
         Command::Cluster(args) => report(cli::cluster::run(args)),
+        Command::Config(args) => report(cli::config::run(args)),
     }
 }
 

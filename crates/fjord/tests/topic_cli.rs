@@ -107,7 +107,8 @@ fn topics_are_created_listed_described_and_deleted() {
         "{described}"
     );
     assert!(
-        lines[0].ends_with("\tPartitionCount: 3\tReplicationFactor: 1"),
+        lines[0]
+            .ends_with("\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: retention.ms=60000"),
         "{described}"
     );
     for (i, line) in lines[1..].iter().enumerate() {
@@ -166,4 +167,56 @@ fn cluster_info_and_health_of_one_node() {
         health.contains("Leaderless partitions: 0\nUnder-replicated partitions: 0"),
         "{health}"
     );
+}
+
+#[test]
+fn configs_are_read_set_and_deleted() {
+    let broker = TestBroker::start();
+    fjord_ok(&broker, &["create", "settings", "-p", "1"]);
+    let config = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_fjord"))
+            .arg("config")
+            .args(["-b", &broker.addr.to_string()])
+            .args(args)
+            .output()
+            .expect("run fjord config");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stdout, stderr)
+    };
+    let get = |key: &str| config(&["get", "topic", "settings", key]).1;
+    assert_eq!(
+        get("retention.ms"),
+        "retention.ms=604800000\tDEFAULT_CONFIG\n"
+    );
+    let (code, stdout, _) = config(&["set", "topic", "settings", "retention.ms=1000"]);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (Some(0), "Completed updating config for settings.\n")
+    );
+    assert_eq!(
+        get("retention.ms"),
+        "retention.ms=1000\tDYNAMIC_TOPIC_CONFIG\n"
+    );
+    let (code, _, stderr) = config(&["set", "topic", "settings", "retention.ms=soon"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("INVALID_CONFIG") || stderr.contains("INVALID_REQUEST"),
+        "{stderr}"
+    );
+    let (code, _, _) = config(&["delete", "topic", "settings", "retention.ms"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        get("retention.ms"),
+        "retention.ms=604800000\tDEFAULT_CONFIG\n"
+    );
+    // A broker's own configs, asked of that broker.
+    let (code, stdout, _) = config(&["get", "broker", "1", "num.partitions"]);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (Some(0), "num.partitions=1\tDEFAULT_CONFIG\n")
+    );
+    let (code, _, stderr) = config(&["get", "broker", "one"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("not a broker id"), "{stderr}");
 }

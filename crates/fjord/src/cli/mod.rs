@@ -1,6 +1,7 @@
 //! The operator CLI's subcommands, one module each.
 
 pub mod cluster;
+pub mod config;
 mod error;
 pub mod group;
 pub mod topic;

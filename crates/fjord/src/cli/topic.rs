@@ -3,8 +3,11 @@
 
 use crate::cli::CliError;
 use clap::{Args, Subcommand};
-use fjord_client::{Client, NewTopic, TopicMetadata};
+use fjord_client::{Client, ConfigEntry, ConfigResource, NewTopic, TopicMetadata};
 use fjord_common::errors;
+
+/// DescribeConfigs' source of a value nobody set.
+const DEFAULT_CONFIG: i8 = 5;
 
 #[derive(Args)]
 pub struct TopicArgs {
@@ -131,15 +134,22 @@ fn ids(ids: &[i32]) -> String {
     ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
 }
 
-/// The lines `kafka-topics --describe` prints for one topic: a summary, then a line per partition.
-fn describe_lines(topic: &TopicMetadata) -> Vec<String> {
+/// The lines `kafka-topics --describe` prints for one topic: a summary with the configs not at
+/// their defaults (`configs`), then a line per partition.
+fn describe_lines(topic: &TopicMetadata, configs: &[ConfigEntry]) -> Vec<String> {
     let replication_factor = topic.partitions.first().map_or(0, |p| p.replicas.len());
+    let overridden: Vec<String> = configs
+        .iter()
+        .filter(|c| c.source != DEFAULT_CONFIG)
+        .map(|c| format!("{}={}", c.name, c.value.as_deref().unwrap_or("null")))
+        .collect();
     let mut lines = vec![format!(
-        "Topic: {}\tTopicId: {}\tPartitionCount: {}\tReplicationFactor: {}",
+        "Topic: {}\tTopicId: {}\tPartitionCount: {}\tReplicationFactor: {}\tConfigs: {}",
         topic.name,
         topic.topic_id,
         topic.partitions.len(),
-        replication_factor
+        replication_factor,
+        overridden.join(",")
     )];
     let mut partitions: Vec<_> = topic.partitions.iter().collect();
     partitions.sort_by_key(|p| p.partition);
@@ -177,7 +187,10 @@ async fn describe(client: &mut Client, names: &[String]) -> Result<(), CliError>
             ))
             .hint("list the topics with `fjord topic list`"));
         }
-        for line in describe_lines(topic) {
+        let configs = client
+            .describe_configs(&ConfigResource::Topic(topic.name.clone()))
+            .await?;
+        for line in describe_lines(topic, &configs) {
             println!("{line}");
         }
     }
@@ -221,10 +234,22 @@ mod tests {
             is_internal: false,
             partitions: vec![partition(1, -1, vec![]), partition(0, 2, vec![2, 3])],
         };
+        let config = |name: &str, value: &str, source| ConfigEntry {
+            name: name.into(),
+            value: Some(value.into()),
+            source,
+            is_sensitive: false,
+            read_only: false,
+        };
+        let configs = [
+            config("cleanup.policy", "compact", 1),
+            config("retention.ms", "604800000", DEFAULT_CONFIG),
+            config("segment.bytes", "1024", 4),
+        ];
         assert_eq!(
-            describe_lines(&topic),
+            describe_lines(&topic, &configs),
             [
-                "Topic: t\tTopicId: AAAAAAAAAAAAAAAAAAAAAA\tPartitionCount: 2\tReplicationFactor: 3",
+                "Topic: t\tTopicId: AAAAAAAAAAAAAAAAAAAAAA\tPartitionCount: 2\tReplicationFactor: 3\tConfigs: cleanup.policy=compact,segment.bytes=1024",
                 "\tTopic: t\tPartition: 0\tLeader: 2\tReplicas: 1,2,3\tIsr: 2,3",
                 "\tTopic: t\tPartition: 1\tLeader: none\tReplicas: 1,2,3\tIsr: ",
             ]
