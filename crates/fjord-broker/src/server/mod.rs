@@ -11,6 +11,7 @@ mod housekeeping;
 mod lifecycle;
 mod log_dirs;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,7 @@ pub async fn run(
 ) -> Result<(), BrokerError> {
     let config = Arc::new(config);
     let started = Instant::now();
+    let tls = tls_configs(&config)?;
     let dynamic = if config.cluster.bootstrap_servers.is_empty() {
         None
     } else {
@@ -90,7 +92,7 @@ pub async fn run(
         quorum: &quorum,
         controller: &controller,
     };
-    let servers = serve_listeners(&node, &broker_rx, &listening).await?;
+    let servers = serve_listeners(&node, &tls, &broker_rx, &listening).await?;
     // A controller of a dynamic quorum makes itself known to the leader, and asks to vote if
     // `controller.quorum.auto.join.enable` says so.
     let joining = (dynamic.is_some() && config.cluster.controller).then(|| {
@@ -256,10 +258,31 @@ async fn start_quorum(
     Ok(Arc::new(quorum))
 }
 
+/// Each SSL listener's TLS, set up before anything touches the disk: key material that cannot
+/// be read is a configuration error like any other.
+fn tls_configs(
+    config: &BrokerConfig,
+) -> Result<BTreeMap<String, Arc<rustls::ServerConfig>>, BrokerError> {
+    let mut configs = BTreeMap::new();
+    for listener in &config.listeners {
+        if let Some(settings) = config.listener_tls(&listener.name) {
+            let tls = crate::net::tls::server_config(settings).map_err(|e| {
+                startup(format!(
+                    "cannot set up TLS on listener {}: {e}",
+                    listener.name
+                ))
+            })?;
+            configs.insert(listener.name.clone(), tls);
+        }
+    }
+    Ok(configs)
+}
+
 /// Binds every listener and serves it: a controller listener with this node's controller, the
 /// others with the broker (`broker`, once it has started).
 async fn serve_listeners(
     node: &Node<'_>,
+    tls: &BTreeMap<String, Arc<rustls::ServerConfig>>,
     broker: &watch::Receiver<Option<Arc<Broker>>>,
     listening: &watch::Receiver<bool>,
 ) -> Result<Vec<JoinHandle<()>>, BrokerError> {
@@ -278,21 +301,12 @@ async fn serve_listeners(
             ))
         })?;
         tracing::info!(listener = %listener.name, address = %socket.local_addr().map(|a| a.to_string()).unwrap_or(address), "listening");
-        let tls = match config.listener_tls(&listener.name) {
-            Some(settings) => Some(crate::net::tls::server_config(settings).map_err(|e| {
-                startup(format!(
-                    "cannot set up TLS on listener {}: {e}",
-                    listener.name
-                ))
-            })?),
-            None => None,
-        };
         let dispatch = listener_dispatch(node, &listener.name, broker);
         servers.push(tokio::spawn(crate::net::serve(
             socket,
             dispatch,
             network_config.clone(),
-            tls,
+            tls.get(&listener.name).cloned(),
             listening.clone(),
         )));
     }
