@@ -43,6 +43,11 @@ def test_topic_commands(broker):
     # implement, its controller keeps that key as a cluster-wide dynamic config.
     assert "cleanup.policy=compact" in configs.split(","), lines
     assert lines[1:] == [f"\tTopic: {name}\tPartition: {p}\tLeader: 1\tReplicas: 1\tIsr: 1" for p in range(3)]
+    grown = fjord(broker.bootstrap, "add-partitions", name, "-p", "4")
+    assert (grown.returncode, grown.stdout) == (0, f"Topic {name} has 4 partitions.\n"), grown.stderr
+    assert "\tPartitionCount: 4\t" in fjord(broker.bootstrap, "describe", name).stdout
+    shrink = fjord(broker.bootstrap, "add-partitions", name, "-p", "2")
+    assert shrink.returncode == 1 and "INVALID_PARTITIONS" in shrink.stderr, shrink.stderr
     missing = fjord(broker.bootstrap, "describe", f"{name}-missing")
     assert missing.returncode == 1 and "does not exist" in missing.stderr, missing.stderr
     deleted = fjord(broker.bootstrap, "delete", name)

@@ -1,7 +1,10 @@
-//! Topic administration: CreateTopics and DeleteTopics, sent to any broker (a KRaft broker
+//! Topic administration: CreateTopics, CreatePartitions and DeleteTopics, sent to any broker (a KRaft broker
 //! forwards them to the active controller), each topic answered on its own.
 
 use fjord_common::errors;
+use fjord_protocol::messages::create_partitions_request::{
+    CreatePartitionsRequest, CreatePartitionsTopic,
+};
 use fjord_protocol::messages::create_topics_request::{
     CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
 };
@@ -88,6 +91,35 @@ impl Client {
                 (t.name.clone(), result)
             })
             .collect())
+    }
+
+    /// Grows topic `name` to `count` partitions, the new ones placed by the controller.
+    pub async fn create_partitions(&mut self, name: &str, count: i32) -> Result<(), ClientError> {
+        let request = CreatePartitionsRequest {
+            topics: vec![CreatePartitionsTopic {
+                name: name.to_string(),
+                count,
+                assignments: None,
+            }],
+            timeout_ms: TOPIC_TIMEOUT_MS,
+            validate_only: false,
+        };
+        let conn = self.any_conn().await?;
+        let ResponseBody::CreatePartitions(response) =
+            conn.send(RequestBody::CreatePartitions(request)).await?
+        else {
+            return Err(ClientError::unexpected(ApiKey::CreatePartitions));
+        };
+        match response.results.into_iter().find(|r| r.name == name) {
+            Some(r) => outcome(
+                &format!("add partitions to {name}"),
+                r.error_code,
+                r.error_message,
+            ),
+            None => Err(ClientError::Malformed(format!(
+                "CreatePartitions response: no entry for topic {name}"
+            ))),
+        }
     }
 
     /// Deletes the topics named `names`.

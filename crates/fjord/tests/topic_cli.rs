@@ -1,5 +1,5 @@
 //! `fjord topic` against the real binary: create (with configs, an existing topic, a bad
-//! value), list, describe as `kafka-topics` prints it, delete, and the brokers taken from
+//! value), list, describe as `kafka-topics` prints it, add partitions, delete, and the brokers taken from
 //! `FJORD_BROKERS`.
 #[macro_use]
 mod common;
@@ -117,6 +117,14 @@ fn topics_are_created_listed_described_and_deleted() {
             format!("\tTopic: orders\tPartition: {i}\tLeader: 1\tReplicas: 1\tIsr: 1")
         );
     }
+    assert_eq!(
+        fjord_ok(&broker, &["add-partitions", "orders", "-p", "4"]),
+        "Topic orders has 4 partitions.\n"
+    );
+    let grown = fjord_ok(&broker, &["describe", "orders"]);
+    assert!(grown.contains("\tPartitionCount: 4\t"), "{grown}");
+    let stderr = fjord_fails(&broker, &["add-partitions", "orders", "-p", "2"]);
+    assert!(stderr.contains("INVALID_PARTITIONS"), "{stderr}");
     let stderr = fjord_fails(&broker, &["describe", "missing"]);
     assert!(stderr.contains("does not exist"), "{stderr}");
 

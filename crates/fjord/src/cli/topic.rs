@@ -1,4 +1,4 @@
-//! `fjord topic`: create, list, describe and delete topics, answering as Kafka's `kafka-topics`
+//! `fjord topic`: create, list, describe, grow and delete topics, answering as Kafka's `kafka-topics`
 //! tool does (its messages and its describe lines).
 
 use crate::cli::CliError;
@@ -47,6 +47,14 @@ enum TopicCommand {
         /// The topics (every topic when none is named).
         names: Vec<String>,
     },
+    /// Grow a topic to more partitions (records already written stay where they are).
+    AddPartitions {
+        /// The topic.
+        name: String,
+        /// Its new partition count.
+        #[arg(short = 'p', long)]
+        partitions: i32,
+    },
     /// Delete topics with their records.
     Delete {
         /// The topics.
@@ -82,6 +90,11 @@ pub fn run(args: TopicArgs) -> Result<(), CliError> {
             }
             TopicCommand::List { exclude_internal } => list(&mut client, exclude_internal).await,
             TopicCommand::Describe { names } => describe(&mut client, &names).await,
+            TopicCommand::AddPartitions { name, partitions } => {
+                client.create_partitions(&name, partitions).await?;
+                println!("Topic {name} has {partitions} partitions.");
+                Ok(())
+            }
             TopicCommand::Delete { names, if_exists } => {
                 delete(&mut client, &names, if_exists).await
             }
