@@ -1,7 +1,7 @@
-//! TLS on a listener, on rustls: the server side built once from the listener's settings
-//! (`fjord_config::TlsSettings`: PEM key material, client certificates none / requested /
-//! required against the truststore, the enabled versions and cipher suites), and the handshake
-//! that opens each of its connections.
+//! TLS on a listener, on rustls: the server side built once, before the broker touches its
+//! data, from the listener's settings (`fjord_config::TlsSettings`: key material from PEM, an
+//! encrypted PKCS#8 key or a PKCS12 store; client certificates none / requested / required
+//! against the truststore; the enabled versions and cipher suites).
 
 use std::sync::Arc;
 
