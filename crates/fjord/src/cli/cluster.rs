@@ -127,18 +127,8 @@ impl Health {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::tests::partition;
     use fjord_client::{Broker, PartitionMetadata, TopicMetadata};
-
-    fn partition(partition: i32, leader_id: i32, isr: Vec<i32>) -> PartitionMetadata {
-        PartitionMetadata {
-            partition,
-            leader_id,
-            error_code: 0,
-            replicas: vec![1, 2, 3],
-            isr,
-            offline: Vec::new(),
-        }
-    }
 
     fn metadata(partitions: Vec<PartitionMetadata>) -> ClusterMetadata {
         ClusterMetadata {

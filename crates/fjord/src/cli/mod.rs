@@ -33,3 +33,20 @@ where
         .map_err(|e| CliError::new(format!("cannot start the runtime: {e}")))?
         .block_on(command)
 }
+
+#[cfg(test)]
+pub mod tests {
+    use fjord_client::PartitionMetadata;
+
+    /// A partition of three replicas, as metadata describes it.
+    pub fn partition(partition: i32, leader_id: i32, isr: Vec<i32>) -> PartitionMetadata {
+        PartitionMetadata {
+            partition,
+            leader_id,
+            error_code: 0,
+            replicas: vec![1, 2, 3],
+            isr,
+            offline: Vec::new(),
+        }
+    }
+}

@@ -228,18 +228,10 @@ async fn delete(client: &mut Client, names: &[String], if_exists: bool) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fjord_client::PartitionMetadata;
+    use crate::cli::tests::partition;
 
     #[test]
     fn describe_prints_what_kafka_topics_prints() {
-        let partition = |partition, leader_id, isr: Vec<i32>| PartitionMetadata {
-            partition,
-            leader_id,
-            error_code: 0,
-            replicas: vec![1, 2, 3],
-            isr,
-            offline: Vec::new(),
-        };
         let topic = TopicMetadata {
             name: "t".into(),
             topic_id: fjord_common::Uuid([0; 16]),
