@@ -4,16 +4,19 @@
 //! while appends go on; once it has caught up, under the current log's lock, it takes its place.
 //!
 //! This module holds the copying: [`catch_up_round`] (one round, the current log locked only to
-//! read) and [`catch_up_locked`] (the final rounds, under the lock). The directory renames and
-//! the bookkeeping live in `LogManager`.
+//! pick what to read) and [`catch_up_locked`] (the final rounds, under the lock). The directory
+//! renames and the bookkeeping live in `LogManager`; the partition that owns the current log
+//! drives the move and holds its lock (see `lock_order`).
 
+use std::ops::Deref;
 use std::sync::Mutex;
 
 use bytes::Bytes;
 
 use crate::error::{IoResultExt, StorageError};
-use fjord_common::{lock, TopicPartition};
+use fjord_common::TopicPartition;
 
+use crate::lock_order::lock_log;
 use crate::log::Log;
 
 /// Suffix of a future log's directory.
@@ -57,17 +60,16 @@ impl SourceView {
     }
 }
 
-/// One round of copying outside the current log's lock (held only to look and to pick the
-/// batches): returns whether the future log has caught up with what the current one held, and
-/// the bytes copied. Locks the current log before the future log, as every path does.
-pub fn catch_up_round(
-    current: &Mutex<Log>,
+/// One round of copying, the current log locked by the caller (`current`) only to look and to
+/// pick the batches: it is released before they are read and appended. Returns whether the
+/// future log has caught up with what the current one held, and the bytes copied.
+pub fn catch_up_round<G: Deref<Target = Log>>(
+    current: G,
     future: &Mutex<Log>,
     max_bytes: usize,
     now_ms: i64,
 ) -> Result<(bool, u64), StorageError> {
-    let current = lock(current);
-    let mut future = lock(future);
+    let mut future = lock_log(future);
     let view = SourceView::of(&current, &future);
     let from = align(&view, &mut future, now_ms)?;
     let slice = current.read(from, max_bytes, i64::MAX, true)?.records;

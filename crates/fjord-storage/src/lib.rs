@@ -6,6 +6,7 @@ pub mod error;
 pub mod file_io;
 pub mod future_log;
 pub mod index;
+pub mod lock_order;
 pub mod log;
 pub mod log_manager;
 pub mod parallel;

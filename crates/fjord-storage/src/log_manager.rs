@@ -12,6 +12,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::hash::{BuildHasher, Hasher};
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -22,6 +23,7 @@ use crate::error::{IoResultExt, StorageError};
 use crate::future_log::{
     catch_up_locked, catch_up_round, parse_future_dir_name, FUTURE_DIR_SUFFIX,
 };
+use crate::lock_order::{lock_log, lock_map};
 use crate::log::{sync_dir, Log, LogConfig, RecoveryStats};
 use crate::partition_metadata::{read_partition_metadata, write_partition_metadata};
 
@@ -64,6 +66,16 @@ pub struct MoveStep {
     pub bytes_copied: u64,
 }
 
+/// One round of copying into a future log.
+struct MoveRound {
+    /// The future log holds everything the current log held when the round looked.
+    caught_up: bool,
+    /// Bytes read from the current log.
+    bytes_copied: u64,
+    /// The future log copied into: the swap goes ahead only while it is still the partition's.
+    future: Arc<Mutex<Log>>,
+}
+
 struct ManagedLog {
     dir_index: usize,
     log: Arc<Mutex<Log>>,
@@ -71,8 +83,8 @@ struct ManagedLog {
 
 /// Owns all partition logs. See the module docs.
 ///
-/// Lock order: `offline_dirs`, then `logs`, then `futures`, then any one log's lock (a current
-/// log's before its future log's).
+/// Lock order (see `lock_order`): a log (a current log before its future log), then
+/// `offline_dirs`, then `logs`, then `futures`; never a log under a map's lock.
 pub struct LogManager {
     log_dirs: Vec<PathBuf>,
     default_config: LogConfig,
@@ -378,26 +390,33 @@ impl LogManager {
         now_ms: i64,
         report: &mut StartupReport,
     ) -> Result<(), StorageError> {
-        let mut logs = lock(&self.logs);
-        let mut futures = lock(&self.futures);
+        // Start-up: nothing else runs yet, so what is looked up here still holds below.
+        let (current, has_future) = {
+            let logs = lock_map(&self.logs);
+            let futures = lock_map(&self.futures);
+            let current = logs.get(&tp).map(|m| (m.dir_index, Arc::clone(&m.log)));
+            (current, futures.contains_key(&tp))
+        };
         let committed = path.join(MOVE_COMMITTED_FILE).exists();
-        let current_dir = logs.get(&tp).map(|m| m.dir_index);
+        let current_dir = current.as_ref().map(|(index, _)| *index);
         if current_dir.is_none() && !committed {
             tracing::error!(%tp, path = %path.display(), "an unfinished copy of a partition whose log is in none of log.dirs: left in place, not loaded");
             return Ok(());
         }
-        if futures.contains_key(&tp) || current_dir == Some(dir_index) {
+        if has_future || current_dir == Some(dir_index) {
             // A second copy, or one in the dir the log already lives in: nothing to resume.
             tracing::warn!(path = %path.display(), "removing a redundant future log");
             return std::fs::remove_dir_all(path).at(path);
         }
         let topic_id = read_partition_metadata(path)?;
-        match logs.get(&tp) {
-            Some(current) => {
-                let config = lock(&current.log).config().clone();
+        match current {
+            Some((_, current)) => {
+                let mut current = lock_log(&current);
+                let config = current.config().clone();
                 let (log, _) = Log::open(path, tp.clone(), topic_id, config, 0, 0, false, now_ms)?;
-                lock(&current.log).set_moving(true);
-                futures.insert(
+                current.set_moving(true);
+                drop(current);
+                lock_map(&self.futures).insert(
                     tp,
                     ManagedLog {
                         dir_index,
@@ -425,7 +444,7 @@ impl LogManager {
                 if let Some(hw) = high_watermark {
                     log.restore_high_watermark(hw);
                 }
-                logs.insert(
+                lock_map(&self.logs).insert(
                     tp,
                     ManagedLog {
                         dir_index,
@@ -440,7 +459,7 @@ impl LogManager {
     }
 
     pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Mutex<Log>>> {
-        lock(&self.logs).get(tp).map(|m| Arc::clone(&m.log))
+        lock_map(&self.logs).get(tp).map(|m| Arc::clone(&m.log))
     }
 
     /// The log of `tp`, created in the log dir holding the fewest partitions if it does not
@@ -452,9 +471,8 @@ impl LogManager {
         config: LogConfig,
         now_ms: i64,
     ) -> Result<Arc<Mutex<Log>>, StorageError> {
-        // Before the logs' lock: `take_dir_offline` takes the two the other way round.
-        let offline = lock(&self.offline_dirs).clone();
-        let mut logs = lock(&self.logs);
+        let offline = lock_map(&self.offline_dirs).clone();
+        let mut logs = lock_map(&self.logs);
         if let Some(existing) = logs.get(&tp) {
             return Ok(Arc::clone(&existing.log));
         }
@@ -501,8 +519,8 @@ impl LogManager {
         now_ms: i64,
     ) -> Result<(), StorageError> {
         let (current, future) = {
-            let mut logs = lock(&self.logs);
-            let future = lock(&self.futures).remove(tp);
+            let mut logs = lock_map(&self.logs);
+            let future = lock_map(&self.futures).remove(tp);
             (logs.remove(tp), future)
         };
         // The future log goes first: one left alone would be taken for a finished move.
@@ -512,7 +530,7 @@ impl LogManager {
         let Some(managed) = current else {
             return Ok(());
         };
-        let mut log = lock(&managed.log);
+        let mut log = lock_log(&managed.log);
         log.mark_closed();
         let dir = log.dir().to_path_buf();
         let parent = dir.parent().unwrap_or(Path::new(".")).to_path_buf();
@@ -552,7 +570,7 @@ impl LogManager {
 
     /// Writes the recovery point, log start and high watermark checkpoints of every log dir.
     pub fn checkpoint(&self) -> Result<(), StorageError> {
-        let snapshot: Vec<(usize, TopicPartition, Arc<Mutex<Log>>)> = lock(&self.logs)
+        let snapshot: Vec<(usize, TopicPartition, Arc<Mutex<Log>>)> = lock_map(&self.logs)
             .iter()
             .map(|(tp, m)| (m.dir_index, tp.clone(), Arc::clone(&m.log)))
             .collect();
@@ -561,7 +579,7 @@ impl LogManager {
         let mut log_starts = vec![Vec::new(); dirs];
         let mut high_watermarks = vec![Vec::new(); dirs];
         for (dir_index, tp, log) in snapshot {
-            let log = lock(&log);
+            let log = lock_log(&log);
             let (Some(rp), Some(ls), Some(hw)) = (
                 recovery_points.get_mut(dir_index),
                 log_starts.get_mut(dir_index),
@@ -573,7 +591,7 @@ impl LogManager {
             ls.push((tp.topic.clone(), tp.partition, log.log_start_offset()));
             hw.push((tp.topic, tp.partition, log.high_watermark()));
         }
-        let offline = lock(&self.offline_dirs).clone();
+        let offline = lock_map(&self.offline_dirs).clone();
         for (i, log_dir) in self.log_dirs.iter().enumerate() {
             if offline.contains(&i) {
                 continue;
@@ -595,10 +613,10 @@ impl LogManager {
     /// marker in each log dir, so the next start skips recovery.
     pub fn shutdown(&self) -> Result<(), StorageError> {
         for (_, log) in self.all_logs() {
-            lock(&log).close()?;
+            lock_log(&log).close()?;
         }
         self.checkpoint()?;
-        let offline = lock(&self.offline_dirs).clone();
+        let offline = lock_map(&self.offline_dirs).clone();
         for (i, log_dir) in self.log_dirs.iter().enumerate() {
             if offline.contains(&i) {
                 // Not clean: the next start recovers what the failure may have torn.
@@ -627,37 +645,39 @@ impl LogManager {
         else {
             return false;
         };
-        let mut offline = lock(&self.offline_dirs);
-        if !offline.contains(&dir_index) {
+        {
+            let mut offline = lock_map(&self.offline_dirs);
+            if offline.contains(&dir_index) {
+                return offline.len() == self.log_dirs.len();
+            }
+            // From here no log is placed or swapped into the dir.
             offline.push(dir_index);
-            let mut partitions = 0;
-            let logs = lock(&self.logs);
-            for managed in logs.values() {
-                if managed.dir_index == dir_index {
-                    lock(&managed.log).mark_offline();
-                    partitions += 1;
-                }
-            }
-            // A move into the failed dir stops at its next step.
-            for managed in lock(&self.futures).values() {
-                if managed.dir_index == dir_index {
-                    lock(&managed.log).mark_offline();
-                }
-            }
-            tracing::error!(
-                log_dir = %self.log_dirs[dir_index].display(),
-                partitions,
-                error,
-                "LOG DIR OFFLINE: a write or fsync failed; its partitions answer KAFKA_STORAGE_ERROR \
-                 until the disk is fixed and the broker restarted"
-            );
         }
-        offline.len() == self.log_dirs.len()
+        let in_dir = |map: &BTreeMap<TopicPartition, ManagedLog>| -> Vec<Arc<Mutex<Log>>> {
+            map.values()
+                .filter(|m| m.dir_index == dir_index)
+                .map(|m| Arc::clone(&m.log))
+                .collect()
+        };
+        let current = in_dir(&lock_map(&self.logs));
+        // A move into the failed dir stops at its next step.
+        let futures = in_dir(&lock_map(&self.futures));
+        for log in current.iter().chain(&futures) {
+            lock_log(log).mark_offline();
+        }
+        tracing::error!(
+            log_dir = %self.log_dirs[dir_index].display(),
+            partitions = current.len(),
+            error,
+            "LOG DIR OFFLINE: a write or fsync failed; its partitions answer KAFKA_STORAGE_ERROR \
+             until the disk is fixed and the broker restarted"
+        );
+        lock_map(&self.offline_dirs).len() == self.log_dirs.len()
     }
 
     /// Whether the log dir at `log_dirs[index]` was taken offline.
     pub fn is_dir_offline(&self, dir: &Path) -> bool {
-        let offline = lock(&self.offline_dirs);
+        let offline = lock_map(&self.offline_dirs);
         self.log_dirs
             .iter()
             .position(|d| d == dir)
@@ -666,8 +686,9 @@ impl LogManager {
 
     /// AlterReplicaLogDirs for one partition: starts moving its log into `dest` (one of
     /// `log.dirs`, compared as absolute paths), where a future log copies it while appends go
-    /// on; [`LogManager::advance_move`] does the work. Moving to the dir the log is in cancels a
-    /// move under way; asking again for the same destination changes nothing.
+    /// on; the partition owning the log drives the copy ([`LogManager::advance_move`]). Moving to
+    /// the dir the log is in cancels a move under way; asking again for the same destination
+    /// changes nothing.
     pub fn alter_log_dir(
         &self,
         tp: &TopicPartition,
@@ -681,25 +702,34 @@ impl LogManager {
             .position(|dir| std::path::absolute(dir).is_ok_and(|dir| dir == wanted))
             .ok_or_else(|| StorageError::LogDirNotFound(dest.to_path_buf()))?;
         let dest_dir = &self.log_dirs[dest_index];
-        if lock(&self.offline_dirs).contains(&dest_index) {
+        if lock_map(&self.offline_dirs).contains(&dest_index) {
             return Err(StorageError::LogDirOffline(dest_dir.clone()));
         }
-        let logs = lock(&self.logs);
-        let current = logs
+        let no_log = || StorageError::NoSuchLog(tp.to_string());
+        let (current_index, current) = lock_map(&self.logs)
             .get(tp)
-            .ok_or_else(|| StorageError::NoSuchLog(tp.to_string()))?;
-        let mut futures = lock(&self.futures);
-        if futures.get(tp).is_some_and(|f| f.dir_index == dest_index) {
-            return Ok(());
-        }
-        if let Some(previous) = futures.remove(tp) {
+            .map(|m| (m.dir_index, Arc::clone(&m.log)))
+            .ok_or_else(no_log)?;
+        // Held throughout: two AlterReplicaLogDirs for one partition take turns.
+        let mut current_log = lock_log(&current);
+        let previous = {
+            let logs = lock_map(&self.logs);
+            let mut futures = lock_map(&self.futures);
+            if !logs.get(tp).is_some_and(|m| Arc::ptr_eq(&m.log, &current)) {
+                return Err(no_log());
+            }
+            if futures.get(tp).is_some_and(|f| f.dir_index == dest_index) {
+                return Ok(());
+            }
+            futures.remove(tp)
+        };
+        if let Some(previous) = previous {
             discard_future(&previous)?;
         }
-        let mut current_log = lock(&current.log);
         if current_log.is_offline() {
             return Err(StorageError::LogDirOffline(current_log.dir().to_path_buf()));
         }
-        if current.dir_index == dest_index {
+        if current_index == dest_index {
             current_log.set_moving(false);
             return Ok(());
         }
@@ -723,87 +753,139 @@ impl LogManager {
             true,
             now_ms,
         )?;
+        let future = ManagedLog {
+            dir_index: dest_index,
+            log: Arc::new(Mutex::new(future)),
+        };
+        {
+            // The partition may have been deleted meanwhile: no future log is left without
+            // its current one.
+            let logs = lock_map(&self.logs);
+            let mut futures = lock_map(&self.futures);
+            if logs.get(tp).is_some_and(|m| Arc::ptr_eq(&m.log, &current)) {
+                futures.insert(tp.clone(), future);
+            } else {
+                drop((logs, futures));
+                discard_future(&future)?;
+                return Err(no_log());
+            }
+        }
         current_log.set_moving(true);
-        futures.insert(
-            tp.clone(),
-            ManagedLog {
-                dir_index: dest_index,
-                log: Arc::new(Mutex::new(future)),
-            },
-        );
         tracing::info!(%tp, from = %current_log.dir().display(), to = %dest_dir.display(), "moving a partition to another log dir");
         Ok(())
     }
 
     /// The partitions whose log is being moved to another log dir.
     pub fn moving_partitions(&self) -> Vec<TopicPartition> {
-        lock(&self.futures).keys().cloned().collect()
+        lock_map(&self.futures).keys().cloned().collect()
     }
 
     /// Future logs (moves under way) by the log dir they are in, in `log.dirs` order.
     pub fn future_logs_by_dir(&self) -> Vec<(PathBuf, PartitionLogs)> {
-        self.by_dir(&lock(&self.futures))
+        self.by_dir(&lock_map(&self.futures))
     }
 
-    /// One step of the move of `tp`: copies up to `max_bytes` into its future log and, once the
-    /// future log has caught up, swaps it in. On an error the caller calls
-    /// [`LogManager::abort_move`].
-    pub fn advance_move(
+    /// One step of the move of `tp`, whose current log is `log` (compared, never locked here):
+    /// copies up to `max_bytes` into its future log and, once that has caught up, swaps it in.
+    /// `lock` locks the current log the way its owner does; the partition owning the log drives
+    /// the steps. On an error the caller calls [`LogManager::abort_move`].
+    pub fn advance_move<G: DerefMut<Target = Log>>(
         &self,
         tp: &TopicPartition,
+        log: &Arc<Mutex<Log>>,
+        lock: impl Fn() -> G,
         max_bytes: usize,
         now_ms: i64,
     ) -> Result<MoveStep, StorageError> {
-        let current = lock(&self.logs).get(tp).map(|m| Arc::clone(&m.log));
-        let future = lock(&self.futures).get(tp).map(|m| Arc::clone(&m.log));
-        let (Some(current), Some(future)) = (current, future) else {
+        let Some(round) = self.copy_round(tp, log, lock(), max_bytes, now_ms)? else {
             return Ok(MoveStep {
                 finished: true,
                 bytes_copied: 0,
             });
         };
-        let (caught_up, bytes_copied) = catch_up_round(&current, &future, max_bytes, now_ms)?;
-        let finished = caught_up && self.complete_move(tp, &future, max_bytes, now_ms)?;
+        let bytes_copied = round.bytes_copied;
+        let finished = round.caught_up
+            && self.complete_move(tp, log, &mut lock(), round, max_bytes, now_ms)?;
+        if finished {
+            // Both dirs' checkpoints now say where the log is, so a crash keeps its log start
+            // and high watermark (and the old dir's stops naming it).
+            if let Err(error) = self.checkpoint() {
+                tracing::warn!(%error, "cannot checkpoint the log dirs after a move");
+            }
+        }
         Ok(MoveStep {
             finished,
             bytes_copied,
         })
     }
 
-    /// The swap, under the current log's lock: the last batches are copied and the future log
-    /// synced and closed, the commit marker written in its dir and both dirs synced; the current
-    /// log's dir is renamed `-delete` (the commit point: a restart from here on finishes the
-    /// swap); the future dir is renamed to the partition's name; the log reopened from there
-    /// replaces the current one in place, so every holder of the partition's log carries on with
-    /// it; both dirs' checkpoints are rewritten. Returns false, changing nothing, when `caught_up`
-    /// is no longer the partition's future log (another AlterReplicaLogDirs came meanwhile).
+    /// One round of the move of `tp`, its current log locked by the caller (`current`,
+    /// released once the batches to copy are picked): copies up to `max_bytes` into its future
+    /// log. None: no move of this log is under way.
+    fn copy_round<G: Deref<Target = Log>>(
+        &self,
+        tp: &TopicPartition,
+        log: &Arc<Mutex<Log>>,
+        current: G,
+        max_bytes: usize,
+        now_ms: i64,
+    ) -> Result<Option<MoveRound>, StorageError> {
+        let future = {
+            let logs = lock_map(&self.logs);
+            let futures = lock_map(&self.futures);
+            if !logs.get(tp).is_some_and(|m| Arc::ptr_eq(&m.log, log)) {
+                return Ok(None);
+            }
+            futures.get(tp).map(|m| Arc::clone(&m.log))
+        };
+        let Some(future) = future else {
+            return Ok(None);
+        };
+        let (caught_up, bytes_copied) = catch_up_round(current, &future, max_bytes, now_ms)?;
+        Ok(Some(MoveRound {
+            caught_up,
+            bytes_copied,
+            future,
+        }))
+    }
+
+    /// The swap, under the current log's lock (`current_log`, locked by the caller): the last batches are copied and the future log synced and closed, the commit
+    /// marker written in its dir and both dirs synced; the current log's dir is renamed
+    /// `-delete` (the commit point: a restart from here on finishes the swap); the future dir is
+    /// renamed to the partition's name; the log reopened from there replaces the current one in
+    /// place, so every holder of the partition's log carries on with it. Returns whether the
+    /// move is over; false, changing nothing, when the round's future log is no longer the
+    /// partition's (another AlterReplicaLogDirs came meanwhile).
     fn complete_move(
         &self,
         tp: &TopicPartition,
-        caught_up: &Arc<Mutex<Log>>,
+        log: &Arc<Mutex<Log>>,
+        current_log: &mut Log,
+        round: MoveRound,
         max_bytes: usize,
         now_ms: i64,
     ) -> Result<bool, StorageError> {
+        let mut future_log = lock_log(&round.future);
         // Held throughout: no dir goes offline mid-swap.
-        let offline = lock(&self.offline_dirs);
-        let mut logs = lock(&self.logs);
-        let mut futures = lock(&self.futures);
+        let offline = lock_map(&self.offline_dirs);
+        let mut logs = lock_map(&self.logs);
+        let mut futures = lock_map(&self.futures);
         let (Some(current), Some(future)) = (logs.get(tp), futures.get(tp)) else {
             return Ok(true);
         };
-        if !Arc::ptr_eq(&future.log, caught_up) {
+        if !Arc::ptr_eq(&current.log, log) {
+            return Ok(true);
+        }
+        if !Arc::ptr_eq(&future.log, &round.future) {
             return Ok(false);
         }
         let (source_index, dest_index) = (current.dir_index, future.dir_index);
-        let current_arc = Arc::clone(&current.log);
-        let mut current_log = lock(&current_arc);
-        let mut future_log = lock(caught_up);
         for (index, log) in [(source_index, &*current_log), (dest_index, &*future_log)] {
             if offline.contains(&index) || log.is_offline() {
                 return Err(StorageError::LogDirOffline(self.log_dirs[index].clone()));
             }
         }
-        catch_up_locked(&current_log, &mut future_log, max_bytes, now_ms)?;
+        catch_up_locked(current_log, &mut future_log, max_bytes, now_ms)?;
         debug_assert_eq!(future_log.log_end_offset(), current_log.log_end_offset());
         future_log.close()?;
         let future_dir = future_log.dir().to_path_buf();
@@ -855,36 +937,24 @@ impl LogManager {
             }
         };
         debug_assert_eq!(moved.log_end_offset(), current_log.log_end_offset());
-        let mut replaced = std::mem::replace(&mut *current_log, moved);
+        let mut replaced = std::mem::replace(current_log, moved);
         replaced.mark_closed();
         drop(replaced);
-        drop(current_log);
-        drop(future_log);
         if let Some(current) = logs.get_mut(tp) {
             current.dir_index = dest_index;
         }
-        drop(futures);
-        drop(logs);
-        drop(offline);
+        drop((futures, logs, offline, future_log));
         tracing::info!(%tp, to = %final_dir.display(), "partition moved to another log dir");
-        // Both dirs' checkpoints now say where the log is, so a crash keeps its log start and
-        // high watermark (and the old dir's stops naming it).
-        if let Err(error) = self.checkpoint() {
-            tracing::warn!(%error, "cannot checkpoint the log dirs after a move");
-        }
         self.schedule_deletion(doomed, now_ms);
         Ok(true)
     }
 
-    /// Gives up the move of `tp` (its step failed, or the partition went away): the future log
-    /// and its dir are removed and the current log is cleaned again.
-    pub fn abort_move(&self, tp: &TopicPartition) -> Result<(), StorageError> {
-        let logs = lock(&self.logs);
-        let future = lock(&self.futures).remove(tp);
-        if let Some(current) = logs.get(tp) {
-            lock(&current.log).set_moving(false);
-        }
-        drop(logs);
+    /// Gives up the move of `tp` (its step failed, or the partition went away), its current
+    /// log locked by the caller (`current`): the future log and its dir are removed and the
+    /// current log is cleaned again.
+    pub fn abort_move(&self, tp: &TopicPartition, current: &mut Log) -> Result<(), StorageError> {
+        let future = lock_map(&self.futures).remove(tp);
+        current.set_moving(false);
         match future {
             Some(future) => discard_future(&future),
             None => Ok(()),
@@ -892,7 +962,7 @@ impl LogManager {
     }
 
     pub fn all_logs(&self) -> PartitionLogs {
-        lock(&self.logs)
+        lock_map(&self.logs)
             .iter()
             .map(|(tp, m)| (tp.clone(), Arc::clone(&m.log)))
             .collect()
@@ -901,7 +971,7 @@ impl LogManager {
     /// Every partition log grouped by the log dir holding it, in `log.dirs` order (empty dirs
     /// included).
     pub fn logs_by_dir(&self) -> Vec<(PathBuf, PartitionLogs)> {
-        self.by_dir(&lock(&self.logs))
+        self.by_dir(&lock_map(&self.logs))
     }
 
     fn by_dir(&self, logs: &BTreeMap<TopicPartition, ManagedLog>) -> Vec<(PathBuf, PartitionLogs)> {
@@ -929,7 +999,7 @@ impl LogManager {
 
 /// Closes a future log and removes its directory.
 fn discard_future(future: &ManagedLog) -> Result<(), StorageError> {
-    let mut log = lock(&future.log);
+    let mut log = lock_log(&future.log);
     log.mark_closed();
     let dir = log.dir().to_path_buf();
     match std::fs::remove_dir_all(&dir) {

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use fjord_common::TopicPartition;
 use fjord_storage::future_log::catch_up_round;
+use fjord_storage::lock_order::lock_log;
 use fjord_storage::log_manager::MOVE_COMMITTED_FILE;
 use fjord_storage::{Log, LogConfig, LogManager, Retire, StorageError};
 
@@ -74,9 +75,31 @@ fn new_log(
     (manager, log)
 }
 
+/// One step of the move of `tp`, driven as the partition owning its log drives it: whether the
+/// move is over.
+fn step(manager: &LogManager, tp: &TopicPartition, max_bytes: usize) -> bool {
+    let log = manager.get(tp);
+    match log {
+        Some(log) => step_of(manager, tp, &log, max_bytes),
+        None => true,
+    }
+}
+
+fn step_of(
+    manager: &LogManager,
+    tp: &TopicPartition,
+    log: &Arc<Mutex<Log>>,
+    max_bytes: usize,
+) -> bool {
+    manager
+        .advance_move(tp, log, || lock_log(log), max_bytes, 0)
+        .unwrap()
+        .finished
+}
+
 fn run_move(manager: &LogManager, tp: &TopicPartition) -> usize {
     let mut steps = 0;
-    while !manager.advance_move(tp, 8192, 0).unwrap().finished {
+    while !step(manager, tp, 8192) {
         steps += 1;
         assert!(steps < 10_000, "the move never finished");
     }
@@ -123,7 +146,7 @@ fn a_log_moves_while_appends_go_on_and_keeps_every_batch() {
         })
     };
     let mut steps = 0;
-    while !manager.advance_move(&tp, 8192, 0).unwrap().finished {
+    while !step(&manager, &tp, 8192) {
         steps += 1;
         if steps == 20 {
             stop.store(true, Ordering::Relaxed);
@@ -234,7 +257,7 @@ fn a_restart_resumes_a_copy_and_completes_a_committed_swap() {
         expected = contents(&log.lock().unwrap());
         manager.alter_log_dir(&tp, &dirs[1], 0).unwrap();
         for _ in 0..3 {
-            assert!(!manager.advance_move(&tp, 2048, 0).unwrap().finished);
+            assert!(!step(&manager, &tp, 2048));
         }
         // Killed mid-copy: no shutdown.
     }
@@ -297,7 +320,10 @@ fn copy_until_caught_up_into(
 ) -> Arc<Mutex<Log>> {
     let current = manager.get(tp).unwrap();
     let future = manager.future_logs_by_dir()[dir].1[0].1.clone();
-    while !catch_up_round(&current, &future, 4096, 0).unwrap().0 {}
+    while !catch_up_round(lock_log(&current), &future, 4096, 0)
+        .unwrap()
+        .0
+    {}
     future
 }
 
@@ -333,7 +359,7 @@ fn cancelling_deleting_and_bad_destinations() {
 
     // Started, then sent back home: the copy is dropped.
     manager.alter_log_dir(&tp, &dirs[1], 0).unwrap();
-    assert!(!manager.advance_move(&tp, 1024, 0).unwrap().finished);
+    assert!(!step(&manager, &tp, 1024));
     assert_eq!(future_dirs(&dirs[1]), 1);
     manager.alter_log_dir(&tp, &dirs[0], 0).unwrap();
     assert!(manager.moving_partitions().is_empty());
@@ -341,18 +367,18 @@ fn cancelling_deleting_and_bad_destinations() {
 
     // An aborted move leaves the log as it was.
     manager.alter_log_dir(&tp, &dirs[1], 0).unwrap();
-    assert!(!manager.advance_move(&tp, 1024, 0).unwrap().finished);
-    manager.abort_move(&tp).unwrap();
+    assert!(!step(&manager, &tp, 1024));
+    manager.abort_move(&tp, &mut lock_log(&log)).unwrap();
     assert_eq!(future_dirs(&dirs[1]), 0);
     assert!(log.lock().unwrap().dir().starts_with(&dirs[0]));
 
     // Deleting a moving partition removes its copy too.
     manager.alter_log_dir(&tp, &dirs[1], 0).unwrap();
-    assert!(!manager.advance_move(&tp, 1024, 0).unwrap().finished);
+    assert!(!step(&manager, &tp, 1024));
     manager.retire_log(&tp, Retire::Delete, 0).unwrap();
     assert_eq!(future_dirs(&dirs[1]), 0);
     assert!(manager.moving_partitions().is_empty());
-    assert!(manager.advance_move(&tp, 1024, 0).unwrap().finished);
+    assert!(step_of(&manager, &tp, &log, 1024));
 }
 
 #[test]
@@ -396,7 +422,7 @@ fn an_unfinished_copy_without_its_original_is_left_alone() {
     {
         let (manager, _log) = new_log(&dirs, &tp, 4, 30, 0);
         manager.alter_log_dir(&tp, &dirs[1], 0).unwrap();
-        assert!(!manager.advance_move(&tp, 1024, 0).unwrap().finished);
+        assert!(!step(&manager, &tp, 1024));
         future_dir = manager.future_logs_by_dir()[1].1[0]
             .1
             .lock()
@@ -436,10 +462,10 @@ fn a_destination_gone_offline_never_takes_the_log() {
     let future_dir = future.lock().unwrap().dir().to_path_buf();
     assert!(!manager.take_dir_offline(&future_dir, "injected"));
     assert!(matches!(
-        manager.advance_move(&tp, 1 << 20, 0),
+        manager.advance_move(&tp, &log, || lock_log(&log), 1 << 20, 0),
         Err(StorageError::LogDirOffline(_))
     ));
-    manager.abort_move(&tp).unwrap();
+    manager.abort_move(&tp, &mut lock_log(&log)).unwrap();
     let log = log.lock().unwrap();
     assert!(log.dir().starts_with(&dirs[0]));
     assert_eq!(contents(&log), expected);

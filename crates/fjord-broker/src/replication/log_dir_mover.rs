@@ -1,7 +1,8 @@
 //! The thread that moves partition logs between log dirs (AlterReplicaLogDirs), as Kafka's
-//! ReplicaAlterLogDirsThread does: it steps every move under way (`LogManager::advance_move`)
-//! until each future log has caught up and taken its current log's place. Moves found at
-//! start-up (a restart mid-copy) resume here too.
+//! ReplicaAlterLogDirsThread does: it asks each partition whose log is moving for a step
+//! (`Partition::advance_move`, under the partition's own lock) until each future log has caught
+//! up and taken its current log's place. Moves found at start-up (a restart mid-copy) resume
+//! here too, once their partition is hosted.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -81,33 +82,38 @@ impl LogDirMover {
 fn run(replicas: &ReplicaManager, shared: &Shared) {
     let logs = replicas.log_manager();
     while !shared.stop.load(Ordering::Relaxed) {
-        let moving = logs.moving_partitions();
-        if moving.is_empty() {
-            let woken = lock(&shared.woken);
-            let (mut woken, _) = shared
-                .wake
-                .wait_timeout_while(woken, IDLE_WAIT, |woken| !*woken)
-                .unwrap_or_else(|p| p.into_inner());
-            *woken = false;
-            continue;
-        }
-        for tp in moving {
+        let mut stepped = false;
+        for tp in logs.moving_partitions() {
             if shared.stop.load(Ordering::Relaxed) {
                 return;
             }
+            // The partition drives its own log's move; a log not hosted yet (a move resumed at
+            // start-up, before the metadata) waits for its partition.
+            let Some(partition) = replicas.get_hosted(&tp.topic, tp.partition) else {
+                continue;
+            };
+            stepped = true;
             let throttler = Arc::clone(&lock(&shared.throttler));
-            match logs.advance_move(&tp, STEP_BYTES, now_ms()) {
+            match partition.advance_move(logs, STEP_BYTES, now_ms()) {
                 Ok(step) => throttler.maybe_throttle(step.bytes_copied),
                 Err(error) => {
                     tracing::warn!(%tp, %error, "moving a partition to another log dir failed; the move is abandoned");
                     if let StorageError::Io { path, .. } = &error {
                         replicas.storage_failure(path, &error.to_string());
                     }
-                    if let Err(error) = logs.abort_move(&tp) {
+                    if let Err(error) = partition.abort_move(logs) {
                         tracing::warn!(%tp, %error, "cannot remove an abandoned move's future log");
                     }
                 }
             }
+        }
+        if !stepped {
+            let woken = lock(&shared.woken);
+            let (mut woken, _) = shared
+                .wake
+                .wait_timeout_while(woken, IDLE_WAIT, |woken| !*woken)
+                .unwrap_or_else(|p| p.into_inner());
+            *woken = false;
         }
     }
 }

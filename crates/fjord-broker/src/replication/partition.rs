@@ -10,6 +10,8 @@ use fjord_config::TopicConfig;
 use fjord_records::control::EndTxnMarker;
 use fjord_records::AppendBatch;
 use fjord_storage::log::{AppendInfo, CompactionConfig, Log, LogConfig};
+use fjord_storage::log_manager::MoveStep;
+use fjord_storage::{LogManager, StorageError};
 use tokio::sync::{oneshot, Notify};
 
 use crate::replication::partition_state::{LeaderAndIsr, NotAReplica, PartitionState, Role};
@@ -449,8 +451,9 @@ impl Partition {
 
 // The lock order of a partition, the one rule for its locks: its log, then its replication
 // state, then its waiter queues; never the log while holding the state. (The coordinators'
-// locks come before both: a shard's lock, then its partition's.) Debug builds check the log
-// and state nesting: `STATE_HELD` counts this thread's state guards.
+// locks come before both: a shard's lock, then its partition's. The log manager's locks come
+// after the log, see `fjord_storage::lock_order`.) Debug builds check the log and state
+// nesting: `STATE_HELD` counts this thread's state guards.
 #[cfg(debug_assertions)]
 thread_local! {
     static STATE_HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
@@ -508,6 +511,7 @@ impl Partition {
                 "a partition's log is locked before its state, never under it"
             )
         });
+        fjord_storage::lock_order::check_log_lock();
         LockedPartition {
             partition: self,
             log: lock(&self.log),
@@ -525,6 +529,7 @@ impl Partition {
                 "a partition's log is locked before its state, never under it"
             )
         });
+        fjord_storage::lock_order::check_log_lock();
         let log = self.log.lock().map_err(|_| {
             PartitionError::new(errors::KAFKA_STORAGE_ERROR, "partition log lock poisoned")
         })?;
@@ -545,6 +550,22 @@ impl Partition {
     /// Whether `log` is this partition's log (the one it was made with, not since swapped).
     pub(crate) fn has_log(&self, log: &Arc<Mutex<Log>>) -> bool {
         Arc::ptr_eq(&self.log, log)
+    }
+
+    /// One step of moving this partition's log to another log dir (AlterReplicaLogDirs): the
+    /// log manager copies into the future log and swaps it in, under this partition's lock.
+    pub(crate) fn advance_move(
+        &self,
+        logs: &LogManager,
+        max_bytes: usize,
+        now_ms: i64,
+    ) -> Result<MoveStep, StorageError> {
+        logs.advance_move(&self.tp, &self.log, || self.lock().log, max_bytes, now_ms)
+    }
+
+    /// Gives up moving this partition's log (a step of it failed).
+    pub(crate) fn abort_move(&self, logs: &LogManager) -> Result<(), StorageError> {
+        logs.abort_move(&self.tp, &mut self.lock().log)
     }
 }
 
@@ -861,15 +882,19 @@ pub mod tests {
         ))
     }
 
-    pub(crate) fn partition(dir: &std::path::Path, name: &str, durable: bool) -> Arc<Partition> {
-        let leadership = LeaderAndIsr {
+    /// Broker 1 leads at epoch 0, the only replica.
+    fn leader_alone() -> LeaderAndIsr {
+        LeaderAndIsr {
             leader: 1,
             leader_epoch: 0,
             partition_epoch: 0,
             replicas: vec![1],
             isr: vec![1],
-        };
-        test_partition(dir, TopicPartition::new(name, 0), durable, 1, leadership)
+        }
+    }
+
+    pub(crate) fn partition(dir: &std::path::Path, name: &str, durable: bool) -> Arc<Partition> {
+        test_partition(dir, TopicPartition::new(name, 0), durable, 1, leader_alone())
     }
 
     pub(crate) fn append(partition: &Partition) {
@@ -879,6 +904,61 @@ pub mod tests {
         partition
             .append_as_leader(&mut log, vec![builder.build().unwrap()], 0)
             .unwrap();
+    }
+
+    #[test]
+    fn a_partition_moves_its_log_to_another_dir_while_it_takes_appends() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = vec![root.path().join("d0"), root.path().join("d1")];
+        let (broker, _) = BrokerConfig::from_properties(&BTreeMap::new()).unwrap();
+        let config =
+            TopicConfig::resolve(&broker, &DynamicBrokerConfig::default(), &BTreeMap::new());
+        let (logs, _) = LogManager::open(&dirs, log_config(&config, false), 0).unwrap();
+        let tp = TopicPartition::new("moving", 0);
+        let log = logs
+            .create_log(tp.clone(), TopicId::ZERO, log_config(&config, false), 0)
+            .unwrap();
+        let p = Partition::new(
+            tp.clone(),
+            TopicId::ZERO,
+            log,
+            Settings {
+                config: Arc::new(config),
+                durable: false,
+            },
+            PartitionState::new(1, leader_alone(), 0, 0, 0),
+        );
+        for _ in 0..20 {
+            append(&p);
+        }
+        assert!(p.lock().dir().starts_with(&dirs[0]));
+        logs.alter_log_dir(&tp, &dirs[1], 0).unwrap();
+        let mut steps = 0;
+        // Small steps, an append between each: the copy chases a growing log.
+        while !p.advance_move(&logs, 200, 0).unwrap().finished {
+            append(&p);
+            steps += 1;
+            assert!(steps < 1000, "the move never finished");
+        }
+        assert!(steps > 1, "copied in one step: the test proves nothing");
+        append(&p);
+        let locked = p.lock();
+        assert!(locked.dir().starts_with(&dirs[1]));
+        let appended = 20 + steps + 1;
+        assert_eq!(locked.log_end_offset(), appended as i64);
+        assert_eq!(locked.high_watermark(), appended as i64);
+        let read = locked.read(0, 1 << 20, i64::MAX, true).unwrap();
+        let bytes = read.records.unwrap().read_to_bytes().unwrap();
+        let mut offsets = Vec::new();
+        let mut position = 0;
+        while position < bytes.len() {
+            let header = fjord_records::BatchHeader::parse(&bytes[position..]).unwrap();
+            offsets.push(header.base_offset);
+            position += header.total_len();
+        }
+        assert_eq!(offsets, (0..appended as i64).collect::<Vec<_>>());
+        drop(locked);
+        assert!(logs.moving_partitions().is_empty());
     }
 
     #[tokio::test]
