@@ -18,6 +18,29 @@ pub fn host_port(host: &str, port: u16) -> String {
     }
 }
 
+/// Who a connection acts as, as Kafka names principals (`User:alice`): the user a SASL
+/// listener authenticated.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KafkaPrincipal {
+    pub principal_type: String,
+    pub name: String,
+}
+
+impl KafkaPrincipal {
+    pub fn user(name: impl Into<String>) -> KafkaPrincipal {
+        KafkaPrincipal {
+            principal_type: "User".to_string(),
+            name: name.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for KafkaPrincipal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.principal_type, self.name)
+    }
+}
+
 /// A topic's id: Kafka's `Uuid`, all zero meaning none.
 pub type TopicId = Uuid;
 

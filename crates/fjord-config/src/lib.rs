@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+mod sasl;
 mod tls;
+pub use sasl::{SaslMechanism, SaslSettings, PLAIN_LOGIN_MODULE};
 pub use tls::{ClientAuth, KeyStore, TlsSettings, TlsVersion, TrustStore};
 
 /// Kafka's config value types, numbered as DescribeConfigs (v3+) reports them.
@@ -655,25 +657,54 @@ fn check_consumer_group_bounds(s: &BrokerSettings) -> Result<(), ConfigError> {
     }
 }
 
+/// The value of `key` for `listener` and the key it was found under: its `listener.name.`
+/// override, else the key itself, else Kafka's default. Empty counts as unset, as Kafka treats
+/// an empty location or password.
+pub(crate) fn listener_value(
+    props: &BTreeMap<String, String>,
+    listener: &str,
+    key: &'static str,
+) -> (String, Option<String>) {
+    let prefixed = format!("listener.name.{}.{key}", listener.to_ascii_lowercase());
+    let (found_as, value) = match props.get(&prefixed) {
+        Some(value) => (prefixed, Some(value.clone())),
+        None => (
+            key.to_string(),
+            props
+                .get(key)
+                .cloned()
+                .or_else(|| broker_default(key).map(str::to_string)),
+        ),
+    };
+    (found_as, value.filter(|v| !v.trim().is_empty()))
+}
+
 /// The key a per-listener override (`listener.name.<listener>.<key>`) sets, if `key` is one
 /// fjord reads per listener.
 fn listener_override_of(key: &str) -> Option<&str> {
     let rest = key.strip_prefix("listener.name.")?;
     let (_, key) = rest.split_once('.')?;
-    key.starts_with("ssl.").then_some(key)
+    if key.starts_with("ssl.") || key == "sasl.enabled.mechanisms" {
+        return Some(key);
+    }
+    // `<mechanism>.sasl.jaas.config`
+    let (_, key) = key.split_once('.')?;
+    (key == "sasl.jaas.config").then_some(key)
 }
 
-/// The TLS settings of each SSL listener. fjord's own links (to the controllers, between
-/// brokers) speak plaintext only so far: a controller or inter-broker listener on SSL is refused
-/// rather than left unreachable.
+/// What each secured listener serves: TLS for SSL and SASL_SSL, SASL for SASL_PLAINTEXT and
+/// SASL_SSL. fjord's own links (to the controllers, between brokers) speak plaintext only so
+/// far: a controller or inter-broker listener that is not PLAINTEXT is refused rather than left
+/// unreachable.
 fn secure_listeners(
     props: &BTreeMap<String, String>,
     listeners: &[Listener],
     cluster: &ClusterConfig,
-) -> Result<BTreeMap<String, TlsSettings>, ConfigError> {
-    let mut settings = BTreeMap::new();
+) -> Result<SecuredListeners, ConfigError> {
+    let mut secured = SecuredListeners::default();
     for listener in listeners {
-        if listener.security_protocol != SecurityProtocol::Ssl {
+        let protocol = listener.security_protocol;
+        if protocol == SecurityProtocol::Plaintext {
             continue;
         }
         let own_link = if cluster.is_controller_listener(&listener.name) {
@@ -688,18 +719,49 @@ fn secure_listeners(
                 key,
                 &listener.name,
                 format!(
-                    "listener {} is SSL, and fjord's links between nodes do not speak TLS yet; \
-                     keep them on a PLAINTEXT listener and serve clients on SSL",
-                    listener.name
+                    "listener {} is {}, and fjord's links between nodes speak neither TLS nor \
+                     SASL yet; keep them on a PLAINTEXT listener and serve clients on the \
+                     secured one",
+                    listener.name,
+                    protocol.name()
                 ),
             ));
         }
-        settings.insert(
-            listener.name.clone(),
-            tls::listener_tls(props, &listener.name)?,
-        );
+        if matches!(protocol, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl) {
+            secured.tls.insert(
+                listener.name.clone(),
+                tls::listener_tls(props, &listener.name)?,
+            );
+        }
+        if matches!(
+            protocol,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        ) {
+            secured.sasl.insert(
+                listener.name.clone(),
+                sasl::listener_sasl(props, &listener.name)?,
+            );
+        }
     }
-    Ok(settings)
+    if !secured.sasl.is_empty() {
+        let key = "connections.max.reauth.ms";
+        if let Some(value) = props.get(key).filter(|v| v.trim() != "0") {
+            return Err(invalid(
+                key,
+                value,
+                "re-authentication (KIP-368) is not served yet: leave it 0, so that sessions \
+                 last as long as their connections",
+            ));
+        }
+    }
+    Ok(secured)
+}
+
+/// The settings of the listeners that are not PLAINTEXT, by listener name.
+#[derive(Debug, Default)]
+struct SecuredListeners {
+    tls: BTreeMap<String, TlsSettings>,
+    sasl: BTreeMap<String, SaslSettings>,
 }
 
 /// A broker config key fjord knows: type, Kafka's default (fjord's where it differs, said why),
@@ -890,6 +952,17 @@ broker_configs! {
     ssl_client_auth: String = "ssl.client.auth", String, Some("none"), Check::OneOf(&["required", "requested", "none"]);
     ssl_enabled_protocols: Vec<String> = "ssl.enabled.protocols", List, Some("TLSv1.2,TLSv1.3"), Check::None;
     ssl_cipher_suites: Option<Vec<String>> = "ssl.cipher.suites", List, None, Check::None;
+    // SASL (see `sasl`): the mechanisms and JAAS text may also be set per listener.
+    sasl_enabled_mechanisms: Vec<String> = "sasl.enabled.mechanisms", List, Some("GSSAPI"), Check::None;
+    // Read only as `listener.name.<listener>.<mechanism>.sasl.jaas.config`, as Kafka's brokers do.
+    sasl_jaas_config: Option<String> = "sasl.jaas.config", Password, None, Check::None;
+    sasl_mechanism_inter_broker_protocol: String = "sasl.mechanism.inter.broker.protocol", String, Some("GSSAPI"), Check::None;
+    sasl_mechanism_controller_protocol: String = "sasl.mechanism.controller.protocol", String, Some("GSSAPI"), Check::None;
+    sasl_server_max_receive_size: i32 = "sasl.server.max.receive.size", Int, Some("524288"), Check::AtLeast(1);
+    connection_failed_authentication_delay_ms: i32 = "connection.failed.authentication.delay.ms", Int, Some("100"), Check::AtLeast(0);
+    // 0: sessions never expire. Re-authentication (KIP-368) is not served yet, so with a SASL
+    // listener a value above 0 is refused at start rather than ignored.
+    connections_max_reauth_ms: i64 = "connections.max.reauth.ms", Long, Some("0"), Check::None;
 }
 
 /// Broker keys fjord accepts, so that Kafka's own config files start it, but does not act upon
@@ -1353,8 +1426,10 @@ pub struct BrokerConfig {
     pub cleaner: CleanerConfig,
     /// This node's roles and the controller quorum it belongs to.
     pub cluster: ClusterConfig,
-    /// Each SSL listener's TLS settings, by listener name.
+    /// Each SSL and SASL_SSL listener's TLS settings, by listener name.
     listener_tls: BTreeMap<String, TlsSettings>,
+    /// Each SASL_PLAINTEXT and SASL_SSL listener's SASL settings, by listener name.
+    listener_sasl: BTreeMap<String, SaslSettings>,
     /// Every key the operator set, after validation; topic defaults come from here.
     pub explicit: BTreeMap<String, String>,
     /// `explicit` over the defaults, typed once.
@@ -1362,9 +1437,14 @@ pub struct BrokerConfig {
 }
 
 impl BrokerConfig {
-    /// The TLS settings of listener `name`: Some for an SSL listener.
+    /// The TLS settings of listener `name`: Some for an SSL or SASL_SSL listener.
     pub fn listener_tls(&self, name: &str) -> Option<&TlsSettings> {
         self.listener_tls.get(name)
+    }
+
+    /// The SASL settings of listener `name`: Some for a SASL_PLAINTEXT or SASL_SSL listener.
+    pub fn listener_sasl(&self, name: &str) -> Option<&SaslSettings> {
+        self.listener_sasl.get(name)
     }
 
     /// The advertised endpoint of the listener named `name` (the first listener's for a name
@@ -1848,7 +1928,7 @@ impl BrokerConfig {
             .map_or_else(|| log_dirs[0].clone(), PathBuf::from);
         let cleaner = settings.cleaner_config()?;
         let cluster = ClusterConfig::from_properties(node_id, &listeners, &settings, &get)?;
-        let listener_tls = secure_listeners(props, &listeners, &cluster)?;
+        let secured = secure_listeners(props, &listeners, &cluster)?;
         check_consumer_group_bounds(&settings)?;
         let config = BrokerConfig {
             node_id,
@@ -1871,7 +1951,8 @@ impl BrokerConfig {
                 .into(),
             cleaner,
             cluster,
-            listener_tls,
+            listener_tls: secured.tls,
+            listener_sasl: secured.sasl,
             explicit: props.clone(),
             settings,
         };
@@ -1900,33 +1981,14 @@ fn node_id(
     })
 }
 
-/// `listeners` and what each advertises (`advertised.listeners`, else itself). Until fjord has
-/// SASL, a SASL listener must not start at all: serving it without authentication would betray
-/// its configuration. An advertised listener must be one of the listeners, at a host clients can
-/// connect to.
+/// `listeners` and what each advertises (`advertised.listeners`, else itself). An advertised
+/// listener must be one of the listeners, at a host clients can connect to.
 fn parse_listeners(
     props: &BTreeMap<String, String>,
     get: &dyn Fn(&str) -> String,
 ) -> Result<(Vec<Listener>, Vec<Listener>), ConfigError> {
     let protocols = security_protocol_map(props, &get("listener.security.protocol.map"))?;
     let listeners = Listener::parse_list("listeners", &get("listeners"), &protocols)?;
-    if let Some(l) = listeners.iter().find(|l| {
-        matches!(
-            l.security_protocol,
-            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
-        )
-    }) {
-        return Err(invalid(
-            "listeners",
-            &get("listeners"),
-            format!(
-                "listener {} uses security protocol {}, which fjord does not implement yet \
-                 (PLAINTEXT and SSL listeners can be served)",
-                l.name,
-                l.security_protocol.name()
-            ),
-        ));
-    }
     let advertised = match props.get("advertised.listeners") {
         Some(v) => Listener::parse_list("advertised.listeners", v, &protocols)?,
         None => Vec::new(),
@@ -2344,26 +2406,46 @@ pub mod tests {
     }
 
     #[test]
-    fn sasl_listeners_are_refused_until_implemented() {
-        for (listeners, map, protocol) in [
-            ("SASL_SSL://127.0.0.1:9093", None, "SASL_SSL"),
-            ("SASL_PLAINTEXT://127.0.0.1:9093", None, "SASL_PLAINTEXT"),
+    fn sasl_listeners_serve_plain_and_fjords_own_links_stay_plaintext() {
+        let jaas = (
+            "listener.name.client.plain.sasl.jaas.config",
+            "org.apache.kafka.common.security.plain.PlainLoginModule required user_a=\"pw\";",
+        );
+        let base = [
             (
+                "listeners",
                 "PLAINTEXT://127.0.0.1:9092,CLIENT://127.0.0.1:9093",
-                Some("PLAINTEXT:PLAINTEXT,CLIENT:SASL_SSL"),
-                "SASL_SSL",
             ),
-        ] {
-            let mut pairs = vec![("listeners", listeners)];
-            if let Some(map) = map {
-                pairs.push(("listener.security.protocol.map", map));
-            }
-            let err = BrokerConfig::from_properties(&props(&pairs)).unwrap_err();
-            assert_eq!(err.key, "listeners", "{err}");
-            assert!(err.reason.contains(protocol), "{err}");
-            let name = if map.is_some() { "CLIENT" } else { protocol };
-            assert!(err.reason.contains(&format!("listener {name} ")), "{err}");
-        }
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
+            ),
+            ("sasl.enabled.mechanisms", "PLAIN"),
+            jaas,
+        ];
+        let (config, warnings) = BrokerConfig::from_properties(&props(&base)).unwrap();
+        assert!(warnings.unknown_keys.is_empty(), "{warnings:?}");
+        assert!(config.listener_tls("CLIENT").is_none());
+        let sasl = config.listener_sasl("CLIENT").expect("SASL settings");
+        assert_eq!(sasl.plain_users["a"], "pw");
+        assert!(config.listener_sasl("PLAINTEXT").is_none());
+
+        // Kafka's default mechanism, GSSAPI, is named when it stops the broker.
+        let err = BrokerConfig::from_properties(&props(&[base[0], base[1], jaas])).unwrap_err();
+        assert!(err.reason.contains("GSSAPI"), "{err}");
+
+        // The links between nodes: SASL there is refused, like TLS.
+        let mut links = base.to_vec();
+        links.push(("inter.broker.listener.name", "CLIENT"));
+        let err = BrokerConfig::from_properties(&props(&links)).unwrap_err();
+        assert_eq!(err.key, "inter.broker.listener.name", "{err}");
+        assert!(err.reason.contains("SASL_PLAINTEXT"), "{err}");
+
+        // Sessions that would have to be re-authenticated are refused, not left unbounded.
+        let mut reauth = base.to_vec();
+        reauth.push(("connections.max.reauth.ms", "3600000"));
+        let err = BrokerConfig::from_properties(&props(&reauth)).unwrap_err();
+        assert_eq!(err.key, "connections.max.reauth.ms", "{err}");
     }
 
     #[test]

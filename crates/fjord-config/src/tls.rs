@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::{broker_default, invalid, split_list, ConfigError};
+use crate::{invalid, listener_value, split_list, ConfigError};
 
 /// Where a listener's private key and certificate chain come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,28 +100,6 @@ pub struct TlsSettings {
     pub protocols: Vec<TlsVersion>,
     /// `ssl.cipher.suites`, IANA names; empty: every suite of the enabled versions.
     pub cipher_suites: Vec<String>,
-}
-
-/// The value of `key` for `listener` and the key it was found under: its `listener.name.`
-/// override, else the key itself, else Kafka's default. Empty counts as unset, as Kafka treats
-/// an empty location or password.
-fn listener_value(
-    props: &BTreeMap<String, String>,
-    listener: &str,
-    key: &'static str,
-) -> (String, Option<String>) {
-    let prefixed = format!("listener.name.{}.{key}", listener.to_ascii_lowercase());
-    let (found_as, value) = match props.get(&prefixed) {
-        Some(value) => (prefixed, Some(value.clone())),
-        None => (
-            key.to_string(),
-            props
-                .get(key)
-                .cloned()
-                .or_else(|| broker_default(key).map(str::to_string)),
-        ),
-    };
-    (found_as, value.filter(|v| !v.trim().is_empty()))
 }
 
 /// The TLS settings of listener `listener`, checked: a keystore fjord can read must be given.

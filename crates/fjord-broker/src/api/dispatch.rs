@@ -10,6 +10,8 @@ use fjord_controller::ControllerApi;
 use fjord_protocol::messages::api_versions_request::ApiVersionsRequest;
 use fjord_protocol::messages::api_versions_response::ApiVersionsResponse;
 use fjord_protocol::messages::produce_request::ProduceRequest;
+use fjord_protocol::messages::sasl_authenticate_response::SaslAuthenticateResponse;
+use fjord_protocol::messages::sasl_handshake_response::SaslHandshakeResponse;
 use fjord_protocol::{
     decode_request_header, ApiKey, Decoder, RequestBody, RequestHeader, ResponseBody,
 };
@@ -110,6 +112,24 @@ impl Broker {
                     self.groups
                         .find_coordinator(request, answer.version, listener, endpoint);
                 answer.later(async move { ResponseBody::FindCoordinator(found.await) })
+            }
+            // A connection is authenticated before its first other request, once: a handshake
+            // now (or on a listener without SASL) is out of place, as Kafka answers it.
+            RequestBody::SaslHandshake(_) => {
+                answer.now(ResponseBody::SaslHandshake(SaslHandshakeResponse {
+                    error_code: errors::ILLEGAL_SASL_STATE,
+                    mechanisms: Vec::new(),
+                }))
+            }
+            RequestBody::SaslAuthenticate(_) => {
+                answer.now(ResponseBody::SaslAuthenticate(SaslAuthenticateResponse {
+                    error_code: errors::ILLEGAL_SASL_STATE,
+                    error_message: Some(
+                        "SaslAuthenticate request received after successful authentication"
+                            .to_string(),
+                    ),
+                    ..Default::default()
+                }))
             }
             body if is_group_api(answer.api) => self.groups.group_request(
                 body,

@@ -5,6 +5,8 @@ use fjord_protocol::messages::api_versions_request::ApiVersionsRequest;
 use fjord_protocol::messages::api_versions_response::*;
 use fjord_protocol::ApiKey;
 
+use crate::net::sasl::{SASL_AUTHENTICATE_VERSIONS, SASL_HANDSHAKE_VERSIONS};
+
 /// The API versions fjord implements and advertises: Kafka 4.x's minimums (KIP-896) up to the
 /// newest version tested here.
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
@@ -51,6 +53,16 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListTransactions, 0, 2),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::EndTxn, 0, 5),
+    (
+        ApiKey::SaslHandshake,
+        SASL_HANDSHAKE_VERSIONS.0,
+        SASL_HANDSHAKE_VERSIONS.1,
+    ),
+    (
+        ApiKey::SaslAuthenticate,
+        SASL_AUTHENTICATE_VERSIONS.0,
+        SASL_AUTHENTICATE_VERSIONS.1,
+    ),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {

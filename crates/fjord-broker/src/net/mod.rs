@@ -18,8 +18,10 @@
 //! may have sent it again elsewhere, and applied late it would land after newer requests.
 //!
 //! A TLS listener (`tls`) handshakes each connection first; its responses' segment-file ranges
-//! are read and encrypted instead of going out with `sendfile`.
+//! are read and encrypted instead of going out with `sendfile`. A SASL listener (`sasl`) then
+//! authenticates the connection before any other request is read.
 
+pub mod sasl;
 pub mod tls;
 
 use std::collections::VecDeque;
@@ -32,6 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
+use fjord_common::KafkaPrincipal;
 use fjord_storage::FileSlice;
 use tokio::io::{
     AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, Interest, ReadHalf, WriteHalf,
@@ -41,6 +44,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
+
+use self::sasl::{Authenticator, SaslConfig, Step};
 
 /// Requests a connection may have outstanding before the broker stops reading from it.
 pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
@@ -119,22 +124,30 @@ pub struct NetworkConfig {
     pub connections_max_idle_ms: i64,
 }
 
+/// What a listener secures its connections with: TLS (SSL, SASL_SSL), then SASL
+/// authentication (SASL_PLAINTEXT, SASL_SSL).
+#[derive(Clone, Default)]
+pub struct ListenerSecurity {
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub sasl: Option<Arc<SaslConfig>>,
+}
+
 enum Outgoing {
     Ready(Response),
     Pending(JoinHandle<Response>),
 }
 
-/// Serves one bound listener — with TLS when `tls` is given — until `shutdown` turns true.
-/// Returns when the accept loop has stopped and every connection has finished its in-flight
-/// requests.
+/// Serves one bound listener — with TLS and SASL as `security` says — until `shutdown` turns
+/// true. Returns when the accept loop has stopped and every connection has finished its
+/// in-flight requests.
 pub async fn serve<D: Dispatch + ?Sized>(
     listener: TcpListener,
     dispatcher: Arc<D>,
     config: NetworkConfig,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    security: ListenerSecurity,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
+    let tls = security.tls.map(tokio_rustls::TlsAcceptor::from);
     let mut connections: Vec<JoinHandle<()>> = Vec::new();
     loop {
         tokio::select! {
@@ -145,12 +158,14 @@ pub async fn serve<D: Dispatch + ?Sized>(
                     let config = config.clone();
                     let shutdown = shutdown.clone();
                     let tls = tls.clone();
+                    let sasl = security.sasl.clone();
                     connections.retain(|c| !c.is_finished());
                     connections.push(tokio::spawn(async move {
                         let Some(stream) = open(stream, tls, &config).await else {
                             return;
                         };
-                        if let Err(reason) = serve_connection(stream, peer, dispatcher, config, shutdown).await {
+                        let connection = Connection { peer, dispatcher, config, sasl };
+                        if let Err(reason) = connection.serve(stream, shutdown).await {
                             tracing::debug!(%peer, %reason, "connection closed");
                         }
                     }));
@@ -320,6 +335,8 @@ pub enum Closed {
     /// Shutdown's grace ended with requests parked (a JoinGroup waiting for its rebalance).
     #[error("shutdown: parked requests left unanswered")]
     ShutdownWithParkedRequests,
+    #[error("SASL authentication failed: {0}")]
+    Authentication(String),
 }
 
 /// First allocation for a frame body; later growth follows the bytes that arrive.
@@ -416,73 +433,97 @@ async fn send_file_slice(writer: &mut OwnedWriteHalf, slice: &FileSlice) -> Resu
     Ok(())
 }
 
-async fn serve_connection<D: Dispatch + ?Sized>(
-    stream: Stream,
+/// One accepted connection and what serves it.
+struct Connection<D: ?Sized> {
     peer: SocketAddr,
     dispatcher: Arc<D>,
     config: NetworkConfig,
-    mut shutdown: watch::Receiver<bool>,
-) -> Result<(), Closed> {
-    let (mut reader, writer) = stream.split();
-    let (out_tx, out_rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT_PER_CONNECTION);
-    let writer_task = tokio::spawn(write_responses(writer, out_rx));
-    let mut sequencer = Sequencer::default();
-    let idle = idle_timeout(&config);
-    let result = loop {
-        let frame = tokio::select! {
-            frame = read_request(&mut reader, idle, config.socket_request_max_bytes) => frame,
-            _ = shutdown.changed() => break Ok(()),
-        };
-        let frame = match frame {
-            Ok(Some(frame)) => frame,
-            Ok(None) => break Ok(()),
-            Err(error) => break Err(error),
-        };
-        let sequencing = dispatcher.sequencing(&frame);
-        if sequencer.must_wait(sequencing) {
-            tokio::select! {
-                _ = sequencer.idle() => {}
+    sasl: Option<Arc<SaslConfig>>,
+}
+
+impl<D: Dispatch + ?Sized> Connection<D> {
+    async fn serve(
+        self,
+        stream: Stream,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<(), Closed> {
+        let Connection {
+            peer,
+            dispatcher,
+            config,
+            sasl,
+        } = self;
+        let (mut reader, mut writer) = stream.split();
+        let idle = idle_timeout(&config);
+        if let Some(sasl) = sasl {
+            let authenticated = tokio::select! {
+                authenticated = authenticate(&mut reader, &mut writer, &sasl, &*dispatcher, peer, idle) => authenticated?,
+                _ = shutdown.changed() => None,
+            };
+            let Some(principal) = authenticated else {
+                return Ok(());
+            };
+            tracing::debug!(%peer, %principal, "authenticated");
+        }
+        let (out_tx, out_rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT_PER_CONNECTION);
+        let writer_task = tokio::spawn(write_responses(writer, out_rx));
+        let mut sequencer = Sequencer::default();
+        let result = loop {
+            let frame = tokio::select! {
+                frame = read_request(&mut reader, idle, config.socket_request_max_bytes) => frame,
                 _ = shutdown.changed() => break Ok(()),
+            };
+            let frame = match frame {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break Ok(()),
+                Err(error) => break Err(error),
+            };
+            let sequencing = dispatcher.sequencing(&frame);
+            if sequencer.must_wait(sequencing) {
+                tokio::select! {
+                    _ = sequencer.idle() => {}
+                    _ = shutdown.changed() => break Ok(()),
+                }
+                // An earlier request closed the connection meanwhile: nothing after it may run.
+                if out_tx.is_closed() {
+                    break Err(Closed::WriterStopped);
+                }
+                // The client gave up on the connection while this request waited (it canceled the
+                // request, or its link died): the request is dropped unapplied. Kafka never reads a
+                // request before the previous one is answered; applied now, it could land after
+                // what the client sent since on another connection — an older offset commit over a
+                // newer one, moving the group's position back.
+                if peer_closed(&mut reader) {
+                    break Ok(());
+                }
             }
-            // An earlier request closed the connection meanwhile: nothing after it may run.
-            if out_tx.is_closed() {
+            let outgoing = match dispatcher.dispatch(frame, peer) {
+                Reply::Now(response) => Outgoing::Ready(response),
+                Reply::Later(future) => Outgoing::Pending(sequencer.start(sequencing, future)),
+                Reply::Close(reason) => break Err(Closed::Refused(reason)),
+            };
+            if out_tx.send(outgoing).await.is_err() {
                 break Err(Closed::WriterStopped);
             }
-            // The client gave up on the connection while this request waited (it canceled the
-            // request, or its link died): the request is dropped unapplied. Kafka never reads a
-            // request before the previous one is answered; applied now, it could land after
-            // what the client sent since on another connection — an older offset commit over a
-            // newer one, moving the group's position back.
-            if peer_closed(&mut reader) {
-                break Ok(());
-            }
-        }
-        let outgoing = match dispatcher.dispatch(frame, peer) {
-            Reply::Now(response) => Outgoing::Ready(response),
-            Reply::Later(future) => Outgoing::Pending(sequencer.start(sequencing, future)),
-            Reply::Close(reason) => break Err(Closed::Refused(reason)),
         };
-        if out_tx.send(outgoing).await.is_err() {
-            break Err(Closed::WriterStopped);
-        }
-    };
-    drop(out_tx);
-    // Finish in-flight requests and flush their responses before the socket goes away. At shutdown
-    // the wait is bounded: a request parked in the group coordinator (a JoinGroup waiting for its
-    // rebalance) only completes on a timer, and the timers stop with the broker.
-    let mut writer_task = writer_task;
-    let written = if *shutdown.borrow() {
-        match tokio::time::timeout(SHUTDOWN_GRACE, &mut writer_task).await {
-            Ok(joined) => joined.map_err(Closed::Task)?,
-            Err(_) => {
-                writer_task.abort();
-                Err(Closed::ShutdownWithParkedRequests)
+        drop(out_tx);
+        // Finish in-flight requests and flush their responses before the socket goes away. At shutdown
+        // the wait is bounded: a request parked in the group coordinator (a JoinGroup waiting for its
+        // rebalance) only completes on a timer, and the timers stop with the broker.
+        let mut writer_task = writer_task;
+        let written = if *shutdown.borrow() {
+            match tokio::time::timeout(SHUTDOWN_GRACE, &mut writer_task).await {
+                Ok(joined) => joined.map_err(Closed::Task)?,
+                Err(_) => {
+                    writer_task.abort();
+                    Err(Closed::ShutdownWithParkedRequests)
+                }
             }
-        }
-    } else {
-        writer_task.await.map_err(Closed::Task)?
-    };
-    result.and(written)
+        } else {
+            writer_task.await.map_err(Closed::Task)?
+        };
+        result.and(written)
+    }
 }
 
 /// The connection's writer: sends each reply in request order, waiting for those still being
@@ -499,15 +540,75 @@ async fn write_responses(
                 Err(error) => return Err(Closed::Task(error)),
             },
         };
-        match response {
-            Response::Send(body) => write_frame(&mut writer, vec![OutPart::Bytes(body)]).await?,
-            Response::SendParts(parts) => write_frame(&mut writer, parts).await?,
-            Response::Nothing => {}
-            Response::Close(reason) => return Err(Closed::Refused(reason)),
-        }
+        send(&mut writer, response).await?;
     }
     writer.shutdown().await;
     Ok(())
+}
+
+/// Writes one response; a reply that closes the connection is an error.
+async fn send(writer: &mut Writer, response: Response) -> Result<(), Closed> {
+    match response {
+        Response::Send(body) => write_frame(writer, vec![OutPart::Bytes(body)]).await,
+        Response::SendParts(parts) => write_frame(writer, parts).await,
+        Response::Nothing => Ok(()),
+        Response::Close(reason) => Err(Closed::Refused(reason)),
+    }
+}
+
+/// Authenticates a connection on a SASL listener (see `sasl`): reads and answers frames until
+/// the client is authenticated (its principal) or has closed (None). Frames are bounded by
+/// `sasl.server.max.receive.size` until then.
+async fn authenticate<D: Dispatch + ?Sized>(
+    reader: &mut Reader,
+    writer: &mut Writer,
+    sasl: &SaslConfig,
+    dispatcher: &D,
+    peer: SocketAddr,
+    idle: Duration,
+) -> Result<Option<KafkaPrincipal>, Closed> {
+    let mut authenticator = Authenticator::new(sasl);
+    loop {
+        let frame = match read_request(reader, idle, sasl.max_receive_size).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return Ok(None),
+            Err(Closed::RequestSize { size, .. }) => {
+                tokio::time::sleep(sasl.failed_delay).await;
+                return Err(Closed::Authentication(format!(
+                    "a frame of {size} bytes before authentication \
+                     (sasl.server.max.receive.size is {})",
+                    sasl.max_receive_size
+                )));
+            }
+            Err(error) => return Err(error),
+        };
+        let response = match authenticator.on_frame(frame) {
+            Step::ApiVersions(frame) => match dispatcher.dispatch(frame, peer) {
+                Reply::Now(response) => response,
+                Reply::Later(future) => future.await,
+                Reply::Close(reason) => return Err(Closed::Refused(reason)),
+            },
+            Step::Send(response) => Response::Send(response),
+            Step::Done {
+                response,
+                principal,
+            } => {
+                write_frame(writer, vec![OutPart::Bytes(response)]).await?;
+                return Ok(Some(principal));
+            }
+            Step::Fail { response, reason } => {
+                // Held back, so that guessing passwords is slow.
+                tokio::time::sleep(sasl.failed_delay).await;
+                if let Some(response) = response {
+                    write_frame(writer, vec![OutPart::Bytes(response)]).await?;
+                }
+                writer.shutdown().await;
+                return Err(Closed::Authentication(reason));
+            }
+            Step::Close(reason) => return Err(Closed::Refused(reason)),
+        };
+        send(writer, response).await?;
+    }
 }
 
 /// The next request frame: None when the client closed the connection; an error for an idle
@@ -712,7 +813,14 @@ pub mod tests {
             socket_request_max_bytes: 1024,
             connections_max_idle_ms: 60_000,
         };
-        tokio::spawn(serve(listener, recorder.clone(), config, tls, shutdown));
+        let security = ListenerSecurity { tls, sasl: None };
+        tokio::spawn(serve(
+            listener,
+            recorder.clone(),
+            config,
+            security,
+            shutdown,
+        ));
         let mut client = connect(address).await;
         for body in [&b"first"[..], b"second"] {
             client

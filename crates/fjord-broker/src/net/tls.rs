@@ -263,7 +263,9 @@ mod tests {
     use tokio::sync::watch;
     use tokio_rustls::TlsConnector;
 
-    use crate::net::{serve, Dispatch, NetworkConfig, Reply, Response, Sequencing};
+    use crate::net::{
+        serve, Dispatch, ListenerSecurity, NetworkConfig, Reply, Response, Sequencing,
+    };
 
     /// Answers every request with its own body.
     struct Echo;
@@ -322,8 +324,11 @@ mod tests {
             socket_request_max_bytes: 1024,
             connections_max_idle_ms: 5_000,
         };
-        let tls = Some(server_config(settings).unwrap());
-        tokio::spawn(serve(listener, Arc::new(Echo), config, tls, shutdown));
+        let security = ListenerSecurity {
+            tls: Some(server_config(settings).unwrap()),
+            sasl: None,
+        };
+        tokio::spawn(serve(listener, Arc::new(Echo), config, security, shutdown));
         (address, stop)
     }
 

@@ -894,7 +894,13 @@ pub mod tests {
     }
 
     pub(crate) fn partition(dir: &std::path::Path, name: &str, durable: bool) -> Arc<Partition> {
-        test_partition(dir, TopicPartition::new(name, 0), durable, 1, leader_alone())
+        test_partition(
+            dir,
+            TopicPartition::new(name, 0),
+            durable,
+            1,
+            leader_alone(),
+        )
     }
 
     pub(crate) fn append(partition: &Partition) {

@@ -21,10 +21,13 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::controller::ControllerDispatch;
+use crate::api::versions::supported_range;
 use crate::api::{Broker, BrokerDispatch};
 use crate::link::controller::{ControllerAddresses, ControllerLink};
-use crate::net::NetworkConfig;
+use crate::net::sasl::SaslConfig;
+use crate::net::{ListenerSecurity, NetworkConfig};
 use fjord_config::BrokerConfig;
+use fjord_protocol::ApiKey;
 use log_dirs::check_log_dirs;
 
 /// The directory of the metadata log inside the metadata log dir, named as in KRaft.
@@ -53,7 +56,7 @@ pub async fn run(
 ) -> Result<(), BrokerError> {
     let config = Arc::new(config);
     let started = Instant::now();
-    let tls = tls_configs(&config)?;
+    let security = listener_security(&config)?;
     let dynamic = if config.cluster.bootstrap_servers.is_empty() {
         None
     } else {
@@ -92,7 +95,7 @@ pub async fn run(
         quorum: &quorum,
         controller: &controller,
     };
-    let servers = serve_listeners(&node, &tls, &broker_rx, &listening).await?;
+    let servers = serve_listeners(&node, &security, &broker_rx, &listening).await?;
     // A controller of a dynamic quorum makes itself known to the leader, and asks to vote if
     // `controller.quorum.auto.join.enable` says so.
     let joining = (dynamic.is_some() && config.cluster.controller).then(|| {
@@ -258,31 +261,44 @@ async fn start_quorum(
     Ok(Arc::new(quorum))
 }
 
-/// Each SSL listener's TLS, set up before anything touches the disk: key material that cannot
-/// be read is a configuration error like any other.
-fn tls_configs(
+/// Each listener's TLS and SASL, set up before anything touches the disk: key material that
+/// cannot be read is a configuration error like any other.
+fn listener_security(
     config: &BrokerConfig,
-) -> Result<BTreeMap<String, Arc<rustls::ServerConfig>>, BrokerError> {
-    let mut configs = BTreeMap::new();
+) -> Result<BTreeMap<String, ListenerSecurity>, BrokerError> {
+    let mut security = BTreeMap::new();
     for listener in &config.listeners {
-        if let Some(settings) = config.listener_tls(&listener.name) {
-            let tls = crate::net::tls::server_config(settings).map_err(|e| {
+        let tls = match config.listener_tls(&listener.name) {
+            Some(settings) => Some(crate::net::tls::server_config(settings).map_err(|e| {
                 startup(format!(
                     "cannot set up TLS on listener {}: {e}",
                     listener.name
                 ))
-            })?;
-            configs.insert(listener.name.clone(), tls);
-        }
+            })?),
+            None => None,
+        };
+        let sasl = config.listener_sasl(&listener.name).map(|settings| {
+            Arc::new(SaslConfig {
+                settings: settings.clone(),
+                max_receive_size: usize::try_from(config.settings().sasl_server_max_receive_size)
+                    .unwrap_or(usize::MAX),
+                failed_delay: Duration::from_millis(
+                    u64::try_from(config.settings().connection_failed_authentication_delay_ms)
+                        .unwrap_or(0),
+                ),
+                api_versions_max: supported_range(ApiKey::ApiVersions).map_or(0, |(_, max)| max),
+            })
+        });
+        security.insert(listener.name.clone(), ListenerSecurity { tls, sasl });
     }
-    Ok(configs)
+    Ok(security)
 }
 
 /// Binds every listener and serves it: a controller listener with this node's controller, the
 /// others with the broker (`broker`, once it has started).
 async fn serve_listeners(
     node: &Node<'_>,
-    tls: &BTreeMap<String, Arc<rustls::ServerConfig>>,
+    security: &BTreeMap<String, ListenerSecurity>,
     broker: &watch::Receiver<Option<Arc<Broker>>>,
     listening: &watch::Receiver<bool>,
 ) -> Result<Vec<JoinHandle<()>>, BrokerError> {
@@ -306,7 +322,7 @@ async fn serve_listeners(
             socket,
             dispatch,
             network_config.clone(),
-            tls.get(&listener.name).cloned(),
+            security.get(&listener.name).cloned().unwrap_or_default(),
             listening.clone(),
         )));
     }

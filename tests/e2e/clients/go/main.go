@@ -21,6 +21,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 type genRecord struct {
@@ -361,9 +363,10 @@ func main() {
 }
 
 // seeds splits a comma-separated bootstrap list, as other clients take it.
-// connOpts: the seed brokers, and TLS when the properties file --client-config names says
-// security.protocol=SSL, with ssl.ca.location, ssl.certificate.location and ssl.key.location as
-// librdkafka names them.
+// connOpts: the seed brokers, and what the properties file --client-config names asks for, in
+// librdkafka's naming: TLS for security.protocol SSL or SASL_SSL (ssl.ca.location,
+// ssl.certificate.location, ssl.key.location), SASL for SASL_PLAINTEXT or SASL_SSL
+// (sasl.mechanism PLAIN or SCRAM-SHA-256/512 with sasl.username and sasl.password).
 func connOpts(o options) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(seeds(o.bootstrap)...)}
 	if o.clientConfig == "" {
@@ -381,7 +384,21 @@ func connOpts(o options) ([]kgo.Opt, error) {
 			props[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
 	}
-	if props["security.protocol"] != "SSL" {
+	protocol := props["security.protocol"]
+	if protocol == "SASL_PLAINTEXT" || protocol == "SASL_SSL" {
+		user, pass := props["sasl.username"], props["sasl.password"]
+		switch mechanism := props["sasl.mechanism"]; mechanism {
+		case "PLAIN":
+			opts = append(opts, kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
+		case "SCRAM-SHA-256":
+			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()))
+		case "SCRAM-SHA-512":
+			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
+		default:
+			return nil, fmt.Errorf("sasl.mechanism %q is not wired up here", mechanism)
+		}
+	}
+	if protocol != "SSL" && protocol != "SASL_SSL" {
 		return opts, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}

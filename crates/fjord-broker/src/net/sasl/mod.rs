@@ -1,0 +1,462 @@
+//! SASL authentication of a connection on a SASL_PLAINTEXT or SASL_SSL listener, as Kafka's
+//! server authenticator does it. Before anything else a client may send one ApiVersions, then a
+//! SaslHandshake naming its mechanism, then its tokens — inside SaslAuthenticate requests after a
+//! v1 handshake, as bare size-prefixed frames after a v0 one — until the mechanism accepts or
+//! refuses them. Any other request first closes the connection unanswered; a refusal is answered
+//! after `connection.failed.authentication.delay.ms`, then the connection closes.
+//!
+//! Sans-IO: an [`Authenticator`] is fed each frame and says what to do; `net` reads and writes.
+
+pub mod plain;
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use fjord_common::{errors, KafkaPrincipal};
+use fjord_config::{SaslMechanism, SaslSettings};
+use fjord_protocol::messages::sasl_authenticate_request::SaslAuthenticateRequest;
+use fjord_protocol::messages::sasl_authenticate_response::SaslAuthenticateResponse;
+use fjord_protocol::messages::sasl_handshake_request::SaslHandshakeRequest;
+use fjord_protocol::messages::sasl_handshake_response::SaslHandshakeResponse;
+use fjord_protocol::{
+    decode_request_header, response_header_version, ApiKey, Decodable, Decoder, Encodable,
+    ResponseHeader,
+};
+
+/// The SaslHandshake and SaslAuthenticate versions served.
+pub const SASL_HANDSHAKE_VERSIONS: (i16, i16) = (0, 1);
+pub const SASL_AUTHENTICATE_VERSIONS: (i16, i16) = (0, 2);
+
+/// What a SASL listener authenticates with.
+#[derive(Debug, Clone)]
+pub struct SaslConfig {
+    pub settings: SaslSettings,
+    /// `sasl.server.max.receive.size`: the largest frame read before authentication.
+    pub max_receive_size: usize,
+    /// `connection.failed.authentication.delay.ms`: how long a refusal is held back.
+    pub failed_delay: Duration,
+    /// The newest ApiVersions version served: one above it is answered (by the dispatcher) but
+    /// does not count as the connection's ApiVersions.
+    pub api_versions_max: i16,
+}
+
+/// What to do with one frame read before the connection is authenticated.
+#[derive(Debug)]
+pub enum Step {
+    /// An ApiVersions request: the dispatcher answers it, as on any listener.
+    ApiVersions(Bytes),
+    /// Send this response; the exchange goes on.
+    Send(Bytes),
+    /// Authenticated: send this response, then serve the connection's requests as `principal`.
+    Done {
+        response: Bytes,
+        principal: KafkaPrincipal,
+    },
+    /// Authentication failed: after the failed-authentication delay, send the response (if
+    /// any) and close.
+    Fail {
+        response: Option<Bytes>,
+        reason: String,
+    },
+    /// Not a request allowed here: close at once, unanswered.
+    Close(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// An ApiVersions or a SaslHandshake may come.
+    HandshakeOrVersions,
+    /// ApiVersions was answered: only a SaslHandshake may come.
+    Handshake,
+    /// The mechanism's tokens come: in SaslAuthenticate requests, or bare (`raw`) after a v0
+    /// handshake.
+    Authenticate { mechanism: SaslMechanism, raw: bool },
+}
+
+/// One connection's SASL exchange.
+pub struct Authenticator<'a> {
+    config: &'a SaslConfig,
+    state: State,
+}
+
+impl<'a> Authenticator<'a> {
+    pub fn new(config: &'a SaslConfig) -> Self {
+        Authenticator {
+            config,
+            state: State::HandshakeOrVersions,
+        }
+    }
+
+    /// The next frame the client sent.
+    pub fn on_frame(&mut self, frame: Bytes) -> Step {
+        if let State::Authenticate {
+            mechanism,
+            raw: true,
+        } = self.state
+        {
+            // After a v0 handshake the token is the whole frame, and so is the answer; a
+            // refusal is a closed connection.
+            return match self.evaluate(mechanism, &frame) {
+                Ok((principal, token)) => Step::Done {
+                    response: token,
+                    principal,
+                },
+                Err(reason) => Step::Fail {
+                    response: None,
+                    reason,
+                },
+            };
+        }
+        let mut input = Decoder::new(frame.clone());
+        let header = match decode_request_header(&mut input) {
+            Ok(header) => header,
+            Err(error) => {
+                return Step::Close(format!(
+                    "unreadable request during SASL authentication (a client without SASL, or \
+                     not a Kafka client?): {error}"
+                ))
+            }
+        };
+        let api = ApiKey::from_i16(header.request_api_key);
+        let version = header.request_api_version;
+        let correlation_id = header.correlation_id;
+        match (self.state, api) {
+            (State::HandshakeOrVersions, Some(ApiKey::ApiVersions)) => {
+                // One the client must retry at a lower version does not count.
+                if version <= self.config.api_versions_max {
+                    self.state = State::Handshake;
+                }
+                Step::ApiVersions(frame)
+            }
+            (State::HandshakeOrVersions | State::Handshake, Some(ApiKey::SaslHandshake)) => {
+                self.handshake(&mut input, version, correlation_id)
+            }
+            (State::Authenticate { mechanism, .. }, Some(ApiKey::SaslAuthenticate)) => {
+                self.authenticate(&mut input, mechanism, version, correlation_id)
+            }
+            (_, api) => Step::Close(format!(
+                "unexpected {} request during SASL authentication",
+                api.map(ApiKey::name).unwrap_or("unknown")
+            )),
+        }
+    }
+
+    fn handshake(&mut self, input: &mut Decoder, version: i16, correlation_id: i32) -> Step {
+        let (min, max) = SASL_HANDSHAKE_VERSIONS;
+        if !(min..=max).contains(&version) {
+            return Step::Close(format!("SaslHandshake version {version} is not served"));
+        }
+        let request = match SaslHandshakeRequest::decode(input, version) {
+            Ok(request) => request,
+            Err(error) => return Step::Close(format!("malformed SaslHandshake: {error}")),
+        };
+        let settings = &self.config.settings;
+        let mechanisms = settings
+            .mechanisms
+            .iter()
+            .map(|m| m.name().to_string())
+            .collect();
+        let Some(mechanism) = settings.mechanism(&request.mechanism) else {
+            let response = SaslHandshakeResponse {
+                error_code: errors::UNSUPPORTED_SASL_MECHANISM,
+                mechanisms,
+            };
+            return Step::Fail {
+                response: Some(encode(
+                    ApiKey::SaslHandshake,
+                    version,
+                    correlation_id,
+                    &response,
+                )),
+                reason: format!(
+                    "the client asked for SASL mechanism {:?}, which this listener does not enable",
+                    request.mechanism
+                ),
+            };
+        };
+        self.state = State::Authenticate {
+            mechanism,
+            raw: version == 0,
+        };
+        let response = SaslHandshakeResponse {
+            error_code: errors::NONE,
+            mechanisms,
+        };
+        Step::Send(encode(
+            ApiKey::SaslHandshake,
+            version,
+            correlation_id,
+            &response,
+        ))
+    }
+
+    fn authenticate(
+        &mut self,
+        input: &mut Decoder,
+        mechanism: SaslMechanism,
+        version: i16,
+        correlation_id: i32,
+    ) -> Step {
+        let (min, max) = SASL_AUTHENTICATE_VERSIONS;
+        if !(min..=max).contains(&version) {
+            return Step::Close(format!("SaslAuthenticate version {version} is not served"));
+        }
+        let request = match SaslAuthenticateRequest::decode(input, version) {
+            Ok(request) => request,
+            Err(error) => return Step::Close(format!("malformed SaslAuthenticate: {error}")),
+        };
+        let answer = |error_code, error_message, auth_bytes| {
+            let response = SaslAuthenticateResponse {
+                error_code,
+                error_message,
+                auth_bytes,
+                // Sessions last as long as their connections (no re-authentication).
+                session_lifetime_ms: 0,
+            };
+            encode(ApiKey::SaslAuthenticate, version, correlation_id, &response)
+        };
+        match self.evaluate(mechanism, &request.auth_bytes) {
+            Ok((principal, token)) => Step::Done {
+                response: answer(errors::NONE, None, token),
+                principal,
+            },
+            Err(reason) => Step::Fail {
+                response: Some(answer(
+                    errors::SASL_AUTHENTICATION_FAILED,
+                    Some(reason.clone()),
+                    Bytes::new(),
+                )),
+                reason,
+            },
+        }
+    }
+
+    /// The mechanism's verdict on the client's token: the principal and the last token to send
+    /// back, or why it was refused.
+    fn evaluate(
+        &self,
+        mechanism: SaslMechanism,
+        token: &[u8],
+    ) -> Result<(KafkaPrincipal, Bytes), String> {
+        match mechanism {
+            SaslMechanism::Plain => plain::authenticate(&self.config.settings.plain_users, token)
+                .map(|user| (KafkaPrincipal::user(user), Bytes::new())),
+        }
+    }
+}
+
+/// A response frame: header and body.
+fn encode<T: Encodable>(api: ApiKey, version: i16, correlation_id: i32, body: &T) -> Bytes {
+    let mut out = BytesMut::with_capacity(64);
+    // Both encode into a growing buffer; they fail only on a version out of range, which the
+    // callers checked.
+    let encoded = ResponseHeader { correlation_id }
+        .encode(&mut out, response_header_version(api, version))
+        .and_then(|()| body.encode(&mut out, version));
+    debug_assert!(encoded.is_ok(), "{encoded:?}");
+    out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    use fjord_protocol::messages::RequestHeader;
+
+    fn config() -> SaslConfig {
+        SaslConfig {
+            settings: SaslSettings {
+                mechanisms: vec![SaslMechanism::Plain],
+                plain_users: BTreeMap::from([("alice".to_string(), "pw".to_string())]),
+            },
+            max_receive_size: 1024,
+            failed_delay: Duration::ZERO,
+            api_versions_max: 4,
+        }
+    }
+
+    /// A request frame: header (correlation id 7) and body.
+    pub(super) fn request<T: Encodable>(api: ApiKey, version: i16, body: &T) -> Bytes {
+        let mut out = BytesMut::new();
+        RequestHeader {
+            request_api_key: api as i16,
+            request_api_version: version,
+            correlation_id: 7,
+            client_id: Some("test".into()),
+        }
+        .encode(
+            &mut out,
+            fjord_protocol::request_header_version(api, version),
+        )
+        .unwrap();
+        body.encode(&mut out, version).unwrap();
+        out.freeze()
+    }
+
+    fn handshake(version: i16, mechanism: &str) -> Bytes {
+        let body = SaslHandshakeRequest {
+            mechanism: mechanism.into(),
+        };
+        request(ApiKey::SaslHandshake, version, &body)
+    }
+
+    fn authenticate(version: i16, token: &[u8]) -> Bytes {
+        let body = SaslAuthenticateRequest {
+            auth_bytes: Bytes::copy_from_slice(token),
+        };
+        request(ApiKey::SaslAuthenticate, version, &body)
+    }
+
+    fn response<T: Decodable>(api: ApiKey, version: i16, frame: &Bytes) -> T {
+        let mut input = Decoder::new(frame.clone());
+        let header =
+            ResponseHeader::decode(&mut input, response_header_version(api, version)).unwrap();
+        assert_eq!(header.correlation_id, 7);
+        T::decode(&mut input, version).unwrap()
+    }
+
+    #[test]
+    fn api_versions_then_a_v1_handshake_then_plain() {
+        let config = config();
+        let mut auth = Authenticator::new(&config);
+        let versions = request(
+            ApiKey::ApiVersions,
+            3,
+            &fjord_protocol::messages::api_versions_request::ApiVersionsRequest::default(),
+        );
+        assert!(matches!(
+            auth.on_frame(versions.clone()),
+            Step::ApiVersions(_)
+        ));
+        let Step::Send(sent) = auth.on_frame(handshake(1, "PLAIN")) else {
+            panic!("handshake refused")
+        };
+        let answer: SaslHandshakeResponse = response(ApiKey::SaslHandshake, 1, &sent);
+        assert_eq!(answer.error_code, 0);
+        assert_eq!(answer.mechanisms, vec!["PLAIN".to_string()]);
+        let Step::Done {
+            response: sent,
+            principal,
+        } = auth.on_frame(authenticate(2, b"\0alice\0pw"))
+        else {
+            panic!("not authenticated")
+        };
+        assert_eq!(principal.to_string(), "User:alice");
+        let answer: SaslAuthenticateResponse = response(ApiKey::SaslAuthenticate, 2, &sent);
+        assert_eq!(answer.error_code, 0);
+        assert_eq!(answer.session_lifetime_ms, 0);
+    }
+
+    #[test]
+    fn a_v0_handshake_is_followed_by_bare_tokens() {
+        let config = config();
+        let mut auth = Authenticator::new(&config);
+        assert!(matches!(
+            auth.on_frame(handshake(0, "PLAIN")),
+            Step::Send(_)
+        ));
+        let step = auth.on_frame(Bytes::from_static(b"\0alice\0pw"));
+        assert!(matches!(step, Step::Done { response, .. } if response.is_empty()));
+        let mut auth = Authenticator::new(&config);
+        auth.on_frame(handshake(0, "PLAIN"));
+        let step = auth.on_frame(Bytes::from_static(b"\0alice\0wrong"));
+        assert!(matches!(step, Step::Fail { response: None, .. }));
+    }
+
+    #[test]
+    fn a_wrong_password_is_refused_with_kafkas_error() {
+        let config = config();
+        let mut auth = Authenticator::new(&config);
+        auth.on_frame(handshake(1, "PLAIN"));
+        let Step::Fail {
+            response: Some(sent),
+            ..
+        } = auth.on_frame(authenticate(1, b"\0alice\0nope"))
+        else {
+            panic!("not refused")
+        };
+        let answer: SaslAuthenticateResponse = response(ApiKey::SaslAuthenticate, 1, &sent);
+        assert_eq!(answer.error_code, errors::SASL_AUTHENTICATION_FAILED);
+        assert_eq!(
+            answer.error_message.as_deref(),
+            Some("Authentication failed: Invalid username or password")
+        );
+    }
+
+    #[test]
+    fn a_mechanism_not_enabled_is_refused_with_the_enabled_ones() {
+        let config = config();
+        let mut auth = Authenticator::new(&config);
+        let Step::Fail {
+            response: Some(sent),
+            ..
+        } = auth.on_frame(handshake(1, "SCRAM-SHA-512"))
+        else {
+            panic!("not refused")
+        };
+        let answer: SaslHandshakeResponse = response(ApiKey::SaslHandshake, 1, &sent);
+        assert_eq!(answer.error_code, errors::UNSUPPORTED_SASL_MECHANISM);
+        assert_eq!(answer.mechanisms, vec!["PLAIN".to_string()]);
+    }
+
+    #[test]
+    fn nothing_else_is_served_before_authentication() {
+        let config = config();
+        let metadata = request(
+            ApiKey::Metadata,
+            12,
+            &fjord_protocol::messages::metadata_request::MetadataRequest::default(),
+        );
+        // Before the handshake, between it and the token, and garbage.
+        let mut auth = Authenticator::new(&config);
+        assert!(matches!(auth.on_frame(metadata.clone()), Step::Close(_)));
+        let mut auth = Authenticator::new(&config);
+        auth.on_frame(handshake(1, "PLAIN"));
+        assert!(matches!(auth.on_frame(metadata), Step::Close(_)));
+        let mut auth = Authenticator::new(&config);
+        assert!(matches!(
+            auth.on_frame(Bytes::from_static(b"\x16\x03\x01garbage")),
+            Step::Close(_)
+        ));
+        // A second ApiVersions, and a token before any handshake.
+        let versions = request(
+            ApiKey::ApiVersions,
+            3,
+            &fjord_protocol::messages::api_versions_request::ApiVersionsRequest::default(),
+        );
+        let mut auth = Authenticator::new(&config);
+        auth.on_frame(versions.clone());
+        assert!(matches!(auth.on_frame(versions), Step::Close(_)));
+        let mut auth = Authenticator::new(&config);
+        assert!(matches!(
+            auth.on_frame(authenticate(2, b"\0alice\0pw")),
+            Step::Close(_)
+        ));
+    }
+
+    #[test]
+    fn an_api_versions_the_client_must_retry_lower_does_not_count() {
+        let config = config();
+        let mut auth = Authenticator::new(&config);
+        let too_new = request(
+            ApiKey::ApiVersions,
+            3,
+            &fjord_protocol::messages::api_versions_request::ApiVersionsRequest::default(),
+        );
+        let mut frame = BytesMut::from(&too_new[..]);
+        frame[2..4].copy_from_slice(&99i16.to_be_bytes());
+        assert!(matches!(
+            auth.on_frame(frame.freeze()),
+            Step::ApiVersions(_)
+        ));
+        assert!(matches!(auth.on_frame(too_new), Step::ApiVersions(_)));
+        assert!(matches!(
+            auth.on_frame(handshake(1, "PLAIN")),
+            Step::Send(_)
+        ));
+    }
+}
+
+#[cfg(test)]
+mod wire_tests;

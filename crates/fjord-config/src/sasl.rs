@@ -1,0 +1,397 @@
+//! A SASL listener's settings from Kafka's keys: `sasl.enabled.mechanisms` (overridable per
+//! listener as `listener.name.<listener>.sasl.enabled.mechanisms`) and, per mechanism, the JAAS
+//! text the broker reads its users from, `listener.name.<listener>.<mechanism>.sasl.jaas.config`
+//! (Kafka's brokers read no unprefixed `sasl.jaas.config`; fjord has no JAAS file either). Pure:
+//! parsed and checked here, used by the broker's authenticator.
+
+use std::collections::BTreeMap;
+
+use crate::{invalid, listener_value, split_list, ConfigError};
+
+/// The login module a PLAIN listener's JAAS text must name.
+pub const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
+
+/// A SASL mechanism fjord serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaslMechanism {
+    /// RFC 4616: the user name and password in one message, checked against the JAAS users.
+    Plain,
+}
+
+impl SaslMechanism {
+    /// The mechanism's name on the wire (SaslHandshake) and in `sasl.enabled.mechanisms`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+        }
+    }
+}
+
+/// What a SASL_PLAINTEXT or SASL_SSL listener authenticates with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslSettings {
+    /// `sasl.enabled.mechanisms`, in the order given.
+    pub mechanisms: Vec<SaslMechanism>,
+    /// PLAIN's users and their passwords: the `user_<name>="<password>"` options of the
+    /// listener's PLAIN JAAS text.
+    pub plain_users: BTreeMap<String, String>,
+}
+
+impl SaslSettings {
+    /// Whether `name` (as a client sends it in SaslHandshake) is enabled on the listener.
+    pub fn mechanism(&self, name: &str) -> Option<SaslMechanism> {
+        self.mechanisms.iter().copied().find(|m| m.name() == name)
+    }
+}
+
+/// The SASL settings of listener `listener`, checked: every enabled mechanism is one fjord
+/// serves, and each has the JAAS text it needs.
+pub(crate) fn listener_sasl(
+    props: &BTreeMap<String, String>,
+    listener: &str,
+) -> Result<SaslSettings, ConfigError> {
+    let prefix = format!("listener.name.{}.", listener.to_ascii_lowercase());
+    let (key, value) = listener_value(props, listener, "sasl.enabled.mechanisms");
+    let value = value.unwrap_or_default();
+    let key = key.as_str();
+    let value = value.as_str();
+    let mut mechanisms = Vec::new();
+    for name in split_list(value) {
+        let mechanism = match name {
+            "PLAIN" => SaslMechanism::Plain,
+            "GSSAPI" => {
+                return Err(invalid(
+                    key,
+                    value,
+                    format!(
+                        "listener {listener} enables GSSAPI (Kerberos{}), which fjord does not \
+                         serve; enable PLAIN instead",
+                        if props.contains_key(key) {
+                            ""
+                        } else {
+                            ", Kafka's default when sasl.enabled.mechanisms is not set"
+                        }
+                    ),
+                ))
+            }
+            "SCRAM-SHA-256" | "SCRAM-SHA-512" | "OAUTHBEARER" => {
+                return Err(invalid(
+                    key,
+                    value,
+                    format!("fjord does not serve {name} yet (PLAIN is served)"),
+                ))
+            }
+            other => {
+                return Err(invalid(
+                    key,
+                    value,
+                    format!("unknown SASL mechanism {other:?}"),
+                ))
+            }
+        };
+        if !mechanisms.contains(&mechanism) {
+            mechanisms.push(mechanism);
+        }
+    }
+    if mechanisms.is_empty() {
+        return Err(invalid(
+            key,
+            value,
+            format!("listener {listener} is a SASL listener with no mechanism enabled"),
+        ));
+    }
+    let mut plain_users = BTreeMap::new();
+    if mechanisms.contains(&SaslMechanism::Plain) {
+        let jaas_key = format!("{prefix}plain.sasl.jaas.config");
+        let Some(text) = props.get(&jaas_key) else {
+            return Err(invalid(
+                &jaas_key,
+                "",
+                format!(
+                    "listener {listener} enables PLAIN but gives no JAAS text with its users \
+                     ({PLAIN_LOGIN_MODULE} required user_<name>=\"<password>\";)"
+                ),
+            ));
+        };
+        let entry = parse_jaas(&jaas_key, text)?;
+        if entry.login_module != PLAIN_LOGIN_MODULE {
+            return Err(invalid(
+                &jaas_key,
+                "[hidden]",
+                format!(
+                    "login module {} cannot check PLAIN passwords; use {PLAIN_LOGIN_MODULE}",
+                    entry.login_module
+                ),
+            ));
+        }
+        for (option, password) in entry.options {
+            if let Some(user) = option.strip_prefix("user_") {
+                plain_users.insert(user.to_string(), password);
+            }
+        }
+    }
+    Ok(SaslSettings {
+        mechanisms,
+        plain_users,
+    })
+}
+
+/// One login module entry of a JAAS text: `<class> <flag> <key>=<value> ... ;`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct JaasEntry {
+    pub(crate) login_module: String,
+    pub(crate) options: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    /// A word or a quoted string.
+    Word(String),
+    Equals,
+    Semicolon,
+}
+
+/// The tokens of a JAAS text as Kafka's parser reads it: words, `"`-quoted strings (with
+/// backslash escapes), `=` and `;`; whitespace, `//` and `/* */` comments between them.
+fn jaas_tokens(text: &str) -> Result<Vec<Token>, String> {
+    let mut tokens = Vec::new();
+    let mut chars = text.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        match c {
+            c if c.is_whitespace() => {
+                chars.next();
+            }
+            '=' | ';' => {
+                chars.next();
+                tokens.push(if c == '=' {
+                    Token::Equals
+                } else {
+                    Token::Semicolon
+                });
+            }
+            '"' => {
+                chars.next();
+                let mut value = String::new();
+                loop {
+                    match chars.next() {
+                        None => return Err("a quoted value is not closed".into()),
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            None => return Err("a quoted value is not closed".into()),
+                            Some('n') => value.push('\n'),
+                            Some('t') => value.push('\t'),
+                            Some(other) => value.push(other),
+                        },
+                        Some(other) => value.push(other),
+                    }
+                }
+                tokens.push(Token::Word(value));
+            }
+            '/' => {
+                chars.next();
+                match chars.next() {
+                    Some('/') => {
+                        for c in chars.by_ref() {
+                            if c == '\n' {
+                                break;
+                            }
+                        }
+                    }
+                    Some('*') => {
+                        let mut last = ' ';
+                        loop {
+                            match chars.next() {
+                                None => return Err("a /* comment is not closed".into()),
+                                Some('/') if last == '*' => break,
+                                Some(c) => last = c,
+                            }
+                        }
+                    }
+                    _ => return Err("a stray '/'".into()),
+                }
+            }
+            _ => {
+                let mut word = String::new();
+                while let Some(&c) = chars.peek() {
+                    if c.is_whitespace() || matches!(c, '=' | ';' | '"' | '/') {
+                        break;
+                    }
+                    word.push(c);
+                    chars.next();
+                }
+                tokens.push(Token::Word(word));
+            }
+        }
+    }
+    Ok(tokens)
+}
+
+/// Parses the JAAS text set as `key`: exactly one login module entry, as Kafka requires of a
+/// `sasl.jaas.config`. Errors never quote the text (it holds passwords).
+pub(crate) fn parse_jaas(key: &str, text: &str) -> Result<JaasEntry, ConfigError> {
+    let fail = |reason: String| invalid(key, "[hidden]", format!("JAAS text: {reason}"));
+    let tokens = jaas_tokens(text).map_err(fail)?;
+    let mut entries = Vec::new();
+    let mut rest = tokens.as_slice();
+    while !rest.is_empty() {
+        let [Token::Word(login_module), Token::Word(flag), after @ ..] = rest else {
+            return Err(fail(
+                "expected a login module class and its control flag".into(),
+            ));
+        };
+        if !["required", "requisite", "sufficient", "optional"]
+            .contains(&flag.to_ascii_lowercase().as_str())
+        {
+            return Err(fail(format!(
+                "control flag {flag:?} is not one of required, requisite, sufficient, optional"
+            )));
+        }
+        let mut options = BTreeMap::new();
+        rest = after;
+        loop {
+            match rest {
+                [Token::Semicolon, after @ ..] => {
+                    rest = after;
+                    break;
+                }
+                [Token::Word(option), Token::Equals, Token::Word(value), after @ ..] => {
+                    options.insert(option.clone(), value.clone());
+                    rest = after;
+                }
+                [] => return Err(fail("the entry does not end with ';'".into())),
+                _ => {
+                    return Err(fail(format!(
+                        "options of {login_module} must be <name>=<value>"
+                    )))
+                }
+            }
+        }
+        entries.push(JaasEntry {
+            login_module: login_module.clone(),
+            options,
+        });
+    }
+    match entries.len() {
+        1 => Ok(entries.remove(0)),
+        n => Err(fail(format!(
+            "{n} login modules given; exactly one is needed"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn jaas_text_as_kafka_writes_it() {
+        let entry = parse_jaas(
+            "k",
+            "org.apache.kafka.common.security.plain.PlainLoginModule required\n  \
+             username=\"admin\" password=\"admin-secret\" // the broker's own\n  \
+             user_admin=\"admin-secret\" /* two users */ user_alice=\"a \\\"quoted\\\" pw\" user_bob=plain;",
+        )
+        .unwrap();
+        assert_eq!(entry.login_module, PLAIN_LOGIN_MODULE);
+        assert_eq!(entry.options["user_alice"], "a \"quoted\" pw");
+        assert_eq!(entry.options["user_bob"], "plain");
+        assert_eq!(entry.options.len(), 5);
+    }
+
+    #[test]
+    fn bad_jaas_text_is_refused_without_quoting_it() {
+        for (text, reason) in [
+            ("", "0 login modules"),
+            ("a required x=\"1\";b required;", "2 login modules"),
+            ("a required x=\"secret", "not closed"),
+            ("a required x=\"secret\"", "does not end"),
+            ("a always;", "control flag"),
+            ("a required x;", "<name>=<value>"),
+            ("a required /* x=\"secret\";", "not closed"),
+        ] {
+            let err = parse_jaas("k", text).unwrap_err();
+            assert!(err.reason.contains(reason), "{text}: {err}");
+            assert!(!err.to_string().contains("secret"), "{err}");
+        }
+    }
+
+    #[test]
+    fn plain_users_come_from_the_listeners_jaas_text() {
+        let settings = listener_sasl(
+            &props(&[
+                ("sasl.enabled.mechanisms", "PLAIN"),
+                (
+                    "listener.name.client.plain.sasl.jaas.config",
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                     user_alice=\"alice-pw\" user_bob=\"bob-pw\";",
+                ),
+            ]),
+            "CLIENT",
+        )
+        .unwrap();
+        assert_eq!(settings.mechanisms, vec![SaslMechanism::Plain]);
+        assert_eq!(settings.mechanism("PLAIN"), Some(SaslMechanism::Plain));
+        assert_eq!(settings.mechanism("plain"), None);
+        assert_eq!(settings.plain_users["alice"], "alice-pw");
+        assert_eq!(settings.plain_users.len(), 2);
+    }
+
+    #[test]
+    fn mechanisms_fjord_does_not_serve_are_refused_by_name() {
+        let jaas = (
+            "listener.name.sasl_ssl.plain.sasl.jaas.config",
+            "org.apache.kafka.common.security.plain.PlainLoginModule required user_a=\"b\";",
+        );
+        for (pairs, key, reason) in [
+            (vec![jaas], "sasl.enabled.mechanisms", "GSSAPI"),
+            (
+                vec![jaas, ("sasl.enabled.mechanisms", "PLAIN,GSSAPI")],
+                "sasl.enabled.mechanisms",
+                "GSSAPI",
+            ),
+            (
+                vec![
+                    jaas,
+                    (
+                        "listener.name.sasl_ssl.sasl.enabled.mechanisms",
+                        "SCRAM-SHA-512",
+                    ),
+                ],
+                "listener.name.sasl_ssl.sasl.enabled.mechanisms",
+                "SCRAM-SHA-512",
+            ),
+            (
+                vec![("sasl.enabled.mechanisms", "PLAIN")],
+                "listener.name.sasl_ssl.plain.sasl.jaas.config",
+                "no JAAS text",
+            ),
+            (
+                vec![
+                    ("sasl.enabled.mechanisms", "PLAIN"),
+                    (
+                        "listener.name.sasl_ssl.plain.sasl.jaas.config",
+                        "com.example.Other required user_a=\"b\";",
+                    ),
+                ],
+                "listener.name.sasl_ssl.plain.sasl.jaas.config",
+                "com.example.Other",
+            ),
+            (
+                vec![("sasl.enabled.mechanisms", " ")],
+                "sasl.enabled.mechanisms",
+                "no mechanism",
+            ),
+        ] {
+            let err = listener_sasl(&props(&pairs), "SASL_SSL").unwrap_err();
+            assert_eq!(err.key, key, "{err}");
+            assert!(err.reason.contains(reason), "{err}");
+        }
+    }
+}

@@ -1,0 +1,158 @@
+"""SASL listeners: every client authenticates with SASL/PLAIN, over plaintext (SASL_PLAINTEXT) and over TLS
+(SASL_SSL), and produces and consumes; a wrong password, an unknown user or a mechanism the listener does not enable
+fails within seconds with the error the client normally reports, while the broker serves everyone else.
+
+One broker for the module (fjord, or Kafka with E2E_BROKER=kafka): its own links on PLAINTEXT, and two SASL listeners
+configured with Kafka's keys: `sasl.enabled.mechanisms=PLAIN` and, per listener, the JAAS text naming the users
+(`listener.name.<listener>.plain.sasl.jaas.config`); SASL_SSL's keystore is PEM.
+"""
+
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+from confluent_kafka import KafkaError as ConfluentError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
+
+from harness import create_topics, free_port, make_broker, read_properties, round_trip, run_tool, write_properties
+from test_tls import Pki, refused_quickly
+
+CLIENTS = ["java", "confluent", "go", "kafka-python"]
+USERS = {"alice": "alice-secret", "admin": "admin-secret"}
+AUTHENTICATION_FAILED = ConfluentError._AUTHENTICATION
+PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+
+
+class SaslBroker:
+    def __init__(self, workdir: Path):
+        self.pki = Pki(workdir)
+        self.pki.issue("broker", "/CN=localhost", "DNS:localhost,IP:127.0.0.1")
+        self.broker = make_broker(workdir / "broker")
+        props = read_properties(self.broker.config)
+        self.ports = {"SASL": free_port(), "SASLTLS": free_port()}
+        added = ",".join(f"{name}://127.0.0.1:{port}" for name, port in self.ports.items())
+        props["listeners"] += "," + added
+        props["advertised.listeners"] += "," + added
+        props["listener.security.protocol.map"] = (props.get("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT")
+                                                   + ",SASL:SASL_PLAINTEXT,SASLTLS:SASL_SSL")
+        props["inter.broker.listener.name"] = "PLAINTEXT"
+        props["sasl.enabled.mechanisms"] = "PLAIN"
+        users = " ".join(f'user_{name}="{password}"' for name, password in USERS.items())
+        for listener in self.ports:
+            props[f"listener.name.{listener.lower()}.plain.sasl.jaas.config"] = f"{PLAIN_MODULE} required {users};"
+        props.update({
+            "listener.name.sasltls.ssl.keystore.type": "PEM",
+            "listener.name.sasltls.ssl.keystore.location": str(workdir / "broker.pem"),
+        })
+        write_properties(self.broker.config, props)
+        self.broker.start()
+
+    def bootstrap(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    def client_config(self, client: str, workdir: Path, listener: str, user: str = "alice",
+                      password: Optional[str] = None, mechanism: str = "PLAIN",
+                      extra: Optional[Dict[str, str]] = None) -> Path:
+        """The properties file `client` reaches `listener` with, as `user` (with `password`, else the user's own)."""
+        password = USERS.get(user, "none") if password is None else password
+        protocol = "SASL_SSL" if listener == "SASLTLS" else "SASL_PLAINTEXT"
+        if client == "java":
+            props = {"security.protocol": protocol, "sasl.mechanism": mechanism,
+                     "sasl.jaas.config": f'{PLAIN_MODULE} required username="{user}" password="{password}";'}
+            if protocol == "SASL_SSL":
+                props.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.pki.ca)})
+        elif client == "kafka-python":
+            props = {"security_protocol": protocol, "sasl_mechanism": mechanism, "sasl_plain_username": user,
+                     "sasl_plain_password": password}
+            if protocol == "SASL_SSL":
+                props["ssl_cafile"] = str(self.pki.ca)
+        else:
+            # librdkafka's naming, which the franz-go tool reads too.
+            key = "sasl.mechanisms" if client == "confluent" else "sasl.mechanism"
+            props = {"security.protocol": protocol, key: mechanism, "sasl.username": user,
+                     "sasl.password": password}
+            if protocol == "SASL_SSL":
+                props["ssl.ca.location"] = str(self.pki.ca)
+        props.update(extra or {})
+        path = workdir / f"{client}-{listener}-{user}-{password}-{mechanism}.properties"
+        write_properties(path, props)
+        return path
+
+
+@pytest.fixture(scope="module")
+def sasl(tmp_path_factory):
+    s = SaslBroker(tmp_path_factory.mktemp("sasl"))
+    yield s
+    if s.broker.running():
+        s.broker.stop()
+
+
+@pytest.mark.parametrize("listener", ["SASL", "SASLTLS"])
+@pytest.mark.parametrize("client", CLIENTS)
+def test_round_trip_as_a_plain_user(sasl: SaslBroker, client: str, listener: str, tmp_path: Path):
+    """Authenticated with SASL/PLAIN, produce with acks=all and consume back, over plaintext and over TLS."""
+    topic = f"sasl-{client}-{listener}".lower()
+    create_topics(sasl.broker.bootstrap, [topic], partitions=2, replication_factor=1)
+    config = sasl.client_config(client, tmp_path, listener)
+    round_trip(client, sasl.bootstrap(listener), topic, 2, 300, "zstd", tmp_path, client_config=config)
+
+
+BAD_LOGINS = [("alice", "wrong", "PLAIN"), ("mallory", "x", "PLAIN"), ("alice", None, "SCRAM-SHA-512")]
+
+
+@pytest.mark.parametrize("user,password,mechanism", BAD_LOGINS, ids=["wrong-password", "unknown-user",
+                                                                     "mechanism-not-enabled"])
+def test_a_bad_login_is_refused_within_seconds(sasl: SaslBroker, user: str, password: Optional[str],
+                                                mechanism: str, tmp_path: Path):
+    """librdkafka, kafka-python, Java and franz-go fail to authenticate, reporting it as they normally do; a client
+    with the right password is served afterwards."""
+    listener = "SASL"
+    bootstrap = sasl.bootstrap(listener)
+
+    def config(client: str, extra: Optional[Dict[str, str]] = None) -> Path:
+        return sasl.client_config(client, tmp_path, listener, user, password, mechanism, extra)
+
+    def confluent():
+        errors = []
+        conf = {"bootstrap.servers": bootstrap, "message.timeout.ms": 5000, "socket.timeout.ms": 5000,
+                "error_cb": errors.append, **read_properties(config("confluent"))}
+        producer = Producer(conf)
+        producer.produce("sasl-refused", b"v")
+        producer.flush(20)
+        # librdkafka reports the refusal to the error callback; the record then times out.
+        refusals = [e for e in errors if e.code() == AUTHENTICATION_FAILED]
+        if refusals:
+            raise KafkaException(refusals[0])
+
+    def kafka_python():
+        producer = KafkaProducer(bootstrap_servers=bootstrap, bootstrap_timeout_ms=5000, max_block_ms=5000,
+                                 **read_properties(config("kafka-python")))
+        try:
+            producer.send("sasl-refused", b"v").get(timeout=10)
+        finally:
+            producer.close(timeout=1)
+
+    def java():
+        extra = {"default.api.timeout.ms": "5000", "request.timeout.ms": "3000"}
+        if mechanism != "PLAIN":
+            extra["sasl.jaas.config"] = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+                                         f'username="{user}" password="x";')
+        run_tool("java", "create-topic", bootstrap=bootstrap, topic="sasl-refused", partitions=1,
+                 client_config=config("java", extra), wall_s=60)
+
+    def franz_go():
+        run_tool("go", "create-topic", bootstrap=bootstrap, topic="sasl-refused", partitions=1,
+                 client_config=config("go"), wall_s=60)
+
+    failure = refused_quickly(confluent)
+    assert failure.args[0].code() == AUTHENTICATION_FAILED, failure
+    failure = refused_quickly(kafka_python)
+    assert isinstance(failure, KafkaError), failure
+    refused_quickly(java)
+    refused_quickly(franz_go)
+    # Everyone else is still served.
+    admin = AdminClient({"bootstrap.servers": bootstrap,
+                         **read_properties(sasl.client_config("confluent", tmp_path, listener))})
+    assert admin.list_topics(timeout=10).topics is not None
