@@ -153,7 +153,7 @@ enum Token {
 
 /// The tokens of a JAAS text as Kafka's parser reads it: words, `"`-quoted strings (with
 /// backslash escapes), `=` and `;`; whitespace, `//` and `/* */` comments between them.
-fn jaas_tokens(text: &str) -> Result<Vec<Token>, String> {
+fn jaas_tokens(text: &str) -> Result<Vec<Token>, &'static str> {
     let mut tokens = Vec::new();
     let mut chars = text.chars().peekable();
     while let Some(&c) = chars.peek() {
@@ -174,10 +174,10 @@ fn jaas_tokens(text: &str) -> Result<Vec<Token>, String> {
                 let mut value = String::new();
                 loop {
                     match chars.next() {
-                        None => return Err("a quoted value is not closed".into()),
+                        None => return Err("a quoted value is not closed"),
                         Some('"') => break,
                         Some('\\') => match chars.next() {
-                            None => return Err("a quoted value is not closed".into()),
+                            None => return Err("a quoted value is not closed"),
                             Some('n') => value.push('\n'),
                             Some('t') => value.push('\t'),
                             Some(other) => value.push(other),
@@ -201,13 +201,13 @@ fn jaas_tokens(text: &str) -> Result<Vec<Token>, String> {
                         let mut last = ' ';
                         loop {
                             match chars.next() {
-                                None => return Err("a /* comment is not closed".into()),
+                                None => return Err("a /* comment is not closed"),
                                 Some('/') if last == '*' => break,
                                 Some(c) => last = c,
                             }
                         }
                     }
-                    _ => return Err("a stray '/'".into()),
+                    _ => return Err("a stray '/'"),
                 }
             }
             _ => {
@@ -230,7 +230,7 @@ fn jaas_tokens(text: &str) -> Result<Vec<Token>, String> {
 /// `sasl.jaas.config`. Errors never quote the text (it holds passwords).
 pub(crate) fn parse_jaas(key: &str, text: &str) -> Result<JaasEntry, ConfigError> {
     let fail = |reason: String| invalid(key, "[hidden]", format!("JAAS text: {reason}"));
-    let tokens = jaas_tokens(text).map_err(fail)?;
+    let tokens = jaas_tokens(text).map_err(|reason| fail(reason.to_string()))?;
     let mut entries = Vec::new();
     let mut rest = tokens.as_slice();
     while !rest.is_empty() {

@@ -40,6 +40,11 @@ pub struct SaslConfig {
     pub api_versions_max: i16,
 }
 
+/// Why a mechanism refused a client: the message sent back with SASL_AUTHENTICATION_FAILED.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct AuthenticationFailed(pub String);
+
 /// What to do with one frame read before the connection is authenticated.
 #[derive(Debug)]
 pub enum Step {
@@ -101,9 +106,9 @@ impl<'a> Authenticator<'a> {
                     response: token,
                     principal,
                 },
-                Err(reason) => Step::Fail {
+                Err(refused) => Step::Fail {
                     response: None,
-                    reason,
+                    reason: refused.0,
                 },
             };
         }
@@ -220,13 +225,13 @@ impl<'a> Authenticator<'a> {
                 response: answer(errors::NONE, None, token),
                 principal,
             },
-            Err(reason) => Step::Fail {
+            Err(refused) => Step::Fail {
                 response: Some(answer(
                     errors::SASL_AUTHENTICATION_FAILED,
-                    Some(reason.clone()),
+                    Some(refused.0.clone()),
                     Bytes::new(),
                 )),
-                reason,
+                reason: refused.0,
             },
         }
     }
@@ -237,7 +242,7 @@ impl<'a> Authenticator<'a> {
         &self,
         mechanism: SaslMechanism,
         token: &[u8],
-    ) -> Result<(KafkaPrincipal, Bytes), String> {
+    ) -> Result<(KafkaPrincipal, Bytes), AuthenticationFailed> {
         match mechanism {
             SaslMechanism::Plain => plain::authenticate(&self.config.settings.plain_users, token)
                 .map(|user| (KafkaPrincipal::user(user), Bytes::new())),

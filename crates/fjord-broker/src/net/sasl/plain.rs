@@ -6,22 +6,28 @@ use std::collections::BTreeMap;
 
 use subtle::ConstantTimeEq;
 
-/// The user `token` authenticates, or why it does not (the SaslAuthenticate error message).
-pub fn authenticate(users: &BTreeMap<String, String>, token: &[u8]) -> Result<String, String> {
-    let text = std::str::from_utf8(token)
-        .map_err(|_| "Invalid SASL/PLAIN response: not UTF-8".to_string())?;
+use super::AuthenticationFailed;
+
+/// The user `token` authenticates, or why it does not.
+pub fn authenticate(
+    users: &BTreeMap<String, String>,
+    token: &[u8],
+) -> Result<String, AuthenticationFailed> {
+    let refuse = |message: &str| AuthenticationFailed(message.to_string());
+    let text =
+        std::str::from_utf8(token).map_err(|_| refuse("Invalid SASL/PLAIN response: not UTF-8"))?;
     let parts: Vec<&str> = text.splitn(4, '\0').collect();
     let [authzid, username, password] = parts[..] else {
-        return Err(format!(
+        return Err(AuthenticationFailed(format!(
             "Invalid SASL/PLAIN response: expected 3 tokens, got {}",
             parts.len()
-        ));
+        )));
     };
     if username.is_empty() {
-        return Err("Authentication failed: username not specified".into());
+        return Err(refuse("Authentication failed: username not specified"));
     }
     if password.is_empty() {
-        return Err("Authentication failed: password not specified".into());
+        return Err(refuse("Authentication failed: password not specified"));
     }
     // Compared in constant time, so that the time taken tells nothing of how much matched; an
     // unknown user is compared against its own password, taking as long.
@@ -31,13 +37,14 @@ pub fn authenticate(users: &BTreeMap<String, String>, token: &[u8]) -> Result<St
     };
     let matches: bool = expected.ct_eq(password.as_bytes()).into();
     if !(known && matches) {
-        return Err("Authentication failed: Invalid username or password".into());
+        return Err(refuse(
+            "Authentication failed: Invalid username or password",
+        ));
     }
     if !authzid.is_empty() && authzid != username {
-        return Err(
-            "Authentication failed: Client requested an authorization id that is different from username"
-                .into(),
-        );
+        return Err(refuse(
+            "Authentication failed: Client requested an authorization id that is different from username",
+        ));
     }
     Ok(username.to_string())
 }
@@ -81,7 +88,7 @@ mod tests {
             (b"\0\xff\0x", "not UTF-8"),
         ] {
             let error = authenticate(&users(), token).unwrap_err();
-            assert!(error.contains(message), "{token:?}: {error}");
+            assert!(error.0.contains(message), "{token:?}: {error}");
         }
     }
 }
