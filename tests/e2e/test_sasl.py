@@ -4,9 +4,12 @@ fails within seconds with the error the client normally reports, while the broke
 
 One broker for the module (fjord, or Kafka with E2E_BROKER=kafka): its own links on PLAINTEXT, and two SASL listeners
 configured with Kafka's keys: `sasl.enabled.mechanisms=PLAIN` and, per listener, the JAAS text naming the users
-(`listener.name.<listener>.plain.sasl.jaas.config`); SASL_SSL's keystore is PEM.
+(`listener.name.<listener>.plain.sasl.jaas.config`); SASL_SSL's keystore is PEM. Sessions on SASL_PLAINTEXT last
+SESSION_MS (`listener.name.sasl.plain.connections.max.reauth.ms`, KIP-368): its clients authenticate again on their
+connections as they go.
 """
 
+import time
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -22,6 +25,7 @@ from test_tls import Pki, refused_quickly
 CLIENTS = ["java", "confluent", "go", "kafka-python"]
 USERS = {"alice": "alice-secret", "admin": "admin-secret"}
 AUTHENTICATION_FAILED = ConfluentError._AUTHENTICATION
+SESSION_MS = 3000
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
 
@@ -42,6 +46,7 @@ class SaslBroker:
         users = " ".join(f'user_{name}="{password}"' for name, password in USERS.items())
         for listener in self.ports:
             props[f"listener.name.{listener.lower()}.plain.sasl.jaas.config"] = f"{PLAIN_MODULE} required {users};"
+        props["listener.name.sasl.plain.connections.max.reauth.ms"] = str(SESSION_MS)
         props.update({
             "listener.name.sasltls.ssl.keystore.type": "PEM",
             "listener.name.sasltls.ssl.keystore.location": str(workdir / "broker.pem"),
@@ -156,3 +161,27 @@ def test_a_bad_login_is_refused_within_seconds(sasl: SaslBroker, user: str, pass
     admin = AdminClient({"bootstrap.servers": bootstrap,
                          **read_properties(sasl.client_config("confluent", tmp_path, listener))})
     assert admin.list_topics(timeout=10).topics is not None
+
+
+def test_sessions_are_renewed_on_their_connections(sasl: SaslBroker, tmp_path: Path):
+    """librdkafka and kafka-python producers that keep their connections past several session lifetimes authenticate
+    again on them as they go: every record is delivered, and no error is reported."""
+    bootstrap = sasl.bootstrap("SASL")
+    topic = "sasl-sessions"
+    create_topics(sasl.broker.bootstrap, [topic], partitions=1, replication_factor=1)
+    errors, delivered = [], []
+    producer = Producer({"bootstrap.servers": bootstrap, "error_cb": errors.append,
+                         **read_properties(sasl.client_config("confluent", tmp_path, "SASL"))})
+    python_producer = KafkaProducer(bootstrap_servers=bootstrap,
+                                    **read_properties(sasl.client_config("kafka-python", tmp_path, "SASL")))
+    deadline = time.monotonic() + 3 * SESSION_MS / 1000
+    sent = 0
+    while time.monotonic() < deadline:
+        producer.produce(topic, f"r{sent}".encode(), on_delivery=lambda err, msg: delivered.append(err))
+        producer.flush(10)
+        python_producer.send(topic, f"p{sent}".encode()).get(timeout=10)
+        sent += 1
+        time.sleep(0.25)
+    python_producer.close(timeout=5)
+    assert errors == []
+    assert delivered == [None] * sent

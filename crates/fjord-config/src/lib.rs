@@ -687,9 +687,11 @@ fn listener_override_of(key: &str) -> Option<&str> {
     if key.starts_with("ssl.") || key == "sasl.enabled.mechanisms" {
         return Some(key);
     }
-    // `<mechanism>.sasl.jaas.config`
+    // `<mechanism>.sasl.jaas.config`, `<mechanism>.connections.max.reauth.ms`
     let (_, key) = key.split_once('.')?;
-    (key == "sasl.jaas.config").then_some(key)
+    ["sasl.jaas.config", "connections.max.reauth.ms"]
+        .contains(&key)
+        .then_some(key)
 }
 
 /// What each secured listener serves: TLS for SSL and SASL_SSL, SASL for SASL_PLAINTEXT and
@@ -741,17 +743,6 @@ fn secure_listeners(
                 listener.name.clone(),
                 sasl::listener_sasl(props, &listener.name)?,
             );
-        }
-    }
-    if !secured.sasl.is_empty() {
-        let key = "connections.max.reauth.ms";
-        if let Some(value) = props.get(key).filter(|v| v.trim() != "0") {
-            return Err(invalid(
-                key,
-                value,
-                "re-authentication (KIP-368) is not served yet: leave it 0, so that sessions \
-                 last as long as their connections",
-            ));
         }
     }
     Ok(secured)
@@ -960,8 +951,8 @@ broker_configs! {
     sasl_mechanism_controller_protocol: String = "sasl.mechanism.controller.protocol", String, Some("GSSAPI"), Check::None;
     sasl_server_max_receive_size: i32 = "sasl.server.max.receive.size", Int, Some("524288"), Check::AtLeast(1);
     connection_failed_authentication_delay_ms: i32 = "connection.failed.authentication.delay.ms", Int, Some("100"), Check::AtLeast(0);
-    // 0: sessions never expire. Re-authentication (KIP-368) is not served yet, so with a SASL
-    // listener a value above 0 is refused at start rather than ignored.
+    // 0: sessions last as long as their connections. Also set per listener and mechanism as
+    // `listener.name.<listener>.<mechanism>.connections.max.reauth.ms`.
     connections_max_reauth_ms: i64 = "connections.max.reauth.ms", Long, Some("0"), Check::None;
 }
 
@@ -2441,11 +2432,14 @@ pub mod tests {
         assert_eq!(err.key, "inter.broker.listener.name", "{err}");
         assert!(err.reason.contains("SASL_PLAINTEXT"), "{err}");
 
-        // Sessions that would have to be re-authenticated are refused, not left unbounded.
+        // Per listener and mechanism, a known key.
         let mut reauth = base.to_vec();
-        reauth.push(("connections.max.reauth.ms", "3600000"));
-        let err = BrokerConfig::from_properties(&props(&reauth)).unwrap_err();
-        assert_eq!(err.key, "connections.max.reauth.ms", "{err}");
+        reauth.push((
+            "listener.name.client.plain.connections.max.reauth.ms",
+            "3600000",
+        ));
+        let (_, warnings) = BrokerConfig::from_properties(&props(&reauth)).unwrap();
+        assert!(warnings.unknown_keys.is_empty(), "{warnings:?}");
     }
 
     #[test]

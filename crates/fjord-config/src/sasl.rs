@@ -12,7 +12,7 @@ use crate::{invalid, listener_value, split_list, ConfigError};
 pub const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
 
 /// A SASL mechanism fjord serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SaslMechanism {
     /// RFC 4616: the user name and password in one message, checked against the JAAS users.
     Plain,
@@ -35,12 +35,23 @@ pub struct SaslSettings {
     /// PLAIN's users and their passwords: the `user_<name>="<password>"` options of the
     /// listener's PLAIN JAAS text.
     pub plain_users: BTreeMap<String, String>,
+    /// `connections.max.reauth.ms` of each enabled mechanism (KIP-368): how long a session lasts
+    /// before the client must authenticate again on its connection; 0, absent: for ever.
+    pub max_reauth_ms: BTreeMap<SaslMechanism, i64>,
 }
 
 impl SaslSettings {
     /// Whether `name` (as a client sends it in SaslHandshake) is enabled on the listener.
     pub fn mechanism(&self, name: &str) -> Option<SaslMechanism> {
         self.mechanisms.iter().copied().find(|m| m.name() == name)
+    }
+
+    /// How long a session authenticated with `mechanism` lasts, if it ends.
+    pub fn session_lifetime_ms(&self, mechanism: SaslMechanism) -> Option<i64> {
+        self.max_reauth_ms
+            .get(&mechanism)
+            .copied()
+            .filter(|ms| *ms > 0)
     }
 }
 
@@ -130,9 +141,32 @@ pub(crate) fn listener_sasl(
             }
         }
     }
+    let mut max_reauth_ms = BTreeMap::new();
+    for &mechanism in &mechanisms {
+        // `listener.name.<l>.<mechanism>.connections.max.reauth.ms`, else the broker's.
+        let prefixed = format!(
+            "{prefix}{}.connections.max.reauth.ms",
+            mechanism.name().to_ascii_lowercase()
+        );
+        let (key, value) = match props.get(&prefixed) {
+            Some(value) => (prefixed.as_str(), value.as_str()),
+            None => (
+                "connections.max.reauth.ms",
+                props
+                    .get("connections.max.reauth.ms")
+                    .map_or("0", String::as_str),
+            ),
+        };
+        let ms = value
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| invalid(key, value, "expected a number of milliseconds"))?;
+        max_reauth_ms.insert(mechanism, ms);
+    }
     Ok(SaslSettings {
         mechanisms,
         plain_users,
+        max_reauth_ms,
     })
 }
 
@@ -341,6 +375,45 @@ mod tests {
         assert_eq!(settings.mechanism("plain"), None);
         assert_eq!(settings.plain_users["alice"], "alice-pw");
         assert_eq!(settings.plain_users.len(), 2);
+        assert_eq!(settings.session_lifetime_ms(SaslMechanism::Plain), None);
+    }
+
+    #[test]
+    fn sessions_last_as_connections_max_reauth_ms_says_per_listener_and_mechanism() {
+        let jaas = (
+            "listener.name.client.plain.sasl.jaas.config",
+            "org.apache.kafka.common.security.plain.PlainLoginModule required user_a=\"b\";",
+        );
+        let lifetime = |pairs: &[(&str, &str)]| {
+            let mut pairs = pairs.to_vec();
+            pairs.extend([("sasl.enabled.mechanisms", "PLAIN"), jaas]);
+            listener_sasl(&props(&pairs), "CLIENT")
+                .map(|s| s.session_lifetime_ms(SaslMechanism::Plain))
+        };
+        assert_eq!(
+            lifetime(&[("connections.max.reauth.ms", "60000")]),
+            Ok(Some(60000))
+        );
+        assert_eq!(
+            lifetime(&[
+                ("connections.max.reauth.ms", "60000"),
+                (
+                    "listener.name.client.plain.connections.max.reauth.ms",
+                    "5000"
+                ),
+            ]),
+            Ok(Some(5000))
+        );
+        assert_eq!(lifetime(&[("connections.max.reauth.ms", "0")]), Ok(None));
+        let err = lifetime(&[(
+            "listener.name.client.plain.connections.max.reauth.ms",
+            "soon",
+        )])
+        .unwrap_err();
+        assert_eq!(
+            err.key,
+            "listener.name.client.plain.connections.max.reauth.ms"
+        );
     }
 
     #[test]

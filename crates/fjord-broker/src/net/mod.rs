@@ -31,10 +31,9 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use fjord_common::KafkaPrincipal;
 use fjord_storage::FileSlice;
 use tokio::io::{
     AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, Interest, ReadHalf, WriteHalf,
@@ -45,7 +44,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 
-use self::sasl::{Authenticator, SaslConfig, Step};
+use self::sasl::{Authenticator, SaslConfig, Session, Step};
 
 /// Requests a connection may have outstanding before the broker stops reading from it.
 pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
@@ -337,6 +336,10 @@ pub enum Closed {
     ShutdownWithParkedRequests,
     #[error("SASL authentication failed: {0}")]
     Authentication(String),
+    /// The client went on using the connection after its SASL session ended, without
+    /// re-authenticating (`connections.max.reauth.ms`).
+    #[error("SASL session expired")]
+    SessionExpired,
 }
 
 /// First allocation for a frame body; later growth follows the bytes that arrive.
@@ -455,15 +458,23 @@ impl<D: Dispatch + ?Sized> Connection<D> {
         } = self;
         let (mut reader, mut writer) = stream.split();
         let idle = idle_timeout(&config);
-        if let Some(sasl) = sasl {
+        let mut session = None;
+        if let Some(sasl) = &sasl {
+            let exchange = Exchange {
+                sasl,
+                dispatcher: &*dispatcher,
+                peer,
+                idle,
+            };
             let authenticated = tokio::select! {
-                authenticated = authenticate(&mut reader, &mut writer, &sasl, &*dispatcher, peer, idle) => authenticated?,
+                authenticated = exchange.run(&mut reader, None, Authenticator::new(sasl), Sink::Socket(&mut writer)) => authenticated?,
                 _ = shutdown.changed() => None,
             };
-            let Some(principal) = authenticated else {
+            let Some(authenticated) = authenticated else {
                 return Ok(());
             };
-            tracing::debug!(%peer, %principal, "authenticated");
+            tracing::debug!(%peer, principal = %authenticated.principal, "authenticated");
+            session = Some(LiveSession::start(authenticated));
         }
         let (out_tx, out_rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT_PER_CONNECTION);
         let writer_task = tokio::spawn(write_responses(writer, out_rx));
@@ -478,6 +489,35 @@ impl<D: Dispatch + ?Sized> Connection<D> {
                 Ok(None) => break Ok(()),
                 Err(error) => break Err(error),
             };
+            if let (Some(sasl), Some(current)) = (&sasl, &session) {
+                if current.expires.is_some() && is_sasl_handshake(&frame) {
+                    // Re-authentication, between the connection's other requests: those before
+                    // it are answered first.
+                    tokio::select! {
+                        _ = sequencer.idle() => {}
+                        _ = shutdown.changed() => break Ok(()),
+                    }
+                    let exchange = Exchange {
+                        sasl,
+                        dispatcher: &*dispatcher,
+                        peer,
+                        idle,
+                    };
+                    let renew = Authenticator::renew(sasl, &current.session);
+                    match exchange
+                        .run(&mut reader, Some(frame), renew, Sink::Queue(&out_tx))
+                        .await
+                    {
+                        Ok(Some(renewed)) => session = Some(LiveSession::start(renewed)),
+                        Ok(None) => break Ok(()),
+                        Err(error) => break Err(error),
+                    }
+                    continue;
+                }
+                if current.expires.is_some_and(|at| Instant::now() >= at) {
+                    break Err(Closed::SessionExpired);
+                }
+            }
             let sequencing = dispatcher.sequencing(&frame);
             if sequencer.must_wait(sequencing) {
                 tokio::select! {
@@ -556,58 +596,105 @@ async fn send(writer: &mut Writer, response: Response) -> Result<(), Closed> {
     }
 }
 
-/// Authenticates a connection on a SASL listener (see `sasl`): reads and answers frames until
-/// the client is authenticated (its principal) or has closed (None). Frames are bounded by
-/// `sasl.server.max.receive.size` until then.
-async fn authenticate<D: Dispatch + ?Sized>(
-    reader: &mut Reader,
-    writer: &mut Writer,
-    sasl: &SaslConfig,
-    dispatcher: &D,
+/// A connection's SASL session and when it ends.
+struct LiveSession {
+    session: Session,
+    expires: Option<Instant>,
+}
+
+impl LiveSession {
+    fn start(session: Session) -> LiveSession {
+        let expires = session.lifetime.map(|lifetime| Instant::now() + lifetime);
+        LiveSession { session, expires }
+    }
+}
+
+fn is_sasl_handshake(frame: &Bytes) -> bool {
+    frame.get(0..2) == Some(&(fjord_protocol::ApiKey::SaslHandshake as i16).to_be_bytes()[..])
+}
+
+/// Where a SASL exchange's answers go: straight to the socket before the connection is served;
+/// through the connection's writer, in request order, when a session is renewed.
+enum Sink<'a> {
+    Socket(&'a mut Writer),
+    Queue(&'a mpsc::Sender<Outgoing>),
+}
+
+impl Sink<'_> {
+    async fn send(&mut self, response: Response) -> Result<(), Closed> {
+        match self {
+            Sink::Socket(writer) => send(writer, response).await,
+            Sink::Queue(queue) => queue
+                .send(Outgoing::Ready(response))
+                .await
+                .map_err(|_| Closed::WriterStopped),
+        }
+    }
+}
+
+/// What a SASL exchange (see `sasl`) needs of its connection.
+struct Exchange<'a, D: ?Sized> {
+    sasl: &'a SaslConfig,
+    dispatcher: &'a D,
     peer: SocketAddr,
     idle: Duration,
-) -> Result<Option<KafkaPrincipal>, Closed> {
-    let mut authenticator = Authenticator::new(sasl);
-    loop {
-        let frame = match read_request(reader, idle, sasl.max_receive_size).await {
-            Ok(Some(frame)) => frame,
-            Ok(None) => return Ok(None),
-            Err(Closed::RequestSize { size, .. }) => {
-                tokio::time::sleep(sasl.failed_delay).await;
-                return Err(Closed::Authentication(format!(
-                    "a frame of {size} bytes before authentication \
-                     (sasl.server.max.receive.size is {})",
-                    sasl.max_receive_size
-                )));
-            }
-            Err(error) => return Err(error),
-        };
-        let response = match authenticator.on_frame(frame) {
-            Step::ApiVersions(frame) => match dispatcher.dispatch(frame, peer) {
-                Reply::Now(response) => response,
-                Reply::Later(future) => future.await,
-                Reply::Close(reason) => return Err(Closed::Refused(reason)),
-            },
-            Step::Send(response) => Response::Send(response),
-            Step::Done {
-                response,
-                principal,
-            } => {
-                write_frame(writer, vec![OutPart::Bytes(response)]).await?;
-                return Ok(Some(principal));
-            }
-            Step::Fail { response, reason } => {
-                // Held back, so that guessing passwords is slow.
-                tokio::time::sleep(sasl.failed_delay).await;
-                if let Some(response) = response {
-                    write_frame(writer, vec![OutPart::Bytes(response)]).await?;
+}
+
+impl<D: Dispatch + ?Sized> Exchange<'_, D> {
+    /// Reads and answers frames (`first`, when given, before any read) until the client is
+    /// authenticated (its session) or has closed (None). Frames are bounded by
+    /// `sasl.server.max.receive.size` meanwhile; a refusal closes the connection.
+    async fn run(
+        &self,
+        reader: &mut Reader,
+        mut first: Option<Bytes>,
+        mut authenticator: Authenticator<'_>,
+        mut sink: Sink<'_>,
+    ) -> Result<Option<Session>, Closed> {
+        let sasl = self.sasl;
+        loop {
+            let frame = match first.take() {
+                Some(frame) => frame,
+                None => match read_request(reader, self.idle, sasl.max_receive_size).await {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => return Ok(None),
+                    Err(Closed::RequestSize { size, .. }) => {
+                        tokio::time::sleep(sasl.failed_delay).await;
+                        return Err(Closed::Authentication(format!(
+                            "a frame of {size} bytes during authentication \
+                             (sasl.server.max.receive.size is {})",
+                            sasl.max_receive_size
+                        )));
+                    }
+                    Err(error) => return Err(error),
+                },
+            };
+            let response = match authenticator.on_frame(frame) {
+                Step::ApiVersions(frame) => match self.dispatcher.dispatch(frame, self.peer) {
+                    Reply::Now(response) => response,
+                    Reply::Later(future) => future.await,
+                    Reply::Close(reason) => return Err(Closed::Refused(reason)),
+                },
+                Step::Send(response) => Response::Send(response),
+                Step::Done { response, session } => {
+                    sink.send(Response::Send(response)).await?;
+                    return Ok(Some(session));
                 }
-                writer.shutdown().await;
-                return Err(Closed::Authentication(reason));
-            }
-            Step::Close(reason) => return Err(Closed::Refused(reason)),
-        };
-        send(writer, response).await?;
+                Step::Fail { response, reason } => {
+                    // Held back, so that guessing passwords is slow.
+                    tokio::time::sleep(sasl.failed_delay).await;
+                    if let Some(response) = response {
+                        sink.send(Response::Send(response)).await?;
+                    }
+                    if let Sink::Socket(writer) = sink {
+                        writer.shutdown().await;
+                    }
+                    return Err(Closed::Authentication(reason));
+                }
+                Step::Close(reason) => return Err(Closed::Refused(reason)),
+            };
+            sink.send(response).await?;
+        }
     }
 }
 

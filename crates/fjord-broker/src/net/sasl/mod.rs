@@ -5,6 +5,11 @@
 //! refuses them. Any other request first closes the connection unanswered; a refusal is answered
 //! after `connection.failed.authentication.delay.ms`, then the connection closes.
 //!
+//! A session may end (`connections.max.reauth.ms`, KIP-368): the client learns its lifetime from
+//! SaslAuthenticate v1+ and authenticates again on the same connection before then, with a
+//! SaslHandshake and SaslAuthenticate between its other requests, by the same mechanism and as
+//! the same principal; a connection used after its session ended is closed.
+//!
 //! Sans-IO: an [`Authenticator`] is fed each frame and says what to do; `net` reads and writes.
 
 pub mod plain;
@@ -52,11 +57,8 @@ pub enum Step {
     ApiVersions(Bytes),
     /// Send this response; the exchange goes on.
     Send(Bytes),
-    /// Authenticated: send this response, then serve the connection's requests as `principal`.
-    Done {
-        response: Bytes,
-        principal: KafkaPrincipal,
-    },
+    /// Authenticated: send this response, then serve the connection's requests in `session`.
+    Done { response: Bytes, session: Session },
     /// Authentication failed: after the failed-authentication delay, send the response (if
     /// any) and close.
     Fail {
@@ -65,6 +67,15 @@ pub enum Step {
     },
     /// Not a request allowed here: close at once, unanswered.
     Close(String),
+}
+
+/// Who a connection authenticated as, how, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub principal: KafkaPrincipal,
+    pub mechanism: SaslMechanism,
+    /// How long the session lasts; None: as long as the connection.
+    pub lifetime: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +93,8 @@ enum State {
 pub struct Authenticator<'a> {
     config: &'a SaslConfig,
     state: State,
+    /// Re-authenticating: the session being renewed.
+    renewing: Option<&'a Session>,
 }
 
 impl<'a> Authenticator<'a> {
@@ -89,6 +102,17 @@ impl<'a> Authenticator<'a> {
         Authenticator {
             config,
             state: State::HandshakeOrVersions,
+            renewing: None,
+        }
+    }
+
+    /// Re-authentication of `session` (KIP-368): a SaslHandshake v1 first, the same mechanism and
+    /// the same principal.
+    pub fn renew(config: &'a SaslConfig, session: &'a Session) -> Self {
+        Authenticator {
+            config,
+            state: State::Handshake,
+            renewing: Some(session),
         }
     }
 
@@ -102,9 +126,9 @@ impl<'a> Authenticator<'a> {
             // After a v0 handshake the token is the whole frame, and so is the answer; a
             // refusal is a closed connection.
             return match self.evaluate(mechanism, &frame) {
-                Ok((principal, token)) => Step::Done {
+                Ok((session, token)) => Step::Done {
                     response: token,
-                    principal,
+                    session,
                 },
                 Err(refused) => Step::Fail {
                     response: None,
@@ -161,23 +185,45 @@ impl<'a> Authenticator<'a> {
             .iter()
             .map(|m| m.name().to_string())
             .collect();
-        let Some(mechanism) = settings.mechanism(&request.mechanism) else {
+        // Refused: UNSUPPORTED_SASL_MECHANISM, naming those that may be used.
+        let refuse = |mechanisms: Vec<String>, reason: String| {
             let response = SaslHandshakeResponse {
                 error_code: errors::UNSUPPORTED_SASL_MECHANISM,
                 mechanisms,
             };
-            return Step::Fail {
+            Step::Fail {
                 response: Some(encode(
                     ApiKey::SaslHandshake,
                     version,
                     correlation_id,
                     &response,
                 )),
-                reason: format!(
+                reason,
+            }
+        };
+        if let Some(renewing) = self.renewing {
+            if version == 0 {
+                return Step::Close("re-authentication needs SaslHandshake v1".into());
+            }
+            let name = renewing.mechanism.name();
+            if request.mechanism != name {
+                return refuse(
+                    vec![name.to_string()],
+                    format!(
+                        "re-authentication by {:?}, not by the session's mechanism {name}",
+                        request.mechanism
+                    ),
+                );
+            }
+        }
+        let Some(mechanism) = settings.mechanism(&request.mechanism) else {
+            return refuse(
+                mechanisms,
+                format!(
                     "the client asked for SASL mechanism {:?}, which this listener does not enable",
                     request.mechanism
                 ),
-            };
+            );
         };
         self.state = State::Authenticate {
             mechanism,
@@ -210,43 +256,63 @@ impl<'a> Authenticator<'a> {
             Ok(request) => request,
             Err(error) => return Step::Close(format!("malformed SaslAuthenticate: {error}")),
         };
-        let answer = |error_code, error_message, auth_bytes| {
+        let answer = |error_code, error_message, auth_bytes, lifetime: Option<Duration>| {
             let response = SaslAuthenticateResponse {
                 error_code,
                 error_message,
                 auth_bytes,
-                // Sessions last as long as their connections (no re-authentication).
-                session_lifetime_ms: 0,
+                // 0: the session lasts as long as the connection.
+                session_lifetime_ms: lifetime.map_or(0, |l| l.as_millis() as i64),
             };
             encode(ApiKey::SaslAuthenticate, version, correlation_id, &response)
         };
         match self.evaluate(mechanism, &request.auth_bytes) {
-            Ok((principal, token)) => Step::Done {
-                response: answer(errors::NONE, None, token),
-                principal,
+            Ok((session, token)) => Step::Done {
+                response: answer(errors::NONE, None, token, session.lifetime),
+                session,
             },
             Err(refused) => Step::Fail {
                 response: Some(answer(
                     errors::SASL_AUTHENTICATION_FAILED,
                     Some(refused.0.clone()),
                     Bytes::new(),
+                    None,
                 )),
                 reason: refused.0,
             },
         }
     }
 
-    /// The mechanism's verdict on the client's token: the principal and the last token to send
+    /// The mechanism's verdict on the client's token: the session and the last token to send
     /// back, or why it was refused.
     fn evaluate(
         &self,
         mechanism: SaslMechanism,
         token: &[u8],
-    ) -> Result<(KafkaPrincipal, Bytes), AuthenticationFailed> {
-        match mechanism {
+    ) -> Result<(Session, Bytes), AuthenticationFailed> {
+        let (principal, token) = match mechanism {
             SaslMechanism::Plain => plain::authenticate(&self.config.settings.plain_users, token)
-                .map(|user| (KafkaPrincipal::user(user), Bytes::new())),
+                .map(|user| (KafkaPrincipal::user(user), Bytes::new()))?,
+        };
+        if let Some(renewing) = self.renewing {
+            if renewing.principal != principal {
+                return Err(AuthenticationFailed(format!(
+                    "Cannot change principals during re-authentication from {}: {principal}",
+                    renewing.principal
+                )));
+            }
         }
+        let lifetime = self
+            .config
+            .settings
+            .session_lifetime_ms(mechanism)
+            .map(|ms| Duration::from_millis(ms.unsigned_abs()));
+        let session = Session {
+            principal,
+            mechanism,
+            lifetime,
+        };
+        Ok((session, token))
     }
 }
 
@@ -273,7 +339,11 @@ mod tests {
         SaslConfig {
             settings: SaslSettings {
                 mechanisms: vec![SaslMechanism::Plain],
-                plain_users: BTreeMap::from([("alice".to_string(), "pw".to_string())]),
+                plain_users: BTreeMap::from([
+                    ("alice".to_string(), "pw".to_string()),
+                    ("bob".to_string(), "pw".to_string()),
+                ]),
+                max_reauth_ms: BTreeMap::from([(SaslMechanism::Plain, 60_000)]),
             },
             max_receive_size: 1024,
             failed_delay: Duration::ZERO,
@@ -342,15 +412,50 @@ mod tests {
         assert_eq!(answer.mechanisms, vec!["PLAIN".to_string()]);
         let Step::Done {
             response: sent,
-            principal,
+            session,
         } = auth.on_frame(authenticate(2, b"\0alice\0pw"))
         else {
             panic!("not authenticated")
         };
-        assert_eq!(principal.to_string(), "User:alice");
+        assert_eq!(session.principal.to_string(), "User:alice");
         let answer: SaslAuthenticateResponse = response(ApiKey::SaslAuthenticate, 2, &sent);
         assert_eq!(answer.error_code, 0);
-        assert_eq!(answer.session_lifetime_ms, 0);
+        assert_eq!(answer.session_lifetime_ms, 60_000);
+    }
+
+    #[test]
+    fn a_session_is_renewed_by_its_mechanism_as_its_principal_only() {
+        let config = config();
+        let session = Session {
+            principal: KafkaPrincipal::user("alice"),
+            mechanism: SaslMechanism::Plain,
+            lifetime: Some(Duration::from_secs(60)),
+        };
+        let mut renew = Authenticator::renew(&config, &session);
+        assert!(matches!(
+            renew.on_frame(handshake(1, "PLAIN")),
+            Step::Send(_)
+        ));
+        let step = renew.on_frame(authenticate(2, b"\0alice\0pw"));
+        assert!(matches!(step, Step::Done { session: ref s, .. } if *s == session));
+        // Another user's password: refused, though it is right.
+        let mut renew = Authenticator::renew(&config, &session);
+        renew.on_frame(handshake(1, "PLAIN"));
+        let Step::Fail { reason, .. } = renew.on_frame(authenticate(2, b"\0bob\0pw")) else {
+            panic!("bob took over alice's session")
+        };
+        assert!(reason.contains("Cannot change principals"), "{reason}");
+        // Only a handshake starts it, a v1 one.
+        let mut renew = Authenticator::renew(&config, &session);
+        assert!(matches!(
+            renew.on_frame(handshake(0, "PLAIN")),
+            Step::Close(_)
+        ));
+        let mut renew = Authenticator::renew(&config, &session);
+        assert!(matches!(
+            renew.on_frame(authenticate(2, b"\0alice\0pw")),
+            Step::Close(_)
+        ));
     }
 
     #[test]

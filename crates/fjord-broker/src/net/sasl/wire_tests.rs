@@ -45,6 +45,14 @@ impl Dispatch for Recorder {
 }
 
 async fn listen(recorder: Arc<Recorder>) -> (SocketAddr, watch::Sender<bool>) {
+    listen_with_sessions_of(recorder, 0).await
+}
+
+/// A SASL listener whose sessions last `reauth_ms` (`connections.max.reauth.ms`).
+async fn listen_with_sessions_of(
+    recorder: Arc<Recorder>,
+    reauth_ms: i64,
+) -> (SocketAddr, watch::Sender<bool>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let (stop, shutdown) = watch::channel(false);
@@ -56,6 +64,7 @@ async fn listen(recorder: Arc<Recorder>) -> (SocketAddr, watch::Sender<bool>) {
         settings: SaslSettings {
             mechanisms: vec![SaslMechanism::Plain],
             plain_users: BTreeMap::from([("alice".to_string(), "pw".to_string())]),
+            max_reauth_ms: BTreeMap::from([(SaslMechanism::Plain, reauth_ms)]),
         },
         max_receive_size: 4096,
         failed_delay: DELAY,
@@ -209,4 +218,71 @@ async fn a_frame_over_the_pre_authentication_bound_closes_the_connection() {
     // Only the size: the broker must not wait for (or allocate) the body.
     client.write_all(&(1i32 << 20).to_be_bytes()).await.unwrap();
     assert!(receive(&mut client).await.is_none());
+}
+
+fn metadata() -> Bytes {
+    request(
+        ApiKey::Metadata,
+        12,
+        &fjord_protocol::messages::metadata_request::MetadataRequest::default(),
+    )
+}
+
+/// Connects and authenticates as alice; the session lifetime the broker gave.
+async fn authenticated(address: SocketAddr) -> (TcpStream, i64) {
+    let mut client = TcpStream::connect(address).await.unwrap();
+    handshake(&mut client).await;
+    let answer = plain(&mut client, b"\0alice\0pw").await.expect("answered");
+    assert_eq!(answer.error_code, errors::NONE);
+    (client, answer.session_lifetime_ms)
+}
+
+#[tokio::test]
+async fn a_connection_used_after_its_session_ended_is_closed() {
+    let recorder = Arc::new(Recorder::default());
+    let (address, _stop) = listen_with_sessions_of(recorder.clone(), 600).await;
+    let (mut client, lifetime) = authenticated(address).await;
+    assert_eq!(lifetime, 600);
+    send(&mut client, &metadata()).await;
+    receive(&mut client)
+        .await
+        .expect("served within the session");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    send(&mut client, &metadata()).await;
+    assert!(
+        receive(&mut client).await.is_none(),
+        "served after the session ended"
+    );
+    assert_eq!(recorder.dispatched.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_session_renewed_on_its_connection_goes_on() {
+    let recorder = Arc::new(Recorder::default());
+    let (address, _stop) = listen_with_sessions_of(recorder.clone(), 600).await;
+    let (mut client, _) = authenticated(address).await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        send(&mut client, &metadata()).await;
+        receive(&mut client).await.expect("served");
+        // Renewed before the session ends, between other requests.
+        handshake(&mut client).await;
+        let answer = plain(&mut client, b"\0alice\0pw").await.expect("answered");
+        assert_eq!((answer.error_code, answer.session_lifetime_ms), (0, 600));
+    }
+    assert_eq!(recorder.dispatched.lock().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn without_a_session_lifetime_a_handshake_goes_to_the_dispatcher() {
+    // (Which answers it ILLEGAL_SASL_STATE, as Kafka does.)
+    let recorder = Arc::new(Recorder::default());
+    let (address, _stop) = listen(recorder.clone()).await;
+    let (mut client, lifetime) = authenticated(address).await;
+    assert_eq!(lifetime, 0);
+    handshake(&mut client).await;
+    assert_eq!(
+        *recorder.dispatched.lock().unwrap(),
+        vec![ApiKey::SaslHandshake as i16]
+    );
 }
