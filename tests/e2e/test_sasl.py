@@ -19,7 +19,8 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from harness import create_topics, free_port, make_broker, read_properties, round_trip, run_tool, write_properties
+from harness import (create_topics, free_port, kafka_tool, make_broker, read_properties, round_trip, run_tool,
+                     wait_for, write_properties)
 from test_tls import Pki, refused_quickly
 
 CLIENTS = ["java", "confluent", "go", "kafka-python"]
@@ -185,3 +186,38 @@ def test_sessions_are_renewed_on_their_connections(sasl: SaslBroker, tmp_path: P
     python_producer.close(timeout=5)
     assert errors == []
     assert delivered == [None] * sent
+
+
+def configs(bootstrap: str, *args: str) -> str:
+    return kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", bootstrap, "--entity-type", "users", *args)
+
+
+def test_scram_credentials_are_kept_by_the_cluster(sasl: SaslBroker):
+    """`kafka-configs --entity-type users` adds SCRAM credentials (the controller derives and stores the keys),
+    describes them (mechanisms and iterations, never the keys), refuses a user altered twice in one request, and
+    deletes them."""
+    bootstrap = sasl.broker.bootstrap
+    configs(bootstrap, "--alter", "--entity-name", "carol", "--add-config",
+            "SCRAM-SHA-256=[iterations=8192,password=carol-secret]")
+    configs(bootstrap, "--alter", "--entity-name", "carol", "--add-config", "SCRAM-SHA-512=[password=carol-secret]")
+    configs(bootstrap, "--alter", "--entity-name", "dave", "--add-config", "SCRAM-SHA-512=[password=dave-secret]")
+
+    def described(*names: str) -> str:
+        args = [a for name in names for a in ("--entity-name", name)]
+        return wait_for(lambda: (out := configs(bootstrap, "--describe", *args)) and "SCRAM" in out and out,
+                        "no SCRAM credentials described")
+
+    out = described("carol")
+    assert "SCRAM credential configs for user-principal 'carol' are" in out, out
+    assert "SCRAM-SHA-256=iterations=8192" in out and "SCRAM-SHA-512=iterations=4096" in out, out
+    assert "dave-secret" not in out and "carol-secret" not in out
+    everyone = described()
+    assert "'dave'" in everyone and "'carol'" in everyone, everyone
+    # Both mechanisms of one user in one request: one alteration per user per request.
+    with pytest.raises(AssertionError) as refused:
+        configs(bootstrap, "--alter", "--entity-name", "erin", "--add-config",
+                "SCRAM-SHA-256=[password=e],SCRAM-SHA-512=[password=e]")
+    assert "DuplicateResource" in str(refused.value) or "twice" in str(refused.value), refused.value
+    configs(bootstrap, "--alter", "--entity-name", "carol", "--delete-config", "SCRAM-SHA-256")
+    wait_for(lambda: "SCRAM-SHA-256" not in configs(bootstrap, "--describe", "--entity-name", "carol"),
+             "SCRAM-SHA-256 of carol not deleted")

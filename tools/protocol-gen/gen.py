@@ -52,6 +52,8 @@ MESSAGES = [
     (45, "AlterPartitionReassignments"),
     (46, "ListPartitionReassignments"),
     (47, "OffsetDelete"),
+    (50, "DescribeUserScramCredentials"),
+    (51, "AlterUserScramCredentials"),
     (55, "DescribeQuorum"),
     (56, "AlterPartition"),
     (58, "Envelope"),

@@ -5,6 +5,7 @@
 
 pub mod errors;
 pub mod pattern;
+pub mod scram;
 mod uuid;
 
 pub use uuid::{Uuid, UuidError};

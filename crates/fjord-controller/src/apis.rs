@@ -20,6 +20,7 @@ use fjord_protocol::messages::alter_configs_response::{
     AlterConfigsResourceResponse as LegacyResult, AlterConfigsResponse,
 };
 use fjord_protocol::messages::alter_partition_request::AlterPartitionRequest;
+use fjord_protocol::messages::alter_user_scram_credentials_request::AlterUserScramCredentialsRequest;
 use fjord_protocol::messages::broker_heartbeat_request::BrokerHeartbeatRequest;
 use fjord_protocol::messages::broker_registration_request::BrokerRegistrationRequest;
 use fjord_protocol::messages::broker_registration_response::BrokerRegistrationResponse;
@@ -90,6 +91,7 @@ pub enum ControllerApi {
     AddRaftVoter(AddRaftVoterRequest),
     RemoveRaftVoter(RemoveRaftVoterRequest),
     ControllerRegistration(ControllerRegistrationRequest),
+    AlterUserScramCredentials(AlterUserScramCredentialsRequest),
 }
 
 impl ControllerApi {
@@ -116,6 +118,9 @@ impl ControllerApi {
             RequestBody::AddRaftVoter(r) => ControllerApi::AddRaftVoter(r),
             RequestBody::RemoveRaftVoter(r) => ControllerApi::RemoveRaftVoter(r),
             RequestBody::ControllerRegistration(r) => ControllerApi::ControllerRegistration(r),
+            RequestBody::AlterUserScramCredentials(r) => {
+                ControllerApi::AlterUserScramCredentials(r)
+            }
             other => return Err(Box::new(other)),
         })
     }
@@ -143,6 +148,9 @@ impl ControllerApi {
             ControllerApi::AddRaftVoter(r) => RequestBody::AddRaftVoter(r),
             ControllerApi::RemoveRaftVoter(r) => RequestBody::RemoveRaftVoter(r),
             ControllerApi::ControllerRegistration(r) => RequestBody::ControllerRegistration(r),
+            ControllerApi::AlterUserScramCredentials(r) => {
+                RequestBody::AlterUserScramCredentials(r)
+            }
         }
     }
 
@@ -192,6 +200,7 @@ impl ControllerApi {
             ControllerApi::AddRaftVoter(_) => ApiKey::AddRaftVoter,
             ControllerApi::RemoveRaftVoter(_) => ApiKey::RemoveRaftVoter,
             ControllerApi::ControllerRegistration(_) => ApiKey::ControllerRegistration,
+            ControllerApi::AlterUserScramCredentials(_) => ApiKey::AlterUserScramCredentials,
         }
     }
 }
@@ -358,6 +367,9 @@ impl Controller {
             }
             ControllerApi::AlterPartition(r) => {
                 crate::isr::alter_partition(image, r, request.version)
+            }
+            ControllerApi::AlterUserScramCredentials(r) => {
+                crate::scram_admin::alter_user_scram_credentials(image, r)
             }
             // The shell answers these from the quorum; decided on the image alone they are
             // refused.
@@ -851,6 +863,9 @@ pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -
             incremental_alter_configs_refused(r, error_code, message)
         }
         ControllerApi::AlterConfigs(r) => alter_configs_refused(r, error_code, message),
+        ControllerApi::AlterUserScramCredentials(r) => {
+            crate::scram_admin::alter_user_scram_credentials_refused(r, error_code, message)
+        }
         ControllerApi::ElectLeaders(_) => crate::election::elect_leaders_refused(error_code),
         ControllerApi::AlterPartition(_) => crate::isr::alter_partition_refused(error_code),
         ControllerApi::BrokerHeartbeat(_) => membership::heartbeat_refused(error_code),

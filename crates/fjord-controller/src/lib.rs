@@ -27,6 +27,7 @@ pub mod placement;
 pub mod plan;
 mod reassignment;
 mod refusal;
+mod scram_admin;
 pub mod voters;
 
 pub use apis::{

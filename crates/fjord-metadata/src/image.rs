@@ -16,9 +16,10 @@ use serde::{Deserialize, Serialize};
 use crate::record::{
     BrokerEndpoint, BrokerRegistrationChangeRecord, ConfigRecord, FeatureLevelRecord,
     MetadataRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
-    RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, Uuid, CONFIG_RESOURCE_BROKER,
-    CONFIG_RESOURCE_TOPIC, NO_LEADER,
+    RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UserScramCredentialRecord, Uuid,
+    CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC, NO_LEADER,
 };
+use fjord_common::scram::{ScramCredential, ScramMechanism};
 
 /// Why a record could not be applied to an image.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
@@ -80,6 +81,10 @@ pub enum ImageError {
     },
     #[error("feature name must not be empty")]
     EmptyFeatureName,
+    #[error("SCRAM mechanism code {0} is not SCRAM-SHA-256 (1) or SCRAM-SHA-512 (2)")]
+    UnknownScramMechanism(i8),
+    #[error("a SCRAM credential's user name must not be empty")]
+    EmptyScramUser,
 }
 
 /// Formats a UUID as 32 lowercase hex digits (for messages only).
@@ -157,6 +162,8 @@ pub struct MetadataImage {
     brokers: BTreeMap<i32, BrokerRegistration>,
     producer_ids: Option<ProducerIdsRecord>,
     features: BTreeMap<String, i16>,
+    /// SCRAM credentials by user, then mechanism.
+    scram_credentials: BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>,
 }
 
 impl MetadataImage {
@@ -240,6 +247,22 @@ impl MetadataImage {
         self.features.get(name).copied()
     }
 
+    /// `user`'s SCRAM credential for `mechanism`.
+    pub fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+    ) -> Option<&ScramCredential> {
+        self.scram_credentials.get(user)?.get(&mechanism)
+    }
+
+    /// Every user with a SCRAM credential, and theirs, by mechanism.
+    pub fn scram_users(
+        &self,
+    ) -> impl Iterator<Item = (&String, &BTreeMap<ScramMechanism, ScramCredential>)> {
+        self.scram_credentials.iter()
+    }
+
     /// The records that rebuild this image from an empty one, in an order that
     /// satisfies the delta's checks (topics before their configs and partitions).
     pub fn to_records(&self) -> Vec<MetadataRecord> {
@@ -263,6 +286,20 @@ impl MetadataImage {
         }
         if let Some(p) = &self.producer_ids {
             out.push(MetadataRecord::ProducerIds(p.clone()));
+        }
+        for (name, credentials) in &self.scram_credentials {
+            for c in credentials.values() {
+                out.push(MetadataRecord::UserScramCredential(
+                    UserScramCredentialRecord {
+                        name: name.clone(),
+                        mechanism: c.mechanism.code(),
+                        salt: c.salt.clone(),
+                        stored_key: c.stored_key.clone(),
+                        server_key: c.server_key.clone(),
+                        iterations: c.iterations,
+                    },
+                ));
+            }
         }
         push_configs(&mut out, CONFIG_RESOURCE_BROKER, &self.broker_configs);
         for topic in self.topics() {
@@ -394,6 +431,19 @@ impl MetadataDelta {
             MetadataRecord::RegisterBroker(r) => self.apply_register_broker(r),
             MetadataRecord::BrokerRegistrationChange(r) => self.apply_broker_change(r),
             MetadataRecord::FeatureLevel(r) => self.apply_feature_level(r),
+            MetadataRecord::UserScramCredential(r) => self.apply_scram_credential(r),
+            MetadataRecord::RemoveUserScramCredential(r) => {
+                let mechanism = ScramMechanism::from_code(r.mechanism)
+                    .ok_or(ImageError::UnknownScramMechanism(r.mechanism))?;
+                let credentials = self.next.scram_credentials.get_mut(&r.name);
+                if let Some(credentials) = credentials {
+                    credentials.remove(&mechanism);
+                    if credentials.is_empty() {
+                        self.next.scram_credentials.remove(&r.name);
+                    }
+                }
+                Ok(())
+            }
         }
     }
 
@@ -659,6 +709,27 @@ impl MetadataDelta {
         if let Some(shutting_down) = r.in_controlled_shutdown {
             broker.in_controlled_shutdown = shutting_down;
         }
+        Ok(())
+    }
+
+    fn apply_scram_credential(&mut self, r: &UserScramCredentialRecord) -> Result<(), ImageError> {
+        let mechanism = ScramMechanism::from_code(r.mechanism)
+            .ok_or(ImageError::UnknownScramMechanism(r.mechanism))?;
+        if r.name.is_empty() {
+            return Err(ImageError::EmptyScramUser);
+        }
+        let credential = ScramCredential {
+            mechanism,
+            salt: r.salt.clone(),
+            stored_key: r.stored_key.clone(),
+            server_key: r.server_key.clone(),
+            iterations: r.iterations,
+        };
+        self.next
+            .scram_credentials
+            .entry(r.name.clone())
+            .or_default()
+            .insert(mechanism, credential);
         Ok(())
     }
 
@@ -1239,5 +1310,54 @@ mod tests {
     #[test]
     fn hex_formats_ids() {
         assert_eq!(hex(&T1), "01".repeat(16));
+    }
+
+    #[test]
+    fn scram_credentials_are_kept_per_user_and_mechanism_and_snapshotted() {
+        use crate::record::RemoveUserScramCredentialRecord;
+        let credential = |user: &str, mechanism: ScramMechanism| {
+            let c = ScramCredential::from_password(mechanism, "pw", vec![7; 16], 4096);
+            MetadataRecord::UserScramCredential(UserScramCredentialRecord {
+                name: user.into(),
+                mechanism: mechanism.code(),
+                salt: c.salt,
+                stored_key: c.stored_key,
+                server_key: c.server_key,
+                iterations: c.iterations,
+            })
+        };
+        let image = MetadataImage::from_records(
+            3,
+            &[
+                credential("alice", ScramMechanism::Sha256),
+                credential("alice", ScramMechanism::Sha512),
+                credential("bob", ScramMechanism::Sha256),
+            ],
+        )
+        .unwrap();
+        assert!(image
+            .scram_credential("alice", ScramMechanism::Sha512)
+            .is_some());
+        let rebuilt = MetadataImage::from_records(3, &image.to_records()).unwrap();
+        assert_eq!(rebuilt, image);
+        let mut delta = MetadataDelta::new(&image);
+        for mechanism in [ScramMechanism::Sha256, ScramMechanism::Sha512] {
+            delta
+                .apply(&MetadataRecord::RemoveUserScramCredential(
+                    RemoveUserScramCredentialRecord {
+                        name: "alice".into(),
+                        mechanism: mechanism.code(),
+                    },
+                ))
+                .unwrap();
+        }
+        let image = delta.finish(4);
+        assert_eq!(image.scram_users().count(), 1);
+        let mut delta = MetadataDelta::new(&image);
+        let bad = MetadataRecord::RemoveUserScramCredential(RemoveUserScramCredentialRecord {
+            name: "bob".into(),
+            mechanism: 9,
+        });
+        assert_eq!(delta.apply(&bad), Err(ImageError::UnknownScramMechanism(9)));
     }
 }

@@ -28,6 +28,8 @@ pub enum MetadataRecord {
     RegisterBroker(RegisterBrokerRecord),
     BrokerRegistrationChange(BrokerRegistrationChangeRecord),
     FeatureLevel(FeatureLevelRecord),
+    UserScramCredential(UserScramCredentialRecord),
+    RemoveUserScramCredential(RemoveUserScramCredentialRecord),
 }
 
 /// Creates a topic: binds a name to a topic id.
@@ -137,6 +139,26 @@ pub struct BrokerRegistrationChangeRecord {
     pub broker_epoch: i64,
     pub fenced: Option<bool>,
     pub in_controlled_shutdown: Option<bool>,
+}
+
+/// Creates or replaces a user's SCRAM credential for one mechanism (Kafka's
+/// `UserScramCredentialRecord`): what a broker checks a SCRAM client's proof against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserScramCredentialRecord {
+    pub name: String,
+    /// `ScramMechanism::code`: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512.
+    pub mechanism: i8,
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
+
+/// Removes a user's SCRAM credential for one mechanism.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoveUserScramCredentialRecord {
+    pub name: String,
+    pub mechanism: i8,
 }
 
 /// Sets a cluster-wide feature level; level 0 removes the feature, as in KRaft.

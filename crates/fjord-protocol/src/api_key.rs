@@ -93,6 +93,8 @@ api_keys! {
     AlterPartitionReassignments = 45 => AlterPartitionReassignmentsRequest,
     ListPartitionReassignments = 46 => ListPartitionReassignmentsRequest,
     OffsetDelete = 47 => OffsetDeleteRequest,
+    DescribeUserScramCredentials = 50 => DescribeUserScramCredentialsRequest,
+    AlterUserScramCredentials = 51 => AlterUserScramCredentialsRequest,
     DescribeQuorum = 55 => DescribeQuorumRequest,
     AlterPartition = 56 => AlterPartitionRequest,
     Envelope = 58 => EnvelopeRequest,

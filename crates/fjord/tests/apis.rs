@@ -3017,6 +3017,36 @@ fn every_advertised_version_answers() {
                         cursor: None,
                     },
                 ),
+                ApiKey::DescribeUserScramCredentials => RequestBody::DescribeUserScramCredentials(
+                    fjord_protocol::messages::describe_user_scram_credentials_request::DescribeUserScramCredentialsRequest {
+                        users: None,
+                    },
+                ),
+                ApiKey::AlterUserScramCredentials => RequestBody::AlterUserScramCredentials(
+                    fjord_protocol::messages::alter_user_scram_credentials_request::AlterUserScramCredentialsRequest {
+                        deletions: vec![],
+                        upsertions: vec![
+                            fjord_protocol::messages::alter_user_scram_credentials_request::ScramCredentialUpsertion {
+                                name: "every".into(),
+                                mechanism: 1,
+                                iterations: 4096,
+                                salt: bytes::Bytes::from_static(b"salt"),
+                                salted_password: bytes::Bytes::from_static(b"salted"),
+                            },
+                        ],
+                    },
+                ),
+                // On a listener without SASL: answered ILLEGAL_SASL_STATE.
+                ApiKey::SaslHandshake => RequestBody::SaslHandshake(
+                    fjord_protocol::messages::sasl_handshake_request::SaslHandshakeRequest {
+                        mechanism: "PLAIN".into(),
+                    },
+                ),
+                ApiKey::SaslAuthenticate => RequestBody::SaslAuthenticate(
+                    fjord_protocol::messages::sasl_authenticate_request::SaslAuthenticateRequest {
+                        auth_bytes: bytes::Bytes::new(),
+                    },
+                ),
                 other => panic!("no request built for {}", other.name()),
             };
             let frame = client.encode_request(*api, version, &body);

@@ -295,7 +295,8 @@ impl Broker {
     }
 
     /// The cluster's description: ApiVersions, Metadata, DescribeCluster,
-    /// DescribeTopicPartitions, DescribeConfigs, as this broker's image has them.
+    /// DescribeTopicPartitions, DescribeConfigs, DescribeUserScramCredentials, as this broker's
+    /// image has them.
     fn route_cluster(self: &Arc<Self>, body: RequestBody, answer: Answer, listener: &str) -> Reply {
         let version = answer.version;
         match body {
@@ -324,6 +325,11 @@ impl Broker {
             RequestBody::DescribeConfigs(request) => answer.now(ResponseBody::DescribeConfigs(
                 self.cluster.describe_configs(&request),
             )),
+            RequestBody::DescribeUserScramCredentials(request) => {
+                answer.now(ResponseBody::DescribeUserScramCredentials(
+                    self.cluster.describe_user_scram_credentials(&request),
+                ))
+            }
             other => unrouted(&other),
         }
     }

@@ -22,6 +22,7 @@ pub(crate) mod txn;
 mod txn_admin;
 mod txn_markers;
 mod txn_verify;
+mod users;
 pub mod versions;
 
 use std::sync::{Arc, Mutex};

@@ -23,6 +23,8 @@ pub mod alter_partition_request;
 pub mod alter_partition_response;
 pub mod alter_replica_log_dirs_request;
 pub mod alter_replica_log_dirs_response;
+pub mod alter_user_scram_credentials_request;
+pub mod alter_user_scram_credentials_response;
 pub mod api_versions_request;
 pub mod api_versions_response;
 pub mod broker_heartbeat_request;
@@ -61,6 +63,8 @@ pub mod describe_topic_partitions_request;
 pub mod describe_topic_partitions_response;
 pub mod describe_transactions_request;
 pub mod describe_transactions_response;
+pub mod describe_user_scram_credentials_request;
+pub mod describe_user_scram_credentials_response;
 pub mod elect_leaders_request;
 pub mod elect_leaders_response;
 pub mod end_txn_request;
@@ -132,6 +136,8 @@ pub use alter_partition_request::AlterPartitionRequest;
 pub use alter_partition_response::AlterPartitionResponse;
 pub use alter_replica_log_dirs_request::AlterReplicaLogDirsRequest;
 pub use alter_replica_log_dirs_response::AlterReplicaLogDirsResponse;
+pub use alter_user_scram_credentials_request::AlterUserScramCredentialsRequest;
+pub use alter_user_scram_credentials_response::AlterUserScramCredentialsResponse;
 pub use api_versions_request::ApiVersionsRequest;
 pub use api_versions_response::ApiVersionsResponse;
 pub use broker_heartbeat_request::BrokerHeartbeatRequest;
@@ -170,6 +176,8 @@ pub use describe_topic_partitions_request::DescribeTopicPartitionsRequest;
 pub use describe_topic_partitions_response::DescribeTopicPartitionsResponse;
 pub use describe_transactions_request::DescribeTransactionsRequest;
 pub use describe_transactions_response::DescribeTransactionsResponse;
+pub use describe_user_scram_credentials_request::DescribeUserScramCredentialsRequest;
+pub use describe_user_scram_credentials_response::DescribeUserScramCredentialsResponse;
 pub use elect_leaders_request::ElectLeadersRequest;
 pub use elect_leaders_response::ElectLeadersResponse;
 pub use end_txn_request::EndTxnRequest;
@@ -266,6 +274,8 @@ pub enum RequestBody {
     AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
     ListPartitionReassignments(ListPartitionReassignmentsRequest),
     OffsetDelete(OffsetDeleteRequest),
+    DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
+    AlterUserScramCredentials(AlterUserScramCredentialsRequest),
     DescribeQuorum(DescribeQuorumRequest),
     AlterPartition(AlterPartitionRequest),
     Envelope(EnvelopeRequest),
@@ -385,6 +395,12 @@ impl RequestBody {
             ApiKey::OffsetDelete => {
                 RequestBody::OffsetDelete(OffsetDeleteRequest::decode(input, version)?)
             }
+            ApiKey::DescribeUserScramCredentials => RequestBody::DescribeUserScramCredentials(
+                DescribeUserScramCredentialsRequest::decode(input, version)?,
+            ),
+            ApiKey::AlterUserScramCredentials => RequestBody::AlterUserScramCredentials(
+                AlterUserScramCredentialsRequest::decode(input, version)?,
+            ),
             ApiKey::DescribeQuorum => {
                 RequestBody::DescribeQuorum(DescribeQuorumRequest::decode(input, version)?)
             }
@@ -474,6 +490,8 @@ impl RequestBody {
             RequestBody::AlterPartitionReassignments(_) => ApiKey::AlterPartitionReassignments,
             RequestBody::ListPartitionReassignments(_) => ApiKey::ListPartitionReassignments,
             RequestBody::OffsetDelete(_) => ApiKey::OffsetDelete,
+            RequestBody::DescribeUserScramCredentials(_) => ApiKey::DescribeUserScramCredentials,
+            RequestBody::AlterUserScramCredentials(_) => ApiKey::AlterUserScramCredentials,
             RequestBody::DescribeQuorum(_) => ApiKey::DescribeQuorum,
             RequestBody::AlterPartition(_) => ApiKey::AlterPartition,
             RequestBody::Envelope(_) => ApiKey::Envelope,
@@ -533,6 +551,8 @@ impl RequestBody {
             RequestBody::AlterPartitionReassignments(body) => body.encode(out, version),
             RequestBody::ListPartitionReassignments(body) => body.encode(out, version),
             RequestBody::OffsetDelete(body) => body.encode(out, version),
+            RequestBody::DescribeUserScramCredentials(body) => body.encode(out, version),
+            RequestBody::AlterUserScramCredentials(body) => body.encode(out, version),
             RequestBody::DescribeQuorum(body) => body.encode(out, version),
             RequestBody::AlterPartition(body) => body.encode(out, version),
             RequestBody::Envelope(body) => body.encode(out, version),
@@ -594,6 +614,8 @@ pub enum ResponseBody {
     AlterPartitionReassignments(AlterPartitionReassignmentsResponse),
     ListPartitionReassignments(ListPartitionReassignmentsResponse),
     OffsetDelete(OffsetDeleteResponse),
+    DescribeUserScramCredentials(DescribeUserScramCredentialsResponse),
+    AlterUserScramCredentials(AlterUserScramCredentialsResponse),
     DescribeQuorum(DescribeQuorumResponse),
     AlterPartition(AlterPartitionResponse),
     Envelope(EnvelopeResponse),
@@ -719,6 +741,12 @@ impl ResponseBody {
             ApiKey::OffsetDelete => {
                 ResponseBody::OffsetDelete(OffsetDeleteResponse::decode(input, version)?)
             }
+            ApiKey::DescribeUserScramCredentials => ResponseBody::DescribeUserScramCredentials(
+                DescribeUserScramCredentialsResponse::decode(input, version)?,
+            ),
+            ApiKey::AlterUserScramCredentials => ResponseBody::AlterUserScramCredentials(
+                AlterUserScramCredentialsResponse::decode(input, version)?,
+            ),
             ApiKey::DescribeQuorum => {
                 ResponseBody::DescribeQuorum(DescribeQuorumResponse::decode(input, version)?)
             }
@@ -808,6 +836,8 @@ impl ResponseBody {
             ResponseBody::AlterPartitionReassignments(_) => ApiKey::AlterPartitionReassignments,
             ResponseBody::ListPartitionReassignments(_) => ApiKey::ListPartitionReassignments,
             ResponseBody::OffsetDelete(_) => ApiKey::OffsetDelete,
+            ResponseBody::DescribeUserScramCredentials(_) => ApiKey::DescribeUserScramCredentials,
+            ResponseBody::AlterUserScramCredentials(_) => ApiKey::AlterUserScramCredentials,
             ResponseBody::DescribeQuorum(_) => ApiKey::DescribeQuorum,
             ResponseBody::AlterPartition(_) => ApiKey::AlterPartition,
             ResponseBody::Envelope(_) => ApiKey::Envelope,
@@ -867,6 +897,8 @@ impl ResponseBody {
             ResponseBody::AlterPartitionReassignments(body) => body.encode(out, version),
             ResponseBody::ListPartitionReassignments(body) => body.encode(out, version),
             ResponseBody::OffsetDelete(body) => body.encode(out, version),
+            ResponseBody::DescribeUserScramCredentials(body) => body.encode(out, version),
+            ResponseBody::AlterUserScramCredentials(body) => body.encode(out, version),
             ResponseBody::DescribeQuorum(body) => body.encode(out, version),
             ResponseBody::AlterPartition(body) => body.encode(out, version),
             ResponseBody::Envelope(body) => body.encode(out, version),
