@@ -12,7 +12,7 @@ producer's records in the order it sent them; offsets are dense; whatever any co
 is there at the same offset (nothing was read that later vanished); the group's consumer was given every
 acknowledged record; and the three replicas' logs are byte for byte the same.
 
-FAULT_TRIALS (default 12, two of each fault) sets the number of trials, FAULT_SEED the seed of their timings;
+FAULT_TRIALS (default 6, one of each fault) sets the number of trials, FAULT_SEED the seed of their timings;
 FAULT_TRIAL_LOG, when set, is a file each trial appends its figures to (one JSON object a line). Runs against
 fjord, or Apache Kafka with E2E_BROKER=kafka (same KRaft properties).
 """
@@ -42,7 +42,7 @@ RATE = 40  # records a second, per producer
 PRODUCE_S = 20
 FAULTS = ["kill9-leader", "kill9-controller", "kill9-follower", "pause-leader", "partition-leader",
           "wipe-follower"]
-TRIALS = int(os.environ.get("FAULT_TRIALS", "12"))
+TRIALS = int(os.environ.get("FAULT_TRIALS", "6"))
 SEED = int(os.environ.get("FAULT_SEED", "0")) or fresh_seed()
 
 
