@@ -1,5 +1,5 @@
 """SASL listeners: every client authenticates with SASL/PLAIN, over plaintext (SASL_PLAINTEXT) and over TLS
-(SASL_SSL), and produces and consumes; a wrong password, an unknown user or a mechanism the listener does not enable
+(SASL_SSL), and with SCRAM-SHA-256 as a user added with `kafka-configs`, and produces and consumes; a wrong password, an unknown user or a mechanism the listener does not enable
 fails within seconds with the error the client normally reports, while the broker serves everyone else.
 
 One broker for the module (fjord, or Kafka with E2E_BROKER=kafka): its own links on PLAINTEXT, and two SASL listeners
@@ -28,6 +28,9 @@ USERS = {"alice": "alice-secret", "admin": "admin-secret"}
 AUTHENTICATION_FAILED = ConfluentError._AUTHENTICATION
 SESSION_MS = 3000
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+# The SCRAM user the module's broker is given once it is up (SCRAM-SHA-256 on SASL_PLAINTEXT).
+SCRAM_USER, SCRAM_PASSWORD = "scrammy", "scrammy-secret"
 
 
 class SaslBroker:
@@ -44,6 +47,8 @@ class SaslBroker:
                                                    + ",SASL:SASL_PLAINTEXT,SASLTLS:SASL_SSL")
         props["inter.broker.listener.name"] = "PLAINTEXT"
         props["sasl.enabled.mechanisms"] = "PLAIN"
+        props["listener.name.sasl.sasl.enabled.mechanisms"] = "PLAIN,SCRAM-SHA-256"
+        props["listener.name.sasl.scram-sha-256.sasl.jaas.config"] = f"{SCRAM_MODULE} required;"
         users = " ".join(f'user_{name}="{password}"' for name, password in USERS.items())
         for listener in self.ports:
             props[f"listener.name.{listener.lower()}.plain.sasl.jaas.config"] = f"{PLAIN_MODULE} required {users};"
@@ -54,6 +59,9 @@ class SaslBroker:
         })
         write_properties(self.broker.config, props)
         self.broker.start()
+        kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", self.broker.bootstrap,
+                   "--entity-type", "users", "--alter", "--entity-name", SCRAM_USER, "--add-config",
+                   f"SCRAM-SHA-256=[password={SCRAM_PASSWORD}]")
 
     def bootstrap(self, listener: str) -> str:
         return f"127.0.0.1:{self.ports[listener]}"
@@ -62,11 +70,13 @@ class SaslBroker:
                       password: Optional[str] = None, mechanism: str = "PLAIN",
                       extra: Optional[Dict[str, str]] = None) -> Path:
         """The properties file `client` reaches `listener` with, as `user` (with `password`, else the user's own)."""
-        password = USERS.get(user, "none") if password is None else password
+        known = {**USERS, SCRAM_USER: SCRAM_PASSWORD}
+        password = known.get(user, "none") if password is None else password
         protocol = "SASL_SSL" if listener == "SASLTLS" else "SASL_PLAINTEXT"
         if client == "java":
+            module = PLAIN_MODULE if mechanism == "PLAIN" else SCRAM_MODULE
             props = {"security.protocol": protocol, "sasl.mechanism": mechanism,
-                     "sasl.jaas.config": f'{PLAIN_MODULE} required username="{user}" password="{password}";'}
+                     "sasl.jaas.config": f'{module} required username="{user}" password="{password}";'}
             if protocol == "SASL_SSL":
                 props.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.pki.ca)})
         elif client == "kafka-python":
@@ -95,6 +105,15 @@ def sasl(tmp_path_factory):
         s.broker.stop()
 
 
+@pytest.mark.parametrize("client", CLIENTS)
+def test_round_trip_as_a_scram_user(sasl: SaslBroker, client: str, tmp_path: Path):
+    """Authenticated with SCRAM-SHA-256 as a user `kafka-configs` added, produce with acks=all and consume back."""
+    topic = f"scram-{client}".lower()
+    create_topics(sasl.broker.bootstrap, [topic], partitions=2, replication_factor=1)
+    config = sasl.client_config(client, tmp_path, "SASL", SCRAM_USER, mechanism="SCRAM-SHA-256")
+    round_trip(client, sasl.bootstrap("SASL"), topic, 2, 300, "lz4", tmp_path, client_config=config)
+
+
 @pytest.mark.parametrize("listener", ["SASL", "SASLTLS"])
 @pytest.mark.parametrize("client", CLIENTS)
 def test_round_trip_as_a_plain_user(sasl: SaslBroker, client: str, listener: str, tmp_path: Path):
@@ -105,11 +124,13 @@ def test_round_trip_as_a_plain_user(sasl: SaslBroker, client: str, listener: str
     round_trip(client, sasl.bootstrap(listener), topic, 2, 300, "zstd", tmp_path, client_config=config)
 
 
-BAD_LOGINS = [("alice", "wrong", "PLAIN"), ("mallory", "x", "PLAIN"), ("alice", None, "SCRAM-SHA-512")]
+BAD_LOGINS = [("alice", "wrong", "PLAIN"), ("mallory", "x", "PLAIN"), ("alice", None, "SCRAM-SHA-512"),
+              (SCRAM_USER, "wrong", "SCRAM-SHA-256"), ("mallory", "x", "SCRAM-SHA-256")]
 
 
 @pytest.mark.parametrize("user,password,mechanism", BAD_LOGINS, ids=["wrong-password", "unknown-user",
-                                                                     "mechanism-not-enabled"])
+                                                                     "mechanism-not-enabled", "scram-wrong-password",
+                                                                     "scram-unknown-user"])
 def test_a_bad_login_is_refused_within_seconds(sasl: SaslBroker, user: str, password: Optional[str],
                                                 mechanism: str, tmp_path: Path):
     """librdkafka, kafka-python, Java and franz-go fail to authenticate, reporting it as they normally do; a client
@@ -142,9 +163,6 @@ def test_a_bad_login_is_refused_within_seconds(sasl: SaslBroker, user: str, pass
 
     def java():
         extra = {"default.api.timeout.ms": "5000", "request.timeout.ms": "3000"}
-        if mechanism != "PLAIN":
-            extra["sasl.jaas.config"] = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
-                                         f'username="{user}" password="x";')
         run_tool("java", "create-topic", bootstrap=bootstrap, topic="sasl-refused", partitions=1,
                  client_config=config("java", extra), wall_s=60)
 

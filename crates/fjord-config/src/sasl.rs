@@ -6,16 +6,23 @@
 
 use std::collections::BTreeMap;
 
+use fjord_common::scram::ScramMechanism;
+
 use crate::{invalid, listener_value, split_list, ConfigError};
 
 /// The login module a PLAIN listener's JAAS text must name.
 pub const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
+/// The login module a SCRAM listener's JAAS text names, when it gives one.
+pub const SCRAM_LOGIN_MODULE: &str = "org.apache.kafka.common.security.scram.ScramLoginModule";
 
 /// A SASL mechanism fjord serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SaslMechanism {
     /// RFC 4616: the user name and password in one message, checked against the JAAS users.
     Plain,
+    /// RFC 5802/7677: a proof of the password, checked against the credentials the cluster
+    /// keeps in its metadata log (AlterUserScramCredentials).
+    Scram(ScramMechanism),
 }
 
 impl SaslMechanism {
@@ -23,6 +30,7 @@ impl SaslMechanism {
     pub fn name(self) -> &'static str {
         match self {
             SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::Scram(scram) => scram.name(),
         }
     }
 }
@@ -70,13 +78,15 @@ pub(crate) fn listener_sasl(
     for name in split_list(value) {
         let mechanism = match name {
             "PLAIN" => SaslMechanism::Plain,
+            "SCRAM-SHA-256" => SaslMechanism::Scram(ScramMechanism::Sha256),
+            "SCRAM-SHA-512" => SaslMechanism::Scram(ScramMechanism::Sha512),
             "GSSAPI" => {
                 return Err(invalid(
                     key,
                     value,
                     format!(
                         "listener {listener} enables GSSAPI (Kerberos{}), which fjord does not \
-                         serve; enable PLAIN instead",
+                         serve; enable PLAIN or SCRAM-SHA-256/512 instead",
                         if props.contains_key(key) {
                             ""
                         } else {
@@ -85,11 +95,11 @@ pub(crate) fn listener_sasl(
                     ),
                 ))
             }
-            "SCRAM-SHA-256" | "SCRAM-SHA-512" | "OAUTHBEARER" => {
+            "OAUTHBEARER" => {
                 return Err(invalid(
                     key,
                     value,
-                    format!("fjord does not serve {name} yet (PLAIN is served)"),
+                    format!("fjord does not serve {name} yet (PLAIN and SCRAM-SHA-256/512 are)"),
                 ))
             }
             other => {
@@ -138,6 +148,29 @@ pub(crate) fn listener_sasl(
         for (option, password) in entry.options {
             if let Some(user) = option.strip_prefix("user_") {
                 plain_users.insert(user.to_string(), password);
+            }
+        }
+    }
+    for scram in mechanisms
+        .iter()
+        .filter(|m| matches!(m, SaslMechanism::Scram(_)))
+    {
+        // SCRAM's users are the cluster's; a JAAS text, if given, only names the module.
+        let jaas_key = format!(
+            "{prefix}{}.sasl.jaas.config",
+            scram.name().to_ascii_lowercase()
+        );
+        if let Some(text) = props.get(&jaas_key) {
+            let entry = parse_jaas(&jaas_key, text)?;
+            if entry.login_module != SCRAM_LOGIN_MODULE {
+                return Err(invalid(
+                    &jaas_key,
+                    "[hidden]",
+                    format!(
+                        "login module {} is not SCRAM's; use {SCRAM_LOGIN_MODULE}",
+                        entry.login_module
+                    ),
+                ));
             }
         }
     }
@@ -376,6 +409,16 @@ mod tests {
         assert_eq!(settings.plain_users["alice"], "alice-pw");
         assert_eq!(settings.plain_users.len(), 2);
         assert_eq!(settings.session_lifetime_ms(SaslMechanism::Plain), None);
+        let scram = listener_sasl(
+            &props(&[("sasl.enabled.mechanisms", "SCRAM-SHA-512,SCRAM-SHA-256")]),
+            "CLIENT",
+        )
+        .unwrap();
+        assert_eq!(
+            scram.mechanism("SCRAM-SHA-256"),
+            Some(SaslMechanism::Scram(ScramMechanism::Sha256))
+        );
+        assert_eq!(scram.mechanisms.len(), 2);
     }
 
     #[test]
@@ -434,11 +477,22 @@ mod tests {
                     jaas,
                     (
                         "listener.name.sasl_ssl.sasl.enabled.mechanisms",
-                        "SCRAM-SHA-512",
+                        "OAUTHBEARER",
                     ),
                 ],
                 "listener.name.sasl_ssl.sasl.enabled.mechanisms",
-                "SCRAM-SHA-512",
+                "OAUTHBEARER",
+            ),
+            (
+                vec![
+                    ("sasl.enabled.mechanisms", "SCRAM-SHA-512"),
+                    (
+                        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config",
+                        "org.apache.kafka.common.security.plain.PlainLoginModule required;",
+                    ),
+                ],
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config",
+                "not SCRAM's",
             ),
             (
                 vec![("sasl.enabled.mechanisms", "PLAIN")],

@@ -1,6 +1,6 @@
-//! DescribeUserScramCredentials (`kafka-configs --describe --entity-type users`): answered from
-//! this broker's image, as Kafka's brokers answer it. (AlterUserScramCredentials goes to the
-//! controller.)
+//! DescribeUserScramCredentials (an admin client's `describeUserScramCredentials`): answered from
+//! this broker's image, as Kafka's brokers answer it, as are the credentials SCRAM clients are
+//! checked against. (AlterUserScramCredentials goes to the controller.)
 
 use std::collections::BTreeMap;
 
@@ -11,7 +11,19 @@ use fjord_protocol::messages::describe_user_scram_credentials_response::{
     CredentialInfo, DescribeUserScramCredentialsResponse, DescribeUserScramCredentialsResult,
 };
 
-use crate::api::ClusterApi;
+use crate::api::{Broker, ClusterApi};
+use fjord_common::scram::{ScramCredential, ScramMechanism};
+
+impl Broker {
+    /// `user`'s SCRAM credential for `mechanism`, as this broker's image has it.
+    pub fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+    ) -> Option<ScramCredential> {
+        self.node.image().scram_credential(user, mechanism).cloned()
+    }
+}
 
 impl ClusterApi {
     pub(crate) fn describe_user_scram_credentials(

@@ -24,8 +24,10 @@ use crate::api::controller::ControllerDispatch;
 use crate::api::versions::supported_range;
 use crate::api::{Broker, BrokerDispatch};
 use crate::link::controller::{ControllerAddresses, ControllerLink};
-use crate::net::sasl::SaslConfig;
+use crate::net::sasl::scram::ScramCredentials;
+use crate::net::sasl::{random_nonce, SaslConfig};
 use crate::net::{ListenerSecurity, NetworkConfig};
+use fjord_common::scram::{ScramCredential, ScramMechanism};
 use fjord_config::BrokerConfig;
 use fjord_protocol::ApiKey;
 use log_dirs::check_log_dirs;
@@ -56,7 +58,8 @@ pub async fn run(
 ) -> Result<(), BrokerError> {
     let config = Arc::new(config);
     let started = Instant::now();
-    let security = listener_security(&config)?;
+    let (ready, broker_rx) = watch::channel::<Option<Arc<Broker>>>(None);
+    let security = listener_security(&config, &broker_rx)?;
     let dynamic = if config.cluster.bootstrap_servers.is_empty() {
         None
     } else {
@@ -87,7 +90,6 @@ pub async fn run(
     // Broker requests wait (their connections are refused) until the broker is up. Listeners
     // stop after a controlled shutdown has moved leadership away (clients keep being answered
     // NOT_LEADER_OR_FOLLOWER meanwhile and find the new leaders).
-    let (ready, broker_rx) = watch::channel::<Option<Arc<Broker>>>(None);
     let (stop_listening, listening) = watch::channel(false);
     let node = Node {
         config: &config,
@@ -265,6 +267,7 @@ async fn start_quorum(
 /// cannot be read is a configuration error like any other.
 fn listener_security(
     config: &BrokerConfig,
+    broker: &watch::Receiver<Option<Arc<Broker>>>,
 ) -> Result<BTreeMap<String, ListenerSecurity>, BrokerError> {
     let mut security = BTreeMap::new();
     for listener in &config.listeners {
@@ -287,11 +290,22 @@ fn listener_security(
                         .unwrap_or(0),
                 ),
                 api_versions_max: supported_range(ApiKey::ApiVersions).map_or(0, |(_, max)| max),
+                credentials: Arc::new(BrokerCredentials(broker.clone())),
+                nonce: random_nonce,
             })
         });
         security.insert(listener.name.clone(), ListenerSecurity { tls, sasl });
     }
     Ok(security)
+}
+
+/// The SCRAM credentials in the broker's image; none before the broker is up.
+struct BrokerCredentials(watch::Receiver<Option<Arc<Broker>>>);
+
+impl ScramCredentials for BrokerCredentials {
+    fn credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
+        self.0.borrow().as_ref()?.scram_credential(user, mechanism)
+    }
 }
 
 /// Binds every listener and serves it: a controller listener with this node's controller, the

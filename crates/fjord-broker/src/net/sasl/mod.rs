@@ -13,12 +13,16 @@
 //! Sans-IO: an [`Authenticator`] is fed each frame and says what to do; `net` reads and writes.
 
 pub mod plain;
+pub mod scram;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use fjord_common::{errors, KafkaPrincipal};
 use fjord_config::{SaslMechanism, SaslSettings};
+
+use self::scram::{ScramCredentials, ScramServer, ScramStep};
 use fjord_protocol::messages::sasl_authenticate_request::SaslAuthenticateRequest;
 use fjord_protocol::messages::sasl_authenticate_response::SaslAuthenticateResponse;
 use fjord_protocol::messages::sasl_handshake_request::SaslHandshakeRequest;
@@ -33,7 +37,7 @@ pub const SASL_HANDSHAKE_VERSIONS: (i16, i16) = (0, 1);
 pub const SASL_AUTHENTICATE_VERSIONS: (i16, i16) = (0, 2);
 
 /// What a SASL listener authenticates with.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SaslConfig {
     pub settings: SaslSettings,
     /// `sasl.server.max.receive.size`: the largest frame read before authentication.
@@ -43,6 +47,28 @@ pub struct SaslConfig {
     /// The newest ApiVersions version served: one above it is answered (by the dispatcher) but
     /// does not count as the connection's ApiVersions.
     pub api_versions_max: i16,
+    /// The SCRAM credentials the cluster keeps.
+    pub credentials: Arc<dyn ScramCredentials>,
+    /// A fresh server nonce for each SCRAM exchange.
+    pub nonce: fn() -> String,
+}
+
+/// A random SCRAM server nonce: 24 printable characters (no comma).
+pub fn random_nonce() -> String {
+    use rand::Rng;
+    const CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut rng = rand::rng();
+    (0..24)
+        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
+        .collect()
+}
+
+/// A mechanism's verdict on one client token.
+enum Verdict {
+    /// Not done: send this token, the client answers it.
+    Challenge(Bytes),
+    /// Authenticated: the session, and the last token to send back.
+    Done(Session, Bytes),
 }
 
 /// Why a mechanism refused a client: the message sent back with SASL_AUTHENTICATION_FAILED.
@@ -95,6 +121,8 @@ pub struct Authenticator<'a> {
     state: State,
     /// Re-authenticating: the session being renewed.
     renewing: Option<&'a Session>,
+    /// A SCRAM exchange under way.
+    scram: Option<ScramServer>,
 }
 
 impl<'a> Authenticator<'a> {
@@ -103,6 +131,7 @@ impl<'a> Authenticator<'a> {
             config,
             state: State::HandshakeOrVersions,
             renewing: None,
+            scram: None,
         }
     }
 
@@ -113,6 +142,7 @@ impl<'a> Authenticator<'a> {
             config,
             state: State::Handshake,
             renewing: Some(session),
+            scram: None,
         }
     }
 
@@ -126,7 +156,8 @@ impl<'a> Authenticator<'a> {
             // After a v0 handshake the token is the whole frame, and so is the answer; a
             // refusal is a closed connection.
             return match self.evaluate(mechanism, &frame) {
-                Ok((session, token)) => Step::Done {
+                Ok(Verdict::Challenge(token)) => Step::Send(token),
+                Ok(Verdict::Done(session, token)) => Step::Done {
                     response: token,
                     session,
                 },
@@ -267,7 +298,8 @@ impl<'a> Authenticator<'a> {
             encode(ApiKey::SaslAuthenticate, version, correlation_id, &response)
         };
         match self.evaluate(mechanism, &request.auth_bytes) {
-            Ok((session, token)) => Step::Done {
+            Ok(Verdict::Challenge(token)) => Step::Send(answer(errors::NONE, None, token, None)),
+            Ok(Verdict::Done(session, token)) => Step::Done {
                 response: answer(errors::NONE, None, token, session.lifetime),
                 session,
             },
@@ -283,17 +315,32 @@ impl<'a> Authenticator<'a> {
         }
     }
 
-    /// The mechanism's verdict on the client's token: the session and the last token to send
-    /// back, or why it was refused.
+    /// The mechanism's verdict on the client's token, or why it was refused.
     fn evaluate(
-        &self,
+        &mut self,
         mechanism: SaslMechanism,
         token: &[u8],
-    ) -> Result<(Session, Bytes), AuthenticationFailed> {
-        let (principal, token) = match mechanism {
-            SaslMechanism::Plain => plain::authenticate(&self.config.settings.plain_users, token)
-                .map(|user| (KafkaPrincipal::user(user), Bytes::new()))?,
+    ) -> Result<Verdict, AuthenticationFailed> {
+        let (user, token) = match mechanism {
+            SaslMechanism::Plain => (
+                plain::authenticate(&self.config.settings.plain_users, token)?,
+                Bytes::new(),
+            ),
+            SaslMechanism::Scram(scram) => {
+                let server = self.scram.get_or_insert_with(|| ScramServer::new(scram));
+                let nonce = (self.config.nonce)();
+                match server.on_message(token, &*self.config.credentials, &nonce)? {
+                    ScramStep::Challenge(challenge) => {
+                        return Ok(Verdict::Challenge(challenge.into()))
+                    }
+                    ScramStep::Authenticated { user, server_final } => {
+                        self.scram = None;
+                        (user, Bytes::from(server_final))
+                    }
+                }
+            }
         };
+        let principal = KafkaPrincipal::user(user);
         if let Some(renewing) = self.renewing {
             if renewing.principal != principal {
                 return Err(AuthenticationFailed(format!(
@@ -312,7 +359,7 @@ impl<'a> Authenticator<'a> {
             mechanism,
             lifetime,
         };
-        Ok((session, token))
+        Ok(Verdict::Done(session, token))
     }
 }
 
@@ -333,7 +380,90 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
+    use fjord_common::scram::{ScramCredential, ScramMechanism};
     use fjord_protocol::messages::RequestHeader;
+
+    /// alice's SCRAM-SHA-256 credential, password "pw".
+    struct TestCredentials;
+
+    const SALT: &[u8] = b"0123456789abcdef";
+
+    impl ScramCredentials for TestCredentials {
+        fn credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
+            (user == "alice" && mechanism == ScramMechanism::Sha256)
+                .then(|| ScramCredential::from_password(mechanism, "pw", SALT.to_vec(), 4096))
+        }
+    }
+
+    /// A SCRAM-SHA-256 client's final message for `server_first`, knowing `password`.
+    fn scram_client_final(server_first: &[u8], password: &str) -> Vec<u8> {
+        use base64::Engine;
+        let m = ScramMechanism::Sha256;
+        let server_first = std::str::from_utf8(server_first).unwrap();
+        let nonce = server_first
+            .split(',')
+            .next()
+            .unwrap()
+            .strip_prefix("r=")
+            .unwrap();
+        let without_proof = format!("c=biws,r={nonce}");
+        let auth_message = format!("n=alice,r=cnonce,{server_first},{without_proof}");
+        let salted = m.salted_password(password.as_bytes(), SALT, 4096);
+        let client_key = m.hmac(&salted, b"Client Key");
+        let signature = m.hmac(&m.hash(&client_key), auth_message.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(k, s)| k ^ s)
+            .collect();
+        let proof = base64::engine::general_purpose::STANDARD.encode(proof);
+        format!("{without_proof},p={proof}").into_bytes()
+    }
+
+    fn scram_config() -> SaslConfig {
+        let mut config = config();
+        config.settings.mechanisms = vec![SaslMechanism::Scram(ScramMechanism::Sha256)];
+        config
+    }
+
+    #[test]
+    fn scram_takes_two_tokens_and_signs_the_last_answer() {
+        let config = scram_config();
+        let mut auth = Authenticator::new(&config);
+        assert!(matches!(
+            auth.on_frame(handshake(1, "SCRAM-SHA-256")),
+            Step::Send(_)
+        ));
+        let Step::Send(sent) = auth.on_frame(authenticate(2, b"n,,n=alice,r=cnonce")) else {
+            panic!("no challenge")
+        };
+        let challenge: SaslAuthenticateResponse = response(ApiKey::SaslAuthenticate, 2, &sent);
+        assert_eq!(challenge.error_code, 0);
+        assert!(challenge.auth_bytes.starts_with(b"r=cnonceservernonce,s="));
+        let last = scram_client_final(&challenge.auth_bytes, "pw");
+        let Step::Done {
+            response: sent,
+            session,
+        } = auth.on_frame(authenticate(2, &last))
+        else {
+            panic!("not authenticated")
+        };
+        assert_eq!(session.principal.to_string(), "User:alice");
+        let answer: SaslAuthenticateResponse = response(ApiKey::SaslAuthenticate, 2, &sent);
+        assert!(answer.auth_bytes.starts_with(b"v="));
+        // The same exchange with the wrong password.
+        let mut auth = Authenticator::new(&config);
+        auth.on_frame(handshake(1, "SCRAM-SHA-256"));
+        let Step::Send(sent) = auth.on_frame(authenticate(2, b"n,,n=alice,r=cnonce")) else {
+            panic!("no challenge")
+        };
+        let challenge: SaslAuthenticateResponse = response(ApiKey::SaslAuthenticate, 2, &sent);
+        let last = scram_client_final(&challenge.auth_bytes, "guess");
+        assert!(matches!(
+            auth.on_frame(authenticate(2, &last)),
+            Step::Fail { .. }
+        ));
+    }
 
     fn config() -> SaslConfig {
         SaslConfig {
@@ -348,6 +478,8 @@ mod tests {
             max_receive_size: 1024,
             failed_delay: Duration::ZERO,
             api_versions_max: 4,
+            credentials: Arc::new(TestCredentials),
+            nonce: || "servernonce".to_string(),
         }
     }
 

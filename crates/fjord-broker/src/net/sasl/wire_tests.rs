@@ -20,11 +20,25 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use super::scram::ScramCredentials;
 use super::tests::request;
-use super::SaslConfig;
+use super::{random_nonce, SaslConfig};
 use crate::net::{serve, Dispatch, ListenerSecurity, NetworkConfig, Reply, Response, Sequencing};
 
 const DELAY: Duration = Duration::from_millis(300);
+
+/// No SCRAM users: these listeners enable PLAIN only.
+struct NoCredentials;
+
+impl ScramCredentials for NoCredentials {
+    fn credential(
+        &self,
+        _user: &str,
+        _mechanism: fjord_common::scram::ScramMechanism,
+    ) -> Option<fjord_common::scram::ScramCredential> {
+        None
+    }
+}
 
 /// Records the API key of every request it is given and answers it with an empty frame.
 #[derive(Default)]
@@ -69,6 +83,8 @@ async fn listen_with_sessions_of(
         max_receive_size: 4096,
         failed_delay: DELAY,
         api_versions_max: 4,
+        credentials: Arc::new(NoCredentials),
+        nonce: random_nonce,
     };
     let security = ListenerSecurity {
         tls: None,
