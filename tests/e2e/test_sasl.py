@@ -9,6 +9,9 @@ SESSION_MS (`listener.name.sasl.plain.connections.max.reauth.ms`, KIP-368): its 
 connections as they go.
 """
 
+import os
+import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Dict, Optional
@@ -19,8 +22,8 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from harness import (create_topics, free_port, kafka_tool, make_broker, read_properties, round_trip, run_tool,
-                     wait_for, write_properties)
+from harness import (create_topics, franz_go_dir, free_port, kafka_tool, make_broker, read_properties, round_trip,
+                     run_tool, wait_for, write_properties)
 from test_tls import Pki, refused_quickly
 
 CLIENTS = ["java", "confluent", "go", "kafka-python"]
@@ -243,3 +246,19 @@ def test_scram_credentials_are_kept_by_the_cluster(sasl: SaslBroker):
     assert "DuplicateResource" in str(refused.value) or "twice" in str(refused.value), refused.value
     configs(bootstrap, "--alter", "--entity-name", "carol", "--delete-config", "SCRAM-SHA-256")
     wait_for(lambda: iterations("carol") == {"SCRAM_SHA_512": 4096}, "SCRAM-SHA-256 of carol not deleted")
+
+
+def test_franz_gos_own_scram_tests(sasl: SaslBroker, tmp_path: Path):
+    """franz-go's TestSCRAMAuth and TestSCRAMAuthBadCredentials, pointed at the SASL_PLAINTEXT listener with the
+    module's SCRAM user: both run (not skipped) and pass."""
+    env = dict(os.environ, KGO_SEEDS=sasl.broker.bootstrap, KGO_TEST_SCRAM_SEEDS=sasl.bootstrap("SASL"),
+               KGO_TEST_SCRAM=f"{SCRAM_USER}:{SCRAM_PASSWORD}:256")
+    proc = subprocess.run(["go", "test", "./pkg/kgo", "-count=1", "-timeout", "120s", "-v", "-run",
+                           "^(TestSCRAMAuth|TestSCRAMAuthBadCredentials)$"],
+                          cwd=franz_go_dir(), env=env, capture_output=True, text=True, timeout=600)
+    out = tmp_path / "go-test.out"
+    out.write_text(proc.stdout + proc.stderr)
+    results = dict((m.group(2), m.group(1))
+                   for m in re.finditer(r"^\s*--- (PASS|FAIL|SKIP): (\S+)", proc.stdout, re.M))
+    assert results == {"TestSCRAMAuth": "PASS", "TestSCRAMAuthBadCredentials": "PASS"}, (results, str(out))
+    assert proc.returncode == 0, str(out)
