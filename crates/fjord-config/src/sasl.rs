@@ -218,8 +218,8 @@ enum Token {
     Semicolon,
 }
 
-/// The tokens of a JAAS text as Kafka's parser reads it: words, `"`-quoted strings (with
-/// backslash escapes), `=` and `;`; whitespace, `//` and `/* */` comments between them.
+/// The tokens of a JAAS text as Kafka's parser reads it: words, `"`- or `'`-quoted strings
+/// (with backslash escapes), `=` and `;`; whitespace, `//` and `/* */` comments between them.
 fn jaas_tokens(text: &str) -> Result<Vec<Token>, &'static str> {
     let mut tokens = Vec::new();
     let mut chars = text.chars().peekable();
@@ -236,13 +236,13 @@ fn jaas_tokens(text: &str) -> Result<Vec<Token>, &'static str> {
                     Token::Semicolon
                 });
             }
-            '"' => {
+            '"' | '\'' => {
                 chars.next();
                 let mut value = String::new();
                 loop {
                     match chars.next() {
                         None => return Err("a quoted value is not closed"),
-                        Some('"') => break,
+                        Some(q) if q == c => break,
                         Some('\\') => match chars.next() {
                             None => return Err("a quoted value is not closed"),
                             Some('n') => value.push('\n'),
@@ -280,7 +280,7 @@ fn jaas_tokens(text: &str) -> Result<Vec<Token>, &'static str> {
             _ => {
                 let mut word = String::new();
                 while let Some(&c) = chars.peek() {
-                    if c.is_whitespace() || matches!(c, '=' | ';' | '"' | '/') {
+                    if c.is_whitespace() || matches!(c, '=' | ';' | '"' | '\'' | '/') {
                         break;
                     }
                     word.push(c);
@@ -357,19 +357,32 @@ mod tests {
             .collect()
     }
 
+    proptest::proptest! {
+        /// Any text, any JAAS-like tokens: parsed or refused, never a panic, never quoted back.
+        #[test]
+        fn any_jaas_text_is_parsed_or_refused(
+            text in "[a-z_=;\"'/* \\\n]{0,80}|[\\PC]{0,80}",
+        ) {
+            if let Err(err) = parse_jaas("k", &text) {
+                proptest::prop_assert_eq!(err.value, "[hidden]");
+            }
+        }
+    }
+
     #[test]
     fn jaas_text_as_kafka_writes_it() {
         let entry = parse_jaas(
             "k",
             "org.apache.kafka.common.security.plain.PlainLoginModule required\n  \
              username=\"admin\" password=\"admin-secret\" // the broker's own\n  \
-             user_admin=\"admin-secret\" /* two users */ user_alice=\"a \\\"quoted\\\" pw\" user_bob=plain;",
+             user_admin=\"admin-secret\" /* two users */ user_alice=\"a \\\"quoted\\\" pw\" user_bob=plain user_carol='single';",
         )
         .unwrap();
         assert_eq!(entry.login_module, PLAIN_LOGIN_MODULE);
         assert_eq!(entry.options["user_alice"], "a \"quoted\" pw");
         assert_eq!(entry.options["user_bob"], "plain");
-        assert_eq!(entry.options.len(), 5);
+        assert_eq!(entry.options["user_carol"], "single");
+        assert_eq!(entry.options.len(), 6);
     }
 
     #[test]

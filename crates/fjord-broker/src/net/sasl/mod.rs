@@ -465,6 +465,41 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        /// Any bytes, as any frame of an exchange: an answer or a refusal, never a panic.
+        #[test]
+        fn any_frames_are_answered_or_refused(
+            mechanism in proptest::sample::select(vec!["PLAIN", "SCRAM-SHA-256"]),
+            frames in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..200), 1..5),
+            raw in proptest::bool::ANY,
+        ) {
+            let mut config = config();
+            config.settings.mechanisms = vec![
+                SaslMechanism::Plain,
+                SaslMechanism::Scram(ScramMechanism::Sha256),
+            ];
+            let mut auth = Authenticator::new(&config);
+            auth.on_frame(handshake(if raw { 0 } else { 1 }, mechanism));
+            for frame in frames {
+                let frame = if raw { Bytes::from(frame) } else { authenticate(2, &frame) };
+                if !matches!(auth.on_frame(frame), Step::Send(_)) {
+                    break;
+                }
+            }
+        }
+
+        /// Any bytes after a valid SCRAM first message: refused, never a panic.
+        #[test]
+        fn any_scram_final_message_is_refused(last in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let config = scram_config();
+            let mut auth = Authenticator::new(&config);
+            auth.on_frame(handshake(1, "SCRAM-SHA-256"));
+            auth.on_frame(authenticate(2, b"n,,n=alice,r=cnonce"));
+            let refused = matches!(auth.on_frame(authenticate(2, &last)), Step::Fail { .. });
+            proptest::prop_assert!(refused);
+        }
+    }
+
     fn config() -> SaslConfig {
         SaslConfig {
             settings: SaslSettings {
