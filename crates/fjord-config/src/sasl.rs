@@ -69,7 +69,51 @@ pub(crate) fn listener_sasl(
     props: &BTreeMap<String, String>,
     listener: &str,
 ) -> Result<SaslSettings, ConfigError> {
-    let prefix = format!("listener.name.{}.", listener.to_ascii_lowercase());
+    let mechanisms = enabled_mechanisms(props, listener)?;
+    let mut plain_users = BTreeMap::new();
+    let mut max_reauth_ms = BTreeMap::new();
+    for &mechanism in &mechanisms {
+        // The keys of one mechanism on the listener: `listener.name.<l>.<mechanism>.<key>`.
+        let scoped = format!(
+            "listener.name.{}.{}.",
+            listener.to_ascii_lowercase(),
+            mechanism.name().to_ascii_lowercase()
+        );
+        match (mechanism, mechanism_jaas(props, &scoped, mechanism)?) {
+            (SaslMechanism::Plain, Some(entry)) => {
+                for (option, password) in entry.options {
+                    if let Some(user) = option.strip_prefix("user_") {
+                        plain_users.insert(user.to_string(), password);
+                    }
+                }
+            }
+            (SaslMechanism::Plain, None) => {
+                return Err(invalid(
+                    &format!("{scoped}sasl.jaas.config"),
+                    "",
+                    format!(
+                        "listener {listener} enables PLAIN but gives no JAAS text with its users \
+                         ({PLAIN_LOGIN_MODULE} required user_<name>=\"<password>\";)"
+                    ),
+                ))
+            }
+            // SCRAM's users are the cluster's; a JAAS text, if given, only names the module.
+            (SaslMechanism::Scram(_), _) => {}
+        }
+        max_reauth_ms.insert(mechanism, reauth_ms(props, &scoped)?);
+    }
+    Ok(SaslSettings {
+        mechanisms,
+        plain_users,
+        max_reauth_ms,
+    })
+}
+
+/// `sasl.enabled.mechanisms` of `listener`: each one fjord serves, at least one.
+fn enabled_mechanisms(
+    props: &BTreeMap<String, String>,
+    listener: &str,
+) -> Result<Vec<SaslMechanism>, ConfigError> {
     let (key, value) = listener_value(props, listener, "sasl.enabled.mechanisms");
     let value = value.unwrap_or_default();
     let key = key.as_str();
@@ -121,86 +165,55 @@ pub(crate) fn listener_sasl(
             format!("listener {listener} is a SASL listener with no mechanism enabled"),
         ));
     }
-    let mut plain_users = BTreeMap::new();
-    if mechanisms.contains(&SaslMechanism::Plain) {
-        let jaas_key = format!("{prefix}plain.sasl.jaas.config");
-        let Some(text) = props.get(&jaas_key) else {
-            return Err(invalid(
-                &jaas_key,
-                "",
-                format!(
-                    "listener {listener} enables PLAIN but gives no JAAS text with its users \
-                     ({PLAIN_LOGIN_MODULE} required user_<name>=\"<password>\";)"
-                ),
-            ));
-        };
-        let entry = parse_jaas(&jaas_key, text)?;
-        if entry.login_module != PLAIN_LOGIN_MODULE {
-            return Err(invalid(
-                &jaas_key,
-                "[hidden]",
-                format!(
-                    "login module {} cannot check PLAIN passwords; use {PLAIN_LOGIN_MODULE}",
-                    entry.login_module
-                ),
-            ));
-        }
-        for (option, password) in entry.options {
-            if let Some(user) = option.strip_prefix("user_") {
-                plain_users.insert(user.to_string(), password);
-            }
-        }
-    }
-    for scram in mechanisms
-        .iter()
-        .filter(|m| matches!(m, SaslMechanism::Scram(_)))
-    {
-        // SCRAM's users are the cluster's; a JAAS text, if given, only names the module.
-        let jaas_key = format!(
-            "{prefix}{}.sasl.jaas.config",
-            scram.name().to_ascii_lowercase()
-        );
-        if let Some(text) = props.get(&jaas_key) {
-            let entry = parse_jaas(&jaas_key, text)?;
-            if entry.login_module != SCRAM_LOGIN_MODULE {
-                return Err(invalid(
-                    &jaas_key,
-                    "[hidden]",
-                    format!(
-                        "login module {} is not SCRAM's; use {SCRAM_LOGIN_MODULE}",
-                        entry.login_module
-                    ),
-                ));
-            }
-        }
-    }
-    let mut max_reauth_ms = BTreeMap::new();
-    for &mechanism in &mechanisms {
-        // `listener.name.<l>.<mechanism>.connections.max.reauth.ms`, else the broker's.
-        let prefixed = format!(
-            "{prefix}{}.connections.max.reauth.ms",
-            mechanism.name().to_ascii_lowercase()
-        );
-        let (key, value) = match props.get(&prefixed) {
-            Some(value) => (prefixed.as_str(), value.as_str()),
-            None => (
-                "connections.max.reauth.ms",
-                props
-                    .get("connections.max.reauth.ms")
-                    .map_or("0", String::as_str),
+    Ok(mechanisms)
+}
+
+/// The JAAS text of one mechanism on a listener (`<scoped>sasl.jaas.config`), if given: it must
+/// name the mechanism's own login module.
+fn mechanism_jaas(
+    props: &BTreeMap<String, String>,
+    scoped: &str,
+    mechanism: SaslMechanism,
+) -> Result<Option<JaasEntry>, ConfigError> {
+    let key = format!("{scoped}sasl.jaas.config");
+    let Some(text) = props.get(&key) else {
+        return Ok(None);
+    };
+    let entry = parse_jaas(&key, text)?;
+    let expected = match mechanism {
+        SaslMechanism::Plain => PLAIN_LOGIN_MODULE,
+        SaslMechanism::Scram(_) => SCRAM_LOGIN_MODULE,
+    };
+    if entry.login_module != expected {
+        return Err(invalid(
+            &key,
+            "[hidden]",
+            format!(
+                "login module {} is not {}'s; use {expected}",
+                entry.login_module,
+                mechanism.name()
             ),
-        };
-        let ms = value
-            .trim()
-            .parse::<i64>()
-            .map_err(|_| invalid(key, value, "expected a number of milliseconds"))?;
-        max_reauth_ms.insert(mechanism, ms);
+        ));
     }
-    Ok(SaslSettings {
-        mechanisms,
-        plain_users,
-        max_reauth_ms,
-    })
+    Ok(Some(entry))
+}
+
+/// `<scoped>connections.max.reauth.ms`, else the broker's `connections.max.reauth.ms`.
+fn reauth_ms(props: &BTreeMap<String, String>, scoped: &str) -> Result<i64, ConfigError> {
+    let prefixed = format!("{scoped}connections.max.reauth.ms");
+    let (key, value) = match props.get(&prefixed) {
+        Some(value) => (prefixed.as_str(), value.as_str()),
+        None => (
+            "connections.max.reauth.ms",
+            props
+                .get("connections.max.reauth.ms")
+                .map_or("0", String::as_str),
+        ),
+    };
+    value
+        .trim()
+        .parse::<i64>()
+        .map_err(|_| invalid(key, value, "expected a number of milliseconds"))
 }
 
 /// One login module entry of a JAAS text: `<class> <flag> <key>=<value> ... ;`.
@@ -505,7 +518,7 @@ mod tests {
                     ),
                 ],
                 "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config",
-                "not SCRAM's",
+                "not SCRAM-SHA-512's",
             ),
             (
                 vec![("sasl.enabled.mechanisms", "PLAIN")],

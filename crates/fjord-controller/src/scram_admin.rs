@@ -11,7 +11,9 @@ use fjord_common::scram::{ScramCredential, ScramMechanism, MAX_ITERATIONS, MIN_I
 use fjord_metadata::{
     MetadataImage, MetadataRecord, RemoveUserScramCredentialRecord, UserScramCredentialRecord,
 };
-use fjord_protocol::messages::alter_user_scram_credentials_request::AlterUserScramCredentialsRequest;
+use fjord_protocol::messages::alter_user_scram_credentials_request::{
+    AlterUserScramCredentialsRequest, ScramCredentialDeletion, ScramCredentialUpsertion,
+};
 use fjord_protocol::messages::alter_user_scram_credentials_response::{
     AlterUserScramCredentialsResponse, AlterUserScramCredentialsResult,
 };
@@ -38,86 +40,24 @@ pub(crate) fn alter_user_scram_credentials(
     for user in deletions.chain(upsertions) {
         *altered.entry(user).or_default() += 1;
     }
+    // Each alteration's record, or why its user is refused, in request order.
+    let deletions = request
+        .deletions
+        .iter()
+        .map(|d| (d.name.as_str(), deletion(image, d, &altered)));
+    let upsertions = request
+        .upsertions
+        .iter()
+        .map(|u| (u.name.as_str(), upsertion(u, &altered)));
     let mut users: Vec<&str> = Vec::new();
     let mut refused: BTreeMap<&str, Refusal> = BTreeMap::new();
     let mut records: BTreeMap<&str, Vec<MetadataRecord>> = BTreeMap::new();
-    for deletion in &request.deletions {
-        let user = deletion.name.as_str();
+    for (user, outcome) in deletions.chain(upsertions) {
         if !users.contains(&user) {
             users.push(user);
         }
-        let checked = check(user, deletion.mechanism, &altered).and_then(|mechanism| {
-            match image.scram_credential(user, mechanism) {
-                Some(_) => Ok(mechanism),
-                None => Err(refuse(
-                    errors::RESOURCE_NOT_FOUND,
-                    "Attempt to delete a user credential that does not exist",
-                )),
-            }
-        });
-        match checked {
-            Ok(mechanism) => {
-                records
-                    .entry(user)
-                    .or_default()
-                    .push(MetadataRecord::RemoveUserScramCredential(
-                        RemoveUserScramCredentialRecord {
-                            name: user.to_string(),
-                            mechanism: mechanism.code(),
-                        },
-                    ))
-            }
-            Err(refusal) => {
-                refused.entry(user).or_insert(refusal);
-            }
-        }
-    }
-    for upsertion in &request.upsertions {
-        let user = upsertion.name.as_str();
-        if !users.contains(&user) {
-            users.push(user);
-        }
-        let checked = check(user, upsertion.mechanism, &altered).and_then(|mechanism| {
-            if upsertion.iterations < MIN_ITERATIONS {
-                return Err(refuse(
-                    errors::UNACCEPTABLE_CREDENTIAL,
-                    "Too few iterations",
-                ));
-            }
-            if upsertion.iterations > MAX_ITERATIONS {
-                return Err(refuse(
-                    errors::UNACCEPTABLE_CREDENTIAL,
-                    "Too many iterations",
-                ));
-            }
-            // No HMAC key: Kafka fails here without a message.
-            if upsertion.salted_password.is_empty() {
-                return Err((errors::UNKNOWN_SERVER_ERROR, String::new()));
-            }
-            Ok(mechanism)
-        });
-        match checked {
-            Ok(mechanism) => {
-                let credential = ScramCredential::from_salted_password(
-                    mechanism,
-                    upsertion.salt.to_vec(),
-                    &upsertion.salted_password,
-                    upsertion.iterations,
-                );
-                records
-                    .entry(user)
-                    .or_default()
-                    .push(MetadataRecord::UserScramCredential(
-                        UserScramCredentialRecord {
-                            name: user.to_string(),
-                            mechanism: mechanism.code(),
-                            salt: credential.salt,
-                            stored_key: credential.stored_key,
-                            server_key: credential.server_key,
-                            iterations: credential.iterations,
-                        },
-                    ))
-            }
+        match outcome {
+            Ok(record) => records.entry(user).or_default().push(record),
             Err(refusal) => {
                 refused.entry(user).or_insert(refusal);
             }
@@ -146,6 +86,69 @@ pub(crate) fn alter_user_scram_credentials(
             ..Default::default()
         }),
     }
+}
+
+/// The removal of an existing credential.
+fn deletion(
+    image: &MetadataImage,
+    deletion: &ScramCredentialDeletion,
+    altered: &BTreeMap<&str, usize>,
+) -> Result<MetadataRecord, Refusal> {
+    let user = deletion.name.as_str();
+    let mechanism = check(user, deletion.mechanism, altered)?;
+    if image.scram_credential(user, mechanism).is_none() {
+        return Err(refuse(
+            errors::RESOURCE_NOT_FOUND,
+            "Attempt to delete a user credential that does not exist",
+        ));
+    }
+    Ok(MetadataRecord::RemoveUserScramCredential(
+        RemoveUserScramCredentialRecord {
+            name: user.to_string(),
+            mechanism: mechanism.code(),
+        },
+    ))
+}
+
+/// A credential derived from the salted password the client sent.
+fn upsertion(
+    upsertion: &ScramCredentialUpsertion,
+    altered: &BTreeMap<&str, usize>,
+) -> Result<MetadataRecord, Refusal> {
+    let user = upsertion.name.as_str();
+    let mechanism = check(user, upsertion.mechanism, altered)?;
+    if upsertion.iterations < MIN_ITERATIONS {
+        return Err(refuse(
+            errors::UNACCEPTABLE_CREDENTIAL,
+            "Too few iterations",
+        ));
+    }
+    if upsertion.iterations > MAX_ITERATIONS {
+        return Err(refuse(
+            errors::UNACCEPTABLE_CREDENTIAL,
+            "Too many iterations",
+        ));
+    }
+    // No HMAC key: Kafka fails here without a message.
+    if upsertion.salted_password.is_empty() {
+        return Err((errors::UNKNOWN_SERVER_ERROR, String::new()));
+    }
+    let credential = ScramCredential::from_salted_password(
+        mechanism,
+        upsertion.salt.to_vec(),
+        &upsertion.salted_password,
+        upsertion.iterations,
+    );
+    Ok(MetadataRecord::UserScramCredential(
+        UserScramCredentialRecord {
+            name: user.to_string(),
+            mechanism: mechanism.code(),
+            salt: credential.salt,
+            stored_key: credential.stored_key,
+            server_key: credential.server_key,
+            iterations: credential.iterations,
+        },
+    ))
 }
 
 /// The checks every alteration shares, in Kafka's order: the user altered once, a user name, a
@@ -204,9 +207,6 @@ pub(crate) fn alter_user_scram_credentials_refused(
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use fjord_protocol::messages::alter_user_scram_credentials_request::{
-        ScramCredentialDeletion, ScramCredentialUpsertion,
-    };
 
     fn upsert(name: &str, mechanism: i8, iterations: i32) -> ScramCredentialUpsertion {
         ScramCredentialUpsertion {

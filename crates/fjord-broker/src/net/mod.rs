@@ -459,15 +459,16 @@ impl<D: Dispatch + ?Sized> Connection<D> {
         let (mut reader, mut writer) = stream.split();
         let idle = idle_timeout(&config);
         let mut session = None;
-        if let Some(sasl) = &sasl {
-            let exchange = Exchange {
-                sasl,
-                dispatcher: &*dispatcher,
-                peer,
-                idle,
-            };
+        let exchange = sasl.as_deref().map(|sasl| Exchange {
+            sasl,
+            dispatcher: &*dispatcher,
+            peer,
+            idle,
+        });
+        if let Some(exchange) = &exchange {
+            let first = Authenticator::new(exchange.sasl);
             let authenticated = tokio::select! {
-                authenticated = exchange.run(&mut reader, None, Authenticator::new(sasl), Sink::Socket(&mut writer)) => authenticated?,
+                authenticated = exchange.run(&mut reader, None, first, Sink::Socket(&mut writer)) => authenticated?,
                 _ = shutdown.changed() => None,
             };
             let Some(authenticated) = authenticated else {
@@ -489,7 +490,7 @@ impl<D: Dispatch + ?Sized> Connection<D> {
                 Ok(None) => break Ok(()),
                 Err(error) => break Err(error),
             };
-            if let (Some(sasl), Some(current)) = (&sasl, &session) {
+            if let (Some(exchange), Some(current)) = (&exchange, &session) {
                 if current.expires.is_some() && is_sasl_handshake(&frame) {
                     // Re-authentication, between the connection's other requests: those before
                     // it are answered first.
@@ -497,13 +498,7 @@ impl<D: Dispatch + ?Sized> Connection<D> {
                         _ = sequencer.idle() => {}
                         _ = shutdown.changed() => break Ok(()),
                     }
-                    let exchange = Exchange {
-                        sasl,
-                        dispatcher: &*dispatcher,
-                        peer,
-                        idle,
-                    };
-                    let renew = Authenticator::renew(sasl, &current.session);
+                    let renew = Authenticator::renew(exchange.sasl, &current.session);
                     match exchange
                         .run(&mut reader, Some(frame), renew, Sink::Queue(&out_tx))
                         .await
@@ -547,22 +542,28 @@ impl<D: Dispatch + ?Sized> Connection<D> {
             }
         };
         drop(out_tx);
-        // Finish in-flight requests and flush their responses before the socket goes away. At shutdown
-        // the wait is bounded: a request parked in the group coordinator (a JoinGroup waiting for its
-        // rebalance) only completes on a timer, and the timers stop with the broker.
-        let mut writer_task = writer_task;
-        let written = if *shutdown.borrow() {
-            match tokio::time::timeout(SHUTDOWN_GRACE, &mut writer_task).await {
-                Ok(joined) => joined.map_err(Closed::Task)?,
-                Err(_) => {
-                    writer_task.abort();
-                    Err(Closed::ShutdownWithParkedRequests)
-                }
-            }
-        } else {
-            writer_task.await.map_err(Closed::Task)?
-        };
-        result.and(written)
+        let at_shutdown = *shutdown.borrow();
+        result.and(finish_writes(writer_task, at_shutdown).await)
+    }
+}
+
+/// Waits for a closing connection's writer: in-flight requests finish and their responses are
+/// flushed before the socket goes away. At shutdown the wait is bounded: a request parked in the
+/// group coordinator (a JoinGroup waiting for its rebalance) only completes on a timer, and the
+/// timers stop with the broker.
+async fn finish_writes(
+    mut writer_task: JoinHandle<Result<(), Closed>>,
+    at_shutdown: bool,
+) -> Result<(), Closed> {
+    if !at_shutdown {
+        return writer_task.await.map_err(Closed::Task)?;
+    }
+    match tokio::time::timeout(SHUTDOWN_GRACE, &mut writer_task).await {
+        Ok(joined) => joined.map_err(Closed::Task)?,
+        Err(_) => {
+            writer_task.abort();
+            Err(Closed::ShutdownWithParkedRequests)
+        }
     }
 }
 
