@@ -31,6 +31,9 @@ from recordgen import consume_line, generate  # noqa: E402
 
 CLIENTS = ["java", "go", "confluent", "kafka-python"]
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+# E2E_FULL_MATRIX=1: every combination of the client matrices (every client with every codec, every Java
+# assignor); the test command runs a subset that still has each client, codec and rebalance protocol.
+FULL_MATRIX = os.environ.get("E2E_FULL_MATRIX") == "1"
 
 
 _last_seed = 0

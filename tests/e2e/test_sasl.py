@@ -32,8 +32,9 @@ AUTHENTICATION_FAILED = ConfluentError._AUTHENTICATION
 SESSION_MS = 3000
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
-# The SCRAM user the module's broker is given once it is up (SCRAM-SHA-256 on SASL_PLAINTEXT).
+# The SCRAM user the module's broker is given once it is up (both mechanisms, on SASL_PLAINTEXT).
 SCRAM_USER, SCRAM_PASSWORD = "scrammy", "scrammy-secret"
+SCRAM_MECHANISMS = ["SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
 class SaslBroker:
@@ -50,8 +51,9 @@ class SaslBroker:
                                                    + ",SASL:SASL_PLAINTEXT,SASLTLS:SASL_SSL")
         props["inter.broker.listener.name"] = "PLAINTEXT"
         props["sasl.enabled.mechanisms"] = "PLAIN"
-        props["listener.name.sasl.sasl.enabled.mechanisms"] = "PLAIN,SCRAM-SHA-256"
-        props["listener.name.sasl.scram-sha-256.sasl.jaas.config"] = f"{SCRAM_MODULE} required;"
+        props["listener.name.sasl.sasl.enabled.mechanisms"] = "PLAIN," + ",".join(SCRAM_MECHANISMS)
+        for mechanism in SCRAM_MECHANISMS:
+            props[f"listener.name.sasl.{mechanism.lower()}.sasl.jaas.config"] = f"{SCRAM_MODULE} required;"
         users = " ".join(f'user_{name}="{password}"' for name, password in USERS.items())
         for listener in self.ports:
             props[f"listener.name.{listener.lower()}.plain.sasl.jaas.config"] = f"{PLAIN_MODULE} required {users};"
@@ -62,9 +64,11 @@ class SaslBroker:
         })
         write_properties(self.broker.config, props)
         self.broker.start()
-        kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", self.broker.bootstrap,
-                   "--entity-type", "users", "--alter", "--entity-name", SCRAM_USER, "--add-config",
-                   f"SCRAM-SHA-256=[password={SCRAM_PASSWORD}]")
+        for mechanism in SCRAM_MECHANISMS:
+            # One alteration per user per request.
+            kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", self.broker.bootstrap,
+                       "--entity-type", "users", "--alter", "--entity-name", SCRAM_USER, "--add-config",
+                       f"{mechanism}=[password={SCRAM_PASSWORD}]")
 
     def bootstrap(self, listener: str) -> str:
         return f"127.0.0.1:{self.ports[listener]}"
@@ -108,12 +112,13 @@ def sasl(tmp_path_factory):
         s.broker.stop()
 
 
+@pytest.mark.parametrize("mechanism", SCRAM_MECHANISMS)
 @pytest.mark.parametrize("client", CLIENTS)
-def test_round_trip_as_a_scram_user(sasl: SaslBroker, client: str, tmp_path: Path):
-    """Authenticated with SCRAM-SHA-256 as a user `kafka-configs` added, produce with acks=all and consume back."""
-    topic = f"scram-{client}".lower()
+def test_round_trip_as_a_scram_user(sasl: SaslBroker, client: str, mechanism: str, tmp_path: Path):
+    """Authenticated by SCRAM as a user `kafka-configs` added, produce with acks=all and consume back."""
+    topic = f"scram-{client}-{mechanism}".lower()
     create_topics(sasl.broker.bootstrap, [topic], partitions=2, replication_factor=1)
-    config = sasl.client_config(client, tmp_path, "SASL", SCRAM_USER, mechanism="SCRAM-SHA-256")
+    config = sasl.client_config(client, tmp_path, "SASL", SCRAM_USER, mechanism=mechanism)
     round_trip(client, sasl.bootstrap("SASL"), topic, 2, 300, "lz4", tmp_path, client_config=config)
 
 
@@ -138,7 +143,8 @@ def test_a_bad_login_is_refused_within_seconds(sasl: SaslBroker, user: str, pass
                                                 mechanism: str, tmp_path: Path):
     """librdkafka, kafka-python, Java and franz-go fail to authenticate, reporting it as they normally do; a client
     with the right password is served afterwards."""
-    listener = "SASL"
+    # SASL_SSL enables PLAIN only: the refused mechanism is asked for there.
+    listener = "SASLTLS" if (user, password, mechanism) == ("alice", None, "SCRAM-SHA-512") else "SASL"
     bootstrap = sasl.bootstrap(listener)
 
     def config(client: str, extra: Optional[Dict[str, str]] = None) -> Path:
