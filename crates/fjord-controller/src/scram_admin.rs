@@ -50,10 +50,11 @@ pub(crate) fn alter_user_scram_credentials(
         .iter()
         .map(|u| (u.name.as_str(), upsertion(u, &altered)));
     let mut users: Vec<&str> = Vec::new();
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
     let mut refused: BTreeMap<&str, Refusal> = BTreeMap::new();
     let mut records: BTreeMap<&str, Vec<MetadataRecord>> = BTreeMap::new();
     for (user, outcome) in deletions.chain(upsertions) {
-        if !users.contains(&user) {
+        if seen.insert(user) {
             users.push(user);
         }
         match outcome {

@@ -253,7 +253,15 @@ impl MetadataImage {
         user: &str,
         mechanism: ScramMechanism,
     ) -> Option<&ScramCredential> {
-        self.scram_credentials.get(user)?.get(&mechanism)
+        self.scram_credentials_of(user)?.get(&mechanism)
+    }
+
+    /// `user`'s SCRAM credentials, by mechanism.
+    pub fn scram_credentials_of(
+        &self,
+        user: &str,
+    ) -> Option<&BTreeMap<ScramMechanism, ScramCredential>> {
+        self.scram_credentials.get(user)
     }
 
     /// Every user with a SCRAM credential, and theirs, by mechanism.

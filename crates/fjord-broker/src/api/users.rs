@@ -2,7 +2,7 @@
 //! this broker's image, as Kafka's brokers answer it, as are the credentials SCRAM clients are
 //! checked against. (AlterUserScramCredentials goes to the controller.)
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use fjord_common::errors;
 use fjord_metadata::MetadataImage;
@@ -49,17 +49,14 @@ fn describe(
         *times.entry(user).or_default() += 1;
     }
     let mut results = Vec::new();
+    let mut answered = BTreeSet::new();
     for (user, count) in asked.iter().map(|u| (*u, times[u])) {
-        if results
-            .iter()
-            .any(|r: &DescribeUserScramCredentialsResult| r.user == user)
-        {
+        if !answered.insert(user) {
             continue;
         }
         let found: Vec<CredentialInfo> = image
-            .scram_users()
-            .find(|(name, _)| name.as_str() == user)
-            .map(|(_, credentials)| {
+            .scram_credentials_of(user)
+            .map(|credentials| {
                 credentials
                     .values()
                     .map(|c| CredentialInfo {

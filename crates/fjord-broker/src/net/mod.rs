@@ -481,11 +481,10 @@ impl<D: Dispatch + ?Sized> Connection<D> {
         let writer_task = tokio::spawn(write_responses(writer, out_rx));
         let mut sequencer = Sequencer::default();
         let result = loop {
-            let frame = tokio::select! {
+            let frame = match tokio::select! {
                 frame = read_request(&mut reader, idle, config.socket_request_max_bytes) => frame,
                 _ = shutdown.changed() => break Ok(()),
-            };
-            let frame = match frame {
+            } {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break Ok(()),
                 Err(error) => break Err(error),
@@ -493,16 +492,17 @@ impl<D: Dispatch + ?Sized> Connection<D> {
             if let (Some(exchange), Some(current)) = (&exchange, &session) {
                 if current.expires.is_some() && is_sasl_handshake(&frame) {
                     // Re-authentication, between the connection's other requests: those before
-                    // it are answered first.
+                    // it are answered first; like every read, bounded by the broker's shutdown.
                     tokio::select! {
                         _ = sequencer.idle() => {}
                         _ = shutdown.changed() => break Ok(()),
                     }
                     let renew = Authenticator::renew(exchange.sasl, &current.session);
-                    match exchange
-                        .run(&mut reader, Some(frame), renew, Sink::Queue(&out_tx))
-                        .await
-                    {
+                    let renewed = tokio::select! {
+                        renewed = exchange.run(&mut reader, Some(frame), renew, Sink::Queue(&out_tx)) => renewed,
+                        _ = shutdown.changed() => break Ok(()),
+                    };
+                    match renewed {
                         Ok(Some(renewed)) => session = Some(LiveSession::start(renewed)),
                         Ok(None) => break Ok(()),
                         Err(error) => break Err(error),
