@@ -20,7 +20,7 @@ pub fn host_port(host: &str, port: u16) -> String {
 }
 
 /// Who a connection acts as, as Kafka names principals (`User:alice`): the user a SASL
-/// listener authenticated.
+/// listener authenticated, or `User:ANONYMOUS` on a listener that authenticates no one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KafkaPrincipal {
     pub principal_type: String,
@@ -33,6 +33,62 @@ impl KafkaPrincipal {
             principal_type: "User".to_string(),
             name: name.into(),
         }
+    }
+}
+
+impl KafkaPrincipal {
+    /// The principal of a connection nobody authenticated (PLAINTEXT, SSL without a client
+    /// certificate), as Kafka names it.
+    pub fn anonymous() -> KafkaPrincipal {
+        KafkaPrincipal::user("ANONYMOUS")
+    }
+}
+
+/// Who sent a request and from where: what the authorizer compares ACLs with. One per
+/// connection, made when it is accepted or authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requester {
+    pub principal: KafkaPrincipal,
+    /// `principal` as `Type:name`, as ACLs name it.
+    principal_text: String,
+    pub peer: std::net::SocketAddr,
+    /// The client's address as Java writes it (`127.0.0.1`, `0:0:0:0:0:0:0:1`), as ACLs name
+    /// hosts.
+    host: String,
+}
+
+impl Requester {
+    pub fn new(principal: KafkaPrincipal, peer: std::net::SocketAddr) -> Requester {
+        Requester {
+            principal_text: principal.to_string(),
+            principal,
+            host: java_host_address(peer.ip()),
+            peer,
+        }
+    }
+
+    pub fn principal_text(&self) -> &str {
+        &self.principal_text
+    }
+
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+}
+
+/// An address as Java's `InetAddress.getHostAddress` writes it: IPv6 without `::` shortening.
+pub fn java_host_address(address: std::net::IpAddr) -> String {
+    match address {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => v6
+                .segments()
+                .iter()
+                .map(|s| format!("{s:x}"))
+                .collect::<Vec<_>>()
+                .join(":"),
+        },
     }
 }
 

@@ -954,6 +954,61 @@ broker_configs! {
     // 0: sessions last as long as their connections. Also set per listener and mechanism as
     // `listener.name.<listener>.<mechanism>.connections.max.reauth.ms`.
     connections_max_reauth_ms: i64 = "connections.max.reauth.ms", Long, Some("0"), Check::None;
+    // Authorization (see `AuthorizerConfig`): off unless Kafka's StandardAuthorizer is named.
+    authorizer_class_name: String = "authorizer.class.name", String, Some(""), Check::None;
+    super_users: Option<String> = "super.users", String, None, Check::None;
+    allow_everyone_if_no_acl_found: bool = "allow.everyone.if.no.acl.found", Boolean, Some("false"), Check::None;
+}
+
+/// The one authorizer fjord serves, by the class name Kafka's KRaft brokers give it.
+pub const STANDARD_AUTHORIZER: &str = "org.apache.kafka.metadata.authorizer.StandardAuthorizer";
+
+/// The authorizer's settings, when `authorizer.class.name` turns it on: ACLs from the metadata
+/// log decide every request, with Kafka's StandardAuthorizer semantics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthorizerConfig {
+    /// `super.users`: principals (`User:admin`) allowed everything, whatever the ACLs say.
+    pub super_users: Vec<String>,
+    /// `allow.everyone.if.no.acl.found`: a resource without any ACL is open to all.
+    pub allow_everyone_if_no_acl_found: bool,
+}
+
+/// `authorizer.class.name` and its settings: None when it is empty, as Kafka runs without
+/// one; any class but the StandardAuthorizer stops the broker, naming it.
+fn authorizer_config(settings: &BrokerSettings) -> Result<Option<AuthorizerConfig>, ConfigError> {
+    let class = settings.authorizer_class_name.trim();
+    if class.is_empty() {
+        return Ok(None);
+    }
+    if class != STANDARD_AUTHORIZER {
+        return Err(invalid(
+            "authorizer.class.name",
+            class,
+            format!(
+                "fjord's authorizer is Kafka's {STANDARD_AUTHORIZER}; no other class can be loaded"
+            ),
+        ));
+    }
+    let super_users = settings
+        .super_users
+        .as_deref()
+        .unwrap_or_default()
+        .split(';')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| match u.split_once(':') {
+            Some((kind, _)) if !kind.is_empty() => Ok(u.to_string()),
+            _ => Err(invalid(
+                "super.users",
+                u,
+                "each principal is written Type:name (User:admin), separated by ';'",
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(AuthorizerConfig {
+        super_users,
+        allow_everyone_if_no_acl_found: settings.allow_everyone_if_no_acl_found,
+    }))
 }
 
 /// Broker keys fjord accepts, so that Kafka's own config files start it, but does not act upon
@@ -1421,6 +1476,8 @@ pub struct BrokerConfig {
     listener_tls: BTreeMap<String, TlsSettings>,
     /// Each SASL_PLAINTEXT and SASL_SSL listener's SASL settings, by listener name.
     listener_sasl: BTreeMap<String, SaslSettings>,
+    /// The authorizer, when `authorizer.class.name` names one.
+    pub authorizer: Option<AuthorizerConfig>,
     /// Every key the operator set, after validation; topic defaults come from here.
     pub explicit: BTreeMap<String, String>,
     /// `explicit` over the defaults, typed once.
@@ -1921,6 +1978,7 @@ impl BrokerConfig {
         let cluster = ClusterConfig::from_properties(node_id, &listeners, &settings, &get)?;
         let secured = secure_listeners(props, &listeners, &cluster)?;
         check_consumer_group_bounds(&settings)?;
+        let authorizer = authorizer_config(&settings)?;
         let config = BrokerConfig {
             node_id,
             listeners,
@@ -1944,6 +2002,7 @@ impl BrokerConfig {
             cluster,
             listener_tls: secured.tls,
             listener_sasl: secured.sasl,
+            authorizer,
             explicit: props.clone(),
             settings,
         };
@@ -2379,6 +2438,35 @@ pub mod tests {
         )]))
         .unwrap_err();
         assert_eq!(err.key, "add.partitions.to.txn.retry.backoff.ms");
+    }
+
+    #[test]
+    fn the_standard_authorizer_is_turned_on_by_its_kafka_class_name_only() {
+        let (config, _) = BrokerConfig::from_properties(&props(&[])).unwrap();
+        assert_eq!(config.authorizer, None);
+        let (config, _) = BrokerConfig::from_properties(&props(&[
+            ("authorizer.class.name", STANDARD_AUTHORIZER),
+            ("super.users", "User:admin; User:CN=broker,OU=ops"),
+        ]))
+        .unwrap();
+        let authorizer = config.authorizer.unwrap();
+        assert_eq!(
+            authorizer.super_users,
+            ["User:admin", "User:CN=broker,OU=ops"]
+        );
+        assert!(!authorizer.allow_everyone_if_no_acl_found);
+        let err = BrokerConfig::from_properties(&props(&[(
+            "authorizer.class.name",
+            "kafka.security.authorizer.AclAuthorizer",
+        )]))
+        .unwrap_err();
+        assert!(err.reason.contains(STANDARD_AUTHORIZER), "{err}");
+        let err = BrokerConfig::from_properties(&props(&[
+            ("authorizer.class.name", STANDARD_AUTHORIZER),
+            ("super.users", "admin"),
+        ]))
+        .unwrap_err();
+        assert_eq!(err.key, "super.users");
     }
 
     #[test]

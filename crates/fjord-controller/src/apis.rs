@@ -26,6 +26,7 @@ use fjord_protocol::messages::broker_registration_request::BrokerRegistrationReq
 use fjord_protocol::messages::broker_registration_response::BrokerRegistrationResponse;
 use fjord_protocol::messages::controller_registration_request::ControllerRegistrationRequest;
 use fjord_protocol::messages::controller_registration_response::ControllerRegistrationResponse;
+use fjord_protocol::messages::create_acls_request::CreateAclsRequest;
 use fjord_protocol::messages::create_partitions_request::CreatePartitionsRequest;
 use fjord_protocol::messages::create_partitions_response::{
     CreatePartitionsResponse, CreatePartitionsTopicResult,
@@ -34,6 +35,7 @@ use fjord_protocol::messages::create_topics_request::{CreatableTopic, CreateTopi
 use fjord_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult, CreateTopicsResponse,
 };
+use fjord_protocol::messages::delete_acls_request::DeleteAclsRequest;
 use fjord_protocol::messages::delete_topics_request::DeleteTopicsRequest;
 use fjord_protocol::messages::delete_topics_response::{
     DeletableTopicResult, DeleteTopicsResponse,
@@ -92,6 +94,8 @@ pub enum ControllerApi {
     RemoveRaftVoter(RemoveRaftVoterRequest),
     ControllerRegistration(ControllerRegistrationRequest),
     AlterUserScramCredentials(AlterUserScramCredentialsRequest),
+    CreateAcls(CreateAclsRequest),
+    DeleteAcls(DeleteAclsRequest),
 }
 
 impl ControllerApi {
@@ -121,6 +125,8 @@ impl ControllerApi {
             RequestBody::AlterUserScramCredentials(r) => {
                 ControllerApi::AlterUserScramCredentials(r)
             }
+            RequestBody::CreateAcls(r) => ControllerApi::CreateAcls(r),
+            RequestBody::DeleteAcls(r) => ControllerApi::DeleteAcls(r),
             other => return Err(Box::new(other)),
         })
     }
@@ -151,6 +157,8 @@ impl ControllerApi {
             ControllerApi::AlterUserScramCredentials(r) => {
                 RequestBody::AlterUserScramCredentials(r)
             }
+            ControllerApi::CreateAcls(r) => RequestBody::CreateAcls(r),
+            ControllerApi::DeleteAcls(r) => RequestBody::DeleteAcls(r),
         }
     }
 
@@ -201,6 +209,8 @@ impl ControllerApi {
             ControllerApi::RemoveRaftVoter(_) => ApiKey::RemoveRaftVoter,
             ControllerApi::ControllerRegistration(_) => ApiKey::ControllerRegistration,
             ControllerApi::AlterUserScramCredentials(_) => ApiKey::AlterUserScramCredentials,
+            ControllerApi::CreateAcls(_) => ApiKey::CreateAcls,
+            ControllerApi::DeleteAcls(_) => ApiKey::DeleteAcls,
         }
     }
 }
@@ -371,6 +381,8 @@ impl Controller {
             ControllerApi::AlterUserScramCredentials(r) => {
                 crate::scram_admin::alter_user_scram_credentials(image, r)
             }
+            ControllerApi::CreateAcls(r) => crate::acl_admin::create_acls(image, r, new_topic_id),
+            ControllerApi::DeleteAcls(r) => crate::acl_admin::delete_acls(image, r),
             // The shell answers these from the quorum; decided on the image alone they are
             // refused.
             ControllerApi::DescribeQuorum(_)
@@ -865,6 +877,12 @@ pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -
         ControllerApi::AlterConfigs(r) => alter_configs_refused(r, error_code, message),
         ControllerApi::AlterUserScramCredentials(r) => {
             crate::scram_admin::alter_user_scram_credentials_refused(r, error_code, message)
+        }
+        ControllerApi::CreateAcls(r) => {
+            crate::acl_admin::create_acls_refused(r, error_code, message)
+        }
+        ControllerApi::DeleteAcls(r) => {
+            crate::acl_admin::delete_acls_refused(r, error_code, message)
         }
         ControllerApi::ElectLeaders(_) => crate::election::elect_leaders_refused(error_code),
         ControllerApi::AlterPartition(_) => crate::isr::alter_partition_refused(error_code),

@@ -4,7 +4,7 @@
 //! (the metadata quorum's leader) decides. Brokers forward such requests to it.
 //!
 //! - [`plan`]: the decisions, pure: an image and a request in, records or a Kafka error out.
-//! - [`Controller`] (`apis`, `config_admin`): Kafka requests to decisions, sans-IO.
+//! - [`Controller`] (`apis`, `config_admin`, `scram_admin`, `acl_admin`): Kafka requests to decisions, sans-IO.
 //! - [`voters`]: changes of the quorum's members (KIP-853), checked.
 //!
 //! No tokio, no raft, no storage: the time comes in as an argument (only
@@ -16,6 +16,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+mod acl_admin;
 mod apis;
 mod config_admin;
 mod decision;

@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::acl::{AclBinding, Acls};
 use crate::record::{
-    BrokerEndpoint, BrokerRegistrationChangeRecord, ConfigRecord, FeatureLevelRecord,
-    MetadataRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
+    AccessControlEntryRecord, BrokerEndpoint, BrokerRegistrationChangeRecord, ConfigRecord,
+    FeatureLevelRecord, MetadataRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
     RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UserScramCredentialRecord, Uuid,
     CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC, NO_LEADER,
 };
@@ -85,6 +86,12 @@ pub enum ImageError {
     UnknownScramMechanism(i8),
     #[error("a SCRAM credential's user name must not be empty")]
     EmptyScramUser,
+    #[error("an ACL record is invalid: {0}")]
+    InvalidAcl(String),
+    #[error("ACL id {0} is already taken")]
+    DuplicateAclId(String),
+    #[error("no ACL has id {0}")]
+    UnknownAclId(String),
 }
 
 /// Formats a UUID as 32 lowercase hex digits (for messages only).
@@ -164,6 +171,8 @@ pub struct MetadataImage {
     features: BTreeMap<String, i16>,
     /// SCRAM credentials by user, then mechanism.
     scram_credentials: BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>,
+    /// Every ACL; shared between images until one changes them.
+    acls: Arc<Acls>,
 }
 
 impl MetadataImage {
@@ -271,6 +280,11 @@ impl MetadataImage {
         self.scram_credentials.iter()
     }
 
+    /// Every ACL of the cluster, indexed for the authorizer.
+    pub fn acls(&self) -> &Arc<Acls> {
+        &self.acls
+    }
+
     /// The records that rebuild this image from an empty one, in an order that
     /// satisfies the delta's checks (topics before their configs and partitions).
     pub fn to_records(&self) -> Vec<MetadataRecord> {
@@ -308,6 +322,11 @@ impl MetadataImage {
                     },
                 ));
             }
+        }
+        for (id, acl) in self.acls.iter() {
+            out.push(MetadataRecord::AccessControlEntry(
+                AccessControlEntryRecord::new(*id, acl),
+            ));
         }
         push_configs(&mut out, CONFIG_RESOURCE_BROKER, &self.broker_configs);
         for topic in self.topics() {
@@ -450,6 +469,30 @@ impl MetadataDelta {
                         self.next.scram_credentials.remove(&r.name);
                     }
                 }
+                Ok(())
+            }
+            MetadataRecord::AccessControlEntry(r) => {
+                let acl = AclBinding::from_wire(
+                    r.resource_type,
+                    &r.resource_name,
+                    r.pattern_type,
+                    &r.principal,
+                    &r.host,
+                    r.operation,
+                    r.permission_type,
+                )
+                .map_err(|e| ImageError::InvalidAcl(e.0))?;
+                if self.next.acls.get(&r.id).is_some() {
+                    return Err(ImageError::DuplicateAclId(hex(&r.id)));
+                }
+                Arc::make_mut(&mut self.next.acls).insert(r.id, acl);
+                Ok(())
+            }
+            MetadataRecord::RemoveAccessControlEntry(r) => {
+                if self.next.acls.get(&r.id).is_none() {
+                    return Err(ImageError::UnknownAclId(hex(&r.id)));
+                }
+                Arc::make_mut(&mut self.next.acls).remove(&r.id);
                 Ok(())
             }
         }
@@ -1367,5 +1410,44 @@ mod tests {
             mechanism: 9,
         });
         assert_eq!(delta.apply(&bad), Err(ImageError::UnknownScramMechanism(9)));
+    }
+
+    #[test]
+    fn acls_are_added_removed_snapshotted_and_checked() {
+        use crate::acl::{AclBinding, AclOperation, AclPermission, PatternType, ResourceType};
+        use crate::record::RemoveAccessControlEntryRecord;
+        let acl = AclBinding {
+            resource_type: ResourceType::Topic,
+            resource_name: "orders".into(),
+            pattern_type: PatternType::Prefixed,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: AclOperation::Read,
+            permission: AclPermission::Allow,
+        };
+        let id = Uuid([5; 16]);
+        let add = MetadataRecord::AccessControlEntry(AccessControlEntryRecord::new(id, &acl));
+        let image = MetadataImage::from_records(1, std::slice::from_ref(&add)).unwrap();
+        assert_eq!(image.acls().get(&id), Some(&acl));
+        let again = MetadataImage::from_records(1, &image.to_records()).unwrap();
+        assert_eq!(again.acls(), image.acls());
+        let mut delta = MetadataDelta::new(&image);
+        assert!(matches!(
+            delta.apply(&add),
+            Err(ImageError::DuplicateAclId(_))
+        ));
+        let mut bad = AccessControlEntryRecord::new(Uuid([6; 16]), &acl);
+        bad.operation = 1;
+        let bad = MetadataRecord::AccessControlEntry(bad);
+        assert!(matches!(delta.apply(&bad), Err(ImageError::InvalidAcl(_))));
+        let remove =
+            MetadataRecord::RemoveAccessControlEntry(RemoveAccessControlEntryRecord { id });
+        delta.apply(&remove).unwrap();
+        assert!(matches!(
+            delta.apply(&remove),
+            Err(ImageError::UnknownAclId(_))
+        ));
+        let image = delta.finish(2);
+        assert!(image.acls().is_empty());
     }
 }

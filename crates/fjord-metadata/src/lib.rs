@@ -5,6 +5,7 @@
 //!
 //! - [`record`]: the record types.
 //! - [`image`]: the image and the delta that checks and applies records.
+//! - [`acl`]: ACLs and the authorizer's decision.
 //! - [`members`]: the quorum's members and status as data.
 //!
 //! Sans-IO: no tokio, no files, no raft. The quorum that stores the log durably, runs raft and
@@ -14,6 +15,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod acl;
 pub mod image;
 pub mod members;
 pub mod record;

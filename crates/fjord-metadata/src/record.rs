@@ -30,6 +30,8 @@ pub enum MetadataRecord {
     FeatureLevel(FeatureLevelRecord),
     UserScramCredential(UserScramCredentialRecord),
     RemoveUserScramCredential(RemoveUserScramCredentialRecord),
+    AccessControlEntry(AccessControlEntryRecord),
+    RemoveAccessControlEntry(RemoveAccessControlEntryRecord),
 }
 
 /// Creates a topic: binds a name to a topic id.
@@ -159,6 +161,41 @@ pub struct UserScramCredentialRecord {
 pub struct RemoveUserScramCredentialRecord {
     pub name: String,
     pub mechanism: i8,
+}
+
+/// Adds an ACL under a fresh id (Kafka's `AccessControlEntryRecord`); the codes are those of
+/// `crate::acl`'s types.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessControlEntryRecord {
+    pub id: Uuid,
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub pattern_type: i8,
+    pub principal: String,
+    pub host: String,
+    pub operation: i8,
+    pub permission_type: i8,
+}
+
+impl AccessControlEntryRecord {
+    pub fn new(id: Uuid, acl: &crate::acl::AclBinding) -> Self {
+        AccessControlEntryRecord {
+            id,
+            resource_type: acl.resource_type.code(),
+            resource_name: acl.resource_name.clone(),
+            pattern_type: acl.pattern_type.code(),
+            principal: acl.principal.clone(),
+            host: acl.host.clone(),
+            operation: acl.operation.code(),
+            permission_type: acl.permission.code(),
+        }
+    }
+}
+
+/// Removes the ACL with `id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoveAccessControlEntryRecord {
+    pub id: Uuid,
 }
 
 /// Sets a cluster-wide feature level; level 0 removes the feature, as in KRaft.

@@ -3036,6 +3036,26 @@ fn every_advertised_version_answers() {
                         ],
                     },
                 ),
+                // Without an authorizer: answered SECURITY_DISABLED.
+                ApiKey::DescribeAcls => RequestBody::DescribeAcls(Default::default()),
+                ApiKey::CreateAcls => RequestBody::CreateAcls(
+                    fjord_protocol::messages::create_acls_request::CreateAclsRequest {
+                        creations: vec![fjord_protocol::messages::create_acls_request::AclCreation {
+                            resource_type: 2,
+                            resource_name: "every".into(),
+                            resource_pattern_type: 3,
+                            principal: "User:every".into(),
+                            host: "*".into(),
+                            operation: 3,
+                            permission_type: 3,
+                        }],
+                    },
+                ),
+                ApiKey::DeleteAcls => RequestBody::DeleteAcls(
+                    fjord_protocol::messages::delete_acls_request::DeleteAclsRequest {
+                        filters: vec![Default::default()],
+                    },
+                ),
                 // On a listener without SASL: answered ILLEGAL_SASL_STATE.
                 ApiKey::SaslHandshake => RequestBody::SaslHandshake(
                     fjord_protocol::messages::sasl_handshake_request::SaslHandshakeRequest {

@@ -8,7 +8,7 @@ use fjord_config::{
 use fjord_protocol::messages::describe_configs_request::*;
 use fjord_protocol::messages::describe_configs_response::*;
 
-use crate::api::ClusterApi;
+use crate::api::{authz, Access, ClusterApi};
 
 /// Resource types as DescribeConfigs numbers them.
 const TOPIC: i8 = 2;
@@ -30,9 +30,12 @@ impl Asked<'_> {
 
 impl ClusterApi {
     /// DescribeConfigs: each resource's entries, or its error.
+    /// A resource the principal may not describe the configs of (DESCRIBE_CONFIGS on the
+    /// topic, or the cluster for a broker) is refused with Kafka's authorization error.
     pub(crate) fn describe_configs(
         &self,
         request: &DescribeConfigsRequest,
+        access: &Access,
     ) -> DescribeConfigsResponse {
         let image = self.node.image();
         let (node, default) = image.broker_config_layers(self.node.config.node_id);
@@ -44,7 +47,9 @@ impl ClusterApi {
                 include_synonyms: request.include_synonyms,
             };
             let name = &resource.resource_name;
+            let refused = authz::may_describe_config(access, resource.resource_type, name);
             let described = match resource.resource_type {
+                _ if let Some(code) = refused => Err((code, authz::message(code).to_string())),
                 TOPIC if image.topic(name).is_none() => Err((
                     errors::UNKNOWN_TOPIC_OR_PARTITION,
                     format!("Topic {name} does not exist"),

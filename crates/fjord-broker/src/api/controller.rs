@@ -3,7 +3,6 @@
 //! tools may send with `--bootstrap-controller`), each handed to this node's `QuorumController`.
 //! A node that is not the active controller answers them NOT_CONTROLLER.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -20,7 +19,7 @@ use crate::api::encode_response;
 use crate::api::versions::{api_versions_error, api_versions_of};
 use crate::link::controller::FORWARDING_CLIENT_PREFIX;
 use crate::net::{Dispatch, Reply, Response, Sequencing};
-use fjord_common::errors;
+use fjord_common::{errors, Requester};
 use fjord_protocol::messages::api_versions_response::ApiVersionsResponse;
 
 /// The APIs and versions a controller listener answers.
@@ -117,7 +116,7 @@ impl Dispatch for ControllerDispatch {
         Sequencing::AfterAll
     }
 
-    fn dispatch(&self, frame: Bytes, _peer: SocketAddr) -> Reply {
+    fn dispatch(&self, frame: Bytes, _requester: &Arc<Requester>) -> Reply {
         if is_raft_frame(&frame) {
             return raft_reply(&self.quorum, frame);
         }

@@ -1,11 +1,10 @@
 //! Request dispatch: decodes a frame's header and body, checks the version, decides how the
 //! request may overlap its connection's others, and routes it to its handler.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use fjord_common::{errors, now_ms};
+use fjord_common::{errors, now_ms, Requester};
 use fjord_controller::ControllerApi;
 use fjord_protocol::messages::api_versions_request::ApiVersionsRequest;
 use fjord_protocol::messages::api_versions_response::ApiVersionsResponse;
@@ -19,7 +18,7 @@ use fjord_quorum::MetadataQuorum;
 use tokio::sync::watch;
 
 use crate::api::versions::{api_versions_error, api_versions_response, supported_range};
-use crate::api::{encode_response, Broker};
+use crate::api::{authz, encode_response, Access, Broker};
 use crate::net::{Dispatch, Reply, Response, Sequencing};
 
 /// Request lanes (`net::Sequencing::Lane`): requests that take effect at dispatch and may
@@ -76,18 +75,20 @@ impl Broker {
 
     /// Decodes `frame` and routes it: controller work to the active controller, everything
     /// else to its API family's handler.
-    fn handle(self: &Arc<Self>, frame: Bytes, peer: SocketAddr, listener: &str) -> Reply {
+    fn handle(self: &Arc<Self>, frame: Bytes, requester: &Arc<Requester>, listener: &str) -> Reply {
         let (header, answer, mut body) = match self.decode(frame) {
             Ok(decoded) => decoded,
             Err(reply) => return reply,
         };
         crate::api::topic_ids::name_topics(|| self.node.image(), &mut body, answer.version);
+        let access = self.node.access(requester);
+        match authz::refusal(&access, &body, answer.version) {
+            Some(authz::Refusal::Answer(refused)) => return answer.now(refused),
+            Some(authz::Refusal::Close(reason)) => return Reply::Close(reason),
+            None => {}
+        }
         let body = match ControllerApi::from_body(body) {
-            Ok(request) => {
-                let forwarder = self.forwarder.clone();
-                let version = answer.version;
-                return answer.later(async move { forwarder.forward(version, request).await });
-            }
+            Ok(request) => return self.forward(request, &access, answer),
             Err(body) => *body,
         };
         match body {
@@ -97,7 +98,7 @@ impl Broker {
             | RequestBody::OffsetForLeaderEpoch(_)
             | RequestBody::DeleteRecords(_)
             | RequestBody::AlterReplicaLogDirs(_)
-            | RequestBody::DescribeLogDirs(_)) => self.route_log(body, answer),
+            | RequestBody::DescribeLogDirs(_)) => self.route_log(body, answer, &access),
             body @ (RequestBody::InitProducerId(_)
             | RequestBody::AddPartitionsToTxn(_)
             | RequestBody::AddOffsetsToTxn(_)
@@ -105,12 +106,15 @@ impl Broker {
             | RequestBody::WriteTxnMarkers(_)
             | RequestBody::DescribeTransactions(_)
             | RequestBody::ListTransactions(_)
-            | RequestBody::DescribeProducers(_)) => self.route_txn(body, answer),
+            | RequestBody::DescribeProducers(_)) => self.route_txn(body, answer, &access),
             RequestBody::FindCoordinator(request) => {
                 let endpoint = self.node.advertised(listener);
-                let found =
-                    self.groups
-                        .find_coordinator(request, answer.version, listener, endpoint);
+                let found = self.groups.find_coordinator(
+                    request,
+                    answer.version,
+                    (listener, endpoint),
+                    &access,
+                );
                 answer.later(async move { ResponseBody::FindCoordinator(found.await) })
             }
             // A connection is authenticated before its first other request, once: a handshake
@@ -137,10 +141,35 @@ impl Broker {
                 answer.version,
                 answer.correlation_id,
                 header.client_id,
-                peer,
+                &access,
             ),
-            body => self.route_cluster(body, answer, listener),
+            body => self.route_cluster(body, answer, (listener, &access)),
         }
+    }
+
+    /// Controller work, less what the principal may not touch, sent to the active controller;
+    /// ACL changes are refused while no authorizer is configured, as Kafka refuses them.
+    fn forward(&self, mut request: ControllerApi, access: &Access, answer: Answer) -> Reply {
+        let acl_change = matches!(
+            request,
+            ControllerApi::CreateAcls(_) | ControllerApi::DeleteAcls(_)
+        );
+        if acl_change && !self.node.has_authorizer() {
+            let message = "No Authorizer is configured.";
+            return answer.now(fjord_controller::error_response(
+                &request,
+                errors::SECURITY_DISABLED,
+                message,
+            ));
+        }
+        let denied = authz::split_controller(access, &mut request);
+        let forwarder = self.forwarder.clone();
+        let version = answer.version;
+        answer.later(async move {
+            let mut response = forwarder.forward(version, request).await;
+            denied.restore(&mut response);
+            response
+        })
     }
 
     /// A frame's header and body, or the reply to a frame that cannot be served: one not
@@ -193,7 +222,7 @@ impl Broker {
     }
 
     /// The APIs on partition logs: produce, fetch, offsets, deletion, log dirs.
-    fn route_log(self: &Arc<Self>, body: RequestBody, answer: Answer) -> Reply {
+    fn route_log(self: &Arc<Self>, body: RequestBody, answer: Answer, access: &Access) -> Reply {
         let Answer {
             version,
             correlation_id,
@@ -201,16 +230,21 @@ impl Broker {
         } = answer;
         let now = now_ms();
         match body {
-            RequestBody::Produce(request) => self.route_produce(request, answer),
-            RequestBody::Fetch(request) => self.fetch.fetch(request, version, correlation_id, now),
+            RequestBody::Produce(request) => self.route_produce(request, answer, access),
+            RequestBody::Fetch(request) => {
+                self.fetch
+                    .fetch(request, (version, correlation_id), now, access)
+            }
             RequestBody::ListOffsets(request) => answer.now(ResponseBody::ListOffsets(
-                self.fetch.list_offsets(&request, version),
+                self.fetch.list_offsets(&request, version, access),
             )),
-            RequestBody::OffsetForLeaderEpoch(request) => answer.now(
-                ResponseBody::OffsetForLeaderEpoch(self.fetch.offset_for_leader_epoch(&request)),
-            ),
+            RequestBody::OffsetForLeaderEpoch(request) => {
+                answer.now(ResponseBody::OffsetForLeaderEpoch(
+                    self.fetch.offset_for_leader_epoch(&request, access),
+                ))
+            }
             RequestBody::DeleteRecords(request) => {
-                let deleted = self.log_admin.delete_records(request, now);
+                let deleted = self.log_admin.delete_records(request, now, access);
                 answer.later(async move { ResponseBody::DeleteRecords(deleted.await) })
             }
             RequestBody::AlterReplicaLogDirs(request) => {
@@ -229,27 +263,26 @@ impl Broker {
     /// transaction coordinator (KIP-890) — after the asking. Such a produce is sequenced after
     /// every earlier request and holds back the later ones (see `sequencing`), so the append
     /// still happens in arrival order.
-    fn route_produce(self: &Arc<Self>, request: ProduceRequest, answer: Answer) -> Reply {
+    fn route_produce(
+        self: &Arc<Self>,
+        request: ProduceRequest,
+        answer: Answer,
+        access: &Access,
+    ) -> Reply {
         let Answer {
             api,
             version,
             correlation_id,
         } = answer;
+        let header = (api, version, correlation_id);
         let Some(ask) = self.txns.produce_ask(&request, version) else {
             let verdicts = Default::default();
-            return self.produce.produce(
-                request,
-                api,
-                version,
-                correlation_id,
-                now_ms(),
-                &verdicts,
-            );
+            return self.produce.produce(request, header, &verdicts, access);
         };
-        let (txns, produce) = (self.txns.clone(), self.produce.clone());
+        let (txns, produce, access) = (self.txns.clone(), self.produce.clone(), access.clone());
         Reply::Later(Box::pin(async move {
             let verdicts = txns.ask_coordinator(ask).await;
-            match produce.produce(request, api, version, correlation_id, now_ms(), &verdicts) {
+            match produce.produce(request, header, &verdicts, &access) {
                 Reply::Now(response) => response,
                 Reply::Later(future) => future.await,
                 Reply::Close(message) => Response::Close(message),
@@ -259,7 +292,7 @@ impl Broker {
 
     /// The transaction APIs (the coordinator's, the leaders' markers, the admin reads) and
     /// InitProducerId.
-    fn route_txn(self: &Arc<Self>, body: RequestBody, answer: Answer) -> Reply {
+    fn route_txn(self: &Arc<Self>, body: RequestBody, answer: Answer, access: &Access) -> Reply {
         let version = answer.version;
         let now = now_ms();
         let this = self.txns.clone();
@@ -267,9 +300,13 @@ impl Broker {
             RequestBody::InitProducerId(request) => answer.later(async move {
                 ResponseBody::InitProducerId(this.init_producer_id(request).await)
             }),
-            RequestBody::AddPartitionsToTxn(request) => answer.later(async move {
-                ResponseBody::AddPartitionsToTxn(this.add_partitions_to_txn(request, version).await)
-            }),
+            RequestBody::AddPartitionsToTxn(request) => {
+                let access = access.clone();
+                answer.later(async move {
+                    let added = this.add_partitions_to_txn(request, version, access).await;
+                    ResponseBody::AddPartitionsToTxn(added)
+                })
+            }
             RequestBody::AddOffsetsToTxn(request) => answer.later(async move {
                 ResponseBody::AddOffsetsToTxn(this.add_offsets_to_txn(request).await)
             }),
@@ -281,14 +318,16 @@ impl Broker {
                     ResponseBody::WriteTxnMarkers(markers.write_txn_markers(request, now).await)
                 })
             }
-            RequestBody::DescribeTransactions(request) => answer.now(
-                ResponseBody::DescribeTransactions(self.txns.describe_transactions(&request)),
-            ),
+            RequestBody::DescribeTransactions(request) => {
+                answer.now(ResponseBody::DescribeTransactions(
+                    self.txns.describe_transactions(&request, access),
+                ))
+            }
             RequestBody::ListTransactions(request) => answer.now(ResponseBody::ListTransactions(
-                self.txns.list_transactions(&request, now),
+                self.txns.list_transactions(&request, now, access),
             )),
             RequestBody::DescribeProducers(request) => answer.now(ResponseBody::DescribeProducers(
-                self.txns.describe_producers(&request),
+                self.txns.describe_producers(&request, access),
             )),
             other => unrouted(&other),
         }
@@ -297,7 +336,12 @@ impl Broker {
     /// The cluster's description: ApiVersions, Metadata, DescribeCluster,
     /// DescribeTopicPartitions, DescribeConfigs, DescribeUserScramCredentials, as this broker's
     /// image has them.
-    fn route_cluster(self: &Arc<Self>, body: RequestBody, answer: Answer, listener: &str) -> Reply {
+    fn route_cluster(
+        self: &Arc<Self>,
+        body: RequestBody,
+        answer: Answer,
+        (listener, access): (&str, &Access),
+    ) -> Reply {
         let version = answer.version;
         match body {
             RequestBody::ApiVersions(request) => answer.now(ResponseBody::ApiVersions(
@@ -306,24 +350,31 @@ impl Broker {
             RequestBody::Metadata(request) => {
                 let this = self.cluster.clone();
                 let endpoint = self.node.advertised(listener);
-                let listener = listener.to_string();
+                let (listener, access) = (listener.to_string(), access.clone());
                 answer.later(async move {
                     ResponseBody::Metadata(
-                        this.metadata(request, version, listener, endpoint).await,
+                        this.metadata(request, version, (listener, endpoint), access)
+                            .await,
                     )
                 })
             }
             RequestBody::DescribeTopicPartitions(request) => {
                 answer.now(ResponseBody::DescribeTopicPartitions(
-                    self.cluster.describe_topic_partitions(&request),
+                    self.cluster.describe_topic_partitions(&request, access),
                 ))
             }
             RequestBody::DescribeCluster(request) => answer.now(ResponseBody::DescribeCluster(
-                self.cluster
-                    .describe_cluster(&request, listener, self.node.advertised(listener)),
+                self.cluster.describe_cluster(
+                    &request,
+                    (listener, self.node.advertised(listener)),
+                    access,
+                ),
             )),
             RequestBody::DescribeConfigs(request) => answer.now(ResponseBody::DescribeConfigs(
-                self.cluster.describe_configs(&request),
+                self.cluster.describe_configs(&request, access),
+            )),
+            RequestBody::DescribeAcls(request) => answer.now(ResponseBody::DescribeAcls(
+                self.cluster.describe_acls(&request),
             )),
             RequestBody::DescribeUserScramCredentials(request) => {
                 answer.now(ResponseBody::DescribeUserScramCredentials(
@@ -412,13 +463,14 @@ impl Dispatch for BrokerDispatch {
         }
     }
 
-    fn dispatch(&self, frame: Bytes, peer: SocketAddr) -> Reply {
+    fn dispatch(&self, frame: Bytes, requester: &Arc<Requester>) -> Reply {
         if self.carries_raft && fjord_quorum::is_raft_frame(&frame) {
             return crate::api::controller::raft_reply(&self.quorum, frame);
         }
         if let Some(broker) = &*self.broker.borrow() {
-            return broker.handle(frame, peer, &self.listener);
+            return broker.handle(frame, requester, &self.listener);
         }
+        let requester = requester.clone();
         // Sequenced after all: nothing else of this connection runs before it.
         let mut ready = self.broker.clone();
         let listener = self.listener.clone();
@@ -430,7 +482,7 @@ impl Dispatch for BrokerDispatch {
             let Some(broker) = broker else {
                 return Response::Close("the broker stopped before it started".into());
             };
-            match broker.handle(frame, peer, &listener) {
+            match broker.handle(frame, &requester, &listener) {
                 Reply::Now(response) => response,
                 Reply::Later(future) => future.await,
                 Reply::Close(message) => Response::Close(message),

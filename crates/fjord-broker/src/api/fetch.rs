@@ -24,12 +24,13 @@ use fjord_storage::FileSlice;
 use tokio::sync::Notify;
 
 use crate::api::fetch_session::{RequestedPartition, SessionDecision};
-use crate::api::{encode_response, FetchApi};
+use crate::api::{encode_response, Access, FetchApi};
 use crate::net::{OutPart, Reply, Response};
 use crate::replication::partition_state::FollowerFetch;
 use crate::replication::quota::{throttles, Side};
 use crate::replication::{LockedPartition, Partition};
 use fjord_common::errors;
+use fjord_metadata::acl::AclOperation;
 
 /// Longest a fetch may wait, whatever the client asks: bounds a parked request.
 const MAX_WAIT_CAP_MS: i64 = 30_000;
@@ -266,9 +267,22 @@ struct FetchPlan {
     min_bytes: usize,
     max_wait_ms: i64,
     read_committed: bool,
+    /// Who fetches: a consumer needs READ on each topic, a follower CLUSTER_ACTION (None:
+    /// everything allowed).
+    access: Option<Access>,
 }
 
 impl FetchPlan {
+    /// Whether the fetcher may read `topic`.
+    fn may_read(&self, topic: &str) -> bool {
+        self.access
+            .as_ref()
+            .is_none_or(|access| match self.replica {
+                Some(_) => access.allows_cluster(AclOperation::ClusterAction),
+                None => access.allows_topic(AclOperation::Read, topic),
+            })
+    }
+
     fn of(
         request: &FetchRequest,
         version: i16,
@@ -317,6 +331,7 @@ impl FetchPlan {
             min_bytes: request.min_bytes.max(0) as usize,
             max_wait_ms: (request.max_wait_ms as i64).clamp(0, MAX_WAIT_CAP_MS),
             read_committed: request.isolation_level == 1,
+            access: None,
         };
         for topic in &request.topics {
             let Some(name) = name_of(&topic.topic, topic.topic_id) else {
@@ -393,12 +408,13 @@ impl FetchApi {
     pub(crate) fn fetch(
         self: &Arc<Self>,
         request: FetchRequest,
-        version: i16,
-        correlation_id: i32,
+        (version, correlation_id): (i16, i32),
         now: i64,
+        access: &Access,
     ) -> Reply {
         let image = self.node.image();
         let mut plan = FetchPlan::of(&request, version, correlation_id, &image);
+        plan.access = Some(access.clone());
         let session = match self.session_targets(&request, &mut plan, &image, now) {
             Ok(session) => session,
             Err(code) => {
@@ -652,6 +668,13 @@ impl FetchApi {
                 self.replicas.get(&target.topic, target.partition)
             };
             let (data, file) = match hosted {
+                // Kafka checks before it looks the partition up: a topic the fetcher may not
+                // read is not disclosed.
+                _ if !plan.may_read(&target.topic) => {
+                    let mut data = no_data(target.partition);
+                    data.error_code = errors::TOPIC_AUTHORIZATION_FAILED;
+                    (data, None)
+                }
                 None => {
                     let mut data = no_data(target.partition);
                     data.error_code = self.node.not_hosted(&target.topic, target.partition);
@@ -747,10 +770,12 @@ impl FetchApi {
         (data, file)
     }
 
+    /// ListOffsets: a topic the principal may not describe is refused TOPIC_AUTHORIZATION_FAILED.
     pub(crate) fn list_offsets(
         &self,
         request: &ListOffsetsRequest,
         version: i16,
+        access: &Access,
     ) -> ListOffsetsResponse {
         let topics = request
             .topics
@@ -761,6 +786,15 @@ impl FetchApi {
                     .partitions
                     .iter()
                     .map(|p| {
+                        if !access.allows_topic(AclOperation::Describe, &topic.name) {
+                            return ListOffsetsPartitionResponse {
+                                partition_index: p.partition_index,
+                                error_code: errors::TOPIC_AUTHORIZATION_FAILED,
+                                timestamp: -1,
+                                offset: -1,
+                                leader_epoch: -1,
+                            };
+                        }
                         let mut out = self.list_offset(
                             &topic.name,
                             p.partition_index,
@@ -834,10 +868,19 @@ impl FetchApi {
         out
     }
 
+    /// OffsetForLeaderEpoch: a follower needs CLUSTER_ACTION, a consumer DESCRIBE on the topic;
+    /// without, TOPIC_AUTHORIZATION_FAILED.
     pub(crate) fn offset_for_leader_epoch(
         &self,
         request: &OffsetForLeaderEpochRequest,
+        access: &Access,
     ) -> OffsetForLeaderEpochResponse {
+        let follower_allowed =
+            request.replica_id >= 0 && access.allows_cluster(AclOperation::ClusterAction);
+        let may_describe = |topic: &str| {
+            follower_allowed
+                || (request.replica_id < 0 && access.allows_topic(AclOperation::Describe, topic))
+        };
         let topics = request
             .topics
             .iter()
@@ -854,6 +897,9 @@ impl FetchApi {
                             ..Default::default()
                         };
                         match self.replicas.get(&topic.topic, p.partition) {
+                            _ if !may_describe(&topic.topic) => {
+                                out.error_code = errors::TOPIC_AUTHORIZATION_FAILED
+                            }
                             None => {
                                 out.error_code = self.node.not_hosted(&topic.topic, p.partition)
                             }
@@ -1139,6 +1185,7 @@ mod tests {
                 config,
                 cluster_id: "c".into(),
                 images: tokio::sync::watch::channel(image).1,
+                authorizer: None,
             }),
             replicas,
             sessions: Default::default(),
@@ -1171,7 +1218,7 @@ mod tests {
             ..Default::default()
         };
         let answered: Vec<(String, i32, i16, i64)> = api
-            .list_offsets(&request, 7)
+            .list_offsets(&request, 7, &crate::api::authz::tests::anyone())
             .topics
             .into_iter()
             .flat_map(|t| {

@@ -2,7 +2,6 @@
 //! coordinator shard that owns its group (see `coordinator::group`). The internal topic
 //! `__consumer_offsets` is created on first use, as in Kafka.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use fjord_group::{ClientInfo, Topics};
@@ -11,12 +10,13 @@ use fjord_protocol::messages::find_coordinator_response::{Coordinator, FindCoord
 use fjord_protocol::{ApiKey, RequestBody, ResponseBody};
 
 use crate::api::txn_verify::Verdicts;
-use crate::api::{encode_response, GroupApi};
+use crate::api::{authz, encode_response, Access, GroupApi};
 use crate::coordinator::group::{topics_view, GroupAnswer, OFFSETS_TOPIC};
 use crate::coordinator::txn::TXN_TOPIC;
 use crate::net::{Reply, Response};
 use fjord_common::errors;
 use fjord_common::errors::KafkaError;
+use fjord_metadata::acl::AclOperation;
 
 /// FindCoordinator key types.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -37,21 +37,35 @@ impl GroupApi {
         self.groups.load_hosted()
     }
 
+    /// A key the principal may not describe (DESCRIBE on the group or transactional id) is
+    /// refused GROUP_AUTHORIZATION_FAILED or TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
     pub(crate) fn find_coordinator(
         self: &Arc<Self>,
         request: FindCoordinatorRequest,
         version: i16,
-        listener: &str,
-        own: (String, i32),
+        (listener, own): (&str, (String, i32)),
+        access: &Access,
     ) -> impl std::future::Future<Output = FindCoordinatorResponse> + Send + 'static {
         let this = self.clone();
         let listener = listener.to_string();
+        let keys: Vec<String> = if version >= 4 {
+            request.coordinator_keys.clone()
+        } else {
+            vec![request.key.clone()]
+        };
+        let refused: Vec<Option<i16>> = keys
+            .iter()
+            .map(|key| match request.key_type {
+                KEY_TYPE_GROUP if !access.allows_group(AclOperation::Describe, key) => {
+                    Some(errors::GROUP_AUTHORIZATION_FAILED)
+                }
+                KEY_TYPE_TRANSACTION if !access.allows_txn_id(AclOperation::Describe, key) => {
+                    Some(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                }
+                _ => None,
+            })
+            .collect();
         async move {
-            let keys: Vec<String> = if version >= 4 {
-                request.coordinator_keys.clone()
-            } else {
-                vec![request.key.clone()]
-            };
             let ready = match request.key_type {
                 KEY_TYPE_GROUP => this.ensure_group_coordinator().await,
                 KEY_TYPE_TRANSACTION => this.txns.ensure_txn_coordinator().await,
@@ -61,8 +75,12 @@ impl GroupApi {
             let endpoints = this.node.live_endpoints(&listener, own);
             let coordinators: Vec<Coordinator> = keys
                 .iter()
-                .map(|key| {
+                .zip(refused)
+                .map(|(key, refused)| {
                     let (error_code, error_message) = match (&ready, request.key_type) {
+                        _ if let Some(code) = refused => {
+                            (code, Some(authz::message(code).to_string()))
+                        }
                         (Ok(()), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => (errors::NONE, None),
                         (Err(error), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => (
                             errors::COORDINATOR_NOT_AVAILABLE,
@@ -78,39 +96,12 @@ impl GroupApi {
                             Some(format!("unknown key type {}", request.key_type)),
                         ),
                     };
-                    // The coordinator is the leader of the key's partition of the coordinator's
-                    // topic, reached on the listener this request came in on.
-                    let leader = (error_code == errors::NONE)
-                        .then(|| match request.key_type {
-                            KEY_TYPE_GROUP => {
-                                this.internal_leader(OFFSETS_TOPIC, this.groups.partition_of(key))
-                            }
-                            _ => this.internal_leader(TXN_TOPIC, this.txns.txns.partition_of(key)),
-                        })
-                        .flatten()
-                        .and_then(|id| endpoints.iter().find(|b| b.0 == id).cloned());
-                    match leader {
-                        Some((node_id, host, port, _)) => Coordinator {
-                            key: key.clone(),
-                            node_id,
-                            host,
-                            port,
-                            error_code,
-                            error_message,
-                        },
-                        None => Coordinator {
-                            key: key.clone(),
-                            node_id: -1,
-                            host: String::new(),
-                            port: -1,
-                            error_code: if error_code == errors::NONE {
-                                errors::COORDINATOR_NOT_AVAILABLE
-                            } else {
-                                error_code
-                            },
-                            error_message,
-                        },
-                    }
+                    this.coordinator(
+                        key,
+                        request.key_type,
+                        (error_code, error_message),
+                        &endpoints,
+                    )
                 })
                 .collect();
             if version >= 4 {
@@ -132,6 +123,48 @@ impl GroupApi {
         }
     }
 
+    /// `key`'s coordinator: the leader of the key's partition of the coordinator's topic, reached
+    /// on the listener the request came in on (`endpoints`); `outcome` is the key's error so far.
+    fn coordinator(
+        &self,
+        key: &str,
+        key_type: i8,
+        (error_code, error_message): (i16, Option<String>),
+        endpoints: &[(i32, String, i32, Option<String>)],
+    ) -> Coordinator {
+        let leader = (error_code == errors::NONE)
+            .then(|| match key_type {
+                KEY_TYPE_GROUP => {
+                    self.internal_leader(OFFSETS_TOPIC, self.groups.partition_of(key))
+                }
+                _ => self.internal_leader(TXN_TOPIC, self.txns.txns.partition_of(key)),
+            })
+            .flatten()
+            .and_then(|id| endpoints.iter().find(|b| b.0 == id).cloned());
+        match leader {
+            Some((node_id, host, port, _)) => Coordinator {
+                key: key.to_string(),
+                node_id,
+                host,
+                port,
+                error_code,
+                error_message,
+            },
+            None => Coordinator {
+                key: key.to_string(),
+                node_id: -1,
+                host: String::new(),
+                port: -1,
+                error_code: if error_code == errors::NONE {
+                    errors::COORDINATOR_NOT_AVAILABLE
+                } else {
+                    error_code
+                },
+                error_message,
+            },
+        }
+    }
+
     /// The leader of an internal topic's partition, if it has one.
     fn internal_leader(&self, topic: &str, partition: i32) -> Option<i32> {
         let image = self.node.image();
@@ -148,21 +181,27 @@ impl GroupApi {
     /// the reply waits for the shard's answer, after its records are durable. Before that — the
     /// first group request creates `__consumer_offsets` — everything happens in the reply, and the
     /// request is sequenced after all earlier ones (see `Broker::sequencing`).
+    /// Entries the principal may not touch are answered with Kafka's errors beside the others
+    /// (`authz::split`).
     pub(crate) fn group_request(
         self: &Arc<Self>,
-        body: RequestBody,
+        mut body: RequestBody,
         api: ApiKey,
         version: i16,
         correlation_id: i32,
         client_id: Option<String>,
-        peer: SocketAddr,
+        access: &Access,
     ) -> Reply {
         let client = ClientInfo {
             client_id: client_id.unwrap_or_default(),
-            client_host: format!("/{}", peer.ip()),
+            client_host: format!("/{}", access.requester().peer.ip()),
         };
+        let denied = authz::split(access, &mut body, version);
         let respond = move |outcome: Result<ResponseBody, KafkaError>| match outcome {
-            Ok(response) => encode_response(api, version, correlation_id, &response),
+            Ok(mut response) => {
+                denied.restore(&mut response);
+                encode_response(api, version, correlation_id, &response)
+            }
             Err(error) => Response::Close(error.to_string()),
         };
         if self.groups.all_loaded() {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use fjord_common::TopicPartition;
+use fjord_metadata::acl::AclOperation;
 use fjord_metadata::MetadataImage;
 use fjord_protocol::messages::alter_replica_log_dirs_request::AlterReplicaLogDirsRequest;
 use fjord_protocol::messages::alter_replica_log_dirs_response::*;
@@ -19,7 +20,7 @@ use fjord_storage::file_io::volume_space;
 use fjord_storage::log::Log;
 use fjord_storage::{LogManager, StorageError};
 
-use crate::api::LogAdminApi;
+use crate::api::{Access, LogAdminApi};
 use fjord_common::errors;
 
 /// DeleteRecords' stand-in offset for "up to the high watermark".
@@ -31,10 +32,12 @@ impl LogAdminApi {
     /// DeleteRecords: each partition's log start offset moves up to the requested offset (at most
     /// the high watermark) at once; the answer waits until the new log start offsets are
     /// checkpointed, so a crash cannot bring the deleted records back.
+    /// A topic the principal may not delete from is refused TOPIC_AUTHORIZATION_FAILED.
     pub(crate) fn delete_records(
         self: &Arc<Self>,
         request: DeleteRecordsRequest,
         now_ms: i64,
+        access: &Access,
     ) -> impl std::future::Future<Output = DeleteRecordsResponse> + Send + 'static {
         let image = self.node.image();
         let mut moved = false;
@@ -47,13 +50,18 @@ impl LogAdminApi {
                     .partitions
                     .iter()
                     .map(|p| {
-                        let outcome = self.delete_partition_records(
-                            &image,
-                            &topic.name,
-                            p.partition_index,
-                            p.offset,
-                            now_ms,
-                        );
+                        let allowed = access.allows_topic(AclOperation::Delete, &topic.name);
+                        let outcome = if !allowed {
+                            Err(errors::TOPIC_AUTHORIZATION_FAILED)
+                        } else {
+                            self.delete_partition_records(
+                                &image,
+                                &topic.name,
+                                p.partition_index,
+                                p.offset,
+                                now_ms,
+                            )
+                        };
                         let (low_watermark, error_code) = match outcome {
                             Ok((low_watermark, changed)) => {
                                 moved |= changed;

@@ -12,7 +12,8 @@ use fjord_protocol::messages::metadata_request::*;
 use fjord_protocol::messages::metadata_response::*;
 use fjord_protocol::Uuid;
 
-use crate::api::{ClusterApi, InternalTopic, Node};
+use crate::api::{Access, ClusterApi, InternalTopic, Node};
+use fjord_metadata::acl::{AclOperation, ResourceType};
 
 impl Node {
     /// Every registered broker's endpoint on `listener` (this broker's as `own`), with its
@@ -65,12 +66,15 @@ impl Node {
 }
 
 impl ClusterApi {
+    /// Topics the principal may not describe are left out of an all-topics answer and refused
+    /// TOPIC_AUTHORIZATION_FAILED when named; a missing topic is created only with CREATE on
+    /// the cluster or on the topic (else refused the same).
     pub(crate) async fn metadata(
         self: Arc<Self>,
         request: MetadataRequest,
         version: i16,
-        listener: String,
-        (host, port): (String, i32),
+        (listener, (host, port)): (String, (String, i32)),
+        access: Access,
     ) -> MetadataResponse {
         let listener = listener.as_str();
         let mut response = MetadataResponse {
@@ -88,9 +92,16 @@ impl ClusterApi {
             cluster_id: Some(self.node.cluster_id.clone()),
             // As a KRaft broker answers: a live broker (this one), which forwards controller work.
             controller_id: self.node.config.node_id,
-            cluster_authorized_operations: i32::MIN,
+            cluster_authorized_operations: if (8..=10).contains(&version)
+                && request.include_cluster_authorized_operations
+            {
+                access.cluster_operations()
+            } else {
+                i32::MIN
+            },
             ..Default::default()
         };
+        let with_operations = version >= 8 && request.include_topic_authorized_operations;
         // v0 asks for all topics with an empty list; later versions with null.
         let requested: Option<Vec<MetadataRequestTopic>> = match request.topics {
             Some(list) if list.is_empty() && version == 0 => None,
@@ -99,21 +110,60 @@ impl ClusterApi {
         let auto_create = self.node.config.auto_create_topics_enable
             && (version < 4 || request.allow_auto_topic_creation);
         let image = self.node.image();
+        let operations = |mut entry: MetadataResponseTopic| {
+            if with_operations && entry.error_code != errors::TOPIC_AUTHORIZATION_FAILED {
+                let name = entry.name.as_deref().unwrap_or_default();
+                entry.topic_authorized_operations =
+                    access.authorized_operations(ResourceType::Topic, name);
+            }
+            entry
+        };
         let Some(requested) = requested else {
-            let mut names: Vec<String> = image.topics().map(|t| t.name.clone()).collect();
+            let mut names: Vec<String> = image
+                .topics()
+                .map(|t| t.name.clone())
+                .filter(|name| access.allows_topic(AclOperation::Describe, name))
+                .collect();
             names.sort();
             response.topics = names
                 .iter()
-                .map(|n| self.topic_metadata(&image, n))
+                .map(|n| operations(self.topic_metadata(&image, n)))
                 .collect();
             return response;
         };
+        let may_create = |name: &str| {
+            access.allows_cluster(AclOperation::Create)
+                || access.allows_topic(AclOperation::Create, name)
+        };
         let auto_create = auto_create.then_some(&image);
-        self.auto_create_topics(&requested, auto_create).await;
+        self.auto_create_topics(&requested, auto_create, &|name| {
+            access.allows_topic(AclOperation::Describe, name) && may_create(name)
+        })
+        .await;
         let image = self.node.image();
         response.topics = requested
             .iter()
-            .map(|topic| self.requested_topic_metadata(&image, topic))
+            .map(|topic| {
+                let mut entry = self.requested_topic_metadata(&image, topic);
+                let name = entry.name.clone().unwrap_or_default();
+                let known = entry.error_code != errors::UNKNOWN_TOPIC_ID;
+                let refused = known && !access.allows_topic(AclOperation::Describe, &name)
+                    || (auto_create.is_some()
+                        && entry.error_code == errors::UNKNOWN_TOPIC_OR_PARTITION
+                        && !may_create(&name));
+                if refused {
+                    // Nothing about the topic is disclosed: not even whether it exists. A topic
+                    // asked for by id keeps its id (ids are not secret), else it has none.
+                    entry = MetadataResponseTopic {
+                        error_code: errors::TOPIC_AUTHORIZATION_FAILED,
+                        name: (topic.topic_id == Uuid::ZERO).then_some(name),
+                        topic_id: topic.topic_id,
+                        is_internal: false,
+                        ..Default::default()
+                    };
+                }
+                operations(entry)
+            })
             .collect();
         response
     }
@@ -124,6 +174,7 @@ impl ClusterApi {
         &self,
         requested: &[MetadataRequestTopic],
         image: Option<&Arc<fjord_metadata::MetadataImage>>,
+        allowed: &(dyn Fn(&str) -> bool + Sync),
     ) {
         let Some(image) = image else {
             return;
@@ -131,7 +182,11 @@ impl ClusterApi {
         let topics: Vec<InternalTopic> = requested
             .iter()
             .filter_map(|topic| topic.name.as_ref())
-            .filter(|name| image.topic(name).is_none() && plan::validate_topic_name(name).is_ok())
+            .filter(|name| {
+                image.topic(name).is_none()
+                    && plan::validate_topic_name(name).is_ok()
+                    && allowed(name)
+            })
             .map(|name| InternalTopic {
                 name: name.clone(),
                 num_partitions: -1,
@@ -229,8 +284,8 @@ impl ClusterApi {
     pub(crate) fn describe_cluster(
         &self,
         request: &DescribeClusterRequest,
-        listener: &str,
-        own: (String, i32),
+        (listener, own): (&str, (String, i32)),
+        access: &Access,
     ) -> DescribeClusterResponse {
         // Endpoint types as KIP-919 numbers them; a broker describes only brokers.
         const BROKER: i8 = 1;
@@ -273,7 +328,11 @@ impl ClusterApi {
                     },
                 )
                 .collect(),
-            cluster_authorized_operations: i32::MIN,
+            cluster_authorized_operations: if request.include_cluster_authorized_operations {
+                access.cluster_operations()
+            } else {
+                i32::MIN
+            },
             ..Default::default()
         }
     }

@@ -6,6 +6,8 @@
 //! `FetchApi`, ...), which holds only the parts its handlers use. Nothing but `server`
 //! imports this layer.
 
+mod acls;
+mod authz;
 mod configs;
 pub(crate) mod controller;
 pub(crate) mod dispatch;
@@ -16,6 +18,7 @@ mod groups;
 mod log_admin;
 mod metadata;
 mod produce;
+mod refusals;
 mod topic_ids;
 mod topic_partitions;
 pub(crate) mod txn;
@@ -29,7 +32,9 @@ use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
 use fjord_common::errors;
+use fjord_common::Requester;
 use fjord_config::BrokerConfig;
+use fjord_metadata::acl::Authorizer;
 use fjord_metadata::MetadataImage;
 use fjord_protocol::{response_header_version, ApiKey, Encodable, ResponseBody, ResponseHeader};
 use fjord_quorum::MetadataQuorum;
@@ -43,6 +48,7 @@ use crate::link::controller::ControllerLink;
 use crate::net::Response;
 use crate::replication::{FlusherHandle, LogDirMover, ReplicaManager, ReplicationQuotas};
 
+pub(crate) use authz::Access;
 pub use dispatch::BrokerDispatch;
 pub(crate) use forward::InternalTopic;
 
@@ -52,6 +58,8 @@ pub struct Node {
     pub cluster_id: String,
     /// The metadata image as the quorum applies it.
     images: watch::Receiver<Arc<MetadataImage>>,
+    /// The ACLs' judge, when `authorizer.class.name` configures one.
+    authorizer: Option<Arc<Authorizer>>,
 }
 
 /// The request router: one narrow context per API family, each holding only what its
@@ -199,10 +207,17 @@ impl Broker {
             replication_quotas,
         } = parts;
         let producer_ids = ProducerIds::new(controller.clone(), config.node_id, broker_epoch);
+        let authorizer = config.authorizer.as_ref().map(|a| {
+            Arc::new(Authorizer::new(
+                a.super_users.iter().cloned(),
+                a.allow_everyone_if_no_acl_found,
+            ))
+        });
         let node = Arc::new(Node {
             config,
             cluster_id,
             images: quorum.subscribe(),
+            authorizer,
         });
         let forwarder = Arc::new(Forwarder {
             node: node.clone(),
@@ -275,6 +290,16 @@ impl Node {
     /// The latest image this broker applied.
     pub fn image(&self) -> Arc<MetadataImage> {
         self.images.borrow().clone()
+    }
+
+    /// What `requester` may do, judged on the latest image.
+    pub(crate) fn access(&self, requester: &Arc<Requester>) -> Access {
+        Access::new(self.authorizer.clone(), self.image(), requester.clone())
+    }
+
+    /// Whether an authorizer is configured (ACL admin requests are refused without one).
+    pub(crate) fn has_authorizer(&self) -> bool {
+        self.authorizer.is_some()
     }
 
     /// This broker's endpoint as clients of `listener` reach it: that listener's advertised

@@ -13,12 +13,13 @@ use fjord_protocol::{ApiKey, ResponseBody};
 
 use crate::api::topic_ids::PRODUCE_TOPIC_IDS_FROM;
 use crate::api::txn_verify::{not_in_transaction_code, Verdicts};
-use crate::api::{encode_response, ProduceApi};
+use crate::api::{authz, encode_response, Access, ProduceApi};
 use crate::net::{Reply, Response};
 use crate::replication::flusher::{Durable, FlushTarget};
 use crate::replication::FlusherHandle;
 use crate::replication::{Appended, Partition, PartitionError};
 use fjord_common::errors;
+use fjord_metadata::acl::AclOperation;
 
 /// What one partition's append left to do before it can be answered.
 struct PendingPartition {
@@ -143,26 +144,27 @@ struct ProduceRequestInfo<'a> {
     transactional_id: Option<&'a str>,
     verdicts: &'a Verdicts,
     now: i64,
+    access: &'a Access,
 }
 
 impl ProduceApi {
     /// Produce: each partition appended in turn, on the connection's reader; then the answer,
     /// at once or once the appends are durable (and, acks=all, replicated).
+    /// A topic the principal may not write to is refused TOPIC_AUTHORIZATION_FAILED.
     pub(crate) fn produce(
         self: &Arc<Self>,
         request: ProduceRequest,
-        api: ApiKey,
-        version: i16,
-        correlation_id: i32,
-        now: i64,
+        (api, version, correlation_id): (ApiKey, i16, i32),
         verdicts: &Verdicts,
+        access: &Access,
     ) -> Reply {
         let info = ProduceRequestInfo {
             acks: request.acks,
             version,
             transactional_id: request.transactional_id.as_deref(),
             verdicts,
-            now,
+            now: fjord_common::now_ms(),
+            access,
         };
         let mut answer = ProduceAnswer {
             api,
@@ -239,6 +241,10 @@ impl ProduceApi {
                 errors::UNKNOWN_TOPIC_ID,
                 "This server does not know this topic id.",
             ));
+        }
+        if !info.access.allows_topic(AclOperation::Write, topic) {
+            let code = errors::TOPIC_AUTHORIZATION_FAILED;
+            return Err(PartitionError::new(code, authz::message(code)));
         }
         let Some(partition) = self.replicas.get(topic, data.index) else {
             return Err(PartitionError::new(

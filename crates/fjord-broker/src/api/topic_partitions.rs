@@ -11,26 +11,35 @@ use fjord_protocol::messages::describe_topic_partitions_response::{
     DescribeTopicPartitionsResponseTopic,
 };
 
-use crate::api::ClusterApi;
+use crate::api::{Access, ClusterApi};
 use fjord_common::errors;
+use fjord_metadata::acl::{AclOperation, ResourceType};
 use fjord_protocol::messages::metadata_response::MetadataResponseTopic;
 
-/// The operations a topic allows, as Kafka reports them without an authorizer (fjord has no
-/// ACLs): every one a topic supports — READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE,
-/// DESCRIBE_CONFIGS, ALTER_CONFIGS — as a bit field by operation code.
-const EVERY_TOPIC_OPERATION: i32 =
-    1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 7 | 1 << 8 | 1 << 10 | 1 << 11;
-
 impl ClusterApi {
+    /// A topic the principal may not describe is left out of a listing of all topics and
+    /// refused TOPIC_AUTHORIZATION_FAILED when named.
     pub(crate) fn describe_topic_partitions(
         &self,
         request: &DescribeTopicPartitionsRequest,
+        access: &Access,
     ) -> DescribeTopicPartitionsResponse {
         let image = self.node.image();
         let broker_limit = self.node.config.max_request_partition_size_limit();
         let limit = request.response_partition_limit.min(broker_limit).max(1);
         match page(&image, request, limit, |name| {
-            self.topic_metadata(&image, name)
+            if !access.allows_topic(AclOperation::Describe, name) {
+                return MetadataResponseTopic {
+                    error_code: errors::TOPIC_AUTHORIZATION_FAILED,
+                    name: Some(name.to_string()),
+                    topic_authorized_operations: i32::MIN,
+                    ..Default::default()
+                };
+            }
+            let mut topic = self.topic_metadata(&image, name);
+            topic.topic_authorized_operations =
+                access.authorized_operations(ResourceType::Topic, name);
+            topic
         }) {
             Ok(response) => response,
             // As Kafka answers a request it refuses: every topic asked for, with the error.
@@ -41,7 +50,7 @@ impl ClusterApi {
                     .map(|t| DescribeTopicPartitionsResponseTopic {
                         error_code: code,
                         name: Some(t.name.clone()),
-                        topic_authorized_operations: EVERY_TOPIC_OPERATION,
+                        topic_authorized_operations: i32::MIN,
                         ..Default::default()
                     })
                     .collect(),
@@ -135,7 +144,7 @@ fn refused_topic(
         name: Some(name),
         topic_id: topic.topic_id,
         is_internal: topic.is_internal,
-        topic_authorized_operations: EVERY_TOPIC_OPERATION,
+        topic_authorized_operations: topic.topic_authorized_operations,
         ..Default::default()
     }
 }
@@ -177,7 +186,7 @@ fn topic_page(
                 offline_replicas: p.offline_replicas,
             })
             .collect(),
-        topic_authorized_operations: EVERY_TOPIC_OPERATION,
+        topic_authorized_operations: topic.topic_authorized_operations,
     };
     (entry, next)
 }

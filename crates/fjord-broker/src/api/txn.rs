@@ -18,7 +18,7 @@ use fjord_common::{errors, lock, TopicPartition};
 use fjord_protocol::messages::add_offsets_to_txn_request::AddOffsetsToTxnRequest;
 use fjord_protocol::messages::add_offsets_to_txn_response::AddOffsetsToTxnResponse;
 use fjord_protocol::messages::add_partitions_to_txn_request::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnTransaction,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };
 use fjord_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResponse, AddPartitionsToTxnResult,
@@ -37,12 +37,13 @@ use fjord_txn::{Answer, MarkerJob, ProducerAnswer};
 
 use fjord_common::now_ms;
 
-use crate::api::TxnApi;
+use crate::api::{Access, TxnApi};
 use crate::coordinator::group::OFFSETS_TOPIC;
 use crate::coordinator::runtime::{after_tick, earliest};
 use crate::coordinator::txn::{Ran, SharedShard, TXN_TOPIC};
 use crate::link::peers::LinkPool;
 use fjord_common::errors::KafkaError;
+use fjord_metadata::acl::AclOperation;
 
 /// Another broker answered a request of `asked` with another API: a broken peer.
 pub(crate) fn wrong_answer(broker: i32, answer: &ResponseBody, asked: ApiKey) -> KafkaError {
@@ -192,12 +193,31 @@ impl TxnApi {
         ))
     }
 
+    /// A producer's request (v3 and below) naming a topic it may not write to adds nothing:
+    /// those topics are refused TOPIC_AUTHORIZATION_FAILED and the rest not attempted.
     pub(crate) async fn add_partitions_to_txn(
         self: Arc<Self>,
         request: AddPartitionsToTxnRequest,
         version: i16,
+        access: Access,
     ) -> AddPartitionsToTxnResponse {
         if version <= 3 {
+            let refused =
+                |t: &AddPartitionsToTxnTopic| !access.allows_topic(AclOperation::Write, &t.name);
+            if request.v3_and_below_topics.iter().any(refused) {
+                let results_by_topic_v3_and_below =
+                    crate::api::refusals::by_topic(&request.v3_and_below_topics, |t| {
+                        if refused(t) {
+                            errors::TOPIC_AUTHORIZATION_FAILED
+                        } else {
+                            errors::OPERATION_NOT_ATTEMPTED
+                        }
+                    });
+                return AddPartitionsToTxnResponse {
+                    results_by_topic_v3_and_below,
+                    ..Default::default()
+                };
+            }
             // The producer's own form: one transaction, answered by topic.
             let transaction = AddPartitionsToTxnTransaction {
                 transactional_id: request.v3_and_below_transactional_id,

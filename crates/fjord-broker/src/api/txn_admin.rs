@@ -17,16 +17,20 @@ use fjord_protocol::messages::list_transactions_request::ListTransactionsRequest
 use fjord_protocol::messages::list_transactions_response::ListTransactionsResponse;
 use fjord_txn::TxnState;
 
-use crate::api::TxnApi;
+use crate::api::{Access, TxnApi};
 use crate::coordinator::txn::TXN_TOPIC;
+use fjord_metadata::acl::AclOperation;
 
 impl TxnApi {
     /// DescribeTransactions: each id from the shard of its `__transaction_state` partition;
     /// NOT_COORDINATOR where this broker does not lead it (COORDINATOR_LOAD_IN_PROGRESS while
     /// it loads).
+    /// An id the principal may not describe is refused TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    /// and a transaction's topics it may not describe are left out.
     pub(crate) fn describe_transactions(
         &self,
         request: &DescribeTransactionsRequest,
+        access: &Access,
     ) -> DescribeTransactionsResponse {
         let transaction_states = request
             .transactional_ids
@@ -34,7 +38,20 @@ impl TxnApi {
             .map(|id| {
                 let partition = self.txns.partition_of(id);
                 match self.txns.shards.shard(partition) {
-                    Some(shard) => lock(&shard).core.describe(id),
+                    _ if !access.allows_txn_id(AclOperation::Describe, id) => {
+                        DescribedTransaction {
+                            error_code: errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                            transactional_id: id.clone(),
+                            ..Default::default()
+                        }
+                    }
+                    Some(shard) => {
+                        let mut described = lock(&shard).core.describe(id);
+                        described
+                            .topics
+                            .retain(|t| access.allows_topic(AclOperation::Describe, &t.topic));
+                        described
+                    }
                     None => DescribedTransaction {
                         error_code: self.txn_partition_unloaded(partition),
                         transactional_id: id.clone(),
@@ -54,10 +71,12 @@ impl TxnApi {
     /// nothing —, producer ids, a minimum running time from v1, and from v2 a regular expression
     /// the whole transactional id matches, KIP-1152: INVALID_REGULAR_EXPRESSION when it is not
     /// one).
+    /// Only the ids the principal may describe are listed.
     pub(crate) fn list_transactions(
         &self,
         request: &ListTransactionsRequest,
         now_ms: i64,
+        access: &Access,
     ) -> ListTransactionsResponse {
         let mut response = ListTransactionsResponse::default();
         let pattern = match request.transactional_id_pattern.as_deref() {
@@ -107,6 +126,7 @@ impl TxnApi {
                     pattern
                         .as_ref()
                         .is_none_or(|p| p.is_match(&t.transactional_id))
+                        && access.allows_txn_id(AclOperation::Describe, &t.transactional_id)
                 }));
         }
         response
@@ -117,20 +137,32 @@ impl TxnApi {
 
     /// DescribeProducers: the producers each partition this broker leads keeps state for,
     /// with the first offset of each one's open transaction (-1 without one).
+    /// A topic the principal may not read is refused TOPIC_AUTHORIZATION_FAILED.
     pub(crate) fn describe_producers(
         &self,
         request: &DescribeProducersRequest,
+        access: &Access,
     ) -> DescribeProducersResponse {
         let topics = request
             .topics
             .iter()
-            .map(|topic| TopicResponse {
-                name: topic.name.clone(),
-                partitions: topic
-                    .partition_indexes
-                    .iter()
-                    .map(|&index| self.partition_producers(&topic.name, index))
-                    .collect(),
+            .map(|topic| {
+                let allowed = access.allows_topic(AclOperation::Read, &topic.name);
+                TopicResponse {
+                    name: topic.name.clone(),
+                    partitions: topic
+                        .partition_indexes
+                        .iter()
+                        .map(|&index| match allowed {
+                            true => self.partition_producers(&topic.name, index),
+                            false => PartitionResponse {
+                                partition_index: index,
+                                error_code: errors::TOPIC_AUTHORIZATION_FAILED,
+                                ..Default::default()
+                            },
+                        })
+                        .collect(),
+                }
             })
             .collect();
         DescribeProducersResponse {

@@ -34,6 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
+use fjord_common::{KafkaPrincipal, Requester};
 use fjord_storage::FileSlice;
 use tokio::io::{
     AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, Interest, ReadHalf, WriteHalf,
@@ -114,7 +115,8 @@ pub trait Dispatch: Send + Sync + 'static {
     /// How the request in `frame` may overlap earlier requests of its connection; asked before
     /// `dispatch`, from the frame alone.
     fn sequencing(&self, frame: &Bytes) -> Sequencing;
-    fn dispatch(&self, frame: Bytes, peer: SocketAddr) -> Reply;
+    /// Serves one request of `requester`'s connection.
+    fn dispatch(&self, frame: Bytes, requester: &Arc<Requester>) -> Reply;
 }
 
 #[derive(Debug, Clone)]
@@ -163,7 +165,8 @@ pub async fn serve<D: Dispatch + ?Sized>(
                         let Some(stream) = open(stream, tls, &config).await else {
                             return;
                         };
-                        let connection = Connection { peer, dispatcher, config, sasl };
+                        let requester = Arc::new(Requester::new(KafkaPrincipal::anonymous(), peer));
+                        let connection = Connection { requester, dispatcher, config, sasl };
                         if let Err(reason) = connection.serve(stream, shutdown).await {
                             tracing::debug!(%peer, %reason, "connection closed");
                         }
@@ -438,7 +441,8 @@ async fn send_file_slice(writer: &mut OwnedWriteHalf, slice: &FileSlice) -> Resu
 
 /// One accepted connection and what serves it.
 struct Connection<D: ?Sized> {
-    peer: SocketAddr,
+    /// Anonymous until the connection authenticates.
+    requester: Arc<Requester>,
     dispatcher: Arc<D>,
     config: NetworkConfig,
     sasl: Option<Arc<SaslConfig>>,
@@ -451,7 +455,7 @@ impl<D: Dispatch + ?Sized> Connection<D> {
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<(), Closed> {
         let Connection {
-            peer,
+            mut requester,
             dispatcher,
             config,
             sasl,
@@ -462,7 +466,7 @@ impl<D: Dispatch + ?Sized> Connection<D> {
         let exchange = sasl.as_deref().map(|sasl| Exchange {
             sasl,
             dispatcher: &*dispatcher,
-            peer,
+            peer: requester.peer,
             idle,
         });
         if let Some(exchange) = &exchange {
@@ -474,7 +478,7 @@ impl<D: Dispatch + ?Sized> Connection<D> {
             let Some(authenticated) = authenticated else {
                 return Ok(());
             };
-            tracing::debug!(%peer, principal = %authenticated.principal, "authenticated");
+            requester = authenticated_as(&authenticated, requester.peer);
             session = Some(LiveSession::start(authenticated));
         }
         let (out_tx, out_rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT_PER_CONNECTION);
@@ -532,7 +536,7 @@ impl<D: Dispatch + ?Sized> Connection<D> {
                     break Ok(());
                 }
             }
-            let outgoing = match dispatcher.dispatch(frame, peer) {
+            let outgoing = match dispatcher.dispatch(frame, &requester) {
                 Reply::Now(response) => Outgoing::Ready(response),
                 Reply::Later(future) => Outgoing::Pending(sequencer.start(sequencing, future)),
                 Reply::Close(reason) => break Err(Closed::Refused(reason)),
@@ -610,6 +614,12 @@ impl LiveSession {
     }
 }
 
+/// The requester a connection's session makes it.
+fn authenticated_as(session: &Session, peer: SocketAddr) -> Arc<Requester> {
+    tracing::debug!(%peer, principal = %session.principal, "authenticated");
+    Arc::new(Requester::new(session.principal.clone(), peer))
+}
+
 fn is_sasl_handshake(frame: &Bytes) -> bool {
     frame.get(0..2) == Some(&(fjord_protocol::ApiKey::SaslHandshake as i16).to_be_bytes()[..])
 }
@@ -642,6 +652,12 @@ struct Exchange<'a, D: ?Sized> {
 }
 
 impl<D: Dispatch + ?Sized> Exchange<'_, D> {
+    /// Who sends the requests of an exchange: nobody yet (a session being renewed keeps its
+    /// principal, but its ApiVersions needs none).
+    fn unauthenticated(&self) -> Arc<Requester> {
+        Arc::new(Requester::new(KafkaPrincipal::anonymous(), self.peer))
+    }
+
     /// Reads and answers frames (`first`, when given, before any read) until the client is
     /// authenticated (its session) or has closed (None). Frames are bounded by
     /// `sasl.server.max.receive.size` meanwhile; a refusal closes the connection.
@@ -671,11 +687,13 @@ impl<D: Dispatch + ?Sized> Exchange<'_, D> {
                 },
             };
             let response = match authenticator.on_frame(frame) {
-                Step::ApiVersions(frame) => match self.dispatcher.dispatch(frame, self.peer) {
-                    Reply::Now(response) => response,
-                    Reply::Later(future) => future.await,
-                    Reply::Close(reason) => return Err(Closed::Refused(reason)),
-                },
+                Step::ApiVersions(frame) => {
+                    match self.dispatcher.dispatch(frame, &self.unauthenticated()) {
+                        Reply::Now(response) => response,
+                        Reply::Later(future) => future.await,
+                        Reply::Close(reason) => return Err(Closed::Refused(reason)),
+                    }
+                }
                 Step::Send(response) => Response::Send(response),
                 Step::Done { response, session } => {
                     sink.send(Response::Send(response)).await?;
@@ -868,7 +886,7 @@ pub mod tests {
             Sequencing::AfterAll
         }
 
-        fn dispatch(&self, frame: Bytes, _peer: SocketAddr) -> Reply {
+        fn dispatch(&self, frame: Bytes, _requester: &Arc<Requester>) -> Reply {
             self.dispatched.lock().unwrap().push(frame);
             match self.first.lock().unwrap().take() {
                 Some(future) => Reply::Later(future),

@@ -253,6 +253,7 @@ fn roots(trusted: &TrustStore) -> Result<RootCertStore, TlsSetupError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fjord_common::Requester;
     use std::net::SocketAddr;
     use std::time::Duration;
 
@@ -275,7 +276,7 @@ mod tests {
             Sequencing::AfterAll
         }
 
-        fn dispatch(&self, frame: Bytes, _peer: SocketAddr) -> Reply {
+        fn dispatch(&self, frame: Bytes, _requester: &Arc<Requester>) -> Reply {
             Reply::Now(Response::Send(frame))
         }
     }

@@ -97,7 +97,9 @@ pub async fn run(
         quorum: &quorum,
         controller: &controller,
     };
-    let servers = serve_listeners(&node, &security, &broker_rx, &listening).await?;
+    // The servers own their listeners' security: a SASL listener's credentials read the broker,
+    // which must be gone once they stop.
+    let servers = serve_listeners(&node, security, &broker_rx, &listening).await?;
     // A controller of a dynamic quorum makes itself known to the leader, and asks to vote if
     // `controller.quorum.auto.join.enable` says so.
     let joining = (dynamic.is_some() && config.cluster.controller).then(|| {
@@ -312,7 +314,7 @@ impl ScramCredentials for BrokerCredentials {
 /// others with the broker (`broker`, once it has started).
 async fn serve_listeners(
     node: &Node<'_>,
-    security: &BTreeMap<String, ListenerSecurity>,
+    mut security: BTreeMap<String, ListenerSecurity>,
     broker: &watch::Receiver<Option<Arc<Broker>>>,
     listening: &watch::Receiver<bool>,
 ) -> Result<Vec<JoinHandle<()>>, BrokerError> {
@@ -336,7 +338,7 @@ async fn serve_listeners(
             socket,
             dispatch,
             network_config.clone(),
-            security.get(&listener.name).cloned().unwrap_or_default(),
+            security.remove(&listener.name).unwrap_or_default(),
             listening.clone(),
         )));
     }

@@ -37,16 +37,22 @@ pub mod consumer_group_heartbeat_request;
 pub mod consumer_group_heartbeat_response;
 pub mod controller_registration_request;
 pub mod controller_registration_response;
+pub mod create_acls_request;
+pub mod create_acls_response;
 pub mod create_partitions_request;
 pub mod create_partitions_response;
 pub mod create_topics_request;
 pub mod create_topics_response;
+pub mod delete_acls_request;
+pub mod delete_acls_response;
 pub mod delete_groups_request;
 pub mod delete_groups_response;
 pub mod delete_records_request;
 pub mod delete_records_response;
 pub mod delete_topics_request;
 pub mod delete_topics_response;
+pub mod describe_acls_request;
+pub mod describe_acls_response;
 pub mod describe_cluster_request;
 pub mod describe_cluster_response;
 pub mod describe_configs_request;
@@ -150,16 +156,22 @@ pub use consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
 pub use consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse;
 pub use controller_registration_request::ControllerRegistrationRequest;
 pub use controller_registration_response::ControllerRegistrationResponse;
+pub use create_acls_request::CreateAclsRequest;
+pub use create_acls_response::CreateAclsResponse;
 pub use create_partitions_request::CreatePartitionsRequest;
 pub use create_partitions_response::CreatePartitionsResponse;
 pub use create_topics_request::CreateTopicsRequest;
 pub use create_topics_response::CreateTopicsResponse;
+pub use delete_acls_request::DeleteAclsRequest;
+pub use delete_acls_response::DeleteAclsResponse;
 pub use delete_groups_request::DeleteGroupsRequest;
 pub use delete_groups_response::DeleteGroupsResponse;
 pub use delete_records_request::DeleteRecordsRequest;
 pub use delete_records_response::DeleteRecordsResponse;
 pub use delete_topics_request::DeleteTopicsRequest;
 pub use delete_topics_response::DeleteTopicsResponse;
+pub use describe_acls_request::DescribeAclsRequest;
+pub use describe_acls_response::DescribeAclsResponse;
 pub use describe_cluster_request::DescribeClusterRequest;
 pub use describe_cluster_response::DescribeClusterResponse;
 pub use describe_configs_request::DescribeConfigsRequest;
@@ -262,6 +274,9 @@ pub enum RequestBody {
     EndTxn(EndTxnRequest),
     WriteTxnMarkers(WriteTxnMarkersRequest),
     TxnOffsetCommit(TxnOffsetCommitRequest),
+    DescribeAcls(DescribeAclsRequest),
+    CreateAcls(CreateAclsRequest),
+    DeleteAcls(DeleteAclsRequest),
     DescribeConfigs(DescribeConfigsRequest),
     AlterConfigs(AlterConfigsRequest),
     AlterReplicaLogDirs(AlterReplicaLogDirsRequest),
@@ -358,6 +373,15 @@ impl RequestBody {
             }
             ApiKey::TxnOffsetCommit => {
                 RequestBody::TxnOffsetCommit(TxnOffsetCommitRequest::decode(input, version)?)
+            }
+            ApiKey::DescribeAcls => {
+                RequestBody::DescribeAcls(DescribeAclsRequest::decode(input, version)?)
+            }
+            ApiKey::CreateAcls => {
+                RequestBody::CreateAcls(CreateAclsRequest::decode(input, version)?)
+            }
+            ApiKey::DeleteAcls => {
+                RequestBody::DeleteAcls(DeleteAclsRequest::decode(input, version)?)
             }
             ApiKey::DescribeConfigs => {
                 RequestBody::DescribeConfigs(DescribeConfigsRequest::decode(input, version)?)
@@ -478,6 +502,9 @@ impl RequestBody {
             RequestBody::EndTxn(_) => ApiKey::EndTxn,
             RequestBody::WriteTxnMarkers(_) => ApiKey::WriteTxnMarkers,
             RequestBody::TxnOffsetCommit(_) => ApiKey::TxnOffsetCommit,
+            RequestBody::DescribeAcls(_) => ApiKey::DescribeAcls,
+            RequestBody::CreateAcls(_) => ApiKey::CreateAcls,
+            RequestBody::DeleteAcls(_) => ApiKey::DeleteAcls,
             RequestBody::DescribeConfigs(_) => ApiKey::DescribeConfigs,
             RequestBody::AlterConfigs(_) => ApiKey::AlterConfigs,
             RequestBody::AlterReplicaLogDirs(_) => ApiKey::AlterReplicaLogDirs,
@@ -539,6 +566,9 @@ impl RequestBody {
             RequestBody::EndTxn(body) => body.encode(out, version),
             RequestBody::WriteTxnMarkers(body) => body.encode(out, version),
             RequestBody::TxnOffsetCommit(body) => body.encode(out, version),
+            RequestBody::DescribeAcls(body) => body.encode(out, version),
+            RequestBody::CreateAcls(body) => body.encode(out, version),
+            RequestBody::DeleteAcls(body) => body.encode(out, version),
             RequestBody::DescribeConfigs(body) => body.encode(out, version),
             RequestBody::AlterConfigs(body) => body.encode(out, version),
             RequestBody::AlterReplicaLogDirs(body) => body.encode(out, version),
@@ -602,6 +632,9 @@ pub enum ResponseBody {
     EndTxn(EndTxnResponse),
     WriteTxnMarkers(WriteTxnMarkersResponse),
     TxnOffsetCommit(TxnOffsetCommitResponse),
+    DescribeAcls(DescribeAclsResponse),
+    CreateAcls(CreateAclsResponse),
+    DeleteAcls(DeleteAclsResponse),
     DescribeConfigs(DescribeConfigsResponse),
     AlterConfigs(AlterConfigsResponse),
     AlterReplicaLogDirs(AlterReplicaLogDirsResponse),
@@ -704,6 +737,15 @@ impl ResponseBody {
             }
             ApiKey::TxnOffsetCommit => {
                 ResponseBody::TxnOffsetCommit(TxnOffsetCommitResponse::decode(input, version)?)
+            }
+            ApiKey::DescribeAcls => {
+                ResponseBody::DescribeAcls(DescribeAclsResponse::decode(input, version)?)
+            }
+            ApiKey::CreateAcls => {
+                ResponseBody::CreateAcls(CreateAclsResponse::decode(input, version)?)
+            }
+            ApiKey::DeleteAcls => {
+                ResponseBody::DeleteAcls(DeleteAclsResponse::decode(input, version)?)
             }
             ApiKey::DescribeConfigs => {
                 ResponseBody::DescribeConfigs(DescribeConfigsResponse::decode(input, version)?)
@@ -824,6 +866,9 @@ impl ResponseBody {
             ResponseBody::EndTxn(_) => ApiKey::EndTxn,
             ResponseBody::WriteTxnMarkers(_) => ApiKey::WriteTxnMarkers,
             ResponseBody::TxnOffsetCommit(_) => ApiKey::TxnOffsetCommit,
+            ResponseBody::DescribeAcls(_) => ApiKey::DescribeAcls,
+            ResponseBody::CreateAcls(_) => ApiKey::CreateAcls,
+            ResponseBody::DeleteAcls(_) => ApiKey::DeleteAcls,
             ResponseBody::DescribeConfigs(_) => ApiKey::DescribeConfigs,
             ResponseBody::AlterConfigs(_) => ApiKey::AlterConfigs,
             ResponseBody::AlterReplicaLogDirs(_) => ApiKey::AlterReplicaLogDirs,
@@ -885,6 +930,9 @@ impl ResponseBody {
             ResponseBody::EndTxn(body) => body.encode(out, version),
             ResponseBody::WriteTxnMarkers(body) => body.encode(out, version),
             ResponseBody::TxnOffsetCommit(body) => body.encode(out, version),
+            ResponseBody::DescribeAcls(body) => body.encode(out, version),
+            ResponseBody::CreateAcls(body) => body.encode(out, version),
+            ResponseBody::DeleteAcls(body) => body.encode(out, version),
             ResponseBody::DescribeConfigs(body) => body.encode(out, version),
             ResponseBody::AlterConfigs(body) => body.encode(out, version),
             ResponseBody::AlterReplicaLogDirs(body) => body.encode(out, version),

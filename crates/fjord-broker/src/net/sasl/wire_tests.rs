@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use fjord_common::errors;
+use fjord_common::{errors, Requester};
 use fjord_config::{SaslMechanism, SaslSettings};
 use fjord_protocol::messages::sasl_authenticate_request::SaslAuthenticateRequest;
 use fjord_protocol::messages::sasl_authenticate_response::SaslAuthenticateResponse;
@@ -51,7 +51,7 @@ impl Dispatch for Recorder {
         Sequencing::AfterAll
     }
 
-    fn dispatch(&self, frame: Bytes, _peer: SocketAddr) -> Reply {
+    fn dispatch(&self, frame: Bytes, _requester: &Arc<Requester>) -> Reply {
         let key = i16::from_be_bytes([frame[0], frame[1]]);
         self.dispatched.lock().unwrap().push(key);
         Reply::Now(Response::Send(Bytes::new()))

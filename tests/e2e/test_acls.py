@@ -1,0 +1,280 @@
+"""Authorization with Kafka's StandardAuthorizer semantics: `authorizer.class.name` set to Kafka's class, ACLs added,
+listed and removed with `kafka-acls` and the admin API, and a matrix of what a principal without the ACL Kafka requires
+is refused (with Kafka's error) and what it may do once given it — produce, consume in a group, metadata, topic
+administration, configs, transactions, idempotent producers, ACL administration — with prefixed, wildcard, deny and
+host ACLs and a super user.
+
+One broker for the module (fjord, or Kafka with E2E_BROKER=kafka): a SASL_PLAINTEXT listener with PLAIN users `admin`
+(a super user) and the test's principals; its own links on PLAINTEXT, whose anonymous principal is a super user too (a
+Kafka broker reaches its controller there). Each test works on its own topics, groups and ids, so the ACLs the tests
+add do not meet.
+"""
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                   ConfigResource, NewTopic, ResourcePatternType, ResourceType)
+
+from kafka.admin import (ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType, KafkaAdminClient,
+                         ResourcePatternFilter, ResourceType as KafkaResourceType)
+from kafka.errors import ClusterAuthorizationFailedError
+
+from harness import free_port, kafka_tool, make_broker, read_properties, write_properties
+
+PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+USERS = ["admin", "alice", "bob", "carol", "dave", "erin", "frank", "grace"]
+
+
+class AclBroker:
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.broker = make_broker(workdir / "broker")
+        props = read_properties(self.broker.config)
+        self.port = free_port()
+        added = f"SASL://127.0.0.1:{self.port}"
+        props["listeners"] += "," + added
+        props["advertised.listeners"] += "," + added
+        props["listener.security.protocol.map"] = (props.get("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT")
+                                                   + ",SASL:SASL_PLAINTEXT")
+        props["inter.broker.listener.name"] = "PLAINTEXT"
+        props["sasl.enabled.mechanisms"] = "PLAIN"
+        users = " ".join(f'user_{u}="{u}-secret"' for u in USERS)
+        props["listener.name.sasl.plain.sasl.jaas.config"] = f"{PLAIN_MODULE} required {users};"
+        props["authorizer.class.name"] = STANDARD_AUTHORIZER
+        props["super.users"] = "User:admin;User:ANONYMOUS"
+        write_properties(self.broker.config, props)
+        self.broker.start()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.admin = self.admin_client("admin")
+
+    def conf(self, user: str, **extra) -> dict:
+        return {"bootstrap.servers": self.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+                "sasl.username": user, "sasl.password": f"{user}-secret", **extra}
+
+    def admin_client(self, user: str) -> AdminClient:
+        return AdminClient(self.conf(user))
+
+    def allow(self, principal: str, resource: ResourceType, name: str, operation: AclOperation,
+              pattern: ResourcePatternType = ResourcePatternType.LITERAL, host: str = "*",
+              permission: AclPermissionType = AclPermissionType.ALLOW) -> None:
+        binding = AclBinding(resource, name, pattern, principal, host, operation, permission)
+        for future in self.admin.create_acls([binding]).values():
+            future.result(30)
+        # The ACL is committed before the answer; every request after it is judged by it.
+
+    def topic(self, name: str, partitions: int = 1) -> str:
+        for future in self.admin.create_topics([NewTopic(name, partitions, 1)]).values():
+            future.result(30)
+        return name
+
+    def command_config(self, user: str) -> Path:
+        path = self.workdir / f"{user}.properties"
+        write_properties(path, {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                "sasl.jaas.config": f'{PLAIN_MODULE} required username="{user}" '
+                                                    f'password="{user}-secret";'})
+        return path
+
+
+@pytest.fixture(scope="module")
+def acls(tmp_path_factory):
+    b = AclBroker(tmp_path_factory.mktemp("acls"))
+    yield b
+    if b.broker.running():
+        b.broker.stop()
+
+
+def produce_error(conf: dict, topic: str, timeout_s: float = 20):
+    """The error of producing one record to `topic` with `conf` (None once it is acknowledged)."""
+    outcome = []
+    p = Producer({**conf, "message.timeout.ms": int(timeout_s * 1000) - 2000})
+    p.produce(topic, b"v", on_delivery=lambda err, msg: outcome.append(err))
+    p.flush(timeout_s)
+    assert outcome, "no delivery report"
+    return outcome[0]
+
+
+def consume_error(conf: dict, topic: str, group: str, want: int = 1, timeout_s: float = 20):
+    """The first error consuming `topic` in `group` reports, or None once `want` records came."""
+    c = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got = 0
+    deadline = time.time() + timeout_s
+    try:
+        while time.time() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                return m.error().code()
+            got += 1
+            if got >= want:
+                return None
+    finally:
+        c.close()
+    raise AssertionError(f"neither {want} records nor an error within {timeout_s}s")
+
+
+def admin_error(future) -> int:
+    """The Kafka error code an admin future fails with (0 when it succeeds)."""
+    try:
+        future.result(30)
+        return 0
+    except KafkaException as e:
+        return e.args[0].code()
+
+
+def test_kafka_acls_tool_adds_lists_and_removes_acls(acls):
+    config = str(acls.command_config("admin"))
+    common = ["--bootstrap-server", acls.bootstrap, "--command-config", config]
+    kafka_tool("org.apache.kafka.tools.AclCommand", *common, "--add", "--allow-principal", "User:alice",
+               "--operation", "Read", "--operation", "Describe", "--topic", "tool-orders", "--group", "tool-")
+    listed = kafka_tool("org.apache.kafka.tools.AclCommand", *common, "--list", "--topic", "tool-orders")
+    assert "User:alice" in listed and "READ" in listed and "DESCRIBE" in listed, listed
+    prefixed = kafka_tool("org.apache.kafka.tools.AclCommand", *common, "--add", "--allow-principal", "User:bob",
+                          "--operation", "Write", "--topic", "tool-", "--resource-pattern-type", "prefixed")
+    assert "PREFIXED" in prefixed, prefixed
+    kafka_tool("org.apache.kafka.tools.AclCommand", *common, "--remove", "--force", "--topic", "tool-orders")
+    listed = kafka_tool("org.apache.kafka.tools.AclCommand", *common, "--list", "--topic", "tool-orders")
+    assert "User:alice" not in listed, listed
+    everything = kafka_tool("org.apache.kafka.tools.AclCommand", *common, "--list")
+    assert "User:bob" in everything and "tool-" in everything, everything
+
+
+def test_acl_administration_needs_alter_and_describe_on_the_cluster(acls):
+    # librdkafka's describe_acls answers a refusal with no ACLs (with Kafka too); kafka-python reports it.
+    listing = KafkaAdminClient(bootstrap_servers=acls.bootstrap, security_protocol="SASL_PLAINTEXT",
+                               sasl_mechanism="PLAIN", sasl_plain_username="alice", sasl_plain_password="alice-secret")
+    everything = ACLFilter(principal=None, host="*", operation=ACLOperation.ANY, permission_type=ACLPermissionType.ANY,
+                           resource_pattern=ResourcePatternFilter(KafkaResourceType.ANY, None,
+                                                                  ACLResourcePatternType.ANY))
+    with pytest.raises(ClusterAuthorizationFailedError):
+        listing.describe_acls(everything)
+    listing.close()
+    alice = acls.admin_client("alice")
+    binding = AclBinding(ResourceType.TOPIC, "x", ResourcePatternType.LITERAL, "User:alice", "*", AclOperation.READ,
+                         AclPermissionType.ALLOW)
+    for future in alice.create_acls([binding]).values():
+        assert admin_error(future) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # The admin sees what it made; the filter names what it matches.
+    acls.allow("User:alice", ResourceType.TOPIC, "admin-x", AclOperation.READ)
+    listed = acls.admin.describe_acls(AclBindingFilter(
+        ResourceType.TOPIC, "admin-x", ResourcePatternType.MATCH, None, None, AclOperation.ANY,
+        AclPermissionType.ANY)).result(30)
+    assert [(b.name, b.principal, b.operation) for b in listed] == [("admin-x", "User:alice", AclOperation.READ)]
+    # DeleteAcls returns what it removed.
+    removed = acls.admin.delete_acls([AclBindingFilter(
+        ResourceType.TOPIC, "admin-x", ResourcePatternType.LITERAL, "User:alice", None, AclOperation.ANY,
+        AclPermissionType.ANY)])
+    (future,) = removed.values()
+    assert [b.name for b in future.result(30)] == ["admin-x"]
+
+
+def test_produce_needs_write_on_the_topic(acls):
+    topic = acls.topic("orders-" + uuid.uuid4().hex[:6])
+    alice = acls.conf("alice")
+    assert produce_error(alice, topic).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    acls.allow("User:alice", ResourceType.TOPIC, topic, AclOperation.WRITE)
+    assert produce_error(alice, topic) is None
+
+
+def test_consume_needs_read_on_the_topic_and_on_the_group(acls):
+    topic = acls.topic("reads-" + uuid.uuid4().hex[:6])
+    assert produce_error(acls.conf("admin"), topic) is None
+    bob = acls.conf("bob")
+    group = "bob-group-" + uuid.uuid4().hex[:6]
+    # The group is checked first (FindCoordinator), then the topic.
+    assert consume_error(bob, topic, group) == KafkaError.GROUP_AUTHORIZATION_FAILED
+    acls.allow("User:bob", ResourceType.GROUP, "bob-group-", AclOperation.READ, ResourcePatternType.PREFIXED)
+    assert consume_error(bob, topic, group) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    acls.allow("User:bob", ResourceType.TOPIC, topic, AclOperation.READ)
+    assert consume_error(bob, topic, group) is None
+
+
+def test_metadata_shows_only_the_topics_a_principal_may_describe(acls):
+    seen = acls.topic("seen-" + uuid.uuid4().hex[:6])
+    hidden = acls.topic("hidden-" + uuid.uuid4().hex[:6])
+    acls.allow("User:carol", ResourceType.TOPIC, seen, AclOperation.DESCRIBE)
+    topics = acls.admin_client("carol").list_topics(timeout=30).topics
+    assert seen in topics and hidden not in topics, sorted(topics)
+    assert hidden in acls.admin.list_topics(timeout=30).topics
+
+
+def test_topic_administration_needs_create_delete_and_configs_acls(acls):
+    dave = acls.admin_client("dave")
+    name = "dave-" + uuid.uuid4().hex[:6]
+    (future,) = dave.create_topics([NewTopic(name, 1, 1)]).values()
+    assert admin_error(future) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    acls.allow("User:dave", ResourceType.TOPIC, "dave-", AclOperation.CREATE, ResourcePatternType.PREFIXED)
+    (future,) = dave.create_topics([NewTopic(name, 1, 1)]).values()
+    assert admin_error(future) == 0
+    (future,) = dave.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, name)]).values()
+    assert admin_error(future) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    acls.allow("User:dave", ResourceType.TOPIC, name, AclOperation.ALTER_CONFIGS)
+    (future,) = dave.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, name)]).values()
+    assert "retention.ms" in future.result(30)
+    (future,) = dave.delete_topics([name]).values()
+    assert admin_error(future) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    acls.allow("User:dave", ResourceType.TOPIC, name, AclOperation.DELETE)
+    (future,) = dave.delete_topics([name]).values()
+    assert admin_error(future) == 0
+
+
+def test_a_deny_overrides_allows_and_hosts_are_matched(acls):
+    prefix = "erin-" + uuid.uuid4().hex[:6]
+    secret, open_topic, elsewhere = (acls.topic(f"{prefix}-{t}") for t in ("secret", "open", "elsewhere"))
+    acls.allow("User:erin", ResourceType.TOPIC, prefix, AclOperation.ALL, ResourcePatternType.PREFIXED)
+    acls.allow("User:erin", ResourceType.GROUP, "*", AclOperation.READ)
+    acls.allow("User:erin", ResourceType.TOPIC, secret, AclOperation.READ, permission=AclPermissionType.DENY)
+    acls.allow("User:*", ResourceType.TOPIC, elsewhere, AclOperation.WRITE, host="10.1.2.3",
+               permission=AclPermissionType.DENY)
+    erin = acls.conf("erin")
+    for topic in (secret, open_topic):
+        assert produce_error(erin, topic) is None
+    assert consume_error(erin, open_topic, prefix + "-g1") is None
+    assert consume_error(erin, secret, prefix + "-g2") == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # A DENY from another host does not apply to this one.
+    assert produce_error(erin, elsewhere) is None
+    acls.allow("User:*", ResourceType.TOPIC, elsewhere, AclOperation.WRITE, host="127.0.0.1",
+               permission=AclPermissionType.DENY)
+    assert produce_error(erin, elsewhere).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_transactions_need_write_on_their_transactional_id(acls):
+    topic = acls.topic("txn-" + uuid.uuid4().hex[:6])
+    txn_id = "frank-txn-" + uuid.uuid4().hex[:6]
+    acls.allow("User:frank", ResourceType.TOPIC, topic, AclOperation.WRITE)
+    frank = acls.conf("frank", **{"transactional.id": txn_id})
+    p = Producer(frank)
+    with pytest.raises(KafkaException) as refused:
+        p.init_transactions(20)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    acls.allow("User:frank", ResourceType.TRANSACTIONAL_ID, txn_id, AclOperation.WRITE)
+    p = Producer(frank)
+    p.init_transactions(20)
+    p.begin_transaction()
+    p.produce(topic, b"in a transaction")
+    p.commit_transaction(20)
+
+
+def test_an_idempotent_producer_needs_idempotent_write_or_write_on_some_topic(acls):
+    topic = acls.topic("idem-" + uuid.uuid4().hex[:6])
+    grace = acls.conf("grace", **{"enable.idempotence": True})
+    err = produce_error(grace, topic)
+    assert err is not None and err.code() in (KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                                              KafkaError.TOPIC_AUTHORIZATION_FAILED), err
+    acls.allow("User:grace", ResourceType.TOPIC, topic, AclOperation.WRITE)
+    assert produce_error(grace, topic) is None
+
+
+def test_super_users_pass_every_check(acls):
+    topic = acls.topic("super-" + uuid.uuid4().hex[:6])
+    acls.allow("User:*", ResourceType.TOPIC, topic, AclOperation.ALL, permission=AclPermissionType.DENY)
+    assert produce_error(acls.conf("admin"), topic) is None
+    assert produce_error(acls.conf("alice"), topic).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
