@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicCollection
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
                                    ConfigResource, NewTopic, ResourcePatternType, ResourceType)
 
@@ -23,11 +24,13 @@ from kafka.admin import (ACLFilter, ACLOperation, ACLPermissionType, ACLResource
                          ResourcePatternFilter, ResourceType as KafkaResourceType)
 from kafka.errors import ClusterAuthorizationFailedError
 
+from acl_matrix import AUTHORIZATION_ERRORS, CASES, Case, Names, error_codes
 from harness import free_port, kafka_tool, make_broker, read_properties, write_properties
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-USERS = ["admin", "alice", "bob", "carol", "dave", "erin", "frank", "grace"]
+# The matrix's cases each act as their own user.
+USERS = ["admin", "alice", "bob", "carol", "dave", "erin", "frank", "grace"] + [f"m-{c.api.lower()}" for c in CASES]
 
 
 class AclBroker:
@@ -51,6 +54,23 @@ class AclBroker:
         self.broker.start()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.admin = self.admin_client("admin")
+        self.matrix_topics = self.matrix_names()
+
+    def matrix_names(self):
+        """Each matrix case's resources; its topic created, with its id."""
+        names = {c.api: f"m-{c.api.lower()}" for c in CASES}
+        for future in self.admin.create_topics([NewTopic(t, 1, 1) for t in names.values()]).values():
+            future.result(30)
+        ids = {t.name: t.topic_id for t in self.admin.describe_topics(
+            TopicCollection(list(names.values()))).values() for t in [t.result(30)]}
+        as_uuid = lambda u: uuid.UUID(int=((u.get_most_significant_bits() % 2**64) << 64)
+                                      | (u.get_least_significant_bits() % 2**64))
+        return {api: Names(topic=t, topic_id=as_uuid(ids[t]), group=t + "-group", txn=t + "-txn")
+                for api, t in names.items()}
+
+    def kafka_python(self, user: str) -> KafkaAdminClient:
+        return KafkaAdminClient(bootstrap_servers=self.bootstrap, security_protocol="SASL_PLAINTEXT",
+                                sasl_mechanism="PLAIN", sasl_plain_username=user, sasl_plain_password=f"{user}-secret")
 
     def conf(self, user: str, **extra) -> dict:
         return {"bootstrap.servers": self.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
@@ -278,3 +298,33 @@ def test_super_users_pass_every_check(acls):
     acls.allow("User:*", ResourceType.TOPIC, topic, AclOperation.ALL, permission=AclPermissionType.DENY)
     assert produce_error(acls.conf("admin"), topic) is None
     assert produce_error(acls.conf("alice"), topic).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def resource_name(names: Names, which: str) -> str:
+    return {"topic": names.topic, "topic-new": names.topic + "-new", "group": names.group, "txn": names.txn,
+            "cluster": "kafka-cluster"}[which]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.api for c in CASES])
+def test_every_api_needs_the_acls_kafka_requires(acls, case: Case):
+    """The raw request of each API (kafka-python's protocol classes): refused with Kafka's error without the ACLs
+    Kafka requires, and not refused for authorization once they are given."""
+    user = f"m-{case.api.lower()}"
+    names = acls.matrix_topics[case.api]
+    client = acls.kafka_python(user)
+    try:
+        refused = error_codes(client._manager.run(client._manager.send, case.build(names)))
+        assert case.denied in refused, f"{case.api}: {refused}"
+        for kind, which, operation in case.grants:
+            acls.allow(f"User:{user}", ResourceType(kind), resource_name(names, which), AclOperation(operation))
+        # Kafka's brokers take the new ACLs from the metadata log a moment after CreateAcls is answered; fjord's
+        # answer waits for them.
+        deadline = time.time() + 15
+        while True:
+            allowed = error_codes(client._manager.run(client._manager.send, case.build(names)))
+            if not set(allowed) & AUTHORIZATION_ERRORS or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        assert not set(allowed) & AUTHORIZATION_ERRORS, f"{case.api}: {allowed}"
+    finally:
+        client.close()
