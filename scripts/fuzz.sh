@@ -18,7 +18,7 @@ fi
 
 # One target dir for all fuzz workspaces, so shared dependencies build once.
 export CARGO_TARGET_DIR="$ROOT/target/fuzz"
-for crate in fjord-protocol fjord-records fjord-storage fjord-quorum; do
+for crate in fjord-protocol fjord-records fjord-storage fjord-quorum fjord-sasl; do
   dir="$ROOT/crates/$crate/fuzz"
   for target in $(cd "$dir" && cargo +nightly fuzz list); do
     echo "== fuzz $crate/$target for ${SECONDS_PER_TARGET}s (sanitizer: $SANITIZER)"

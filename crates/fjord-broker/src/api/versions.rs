@@ -5,7 +5,7 @@ use fjord_protocol::messages::api_versions_request::ApiVersionsRequest;
 use fjord_protocol::messages::api_versions_response::*;
 use fjord_protocol::ApiKey;
 
-use crate::net::sasl::{SASL_AUTHENTICATE_VERSIONS, SASL_HANDSHAKE_VERSIONS};
+use fjord_sasl::{SASL_AUTHENTICATE_VERSIONS, SASL_HANDSHAKE_VERSIONS};
 
 /// The API versions fjord implements and advertises: Kafka 4.x's minimums (KIP-896) up to the
 /// newest version tested here.

@@ -21,7 +21,8 @@
 //! are read and encrypted instead of going out with `sendfile`. A SASL listener (`sasl`) then
 //! authenticates the connection before any other request is read.
 
-pub mod sasl;
+#[cfg(test)]
+mod sasl_tests;
 pub mod tls;
 
 use std::collections::VecDeque;
@@ -45,7 +46,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 
-use self::sasl::{Authenticator, SaslConfig, Session, Step};
+use fjord_sasl::{Authenticator, SaslConfig, Session, Step};
 
 /// Requests a connection may have outstanding before the broker stops reading from it.
 pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;

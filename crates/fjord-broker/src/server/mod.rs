@@ -24,12 +24,12 @@ use crate::api::controller::ControllerDispatch;
 use crate::api::versions::supported_range;
 use crate::api::{Broker, BrokerDispatch};
 use crate::link::controller::{ControllerAddresses, ControllerLink};
-use crate::net::sasl::scram::ScramCredentials;
-use crate::net::sasl::{random_nonce, SaslConfig};
 use crate::net::{ListenerSecurity, NetworkConfig};
 use fjord_common::scram::{ScramCredential, ScramMechanism};
 use fjord_config::BrokerConfig;
 use fjord_protocol::ApiKey;
+use fjord_sasl::scram::ScramCredentials;
+use fjord_sasl::{random_nonce, SaslConfig};
 use log_dirs::check_log_dirs;
 
 /// The directory of the metadata log inside the metadata log dir, named as in KRaft.

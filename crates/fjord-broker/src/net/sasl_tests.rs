@@ -20,12 +20,27 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use super::scram::ScramCredentials;
-use super::tests::request;
-use super::{random_nonce, SaslConfig};
+use fjord_sasl::scram::ScramCredentials;
+use fjord_sasl::{random_nonce, SaslConfig};
+
 use crate::net::{serve, Dispatch, ListenerSecurity, NetworkConfig, Reply, Response, Sequencing};
 
 const DELAY: Duration = Duration::from_millis(300);
+
+/// A request frame (header and body) as a client sends it.
+fn request<T: Encodable>(api: ApiKey, version: i16, body: &T) -> Bytes {
+    let mut out = BytesMut::new();
+    RequestHeader {
+        request_api_key: api as i16,
+        request_api_version: version,
+        correlation_id: 7,
+        client_id: Some("test".into()),
+    }
+    .encode(&mut out, request_header_version(api, version))
+    .unwrap();
+    body.encode(&mut out, version).unwrap();
+    out.freeze()
+}
 
 /// No SCRAM users: these listeners enable PLAIN only.
 struct NoCredentials;

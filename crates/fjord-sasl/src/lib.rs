@@ -10,7 +10,8 @@
 //! SaslHandshake and SaslAuthenticate between its other requests, by the same mechanism and as
 //! the same principal; a connection used after its session ended is closed.
 //!
-//! Sans-IO: an [`Authenticator`] is fed each frame and says what to do; `net` reads and writes.
+//! Sans-IO: an [`Authenticator`] is fed each frame and says what to do; the broker's network
+//! shell reads and writes. [`plain`] and [`scram`] are the mechanisms.
 
 pub mod plain;
 pub mod scram;
@@ -519,7 +520,7 @@ mod tests {
     }
 
     /// A request frame: header (correlation id 7) and body.
-    pub(super) fn request<T: Encodable>(api: ApiKey, version: i16, body: &T) -> Bytes {
+    fn request<T: Encodable>(api: ApiKey, version: i16, body: &T) -> Bytes {
         let mut out = BytesMut::new();
         RequestHeader {
             request_api_key: api as i16,
@@ -734,6 +735,3 @@ mod tests {
         ));
     }
 }
-
-#[cfg(test)]
-mod wire_tests;
