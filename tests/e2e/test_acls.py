@@ -25,6 +25,7 @@ from kafka.admin import (ACLFilter, ACLOperation, ACLPermissionType, ACLResource
 from kafka.errors import ClusterAuthorizationFailedError
 
 from acl_matrix import AUTHORIZATION_ERRORS, CASES, Case, Names, error_codes
+from test_tls import Pki
 from harness import free_port, kafka_tool, make_broker, read_properties, write_properties
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -40,10 +41,25 @@ class AclBroker:
         props = read_properties(self.broker.config)
         self.port = free_port()
         added = f"SASL://127.0.0.1:{self.port}"
+        # MTLS: client certificates required, their names mapped to principals.
+        self.pki = Pki(workdir)
+        self.pki.issue("broker", "/CN=localhost", "DNS:localhost,IP:127.0.0.1")
+        self.pki.issue("writer", "/OU=apps/CN=writer")
+        self.pki.issue("stranger", "/O=other/CN=stranger")
+        self.tls_port = free_port()
+        added += f",MTLS://127.0.0.1:{self.tls_port}"
         props["listeners"] += "," + added
         props["advertised.listeners"] += "," + added
         props["listener.security.protocol.map"] = (props.get("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT")
-                                                   + ",SASL:SASL_PLAINTEXT")
+                                                   + ",SASL:SASL_PLAINTEXT,MTLS:SSL")
+        props.update({
+            "listener.name.mtls.ssl.keystore.type": "PEM",
+            "listener.name.mtls.ssl.keystore.location": str(workdir / "broker.pem"),
+            "listener.name.mtls.ssl.truststore.type": "PEM",
+            "listener.name.mtls.ssl.truststore.location": str(self.pki.ca),
+            "listener.name.mtls.ssl.client.auth": "required",
+            "listener.name.mtls.ssl.principal.mapping.rules": "RULE:^CN=([a-z]+),OU=apps$/$1/,DEFAULT",
+        })
         props["inter.broker.listener.name"] = "PLAINTEXT"
         props["sasl.enabled.mechanisms"] = "PLAIN"
         users = " ".join(f'user_{u}="{u}-secret"' for u in USERS)
@@ -75,6 +91,12 @@ class AclBroker:
     def conf(self, user: str, **extra) -> dict:
         return {"bootstrap.servers": self.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
                 "sasl.username": user, "sasl.password": f"{user}-secret", **extra}
+
+    def tls_conf(self, name: str) -> dict:
+        """A client on the MTLS listener with the certificate issued as `name`."""
+        return {"bootstrap.servers": f"127.0.0.1:{self.tls_port}", "security.protocol": "SSL",
+                "ssl.ca.location": str(self.pki.ca), "ssl.certificate.location": str(self.pki.dir / f"{name}.crt"),
+                "ssl.key.location": str(self.pki.dir / f"{name}.key")}
 
     def admin_client(self, user: str) -> AdminClient:
         return AdminClient(self.conf(user))
@@ -328,3 +350,18 @@ def test_every_api_needs_the_acls_kafka_requires(acls, case: Case):
         assert not set(allowed) & AUTHORIZATION_ERRORS, f"{case.api}: {allowed}"
     finally:
         client.close()
+
+
+def test_a_client_certificate_names_its_principal(acls):
+    """On an SSL listener the principal is the client certificate's name as Java writes it (RFC 2253, the last
+    RDN first), through `ssl.principal.mapping.rules`: a rule maps CN=writer,OU=apps to User:writer, and DEFAULT
+    keeps the whole name of another."""
+    topic = acls.topic("certs-" + uuid.uuid4().hex[:6])
+    for name, principal in (("writer", "User:writer"), ("stranger", "User:CN=stranger,O=other")):
+        conf = acls.tls_conf(name)
+        assert produce_error(conf, topic).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        acls.allow(principal, ResourceType.TOPIC, topic, AclOperation.WRITE)
+        deadline = time.time() + 15
+        while (err := produce_error(conf, topic)) is not None and time.time() < deadline:
+            time.sleep(0.5)
+        assert err is None, f"{principal}: {err}"

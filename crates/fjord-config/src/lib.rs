@@ -7,8 +7,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+mod principal;
 mod sasl;
 mod tls;
+pub use principal::PrincipalMapper;
 pub use sasl::{SaslMechanism, SaslSettings, PLAIN_LOGIN_MODULE};
 pub use tls::{ClientAuth, KeyStore, TlsSettings, TlsVersion, TrustStore};
 
@@ -943,6 +945,8 @@ broker_configs! {
     ssl_client_auth: String = "ssl.client.auth", String, Some("none"), Check::OneOf(&["required", "requested", "none"]);
     ssl_enabled_protocols: Vec<String> = "ssl.enabled.protocols", List, Some("TLSv1.2,TLSv1.3"), Check::None;
     ssl_cipher_suites: Option<Vec<String>> = "ssl.cipher.suites", List, None, Check::None;
+    // How a client certificate's name becomes its principal's (`principal`).
+    ssl_principal_mapping_rules: String = "ssl.principal.mapping.rules", String, Some("DEFAULT"), Check::None;
     // SASL (see `sasl`): the mechanisms and JAAS text may also be set per listener.
     sasl_enabled_mechanisms: Vec<String> = "sasl.enabled.mechanisms", List, Some("GSSAPI"), Check::None;
     // Read only as `listener.name.<listener>.<mechanism>.sasl.jaas.config`, as Kafka's brokers do.

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::{invalid, listener_value, split_list, ConfigError};
+use crate::{invalid, listener_value, split_list, ConfigError, PrincipalMapper};
 
 /// Where a listener's private key and certificate chain come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +100,8 @@ pub struct TlsSettings {
     pub protocols: Vec<TlsVersion>,
     /// `ssl.cipher.suites`, IANA names; empty: every suite of the enabled versions.
     pub cipher_suites: Vec<String>,
+    /// `ssl.principal.mapping.rules`: a client certificate's name to its principal's.
+    pub principal_mapper: PrincipalMapper,
 }
 
 /// The TLS settings of listener `listener`, checked: a keystore fjord can read must be given.
@@ -160,7 +162,12 @@ pub(crate) fn listener_tls(
         ));
     }
     let (_, suites) = get("ssl.cipher.suites");
+    let (rules_key, rules) = get("ssl.principal.mapping.rules");
+    let rules = rules.unwrap_or_default();
+    let principal_mapper =
+        PrincipalMapper::parse(&rules).map_err(|reason| invalid(&rules_key, &rules, reason))?;
     Ok(TlsSettings {
+        principal_mapper,
         keystore,
         truststore,
         client_auth,

@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use fjord_common::{KafkaPrincipal, Requester};
+use fjord_config::PrincipalMapper;
 use fjord_storage::FileSlice;
 use tokio::io::{
     AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, Interest, ReadHalf, WriteHalf,
@@ -132,6 +133,9 @@ pub struct NetworkConfig {
 pub struct ListenerSecurity {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub sasl: Option<Arc<SaslConfig>>,
+    /// An SSL listener's `ssl.principal.mapping.rules`: a client certificate names the
+    /// connection's principal (without one, or on a SASL listener, it is not used).
+    pub certificate_principals: Option<Arc<PrincipalMapper>>,
 }
 
 enum Outgoing {
@@ -161,12 +165,20 @@ pub async fn serve<D: Dispatch + ?Sized>(
                     let shutdown = shutdown.clone();
                     let tls = tls.clone();
                     let sasl = security.sasl.clone();
+                    let mapper = security.certificate_principals.clone();
                     connections.retain(|c| !c.is_finished());
                     connections.push(tokio::spawn(async move {
                         let Some(stream) = open(stream, tls, &config).await else {
                             return;
                         };
-                        let requester = Arc::new(Requester::new(KafkaPrincipal::anonymous(), peer));
+                        let principal = match stream.principal(mapper.as_deref()) {
+                            Ok(principal) => principal,
+                            Err(reason) => {
+                                tracing::info!(%peer, %reason, "TLS client refused");
+                                return;
+                            }
+                        };
+                        let requester = Arc::new(Requester::new(principal, peer));
                         let connection = Connection { requester, dispatcher, config, sasl };
                         if let Err(reason) = connection.serve(stream, shutdown).await {
                             tracing::debug!(%peer, %reason, "connection closed");
@@ -192,6 +204,26 @@ pub async fn serve<D: Dispatch + ?Sized>(
 enum Stream {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    /// The principal a connection is known as before any SASL: `User:<name>` of its client
+    /// certificate's distinguished name as `mapper` maps it, else anonymous; Err when no rule
+    /// maps the name (Kafka fails such a client's authentication).
+    fn principal(&self, mapper: Option<&PrincipalMapper>) -> Result<KafkaPrincipal, String> {
+        let (Stream::Tls(tls), Some(mapper)) = (self, mapper) else {
+            return Ok(KafkaPrincipal::anonymous());
+        };
+        let Some(certificate) = tls.get_ref().1.peer_certificates().and_then(|c| c.first()) else {
+            return Ok(KafkaPrincipal::anonymous());
+        };
+        let name = tls::distinguished_name(certificate)
+            .ok_or("the client certificate's subject cannot be read")?;
+        mapper
+            .map(&name)
+            .map(KafkaPrincipal::user)
+            .ok_or_else(|| format!("no ssl.principal.mapping.rules rule applies to {name}"))
+    }
 }
 
 /// The connection, handshaken on a TLS listener; None when the handshake fails or does not
@@ -920,7 +952,11 @@ pub mod tests {
             socket_request_max_bytes: 1024,
             connections_max_idle_ms: 60_000,
         };
-        let security = ListenerSecurity { tls, sasl: None };
+        let security = ListenerSecurity {
+            tls,
+            sasl: None,
+            certificate_principals: None,
+        };
         tokio::spawn(serve(
             listener,
             recorder.clone(),

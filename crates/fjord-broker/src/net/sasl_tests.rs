@@ -104,6 +104,7 @@ async fn listen_with_sessions_of(
     let security = ListenerSecurity {
         tls: None,
         sasl: Some(Arc::new(sasl)),
+        certificate_principals: None,
     };
     tokio::spawn(serve(listener, recorder, config, security, shutdown));
     (address, stop)

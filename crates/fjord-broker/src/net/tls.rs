@@ -65,6 +65,77 @@ pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsSet
 
 /// The IANA name of a suite (rustls calls the TLS 1.3 ones `TLS13_…`), as `ssl.cipher.suites`
 /// names them.
+/// A certificate's subject as Java's `X500Principal.getName()` writes it (RFC 2253), the name
+/// Kafka maps to a TLS client's principal: the last RDN first, each `TYPE=value` with RFC 2253's
+/// keywords and escapes, an attribute without a keyword as its OID and `#` with its DER in hex.
+pub fn distinguished_name(certificate: &[u8]) -> Option<String> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let (_, parsed) = X509Certificate::from_der(certificate).ok()?;
+    let rdns: Vec<String> = parsed
+        .subject()
+        .iter_rdn()
+        .map(|rdn| {
+            rdn.iter()
+                .map(|attribute| {
+                    let oid = attribute.attr_type().to_id_string();
+                    let keyword = match oid.as_str() {
+                        "2.5.4.3" => Some("CN"),
+                        "2.5.4.6" => Some("C"),
+                        "2.5.4.7" => Some("L"),
+                        "2.5.4.8" => Some("ST"),
+                        "2.5.4.9" => Some("STREET"),
+                        "2.5.4.10" => Some("O"),
+                        "2.5.4.11" => Some("OU"),
+                        "0.9.2342.19200300.100.1.25" => Some("DC"),
+                        "0.9.2342.19200300.100.1.1" => Some("UID"),
+                        _ => None,
+                    };
+                    match (keyword, attribute.as_str()) {
+                        (Some(keyword), Ok(value)) => format!("{keyword}={}", escape(value)),
+                        _ => {
+                            let value = attribute.attr_value();
+                            let mut der = vec![value.tag().0 as u8];
+                            let len = value.data.len();
+                            if len < 0x80 {
+                                der.push(len as u8);
+                            } else {
+                                let bytes: Vec<u8> = len
+                                    .to_be_bytes()
+                                    .into_iter()
+                                    .skip_while(|b| *b == 0)
+                                    .collect();
+                                der.push(0x80 | bytes.len() as u8);
+                                der.extend(bytes);
+                            }
+                            der.extend_from_slice(value.data);
+                            let hex: String = der.iter().map(|b| format!("{b:02x}")).collect();
+                            format!("{}=#{hex}", keyword.unwrap_or(&oid))
+                        }
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("+")
+        })
+        .collect();
+    Some(rdns.into_iter().rev().collect::<Vec<_>>().join(","))
+}
+
+/// An attribute value with RFC 2253's escapes.
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let last = value.chars().count().saturating_sub(1);
+    for (i, c) in value.chars().enumerate() {
+        let special = matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
+            || (i == 0 && (c == '#' || c == ' '))
+            || (i == last && c == ' ');
+        if special {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 fn iana_name(suite: &SupportedCipherSuite) -> String {
     let name = format!("{:?}", suite.suite());
     match name.strip_prefix("TLS13_") {
@@ -314,6 +385,7 @@ mod tests {
             client_auth,
             protocols: vec![TlsVersion::Tls12, TlsVersion::Tls13],
             cipher_suites: Vec::new(),
+            principal_mapper: Default::default(),
         }
     }
 
@@ -328,6 +400,7 @@ mod tests {
         let security = ListenerSecurity {
             tls: Some(server_config(settings).unwrap()),
             sasl: None,
+            certificate_principals: None,
         };
         tokio::spawn(serve(listener, Arc::new(Echo), config, security, shutdown));
         (address, stop)
@@ -472,6 +545,30 @@ mod tests {
             key_password: Some("secret".into()),
         };
         assert!(server_config(&with_password).is_ok());
+    }
+
+    #[test]
+    fn a_certificate_is_named_as_java_names_it() {
+        use rcgen::{DistinguishedName, DnType, DnValue};
+        let mut name = DistinguishedName::new();
+        name.push(DnType::CountryName, "NO");
+        name.push(DnType::OrganizationName, "Example, Inc");
+        name.push(DnType::OrganizationalUnitName, "eng");
+        name.push(DnType::CommonName, DnValue::Utf8String("alice".into()));
+        // emailAddress has no RFC 2253 keyword: its OID and DER.
+        name.push(
+            DnType::CustomDnType(vec![1, 2, 840, 113549, 1, 9, 1]),
+            DnValue::Ia5String("a@x".try_into().unwrap()),
+        );
+        let mut params = CertificateParams::new(vec!["client".to_string()]).unwrap();
+        params.distinguished_name = name;
+        let key = KeyPair::generate().unwrap();
+        let certificate = params.self_signed(&key).unwrap();
+        assert_eq!(
+            distinguished_name(certificate.der()).as_deref(),
+            Some("1.2.840.113549.1.9.1=#1603614078,CN=alice,OU=eng,O=Example\\, Inc,C=NO")
+        );
+        assert_eq!(distinguished_name(b"not a certificate"), None);
     }
 
     #[test]

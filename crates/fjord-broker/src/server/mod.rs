@@ -296,7 +296,19 @@ fn listener_security(
                 nonce: random_nonce,
             })
         });
-        security.insert(listener.name.clone(), ListenerSecurity { tls, sasl });
+        // On SSL (not SASL_SSL) a client certificate names the principal.
+        let certificate_principals = config
+            .listener_tls(&listener.name)
+            .filter(|_| sasl.is_none())
+            .map(|settings| Arc::new(settings.principal_mapper.clone()));
+        security.insert(
+            listener.name.clone(),
+            ListenerSecurity {
+                tls,
+                sasl,
+                certificate_principals,
+            },
+        );
     }
     Ok(security)
 }
