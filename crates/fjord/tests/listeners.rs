@@ -185,3 +185,66 @@ fn keys_fjord_does_not_act_upon_are_named_at_start() {
     }
     assert!(!log.contains("key=log.dirs"), "{log}");
 }
+
+/// With the authorizer on, the controller listener judges its requests as the broker listeners
+/// do: its anonymous PLAINTEXT clients need CLUSTER_ACTION or DESCRIBE on the cluster, as in
+/// Kafka, where the brokers' own principal on that link is made a super user.
+#[test]
+fn the_controller_listener_authorizes_its_requests_too() {
+    use fjord_protocol::messages::describe_quorum_request::{
+        DescribeQuorumRequest, PartitionData, TopicData,
+    };
+    let describe_quorum = || {
+        RequestBody::DescribeQuorum(DescribeQuorumRequest {
+            topics: vec![TopicData {
+                topic_name: "__cluster_metadata".into(),
+                partitions: vec![PartitionData { partition_index: 0 }],
+            }],
+        })
+    };
+    for (super_users, expected) in [("User:admin", 31), ("User:admin;User:ANONYMOUS", 0)] {
+        let (port, controller_port) = (free_port(), free_port());
+        let broker = TestBroker::start_at(
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            &[
+                (
+                    "listeners",
+                    &format!(
+                        "PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}"
+                    ),
+                ),
+                ("controller.listener.names", "CONTROLLER"),
+                (
+                    "controller.quorum.voters",
+                    &format!("1@127.0.0.1:{controller_port}"),
+                ),
+                (
+                    "authorizer.class.name",
+                    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                ),
+                ("super.users", super_users),
+            ],
+        );
+        let mut controller = Client::connect(SocketAddr::from(([127, 0, 0, 1], controller_port)));
+        let ResponseBody::DescribeQuorum(r) = controller.request(2, describe_quorum()) else {
+            panic!("not a DescribeQuorum answer")
+        };
+        assert_eq!(r.error_code, expected, "super.users={super_users}");
+        // The broker listener judges the same principal alike.
+        let mut client = broker.connect();
+        let every_acl = fjord_protocol::messages::describe_acls_request::DescribeAclsRequest {
+            resource_type_filter: 1,
+            resource_name_filter: None,
+            pattern_type_filter: 1,
+            principal_filter: None,
+            host_filter: None,
+            operation: 1,
+            permission_type: 1,
+        };
+        let ResponseBody::DescribeAcls(r) = client.request(3, RequestBody::DescribeAcls(every_acl))
+        else {
+            panic!("not a DescribeAcls answer")
+        };
+        assert_eq!(r.error_code, expected, "super.users={super_users}");
+    }
+}

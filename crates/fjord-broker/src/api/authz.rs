@@ -46,6 +46,16 @@ pub(crate) fn message(code: i16) -> &'static str {
     }
 }
 
+/// The authorizer `config` turns on (`authorizer.class.name`), if any.
+pub fn authorizer(config: &fjord_config::BrokerConfig) -> Option<Arc<Authorizer>> {
+    config.authorizer.as_ref().map(|a| {
+        Arc::new(Authorizer::new(
+            a.super_users.iter().cloned(),
+            a.allow_everyone_if_no_acl_found,
+        ))
+    })
+}
+
 /// What one request's principal may do: every check of the request is made on the same image.
 #[derive(Clone)]
 pub(crate) struct Access {

@@ -15,11 +15,12 @@ use fjord_protocol::messages::describe_cluster_response::{
     DescribeClusterBroker, DescribeClusterResponse,
 };
 
-use crate::api::encode_response;
 use crate::api::versions::{api_versions_error, api_versions_of};
+use crate::api::{authz, encode_response, Access};
 use crate::link::controller::FORWARDING_CLIENT_PREFIX;
 use crate::net::{Dispatch, Reply, Response, Sequencing};
 use fjord_common::{errors, Requester};
+use fjord_metadata::acl::{AclOperation, Authorizer};
 use fjord_protocol::messages::api_versions_response::ApiVersionsResponse;
 
 /// The APIs and versions a controller listener answers.
@@ -58,6 +59,9 @@ pub fn raft_reply(quorum: &Arc<MetadataQuorum>, frame: Bytes) -> Reply {
 
 pub struct ControllerDispatch {
     pub quorum: Arc<MetadataQuorum>,
+    /// The ACLs' judge, as on the broker listeners: brokers reach a controller (and voters each
+    /// other) as the principal of this listener, which needs CLUSTER_ACTION.
+    pub authorizer: Option<Arc<Authorizer>>,
     pub controller: Arc<QuorumController>,
     pub cluster_id: String,
     /// The `kraft.version` ApiVersions reports: 1 for a dynamic quorum.
@@ -116,8 +120,19 @@ impl Dispatch for ControllerDispatch {
         Sequencing::AfterAll
     }
 
-    fn dispatch(&self, frame: Bytes, _requester: &Arc<Requester>) -> Reply {
+    fn dispatch(&self, frame: Bytes, requester: &Arc<Requester>) -> Reply {
+        let access = Access::new(
+            self.authorizer.clone(),
+            self.quorum.image(),
+            requester.clone(),
+        );
         if is_raft_frame(&frame) {
+            if !access.allows_cluster(AclOperation::ClusterAction) {
+                return Reply::Close(format!(
+                    "{} may not take part in the metadata quorum (CLUSTER_ACTION)",
+                    requester.principal
+                ));
+            }
             return raft_reply(&self.quorum, frame);
         }
         let mut input = Decoder::new(frame);
@@ -153,7 +168,14 @@ impl Dispatch for ControllerDispatch {
                 return Reply::Close(format!("malformed {} v{version}: {error}", api.name()))
             }
         };
-        let api_request = match ControllerApi::from_body(body) {
+        match authz::refusal(&access, &body, version) {
+            Some(authz::Refusal::Answer(refused)) => {
+                return Reply::Now(encode_response(api, version, correlation_id, &refused))
+            }
+            Some(authz::Refusal::Close(reason)) => return Reply::Close(reason),
+            None => {}
+        }
+        let mut api_request = match ControllerApi::from_body(body) {
             Ok(request) => request,
             Err(other) => {
                 let body = match *other {
@@ -181,19 +203,21 @@ impl Dispatch for ControllerDispatch {
             }
         };
         // A forwarding broker names itself in its client id; anyone else speaks for no broker.
-        let requester = header
+        let forwarder = header
             .client_id
             .as_deref()
             .and_then(|c| c.strip_prefix(FORWARDING_CLIENT_PREFIX))
             .and_then(|id| id.parse().ok())
             .unwrap_or(-1);
-        let request = ControllerRequest::new(version, api_request, requester);
+        let denied = authz::split_controller(&access, &mut api_request);
+        let request = ControllerRequest::new(version, api_request, forwarder);
         let controller = self.controller.clone();
         Reply::Later(Box::pin(async move {
-            let body = match controller.call(request.clone()).await {
+            let mut body = match controller.call(request.clone()).await {
                 Ok(body) => body,
                 Err(error) => error.response_to(&request),
             };
+            denied.restore(&mut body);
             encode_response(api, version, correlation_id, &body)
         }))
     }

@@ -7,7 +7,7 @@
 //! imports this layer.
 
 mod acls;
-mod authz;
+pub(crate) mod authz;
 mod configs;
 pub(crate) mod controller;
 pub(crate) mod dispatch;
@@ -207,12 +207,7 @@ impl Broker {
             replication_quotas,
         } = parts;
         let producer_ids = ProducerIds::new(controller.clone(), config.node_id, broker_epoch);
-        let authorizer = config.authorizer.as_ref().map(|a| {
-            Arc::new(Authorizer::new(
-                a.super_users.iter().cloned(),
-                a.allow_everyone_if_no_acl_found,
-            ))
-        });
+        let authorizer = authz::authorizer(&config);
         let node = Arc::new(Node {
             config,
             cluster_id,

@@ -367,6 +367,7 @@ fn listener_dispatch(
     match (node.controller, cluster.is_controller_listener(name)) {
         (Some(controller), true) => Arc::new(ControllerDispatch {
             quorum: node.quorum.clone(),
+            authorizer: crate::api::authz::authorizer(node.config),
             controller: controller.clone(),
             cluster_id: node.cluster_id.to_string(),
             kraft_version: cluster.kraft_version(),
