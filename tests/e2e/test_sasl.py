@@ -32,6 +32,7 @@ AUTHENTICATION_FAILED = ConfluentError._AUTHENTICATION
 SESSION_MS = 3000
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 # The SCRAM user the module's broker is given once it is up (both mechanisms, on SASL_PLAINTEXT).
 SCRAM_USER, SCRAM_PASSWORD = "scrammy", "scrammy-secret"
 SCRAM_MECHANISMS = ["SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -51,7 +52,10 @@ class SaslBroker:
                                                    + ",SASL:SASL_PLAINTEXT,SASLTLS:SASL_SSL")
         props["inter.broker.listener.name"] = "PLAINTEXT"
         props["sasl.enabled.mechanisms"] = "PLAIN"
-        props["listener.name.sasl.sasl.enabled.mechanisms"] = "PLAIN," + ",".join(SCRAM_MECHANISMS)
+        props["listener.name.sasl.sasl.enabled.mechanisms"] = "PLAIN," + ",".join(SCRAM_MECHANISMS) + ",OAUTHBEARER"
+        # Kafka's default validation of OAUTHBEARER tokens: unsecured (unsigned) JWS.
+        props["listener.name.sasl.oauthbearer.sasl.jaas.config"] = (
+            f'{OAUTH_MODULE} required unsecuredLoginStringClaim_sub="admin";')
         for mechanism in SCRAM_MECHANISMS:
             props[f"listener.name.sasl.{mechanism.lower()}.sasl.jaas.config"] = f"{SCRAM_MODULE} required;"
         users = " ".join(f'user_{name}="{password}"' for name, password in USERS.items())
@@ -258,17 +262,46 @@ def test_scram_credentials_are_kept_by_the_cluster(sasl: SaslBroker):
     wait_for(lambda: iterations("carol") == {"SCRAM_SHA_512": 4096}, "SCRAM-SHA-256 of carol not deleted")
 
 
-def test_franz_gos_own_scram_tests(sasl: SaslBroker, tmp_path: Path):
-    """franz-go's TestSCRAMAuth and TestSCRAMAuthBadCredentials, pointed at the SASL_PLAINTEXT listener with the
-    module's SCRAM user: both run (not skipped) and pass."""
+def test_franz_gos_own_scram_and_oauth_tests(sasl: SaslBroker, tmp_path: Path):
+    """franz-go's TestSCRAMAuth, TestSCRAMAuthBadCredentials and TestOAuthAuth (an unsecured JWS accepted, an
+    expired one refused with SASL_AUTHENTICATION_FAILED and invalid_token), pointed at the SASL_PLAINTEXT listener:
+    all run (not skipped) and pass."""
     env = dict(os.environ, KGO_SEEDS=sasl.broker.bootstrap, KGO_TEST_SCRAM_SEEDS=sasl.bootstrap("SASL"),
-               KGO_TEST_SCRAM=f"{SCRAM_USER}:{SCRAM_PASSWORD}:256")
+               KGO_TEST_SCRAM=f"{SCRAM_USER}:{SCRAM_PASSWORD}:256", KGO_TEST_OAUTH_SEEDS=sasl.bootstrap("SASL"))
     proc = subprocess.run(["go", "test", "./pkg/kgo", "-count=1", "-timeout", "120s", "-v", "-run",
-                           "^(TestSCRAMAuth|TestSCRAMAuthBadCredentials)$"],
+                           "^(TestSCRAMAuth|TestSCRAMAuthBadCredentials|TestOAuthAuth)$"],
                           cwd=franz_go_dir(), env=env, capture_output=True, text=True, timeout=600)
     out = tmp_path / "go-test.out"
     out.write_text(proc.stdout + proc.stderr)
     results = dict((m.group(2), m.group(1))
                    for m in re.finditer(r"^\s*--- (PASS|FAIL|SKIP): (\S+)", proc.stdout, re.M))
-    assert results == {"TestSCRAMAuth": "PASS", "TestSCRAMAuthBadCredentials": "PASS"}, (results, str(out))
+    assert results == {"TestSCRAMAuth": "PASS", "TestSCRAMAuthBadCredentials": "PASS", "TestOAuthAuth": "PASS"}, (
+        results, str(out))
     assert proc.returncode == 0, str(out)
+
+
+def test_round_trip_with_an_unsecured_oauthbearer_token(sasl: SaslBroker, tmp_path: Path):
+    """librdkafka's own unsecured JWT (`enable.sasl.oauthbearer.unsecure.jwt`) authenticates over OAUTHBEARER and
+    produces and consumes (franz-go's TestOAuthAuth, above, has an expired token refused)."""
+    conf = {"bootstrap.servers": sasl.bootstrap("SASL"), "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": True,
+            "sasl.oauthbearer.config": "principal=admin"}
+    topic = "oauth-" + str(int(time.time() * 1000))
+    create_topics(sasl.broker.bootstrap, [topic], 1, 1)
+    p = Producer(conf)
+    delivered = []
+    for i in range(10):
+        p.produce(topic, f"v{i}".encode(), on_delivery=lambda err, msg: delivered.append(err))
+    p.flush(30)
+    assert delivered == [None] * 10
+    from confluent_kafka import Consumer
+    c = Consumer({**conf, "group.id": topic, "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got = []
+    deadline = time.time() + 30
+    while len(got) < 10 and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.close()
+    assert sorted(got) == sorted(f"v{i}".encode() for i in range(10))

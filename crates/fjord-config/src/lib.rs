@@ -11,7 +11,7 @@ mod principal;
 mod sasl;
 mod tls;
 pub use principal::PrincipalMapper;
-pub use sasl::{SaslMechanism, SaslSettings, PLAIN_LOGIN_MODULE};
+pub use sasl::{OAuthBearerSettings, SaslMechanism, SaslSettings, PLAIN_LOGIN_MODULE};
 pub use tls::{ClientAuth, KeyStore, TlsSettings, TlsVersion, TrustStore};
 
 /// Kafka's config value types, numbered as DescribeConfigs (v3+) reports them.

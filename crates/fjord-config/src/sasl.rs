@@ -14,6 +14,9 @@ use crate::{invalid, listener_value, split_list, ConfigError};
 pub const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
 /// The login module a SCRAM listener's JAAS text names, when it gives one.
 pub const SCRAM_LOGIN_MODULE: &str = "org.apache.kafka.common.security.scram.ScramLoginModule";
+/// The login module an OAUTHBEARER listener's JAAS text must name.
+pub const OAUTHBEARER_LOGIN_MODULE: &str =
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule";
 
 /// A SASL mechanism fjord serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -23,6 +26,8 @@ pub enum SaslMechanism {
     /// RFC 5802/7677: a proof of the password, checked against the credentials the cluster
     /// keeps in its metadata log (AlterUserScramCredentials).
     Scram(ScramMechanism),
+    /// RFC 7628: a bearer token, validated as Kafka's default unsecured validator does.
+    OAuthBearer,
 }
 
 impl SaslMechanism {
@@ -31,6 +36,32 @@ impl SaslMechanism {
         match self {
             SaslMechanism::Plain => "PLAIN",
             SaslMechanism::Scram(scram) => scram.name(),
+            SaslMechanism::OAuthBearer => "OAUTHBEARER",
+        }
+    }
+}
+
+/// How OAUTHBEARER tokens are validated: Kafka's unsecured validator (unsigned JWS, `alg`
+/// `none`), set by the `unsecuredValidator*` options of the listener's JAAS text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthBearerSettings {
+    /// `unsecuredValidatorPrincipalClaimName` (default `sub`): the claim naming the principal.
+    pub principal_claim: String,
+    /// `unsecuredValidatorScopeClaimName` (default `scope`).
+    pub scope_claim: String,
+    /// `unsecuredValidatorRequiredScope`: scope values every token must have (space-separated).
+    pub required_scope: Vec<String>,
+    /// `unsecuredValidatorAllowableClockSkewMs` (default 0).
+    pub allowable_clock_skew_ms: i64,
+}
+
+impl Default for OAuthBearerSettings {
+    fn default() -> Self {
+        OAuthBearerSettings {
+            principal_claim: "sub".into(),
+            scope_claim: "scope".into(),
+            required_scope: Vec::new(),
+            allowable_clock_skew_ms: 0,
         }
     }
 }
@@ -46,6 +77,8 @@ pub struct SaslSettings {
     /// `connections.max.reauth.ms` of each enabled mechanism (KIP-368): how long a session lasts
     /// before the client must authenticate again on its connection; 0, absent: for ever.
     pub max_reauth_ms: BTreeMap<SaslMechanism, i64>,
+    /// OAUTHBEARER's validation, when the listener enables it.
+    pub oauthbearer: OAuthBearerSettings,
 }
 
 impl SaslSettings {
@@ -72,6 +105,7 @@ pub(crate) fn listener_sasl(
     let mechanisms = enabled_mechanisms(props, listener)?;
     let mut plain_users = BTreeMap::new();
     let mut max_reauth_ms = BTreeMap::new();
+    let mut oauthbearer = OAuthBearerSettings::default();
     for &mechanism in &mechanisms {
         // The keys of one mechanism on the listener: `listener.name.<l>.<mechanism>.<key>`.
         let scoped = format!(
@@ -99,6 +133,28 @@ pub(crate) fn listener_sasl(
             }
             // SCRAM's users are the cluster's; a JAAS text, if given, only names the module.
             (SaslMechanism::Scram(_), _) => {}
+            (SaslMechanism::OAuthBearer, Some(entry)) => {
+                oauthbearer = oauthbearer_settings(&scoped, &entry)?;
+                let handler = format!("{scoped}sasl.server.callback.handler.class");
+                if let Some(class) = props.get(&handler) {
+                    return Err(invalid(
+                        &handler,
+                        class,
+                        "fjord validates OAUTHBEARER tokens as Kafka's default unsecured validator \
+                         does; no other callback handler can be loaded",
+                    ));
+                }
+            }
+            (SaslMechanism::OAuthBearer, None) => {
+                return Err(invalid(
+                    &format!("{scoped}sasl.jaas.config"),
+                    "",
+                    format!(
+                        "listener {listener} enables OAUTHBEARER but gives no JAAS text \
+                         ({OAUTHBEARER_LOGIN_MODULE} required;)"
+                    ),
+                ))
+            }
         }
         max_reauth_ms.insert(mechanism, reauth_ms(props, &scoped)?);
     }
@@ -106,7 +162,42 @@ pub(crate) fn listener_sasl(
         mechanisms,
         plain_users,
         max_reauth_ms,
+        oauthbearer,
     })
+}
+
+/// The unsecured validator's options of an OAUTHBEARER JAAS text.
+fn oauthbearer_settings(
+    scoped: &str,
+    entry: &JaasEntry,
+) -> Result<OAuthBearerSettings, ConfigError> {
+    let option = |name: &str| {
+        entry
+            .options
+            .get(name)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+    };
+    let mut settings = OAuthBearerSettings::default();
+    if let Some(claim) = option("unsecuredValidatorPrincipalClaimName") {
+        settings.principal_claim = claim.to_string();
+    }
+    if let Some(claim) = option("unsecuredValidatorScopeClaimName") {
+        settings.scope_claim = claim.to_string();
+    }
+    if let Some(scope) = option("unsecuredValidatorRequiredScope") {
+        settings.required_scope = scope.split_whitespace().map(String::from).collect();
+    }
+    if let Some(skew) = option("unsecuredValidatorAllowableClockSkewMs") {
+        settings.allowable_clock_skew_ms = skew.parse().ok().filter(|ms| *ms >= 0).ok_or_else(|| {
+            invalid(
+                &format!("{scoped}sasl.jaas.config"),
+                "[hidden]",
+                format!("unsecuredValidatorAllowableClockSkewMs must be a non-negative number, not {skew}"),
+            )
+        })?;
+    }
+    Ok(settings)
 }
 
 /// `sasl.enabled.mechanisms` of `listener`: each one fjord serves, at least one.
@@ -139,13 +230,7 @@ fn enabled_mechanisms(
                     ),
                 ))
             }
-            "OAUTHBEARER" => {
-                return Err(invalid(
-                    key,
-                    value,
-                    format!("fjord does not serve {name} yet (PLAIN and SCRAM-SHA-256/512 are)"),
-                ))
-            }
+            "OAUTHBEARER" => SaslMechanism::OAuthBearer,
             other => {
                 return Err(invalid(
                     key,
@@ -183,6 +268,7 @@ fn mechanism_jaas(
     let expected = match mechanism {
         SaslMechanism::Plain => PLAIN_LOGIN_MODULE,
         SaslMechanism::Scram(_) => SCRAM_LOGIN_MODULE,
+        SaslMechanism::OAuthBearer => OAUTHBEARER_LOGIN_MODULE,
     };
     if entry.login_module != expected {
         return Err(invalid(
@@ -448,6 +534,27 @@ mod tests {
     }
 
     #[test]
+    fn oauthbearer_takes_the_unsecured_validators_options() {
+        let settings = listener_sasl(
+            &props(&[
+                ("sasl.enabled.mechanisms", "OAUTHBEARER"),
+                (
+                    "listener.name.client.oauthbearer.sasl.jaas.config",
+                    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required \
+                     unsecuredLoginStringClaim_sub=\"admin\" unsecuredValidatorRequiredScope=\"read write\" \
+                     unsecuredValidatorAllowableClockSkewMs=\"500\";",
+                ),
+            ]),
+            "CLIENT",
+        )
+        .unwrap();
+        assert_eq!(settings.mechanisms, [SaslMechanism::OAuthBearer]);
+        assert_eq!(settings.oauthbearer.principal_claim, "sub");
+        assert_eq!(settings.oauthbearer.required_scope, ["read", "write"]);
+        assert_eq!(settings.oauthbearer.allowable_clock_skew_ms, 500);
+    }
+
+    #[test]
     fn sessions_last_as_connections_max_reauth_ms_says_per_listener_and_mechanism() {
         let jaas = (
             "listener.name.client.plain.sasl.jaas.config",
@@ -506,8 +613,23 @@ mod tests {
                         "OAUTHBEARER",
                     ),
                 ],
-                "listener.name.sasl_ssl.sasl.enabled.mechanisms",
-                "OAUTHBEARER",
+                "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config",
+                "enables OAUTHBEARER but gives no JAAS text",
+            ),
+            (
+                vec![
+                    ("sasl.enabled.mechanisms", "OAUTHBEARER"),
+                    (
+                        "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config",
+                        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+                    ),
+                    (
+                        "listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class",
+                        "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+                    ),
+                ],
+                "listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class",
+                "unsecured validator",
             ),
             (
                 vec![

@@ -13,6 +13,7 @@
 //! Sans-IO: an [`Authenticator`] is fed each frame and says what to do; the broker's network
 //! shell reads and writes. [`plain`] and [`scram`] are the mechanisms.
 
+pub mod oauthbearer;
 pub mod plain;
 pub mod scram;
 
@@ -23,6 +24,7 @@ use bytes::{Bytes, BytesMut};
 use fjord_common::{errors, KafkaPrincipal};
 use fjord_config::{SaslMechanism, SaslSettings};
 
+use self::oauthbearer::{OAuthBearerServer, OAuthStep};
 use self::scram::{ScramCredentials, ScramServer, ScramStep};
 use fjord_protocol::messages::sasl_authenticate_request::SaslAuthenticateRequest;
 use fjord_protocol::messages::sasl_authenticate_response::SaslAuthenticateResponse;
@@ -52,6 +54,8 @@ pub struct SaslConfig {
     pub credentials: Arc<dyn ScramCredentials>,
     /// A fresh server nonce for each SCRAM exchange.
     pub nonce: fn() -> String,
+    /// The wall clock (ms since the epoch), which OAUTHBEARER tokens' times are judged by.
+    pub now_ms: fn() -> i64,
 }
 
 /// A random SCRAM server nonce: 24 printable characters (no comma).
@@ -124,6 +128,8 @@ pub struct Authenticator<'a> {
     renewing: Option<&'a Session>,
     /// A SCRAM exchange under way.
     scram: Option<ScramServer>,
+    /// An OAUTHBEARER exchange under way.
+    oauthbearer: OAuthBearerServer,
 }
 
 impl<'a> Authenticator<'a> {
@@ -133,6 +139,7 @@ impl<'a> Authenticator<'a> {
             state: State::HandshakeOrVersions,
             renewing: None,
             scram: None,
+            oauthbearer: OAuthBearerServer::default(),
         }
     }
 
@@ -144,6 +151,7 @@ impl<'a> Authenticator<'a> {
             state: State::Handshake,
             renewing: Some(session),
             scram: None,
+            oauthbearer: OAuthBearerServer::default(),
         }
     }
 
@@ -322,6 +330,8 @@ impl<'a> Authenticator<'a> {
         mechanism: SaslMechanism,
         token: &[u8],
     ) -> Result<Verdict, AuthenticationFailed> {
+        // A token's expiry, which ends the session sooner than the listener's limit would.
+        let mut expires_ms = None;
         let (user, token) = match mechanism {
             SaslMechanism::Plain => (
                 plain::authenticate(&self.config.settings.plain_users, token)?,
@@ -340,6 +350,20 @@ impl<'a> Authenticator<'a> {
                     }
                 }
             }
+            SaslMechanism::OAuthBearer => {
+                let settings = &self.config.settings.oauthbearer;
+                let now = (self.config.now_ms)();
+                match self.oauthbearer.on_message(token, settings, now)? {
+                    OAuthStep::Challenge(error) => return Ok(Verdict::Challenge(error.into())),
+                    OAuthStep::Authenticated {
+                        principal,
+                        expires_ms: at,
+                    } => {
+                        expires_ms = Some(at.saturating_sub(now).max(0));
+                        (principal, Bytes::new())
+                    }
+                }
+            }
         };
         let principal = KafkaPrincipal::user(user);
         if let Some(renewing) = self.renewing {
@@ -350,10 +374,13 @@ impl<'a> Authenticator<'a> {
                 )));
             }
         }
+        // With re-authentication on, a session ends by the listener's limit or its token's
+        // expiry, whichever comes first (KIP-368); without, it lasts as long as the connection.
         let lifetime = self
             .config
             .settings
             .session_lifetime_ms(mechanism)
+            .map(|ms| expires_ms.map_or(ms, |left| ms.min(left)))
             .map(|ms| Duration::from_millis(ms.unsigned_abs()));
         let session = Session {
             principal,
@@ -510,12 +537,14 @@ mod tests {
                     ("bob".to_string(), "pw".to_string()),
                 ]),
                 max_reauth_ms: BTreeMap::from([(SaslMechanism::Plain, 60_000)]),
+                oauthbearer: Default::default(),
             },
             max_receive_size: 1024,
             failed_delay: Duration::ZERO,
             api_versions_max: 4,
             credentials: Arc::new(TestCredentials),
             nonce: || "servernonce".to_string(),
+            now_ms: || 1_700_000_000_000,
         }
     }
 

@@ -94,12 +94,14 @@ async fn listen_with_sessions_of(
             mechanisms: vec![SaslMechanism::Plain],
             plain_users: BTreeMap::from([("alice".to_string(), "pw".to_string())]),
             max_reauth_ms: BTreeMap::from([(SaslMechanism::Plain, reauth_ms)]),
+            oauthbearer: Default::default(),
         },
         max_receive_size: 4096,
         failed_delay: DELAY,
         api_versions_max: 4,
         credentials: Arc::new(NoCredentials),
         nonce: random_nonce,
+        now_ms: fjord_common::now_ms,
     };
     let security = ListenerSecurity {
         tls: None,

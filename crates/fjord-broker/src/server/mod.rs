@@ -294,6 +294,7 @@ fn listener_security(
                 api_versions_max: supported_range(ApiKey::ApiVersions).map_or(0, |(_, max)| max),
                 credentials: Arc::new(BrokerCredentials(broker.clone())),
                 nonce: random_nonce,
+                now_ms: fjord_common::now_ms,
             })
         });
         // On SSL (not SASL_SSL) a client certificate names the principal.

@@ -2,7 +2,7 @@
 //! answered, refused or ending the exchange, never a panic. The input is cut into frames (a byte
 //! of length, then that many bytes); the first byte picks the mechanism the exchange starts with,
 //! and each frame's first byte whether it goes raw or wrapped in a well-formed SaslAuthenticate,
-//! so the fuzzer reaches PLAIN's and SCRAM's parsers as well as the frame decoder.
+//! so the fuzzer reaches PLAIN's, SCRAM's and OAUTHBEARER's parsers as well as the frame decoder.
 #![no_main]
 
 use std::collections::BTreeMap;
@@ -37,15 +37,18 @@ fn config() -> SaslConfig {
                 SaslMechanism::Plain,
                 SaslMechanism::Scram(ScramMechanism::Sha256),
                 SaslMechanism::Scram(ScramMechanism::Sha512),
+                SaslMechanism::OAuthBearer,
             ],
             plain_users: BTreeMap::from([("alice".to_string(), "pw".to_string())]),
             max_reauth_ms: BTreeMap::new(),
+            oauthbearer: Default::default(),
         },
         max_receive_size: 1 << 16,
         failed_delay: Duration::ZERO,
         api_versions_max: 4,
         credentials: Arc::new(Credentials),
         nonce: || "servernonce".to_string(),
+        now_ms: || 1_700_000_000_000,
     }
 }
 
@@ -74,7 +77,8 @@ fuzz_target!(|data: &[u8]| {
     };
     let config = config();
     let mut auth = Authenticator::new(&config);
-    let mechanism = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"][usize::from(first % 3)];
+    let mechanism =
+        ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"][usize::from(first % 4)];
     if first & 4 != 0 {
         let handshake = SaslHandshakeRequest {
             mechanism: mechanism.into(),
