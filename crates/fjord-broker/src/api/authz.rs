@@ -311,6 +311,8 @@ pub(crate) struct Denied {
     hide_topics: Option<Access>,
     /// ListGroups without DESCRIBE on the cluster: only the groups the principal may describe.
     hide_groups: Option<Access>,
+    /// DescribeGroups or ConsumerGroupDescribe asking for `authorized_operations`.
+    group_operations: Option<Access>,
 }
 
 impl Denied {
@@ -319,6 +321,7 @@ impl Denied {
             parts: Vec::new(),
             hide_topics: None,
             hide_groups: None,
+            group_operations: None,
         }
     }
 
@@ -341,6 +344,22 @@ impl Denied {
                     .retain(|g| access.allows_group(Describe, &g.group_id));
             }
         }
+        if let Some(access) = self.group_operations {
+            let operations = |id: &str| access.authorized_operations(ResourceType::Group, id);
+            match response {
+                ResponseBody::DescribeGroups(r) => {
+                    for g in r.groups.iter_mut().filter(|g| g.error_code == errors::NONE) {
+                        g.authorized_operations = operations(&g.group_id);
+                    }
+                }
+                ResponseBody::ConsumerGroupDescribe(r) => {
+                    for g in r.groups.iter_mut().filter(|g| g.error_code == errors::NONE) {
+                        g.authorized_operations = operations(&g.group_id);
+                    }
+                }
+                _ => {}
+            }
+        }
     }
 }
 
@@ -355,6 +374,14 @@ fn take<T>(items: &mut Vec<T>, denied: impl Fn(&T) -> bool) -> Vec<T> {
 /// [`Denied::restore`].
 pub(crate) fn split(access: &Access, body: &mut RequestBody, version: i16) -> Denied {
     let mut denied = Denied::none();
+    let with_operations = match body {
+        RequestBody::DescribeGroups(r) => r.include_authorized_operations,
+        RequestBody::ConsumerGroupDescribe(r) => r.include_authorized_operations,
+        _ => false,
+    };
+    if with_operations {
+        denied.group_operations = Some(access.clone());
+    }
     if access.authorizer.is_none() {
         return denied;
     }
@@ -898,5 +925,31 @@ mod refusal_tests {
             unreachable!()
         };
         assert_eq!(left.topics.len(), 1);
+    }
+
+    #[test]
+    fn described_groups_carry_the_operations_the_principal_may_do_when_asked() {
+        use fjord_protocol::messages::describe_groups_response::{
+            DescribeGroupsResponse, DescribedGroup,
+        };
+        let access = access_with(&[(ResourceType::Group, "g", Read)]);
+        let mut body = RequestBody::DescribeGroups(DescribeGroupsRequest {
+            groups: vec!["g".into()],
+            include_authorized_operations: true,
+        });
+        let denied = split(&access, &mut body, 5);
+        let mut response = ResponseBody::DescribeGroups(DescribeGroupsResponse {
+            groups: vec![DescribedGroup {
+                group_id: "g".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        denied.restore(&mut response);
+        let ResponseBody::DescribeGroups(r) = response else {
+            unreachable!()
+        };
+        // READ, and the DESCRIBE it implies.
+        assert_eq!(r.groups[0].authorized_operations, 1 << 3 | 1 << 8);
     }
 }
