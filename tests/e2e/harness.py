@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -91,8 +91,10 @@ class Broker:
     # Exit codes that mean a clean shutdown after SIGTERM.
     clean_exit_codes = (0,)
 
-    def __init__(self, workdir: Path, log_dirs: int = 1):
+    def __init__(self, workdir: Path, log_dirs: int = 1, add_scram: Sequence[str] = ()):
         self.workdir = workdir
+        # SCRAM users the broker starts with: kafka-storage format's `--add-scram`, fjord server's.
+        self.add_scram = list(add_scram)
         self.data_dir = workdir / "data"
         # `log.dirs`: the first is `data_dir`.
         self.data_dirs = [self.data_dir] + [workdir / f"data{i}" for i in range(2, log_dirs + 1)]
@@ -193,8 +195,8 @@ class Broker:
 class FjordBroker(Broker):
     kind = "fjord"
 
-    def __init__(self, workdir: Path, log_dirs: int = 1):
-        super().__init__(workdir, log_dirs)
+    def __init__(self, workdir: Path, log_dirs: int = 1, add_scram: Sequence[str] = ()):
+        super().__init__(workdir, log_dirs, add_scram)
         self.binary = Path(os.environ.get("FJORD_BIN", REPO_ROOT / "target" / "release" / "fjord"))
         self.config = workdir / "server.properties"
         write_properties(
@@ -212,7 +214,8 @@ class FjordBroker(Broker):
     def command(self) -> List[str]:
         if not self.binary.exists():
             raise RuntimeError(f"{self.binary} is missing: run cargo build --release")
-        return [str(self.binary), "server", str(self.config)]
+        return [str(self.binary), "server", str(self.config)] + [
+            arg for credential in self.add_scram for arg in ("--add-scram", credential)]
 
 
 # Kafka's internal topics other than `__consumer_offsets` with one replica and one partition: the test brokers
@@ -250,8 +253,8 @@ class KafkaBroker(Broker):
     # The JVM reports death by SIGTERM as 128 + 15 even when its shutdown hooks ran cleanly.
     clean_exit_codes = (0, 143)
 
-    def __init__(self, workdir: Path, log_dirs: int = 1):
-        super().__init__(workdir, log_dirs)
+    def __init__(self, workdir: Path, log_dirs: int = 1, add_scram: Sequence[str] = ()):
+        super().__init__(workdir, log_dirs, add_scram)
         self.classpath = read_classpath("kafka-broker.classpath")
         self.controller_port = free_port()
         self.config = workdir / "server.properties"
@@ -283,7 +286,8 @@ class KafkaBroker(Broker):
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
         subprocess.run(
             self.jvm
-            + ["kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(self.config)],
+            + ["kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(self.config)]
+            + [arg for credential in self.add_scram for arg in ("--add-scram", credential)],
             check=True,
             stdout=subprocess.DEVNULL,
             cwd=workdir,
@@ -303,12 +307,12 @@ class KafkaBroker(Broker):
         return log.read_text(errors="replace").count(marker) >= self.starts
 
 
-def make_broker(workdir: Path, log_dirs: int = 1) -> Broker:
+def make_broker(workdir: Path, log_dirs: int = 1, add_scram: Sequence[str] = ()) -> Broker:
     kind = os.environ.get("E2E_BROKER", "fjord")
     if kind == "fjord":
-        return FjordBroker(workdir, log_dirs)
+        return FjordBroker(workdir, log_dirs, add_scram)
     if kind == "kafka":
-        return KafkaBroker(workdir, log_dirs)
+        return KafkaBroker(workdir, log_dirs, add_scram)
     raise RuntimeError(f"E2E_BROKER must be fjord or kafka, not {kind!r}")
 
 

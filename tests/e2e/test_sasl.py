@@ -42,7 +42,9 @@ class SaslBroker:
     def __init__(self, workdir: Path):
         self.pki = Pki(workdir)
         self.pki.issue("broker", "/CN=localhost", "DNS:localhost,IP:127.0.0.1")
-        self.broker = make_broker(workdir / "broker")
+        # The SCRAM user exists from the start: fjord server's --add-scram, kafka-storage format's.
+        self.broker = make_broker(workdir / "broker", add_scram=[
+            f"{m}=[name={SCRAM_USER},password={SCRAM_PASSWORD}]" for m in SCRAM_MECHANISMS])
         props = read_properties(self.broker.config)
         self.ports = {"SASL": free_port(), "SASLTLS": free_port()}
         added = ",".join(f"{name}://127.0.0.1:{port}" for name, port in self.ports.items())
@@ -68,11 +70,16 @@ class SaslBroker:
         })
         write_properties(self.broker.config, props)
         self.broker.start()
-        for mechanism in SCRAM_MECHANISMS:
-            # One alteration per user per request.
-            kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", self.broker.bootstrap,
-                       "--entity-type", "users", "--alter", "--entity-name", SCRAM_USER, "--add-config",
-                       f"{mechanism}=[password={SCRAM_PASSWORD}]")
+        # fjord adds --add-scram's users once its broker serves: wait until they are there.
+        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+
+        def credentials() -> int:
+            try:
+                described = admin.describe_user_scram_credentials([SCRAM_USER])[SCRAM_USER].result(10)
+                return len(described.scram_credential_infos)
+            except KafkaException:
+                return 0
+        wait_for(lambda: credentials() == len(SCRAM_MECHANISMS), "the --add-scram user's credentials", 30)
 
     def bootstrap(self, listener: str) -> str:
         return f"127.0.0.1:{self.ports[listener]}"

@@ -11,7 +11,7 @@ mod principal;
 mod sasl;
 mod tls;
 pub use principal::PrincipalMapper;
-pub use sasl::{OAuthBearerSettings, SaslMechanism, SaslSettings, PLAIN_LOGIN_MODULE};
+pub use sasl::{OAuthBearerSettings, SaslMechanism, SaslSettings, ScramUser, PLAIN_LOGIN_MODULE};
 pub use tls::{ClientAuth, KeyStore, TlsSettings, TlsVersion, TrustStore};
 
 /// Kafka's config value types, numbered as DescribeConfigs (v3+) reports them.
@@ -45,6 +45,11 @@ pub struct ConfigError {
     pub value: String,
     pub reason: String,
 }
+
+/// Why a value given outside the properties (a command-line flag) or a part of one cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unreadable(pub String);
 
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError {
@@ -1482,6 +1487,9 @@ pub struct BrokerConfig {
     listener_sasl: BTreeMap<String, SaslSettings>,
     /// The authorizer, when `authorizer.class.name` names one.
     pub authorizer: Option<AuthorizerConfig>,
+    /// SCRAM users to add at start when missing (`fjord server --add-scram`, not a properties
+    /// key: fjord has no format step).
+    pub add_scram: Vec<ScramUser>,
     /// Every key the operator set, after validation; topic defaults come from here.
     pub explicit: BTreeMap<String, String>,
     /// `explicit` over the defaults, typed once.
@@ -2007,6 +2015,7 @@ impl BrokerConfig {
             listener_tls: secured.tls,
             listener_sasl: secured.sasl,
             authorizer,
+            add_scram: Vec::new(),
             explicit: props.clone(),
             settings,
         };

@@ -6,6 +6,8 @@
 
 use regex::Regex;
 
+use crate::Unreadable;
+
 /// One rule.
 #[derive(Debug, Clone)]
 enum Rule {
@@ -51,7 +53,7 @@ impl Eq for PrincipalMapper {}
 
 impl PrincipalMapper {
     /// The rules of `text`, or why they cannot be read.
-    pub fn parse(text: &str) -> Result<PrincipalMapper, String> {
+    pub fn parse(text: &str) -> Result<PrincipalMapper, Unreadable> {
         let mut rules = Vec::new();
         let mut rest = text.trim();
         while !rest.is_empty() {
@@ -60,7 +62,7 @@ impl PrincipalMapper {
             } else if let Some(after) = rest.strip_prefix("RULE:") {
                 rewrite(after)?
             } else {
-                return Err(format!("Invalid rule: {rest}"));
+                return Err(Unreadable(format!("Invalid rule: {rest}")));
             };
             rules.push(rule);
             // Anything up to the next comma belongs to this rule and is ignored, as Kafka does.
@@ -97,17 +99,18 @@ impl PrincipalMapper {
 }
 
 /// `<pattern>/<replacement>/[LU]` after `RULE:`; the rule and what follows it.
-fn rewrite(text: &str) -> Result<(Rule, &str), String> {
-    let (pattern, after) = until_slash(text).ok_or_else(|| format!("Invalid rule: RULE:{text}"))?;
-    let (replacement, after) =
-        until_slash(after).ok_or_else(|| format!("Invalid rule: RULE:{text}"))?;
+fn rewrite(text: &str) -> Result<(Rule, &str), Unreadable> {
+    let invalid = || Unreadable(format!("Invalid rule: RULE:{text}"));
+    let (pattern, after) = until_slash(text).ok_or_else(invalid)?;
+    let (replacement, after) = until_slash(after).ok_or_else(invalid)?;
     let (case, after) = match after.chars().next() {
         Some('L') => (Case::Lower, &after[1..]),
         Some('U') => (Case::Upper, &after[1..]),
         _ => (Case::Keep, after),
     };
-    let compile =
-        |p: &str| Regex::new(p).map_err(|e| format!("Invalid rule pattern {pattern}: {e}"));
+    let compile = |p: &str| {
+        Regex::new(p).map_err(|e| Unreadable(format!("Invalid rule pattern {pattern}: {e}")))
+    };
     let whole = compile(&format!("^(?:{pattern})$"))?;
     let compiled = compile(pattern)?;
     let replacement = rust_replacement(replacement, compiled.captures_len() - 1);

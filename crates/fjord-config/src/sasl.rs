@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use fjord_common::scram::ScramMechanism;
 
-use crate::{invalid, listener_value, split_list, ConfigError};
+use crate::{invalid, listener_value, split_list, ConfigError, Unreadable};
 
 /// The login module a PLAIN listener's JAAS text must name.
 pub const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
@@ -37,6 +37,69 @@ impl SaslMechanism {
             SaslMechanism::Plain => "PLAIN",
             SaslMechanism::Scram(scram) => scram.name(),
             SaslMechanism::OAuthBearer => "OAUTHBEARER",
+        }
+    }
+}
+
+/// A SCRAM user the node makes sure exists when it starts (`fjord server --add-scram`, in the form
+/// `kafka-storage format --add-scram` takes: `SCRAM-SHA-256=[name=alice,password=alice-secret]`,
+/// optionally with `iterations=8192`), so that a cluster can be reached over SCRAM alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScramUser {
+    pub mechanism: ScramMechanism,
+    pub name: String,
+    pub password: String,
+    pub iterations: i32,
+}
+
+impl ScramUser {
+    /// `<MECHANISM>=[name=<user>,password=<password>(,iterations=<n>)]`, or why it is not.
+    pub fn parse(text: &str) -> Result<ScramUser, Unreadable> {
+        let form = || {
+            Unreadable(
+                "expected SCRAM-SHA-256=[name=<user>,password=<password>] (or SCRAM-SHA-512)"
+                    .to_string(),
+            )
+        };
+        let (mechanism, rest) = text.trim().split_once('=').ok_or_else(form)?;
+        let mechanism = ScramMechanism::from_name(mechanism.trim()).ok_or_else(|| {
+            Unreadable(format!("unknown SCRAM mechanism {mechanism:?}; {}", form()))
+        })?;
+        let fields = rest
+            .trim()
+            .strip_prefix('[')
+            .and_then(|r| r.strip_suffix(']'))
+            .ok_or_else(form)?;
+        let (mut name, mut password, mut iterations) = (None, None, 4096);
+        for field in fields.split(',') {
+            let (key, value) = field.split_once('=').ok_or_else(form)?;
+            let value = value.trim().trim_matches('"');
+            match key.trim() {
+                "name" => name = Some(value.to_string()),
+                "password" => password = Some(value.to_string()),
+                "iterations" => {
+                    iterations = value
+                        .parse()
+                        .ok()
+                        .filter(|i| (4096..=16384).contains(i))
+                        .ok_or_else(|| {
+                            Unreadable("iterations must be between 4096 and 16384".to_string())
+                        })?
+                }
+                other => return Err(Unreadable(format!("unknown field {other:?}; {}", form()))),
+            }
+        }
+        match (
+            name.filter(|n| !n.is_empty()),
+            password.filter(|p| !p.is_empty()),
+        ) {
+            (Some(name), Some(password)) => Ok(ScramUser {
+                mechanism,
+                name,
+                password,
+                iterations,
+            }),
+            _ => Err(form()),
         }
     }
 }
@@ -531,6 +594,34 @@ mod tests {
             Some(SaslMechanism::Scram(ScramMechanism::Sha256))
         );
         assert_eq!(scram.mechanisms.len(), 2);
+    }
+
+    #[test]
+    fn scram_users_are_read_as_kafka_storage_format_reads_them() {
+        let user =
+            ScramUser::parse("SCRAM-SHA-512=[name=alice,password=\"a-secret\",iterations=8192]")
+                .unwrap();
+        assert_eq!(user.mechanism, ScramMechanism::Sha512);
+        assert_eq!(
+            (user.name.as_str(), user.password.as_str()),
+            ("alice", "a-secret")
+        );
+        assert_eq!(user.iterations, 8192);
+        assert_eq!(
+            ScramUser::parse("SCRAM-SHA-256=[name=a,password=b]")
+                .unwrap()
+                .iterations,
+            4096
+        );
+        for bad in [
+            "SCRAM-SHA-1=[name=a,password=b]",
+            "SCRAM-SHA-256=name=a,password=b",
+            "SCRAM-SHA-256=[name=a]",
+            "SCRAM-SHA-256=[name=a,password=b,iterations=10]",
+            "SCRAM-SHA-256=[name=a,password=b,salt=c]",
+        ] {
+            assert!(ScramUser::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

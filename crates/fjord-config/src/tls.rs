@@ -165,7 +165,7 @@ pub(crate) fn listener_tls(
     let (rules_key, rules) = get("ssl.principal.mapping.rules");
     let rules = rules.unwrap_or_default();
     let principal_mapper =
-        PrincipalMapper::parse(&rules).map_err(|reason| invalid(&rules_key, &rules, reason))?;
+        PrincipalMapper::parse(&rules).map_err(|reason| invalid(&rules_key, &rules, reason.0))?;
     Ok(TlsSettings {
         principal_mapper,
         keystore,

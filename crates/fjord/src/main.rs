@@ -32,6 +32,11 @@ enum Command {
         /// Set one config, after the file: KEY=VALUE. May be repeated.
         #[arg(long = "override", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
+        /// A SCRAM user to add once the broker serves, unless it has a credential for the
+        /// mechanism: 'SCRAM-SHA-256=[name=alice,password=alice-secret]' (kafka-storage format's
+        /// form; iterations=N optional). May be repeated.
+        #[arg(long = "add-scram", value_name = "CREDENTIAL")]
+        add_scram: Vec<String>,
     },
     /// List, describe, reset the offsets of and delete consumer groups.
     Group(cli::group::GroupArgs),
@@ -55,7 +60,11 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.command {
-        Command::Server { file, overrides } => match server(file, overrides) {
+        Command::Server {
+            file,
+            overrides,
+            add_scram,
+        } => match server(file, overrides, add_scram) {
             Ok(()) => ExitCode::SUCCESS,
             Err(message) => {
                 eprintln!("fjord: {message}");
@@ -80,7 +89,11 @@ fn report(result: Result<(), CliError>) -> ExitCode {
     }
 }
 
-fn server(file: Option<PathBuf>, overrides: Vec<String>) -> Result<(), CliError> {
+fn server(
+    file: Option<PathBuf>,
+    overrides: Vec<String>,
+    add_scram: Vec<String>,
+) -> Result<(), CliError> {
     let mut props: BTreeMap<String, String> = match &file {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| {
@@ -99,10 +112,17 @@ fn server(file: Option<PathBuf>, overrides: Vec<String>) -> Result<(), CliError>
         props.insert(key.trim().to_string(), value.trim().to_string());
     }
     // Every value is validated here, before any data directory is touched.
-    let (config, warnings) = BrokerConfig::from_properties(&props).map_err(|e| {
+    let (mut config, warnings) = BrokerConfig::from_properties(&props).map_err(|e| {
         CliError::new(e.to_string())
             .hint("fix the key in the properties file (or --override); Kafka's key names and values apply")
     })?;
+    for credential in add_scram {
+        let user = fjord_config::ScramUser::parse(&credential).map_err(|e| {
+            CliError::new(format!("--add-scram: {e}"))
+                .hint("write it as --add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]'")
+        })?;
+        config.add_scram.push(user);
+    }
     for key in warnings.unknown_keys {
         tracing::warn!(key, "unknown configuration key ignored");
     }

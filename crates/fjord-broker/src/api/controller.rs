@@ -69,6 +69,31 @@ pub struct ControllerDispatch {
 }
 
 impl ControllerDispatch {
+    /// The answer to a request that is no controller work: ApiVersions, DescribeCluster.
+    fn answer_here(&self, body: RequestBody, version: i16) -> ResponseBody {
+        match body {
+            RequestBody::DescribeCluster(r) => {
+                ResponseBody::DescribeCluster(self.describe_cluster(&r))
+            }
+            RequestBody::ApiVersions(r) => {
+                ResponseBody::ApiVersions(match api_versions_error(&r, version, None) {
+                    errors::NONE => {
+                        api_versions_of(CONTROLLER_APIS, errors::NONE, self.kraft_version)
+                    }
+                    code => ApiVersionsResponse {
+                        error_code: code,
+                        ..Default::default()
+                    },
+                })
+            }
+            _ => ResponseBody::ApiVersions(api_versions_of(
+                CONTROLLER_APIS,
+                errors::NONE,
+                self.kraft_version,
+            )),
+        }
+    }
+
     /// DescribeCluster on a controller listener describes the controllers (KIP-919's
     /// `--bootstrap-controller`): every voter on its controller listener, and the active one.
     fn describe_cluster(&self, request: &DescribeClusterRequest) -> DescribeClusterResponse {
@@ -178,27 +203,7 @@ impl Dispatch for ControllerDispatch {
         let mut api_request = match ControllerApi::from_body(body) {
             Ok(request) => request,
             Err(other) => {
-                let body = match *other {
-                    RequestBody::DescribeCluster(r) => {
-                        ResponseBody::DescribeCluster(self.describe_cluster(&r))
-                    }
-                    RequestBody::ApiVersions(r) => {
-                        ResponseBody::ApiVersions(match api_versions_error(&r, version, None) {
-                            errors::NONE => {
-                                api_versions_of(CONTROLLER_APIS, errors::NONE, self.kraft_version)
-                            }
-                            code => ApiVersionsResponse {
-                                error_code: code,
-                                ..Default::default()
-                            },
-                        })
-                    }
-                    _ => ResponseBody::ApiVersions(api_versions_of(
-                        CONTROLLER_APIS,
-                        errors::NONE,
-                        self.kraft_version,
-                    )),
-                };
+                let body = self.answer_here(*other, version);
                 return Reply::Now(encode_response(api, version, correlation_id, &body));
             }
         };

@@ -174,7 +174,7 @@ pub async fn serve<D: Dispatch + ?Sized>(
                         let principal = match stream.principal(mapper.as_deref()) {
                             Ok(principal) => principal,
                             Err(reason) => {
-                                tracing::info!(%peer, %reason, "TLS client refused");
+                                tracing::info!(%peer, %reason, "connection closed");
                                 return;
                             }
                         };
@@ -210,19 +210,21 @@ impl Stream {
     /// The principal a connection is known as before any SASL: `User:<name>` of its client
     /// certificate's distinguished name as `mapper` maps it, else anonymous; Err when no rule
     /// maps the name (Kafka fails such a client's authentication).
-    fn principal(&self, mapper: Option<&PrincipalMapper>) -> Result<KafkaPrincipal, String> {
+    fn principal(&self, mapper: Option<&PrincipalMapper>) -> Result<KafkaPrincipal, Closed> {
         let (Stream::Tls(tls), Some(mapper)) = (self, mapper) else {
             return Ok(KafkaPrincipal::anonymous());
         };
         let Some(certificate) = tls.get_ref().1.peer_certificates().and_then(|c| c.first()) else {
             return Ok(KafkaPrincipal::anonymous());
         };
-        let name = tls::distinguished_name(certificate)
-            .ok_or("the client certificate's subject cannot be read")?;
-        mapper
-            .map(&name)
-            .map(KafkaPrincipal::user)
-            .ok_or_else(|| format!("no ssl.principal.mapping.rules rule applies to {name}"))
+        let name = tls::distinguished_name(certificate).ok_or_else(|| {
+            Closed::Certificate("the client certificate's subject cannot be read".into())
+        })?;
+        mapper.map(&name).map(KafkaPrincipal::user).ok_or_else(|| {
+            Closed::Certificate(format!(
+                "no ssl.principal.mapping.rules rule applies to {name}"
+            ))
+        })
     }
 }
 
@@ -372,6 +374,9 @@ pub enum Closed {
     ShutdownWithParkedRequests,
     #[error("SASL authentication failed: {0}")]
     Authentication(String),
+    /// A TLS client certificate that names no principal (no `ssl.principal.mapping.rules` rule).
+    #[error("TLS client refused: {0}")]
+    Certificate(String),
     /// The client went on using the connection after its SASL session ended, without
     /// re-authenticating (`connections.max.reauth.ms`).
     #[error("SASL session expired")]

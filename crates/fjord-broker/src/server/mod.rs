@@ -10,6 +10,7 @@ mod dynamic_quorum;
 mod housekeeping;
 mod lifecycle;
 mod log_dirs;
+mod scram_users;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -131,11 +132,13 @@ pub async fn run(
     }
     // Requests that waited for a broker that never started are refused now.
     let ready = serving.is_some().then_some(ready);
+    let adding_users = scram_users::add_missing(ready.as_ref(), &config.add_scram);
     drop(broker_rx);
     let replaced = wait_for_stop(&config, serving.as_ref(), shutdown, &stop_broker).await;
 
     stop_listening.send_replace(true);
     let running = Running {
+        adding_users,
         servers,
         joining,
         controller,
@@ -169,6 +172,8 @@ fn broker_stop_signal(
 /// What runs beside the broker role: the listeners' servers, a dynamic quorum's joining, the
 /// controller and the metadata quorum.
 struct Running {
+    /// `--add-scram`'s users being added; stopped first, as it holds the broker.
+    adding_users: Option<JoinHandle<()>>,
     servers: Vec<JoinHandle<()>>,
     joining: Option<JoinHandle<()>>,
     controller: Option<Arc<QuorumController>>,
@@ -185,9 +190,9 @@ impl Running {
         ready: Option<watch::Sender<Option<Arc<Broker>>>>,
         serving: Option<broker_role::Serving>,
     ) -> Result<(), BrokerError> {
-        if let Some(joining) = self.joining {
-            joining.abort();
-            let _ = joining.await;
+        for task in [self.joining, self.adding_users].into_iter().flatten() {
+            task.abort();
+            let _ = task.await;
         }
         // In-flight requests waiting on this node's controller (a commit a lost quorum cannot
         // make) are answered now rather than after their timeouts.
