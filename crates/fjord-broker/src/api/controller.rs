@@ -46,8 +46,14 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
 ];
 
 /// Answers raft RPCs on any listener that carries them (a controller's controller listener, a
-/// learner's inter-broker listener).
-pub fn raft_reply(quorum: &Arc<MetadataQuorum>, frame: Bytes) -> Reply {
+/// learner's inter-broker listener): only to a principal with CLUSTER_ACTION, as Kafka.
+pub fn raft_reply(quorum: &Arc<MetadataQuorum>, frame: Bytes, access: &Access) -> Reply {
+    if !access.allows_cluster(AclOperation::ClusterAction) {
+        return Reply::Close(format!(
+            "{} may not take part in the metadata quorum (CLUSTER_ACTION)",
+            access.requester().principal
+        ));
+    }
     let quorum = quorum.clone();
     Reply::Later(Box::pin(async move {
         match quorum.handle_raft_frame(&frame).await {
@@ -152,13 +158,7 @@ impl Dispatch for ControllerDispatch {
             requester.clone(),
         );
         if is_raft_frame(&frame) {
-            if !access.allows_cluster(AclOperation::ClusterAction) {
-                return Reply::Close(format!(
-                    "{} may not take part in the metadata quorum (CLUSTER_ACTION)",
-                    requester.principal
-                ));
-            }
-            return raft_reply(&self.quorum, frame);
+            return raft_reply(&self.quorum, frame, &access);
         }
         let mut input = Decoder::new(frame);
         let header = match decode_request_header(&mut input) {

@@ -453,6 +453,8 @@ pub struct BrokerDispatch {
     pub listener: String,
     /// The inter-broker listener: the metadata quorum's leader reaches a learner here.
     pub carries_raft: bool,
+    /// Judges the raft RPCs a learner's listener carries (the broker judges everything else).
+    pub authorizer: Option<Arc<fjord_metadata::acl::Authorizer>>,
 }
 
 impl Dispatch for BrokerDispatch {
@@ -465,7 +467,12 @@ impl Dispatch for BrokerDispatch {
 
     fn dispatch(&self, frame: Bytes, requester: &Arc<Requester>) -> Reply {
         if self.carries_raft && fjord_quorum::is_raft_frame(&frame) {
-            return crate::api::controller::raft_reply(&self.quorum, frame);
+            let access = Access::new(
+                self.authorizer.clone(),
+                self.quorum.image(),
+                requester.clone(),
+            );
+            return crate::api::controller::raft_reply(&self.quorum, frame, &access);
         }
         if let Some(broker) = &*self.broker.borrow() {
             return broker.handle(frame, requester, &self.listener);

@@ -381,6 +381,7 @@ fn listener_dispatch(
         _ => Arc::new(BrokerDispatch {
             broker: broker.clone(),
             quorum: node.quorum.clone(),
+            authorizer: crate::api::authz::authorizer(node.config),
             listener: name.to_string(),
             // A learner takes raft RPCs there; voters of a static quorum take them on their
             // controller listeners, and a node alone takes none. A controller of a dynamic
