@@ -27,7 +27,7 @@ step "cargo test --workspace, three test binaries at a time"
 scripts/cargo-test.sh
 
 step "fuzz: every target, bounded, no sanitizer (long runs, with AddressSanitizer: scripts/fuzz.sh 600)"
-FUZZ_SANITIZER="${FUZZ_SANITIZER:-none}" scripts/fuzz.sh "${FUZZ_SECONDS:-5}"
+FUZZ_SANITIZER="${FUZZ_SANITIZER:-none}" scripts/fuzz.sh "${FUZZ_SECONDS:-3}"
 
 step "benchmark harness, smoke mode (the full comparison: bench/run.sh)"
 bench/run.sh --smoke
