@@ -16,22 +16,21 @@ if ! command -v cargo-fuzz >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
 
-# One target dir for all fuzz workspaces, so shared dependencies build once.
+# Every target lives in the one cargo-fuzz crate `fuzz/`: built together, dependencies once.
 export CARGO_TARGET_DIR="$ROOT/target/fuzz"
-for crate in fjord-protocol fjord-records fjord-storage fjord-quorum fjord-sasl; do
-  dir="$ROOT/crates/$crate/fuzz"
-  for target in $(cd "$dir" && cargo +nightly fuzz list); do
-    echo "== fuzz $crate/$target for ${SECONDS_PER_TARGET}s (sanitizer: $SANITIZER)"
-    corpus="$ROOT/target/fuzz-corpus/$crate-$target"
-    mkdir -p "$corpus"
-    log="$ROOT/target/fuzz-$crate-$target.log"
-    if ! (cd "$dir" && cargo +nightly fuzz run --sanitizer "$SANITIZER" "$target" "$corpus" -- \
-        -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1) >"$log" 2>&1; then
-      tail -n 60 "$log"
-      echo "fuzz: $crate/$target FAILED (full log: $log)"
-      exit 1
-    fi
-    grep -E "^(Done|stat::number_of_executed_units)" "$log" || true
-  done
+cd "$ROOT"
+cargo +nightly fuzz build --sanitizer "$SANITIZER"
+for target in $(cargo +nightly fuzz list); do
+  echo "== fuzz $target for ${SECONDS_PER_TARGET}s (sanitizer: $SANITIZER)"
+  corpus="$ROOT/target/fuzz-corpus/$target"
+  mkdir -p "$corpus"
+  log="$ROOT/target/fuzz-$target.log"
+  if ! cargo +nightly fuzz run --sanitizer "$SANITIZER" "$target" "$corpus" -- \
+      -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 >"$log" 2>&1; then
+    tail -n 60 "$log"
+    echo "fuzz: $target FAILED (full log: $log)"
+    exit 1
+  fi
+  grep -E "^(Done|stat::number_of_executed_units)" "$log" || true
 done
 echo "fuzz: all targets ran without a crash"
