@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Tuple
 
 from kafka.protocol.admin.acl import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
+from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
 from kafka.protocol.admin.cluster import AlterReplicaLogDirsRequest, DescribeLogDirsRequest, DescribeQuorumRequest
 from kafka.protocol.admin.configs import AlterConfigsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest
 from kafka.protocol.admin.groups import DeleteGroupsRequest, DescribeGroupsRequest
@@ -248,6 +249,13 @@ CASES = [
     Case("AlterUserScramCredentials", lambda n: AlterUserScramCredentialsRequest(deletions=[
         AlterUserScramCredentialsRequest.ScramCredentialDeletion(name="none-such", mechanism=1)], upsertions=[]),
          [(CLUSTER, "cluster", ALTER)], CLUSTER_DENIED),
+    Case("DescribeClientQuotas", lambda n: DescribeClientQuotasRequest(components=[
+        DescribeClientQuotasRequest.ComponentData(entity_type="user", match_type=0, match="none-such")], strict=False),
+         [(CLUSTER, "cluster", DESCRIBE_CONFIGS)], CLUSTER_DENIED),
+    Case("AlterClientQuotas", lambda n: AlterClientQuotasRequest(entries=[AlterClientQuotasRequest.EntryData(
+        entity=[AlterClientQuotasRequest.EntryData.EntityData(entity_type="user", entity_name="none-such")],
+        ops=[AlterClientQuotasRequest.EntryData.OpData(key="producer_byte_rate", value=1024.0, remove=False)])],
+        validate_only=True), [(CLUSTER, "cluster", ALTER_CONFIGS)], CLUSTER_DENIED),
     Case("DescribeProducers", lambda n: DescribeProducersRequest(topics=[DescribeProducersRequest.TopicRequest(
         name=n.topic, partition_indexes=[0])]), [(TOPIC, "topic", READ)], TOPIC_DENIED),
     Case("DescribeTransactions", lambda n: DescribeTransactionsRequest(transactional_ids=[n.txn]),

@@ -55,6 +55,8 @@ MESSAGES = [
     (45, "AlterPartitionReassignments"),
     (46, "ListPartitionReassignments"),
     (47, "OffsetDelete"),
+    (48, "DescribeClientQuotas"),
+    (49, "AlterClientQuotas"),
     (50, "DescribeUserScramCredentials"),
     (51, "AlterUserScramCredentials"),
     (55, "DescribeQuorum"),

@@ -15,6 +15,7 @@ mod api;
 mod coordinator;
 mod link;
 mod net;
+mod quota;
 mod replication;
 mod server;
 

@@ -9,12 +9,16 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     ("net", &[]),
     ("link", &[]),
-    ("replication", &["link"]),
+    ("quota", &[]),
+    ("replication", &["link", "quota"]),
     ("coordinator", &["replication", "link"]),
-    ("api", &["coordinator", "replication", "link", "net"]),
+    (
+        "api",
+        &["coordinator", "replication", "link", "net", "quota"],
+    ),
     (
         "server",
-        &["api", "coordinator", "replication", "link", "net"],
+        &["api", "coordinator", "replication", "link", "net", "quota"],
     ),
 ];
 
@@ -37,6 +41,16 @@ const FORBIDDEN_CRATES: &[(&str, &[&str])] = &[
         &["fjord_storage", "fjord_group", "fjord_txn", "fjord_records"],
     ),
     ("replication", &["fjord_group", "fjord_txn"]),
+    (
+        "quota",
+        &[
+            "fjord_storage",
+            "fjord_quorum",
+            "fjord_group",
+            "fjord_txn",
+            "fjord_client",
+        ],
+    ),
 ];
 
 fn src_dir() -> PathBuf {

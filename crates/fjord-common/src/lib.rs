@@ -55,7 +55,31 @@ pub struct Requester {
     /// The client's address as Java writes it (`127.0.0.1`, `0:0:0:0:0:0:0:1`), as ACLs name
     /// hosts.
     host: String,
+    /// Until when the connection is muted for a quota.
+    mute: Mute,
 }
+
+/// Until when a connection serves nothing more because its client went over a quota (KIP-219),
+/// in ms since the epoch (0: not muted). Connection state, not part of who asks: any two are
+/// equal.
+#[derive(Debug, Default)]
+struct Mute(std::sync::atomic::AtomicI64);
+
+impl Clone for Mute {
+    fn clone(&self) -> Self {
+        Mute(std::sync::atomic::AtomicI64::new(
+            self.0.load(std::sync::atomic::Ordering::Relaxed),
+        ))
+    }
+}
+
+impl PartialEq for Mute {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Mute {}
 
 impl Requester {
     pub fn new(principal: KafkaPrincipal, peer: std::net::SocketAddr) -> Requester {
@@ -64,7 +88,25 @@ impl Requester {
             principal,
             host: java_host_address(peer.ip()),
             peer,
+            mute: Mute::default(),
         }
+    }
+
+    /// Mutes the connection for `throttle_ms` from `now_ms`: a client over a quota is served
+    /// nothing more until its throttle has passed.
+    pub fn mute_for(&self, throttle_ms: i32, now_ms: i64) {
+        if throttle_ms > 0 {
+            let until = now_ms.saturating_add(i64::from(throttle_ms));
+            self.mute
+                .0
+                .fetch_max(until, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// How much longer, from `now_ms`, the connection is muted; None when it is not.
+    pub fn muted_for(&self, now_ms: i64) -> Option<std::time::Duration> {
+        let until = self.mute.0.load(std::sync::atomic::Ordering::Relaxed);
+        (until > now_ms).then(|| std::time::Duration::from_millis((until - now_ms) as u64))
     }
 
     pub fn principal_text(&self) -> &str {

@@ -873,6 +873,10 @@ broker_configs! {
     follower_replication_throttled_rate: i64 = "follower.replication.throttled.rate", Long, Some("9223372036854775807"), Check::AtLeast(0);
     replication_quota_window_num: i32 = "replication.quota.window.num", Int, Some("11"), Check::AtLeast(1);
     replication_quota_window_size_seconds: i32 = "replication.quota.window.size.seconds", Int, Some("1"), Check::AtLeast(1);
+    // Client quotas (set per user and client id with kafka-configs) are measured over this many
+    // samples of this many seconds.
+    quota_window_num: i32 = "quota.window.num", Int, Some("11"), Check::AtLeast(1);
+    quota_window_size_seconds: i32 = "quota.window.size.seconds", Int, Some("1"), Check::AtLeast(1);
     compression_type: TopicCompression = "compression.type", String, Some("producer"), Check::OneOf(COMPRESSION_TYPES);
     compression_gzip_level: i32 = "compression.gzip.level", Int, Some("-1"), Check::None;
     compression_lz4_level: i32 = "compression.lz4.level", Int, Some("9"), Check::AtLeast(1);
@@ -1607,6 +1611,16 @@ impl BrokerConfig {
             }
             None => (def.default.to_string(), ConfigSource::Default),
         }
+    }
+
+    /// The window client quotas are measured over: `quota.window.num` samples of
+    /// `quota.window.size.seconds` each, as (samples, sample length in ms).
+    pub fn client_quota_window(&self) -> (usize, i64) {
+        let s = &self.settings;
+        (
+            s.quota_window_num.max(1) as usize,
+            i64::from(s.quota_window_size_seconds.max(1)) * 1000,
+        )
     }
 
     /// The follower side of ISR replication: `num.replica.fetchers` and `replica.fetch.*`.

@@ -16,6 +16,7 @@ use fjord_protocol::messages::add_raft_voter_request::AddRaftVoterRequest;
 use fjord_protocol::messages::add_raft_voter_response::AddRaftVoterResponse;
 use fjord_protocol::messages::allocate_producer_ids_request::AllocateProducerIdsRequest;
 use fjord_protocol::messages::allocate_producer_ids_response::AllocateProducerIdsResponse;
+use fjord_protocol::messages::alter_client_quotas_request::AlterClientQuotasRequest;
 use fjord_protocol::messages::alter_configs_response::{
     AlterConfigsResourceResponse as LegacyResult, AlterConfigsResponse,
 };
@@ -96,6 +97,7 @@ pub enum ControllerApi {
     AlterUserScramCredentials(AlterUserScramCredentialsRequest),
     CreateAcls(CreateAclsRequest),
     DeleteAcls(DeleteAclsRequest),
+    AlterClientQuotas(AlterClientQuotasRequest),
 }
 
 impl ControllerApi {
@@ -127,6 +129,7 @@ impl ControllerApi {
             }
             RequestBody::CreateAcls(r) => ControllerApi::CreateAcls(r),
             RequestBody::DeleteAcls(r) => ControllerApi::DeleteAcls(r),
+            RequestBody::AlterClientQuotas(r) => ControllerApi::AlterClientQuotas(r),
             other => return Err(Box::new(other)),
         })
     }
@@ -159,6 +162,7 @@ impl ControllerApi {
             }
             ControllerApi::CreateAcls(r) => RequestBody::CreateAcls(r),
             ControllerApi::DeleteAcls(r) => RequestBody::DeleteAcls(r),
+            ControllerApi::AlterClientQuotas(r) => RequestBody::AlterClientQuotas(r),
         }
     }
 
@@ -211,6 +215,7 @@ impl ControllerApi {
             ControllerApi::AlterUserScramCredentials(_) => ApiKey::AlterUserScramCredentials,
             ControllerApi::CreateAcls(_) => ApiKey::CreateAcls,
             ControllerApi::DeleteAcls(_) => ApiKey::DeleteAcls,
+            ControllerApi::AlterClientQuotas(_) => ApiKey::AlterClientQuotas,
         }
     }
 }
@@ -383,6 +388,9 @@ impl Controller {
             }
             ControllerApi::CreateAcls(r) => crate::acl_admin::create_acls(image, r, new_topic_id),
             ControllerApi::DeleteAcls(r) => crate::acl_admin::delete_acls(image, r),
+            ControllerApi::AlterClientQuotas(r) => {
+                crate::quota_admin::alter_client_quotas(image, r)
+            }
             // The shell answers these from the quorum; decided on the image alone they are
             // refused.
             ControllerApi::DescribeQuorum(_)
@@ -883,6 +891,9 @@ pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -
         }
         ControllerApi::DeleteAcls(r) => {
             crate::acl_admin::delete_acls_refused(r, error_code, message)
+        }
+        ControllerApi::AlterClientQuotas(r) => {
+            crate::quota_admin::alter_client_quotas_refused(r, error_code, message)
         }
         ControllerApi::ElectLeaders(_) => crate::election::elect_leaders_refused(error_code),
         ControllerApi::AlterPartition(_) => crate::isr::alter_partition_refused(error_code),

@@ -4,7 +4,7 @@
 //! (the metadata quorum's leader) decides. Brokers forward such requests to it.
 //!
 //! - [`plan`]: the decisions, pure: an image and a request in, records or a Kafka error out.
-//! - [`Controller`] (`apis`, `config_admin`, `scram_admin`, `acl_admin`): Kafka requests to decisions, sans-IO.
+//! - [`Controller`] (`apis`, `config_admin`, `scram_admin`, `acl_admin`, `quota_admin`): Kafka requests to decisions, sans-IO.
 //! - [`voters`]: changes of the quorum's members (KIP-853), checked.
 //!
 //! No tokio, no raft, no storage: the time comes in as an argument (only
@@ -26,6 +26,7 @@ mod isr;
 mod membership;
 pub mod placement;
 pub mod plan;
+mod quota_admin;
 mod reassignment;
 mod refusal;
 mod scram_admin;

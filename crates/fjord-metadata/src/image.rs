@@ -14,11 +14,12 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::acl::{AclBinding, Acls};
+use crate::quota::{self, ClientQuotas};
 use crate::record::{
-    AccessControlEntryRecord, BrokerEndpoint, BrokerRegistrationChangeRecord, ConfigRecord,
-    FeatureLevelRecord, MetadataRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
-    RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UserScramCredentialRecord, Uuid,
-    CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC, NO_LEADER,
+    AccessControlEntryRecord, BrokerEndpoint, BrokerRegistrationChangeRecord, ClientQuotaRecord,
+    ConfigRecord, FeatureLevelRecord, MetadataRecord, PartitionChangeRecord, PartitionRecord,
+    ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord,
+    UserScramCredentialRecord, Uuid, CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC, NO_LEADER,
 };
 use fjord_common::scram::{ScramCredential, ScramMechanism};
 
@@ -92,6 +93,8 @@ pub enum ImageError {
     DuplicateAclId(String),
     #[error("no ACL has id {0}")]
     UnknownAclId(String),
+    #[error("a client quota record's entity is invalid: {0:?}")]
+    InvalidQuotaEntity(crate::quota::QuotaEntity),
 }
 
 /// Formats a UUID as 32 lowercase hex digits (for messages only).
@@ -173,6 +176,8 @@ pub struct MetadataImage {
     scram_credentials: BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>,
     /// Every ACL; shared between images until one changes them.
     acls: Arc<Acls>,
+    /// Every client quota; shared between images until one changes them.
+    client_quotas: Arc<ClientQuotas>,
 }
 
 impl MetadataImage {
@@ -285,6 +290,11 @@ impl MetadataImage {
         &self.acls
     }
 
+    /// Every client quota of the cluster.
+    pub fn client_quotas(&self) -> &Arc<ClientQuotas> {
+        &self.client_quotas
+    }
+
     /// The records that rebuild this image from an empty one, in an order that
     /// satisfies the delta's checks (topics before their configs and partitions).
     pub fn to_records(&self) -> Vec<MetadataRecord> {
@@ -327,6 +337,16 @@ impl MetadataImage {
             out.push(MetadataRecord::AccessControlEntry(
                 AccessControlEntryRecord::new(*id, acl),
             ));
+        }
+        for (entity, quotas) in self.client_quotas.iter() {
+            for (key, value) in quotas {
+                out.push(MetadataRecord::ClientQuota(ClientQuotaRecord {
+                    entity: entity.clone(),
+                    key: key.clone(),
+                    value: *value,
+                    remove: false,
+                }));
+            }
         }
         push_configs(&mut out, CONFIG_RESOURCE_BROKER, &self.broker_configs);
         for topic in self.topics() {
@@ -493,6 +513,18 @@ impl MetadataDelta {
                     return Err(ImageError::UnknownAclId(hex(&r.id)));
                 }
                 Arc::make_mut(&mut self.next.acls).remove(&r.id);
+                Ok(())
+            }
+            MetadataRecord::ClientQuota(r) => {
+                let types = r.entity.0.keys();
+                let known = types
+                    .clone()
+                    .all(|t| [quota::USER, quota::CLIENT_ID, quota::IP].contains(&t.as_str()));
+                if r.entity.0.is_empty() || !known {
+                    return Err(ImageError::InvalidQuotaEntity(r.entity.clone()));
+                }
+                let value = (!r.remove).then_some(r.value.0);
+                Arc::make_mut(&mut self.next.client_quotas).set(r.entity.clone(), &r.key, value);
                 Ok(())
             }
         }
@@ -1410,6 +1442,43 @@ mod tests {
             mechanism: 9,
         });
         assert_eq!(delta.apply(&bad), Err(ImageError::UnknownScramMechanism(9)));
+    }
+
+    #[test]
+    fn client_quotas_are_set_removed_snapshotted_and_checked() {
+        use crate::quota::{QuotaEntity, QuotaValue, PRODUCER_BYTE_RATE};
+        let alice = QuotaEntity([(quota::USER.to_string(), Some("alice".to_string()))].into());
+        let record = |entity: &QuotaEntity, value: f64, remove: bool| {
+            MetadataRecord::ClientQuota(ClientQuotaRecord {
+                entity: entity.clone(),
+                key: PRODUCER_BYTE_RATE.into(),
+                value: QuotaValue(value),
+                remove,
+            })
+        };
+        let image = MetadataImage::from_records(2, &[record(&alice, 1024.0, false)]).unwrap();
+        assert_eq!(
+            image
+                .client_quotas()
+                .quota_for(PRODUCER_BYTE_RATE, "alice", "x")
+                .map(|q| q.0),
+            Some(1024.0)
+        );
+        let rebuilt = MetadataImage::from_records(2, &image.to_records()).unwrap();
+        assert_eq!(rebuilt, image);
+        let mut delta = MetadataDelta::new(&image);
+        delta.apply(&record(&alice, 0.0, true)).unwrap();
+        assert!(delta.finish(3).client_quotas().is_empty());
+        let mut delta = MetadataDelta::new(&image);
+        for bad in [
+            QuotaEntity::default(),
+            QuotaEntity([("group".to_string(), None)].into()),
+        ] {
+            assert_eq!(
+                delta.apply(&record(&bad, 1.0, false)),
+                Err(ImageError::InvalidQuotaEntity(bad))
+            );
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`record`]: the record types.
 //! - [`image`]: the image and the delta that checks and applies records.
 //! - [`acl`]: ACLs and the authorizer's decision.
+//! - [`quota`]: client quotas and the precedence they are looked up by.
 //! - [`members`]: the quorum's members and status as data.
 //!
 //! Sans-IO: no tokio, no files, no raft. The quorum that stores the log durably, runs raft and
@@ -18,6 +19,7 @@
 pub mod acl;
 pub mod image;
 pub mod members;
+pub mod quota;
 pub mod record;
 
 pub use image::{

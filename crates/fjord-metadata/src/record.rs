@@ -32,6 +32,7 @@ pub enum MetadataRecord {
     RemoveUserScramCredential(RemoveUserScramCredentialRecord),
     AccessControlEntry(AccessControlEntryRecord),
     RemoveAccessControlEntry(RemoveAccessControlEntryRecord),
+    ClientQuota(ClientQuotaRecord),
 }
 
 /// Creates a topic: binds a name to a topic id.
@@ -196,6 +197,16 @@ impl AccessControlEntryRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoveAccessControlEntryRecord {
     pub id: Uuid,
+}
+
+/// Sets one quota key of a client quota entity, or removes it (Kafka's `ClientQuotaRecord`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientQuotaRecord {
+    pub entity: crate::quota::QuotaEntity,
+    pub key: String,
+    /// Ignored when the key is removed.
+    pub value: crate::quota::QuotaValue,
+    pub remove: bool,
 }
 
 /// Sets a cluster-wide feature level; level 0 removes the feature, as in KRaft.

@@ -96,6 +96,8 @@ api_keys! {
     AlterPartitionReassignments = 45 => AlterPartitionReassignmentsRequest,
     ListPartitionReassignments = 46 => ListPartitionReassignmentsRequest,
     OffsetDelete = 47 => OffsetDeleteRequest,
+    DescribeClientQuotas = 48 => DescribeClientQuotasRequest,
+    AlterClientQuotas = 49 => AlterClientQuotasRequest,
     DescribeUserScramCredentials = 50 => DescribeUserScramCredentialsRequest,
     AlterUserScramCredentials = 51 => AlterUserScramCredentialsRequest,
     DescribeQuorum = 55 => DescribeQuorumRequest,

@@ -33,7 +33,9 @@ use fjord_protocol::messages::{
 };
 use fjord_protocol::{RequestBody, ResponseBody};
 
-use AclOperation::{Alter, AlterConfigs, ClusterAction, Create, Delete, Describe, Read, Write};
+use AclOperation::{
+    Alter, AlterConfigs, ClusterAction, Create, Delete, Describe, DescribeConfigs, Read, Write,
+};
 
 /// Kafka's messages for its authorization errors.
 pub(crate) fn message(code: i16) -> &'static str {
@@ -56,13 +58,16 @@ pub fn authorizer(config: &fjord_config::BrokerConfig) -> Option<Arc<Authorizer>
     })
 }
 
-/// What one request's principal may do: every check of the request is made on the same image.
+/// Who sends one request (its connection's principal and address, its client id) and what they
+/// may do: every check of the request is made on the same image.
 #[derive(Clone)]
 pub(crate) struct Access {
     /// None: no authorizer is configured, and everything is allowed.
     authorizer: Option<Arc<Authorizer>>,
     image: Arc<MetadataImage>,
     requester: Arc<Requester>,
+    /// The request header's client id ("" when it has none), which quotas are set for.
+    client_id: String,
 }
 
 impl Access {
@@ -75,7 +80,27 @@ impl Access {
             authorizer,
             image,
             requester,
+            client_id: String::new(),
         }
+    }
+
+    /// The same, for a request sent as `client_id`.
+    pub(crate) fn with_client_id(mut self, client_id: Option<&str>) -> Access {
+        self.client_id = client_id.unwrap_or_default().to_string();
+        self
+    }
+
+    /// Whom the request counts against for client quotas.
+    pub(crate) fn quota_client(&self) -> crate::quota::Client<'_> {
+        crate::quota::Client {
+            user: &self.requester.principal.name,
+            client_id: &self.client_id,
+        }
+    }
+
+    /// The image the request is checked on.
+    pub(crate) fn image(&self) -> &Arc<MetadataImage> {
+        &self.image
     }
 
     pub(crate) fn requester(&self) -> &Arc<Requester> {
@@ -178,6 +203,8 @@ fn cluster_operation(body: &RequestBody, version: i16) -> Option<AclOperation> {
         | RequestBody::DeleteAcls(_)
         | RequestBody::AddRaftVoter(_)
         | RequestBody::RemoveRaftVoter(_) => Alter,
+        RequestBody::AlterClientQuotas(_) => AlterConfigs,
+        RequestBody::DescribeClientQuotas(_) => DescribeConfigs,
         RequestBody::DescribeLogDirs(_)
         | RequestBody::ListPartitionReassignments(_)
         | RequestBody::DescribeUserScramCredentials(_)

@@ -81,7 +81,10 @@ impl Broker {
             Err(reply) => return reply,
         };
         crate::api::topic_ids::name_topics(|| self.node.image(), &mut body, answer.version);
-        let access = self.node.access(requester);
+        let access = self
+            .node
+            .access(requester)
+            .with_client_id(header.client_id.as_deref());
         match authz::refusal(&access, &body, answer.version) {
             Some(authz::Refusal::Answer(refused)) => return answer.now(refused),
             Some(authz::Refusal::Close(reason)) => return Reply::Close(reason),
@@ -176,6 +179,7 @@ impl Broker {
     /// readable, or of an API or version fjord does not serve, closes the connection (Kafka
     /// answers an unsupported ApiVersions with the versions it serves, so the client can retry).
     fn decode(&self, frame: Bytes) -> Result<(RequestHeader, Answer, RequestBody), Reply> {
+        let request_size = frame.len();
         let mut input = Decoder::new(frame);
         let header = decode_request_header(&mut input)
             .map_err(|error| Reply::Close(format!("unreadable request header: {error}")))?;
@@ -217,6 +221,7 @@ impl Broker {
             api,
             version,
             correlation_id: header.correlation_id,
+            request_size,
         };
         Ok((header, answer, body))
     }
@@ -273,8 +278,21 @@ impl Broker {
             api,
             version,
             correlation_id,
+            request_size,
         } = answer;
         let header = (api, version, correlation_id);
+        // The producer's byte rate counts every produce it sends, as Kafka's quota does.
+        let node = &self.node;
+        let throttle_ms = node.client_quotas.produce.record(
+            access.image().client_quotas(),
+            access.quota_client(),
+            request_size as f64,
+            fjord_common::now_ms(),
+        );
+        access
+            .requester()
+            .mute_for(throttle_ms, fjord_common::now_ms());
+        let header = (header, throttle_ms);
         let Some(ask) = self.txns.produce_ask(&request, version) else {
             let verdicts = Default::default();
             return self.produce.produce(request, header, &verdicts, access);
@@ -334,7 +352,8 @@ impl Broker {
     }
 
     /// The cluster's description: ApiVersions, Metadata, DescribeCluster,
-    /// DescribeTopicPartitions, DescribeConfigs, DescribeUserScramCredentials, as this broker's
+    /// DescribeTopicPartitions, DescribeConfigs, DescribeUserScramCredentials, DescribeAcls,
+    /// DescribeClientQuotas, as this broker's
     /// image has them.
     fn route_cluster(
         self: &Arc<Self>,
@@ -376,6 +395,9 @@ impl Broker {
             RequestBody::DescribeAcls(request) => answer.now(ResponseBody::DescribeAcls(
                 self.cluster.describe_acls(&request),
             )),
+            RequestBody::DescribeClientQuotas(request) => answer.now(
+                ResponseBody::DescribeClientQuotas(self.cluster.describe_client_quotas(&request)),
+            ),
             RequestBody::DescribeUserScramCredentials(request) => {
                 answer.now(ResponseBody::DescribeUserScramCredentials(
                     self.cluster.describe_user_scram_credentials(&request),
@@ -401,12 +423,14 @@ impl Broker {
     }
 }
 
-/// What a request's answer is encoded with: its API, version and correlation id.
+/// What a request's answer is encoded with: its API, version and correlation id; and the
+/// request's size, which a producer's byte-rate quota counts.
 #[derive(Clone, Copy)]
 struct Answer {
     api: ApiKey,
     version: i16,
     correlation_id: i32,
+    request_size: usize,
 }
 
 impl Answer {

@@ -414,6 +414,15 @@ impl FetchApi {
     ) -> Reply {
         let image = self.node.image();
         let mut plan = FetchPlan::of(&request, version, correlation_id, &image);
+        // A consumer's answer is no larger than its quota allows over the window: a larger one
+        // could never be sent.
+        if plan.replica.is_none() {
+            let quotas = image.client_quotas();
+            let fetch_quota = &self.node.client_quotas.fetch;
+            if let Some(max) = fetch_quota.max_in_window(quotas, access.quota_client()) {
+                plan.max_bytes = plan.max_bytes.min(max.max(1.0) as usize);
+            }
+        }
         plan.access = Some(access.clone());
         let session = match self.session_targets(&request, &mut plan, &image, now) {
             Ok(session) => session,
@@ -441,7 +450,7 @@ impl FetchApi {
         }
         let read = self.read_for(&plan, &session.targets, now);
         if plan.max_wait_ms == 0 || plan.satisfied_by(&read) || session.targets.is_empty() {
-            return Reply::Now(self.fetch_response(&plan, &session, read.0));
+            return Reply::Now(self.fetch_response(&plan, &session, read));
         }
         let this = self.clone();
         Reply::Later(Box::pin(async move {
@@ -456,7 +465,7 @@ impl FetchApi {
                     || plan.satisfied_by(&read)
                     || tokio::time::Instant::now() >= deadline
                 {
-                    return this.fetch_response(&plan, &session, read.0);
+                    return this.fetch_response(&plan, &session, read);
                 }
             }
         }))
@@ -538,10 +547,31 @@ impl FetchApi {
         &self,
         plan: &FetchPlan,
         session: &SessionTargets,
-        results: Vec<PartitionRead>,
+        (results, bytes_read, _): FetchRead,
     ) -> Response {
         if plan.replica.is_some() {
             self.record_leader_throttled(&results);
+        }
+        let throttle_time_ms = match (&plan.replica, &plan.access) {
+            (None, Some(access)) => self.consumer_throttle(access, bytes_read),
+            _ => 0,
+        };
+        if throttle_time_ms > 0 {
+            // Answered without its records, as Kafka answers a throttled fetch; the session
+            // is left as it was, so the next fetch sends them.
+            let body = FetchResponse {
+                throttle_time_ms,
+                error_code: errors::NONE,
+                session_id: session.session_id,
+                ..Default::default()
+            };
+            return encode_fetch_response(
+                plan.version,
+                plan.correlation_id,
+                &body,
+                &[],
+                Vec::new(),
+            );
         }
         let mut topics: Vec<FetchableTopicResponse> = Vec::new();
         let mut externals: Vec<ExternalRecords> = Vec::new();
@@ -592,6 +622,21 @@ impl FetchApi {
             ..Default::default()
         };
         encode_fetch_response(plan.version, plan.correlation_id, &body, &externals, slices)
+    }
+
+    /// Counts a consumer's answer of `bytes` against its byte-rate quota; the throttle its quota
+    /// asks for, 0 within it. An answer over the quota is not sent: its bytes are taken back and
+    /// the connection muted.
+    fn consumer_throttle(&self, access: &Access, bytes: usize) -> i32 {
+        let quotas = access.image().client_quotas();
+        let manager = &self.node.client_quotas.fetch;
+        let now = fjord_common::now_ms();
+        let throttle_ms = manager.record(quotas, access.quota_client(), bytes as f64, now);
+        if throttle_ms > 0 {
+            manager.unrecord(quotas, access.quota_client(), bytes as f64, now);
+            access.requester().mute_for(throttle_ms, now);
+        }
+        throttle_ms
     }
 
     /// Tells the fetch session what this answer sends for `target`; whether the answer carries
@@ -1182,6 +1227,7 @@ mod tests {
         let quotas = ReplicationQuotas::new(&config.replication(), (f64::MAX, f64::MAX));
         FetchApi {
             node: Arc::new(Node {
+                client_quotas: crate::quota::ClientQuotaManagers::new((11, 1000)),
                 config,
                 cluster_id: "c".into(),
                 images: tokio::sync::watch::channel(image).1,

@@ -18,6 +18,7 @@ mod groups;
 mod log_admin;
 mod metadata;
 mod produce;
+mod quotas;
 mod refusals;
 mod topic_ids;
 mod topic_partitions;
@@ -28,6 +29,7 @@ mod txn_verify;
 mod users;
 pub mod versions;
 
+use crate::quota::ClientQuotaManagers;
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
@@ -60,6 +62,8 @@ pub struct Node {
     images: watch::Receiver<Arc<MetadataImage>>,
     /// The ACLs' judge, when `authorizer.class.name` configures one.
     authorizer: Option<Arc<Authorizer>>,
+    /// The clients' byte rates, measured against their quotas.
+    pub(crate) client_quotas: ClientQuotaManagers,
 }
 
 /// The request router: one narrow context per API family, each holding only what its
@@ -209,6 +213,7 @@ impl Broker {
         let producer_ids = ProducerIds::new(controller.clone(), config.node_id, broker_epoch);
         let authorizer = authz::authorizer(&config);
         let node = Arc::new(Node {
+            client_quotas: ClientQuotaManagers::new(config.client_quota_window()),
             config,
             cluster_id,
             images: quorum.subscribe(),

@@ -46,6 +46,8 @@ struct ProduceAnswer {
     api: ApiKey,
     version: i16,
     correlation_id: i32,
+    /// What the producer's byte-rate quota asks it to wait (0 within its quota).
+    throttle_time_ms: i32,
     topics: Vec<TopicProduceResponse>,
     pending: Vec<PendingPartition>,
 }
@@ -61,6 +63,7 @@ impl ProduceAnswer {
         }
         let body = ResponseBody::Produce(ProduceResponse {
             responses: topics,
+            throttle_time_ms: self.throttle_time_ms,
             ..Default::default()
         });
         encode_response(self.api, self.version, self.correlation_id, &body)
@@ -154,7 +157,7 @@ impl ProduceApi {
     pub(crate) fn produce(
         self: &Arc<Self>,
         request: ProduceRequest,
-        (api, version, correlation_id): (ApiKey, i16, i32),
+        ((api, version, correlation_id), throttle_time_ms): ((ApiKey, i16, i32), i32),
         verdicts: &Verdicts,
         access: &Access,
     ) -> Reply {
@@ -170,6 +173,7 @@ impl ProduceApi {
             api,
             version,
             correlation_id,
+            throttle_time_ms,
             topics: Vec::with_capacity(request.topic_data.len()),
             pending: Vec::new(),
         };
@@ -388,6 +392,7 @@ mod tests {
             api: ApiKey::Produce,
             version: 9,
             correlation_id: 5,
+            throttle_time_ms: 0,
             topics: vec![topic("a"), topic("b")],
             pending,
         }

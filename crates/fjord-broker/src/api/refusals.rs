@@ -11,6 +11,7 @@ use fjord_protocol::messages::alter_replica_log_dirs_response::{
     AlterReplicaLogDirPartitionResult, AlterReplicaLogDirTopicResult, AlterReplicaLogDirsResponse,
 };
 use fjord_protocol::messages::describe_acls_response::DescribeAclsResponse;
+use fjord_protocol::messages::describe_client_quotas_response::DescribeClientQuotasResponse;
 use fjord_protocol::messages::describe_log_dirs_response::DescribeLogDirsResponse;
 use fjord_protocol::messages::describe_user_scram_credentials_response::DescribeUserScramCredentialsResponse;
 use fjord_protocol::messages::end_txn_response::EndTxnResponse;
@@ -86,6 +87,14 @@ pub(crate) fn refused(
             ResponseBody::DescribeUserScramCredentials(DescribeUserScramCredentialsResponse {
                 error_code: code,
                 error_message: message,
+                ..Default::default()
+            })
+        }
+        RequestBody::DescribeClientQuotas(_) => {
+            ResponseBody::DescribeClientQuotas(DescribeClientQuotasResponse {
+                error_code: code,
+                error_message: message,
+                entries: None,
                 ..Default::default()
             })
         }

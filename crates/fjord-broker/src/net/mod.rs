@@ -574,6 +574,14 @@ impl<D: Dispatch + ?Sized> Connection<D> {
                     break Ok(());
                 }
             }
+            // A client over a quota: nothing more of its connection is served until its
+            // throttle has passed (KIP-219), as Kafka mutes the channel.
+            if let Some(delay) = requester.muted_for(fjord_common::now_ms()) {
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = shutdown.changed() => break Ok(()),
+                }
+            }
             let outgoing = match dispatcher.dispatch(frame, &requester) {
                 Reply::Now(response) => Outgoing::Ready(response),
                 Reply::Later(future) => Outgoing::Pending(sequencer.start(sequencing, future)),

@@ -8,15 +8,16 @@
 //! their bytes count towards the rate. A fetch already under way is not cut: the rate may
 //! overshoot by one fetch, then holds back until the window's average is under the bound again.
 //!
-//! `Rate` is the sans-IO core (time passed in); `ReplicationQuota` shares one between tasks.
+//! The rate is `crate::quota::rate`'s (Kafka's `SimpleRate`); `ReplicationQuota` shares one
+//! between tasks.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use fjord_common::{lock, BrokerId};
 use fjord_config::ReplicationConfig;
 
+use crate::quota::rate::{Elapsed, Rate};
 use crate::replication::Partition;
 
 /// Which side of replication a throttle bounds.
@@ -26,61 +27,6 @@ pub enum Side {
     Leader,
     /// What a follower fetches (`follower.replication.throttled.replicas`).
     Follower,
-}
-
-/// Bytes per second over a sliding window of `samples` samples of `window_ms` each (Kafka's
-/// `SimpleRate`): the bytes of the samples kept, over the time since the oldest began (at least
-/// one sample's length, so a first burst is not divided by almost nothing).
-#[derive(Debug)]
-pub struct Rate {
-    window_ms: i64,
-    max_samples: usize,
-    /// (start ms, bytes), oldest first.
-    samples: VecDeque<(i64, u64)>,
-}
-
-impl Rate {
-    pub fn new(window_ms: i64, max_samples: usize) -> Self {
-        assert!(window_ms > 0 && max_samples > 0);
-        Rate {
-            window_ms,
-            max_samples,
-            samples: VecDeque::with_capacity(max_samples),
-        }
-    }
-
-    /// Samples older than the whole window no longer count.
-    fn purge(&mut self, now_ms: i64) {
-        let expired_before = now_ms - self.window_ms * self.max_samples as i64;
-        while self
-            .samples
-            .front()
-            .is_some_and(|(start, _)| *start <= expired_before)
-        {
-            self.samples.pop_front();
-        }
-    }
-
-    pub fn record(&mut self, bytes: u64, now_ms: i64) {
-        self.purge(now_ms);
-        match self.samples.back_mut() {
-            Some((start, sum)) if now_ms < *start + self.window_ms => *sum += bytes,
-            _ => {
-                if self.samples.len() == self.max_samples {
-                    self.samples.pop_front();
-                }
-                self.samples.push_back((now_ms, bytes));
-            }
-        }
-    }
-
-    pub fn bytes_per_second(&mut self, now_ms: i64) -> f64 {
-        self.purge(now_ms);
-        let total: u64 = self.samples.iter().map(|(_, bytes)| bytes).sum();
-        let oldest = self.samples.front().map_or(now_ms, |(start, _)| *start);
-        let elapsed_ms = (now_ms - oldest).max(self.window_ms);
-        total as f64 * 1000.0 / elapsed_ms as f64
-    }
 }
 
 /// One side's throttle (the leader's or the follower's): its rate and its bound.
@@ -96,6 +42,7 @@ impl ReplicationQuota {
             rate: Mutex::new(Rate::new(
                 settings.quota_window_ms,
                 settings.quota_window_num,
+                Elapsed::SinceOldest,
             )),
             bound: AtomicU64::new(bound.to_bits()),
         }
@@ -112,14 +59,14 @@ impl ReplicationQuota {
 
     pub fn record(&self, bytes: u64, now_ms: i64) {
         if bytes > 0 {
-            lock(&self.rate).record(bytes, now_ms);
+            lock(&self.rate).record(bytes as f64, now_ms);
         }
     }
 
     /// Whether the bytes replicated for throttled replicas run above the bound.
     pub fn exceeded(&self, now_ms: i64) -> bool {
         let bound = self.bound();
-        bound < f64::MAX && lock(&self.rate).bytes_per_second(now_ms) > bound
+        bound < f64::MAX && lock(&self.rate).per_second(now_ms) > bound
     }
 }
 
@@ -153,35 +100,6 @@ pub fn throttles(partition: &Partition, side: Side, broker: BrokerId) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_rate_is_the_bytes_of_the_window_over_its_time() {
-        let mut rate = Rate::new(1000, 11);
-        assert_eq!(rate.bytes_per_second(0), 0.0);
-        // A first burst counts over one sample's length at least.
-        rate.record(1_000_000, 0);
-        assert_eq!(rate.bytes_per_second(0), 1_000_000.0);
-        assert_eq!(rate.bytes_per_second(500), 1_000_000.0);
-        // Then over the time since the oldest sample began.
-        assert_eq!(rate.bytes_per_second(4000), 250_000.0);
-        rate.record(1_000_000, 4000);
-        assert_eq!(rate.bytes_per_second(4000), 500_000.0);
-        // Samples older than the window (11 s) drop out.
-        assert_eq!(rate.bytes_per_second(11_000), 1_000_000.0 / 7.0);
-        assert_eq!(rate.bytes_per_second(14_000), 100_000.0);
-        assert_eq!(rate.bytes_per_second(15_000), 0.0);
-    }
-
-    #[test]
-    fn at_most_the_configured_number_of_samples_is_kept() {
-        let mut rate = Rate::new(1000, 3);
-        for second in 0..10 {
-            rate.record(100, second * 1000);
-            assert!(rate.samples.len() <= 3);
-        }
-        // Samples at 7, 8 and 9 s.
-        assert_eq!(rate.bytes_per_second(9000), 300.0 / 2.0);
-    }
 
     #[test]
     fn a_quota_is_exceeded_only_above_a_bound() {

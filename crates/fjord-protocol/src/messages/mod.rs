@@ -15,6 +15,8 @@ pub mod add_raft_voter_request;
 pub mod add_raft_voter_response;
 pub mod allocate_producer_ids_request;
 pub mod allocate_producer_ids_response;
+pub mod alter_client_quotas_request;
+pub mod alter_client_quotas_response;
 pub mod alter_configs_request;
 pub mod alter_configs_response;
 pub mod alter_partition_reassignments_request;
@@ -53,6 +55,8 @@ pub mod delete_topics_request;
 pub mod delete_topics_response;
 pub mod describe_acls_request;
 pub mod describe_acls_response;
+pub mod describe_client_quotas_request;
+pub mod describe_client_quotas_response;
 pub mod describe_cluster_request;
 pub mod describe_cluster_response;
 pub mod describe_configs_request;
@@ -134,6 +138,8 @@ pub use add_raft_voter_request::AddRaftVoterRequest;
 pub use add_raft_voter_response::AddRaftVoterResponse;
 pub use allocate_producer_ids_request::AllocateProducerIdsRequest;
 pub use allocate_producer_ids_response::AllocateProducerIdsResponse;
+pub use alter_client_quotas_request::AlterClientQuotasRequest;
+pub use alter_client_quotas_response::AlterClientQuotasResponse;
 pub use alter_configs_request::AlterConfigsRequest;
 pub use alter_configs_response::AlterConfigsResponse;
 pub use alter_partition_reassignments_request::AlterPartitionReassignmentsRequest;
@@ -172,6 +178,8 @@ pub use delete_topics_request::DeleteTopicsRequest;
 pub use delete_topics_response::DeleteTopicsResponse;
 pub use describe_acls_request::DescribeAclsRequest;
 pub use describe_acls_response::DescribeAclsResponse;
+pub use describe_client_quotas_request::DescribeClientQuotasRequest;
+pub use describe_client_quotas_response::DescribeClientQuotasResponse;
 pub use describe_cluster_request::DescribeClusterRequest;
 pub use describe_cluster_response::DescribeClusterResponse;
 pub use describe_configs_request::DescribeConfigsRequest;
@@ -289,6 +297,8 @@ pub enum RequestBody {
     AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
     ListPartitionReassignments(ListPartitionReassignmentsRequest),
     OffsetDelete(OffsetDeleteRequest),
+    DescribeClientQuotas(DescribeClientQuotasRequest),
+    AlterClientQuotas(AlterClientQuotasRequest),
     DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
     AlterUserScramCredentials(AlterUserScramCredentialsRequest),
     DescribeQuorum(DescribeQuorumRequest),
@@ -419,6 +429,12 @@ impl RequestBody {
             ApiKey::OffsetDelete => {
                 RequestBody::OffsetDelete(OffsetDeleteRequest::decode(input, version)?)
             }
+            ApiKey::DescribeClientQuotas => RequestBody::DescribeClientQuotas(
+                DescribeClientQuotasRequest::decode(input, version)?,
+            ),
+            ApiKey::AlterClientQuotas => {
+                RequestBody::AlterClientQuotas(AlterClientQuotasRequest::decode(input, version)?)
+            }
             ApiKey::DescribeUserScramCredentials => RequestBody::DescribeUserScramCredentials(
                 DescribeUserScramCredentialsRequest::decode(input, version)?,
             ),
@@ -517,6 +533,8 @@ impl RequestBody {
             RequestBody::AlterPartitionReassignments(_) => ApiKey::AlterPartitionReassignments,
             RequestBody::ListPartitionReassignments(_) => ApiKey::ListPartitionReassignments,
             RequestBody::OffsetDelete(_) => ApiKey::OffsetDelete,
+            RequestBody::DescribeClientQuotas(_) => ApiKey::DescribeClientQuotas,
+            RequestBody::AlterClientQuotas(_) => ApiKey::AlterClientQuotas,
             RequestBody::DescribeUserScramCredentials(_) => ApiKey::DescribeUserScramCredentials,
             RequestBody::AlterUserScramCredentials(_) => ApiKey::AlterUserScramCredentials,
             RequestBody::DescribeQuorum(_) => ApiKey::DescribeQuorum,
@@ -581,6 +599,8 @@ impl RequestBody {
             RequestBody::AlterPartitionReassignments(body) => body.encode(out, version),
             RequestBody::ListPartitionReassignments(body) => body.encode(out, version),
             RequestBody::OffsetDelete(body) => body.encode(out, version),
+            RequestBody::DescribeClientQuotas(body) => body.encode(out, version),
+            RequestBody::AlterClientQuotas(body) => body.encode(out, version),
             RequestBody::DescribeUserScramCredentials(body) => body.encode(out, version),
             RequestBody::AlterUserScramCredentials(body) => body.encode(out, version),
             RequestBody::DescribeQuorum(body) => body.encode(out, version),
@@ -647,6 +667,8 @@ pub enum ResponseBody {
     AlterPartitionReassignments(AlterPartitionReassignmentsResponse),
     ListPartitionReassignments(ListPartitionReassignmentsResponse),
     OffsetDelete(OffsetDeleteResponse),
+    DescribeClientQuotas(DescribeClientQuotasResponse),
+    AlterClientQuotas(AlterClientQuotasResponse),
     DescribeUserScramCredentials(DescribeUserScramCredentialsResponse),
     AlterUserScramCredentials(AlterUserScramCredentialsResponse),
     DescribeQuorum(DescribeQuorumResponse),
@@ -783,6 +805,12 @@ impl ResponseBody {
             ApiKey::OffsetDelete => {
                 ResponseBody::OffsetDelete(OffsetDeleteResponse::decode(input, version)?)
             }
+            ApiKey::DescribeClientQuotas => ResponseBody::DescribeClientQuotas(
+                DescribeClientQuotasResponse::decode(input, version)?,
+            ),
+            ApiKey::AlterClientQuotas => {
+                ResponseBody::AlterClientQuotas(AlterClientQuotasResponse::decode(input, version)?)
+            }
             ApiKey::DescribeUserScramCredentials => ResponseBody::DescribeUserScramCredentials(
                 DescribeUserScramCredentialsResponse::decode(input, version)?,
             ),
@@ -881,6 +909,8 @@ impl ResponseBody {
             ResponseBody::AlterPartitionReassignments(_) => ApiKey::AlterPartitionReassignments,
             ResponseBody::ListPartitionReassignments(_) => ApiKey::ListPartitionReassignments,
             ResponseBody::OffsetDelete(_) => ApiKey::OffsetDelete,
+            ResponseBody::DescribeClientQuotas(_) => ApiKey::DescribeClientQuotas,
+            ResponseBody::AlterClientQuotas(_) => ApiKey::AlterClientQuotas,
             ResponseBody::DescribeUserScramCredentials(_) => ApiKey::DescribeUserScramCredentials,
             ResponseBody::AlterUserScramCredentials(_) => ApiKey::AlterUserScramCredentials,
             ResponseBody::DescribeQuorum(_) => ApiKey::DescribeQuorum,
@@ -945,6 +975,8 @@ impl ResponseBody {
             ResponseBody::AlterPartitionReassignments(body) => body.encode(out, version),
             ResponseBody::ListPartitionReassignments(body) => body.encode(out, version),
             ResponseBody::OffsetDelete(body) => body.encode(out, version),
+            ResponseBody::DescribeClientQuotas(body) => body.encode(out, version),
+            ResponseBody::AlterClientQuotas(body) => body.encode(out, version),
             ResponseBody::DescribeUserScramCredentials(body) => body.encode(out, version),
             ResponseBody::AlterUserScramCredentials(body) => body.encode(out, version),
             ResponseBody::DescribeQuorum(body) => body.encode(out, version),

@@ -1,0 +1,269 @@
+"""Client quotas: set, described and removed with `kafka-configs --entity-type users|clients|ips` (Kafka's
+ConfigCommand, through AlterClientQuotas and DescribeClientQuotas) and the admin protocol, with Kafka's checks and
+errors; enforced as Kafka enforces them.
+
+One broker for the module (fjord, or Kafka with E2E_BROKER=kafka); each test uses its own users and client ids.
+"""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from kafka.admin import KafkaAdminClient
+from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
+
+from harness import Broker, kafka_tool, module_broker
+
+CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"
+INVALID_REQUEST, UNSUPPORTED_VERSION = 42, 35
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory) -> Broker:
+    yield from module_broker(Path(tmp_path_factory.mktemp("quotas")), {})
+
+
+def configs(b: Broker, *args: str) -> str:
+    return kafka_tool(CONFIG_COMMAND, "--bootstrap-server", b.bootstrap, *args)
+
+
+def configs_failing(b: Broker, *args: str) -> str:
+    """kafka-configs' output for a change the broker refuses (the tool reports it and exits non-zero)."""
+    try:
+        configs(b, *args)
+    except Exception as e:  # kafka_tool raises with the tool's output
+        return str(e)
+    raise AssertionError(f"kafka-configs {' '.join(args)} succeeded")
+
+
+def describe(b: Broker, components, strict=False):
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+        request = DescribeClientQuotasRequest(components=[
+            DescribeClientQuotasRequest.ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components],
+            strict=strict)
+        response = admin._manager.run(admin._manager.send, request)
+        entries = None
+        if response.entries is not None:
+            entries = sorted((tuple(sorted((e.entity_type, e.entity_name or "<default>") for e in entry.entity)),
+                              tuple(sorted((v.key, v.value) for v in entry.values))) for entry in response.entries)
+        return response.error_code, entries
+    finally:
+        admin.close()
+
+
+def alter(b: Broker, entries, validate_only=False):
+    """AlterClientQuotas with `entries` of (entity [(type, name)], ops [(key, value or None)]): each entry's result."""
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+        E = AlterClientQuotasRequest.EntryData
+        request = AlterClientQuotasRequest(entries=[E(
+            entity=[E.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+            ops=[E.OpData(key=k, value=v if v is not None else 0.0, remove=v is None) for k, v in ops])
+            for entity, ops in entries], validate_only=validate_only)
+        response = admin._manager.run(admin._manager.send, request)
+        return [(e.error_code, e.error_message) for e in response.entries]
+    finally:
+        admin.close()
+
+
+def test_kafka_configs_sets_describes_and_removes_quotas_of_users_clients_and_ips(broker: Broker):
+    configs(broker, "--entity-type", "users", "--entity-name", "q-alice", "--alter",
+            "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048")
+    configs(broker, "--entity-type", "users", "--entity-name", "q-alice", "--entity-type", "clients",
+            "--entity-name", "q-app", "--alter", "--add-config", "request_percentage=12.5")
+    configs(broker, "--entity-type", "clients", "--entity-default", "--alter", "--add-config",
+            "producer_byte_rate=4096")
+    configs(broker, "--entity-type", "ips", "--entity-name", "127.0.0.9", "--alter", "--add-config",
+            "connection_creation_rate=5")
+
+    out = configs(broker, "--entity-type", "users", "--entity-name", "q-alice", "--describe")
+    assert "Quota configs for user-principal 'q-alice' are consumer_byte_rate=2048.0, producer_byte_rate=1024.0" \
+        in out, out
+    out = configs(broker, "--entity-type", "users", "--entity-name", "q-alice", "--entity-type", "clients",
+                  "--entity-name", "q-app", "--describe")
+    assert "Quota configs for user-principal 'q-alice', client-id 'q-app' are request_percentage=12.5" in out, out
+    out = configs(broker, "--entity-type", "clients", "--entity-default", "--describe")
+    assert "Quota configs for the default client-id are producer_byte_rate=4096.0" in out, out
+    out = configs(broker, "--entity-type", "ips", "--entity-name", "127.0.0.9", "--describe")
+    assert "Quota configs for ip '127.0.0.9' are connection_creation_rate=5.0" in out, out
+
+    # The protocol's view: a user filter matches the user's entities; strict only the user alone.
+    code, entries = describe(broker, [("user", 0, "q-alice")])
+    assert code == 0 and entries == [
+        ((("client-id", "q-app"), ("user", "q-alice")), (("request_percentage", 12.5),)),
+        ((("user", "q-alice"),), (("consumer_byte_rate", 2048.0), ("producer_byte_rate", 1024.0))),
+    ], entries
+    code, entries = describe(broker, [("user", 0, "q-alice")], strict=True)
+    assert [e[0] for e in entries] == [(("user", "q-alice"),)], entries
+    code, entries = describe(broker, [("client-id", 1, None)], strict=True)
+    assert entries == [((("client-id", "<default>"),), (("producer_byte_rate", 4096.0),))], entries
+
+    configs(broker, "--entity-type", "users", "--entity-name", "q-alice", "--alter", "--delete-config",
+            "producer_byte_rate")
+    out = configs(broker, "--entity-type", "users", "--entity-name", "q-alice", "--describe")
+    assert "are consumer_byte_rate=2048.0" in out and "producer_byte_rate" not in out, out
+    for entity in (["--entity-type", "users", "--entity-name", "q-alice"],
+                   ["--entity-type", "users", "--entity-name", "q-alice", "--entity-type", "clients",
+                    "--entity-name", "q-app"],
+                   ["--entity-type", "clients", "--entity-default"],
+                   ["--entity-type", "ips", "--entity-name", "127.0.0.9"]):
+        keys = {"users": "consumer_byte_rate", "ips": "connection_creation_rate", "clients": "producer_byte_rate"}
+        key = "request_percentage" if len(entity) > 4 else keys[entity[1]]
+        configs(broker, *entity, "--alter", "--delete-config", key)
+    assert describe(broker, [("user", 0, "q-alice")]) == (0, [])
+
+
+def test_bad_quotas_are_refused_with_kafkas_messages(broker: Broker):
+    alice = [("user", "q-bad")]
+    refused = alter(broker, [
+        (alice, [("producer_byte_rate", 1.5)]),
+    ])
+    assert refused == [(INVALID_REQUEST, "producer_byte_rate cannot be a fractional value.")], refused
+    cases = [
+        ([("user", "q-bad")], [("no_such_quota", 1.0)], "Invalid configuration key no_such_quota"),
+        ([("user", "q-bad")], [("consumer_byte_rate", 0.0)], "Quota consumer_byte_rate must be greater than 0"),
+        ([("ip", None)], [("producer_byte_rate", 10.0)], "Invalid configuration key producer_byte_rate"),
+        ([("ip", "1.2.3.4"), ("user", "q-bad")], [("producer_byte_rate", 10.0)], None),
+        ([("user", "")], [("producer_byte_rate", 10.0)], "Empty user not supported"),
+        ([("group", "g")], [("producer_byte_rate", 10.0)], "Unhandled client quota entity type: group"),
+    ]
+    for entity, ops, message in cases:
+        [(code, got)] = alter(broker, [(entity, ops)])
+        assert code == INVALID_REQUEST, (entity, ops, code, got)
+        if message is not None:
+            assert got == message, (entity, ops, got)
+    # One refused entity leaves the others of the request applied; validate-only applies nothing.
+    results = alter(broker, [([("user", "q-bad")], [("bogus", 1.0)]), ([("user", "q-good")], [
+        ("producer_byte_rate", 10.0)])])
+    assert [c for c, _ in results] == [INVALID_REQUEST, 0], results
+    assert alter(broker, [([("user", "q-check")], [("producer_byte_rate", 10.0)])], validate_only=True) == [(0, None)]
+    assert describe(broker, [("user", 0, "q-check")]) == (0, [])
+    assert describe(broker, [("user", 0, "q-good")])[1] == [
+        ((("user", "q-good"),), (("producer_byte_rate", 10.0),))]
+    alter(broker, [([("user", "q-good")], [("producer_byte_rate", None)])])
+    # Bad filters: Kafka's codes.
+    assert describe(broker, [("group", 2, None)])[0] == UNSUPPORTED_VERSION
+    assert describe(broker, [("user", 0, None)])[0] == INVALID_REQUEST
+    assert describe(broker, [("ip", 2, None), ("user", 1, None)])[0] == INVALID_REQUEST
+    out = configs_failing(broker, "--entity-type", "users", "--entity-name", "q-bad", "--alter", "--add-config",
+                          "producer_byte_rate=1.5")
+    assert "producer_byte_rate cannot be a fractional value" in out, out
+
+
+# Kafka measures a quota over 11 samples of 1 s, and a client starting out over 10 s at least. A client that sends all
+# it may sends about a window's worth (10 s of quota) at once, then little until that sample expires 11 s later, then
+# the next window's worth: its rate is a sawtooth of period 11 s. It is measured over three whole periods from the
+# start, 33 s (the 30 s a Kafka user would try, rounded up to whole windows), where Kafka holds it within 10 %.
+MEASURE_S = 33
+WARM_UP_S = 0
+QUOTA = 256 * 1024
+
+
+def quota(b: Broker, entity, key: str, value):
+    assert alter(b, [(entity, [(key, value)])]) == [(0, None)]
+
+
+def produce_for(b: Broker, client_id: str, topic: str, seconds: float, warm_up: float = 0):
+    """Produces as fast as the broker lets `client_id` for `warm_up` + `seconds`; the bytes acknowledged per second
+    after the warm-up."""
+    from confluent_kafka import Producer
+    acked = [0]
+    measuring = [False]
+
+    def delivered(err, msg):
+        if err is None and measuring[0]:
+            acked[0] += len(msg.value())
+
+    # Requests of 64 KiB at most, so that one request is a small part of a second's quota.
+    producer = Producer({"bootstrap.servers": b.bootstrap, "client.id": client_id, "linger.ms": 5, "acks": 1,
+                         "batch.size": 65536, "queue.buffering.max.kbytes": 1024})
+    value = b"q" * 4096
+    start = time.monotonic()
+    while time.monotonic() - start < warm_up + seconds:
+        measuring[0] = time.monotonic() - start >= warm_up
+        try:
+            producer.produce(topic, value, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.05)
+        producer.poll(0)
+    counted = acked[0]
+    producer.purge()
+    producer.flush(10)
+    return counted / seconds
+
+
+def consume_for(b: Broker, client_id: str, topic: str, seconds: float, warm_up: float = 0):
+    """Consumes `topic` from the start as `client_id` for `warm_up` + `seconds`; the bytes received per second after
+    the warm-up."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": b.bootstrap, "client.id": client_id, "group.id": client_id,
+                         "enable.auto.commit": False, "fetch.max.bytes": 65536, "message.max.bytes": 65536,
+                         "max.partition.fetch.bytes": 65536})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    received = 0
+    start = time.monotonic()
+    while time.monotonic() - start < warm_up + seconds:
+        for m in consumer.consume(100, timeout=0.2):
+            if m.error() is None and time.monotonic() - start >= warm_up:
+                received += len(m.value())
+    consumer.close()
+    return received / seconds
+
+
+def create_topic(b: Broker, topic: str):
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+
+def fill(b: Broker, topic: str, size: int):
+    from confluent_kafka import Producer
+    create_topic(b, topic)
+    # Batches of 16 KiB: a fetch answers whole batches, so they set how finely a consumer's quota can be held.
+    producer = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "client.id": "q-filler",
+                         "batch.size": 16384})
+    value = b"f" * 4096
+    for _ in range(size // len(value)):
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+
+
+def test_producers_and_consumers_are_held_to_their_byte_rate_quotas(broker: Broker):
+    """A producer and a consumer, each over its quota, side by side: each held within 10 % of its quota."""
+    fill(broker, "q-consumed", 2 * QUOTA * (MEASURE_S + WARM_UP_S))
+    create_topic(broker, "q-produced")
+    quota(broker, [("client-id", "q-producer")], "producer_byte_rate", QUOTA)
+    quota(broker, [("client-id", "q-consumer")], "consumer_byte_rate", QUOTA)
+    rates = {}
+    threads = [threading.Thread(target=lambda: rates.update(p=produce_for(broker, "q-producer", "q-produced",
+                                                                            MEASURE_S, WARM_UP_S))),
+               threading.Thread(target=lambda: rates.update(c=consume_for(broker, "q-consumer", "q-consumed",
+                                                                            MEASURE_S, WARM_UP_S)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(f"quota {QUOTA} B/s: produced {rates['p']:.0f} B/s, consumed {rates['c']:.0f} B/s")
+    assert 0.9 * QUOTA <= rates["p"] <= 1.1 * QUOTA, rates
+    assert 0.9 * QUOTA <= rates["c"] <= 1.1 * QUOTA, rates
+
+
+def test_a_quota_changed_on_a_running_broker_is_followed(broker: Broker):
+    create_topic(broker, "q-changed")
+    free = produce_for(broker, "q-changing", "q-changed", 3)
+    small = 64 * 1024
+    quota(broker, [("client-id", "q-changing")], "producer_byte_rate", small)
+    held = produce_for(broker, "q-changing", "q-changed", 15)
+    quota(broker, [("client-id", "q-changing")], "producer_byte_rate", None)
+    freed = produce_for(broker, "q-changing", "q-changed", 3)
+    print(f"without a quota {free:.0f} B/s; quota {small} B/s: {held:.0f} B/s; removed: {freed:.0f} B/s")
+    # Over 15 s from the change, the first burst (10 s of quota) included.
+    assert held <= 2.0 * small, held
+    assert free >= 8 * small and freed >= 8 * small, (free, freed)
