@@ -5,6 +5,8 @@ errors; enforced as Kafka enforces them.
 One broker for the module (fjord, or Kafka with E2E_BROKER=kafka); each test uses its own users and client ids.
 """
 
+import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -13,15 +15,37 @@ import pytest
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
-from harness import Broker, kafka_tool, module_broker
+from harness import Broker, free_port, kafka_tool, make_broker, read_properties, write_properties
 
 CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"
 INVALID_REQUEST, UNSUPPORTED_VERSION = 42, 35
 
 
+# 127.0.0.2 may hold 3 connections at once; every other address (the tests' clients, the broker's own links) many.
+LIMITED_ADDRESS, LIMITED_COUNT = "127.0.0.2", 3
+# A second listener that takes 2 connections at once.
+LISTENER_MAX = 2
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory) -> Broker:
-    yield from module_broker(Path(tmp_path_factory.mktemp("quotas")), {})
+    b = make_broker(Path(tmp_path_factory.mktemp("quotas")) / "broker")
+    props = read_properties(b.config)
+    b.limited_port = free_port()
+    added = f"LIMITED://127.0.0.1:{b.limited_port}"
+    props["listeners"] += "," + added
+    props["advertised.listeners"] += "," + added
+    props["listener.security.protocol.map"] = (props.get("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT")
+                                               + ",LIMITED:PLAINTEXT")
+    props["inter.broker.listener.name"] = "PLAINTEXT"
+    props["listener.name.limited.max.connections"] = str(LISTENER_MAX)
+    props["max.connections.per.ip"] = "1000"
+    props["max.connections.per.ip.overrides"] = f"{LIMITED_ADDRESS}:{LIMITED_COUNT}"
+    write_properties(b.config, props)
+    b.start()
+    yield b
+    if b.running():
+        b.stop()
 
 
 def configs(b: Broker, *args: str) -> str:
@@ -267,3 +291,77 @@ def test_a_quota_changed_on_a_running_broker_is_followed(broker: Broker):
     # Over 15 s from the change, the first burst (10 s of quota) included.
     assert held <= 2.0 * small, held
     assert free >= 8 * small and freed >= 8 * small, (free, freed)
+
+
+def api_versions_frame(correlation_id: int) -> bytes:
+    client_id = b"q-raw"
+    body = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
+    return struct.pack(">i", len(body)) + body
+
+
+def connect(port: int, source: str) -> socket.socket:
+    s = socket.socket()
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", port))
+    s.sendall(api_versions_frame(7))
+    return s
+
+
+def answered(s: socket.socket, timeout: float) -> bool:
+    """Whether an ApiVersions answer comes back on `s` within `timeout` (False if it is closed or stays silent)."""
+    s.settimeout(timeout)
+    try:
+        return len(s.recv(8)) >= 8
+    except (socket.timeout, ConnectionError):
+        return False
+
+
+def test_an_address_at_max_connections_per_ip_has_its_next_connections_closed(broker: Broker):
+    port = broker.port
+    held = [connect(port, LIMITED_ADDRESS) for _ in range(LIMITED_COUNT + 2)]
+    served = [answered(s, 5) for s in held]
+    assert served == [True] * LIMITED_COUNT + [False] * 2, served
+    for s in held:
+        s.close()
+    # Once closed, its connections count no more; another address was never limited.
+    deadline = time.monotonic() + 10
+    while True:
+        again = [connect(port, LIMITED_ADDRESS) for _ in range(LIMITED_COUNT)]
+        ok = all(answered(s, 5) for s in again)
+        for s in again:
+            s.close()
+        if ok or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ok
+    others = [connect(port, "127.0.0.5") for _ in range(LIMITED_COUNT + 2)]
+    assert all(answered(s, 5) for s in others)
+    for s in others:
+        s.close()
+
+
+def test_a_listener_at_max_connections_takes_the_next_one_when_one_closes(broker: Broker):
+    held = [connect(broker.limited_port, "127.0.0.6") for _ in range(LISTENER_MAX)]
+    assert all(answered(s, 5) for s in held)
+    waiting = connect(broker.limited_port, "127.0.0.6")
+    assert not answered(waiting, 1.5), "a connection over the listener's max.connections was served"
+    held[0].close()
+    assert answered(waiting, 10)
+    for s in held[1:] + [waiting]:
+        s.close()
+
+
+def test_an_address_over_its_connection_creation_rate_is_throttled(broker: Broker):
+    """connection_creation_rate=2 for one address: a burst of 40 connections gets one window's worth (10 s at 2 a
+    second) served; the others are held unserved and closed."""
+    source = "127.0.0.3"
+    quota(broker, [("ip", source)], "connection_creation_rate", 2)
+    try:
+        burst = [connect(broker.port, source) for _ in range(40)]
+        served = sum(answered(s, 3) for s in burst)
+        for s in burst:
+            s.close()
+        print(f"connection_creation_rate=2: {served} of 40 served")
+        assert 18 <= served <= 22, served
+    finally:
+        quota(broker, [("ip", source)], "connection_creation_rate", None)

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 /// Each layer, bottom up, with the broker layers it may import.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("net", &[]),
-    ("link", &[]),
     ("quota", &[]),
+    ("net", &["quota"]),
+    ("link", &[]),
     ("replication", &["link", "quota"]),
     ("coordinator", &["replication", "link"]),
     (

@@ -7,9 +7,11 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+mod connection_limits;
 mod principal;
 mod sasl;
 mod tls;
+pub use connection_limits::{ConnectionLimitsConfig, ListenerLimits};
 pub use principal::PrincipalMapper;
 pub use sasl::{OAuthBearerSettings, SaslMechanism, SaslSettings, ScramUser, PLAIN_LOGIN_MODULE};
 pub use tls::{ClientAuth, KeyStore, TlsSettings, TlsVersion, TrustStore};
@@ -691,7 +693,14 @@ pub(crate) fn listener_value(
 fn listener_override_of(key: &str) -> Option<&str> {
     let rest = key.strip_prefix("listener.name.")?;
     let (_, key) = rest.split_once('.')?;
-    if key.starts_with("ssl.") || key == "sasl.enabled.mechanisms" {
+    if key.starts_with("ssl.")
+        || [
+            "sasl.enabled.mechanisms",
+            "max.connections",
+            "max.connection.creation.rate",
+        ]
+        .contains(&key)
+    {
         return Some(key);
     }
     // `<mechanism>.sasl.jaas.config`, `<mechanism>.connections.max.reauth.ms`
@@ -899,6 +908,11 @@ broker_configs! {
     socket_send_buffer_bytes: i32 = "socket.send.buffer.bytes", Int, Some("102400"), Check::None;
     socket_receive_buffer_bytes: i32 = "socket.receive.buffer.bytes", Int, Some("102400"), Check::None;
     connections_max_idle_ms: i64 = "connections.max.idle.ms", Long, Some("600000"), Check::None;
+    // Connection limits (`connection_limits`); Integer.MAX_VALUE is none.
+    max_connections: i32 = "max.connections", Int, Some("2147483647"), Check::AtLeast(0);
+    max_connection_creation_rate: i32 = "max.connection.creation.rate", Int, Some("2147483647"), Check::AtLeast(0);
+    max_connections_per_ip: i32 = "max.connections.per.ip", Int, Some("2147483647"), Check::AtLeast(0);
+    max_connections_per_ip_overrides: String = "max.connections.per.ip.overrides", String, Some(""), Check::None;
     num_network_threads: i32 = "num.network.threads", Int, Some("3"), Check::AtLeast(1);
     num_io_threads: i32 = "num.io.threads", Int, Some("8"), Check::AtLeast(1);
     num_recovery_threads_per_data_dir: i32 = "num.recovery.threads.per.data.dir", Int, Some("2"), Check::AtLeast(1);
@@ -1491,6 +1505,8 @@ pub struct BrokerConfig {
     listener_sasl: BTreeMap<String, SaslSettings>,
     /// The authorizer, when `authorizer.class.name` names one.
     pub authorizer: Option<AuthorizerConfig>,
+    /// `max.connections` and the other connection limits.
+    connection_limits: ConnectionLimitsConfig,
     /// SCRAM users to add at start when missing (`fjord server --add-scram`, not a properties
     /// key: fjord has no format step).
     pub add_scram: Vec<ScramUser>,
@@ -1616,11 +1632,12 @@ impl BrokerConfig {
     /// The window client quotas are measured over: `quota.window.num` samples of
     /// `quota.window.size.seconds` each, as (samples, sample length in ms).
     pub fn client_quota_window(&self) -> (usize, i64) {
-        let s = &self.settings;
-        (
-            s.quota_window_num.max(1) as usize,
-            i64::from(s.quota_window_size_seconds.max(1)) * 1000,
-        )
+        self.connection_limits.window
+    }
+
+    /// `max.connections`, `max.connections.per.ip` and the other connection limits.
+    pub fn connection_limits(&self) -> &ConnectionLimitsConfig {
+        &self.connection_limits
     }
 
     /// The follower side of ISR replication: `num.replica.fetchers` and `replica.fetch.*`.
@@ -2005,6 +2022,12 @@ impl BrokerConfig {
         let secured = secure_listeners(props, &listeners, &cluster)?;
         check_consumer_group_bounds(&settings)?;
         let authorizer = authorizer_config(&settings)?;
+        let window = (
+            settings.quota_window_num.max(1) as usize,
+            i64::from(settings.quota_window_size_seconds.max(1)) * 1000,
+        );
+        let connection_limits =
+            connection_limits::connection_limits(props, &settings, &listeners, window)?;
         let config = BrokerConfig {
             node_id,
             listeners,
@@ -2029,6 +2052,7 @@ impl BrokerConfig {
             listener_tls: secured.tls,
             listener_sasl: secured.sasl,
             authorizer,
+            connection_limits,
             add_scram: Vec::new(),
             explicit: props.clone(),
             settings,

@@ -21,6 +21,7 @@
 //! are read and encrypted instead of going out with `sendfile`. A SASL listener (`sasl`) then
 //! authenticates the connection before any other request is read.
 
+pub mod limits;
 #[cfg(test)]
 mod sasl_tests;
 pub mod tls;
@@ -48,6 +49,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 
 use fjord_sasl::{Authenticator, SaslConfig, Session, Step};
+use limits::{Admission, ConnectionLimits};
 
 /// Requests a connection may have outstanding before the broker stops reading from it.
 pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
@@ -127,10 +129,12 @@ pub struct NetworkConfig {
     pub connections_max_idle_ms: i64,
 }
 
-/// What a listener secures its connections with: TLS (SSL, SASL_SSL), then SASL
-/// authentication (SASL_PLAINTEXT, SASL_SSL).
+/// What a listener guards its connections with: the broker's connection limits, TLS (SSL,
+/// SASL_SSL), then SASL authentication (SASL_PLAINTEXT, SASL_SSL).
 #[derive(Clone, Default)]
 pub struct ListenerSecurity {
+    /// The listener's name and the connection limits it counts in (none: not counted).
+    pub limits: Option<(String, Arc<ConnectionLimits>)>,
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub sasl: Option<Arc<SaslConfig>>,
     /// An SSL listener's `ssl.principal.mapping.rules`: a client certificate names the
@@ -159,6 +163,19 @@ pub async fn serve<D: Dispatch + ?Sized>(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let (stream, slot) = match &security.limits {
+                        Some((name, limits)) => {
+                            let admitted = tokio::select! {
+                                admitted = admit(limits, name, stream, peer) => admitted,
+                                _ = shutdown.changed() => break,
+                            };
+                            match admitted {
+                                Some((stream, slot)) => (stream, Some(slot)),
+                                None => continue,
+                            }
+                        }
+                        None => (stream, None),
+                    };
                     let _ = stream.set_nodelay(true);
                     let dispatcher = dispatcher.clone();
                     let config = config.clone();
@@ -183,6 +200,8 @@ pub async fn serve<D: Dispatch + ?Sized>(
                         if let Err(reason) = connection.serve(stream, shutdown).await {
                             tracing::debug!(%peer, %reason, "connection closed");
                         }
+                        // Given back once the connection is gone.
+                        drop(slot);
                     }));
                 }
                 Err(error) => {
@@ -197,6 +216,38 @@ pub async fn serve<D: Dispatch + ?Sized>(
     drop(listener);
     for connection in connections {
         let _ = connection.await;
+    }
+}
+
+/// Takes a connection accepted on `name` past the broker's connection limits, as Kafka's
+/// acceptor does: it first waits out the creation rates and for a free slot (holding back the
+/// connections after it), then the address's quota and count decide. None when the connection
+/// is closed instead — at once, or after a throttle, on a task of its own.
+async fn admit(
+    limits: &Arc<ConnectionLimits>,
+    name: &str,
+    stream: TcpStream,
+    peer: SocketAddr,
+) -> Option<(TcpStream, limits::Slot)> {
+    let delay = limits.accept_delay(name, fjord_common::now_ms());
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    limits.wait_for_slot(name).await;
+    match limits.admit(name, peer.ip(), fjord_common::now_ms()) {
+        Admission::Admitted(slot) => Some((stream, slot)),
+        Admission::TooMany { max } => {
+            tracing::info!(%peer, max, "connection refused: its address has max.connections.per.ip connections already");
+            None
+        }
+        Admission::Throttled(delay) => {
+            tracing::debug!(%peer, ?delay, "connection over its address's connection_creation_rate: closed after the throttle");
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                drop(stream);
+            });
+            None
+        }
     }
 }
 
@@ -966,6 +1017,7 @@ pub mod tests {
             connections_max_idle_ms: 60_000,
         };
         let security = ListenerSecurity {
+            limits: None,
             tls,
             sasl: None,
             certificate_principals: None,

@@ -104,6 +104,7 @@ async fn listen_with_sessions_of(
         now_ms: fjord_common::now_ms,
     };
     let security = ListenerSecurity {
+        limits: None,
         tls: None,
         sasl: Some(Arc::new(sasl)),
         certificate_principals: None,

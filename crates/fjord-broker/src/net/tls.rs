@@ -398,6 +398,7 @@ mod tests {
             connections_max_idle_ms: 5_000,
         };
         let security = ListenerSecurity {
+            limits: None,
             tls: Some(server_config(settings).unwrap()),
             sasl: None,
             certificate_principals: None,

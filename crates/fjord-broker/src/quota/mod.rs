@@ -62,23 +62,12 @@ impl ClientQuotaManager {
         }
         let (bound, scope) = quotas.sensor_for(self.key, client.user, client.client_id);
         let mut sensors = lock(&self.sensors);
-        if !sensors.contains_key(&scope) && sensors.len() >= MAX_SENSORS {
-            evict(&mut sensors, now_ms);
-        }
-        let rate = sensors
-            .entry(scope)
-            .or_insert_with(|| Rate::new(self.window_ms, self.samples, Elapsed::WholeWindow));
+        let rate = sensor(&mut sensors, scope, (self.samples, self.window_ms), now_ms);
         rate.record(value, now_ms);
-        let Some(bound) = bound else {
-            return 0;
-        };
-        let observed = rate.per_second(now_ms);
-        if observed <= bound {
-            return 0;
+        match bound {
+            Some(bound) => throttle_ms(rate, bound, now_ms).min(i64::from(i32::MAX)) as i32,
+            None => 0,
         }
-        // The time over which the excess, spread, brings the rate back to the bound.
-        let throttle = (observed - bound) / bound * rate.window_ms(now_ms) as f64;
-        throttle.round().min(f64::from(i32::MAX)) as i32
     }
 
     /// Takes back a recorded `value` (a fetch answered without its records after all).
@@ -105,21 +94,43 @@ impl ClientQuotaManager {
     }
 }
 
-/// Makes room for a sensor: drops the idle ones, or else the least recently used.
-fn evict(sensors: &mut HashMap<QuotaScope, Rate>, now_ms: i64) {
-    sensors.retain(|_, rate| {
-        rate.last_sample_ms()
-            .is_some_and(|at| now_ms - at < SENSOR_IDLE_MS)
-    });
-    if sensors.len() >= MAX_SENSORS {
-        let oldest = sensors
-            .iter()
-            .min_by_key(|(_, rate)| rate.last_sample_ms())
-            .map(|(scope, _)| scope.clone());
-        if let Some(oldest) = oldest {
-            sensors.remove(&oldest);
+/// The sensor of `key` in `sensors`, made (over `window_ms` × `samples`, Kafka's `Rate`) when
+/// missing; when the map is full, the idle sensors go first, else the least recently used.
+pub(crate) fn sensor<K: Clone + Eq + std::hash::Hash>(
+    sensors: &mut HashMap<K, Rate>,
+    key: K,
+    (samples, window_ms): (usize, i64),
+    now_ms: i64,
+) -> &mut Rate {
+    if !sensors.contains_key(&key) && sensors.len() >= MAX_SENSORS {
+        sensors.retain(|_, rate| {
+            rate.last_sample_ms()
+                .is_some_and(|at| now_ms - at < SENSOR_IDLE_MS)
+        });
+        if sensors.len() >= MAX_SENSORS {
+            let oldest = sensors
+                .iter()
+                .min_by_key(|(_, rate)| rate.last_sample_ms())
+                .map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                sensors.remove(&oldest);
+            }
         }
     }
+    sensors
+        .entry(key)
+        .or_insert_with(|| Rate::new(window_ms, samples, Elapsed::WholeWindow))
+}
+
+/// The time a rate above `bound` needs to fall back to it (Kafka's `QuotaUtils.throttleTime`),
+/// in ms; 0 at or under it.
+pub(crate) fn throttle_ms(rate: &mut Rate, bound: f64, now_ms: i64) -> i64 {
+    let observed = rate.per_second(now_ms);
+    if observed <= bound {
+        return 0;
+    }
+    let throttle = (observed - bound) / bound * rate.window_ms(now_ms) as f64;
+    throttle.round().min(i64::MAX as f64) as i64
 }
 
 /// The byte-rate quotas a broker enforces.

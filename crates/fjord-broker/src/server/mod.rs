@@ -25,6 +25,7 @@ use crate::api::controller::ControllerDispatch;
 use crate::api::versions::supported_range;
 use crate::api::{Broker, BrokerDispatch};
 use crate::link::controller::{ControllerAddresses, ControllerLink};
+use crate::net::limits::ConnectionLimits;
 use crate::net::{ListenerSecurity, NetworkConfig};
 use fjord_common::scram::{ScramCredential, ScramMechanism};
 use fjord_config::BrokerConfig;
@@ -310,6 +311,7 @@ fn listener_security(
         security.insert(
             listener.name.clone(),
             ListenerSecurity {
+                limits: None,
                 tls,
                 sasl,
                 certificate_principals,
@@ -341,6 +343,7 @@ async fn serve_listeners(
         socket_request_max_bytes: config.socket_request_max_bytes,
         connections_max_idle_ms: config.connections_max_idle_ms,
     };
+    let limits = connection_limits(node);
     let mut servers = Vec::new();
     for listener in &config.listeners {
         let address = format!("{}:{}", listener.host, listener.port);
@@ -352,15 +355,43 @@ async fn serve_listeners(
         })?;
         tracing::info!(listener = %listener.name, address = %socket.local_addr().map(|a| a.to_string()).unwrap_or(address), "listening");
         let dispatch = listener_dispatch(node, &listener.name, broker);
+        let mut guards = security.remove(&listener.name).unwrap_or_default();
+        guards.limits = Some((listener.name.clone(), limits.clone()));
         servers.push(tokio::spawn(crate::net::serve(
             socket,
             dispatch,
             network_config.clone(),
-            security.remove(&listener.name).unwrap_or_default(),
+            guards,
             listening.clone(),
         )));
     }
     Ok(servers)
+}
+
+/// The connection limits every listener counts in: the configured ones, and each address's
+/// `connection_creation_rate` quota as the metadata image has it. The broker's own links (the
+/// inter-broker and controller listeners) are outside the broker-wide limits when other
+/// listeners serve the clients.
+fn connection_limits(node: &Node<'_>) -> Arc<ConnectionLimits> {
+    let config = node.config;
+    let cluster = &config.cluster;
+    let protected = config
+        .listeners
+        .iter()
+        .map(|l| &l.name)
+        .filter(|name| {
+            config.listeners.len() > 1
+                && (**name == cluster.inter_broker_listener_name
+                    || cluster.is_controller_listener(name))
+        })
+        .cloned()
+        .collect::<Vec<_>>();
+    let quorum = node.quorum.clone();
+    ConnectionLimits::new(
+        config.connection_limits().clone(),
+        protected,
+        Box::new(move |ip| quorum.image().client_quotas().connection_rate_for(ip)),
+    )
 }
 
 /// Who answers the requests of listener `name`.
