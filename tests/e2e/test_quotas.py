@@ -365,3 +365,46 @@ def test_an_address_over_its_connection_creation_rate_is_throttled(broker: Broke
         assert 18 <= served <= 22, served
     finally:
         quota(broker, [("ip", source)], "connection_creation_rate", None)
+
+
+def test_topic_mutations_over_controller_mutation_rate_are_refused_or_throttled(broker: Broker):
+    """controller_mutation_rate=2 partitions a second: the bucket holds 22 (11 samples of 1 s). A topic of 30
+    partitions takes it below zero; from CreateTopics v6 the topics met below zero are refused
+    THROTTLING_QUOTA_EXCEEDED with the time until it is back at zero, older versions are served and throttled."""
+    from kafka.protocol.admin.topics import CreateTopicsRequest, DeleteTopicsRequest
+    quota(broker, [("client-id", "q-mutator")], "controller_mutation_rate", 2)
+
+    def send(request):
+        # A client of its own each time: a client keeps away from a broker that throttled it, and the broker mutes
+        # the connection, while the quota is the client id's.
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, client_id="q-mutator")
+        try:
+            return admin._manager.run(admin._manager.send, request)
+        finally:
+            admin.close()
+
+    def create(version, *topics):
+        T = CreateTopicsRequest.CreatableTopic
+        request = CreateTopicsRequest[version](topics=[T(name=n, num_partitions=p, replication_factor=1, assignments=[],
+                                                         configs=[]) for n, p in topics], timeout_ms=30000,
+                                               validate_only=False)
+        response = send(request)
+        return {t.name: t.error_code for t in response.topics}, response.throttle_time_ms
+
+    try:
+        codes, throttle = create(7, ("q-mut-a", 30), ("q-mut-b", 1), ("q-mut-c", 1))
+        assert codes == {"q-mut-a": 0, "q-mut-b": 89, "q-mut-c": 89}, codes
+        # 8 below zero at 2 a second: 4 s.
+        assert 3000 <= throttle <= 4100, throttle
+        codes, throttle = create(5, ("q-mut-d", 2))
+        assert codes == {"q-mut-d": 0} and throttle > 0, (codes, throttle)
+        response = send(DeleteTopicsRequest[6](topics=[DeleteTopicsRequest.DeleteTopicState(name="q-mut-a",
+                                                                                             topic_id=None)],
+                                               timeout_ms=30000))
+        assert [r.error_code for r in response.responses] == [89], response
+        # Once the bucket is back at zero, a topic passes again.
+        time.sleep(throttle / 1000 + 1.5)
+        codes, _ = create(7, ("q-mut-b", 1))
+        assert codes == {"q-mut-b": 0}, codes
+    finally:
+        quota(broker, [("client-id", "q-mutator")], "controller_mutation_rate", None)

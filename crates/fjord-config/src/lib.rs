@@ -886,6 +886,8 @@ broker_configs! {
     // samples of this many seconds.
     quota_window_num: i32 = "quota.window.num", Int, Some("11"), Check::AtLeast(1);
     quota_window_size_seconds: i32 = "quota.window.size.seconds", Int, Some("1"), Check::AtLeast(1);
+    controller_quota_window_num: i32 = "controller.quota.window.num", Int, Some("11"), Check::AtLeast(1);
+    controller_quota_window_size_seconds: i32 = "controller.quota.window.size.seconds", Int, Some("1"), Check::AtLeast(1);
     compression_type: TopicCompression = "compression.type", String, Some("producer"), Check::OneOf(COMPRESSION_TYPES);
     compression_gzip_level: i32 = "compression.gzip.level", Int, Some("-1"), Check::None;
     compression_lz4_level: i32 = "compression.lz4.level", Int, Some("9"), Check::AtLeast(1);
@@ -1633,6 +1635,16 @@ impl BrokerConfig {
     /// `quota.window.size.seconds` each, as (samples, sample length in ms).
     pub fn client_quota_window(&self) -> (usize, i64) {
         self.connection_limits.window
+    }
+
+    /// The window of `controller_mutation_rate` quotas: `controller.quota.window.num` samples of
+    /// `controller.quota.window.size.seconds`, as (samples, sample length in ms).
+    pub fn controller_quota_window(&self) -> (usize, i64) {
+        let s = &self.settings;
+        (
+            s.controller_quota_window_num.max(1) as usize,
+            i64::from(s.controller_quota_window_size_seconds.max(1)) * 1000,
+        )
     }
 
     /// `max.connections`, `max.connections.per.ip` and the other connection limits.

@@ -744,7 +744,7 @@ fn config_code(resource_type: i8) -> i16 {
 }
 
 /// Adds `extra`'s entries to `into`, two answers of the same API.
-fn merge(into: &mut ResponseBody, extra: ResponseBody) {
+pub(crate) fn merge(into: &mut ResponseBody, extra: ResponseBody) {
     match (into, extra) {
         (ResponseBody::OffsetCommit(a), ResponseBody::OffsetCommit(b)) => a.topics.extend(b.topics),
         (ResponseBody::TxnOffsetCommit(a), ResponseBody::TxnOffsetCommit(b)) => {

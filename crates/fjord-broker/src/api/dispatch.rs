@@ -166,11 +166,22 @@ impl Broker {
             ));
         }
         let denied = authz::split_controller(access, &mut request);
-        let forwarder = self.forwarder.clone();
         let version = answer.version;
+        let node = self.node.clone();
+        let partitions = node.config.num_partitions;
+        let mutations =
+            (node.mutation_quotas).take(access, &mut request, version, partitions, now_ms());
+        let forwarder = self.forwarder.clone();
+        let requester = access.requester().clone();
         answer.later(async move {
             let mut response = forwarder.forward(version, request).await;
             denied.restore(&mut response);
+            if let Some(mutations) = mutations {
+                let throttle_ms = node
+                    .mutation_quotas
+                    .settle(mutations, &mut response, now_ms());
+                requester.mute_for(throttle_ms, now_ms());
+            }
             response
         })
     }

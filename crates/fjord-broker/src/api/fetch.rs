@@ -1228,6 +1228,7 @@ mod tests {
         FetchApi {
             node: Arc::new(Node {
                 client_quotas: crate::quota::ClientQuotaManagers::new((11, 1000)),
+                mutation_quotas: crate::api::mutation_quota::MutationQuotas::new((11, 1000)),
                 config,
                 cluster_id: "c".into(),
                 images: tokio::sync::watch::channel(image).1,

@@ -17,6 +17,7 @@ mod forward;
 mod groups;
 mod log_admin;
 mod metadata;
+mod mutation_quota;
 mod produce;
 mod quotas;
 mod refusals;
@@ -64,6 +65,8 @@ pub struct Node {
     authorizer: Option<Arc<Authorizer>>,
     /// The clients' byte rates, measured against their quotas.
     pub(crate) client_quotas: ClientQuotaManagers,
+    /// The clients' partition mutations, against their `controller_mutation_rate`.
+    pub(crate) mutation_quotas: mutation_quota::MutationQuotas,
 }
 
 /// The request router: one narrow context per API family, each holding only what its
@@ -214,6 +217,7 @@ impl Broker {
         let authorizer = authz::authorizer(&config);
         let node = Arc::new(Node {
             client_quotas: ClientQuotaManagers::new(config.client_quota_window()),
+            mutation_quotas: mutation_quota::MutationQuotas::new(config.controller_quota_window()),
             config,
             cluster_id,
             images: quorum.subscribe(),

@@ -91,6 +91,38 @@ impl Rate {
     }
 }
 
+/// Kafka's `TokenBucket` (KIP-599): full at first, a bucket of `burst` tokens refilled at
+/// `rate` a second; a record takes tokens and may leave it below zero.
+#[derive(Debug, Default)]
+pub struct TokenBucket {
+    /// None until first used: then full.
+    tokens: Option<f64>,
+    last_ms: i64,
+}
+
+impl TokenBucket {
+    fn refill(&mut self, rate: f64, burst: f64, now_ms: i64) -> f64 {
+        let tokens = match self.tokens {
+            Some(tokens) => (tokens + rate * (now_ms - self.last_ms) as f64 / 1000.0).min(burst),
+            None => burst,
+        };
+        self.tokens = Some(tokens);
+        self.last_ms = now_ms;
+        tokens
+    }
+
+    /// The tokens left at `now_ms`.
+    pub fn tokens(&mut self, rate: f64, burst: f64, now_ms: i64) -> f64 {
+        self.refill(rate, burst, now_ms)
+    }
+
+    /// Takes `value` tokens (gives them back when negative).
+    pub fn record(&mut self, value: f64, rate: f64, burst: f64, now_ms: i64) {
+        let tokens = self.refill(rate, burst, now_ms);
+        self.tokens = Some((tokens - value).min(burst));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +155,18 @@ mod tests {
         // Samples at 7, 8 and 9 s.
         assert_eq!(rate.per_second(9000), 300.0 / 2.0);
         assert_eq!(rate.last_sample_ms(), Some(9000));
+    }
+
+    #[test]
+    fn a_token_bucket_starts_full_goes_below_zero_and_refills_at_its_rate() {
+        let mut bucket = TokenBucket::default();
+        assert_eq!(bucket.tokens(2.0, 22.0, 1_000), 22.0);
+        bucket.record(30.0, 2.0, 22.0, 1_000);
+        assert_eq!(bucket.tokens(2.0, 22.0, 1_000), -8.0);
+        assert_eq!(bucket.tokens(2.0, 22.0, 3_000), -4.0);
+        assert_eq!(bucket.tokens(2.0, 22.0, 60_000), 22.0);
+        bucket.record(-5.0, 2.0, 22.0, 60_000);
+        assert_eq!(bucket.tokens(2.0, 22.0, 60_000), 22.0);
     }
 
     #[test]
