@@ -408,3 +408,48 @@ def test_topic_mutations_over_controller_mutation_rate_are_refused_or_throttled(
         assert codes == {"q-mut-b": 0}, codes
     finally:
         quota(broker, [("client-id", "q-mutator")], "controller_mutation_rate", None)
+
+
+def requests_answered(b: Broker, client_id: str, seconds: float) -> int:
+    """Metadata requests answered on one connection, one after another, within `seconds`."""
+    name = client_id.encode()
+    s = socket.create_connection(("127.0.0.1", b.port))
+    s.settimeout(seconds + 5)
+    answered_count, correlation = 0, 0
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            correlation += 1
+            # Metadata v1, every topic (a null array).
+            body = struct.pack(">hhih", 3, 1, correlation, len(name)) + name + struct.pack(">i", -1)
+            s.sendall(struct.pack(">i", len(body)) + body)
+            size = struct.unpack(">i", recv_exactly(s, 4))[0]
+            recv_exactly(s, size)
+            answered_count += 1
+    finally:
+        s.close()
+    return answered_count
+
+
+def recv_exactly(s: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+def test_a_client_over_its_request_percentage_is_held_back(broker: Broker):
+    """request_percentage=0.0001 (a millionth of a second of request handling a second): once its first requests
+    have used that up, each next one waits out a throttle (at most a second), where a client without the quota is
+    answered as fast as it asks."""
+    quota(broker, [("client-id", "q-busy")], "request_percentage", 0.0001)
+    try:
+        free = requests_answered(broker, "q-idle", 3)
+        held = requests_answered(broker, "q-busy", 3)
+        print(f"request_percentage=0.0001: {held} Metadata requests answered in 3 s; without: {free}")
+        assert held <= 10 and free >= 10 * held, (held, free)
+    finally:
+        quota(broker, [("client-id", "q-busy")], "request_percentage", None)

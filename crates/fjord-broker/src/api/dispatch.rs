@@ -2,10 +2,12 @@
 //! request may overlap its connection's others, and routes it to its handler.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fjord_common::{errors, now_ms, Requester};
 use fjord_controller::ControllerApi;
+use fjord_metadata::quota::REQUEST_PERCENTAGE;
 use fjord_protocol::messages::api_versions_request::ApiVersionsRequest;
 use fjord_protocol::messages::api_versions_response::ApiVersionsResponse;
 use fjord_protocol::messages::produce_request::ProduceRequest;
@@ -73,9 +75,10 @@ impl Broker {
         }
     }
 
-    /// Decodes `frame` and routes it: controller work to the active controller, everything
-    /// else to its API family's handler.
+    /// Decodes `frame` and routes it (`route`), counting the time spent on it against its
+    /// client's `request_percentage` quota.
     fn handle(self: &Arc<Self>, frame: Bytes, requester: &Arc<Requester>, listener: &str) -> Reply {
+        let started = Instant::now();
         let (header, answer, mut body) = match self.decode(frame) {
             Ok(decoded) => decoded,
             Err(reply) => return reply,
@@ -85,6 +88,48 @@ impl Broker {
             .node
             .access(requester)
             .with_client_id(header.client_id.as_deref());
+        let counted = !exempt_from_request_quota(&body)
+            && access.image().client_quotas().any_sets(REQUEST_PERCENTAGE);
+        if !counted {
+            return self.route(header, answer, body, access, listener);
+        }
+        let reply = self.route(header, answer, body, access.clone(), listener);
+        let node = self.node.clone();
+        let account = move |spent: Duration| {
+            let now = now_ms();
+            let percent = spent.as_secs_f64() * 100.0;
+            let quotas = access.image().client_quotas();
+            let throttle_ms =
+                node.client_quotas
+                    .request
+                    .record(quotas, access.quota_client(), percent, now);
+            // Kafka throttles a request quota at most one window sample long.
+            let throttle_ms = throttle_ms.min(node.config.client_quota_window().1 as i32);
+            access.requester().mute_for(throttle_ms, now);
+        };
+        match reply {
+            Reply::Later(future) => Reply::Later(Box::pin(Timed {
+                future,
+                spent: started.elapsed(),
+                account: Some(Box::new(account)),
+            })),
+            reply => {
+                account(started.elapsed());
+                reply
+            }
+        }
+    }
+
+    /// Routes a decoded request: refused whole when the principal may not make it, controller
+    /// work to the active controller, everything else to its API family's handler.
+    fn route(
+        self: &Arc<Self>,
+        header: RequestHeader,
+        answer: Answer,
+        body: RequestBody,
+        access: Access,
+        listener: &str,
+    ) -> Reply {
         match authz::refusal(&access, &body, answer.version) {
             Some(authz::Refusal::Answer(refused)) => return answer.now(refused),
             Some(authz::Refusal::Close(reason)) => return Reply::Close(reason),
@@ -464,6 +509,43 @@ impl Answer {
             let body = body.await;
             encode_response(self.api, self.version, self.correlation_id, &body)
         }))
+    }
+}
+
+/// Requests whose time does not count against a `request_percentage` quota: a follower's
+/// fetches, and the requests between nodes, as Kafka exempts them.
+fn exempt_from_request_quota(body: &RequestBody) -> bool {
+    match body {
+        RequestBody::Fetch(r) => r.replica_id >= 0 || r.replica_state.replica_id >= 0,
+        RequestBody::WriteTxnMarkers(_) | RequestBody::ApiVersions(_) => true,
+        _ => false,
+    }
+}
+
+/// A reply being worked on, and the time spent working on it (its polls): once it completes,
+/// the whole time is accounted for.
+struct Timed {
+    future: crate::net::ReplyFuture,
+    spent: Duration,
+    account: Option<Box<dyn FnOnce(Duration) + Send>>,
+}
+
+impl std::future::Future for Timed {
+    type Output = Response;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Response> {
+        let started = Instant::now();
+        let polled = self.future.as_mut().poll(cx);
+        self.spent += started.elapsed();
+        if polled.is_ready() {
+            if let Some(account) = self.account.take() {
+                account(self.spent);
+            }
+        }
+        polled
     }
 }
 

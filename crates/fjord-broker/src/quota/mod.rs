@@ -14,7 +14,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use fjord_common::lock;
-use fjord_metadata::quota::{ClientQuotas, QuotaScope, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE};
+use fjord_metadata::quota::{
+    ClientQuotas, QuotaScope, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE,
+};
 
 use rate::{Elapsed, Rate};
 
@@ -133,10 +135,12 @@ pub(crate) fn throttle_ms(rate: &mut Rate, bound: f64, now_ms: i64) -> i64 {
     throttle.round().min(i64::MAX as f64) as i64
 }
 
-/// The byte-rate quotas a broker enforces.
+/// The byte-rate and request-time quotas a broker enforces.
 pub(crate) struct ClientQuotaManagers {
     pub produce: ClientQuotaManager,
     pub fetch: ClientQuotaManager,
+    /// Time spent on a client's requests, in hundredths of a second per second.
+    pub request: ClientQuotaManager,
 }
 
 impl ClientQuotaManagers {
@@ -144,6 +148,7 @@ impl ClientQuotaManagers {
         ClientQuotaManagers {
             produce: ClientQuotaManager::new(PRODUCER_BYTE_RATE, window),
             fetch: ClientQuotaManager::new(CONSUMER_BYTE_RATE, window),
+            request: ClientQuotaManager::new(REQUEST_PERCENTAGE, window),
         }
     }
 }
