@@ -45,4 +45,4 @@ bench/run.sh --txn --smoke
 
 step "e2e (E2E_BROKER=${E2E_BROKER:-fjord})"
 # pytest prints its summary line last; its exit code is this script's.
-eval "exec .venv/bin/pytest tests/e2e -q --durations=15 ${E2E_PYTEST_ARGS:-}"
+eval "exec .venv/bin/pytest tests/e2e -q --durations=60 ${E2E_PYTEST_ARGS:-}"
