@@ -559,12 +559,8 @@ impl<D: Dispatch + ?Sized> Connection<D> {
             idle,
         });
         if let Some(exchange) = &exchange {
-            let first = Authenticator::new(exchange.sasl);
-            let authenticated = tokio::select! {
-                authenticated = exchange.run(&mut reader, None, first, Sink::Socket(&mut writer)) => authenticated?,
-                _ = shutdown.changed() => None,
-            };
-            let Some(authenticated) = authenticated else {
+            let first = exchange.first(&mut reader, &mut writer, &mut shutdown);
+            let Some(authenticated) = first.await? else {
                 return Ok(());
             };
             requester = authenticated_as(&authenticated, requester.peer);
@@ -625,13 +621,9 @@ impl<D: Dispatch + ?Sized> Connection<D> {
                     break Ok(());
                 }
             }
-            // A client over a quota: nothing more of its connection is served until its
-            // throttle has passed (KIP-219), as Kafka mutes the channel.
-            if let Some(delay) = requester.muted_for(fjord_common::now_ms()) {
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = shutdown.changed() => break Ok(()),
-                }
+            tokio::select! {
+                _ = unmuted(&requester) => {}
+                _ = shutdown.changed() => break Ok(()),
             }
             let outgoing = match dispatcher.dispatch(frame, &requester) {
                 Reply::Now(response) => Outgoing::Ready(response),
@@ -645,6 +637,14 @@ impl<D: Dispatch + ?Sized> Connection<D> {
         drop(out_tx);
         let at_shutdown = *shutdown.borrow();
         result.and(finish_writes(writer_task, at_shutdown).await)
+    }
+}
+
+/// Returns once a quota's mute of the connection (KIP-219) has passed: a client over its quota
+/// is served nothing more meanwhile, as Kafka mutes its channel.
+async fn unmuted(requester: &Requester) {
+    if let Some(delay) = requester.muted_for(fjord_common::now_ms()) {
+        tokio::time::sleep(delay).await;
     }
 }
 
@@ -753,6 +753,21 @@ impl<D: Dispatch + ?Sized> Exchange<'_, D> {
     /// principal, but its ApiVersions needs none).
     fn unauthenticated(&self) -> Arc<Requester> {
         Arc::new(Requester::new(KafkaPrincipal::anonymous(), self.peer))
+    }
+
+    /// The connection's first authentication, before anything else of it is read; None when
+    /// the client closes first or the broker stops.
+    async fn first(
+        &self,
+        reader: &mut Reader,
+        writer: &mut Writer,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Option<Session>, Closed> {
+        let first = Authenticator::new(self.sasl);
+        tokio::select! {
+            authenticated = self.run(reader, None, first, Sink::Socket(writer)) => authenticated,
+            _ = shutdown.changed() => Ok(None),
+        }
     }
 
     /// Reads and answers frames (`first`, when given, before any read) until the client is
