@@ -3056,6 +3056,18 @@ fn every_advertised_version_answers() {
                         filters: vec![Default::default()],
                     },
                 ),
+                ApiKey::DescribeClientQuotas => RequestBody::DescribeClientQuotas(
+                    fjord_protocol::messages::describe_client_quotas_request::DescribeClientQuotasRequest {
+                        components: Vec::new(),
+                        strict: false,
+                    },
+                ),
+                ApiKey::AlterClientQuotas => RequestBody::AlterClientQuotas(
+                    fjord_protocol::messages::alter_client_quotas_request::AlterClientQuotasRequest {
+                        entries: Vec::new(),
+                        validate_only: true,
+                    },
+                ),
                 // On a listener without SASL: answered ILLEGAL_SASL_STATE.
                 ApiKey::SaslHandshake => RequestBody::SaslHandshake(
                     fjord_protocol::messages::sasl_handshake_request::SaslHandshakeRequest {
