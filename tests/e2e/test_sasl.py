@@ -24,7 +24,7 @@ from kafka.errors import KafkaError
 
 from harness import (FULL_MATRIX, create_topics, franz_go_dir, free_port, kafka_tool, make_broker, read_properties, round_trip,
                      run_tool, wait_for, write_properties)
-from test_tls import Pki, refused_quickly
+from test_tls import Pki, all_refused_quickly
 
 CLIENTS = ["java", "confluent", "go", "kafka-python"]
 USERS = {"alice": "alice-secret", "admin": "admin-secret"}
@@ -194,12 +194,9 @@ def test_a_bad_login_is_refused_within_seconds(sasl: SaslBroker, user: str, pass
         run_tool("go", "create-topic", bootstrap=bootstrap, topic="sasl-refused", partitions=1,
                  client_config=config("go"), wall_s=60)
 
-    failure = refused_quickly(confluent)
+    failure, python_failure, _, _ = all_refused_quickly(confluent, kafka_python, java, franz_go)
     assert failure.args[0].code() == AUTHENTICATION_FAILED, failure
-    failure = refused_quickly(kafka_python)
-    assert isinstance(failure, KafkaError), failure
-    refused_quickly(java)
-    refused_quickly(franz_go)
+    assert isinstance(python_failure, KafkaError), python_failure
     # Everyone else is still served.
     admin = AdminClient({"bootstrap.servers": bootstrap,
                          **read_properties(sasl.client_config("confluent", tmp_path, listener))})
