@@ -24,6 +24,7 @@ use fjord_protocol::messages::delete_topics_request::DeleteTopicsRequest;
 use fjord_protocol::ResponseBody;
 
 use crate::api::authz::Access;
+use crate::quota::make_room;
 use crate::quota::rate::TokenBucket;
 
 /// Kafka's message for THROTTLING_QUOTA_EXCEEDED.
@@ -84,6 +85,7 @@ impl MutationQuotas {
         let strict = strict(request, version);
         let burst = self.burst(rate);
         let mut buckets = lock(&self.buckets);
+        make_room(&mut buckets, &scope, now_ms);
         let bucket = buckets.entry(scope.clone()).or_default();
         let mut taken = Vec::new();
         // Whether a topic of `permits` passes, taking them.

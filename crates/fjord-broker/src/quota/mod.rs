@@ -96,29 +96,57 @@ impl ClientQuotaManager {
     }
 }
 
+/// What a map of sensors needs to know of one to make room: when it was last used.
+pub(crate) trait LastUsed {
+    fn last_used_ms(&self) -> Option<i64>;
+}
+
+impl LastUsed for Rate {
+    fn last_used_ms(&self) -> Option<i64> {
+        self.last_sample_ms()
+    }
+}
+
+impl LastUsed for rate::TokenBucket {
+    fn last_used_ms(&self) -> Option<i64> {
+        rate::TokenBucket::last_used_ms(self)
+    }
+}
+
+/// Makes room in `sensors` for `key` when it is new and the map is full: the sensors idle for an
+/// hour go, else the least recently used. Client ids come from the network: the map stays bounded.
+pub(crate) fn make_room<K: Clone + Eq + std::hash::Hash, V: LastUsed>(
+    sensors: &mut HashMap<K, V>,
+    key: &K,
+    now_ms: i64,
+) {
+    if sensors.contains_key(key) || sensors.len() < MAX_SENSORS {
+        return;
+    }
+    sensors.retain(|_, s| {
+        s.last_used_ms()
+            .is_some_and(|at| now_ms - at < SENSOR_IDLE_MS)
+    });
+    if sensors.len() >= MAX_SENSORS {
+        let oldest = sensors
+            .iter()
+            .min_by_key(|(_, s)| s.last_used_ms())
+            .map(|(key, _)| key.clone());
+        if let Some(oldest) = oldest {
+            sensors.remove(&oldest);
+        }
+    }
+}
+
 /// The sensor of `key` in `sensors`, made (over `window_ms` × `samples`, Kafka's `Rate`) when
-/// missing; when the map is full, the idle sensors go first, else the least recently used.
+/// missing, room made for it first.
 pub(crate) fn sensor<K: Clone + Eq + std::hash::Hash>(
     sensors: &mut HashMap<K, Rate>,
     key: K,
     (samples, window_ms): (usize, i64),
     now_ms: i64,
 ) -> &mut Rate {
-    if !sensors.contains_key(&key) && sensors.len() >= MAX_SENSORS {
-        sensors.retain(|_, rate| {
-            rate.last_sample_ms()
-                .is_some_and(|at| now_ms - at < SENSOR_IDLE_MS)
-        });
-        if sensors.len() >= MAX_SENSORS {
-            let oldest = sensors
-                .iter()
-                .min_by_key(|(_, rate)| rate.last_sample_ms())
-                .map(|(key, _)| key.clone());
-            if let Some(oldest) = oldest {
-                sensors.remove(&oldest);
-            }
-        }
-    }
+    make_room(sensors, &key, now_ms);
     sensors
         .entry(key)
         .or_insert_with(|| Rate::new(window_ms, samples, Elapsed::WholeWindow))

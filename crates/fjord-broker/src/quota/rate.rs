@@ -111,6 +111,11 @@ impl TokenBucket {
         tokens
     }
 
+    /// When it was last used (None before its first use).
+    pub fn last_used_ms(&self) -> Option<i64> {
+        self.tokens.map(|_| self.last_ms)
+    }
+
     /// The tokens left at `now_ms`.
     pub fn tokens(&mut self, rate: f64, burst: f64, now_ms: i64) -> f64 {
         self.refill(rate, burst, now_ms)
