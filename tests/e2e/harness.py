@@ -575,10 +575,12 @@ class ClusterNode(Broker):
 
     def __init__(self, workdir: Path, node_id: int, roles: str, port: int, controller_port: int, voters: str,
                  kind: str, extra: Optional[Dict[str, str]] = None, host: str = "127.0.0.1",
-                 prefix: Optional[List[str]] = None, metadata_dir: bool = False, bootstrap_servers: str = ""):
+                 prefix: Optional[List[str]] = None, metadata_dir: bool = False, bootstrap_servers: str = "",
+                 broker_listener: str = "PLAINTEXT"):
         # A command prefix runs the node elsewhere (`ip netns exec NS`), listening on `host` there. With
         # `metadata_dir` the metadata log has a dir of its own (`metadata.log.dir`), so the data dir can be wiped
-        # alone. With `bootstrap_servers` (and no `voters`) the quorum is dynamic (KIP-853).
+        # alone. With `bootstrap_servers` (and no `voters`) the quorum is dynamic (KIP-853). `broker_listener` names
+        # the listener clients and the other brokers reach it on (its protocol from `extra`'s protocol map).
         self.prefix = prefix or []
         self.kind = kind
         self.clean_exit_codes = (0, 143) if kind == "kafka" else (0,)
@@ -595,7 +597,7 @@ class ClusterNode(Broker):
         self.config = workdir / "server.properties"
         listeners = []
         if "broker" in roles:
-            listeners.append(f"PLAINTEXT://{self.bootstrap}")
+            listeners.append(f"{broker_listener}://{self.bootstrap}")
         if "controller" in roles:
             listeners.append(f"CONTROLLER://{host}:{controller_port}")
         props = {
@@ -618,8 +620,8 @@ class ClusterNode(Broker):
         if metadata_dir:
             props["metadata.log.dir"] = str(workdir / "metadata")
         if "broker" in roles:
-            props["advertised.listeners"] = f"PLAINTEXT://{self.bootstrap}"
-            props["inter.broker.listener.name"] = "PLAINTEXT"
+            props["advertised.listeners"] = f"{broker_listener}://{self.bootstrap}"
+            props["inter.broker.listener.name"] = broker_listener
         if kind == "kafka":
             props.update(KAFKA_INTERNAL_TOPICS)
         props.update(extra or {})
@@ -666,7 +668,7 @@ class Cluster:
     def __init__(self, workdir: Path, controllers: int = 3, brokers: int = 0, extra: Optional[Dict[str, str]] = None,
                  hosts: Optional[List[str]] = None, prefixes: Optional[List[List[str]]] = None,
                  metadata_dirs: bool = False, node_extra: Optional[Dict[int, Dict[str, str]]] = None,
-                 dynamic: bool = False):
+                 dynamic: bool = False, broker_listener: str = "PLAINTEXT"):
         """`hosts` and `prefixes` (one per node) place nodes elsewhere than loopback, e.g. in network namespaces;
         `metadata_dirs` gives each node's metadata log a dir of its own; `node_extra` adds properties to some nodes
         (by node id), e.g. `broker.rack`. `dynamic` names the controllers in `controller.quorum.bootstrap.servers`
@@ -689,7 +691,7 @@ class Cluster:
         self.nodes = [
             ClusterNode(workdir / f"node-{i + 1}", i + 1, roles(i), p, c, voters, self.kind,
                         {**self.extra, **(node_extra or {}).get(i + 1, {})}, hosts[i], prefixes[i], metadata_dirs,
-                        self.bootstrap_controllers)
+                        self.bootstrap_controllers, broker_listener)
             for i, (p, c) in enumerate(ports)
         ]
         self.cluster_id = None

@@ -1,10 +1,13 @@
-//! One TCP connection to one broker: ApiVersions negotiation on connect, correlation ids,
-//! request/response with a timeout, and a bound on the size of any response read.
+//! One connection to one broker: TLS and a SASL login when its security asks for them,
+//! ApiVersions negotiation on connect, correlation ids, request/response with a timeout, and a
+//! bound on the size of any response read.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use fjord_protocol::messages::sasl_authenticate_request::SaslAuthenticateRequest;
+use fjord_protocol::messages::sasl_handshake_request::SaslHandshakeRequest;
 use fjord_protocol::messages::{ApiVersionsRequest, RequestHeader};
 use fjord_protocol::{
     request_header_version, response_header_version, ApiKey, Decodable, Decoder, Encodable,
@@ -16,6 +19,8 @@ use tokio::net::TcpStream;
 use fjord_common::errors;
 
 use crate::error::ClientError;
+use crate::sasl::SaslClient;
+use crate::security::{Security, Stream};
 
 /// Settings shared by every connection a client opens.
 #[derive(Debug, Clone)]
@@ -28,6 +33,8 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// Largest response frame accepted; a larger size prefix closes the connection.
     pub max_response_bytes: usize,
+    /// TLS and SASL, as the listener connected to asks.
+    pub security: Security,
 }
 
 impl Default for ClientConfig {
@@ -37,6 +44,7 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             max_response_bytes: 100 * 1024 * 1024,
+            security: Security::default(),
         }
     }
 }
@@ -75,7 +83,7 @@ fn client_max_version(api: ApiKey) -> i16 {
 
 /// A connection to one broker with the API versions both sides support.
 pub struct Connection {
-    stream: TcpStream,
+    stream: Stream,
     addr: String,
     config: ClientConfig,
     next_correlation_id: i32,
@@ -86,20 +94,47 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects to `addr` (host:port) and negotiates API versions.
+    /// Connects to `addr` (host:port), secures the connection as `config` says and negotiates
+    /// API versions.
     pub async fn connect(addr: &str, config: &ClientConfig) -> Result<Connection, ClientError> {
-        let stream = tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr))
+        let mut conn = Connection::open(addr, config).await?;
+        conn.negotiate().await?;
+        Ok(conn)
+    }
+
+    /// Connects to `addr` and secures the connection (TLS, then the SASL login), sending nothing
+    /// else: for links that speak to one known peer at fixed versions.
+    pub async fn open(addr: &str, config: &ClientConfig) -> Result<Connection, ClientError> {
+        let connect_failed = |source| ClientError::Connect {
+            addr: addr.to_string(),
+            source,
+        };
+        let tcp = tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr))
             .await
-            .map_err(|_| ClientError::Connect {
-                addr: addr.to_string(),
-                source: std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"),
+            .map_err(|_| {
+                connect_failed(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out",
+                ))
             })?
-            .map_err(|source| ClientError::Connect {
-                addr: addr.to_string(),
-                source,
-            })?;
+            .map_err(connect_failed)?;
         // Requests are small and answered one at a time; batching writes only adds latency.
-        let _ = stream.set_nodelay(true);
+        let _ = tcp.set_nodelay(true);
+        let stream = match &config.security.tls {
+            None => Stream::Plain(tcp),
+            Some(tls) => {
+                let handshake = Stream::tls(tcp, tls.clone(), host_of(addr));
+                tokio::time::timeout(config.connect_timeout, handshake)
+                    .await
+                    .map_err(|_| {
+                        connect_failed(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "TLS handshake timed out",
+                        ))
+                    })?
+                    .map_err(connect_failed)?
+            }
+        };
         let mut conn = Connection {
             stream,
             addr: addr.to_string(),
@@ -108,8 +143,77 @@ impl Connection {
             versions: HashMap::new(),
             broken: false,
         };
-        conn.negotiate().await?;
+        if let Some(login) = config.security.sasl.clone() {
+            conn.authenticate(SaslClient::new(login)).await?;
+        }
         Ok(conn)
+    }
+
+    /// The secured stream, for a link that frames its own requests from here on.
+    pub fn into_stream(self) -> Stream {
+        self.stream
+    }
+
+    /// SaslHandshake, then SaslAuthenticate until the mechanism is done. The versions are the
+    /// ones every broker since Kafka 2.2 serves (v1 handshake: tokens framed in
+    /// SaslAuthenticate; v1 authenticate: the session lifetime is answered).
+    async fn authenticate(&mut self, mut client: SaslClient) -> Result<(), ClientError> {
+        let mechanism = self
+            .config
+            .security
+            .sasl
+            .as_ref()
+            .map_or("", |l| l.mechanism_name());
+        let handshake = SaslHandshakeRequest {
+            mechanism: mechanism.to_string(),
+        };
+        let ResponseBody::SaslHandshake(answer) = self
+            .send_at(1, RequestBody::SaslHandshake(handshake))
+            .await?
+        else {
+            return Err(ClientError::unexpected(ApiKey::SaslHandshake));
+        };
+        if answer.error_code != errors::NONE {
+            return Err(ClientError::kafka(
+                format!("SASL handshake with {}", self.addr),
+                answer.error_code,
+                Some(format!(
+                    "{mechanism} is not enabled; the listener serves {}",
+                    answer.mechanisms.join(", ")
+                )),
+            ));
+        }
+        let mut token = client.first(fjord_common::now_ms());
+        loop {
+            let request = SaslAuthenticateRequest {
+                auth_bytes: Bytes::from(token),
+            };
+            let ResponseBody::SaslAuthenticate(answer) = self
+                .send_at(1, RequestBody::SaslAuthenticate(request))
+                .await?
+            else {
+                return Err(ClientError::unexpected(ApiKey::SaslAuthenticate));
+            };
+            if answer.error_code != errors::NONE {
+                self.broken = true;
+                return Err(ClientError::kafka(
+                    format!("SASL {mechanism} login at {}", self.addr),
+                    answer.error_code,
+                    answer.error_message,
+                ));
+            }
+            match client.on_answer(&answer.auth_bytes) {
+                Ok(Some(next)) => token = next,
+                Ok(None) => return Ok(()),
+                Err(reason) => {
+                    self.broken = true;
+                    return Err(ClientError::Authentication {
+                        addr: self.addr.clone(),
+                        reason,
+                    });
+                }
+            }
+        }
     }
 
     /// The broker address this connection was opened to.
@@ -309,4 +413,10 @@ impl Connection {
             source,
         }
     }
+}
+
+/// The host of `addr` (`host:port`, `[v6]:port`), as TLS checks the broker's name against it.
+fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
 }

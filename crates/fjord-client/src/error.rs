@@ -51,6 +51,8 @@ pub enum ClientError {
         code: i16,
         message: Option<String>,
     },
+    #[error("SASL login at {addr} failed: {reason}")]
+    Authentication { addr: String, reason: String },
     #[error("malformed {0}")]
     Malformed(String),
 }

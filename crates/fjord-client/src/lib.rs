@@ -12,6 +12,8 @@ mod configs;
 mod connection;
 pub mod consumer_protocol;
 mod error;
+mod sasl;
+pub mod security;
 mod topics;
 
 pub use client::{
@@ -21,4 +23,5 @@ pub use client::{
 pub use configs::{config_source_name, ConfigChange, ConfigEntry, ConfigResource};
 pub use connection::{ClientConfig, Connection};
 pub use error::{is_retriable, ClientError};
+pub use security::{OAuthToken, SaslLogin, Security, Stream};
 pub use topics::{NewTopic, TopicOutcomes};

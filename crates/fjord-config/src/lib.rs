@@ -8,13 +8,15 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 mod connection_limits;
+mod links;
 mod principal;
 mod sasl;
 mod tls;
 pub use connection_limits::{ConnectionLimitsConfig, ListenerLimits};
+pub use links::{LinkLogin, LinkSettings};
 pub use principal::PrincipalMapper;
 pub use sasl::{OAuthBearerSettings, SaslMechanism, SaslSettings, ScramUser, PLAIN_LOGIN_MODULE};
-pub use tls::{ClientAuth, KeyStore, TlsSettings, TlsVersion, TrustStore};
+pub use tls::{ClientAuth, KeyStore, LinkTls, TlsSettings, TlsVersion, TrustStore};
 
 /// Kafka's config value types, numbered as DescribeConfigs (v3+) reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -711,40 +713,14 @@ fn listener_override_of(key: &str) -> Option<&str> {
 }
 
 /// What each secured listener serves: TLS for SSL and SASL_SSL, SASL for SASL_PLAINTEXT and
-/// SASL_SSL. fjord's own links (to the controllers, between brokers) speak plaintext only so
-/// far: a controller or inter-broker listener that is not PLAINTEXT is refused rather than left
-/// unreachable.
+/// SASL_SSL.
 fn secure_listeners(
     props: &BTreeMap<String, String>,
     listeners: &[Listener],
-    cluster: &ClusterConfig,
 ) -> Result<SecuredListeners, ConfigError> {
     let mut secured = SecuredListeners::default();
     for listener in listeners {
         let protocol = listener.security_protocol;
-        if protocol == SecurityProtocol::Plaintext {
-            continue;
-        }
-        let own_link = if cluster.is_controller_listener(&listener.name) {
-            Some("controller.listener.names")
-        } else if cluster.inter_broker_listener_name == listener.name {
-            Some("inter.broker.listener.name")
-        } else {
-            None
-        };
-        if let Some(key) = own_link {
-            return Err(invalid(
-                key,
-                &listener.name,
-                format!(
-                    "listener {} is {}, and fjord's links between nodes speak neither TLS nor \
-                     SASL yet; keep them on a PLAINTEXT listener and serve clients on the \
-                     secured one",
-                    listener.name,
-                    protocol.name()
-                ),
-            ));
-        }
         if matches!(protocol, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl) {
             secured.tls.insert(
                 listener.name.clone(),
@@ -762,6 +738,50 @@ fn secure_listeners(
         }
     }
     Ok(secured)
+}
+
+/// How a node of a cluster connects to the other nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeLinks {
+    /// To the other brokers (and, from the metadata quorum's leader, to its learners).
+    pub inter_broker: LinkSettings,
+    /// To the controllers.
+    pub controller: LinkSettings,
+}
+
+/// The links of a node of a cluster (None for a cluster of one: a lone node is not asked for a
+/// truststore or a login it would never use).
+fn node_links(
+    props: &BTreeMap<String, String>,
+    get: &dyn Fn(&str) -> String,
+    cluster: &ClusterConfig,
+    secured: &SecuredListeners,
+) -> Result<Option<NodeLinks>, ConfigError> {
+    if cluster.voters.is_empty() && cluster.bootstrap_servers.is_empty() {
+        return Ok(None);
+    }
+    let protocols = security_protocol_map(props, &get("listener.security.protocol.map"))?;
+    let link = |listener: &str, link| {
+        links::link_settings(
+            props,
+            &protocols,
+            listener,
+            link,
+            secured.sasl.get(listener),
+        )
+    };
+    let inter_broker = link(
+        &cluster.inter_broker_listener_name,
+        links::Link::InterBroker,
+    )?;
+    let controller = match cluster.controller_listener_names.first() {
+        Some(name) => link(name, links::Link::Controller)?,
+        None => LinkSettings::plaintext("CONTROLLER"),
+    };
+    Ok(Some(NodeLinks {
+        inter_broker,
+        controller,
+    }))
 }
 
 /// The settings of the listeners that are not PLAINTEXT, by listener name.
@@ -972,6 +992,8 @@ broker_configs! {
     ssl_cipher_suites: Option<Vec<String>> = "ssl.cipher.suites", List, None, Check::None;
     // How a client certificate's name becomes its principal's (`principal`).
     ssl_principal_mapping_rules: String = "ssl.principal.mapping.rules", String, Some("DEFAULT"), Check::None;
+    // Whether this node's own links check the other node's host name against its certificate.
+    ssl_endpoint_identification_algorithm: String = "ssl.endpoint.identification.algorithm", String, Some("https"), Check::None;
     // SASL (see `sasl`): the mechanisms and JAAS text may also be set per listener.
     sasl_enabled_mechanisms: Vec<String> = "sasl.enabled.mechanisms", List, Some("GSSAPI"), Check::None;
     // Read only as `listener.name.<listener>.<mechanism>.sasl.jaas.config`, as Kafka's brokers do.
@@ -1505,6 +1527,8 @@ pub struct BrokerConfig {
     listener_tls: BTreeMap<String, TlsSettings>,
     /// Each SASL_PLAINTEXT and SASL_SSL listener's SASL settings, by listener name.
     listener_sasl: BTreeMap<String, SaslSettings>,
+    /// How this node connects to the others; None for a cluster of one, which has no others.
+    pub links: Option<NodeLinks>,
     /// The authorizer, when `authorizer.class.name` names one.
     pub authorizer: Option<AuthorizerConfig>,
     /// `max.connections` and the other connection limits.
@@ -2031,7 +2055,8 @@ impl BrokerConfig {
             .map_or_else(|| log_dirs[0].clone(), PathBuf::from);
         let cleaner = settings.cleaner_config()?;
         let cluster = ClusterConfig::from_properties(node_id, &listeners, &settings, &get)?;
-        let secured = secure_listeners(props, &listeners, &cluster)?;
+        let secured = secure_listeners(props, &listeners)?;
+        let links = node_links(props, &get, &cluster, &secured)?;
         check_consumer_group_bounds(&settings)?;
         let authorizer = authorizer_config(&settings)?;
         let window = (
@@ -2063,6 +2088,7 @@ impl BrokerConfig {
             cluster,
             listener_tls: secured.tls,
             listener_sasl: secured.sasl,
+            links,
             authorizer,
             connection_limits,
             add_scram: Vec::new(),
@@ -2548,7 +2574,7 @@ pub mod tests {
     }
 
     #[test]
-    fn sasl_listeners_serve_plain_and_fjords_own_links_stay_plaintext() {
+    fn sasl_listeners_serve_plain() {
         let jaas = (
             "listener.name.client.plain.sasl.jaas.config",
             "org.apache.kafka.common.security.plain.PlainLoginModule required user_a=\"pw\";",
@@ -2576,12 +2602,11 @@ pub mod tests {
         let err = BrokerConfig::from_properties(&props(&[base[0], base[1], jaas])).unwrap_err();
         assert!(err.reason.contains("GSSAPI"), "{err}");
 
-        // The links between nodes: SASL there is refused, like TLS.
-        let mut links = base.to_vec();
-        links.push(("inter.broker.listener.name", "CLIENT"));
-        let err = BrokerConfig::from_properties(&props(&links)).unwrap_err();
-        assert_eq!(err.key, "inter.broker.listener.name", "{err}");
-        assert!(err.reason.contains("SASL_PLAINTEXT"), "{err}");
+        // A lone node has no links to log in with.
+        let mut lone = base.to_vec();
+        lone.push(("inter.broker.listener.name", "CLIENT"));
+        let (config, _) = BrokerConfig::from_properties(&props(&lone)).unwrap();
+        assert_eq!(config.links, None);
 
         // Per listener and mechanism, a known key.
         let mut reauth = base.to_vec();
@@ -2591,6 +2616,120 @@ pub mod tests {
         ));
         let (_, warnings) = BrokerConfig::from_properties(&props(&reauth)).unwrap();
         assert!(warnings.unknown_keys.is_empty(), "{warnings:?}");
+    }
+
+    /// A combined node of a three-voter cluster whose every listener is `protocol`, with
+    /// `extra` keys.
+    fn secured_cluster(
+        protocol: &str,
+        extra: &[(&str, &str)],
+    ) -> Result<BrokerConfig, ConfigError> {
+        let map = format!("CONTROLLER:{protocol},BROKER:{protocol}");
+        let mut pairs = vec![
+            ("process.roles", "broker,controller"),
+            ("controller.quorum.voters", VOTERS),
+            ("controller.listener.names", "CONTROLLER"),
+            ("inter.broker.listener.name", "BROKER"),
+            (
+                "listeners",
+                "BROKER://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+            ),
+            ("listener.security.protocol.map", map.as_str()),
+        ];
+        pairs.extend(extra);
+        BrokerConfig::from_properties(&props(&pairs)).map(|(config, _)| config)
+    }
+
+    #[test]
+    fn the_links_between_nodes_log_in_as_their_listeners_jaas_text_says() {
+        let broker_jaas = (
+            "listener.name.broker.plain.sasl.jaas.config",
+            "org.apache.kafka.common.security.plain.PlainLoginModule required \
+             username=\"node\" password=\"node-pw\" user_node=\"node-pw\";",
+        );
+        let controller_jaas = (
+            "listener.name.controller.scram-sha-512.sasl.jaas.config",
+            "org.apache.kafka.common.security.scram.ScramLoginModule required \
+             username=\"ctl\" password=\"ctl-pw\";",
+        );
+        let mechanisms = [
+            ("listener.name.broker.sasl.enabled.mechanisms", "PLAIN"),
+            (
+                "listener.name.controller.sasl.enabled.mechanisms",
+                "SCRAM-SHA-512",
+            ),
+        ];
+        let mut pairs = vec![broker_jaas, controller_jaas];
+        pairs.extend(mechanisms);
+        // Kafka's default mechanism for both links, GSSAPI, is named when it stops the node.
+        let err = secured_cluster("SASL_PLAINTEXT", &pairs).unwrap_err();
+        assert_eq!(err.key, "sasl.mechanism.inter.broker.protocol", "{err}");
+        assert!(err.reason.contains("GSSAPI"), "{err}");
+        pairs.push(("sasl.mechanism.inter.broker.protocol", "PLAIN"));
+        let err = secured_cluster("SASL_PLAINTEXT", &pairs).unwrap_err();
+        assert_eq!(err.key, "sasl.mechanism.controller.protocol", "{err}");
+        // A mechanism the listener does not enable could never log in.
+        pairs.push(("sasl.mechanism.controller.protocol", "PLAIN"));
+        let err = secured_cluster("SASL_PLAINTEXT", &pairs).unwrap_err();
+        assert!(err.reason.contains("does not enable PLAIN"), "{err}");
+        pairs.pop();
+        pairs.push(("sasl.mechanism.controller.protocol", "SCRAM-SHA-512"));
+        let links = secured_cluster("SASL_PLAINTEXT", &pairs)
+            .unwrap()
+            .links
+            .unwrap();
+        assert_eq!(
+            links.inter_broker.login,
+            Some(LinkLogin::Plain {
+                username: "node".into(),
+                password: "node-pw".into()
+            })
+        );
+        assert_eq!(
+            links.controller.login,
+            Some(LinkLogin::Scram {
+                mechanism: fjord_common::scram::ScramMechanism::Sha512,
+                username: "ctl".into(),
+                password: "ctl-pw".into()
+            })
+        );
+        assert_eq!(links.controller.tls, None);
+        // A JAAS text with users only has no login for the node's own side.
+        pairs[0].1 = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                      user_node=\"node-pw\";";
+        let err = secured_cluster("SASL_PLAINTEXT", &pairs).unwrap_err();
+        assert_eq!(
+            err.key, "listener.name.broker.plain.sasl.jaas.config",
+            "{err}"
+        );
+        assert!(err.reason.contains("username"), "{err}");
+    }
+
+    #[test]
+    fn the_links_between_nodes_trust_the_truststore_and_check_host_names_unless_told_not_to() {
+        let keystore = [
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.location", "/node.pem"),
+        ];
+        let err = secured_cluster("SSL", &keystore).unwrap_err();
+        assert!(err.reason.contains("no truststore"), "{err}");
+        let mut pairs = keystore.to_vec();
+        pairs.push(("ssl.truststore.certificates", "CA"));
+        let links = secured_cluster("SSL", &pairs).unwrap().links.unwrap();
+        let tls = links.inter_broker.tls.unwrap();
+        assert_eq!(tls.truststore, TrustStore::PemInline("CA".into()));
+        assert!(tls.keystore.is_some() && tls.verify_hostname);
+        assert_eq!(links.controller.login, None);
+        // Kafka turns the host name check off with an empty algorithm.
+        pairs.push((
+            "listener.name.controller.ssl.endpoint.identification.algorithm",
+            "",
+        ));
+        let links = secured_cluster("SSL", &pairs).unwrap().links.unwrap();
+        assert!(!links.controller.tls.unwrap().verify_hostname);
+        assert!(links.inter_broker.tls.unwrap().verify_hostname);
+        pairs.push(("ssl.endpoint.identification.algorithm", "ldap"));
+        assert!(secured_cluster("SSL", &pairs).is_err());
     }
 
     #[test]
@@ -2628,18 +2767,17 @@ pub mod tests {
     }
 
     #[test]
-    fn ssl_serves_clients_while_the_links_between_nodes_stay_plaintext() {
+    fn ssl_serves_clients() {
         let pem = [
             ("ssl.keystore.type", "PEM"),
             ("ssl.keystore.location", "/broker.pem"),
             ("listener.name.ssl.ssl.client.auth", "requested"),
             ("listener.name.ssl.ssl.truststore.certificates", "CA"),
         ];
-        // Alone, the SSL listener would be the inter-broker listener.
+        // Alone, the SSL listener is the inter-broker listener, which a lone node never uses.
         let mut pairs = vec![("listeners", "SSL://127.0.0.1:9093")];
         pairs.extend(pem);
-        let err = BrokerConfig::from_properties(&props(&pairs)).unwrap_err();
-        assert_eq!(err.key, "inter.broker.listener.name", "{err}");
+        assert!(BrokerConfig::from_properties(&props(&pairs)).is_ok());
         pairs[0] = (
             "listeners",
             "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093",

@@ -263,6 +263,25 @@ fn oauthbearer_settings(
     Ok(settings)
 }
 
+/// Why a mechanism name is not one fjord serves.
+pub(crate) enum MechanismRefused {
+    /// Kerberos: Kafka's default mechanism, which fjord does not serve.
+    Gssapi,
+    Unknown,
+}
+
+/// The mechanism `name` stands for.
+pub(crate) fn parse_mechanism(name: &str) -> Result<SaslMechanism, MechanismRefused> {
+    match name.trim() {
+        "PLAIN" => Ok(SaslMechanism::Plain),
+        "SCRAM-SHA-256" => Ok(SaslMechanism::Scram(ScramMechanism::Sha256)),
+        "SCRAM-SHA-512" => Ok(SaslMechanism::Scram(ScramMechanism::Sha512)),
+        "OAUTHBEARER" => Ok(SaslMechanism::OAuthBearer),
+        "GSSAPI" => Err(MechanismRefused::Gssapi),
+        _ => Err(MechanismRefused::Unknown),
+    }
+}
+
 /// `sasl.enabled.mechanisms` of `listener`: each one fjord serves, at least one.
 fn enabled_mechanisms(
     props: &BTreeMap<String, String>,
@@ -274,34 +293,21 @@ fn enabled_mechanisms(
     let value = value.as_str();
     let mut mechanisms = Vec::new();
     for name in split_list(value) {
-        let mechanism = match name {
-            "PLAIN" => SaslMechanism::Plain,
-            "SCRAM-SHA-256" => SaslMechanism::Scram(ScramMechanism::Sha256),
-            "SCRAM-SHA-512" => SaslMechanism::Scram(ScramMechanism::Sha512),
-            "GSSAPI" => {
-                return Err(invalid(
-                    key,
-                    value,
-                    format!(
-                        "listener {listener} enables GSSAPI (Kerberos{}), which fjord does not \
-                         serve; enable PLAIN or SCRAM-SHA-256/512 instead",
-                        if props.contains_key(key) {
-                            ""
-                        } else {
-                            ", Kafka's default when sasl.enabled.mechanisms is not set"
-                        }
-                    ),
-                ))
-            }
-            "OAUTHBEARER" => SaslMechanism::OAuthBearer,
-            other => {
-                return Err(invalid(
-                    key,
-                    value,
-                    format!("unknown SASL mechanism {other:?}"),
-                ))
-            }
-        };
+        let mechanism = parse_mechanism(name).map_err(|why| {
+            let why = match why {
+                MechanismRefused::Gssapi => format!(
+                    "listener {listener} enables GSSAPI (Kerberos{}), which fjord does not \
+                     serve; enable PLAIN or SCRAM-SHA-256/512 instead",
+                    if props.contains_key(key) {
+                        ""
+                    } else {
+                        ", Kafka's default when sasl.enabled.mechanisms is not set"
+                    }
+                ),
+                MechanismRefused::Unknown => format!("unknown SASL mechanism {name:?}"),
+            };
+            invalid(key, value, why)
+        })?;
         if !mechanisms.contains(&mechanism) {
             mechanisms.push(mechanism);
         }
@@ -318,7 +324,7 @@ fn enabled_mechanisms(
 
 /// The JAAS text of one mechanism on a listener (`<scoped>sasl.jaas.config`), if given: it must
 /// name the mechanism's own login module.
-fn mechanism_jaas(
+pub(crate) fn mechanism_jaas(
     props: &BTreeMap<String, String>,
     scoped: &str,
     mechanism: SaslMechanism,

@@ -110,7 +110,18 @@ pub(crate) fn listener_tls(
     listener: &str,
 ) -> Result<TlsSettings, ConfigError> {
     let get = |key: &'static str| listener_value(props, listener, key);
-    let keystore = keystore(listener, &get)?;
+    let keystore = keystore(&get)?.ok_or_else(|| {
+        invalid(
+            "listeners",
+            listener,
+            format!(
+                "SSL listener {listener} has no keystore: set ssl.keystore.type (PEM or PKCS12) and \
+                 ssl.keystore.location, or ssl.keystore.key and ssl.keystore.certificate.chain \
+                 (for this listener alone: listener.name.{}.ssl.*)",
+                listener.to_ascii_lowercase()
+            ),
+        )
+    })?;
     let truststore = truststore(&get)?;
     let (auth_key, auth) = get("ssl.client.auth");
     let client_auth = match auth.as_deref().map(str::trim) {
@@ -135,6 +146,91 @@ pub(crate) fn listener_tls(
             ),
         ));
     }
+    let protocols = enabled_protocols(&get)?;
+    let (rules_key, rules) = get("ssl.principal.mapping.rules");
+    let rules = rules.unwrap_or_default();
+    let principal_mapper =
+        PrincipalMapper::parse(&rules).map_err(|reason| invalid(&rules_key, &rules, reason.0))?;
+    Ok(TlsSettings {
+        principal_mapper,
+        keystore,
+        truststore,
+        client_auth,
+        protocols,
+        cipher_suites: cipher_suites(&get),
+    })
+}
+
+/// What one of this node's own links to other nodes (inter-broker, controller) does for TLS,
+/// from the same keys (`listener.name.<listener>.ssl.*` over `ssl.*`) the listener it connects
+/// to is served with, as Kafka's client side of those links reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkTls {
+    /// This node's certificate, shown when the other node asks for one.
+    pub keystore: Option<KeyStore>,
+    /// The certificates the other node's must chain to.
+    pub truststore: TrustStore,
+    pub protocols: Vec<TlsVersion>,
+    pub cipher_suites: Vec<String>,
+    /// `ssl.endpoint.identification.algorithm` `https` (the default): the other node's
+    /// certificate must name the host it is reached at; empty: any trusted certificate will do.
+    pub verify_hostname: bool,
+}
+
+/// The TLS of a link to listener `listener`.
+pub(crate) fn link_tls(
+    props: &BTreeMap<String, String>,
+    listener: &str,
+    link: &str,
+) -> Result<LinkTls, ConfigError> {
+    let get = |key: &'static str| listener_value(props, listener, key);
+    let truststore = truststore(&get)?.ok_or_else(|| {
+        invalid(
+            "listeners",
+            listener,
+            format!(
+                "the {link} link connects over TLS to listener {listener}, and has no truststore \
+                 to check the other node's certificate with: set ssl.truststore.location or \
+                 ssl.truststore.certificates (for this listener alone: listener.name.{}.ssl.*)",
+                listener.to_ascii_lowercase()
+            ),
+        )
+    })?;
+    // Read raw: an empty value is how it is turned off.
+    let algorithm_key = ["listener.name.", &listener.to_ascii_lowercase(), "."].concat()
+        + "ssl.endpoint.identification.algorithm";
+    let (algorithm_key, algorithm) = match props.get(&algorithm_key) {
+        Some(value) => (algorithm_key, Some(value)),
+        None => (
+            "ssl.endpoint.identification.algorithm".to_string(),
+            props.get("ssl.endpoint.identification.algorithm"),
+        ),
+    };
+    let verify_hostname = match algorithm.map(|a| a.trim()) {
+        None => true,
+        Some(a) if a.eq_ignore_ascii_case("https") => true,
+        Some("") => false,
+        Some(other) => {
+            return Err(invalid(
+                &algorithm_key,
+                other,
+                "must be https (check the other node's host name) or empty (do not)",
+            ))
+        }
+    };
+    Ok(LinkTls {
+        keystore: keystore(&get)?,
+        truststore,
+        protocols: enabled_protocols(&get)?,
+        cipher_suites: cipher_suites(&get),
+        verify_hostname,
+    })
+}
+
+/// `ssl.enabled.protocols`: the TLS versions, each once, at least one.
+fn enabled_protocols(
+    get: &dyn Fn(&'static str) -> (String, Option<String>),
+) -> Result<Vec<TlsVersion>, ConfigError> {
     let (protocols_key, protocols) = get("ssl.enabled.protocols");
     let protocols_value = protocols.unwrap_or_default();
     let mut versions = Vec::new();
@@ -161,21 +257,15 @@ pub(crate) fn listener_tls(
             "names no TLS version",
         ));
     }
-    let (_, suites) = get("ssl.cipher.suites");
-    let (rules_key, rules) = get("ssl.principal.mapping.rules");
-    let rules = rules.unwrap_or_default();
-    let principal_mapper =
-        PrincipalMapper::parse(&rules).map_err(|reason| invalid(&rules_key, &rules, reason.0))?;
-    Ok(TlsSettings {
-        principal_mapper,
-        keystore,
-        truststore,
-        client_auth,
-        protocols: versions,
-        cipher_suites: suites
-            .map(|s| split_list(&s).into_iter().map(String::from).collect())
-            .unwrap_or_default(),
-    })
+    Ok(versions)
+}
+
+/// `ssl.cipher.suites`, IANA names; empty: every suite of the enabled versions.
+fn cipher_suites(get: &dyn Fn(&'static str) -> (String, Option<String>)) -> Vec<String> {
+    get("ssl.cipher.suites")
+        .1
+        .map(|s| split_list(&s).into_iter().map(String::from).collect())
+        .unwrap_or_default()
 }
 
 /// A store type, as `ssl.keystore.type` / `ssl.truststore.type` name it.
@@ -206,10 +296,10 @@ fn store_type(type_key: &str, kind: Option<String>) -> Result<StoreType, ConfigE
     }
 }
 
+/// The keystore the keys name, if any.
 fn keystore(
-    listener: &str,
     get: &dyn Fn(&'static str) -> (String, Option<String>),
-) -> Result<KeyStore, ConfigError> {
+) -> Result<Option<KeyStore>, ConfigError> {
     let (_, location) = get("ssl.keystore.location");
     let (key_key, key) = get("ssl.keystore.key");
     let (chain_key, chain) = get("ssl.keystore.certificate.chain");
@@ -218,11 +308,11 @@ fn keystore(
     let (type_key, kind) = get("ssl.keystore.type");
     // Kafka takes inline PEM text whatever the type's default; a location needs the type.
     match (location, key, chain) {
-        (None, Some(key), Some(chain)) => Ok(KeyStore::PemInline {
+        (None, Some(key), Some(chain)) => Ok(Some(KeyStore::PemInline {
             key,
             chain,
             key_password,
-        }),
+        })),
         (None, Some(_), None) => Err(invalid(
             &chain_key,
             "",
@@ -241,35 +331,26 @@ fn keystore(
                 "a PEM keystore takes no store password; an encrypted key's goes in \
                  ssl.key.password",
             )),
-            (StoreType::Pem, None) => Ok(KeyStore::PemFile {
+            (StoreType::Pem, None) => Ok(Some(KeyStore::PemFile {
                 path: PathBuf::from(location),
                 key_password,
-            }),
+            })),
             (StoreType::Pkcs12, None) => Err(invalid(
                 &password_key,
                 "",
                 "a PKCS12 keystore needs its password",
             )),
-            (StoreType::Pkcs12, Some(password)) => Ok(KeyStore::Pkcs12 {
+            (StoreType::Pkcs12, Some(password)) => Ok(Some(KeyStore::Pkcs12 {
                 path: PathBuf::from(location),
                 password,
-            }),
+            })),
         },
         (Some(_), _, _) => Err(invalid(
             &key_key,
             "",
             "ssl.keystore.location and an inline key exclude each other",
         )),
-        (None, None, None) => Err(invalid(
-            "listeners",
-            listener,
-            format!(
-                "SSL listener {listener} has no keystore: set ssl.keystore.type (PEM or PKCS12) and \
-                 ssl.keystore.location, or ssl.keystore.key and ssl.keystore.certificate.chain \
-                 (for this listener alone: listener.name.{}.ssl.*)",
-                listener.to_ascii_lowercase()
-            ),
-        )),
+        (None, None, None) => Ok(None),
     }
 }
 

@@ -126,6 +126,7 @@ fn add_voter(
         node: QuorumNode {
             addr: controller_endpoint(endpoints, listener)?,
             directory_id: Some(r.voter_directory_id),
+            broker: false,
         },
     })
 }
@@ -261,6 +262,7 @@ mod tests {
             node: QuorumNode {
                 addr: format!("127.0.0.1:{}", 9000 + id),
                 directory_id: Some(Uuid([id as u8; 16])),
+                broker: false,
             },
             voter,
         }
@@ -304,6 +306,7 @@ mod tests {
                 node: QuorumNode {
                     addr: "127.0.0.1:9500".into(),
                     directory_id: Some(Uuid([3; 16])),
+                    broker: false,
                 },
             }
         );

@@ -14,6 +14,10 @@ pub struct QuorumNode {
     pub addr: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub directory_id: Option<fjord_common::Uuid>,
+    /// A broker following the log, reached on its inter-broker listener (and so secured as
+    /// this node's inter-broker links are); otherwise a controller, on its controller listener.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub broker: bool,
 }
 
 impl QuorumNode {
@@ -21,6 +25,15 @@ impl QuorumNode {
         QuorumNode {
             addr: addr.into(),
             directory_id: None,
+            broker: false,
+        }
+    }
+
+    /// A broker reached on its inter-broker listener at `addr`.
+    pub fn broker(addr: impl Into<String>) -> Self {
+        QuorumNode {
+            broker: true,
+            ..QuorumNode::new(addr)
         }
     }
 

@@ -26,5 +26,5 @@ mod types;
 
 pub use error::MetadataError;
 pub use network::{check_raft_frame, is_raft_frame, MAX_RAFT_FRAME, RAFT_API_KEY};
-pub use quorum::{DynamicQuorum, MetadataQuorum, QuorumConfig, QuorumPeers};
+pub use quorum::{DynamicQuorum, MetadataQuorum, QuorumConfig, QuorumLinks, QuorumPeers};
 pub use quorum_controller::QuorumController;

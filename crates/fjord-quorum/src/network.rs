@@ -5,10 +5,12 @@
 //! A request frame is Kafka's: size, request header v1 (API key, version 0, correlation id,
 //! client id), then the RPC as JSON. The answer is size, correlation id, then the reply as JSON.
 //! One connection per peer carries one RPC at a time; any failure drops the connection and
-//! reports the peer unreachable, and openraft retries with backoff.
+//! reports the peer unreachable, and openraft retries with backoff. A connection is secured (TLS,
+//! a SASL login) as the listener it goes to asks, before its first RPC.
 
 use std::time::Duration;
 
+use fjord_client::{ClientConfig, Connection, Stream};
 use fjord_metadata::QuorumNode;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -18,9 +20,9 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::follower_times::FollowerTimes;
+use crate::quorum::QuorumLinks;
 use crate::types::TypeConfig;
 
 /// The API key raft RPCs travel under: outside the range Kafka assigns, so no Kafka client or
@@ -128,6 +130,7 @@ pub(crate) struct TcpNetwork {
     pub(crate) node_id: u64,
     /// Where answers to AppendEntries are noted, for DescribeQuorum.
     pub(crate) follower_times: FollowerTimes,
+    pub(crate) links: QuorumLinks,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
@@ -138,6 +141,11 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
             target,
             addr: node.addr.clone(),
             client_id: format!("fjord-raft-{}", self.node_id),
+            security: if node.broker {
+                self.links.learners.clone()
+            } else {
+                self.links.voters.clone()
+            },
             stream: None,
             next_correlation_id: 0,
             follower_times: self.follower_times.clone(),
@@ -150,7 +158,8 @@ pub(crate) struct TcpPeer {
     target: u64,
     addr: String,
     client_id: String,
-    stream: Option<TcpStream>,
+    security: fjord_client::Security,
+    stream: Option<Stream>,
     next_correlation_id: i32,
     follower_times: FollowerTimes,
 }
@@ -186,12 +195,17 @@ impl TcpPeer {
 
     async fn exchange(&mut self, payload: &[u8]) -> Result<RaftReply, RpcFailure> {
         if self.stream.is_none() {
-            let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
+            let config = ClientConfig {
+                client_id: self.client_id.clone(),
+                connect_timeout: CONNECT_TIMEOUT,
+                request_timeout: CONNECT_TIMEOUT,
+                security: self.security.clone(),
+                ..ClientConfig::default()
+            };
+            let connection = Connection::open(&self.addr, &config)
                 .await
-                .map_err(|_| self.failure("connect timed out"))?
                 .map_err(|e| self.failure(e))?;
-            let _ = stream.set_nodelay(true);
-            self.stream = Some(stream);
+            self.stream = Some(connection.into_stream());
         }
         self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
         let correlation_id = self.next_correlation_id;

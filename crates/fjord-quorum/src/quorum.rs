@@ -86,6 +86,16 @@ pub struct QuorumConfig {
     pub entries_kept_after_snapshot: u64,
     /// How long `start` waits for this node to lead and catch up.
     pub leader_timeout: Duration,
+    /// How raft RPCs to the other members are secured.
+    pub links: QuorumLinks,
+}
+
+/// How this node's raft RPCs are secured: to a controller on its controller listener, to a
+/// broker following the log on its inter-broker listener.
+#[derive(Debug, Clone, Default)]
+pub struct QuorumLinks {
+    pub voters: fjord_client::Security,
+    pub learners: fjord_client::Security,
 }
 
 impl Default for QuorumConfig {
@@ -97,6 +107,7 @@ impl Default for QuorumConfig {
             max_retained_log_bytes: 100 * 1024 * 1024,
             entries_kept_after_snapshot: 1_000,
             leader_timeout: Duration::from_secs(30),
+            links: QuorumLinks::default(),
         }
     }
 }
@@ -224,6 +235,7 @@ impl MetadataQuorum {
             TcpNetwork {
                 node_id,
                 follower_times: follower_times.clone(),
+                links: config.links.clone(),
             },
             log_store.clone(),
             state_machine,

@@ -305,7 +305,7 @@ impl Shell {
             // inter-broker listener.
             if let Some(addr) = self.controller.learner_address(registration) {
                 self.quorum
-                    .add_learner(registration.broker_id as u64, QuorumNode::new(addr))
+                    .add_learner(registration.broker_id as u64, QuorumNode::broker(addr))
                     .await
                     .map_err(|e| match e {
                         MetadataError::NotLeader { leader } => {

@@ -66,6 +66,7 @@ fn config() -> QuorumConfig {
         max_retained_log_bytes: u64::MAX,
         entries_kept_after_snapshot: 5,
         leader_timeout: Duration::from_secs(10),
+        ..QuorumConfig::default()
     }
 }
 
@@ -298,6 +299,7 @@ async fn a_dynamic_quorum_grows_from_one_voter_and_outlives_its_first_leader() {
     let node_of = |n: &Node| QuorumNode {
         addr: n.addr.clone(),
         directory_id: directory(n.id),
+        broker: false,
     };
     let standalone = QuorumPeers {
         voters: BTreeMap::new(),

@@ -43,6 +43,11 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ControllerRegistration, 0, 0),
     (ApiKey::AddRaftVoter, 0, 1),
     (ApiKey::RemoveRaftVoter, 0, 0),
+    // Forwarded by brokers: the cluster's ACLs, SCRAM credentials and client quotas.
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 /// Answers raft RPCs on any listener that carries them (a controller's controller listener, a

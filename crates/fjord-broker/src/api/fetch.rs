@@ -1233,6 +1233,7 @@ mod tests {
                 cluster_id: "c".into(),
                 images: tokio::sync::watch::channel(image).1,
                 authorizer: None,
+                links: Default::default(),
             }),
             replicas,
             sessions: Default::default(),

@@ -30,6 +30,7 @@ mod txn_verify;
 mod users;
 pub mod versions;
 
+use crate::link::Links;
 use crate::quota::ClientQuotaManagers;
 use std::sync::{Arc, Mutex};
 
@@ -67,6 +68,8 @@ pub struct Node {
     pub(crate) client_quotas: ClientQuotaManagers,
     /// The clients' partition mutations, against their `controller_mutation_rate`.
     pub(crate) mutation_quotas: mutation_quota::MutationQuotas,
+    /// How this node's links to the others are secured.
+    pub links: Arc<Links>,
 }
 
 /// The request router: one narrow context per API family, each holding only what its
@@ -98,6 +101,7 @@ pub struct BrokerParts {
     pub txns: Arc<TxnRuntime>,
     pub log_dir_mover: Arc<LogDirMover>,
     pub replication_quotas: Arc<ReplicationQuotas>,
+    pub links: Arc<Links>,
 }
 
 /// Controller work forwarded to the active controller, and the topics the broker needs
@@ -212,6 +216,7 @@ impl Broker {
             txns,
             log_dir_mover,
             replication_quotas,
+            links,
         } = parts;
         let producer_ids = ProducerIds::new(controller.clone(), config.node_id, broker_epoch);
         let authorizer = authz::authorizer(&config);
@@ -222,6 +227,7 @@ impl Broker {
             cluster_id,
             images: quorum.subscribe(),
             authorizer,
+            links,
         });
         let forwarder = Arc::new(Forwarder {
             node: node.clone(),

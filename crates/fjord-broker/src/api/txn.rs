@@ -583,6 +583,7 @@ impl TxnApi {
                 connect_timeout: Duration::from_secs(2),
                 request_timeout,
                 max_response_bytes: 1024 * 1024,
+                security: self.node.links.inter_broker.clone(),
             };
             *connection = Some(
                 crate::link::peers::connect_to_broker(

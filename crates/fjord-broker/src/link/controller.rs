@@ -40,6 +40,8 @@ pub struct ControllerLink {
     remote: tokio::sync::Mutex<Option<(String, Connection)>>,
     /// How long one call may take, retries included.
     timeout: Duration,
+    /// How connections to the controllers are secured.
+    security: fjord_client::Security,
 }
 
 impl ControllerLink {
@@ -48,6 +50,7 @@ impl ControllerLink {
         quorum: Arc<MetadataQuorum>,
         local: Option<Arc<QuorumController>>,
         addresses: ControllerAddresses,
+        security: fjord_client::Security,
     ) -> Self {
         ControllerLink {
             node_id,
@@ -56,6 +59,7 @@ impl ControllerLink {
             addresses,
             remote: tokio::sync::Mutex::new(None),
             timeout: FORWARD_TIMEOUT,
+            security,
         }
     }
 
@@ -134,6 +138,7 @@ impl ControllerLink {
                 client_id: forwarding_client_id(self.node_id),
                 connect_timeout: Duration::from_secs(2),
                 request_timeout: self.timeout,
+                security: self.security.clone(),
                 ..ClientConfig::default()
             };
             let connection = Connection::connect(addr, &config)

@@ -1,16 +1,21 @@
 //! TLS on a listener, on rustls: the server side built once, before the broker touches its
 //! data, from the listener's settings (`fjord_config::TlsSettings`: key material from PEM, an
 //! encrypted PKCS#8 key or a PKCS12 store; client certificates none / requested / required
-//! against the truststore; the enabled versions and cipher suites).
+//! against the truststore; the enabled versions and cipher suites); and the client side of this
+//! node's links to the others (`client_config`), from the same kind of settings.
 
 use std::sync::Arc;
 
-use fjord_config::{ClientAuth, KeyStore, TlsSettings, TlsVersion, TrustStore};
+use fjord_config::{ClientAuth, KeyStore, LinkTls, TlsSettings, TlsVersion, TrustStore};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite};
+use rustls::{
+    CertificateError, DigitallySignedStruct, RootCertStore, ServerConfig, SupportedCipherSuite,
+};
 
 /// Why a listener's TLS cannot be set up; each names the file or setting at fault.
 #[derive(Debug, thiserror::Error)]
@@ -24,16 +29,8 @@ fn fail(message: impl Into<String>) -> TlsSetupError {
 /// The server side of TLS for a listener with `settings`.
 pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsSetupError> {
     let provider = Arc::new(provider(&settings.cipher_suites)?);
-    let versions: Vec<&'static rustls::SupportedProtocolVersion> = settings
-        .protocols
-        .iter()
-        .map(|v| match v {
-            TlsVersion::Tls12 => &rustls::version::TLS12,
-            TlsVersion::Tls13 => &rustls::version::TLS13,
-        })
-        .collect();
     let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&versions)
+        .with_protocol_versions(&versions(&settings.protocols))
         .map_err(|e| fail(format!("ssl.enabled.protocols with ssl.cipher.suites: {e}")))?;
     let builder = match settings.client_auth {
         ClientAuth::None => builder.with_no_client_auth(),
@@ -54,13 +51,107 @@ pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsSet
             )
         }
     };
-    let (chain, key) = key_and_chain(settings)?;
+    let (chain, key) = key_and_chain(&settings.keystore)?;
     let config = builder.with_single_cert(chain, key).map_err(|e| {
         fail(format!(
             "keystore: the key does not fit the certificate: {e}"
         ))
     })?;
     Ok(Arc::new(config))
+}
+
+/// The client side of TLS for one of this node's links: the other node's certificate must chain
+/// to the truststore (and name the host reached, unless the link says not to check); this node's
+/// own certificate is shown when the other node asks for one.
+pub fn client_config(link: &LinkTls) -> Result<Arc<rustls::ClientConfig>, TlsSetupError> {
+    let provider = Arc::new(provider(&link.cipher_suites)?);
+    let webpki = WebPkiServerVerifier::builder_with_provider(
+        Arc::new(roots(&link.truststore)?),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|e| fail(format!("truststore: {e}")))?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions(&link.protocols))
+        .map_err(|e| fail(format!("ssl.enabled.protocols with ssl.cipher.suites: {e}")))?;
+    let builder = if link.verify_hostname {
+        builder.with_webpki_verifier(webpki)
+    } else {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyHostName(webpki)))
+    };
+    let config = match &link.keystore {
+        None => builder.with_no_client_auth(),
+        Some(keystore) => {
+            let (chain, key) = key_and_chain(keystore)?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| {
+                fail(format!(
+                    "keystore: the key does not fit the certificate: {e}"
+                ))
+            })?
+        }
+    };
+    Ok(Arc::new(config))
+}
+
+/// `ssl.endpoint.identification.algorithm` empty: the other node's certificate must chain to the
+/// truststore, whatever host it names.
+#[derive(Debug)]
+struct AnyHostName(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for AnyHostName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        // The chain and validity are checked before the name; only the name's verdict is waived.
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            verdict => verdict,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+fn versions(protocols: &[TlsVersion]) -> Vec<&'static rustls::SupportedProtocolVersion> {
+    protocols
+        .iter()
+        .map(|v| match v {
+            TlsVersion::Tls12 => &rustls::version::TLS12,
+            TlsVersion::Tls13 => &rustls::version::TLS13,
+        })
+        .collect()
 }
 
 /// The IANA name of a suite (rustls calls the TLS 1.3 ones `TLS13_…`), as `ssl.cipher.suites`
@@ -169,10 +260,10 @@ fn provider(names: &[String]) -> Result<CryptoProvider, TlsSetupError> {
 }
 
 fn key_and_chain(
-    settings: &TlsSettings,
+    keystore: &KeyStore,
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsSetupError> {
-    let (key_origin, chain_origin) = settings.keystore.origins();
-    let (chain, key) = match &settings.keystore {
+    let (key_origin, chain_origin) = keystore.origins();
+    let (chain, key) = match keystore {
         KeyStore::PemFile { path, key_password } => {
             let pem = read(path, &key_origin)?;
             (
@@ -459,6 +550,70 @@ mod tests {
         let stranger = Pki::new();
         let untrusted = connector(&pki, Some(stranger.issue("client")));
         assert!(echo(&untrusted, address, b"hello").await.is_err());
+    }
+
+    /// A link's TLS trusting `pki`'s CA, with its own certificate when `identity` is given.
+    fn link(pki: &Pki, identity: Option<(String, String)>, verify_hostname: bool) -> LinkTls {
+        LinkTls {
+            keystore: identity.map(|(chain, key)| KeyStore::PemInline {
+                key,
+                chain,
+                key_password: None,
+            }),
+            truststore: TrustStore::PemInline(pki.ca.pem()),
+            protocols: vec![TlsVersion::Tls13],
+            cipher_suites: Vec::new(),
+            verify_hostname,
+        }
+    }
+
+    /// One echo over a link's TLS to `host` at `address`.
+    async fn link_echo(
+        link: &LinkTls,
+        address: SocketAddr,
+        host: &str,
+    ) -> std::io::Result<Vec<u8>> {
+        let connector = TlsConnector::from(client_config(link).unwrap());
+        let tcp = TcpStream::connect(address).await?;
+        let name = rustls::pki_types::ServerName::try_from(host.to_string()).unwrap();
+        let mut tls = connector.connect(name, tcp).await?;
+        tls.write_all(&2i32.to_be_bytes()).await?;
+        tls.write_all(b"ok").await?;
+        let mut answer = [0u8; 6];
+        tls.read_exact(&mut answer).await?;
+        Ok(answer[4..].to_vec())
+    }
+
+    #[tokio::test]
+    async fn a_links_tls_checks_the_chain_always_and_the_host_name_unless_told_not_to() {
+        let pki = Pki::new();
+        // The node's certificate names localhost only.
+        let (address, _stop) = listen(&settings(&pki, ClientAuth::Required)).await;
+        let me = || Some(pki.issue("node"));
+        assert_eq!(
+            link_echo(&link(&pki, me(), true), address, "localhost")
+                .await
+                .unwrap(),
+            b"ok"
+        );
+        assert!(link_echo(&link(&pki, me(), true), address, "127.0.0.1")
+            .await
+            .is_err());
+        assert_eq!(
+            link_echo(&link(&pki, me(), false), address, "127.0.0.1")
+                .await
+                .unwrap(),
+            b"ok"
+        );
+        // A listener that asks for a certificate refuses a link without one.
+        assert!(link_echo(&link(&pki, None, true), address, "localhost")
+            .await
+            .is_err());
+        // Another CA's truststore: the chain fails, however lax the name check.
+        let stranger = Pki::new();
+        let mut foreign = link(&pki, me(), false);
+        foreign.truststore = TrustStore::PemInline(stranger.ca.pem());
+        assert!(link_echo(&foreign, address, "localhost").await.is_err());
     }
 
     #[tokio::test]

@@ -53,6 +53,7 @@ struct Context {
     replicas: Arc<ReplicaManager>,
     quorum: Arc<MetadataQuorum>,
     config: Arc<BrokerConfig>,
+    links: Arc<crate::link::Links>,
     flusher: FlusherHandle,
     quotas: Arc<ReplicationQuotas>,
 }
@@ -65,6 +66,7 @@ pub fn start(
     replicas: Arc<ReplicaManager>,
     quorum: Arc<MetadataQuorum>,
     config: Arc<BrokerConfig>,
+    links: Arc<crate::link::Links>,
     flusher: FlusherHandle,
     quotas: Arc<ReplicationQuotas>,
     mut shutdown: watch::Receiver<bool>,
@@ -73,6 +75,7 @@ pub fn start(
         replicas,
         quorum,
         config,
+        links,
         flusher,
         quotas,
     });
@@ -607,6 +610,7 @@ async fn connect(
             settings.socket_timeout_ms + settings.fetch_wait_max_ms.max(0) as u64,
         ),
         max_response_bytes: MAX_RESPONSE_BYTES,
+        security: context.links.inter_broker.clone(),
     };
     crate::link::peers::connect_to_broker(
         &context.quorum.image(),

@@ -19,6 +19,7 @@ use crate::api::{Broker, BrokerParts};
 use crate::coordinator::group::GroupRuntime;
 use crate::coordinator::txn::TxnRuntime;
 use crate::link::controller::ControllerLink;
+use crate::link::Links;
 use crate::replication::{self, FlusherHandle, LogDirMover, ReplicaManager, ReplicationQuotas};
 use crate::server::lifecycle::Membership;
 use crate::server::{controller_link, coordinators, housekeeping, lifecycle, startup, BrokerError};
@@ -34,26 +35,26 @@ pub(super) async fn start_broker(
     cluster_id: String,
     quorum: Arc<MetadataQuorum>,
     local_controller: Option<Arc<QuorumController>>,
+    links: &Arc<Links>,
     ready: &watch::Sender<Option<Arc<Broker>>>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Option<Serving>, BrokerError> {
     let log_manager = open_logs(config)?;
-    let link = || controller_link(config, &quorum, local_controller.clone());
+    let link = || controller_link(config, &quorum, local_controller.clone(), links);
     // Registration and heartbeats have a link of their own: a forwarded request waiting on a
     // slow commit must not hold up the heartbeat that keeps this broker unfenced. A heartbeat
     // gives up well inside the session (a controller cut off must not hold it either).
     let lifecycle_link = Arc::new(link().with_timeout(Duration::from_millis(
         (config.cluster.broker_session_timeout_ms as u64 / 3).max(500),
     )));
-    let Some(broker_epoch) = register(
+    let registered = register(
         config,
         &cluster_id,
         &quorum,
         &lifecycle_link,
         shutdown.clone(),
-    )
-    .await?
-    else {
+    );
+    let Some(broker_epoch) = registered.await? else {
         return Ok(None);
     };
     let replicas = Arc::new(ReplicaManager::new(
@@ -81,6 +82,7 @@ pub(super) async fn start_broker(
         txns: txns.clone(),
         log_dir_mover: storage.log_dir_mover.clone(),
         replication_quotas: storage.replication_quotas.clone(),
+        links: links.clone(),
     }));
     // Transactions prepared before a restart get their markers; open ones time out.
     broker.txns.load_txn_coordinators().map_err(startup)?;
@@ -172,6 +174,7 @@ impl Tasks {
                 replicas.clone(),
                 quorum.clone(),
                 config.clone(),
+                broker.node.links.clone(),
                 storage.flusher.clone(),
                 storage.replication_quotas.clone(),
                 shutdown.clone(),

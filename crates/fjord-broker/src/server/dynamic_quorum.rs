@@ -49,6 +49,7 @@ impl DynamicStart {
             Some(addr) => DynamicQuorum::Standalone(QuorumNode {
                 addr,
                 directory_id: Some(directory_id),
+                broker: false,
             }),
             None => DynamicQuorum::Join,
         }
@@ -78,6 +79,7 @@ const WAIT_REPORT: Duration = Duration::from_secs(10);
 /// for a bootstrap server to answer.
 pub(crate) async fn how_to_start(
     config: &BrokerConfig,
+    security: &fjord_client::Security,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<Option<DynamicStart>, BrokerError> {
     let known = known_cluster_id(config)?;
@@ -94,7 +96,7 @@ pub(crate) async fn how_to_start(
         .collect();
     if own.is_some() && own.as_ref() == config.cluster.bootstrap_servers.first() {
         for addr in &others {
-            if let Some(cluster_id) = probe(addr).await {
+            if let Some(cluster_id) = probe(addr, security).await {
                 return Ok(Some(DynamicStart {
                     cluster_id: Some(cluster_id),
                     standalone: false,
@@ -115,7 +117,7 @@ pub(crate) async fn how_to_start(
     let mut reported = Instant::now();
     loop {
         for addr in &others {
-            if let Some(cluster_id) = probe(addr).await {
+            if let Some(cluster_id) = probe(addr, security).await {
                 tracing::info!(%cluster_id, controller = %addr, "joining the metadata quorum");
                 return Ok(Some(DynamicStart {
                     cluster_id: Some(cluster_id),
@@ -136,11 +138,12 @@ pub(crate) async fn how_to_start(
 
 /// The cluster id a controller at `addr` answers with, when its quorum has a leader
 /// (DescribeCluster on the controller listener, KIP-919).
-async fn probe(addr: &str) -> Option<String> {
+async fn probe(addr: &str, security: &fjord_client::Security) -> Option<String> {
     let config = ClientConfig {
         client_id: "fjord-quorum-bootstrap".into(),
         connect_timeout: PROBE_TIMEOUT,
         request_timeout: PROBE_TIMEOUT,
+        security: security.clone(),
         ..ClientConfig::default()
     };
     let attempt = async {

@@ -16,8 +16,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fjord_client::{OAuthToken, SaslLogin};
 use fjord_controller::Controller;
-use fjord_quorum::{MetadataQuorum, QuorumConfig, QuorumController, QuorumPeers};
+use fjord_quorum::{MetadataQuorum, QuorumConfig, QuorumController, QuorumLinks, QuorumPeers};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -25,10 +26,11 @@ use crate::api::controller::ControllerDispatch;
 use crate::api::versions::supported_range;
 use crate::api::{Broker, BrokerDispatch};
 use crate::link::controller::{ControllerAddresses, ControllerLink};
+use crate::link::Links;
 use crate::net::limits::ConnectionLimits;
 use crate::net::{ListenerSecurity, NetworkConfig};
 use fjord_common::scram::{ScramCredential, ScramMechanism};
-use fjord_config::BrokerConfig;
+use fjord_config::{BrokerConfig, LinkLogin};
 use fjord_protocol::ApiKey;
 use fjord_sasl::scram::ScramCredentials;
 use fjord_sasl::{random_nonce, SaslConfig};
@@ -62,10 +64,11 @@ pub async fn run(
     let started = Instant::now();
     let (ready, broker_rx) = watch::channel::<Option<Arc<Broker>>>(None);
     let security = listener_security(&config, &broker_rx)?;
+    let links = Arc::new(node_links(&config)?);
     let dynamic = if config.cluster.bootstrap_servers.is_empty() {
         None
     } else {
-        match dynamic_quorum::how_to_start(&config, &mut shutdown).await? {
+        match dynamic_quorum::how_to_start(&config, &links.controller, &mut shutdown).await? {
             Some(start) => Some(start),
             None => return Ok(()),
         }
@@ -76,17 +79,15 @@ pub async fn run(
         .and_then(|id| id.parse::<fjord_common::Uuid>().ok())
         .unwrap_or(fjord_common::Uuid::ZERO);
     tracing::info!(node_id = config.node_id, %cluster_id, log_dirs = ?config.log_dirs, "starting fjord");
-    let quorum = start_quorum(&config, &cluster_id, dynamic.as_ref(), metadata_dir_id).await?;
-    let (controller, controller_task) = if config.cluster.controller {
-        let (controller, task) = QuorumController::start(
-            Controller::new(config.clone(), cluster_id.clone()),
-            quorum.clone(),
-            CONTROLLER_COMMIT_TIMEOUT,
-        );
-        (Some(Arc::new(controller)), Some(task))
-    } else {
-        (None, None)
-    };
+    let quorum = start_quorum(
+        &config,
+        &cluster_id,
+        dynamic.as_ref(),
+        metadata_dir_id,
+        &links,
+    );
+    let quorum = quorum.await?;
+    let (controller, controller_task) = start_controller(&config, &cluster_id, &quorum);
     // Every listener serves from here on: voters need each other's raft RPCs to elect a leader,
     // and a learner needs the leader's to catch up, before this node can register as a broker.
     // Broker requests wait (their connections are refused) until the broker is up. Listeners
@@ -106,7 +107,12 @@ pub async fn run(
     // `controller.quorum.auto.join.enable` says so.
     let joining = (dynamic.is_some() && config.cluster.controller).then(|| {
         tokio::spawn(dynamic_quorum::join(
-            Arc::new(controller_link(&config, &quorum, controller.clone())),
+            Arc::new(controller_link(
+                &config,
+                &quorum,
+                controller.clone(),
+                &links,
+            )),
             quorum.clone(),
             config.clone(),
             cluster_id.clone(),
@@ -121,6 +127,7 @@ pub async fn run(
             cluster_id.clone(),
             quorum.clone(),
             controller.clone(),
+            &links,
             &ready,
             broker_stopping,
         )
@@ -231,6 +238,23 @@ struct Node<'a> {
     controller: &'a Option<Arc<QuorumController>>,
 }
 
+/// This node's controller, when it has the controller role, and its task.
+fn start_controller(
+    config: &Arc<BrokerConfig>,
+    cluster_id: &str,
+    quorum: &Arc<MetadataQuorum>,
+) -> (Option<Arc<QuorumController>>, Option<JoinHandle<()>>) {
+    if !config.cluster.controller {
+        return (None, None);
+    }
+    let (controller, task) = QuorumController::start(
+        Controller::new(config.clone(), cluster_id.to_string()),
+        quorum.clone(),
+        CONTROLLER_COMMIT_TIMEOUT,
+    );
+    (Some(Arc::new(controller)), Some(task))
+}
+
 /// The metadata log: this node's replica of it, in the metadata log dir, with the voters of a
 /// static quorum or the start `dynamic` decided.
 async fn start_quorum(
@@ -238,6 +262,7 @@ async fn start_quorum(
     cluster_id: &str,
     dynamic: Option<&dynamic_quorum::DynamicStart>,
     metadata_dir_id: fjord_common::Uuid,
+    links: &Links,
 ) -> Result<Arc<MetadataQuorum>, BrokerError> {
     let metadata_dir = config.metadata_log_dir.join(METADATA_DIR_NAME);
     let peers = QuorumPeers {
@@ -255,6 +280,10 @@ async fn start_quorum(
             .ok()
             .filter(|ms| *ms > 0)
             .map(Duration::from_millis),
+        links: QuorumLinks {
+            voters: links.controller.clone(),
+            learners: links.inter_broker.clone(),
+        },
         max_retained_log_bytes: u64::try_from(config.cluster.metadata_max_retention_bytes)
             .unwrap_or(u64::MAX),
         ..QuorumConfig::default()
@@ -269,6 +298,52 @@ async fn start_quorum(
     .await
     .map_err(|e| startup(format!("metadata log at {}: {e}", metadata_dir.display())))?;
     Ok(Arc::new(quorum))
+}
+
+/// How this node's links to the others are secured, set up (key material read and checked)
+/// before anything touches the disk.
+fn node_links(config: &BrokerConfig) -> Result<Links, BrokerError> {
+    let Some(links) = &config.links else {
+        return Ok(Links::default());
+    };
+    let security = |link: &fjord_config::LinkSettings, what: &str| {
+        let tls = match &link.tls {
+            Some(tls) => Some(crate::net::tls::client_config(tls).map_err(|e| {
+                startup(format!(
+                    "cannot set up TLS for the {what} link to listener {}: {e}",
+                    link.listener
+                ))
+            })?),
+            None => None,
+        };
+        let sasl = link.login.as_ref().map(|login| match login {
+            LinkLogin::Plain { username, password } => SaslLogin::Plain {
+                username: username.clone(),
+                password: password.clone(),
+            },
+            LinkLogin::Scram {
+                mechanism,
+                username,
+                password,
+            } => SaslLogin::Scram {
+                mechanism: *mechanism,
+                username: username.clone(),
+                password: password.clone(),
+            },
+            LinkLogin::OAuthBearer {
+                principal,
+                lifetime_s,
+            } => SaslLogin::OAuthBearer(OAuthToken::Unsecured {
+                principal: principal.clone(),
+                lifetime: Duration::from_secs(u64::try_from(*lifetime_s).unwrap_or(3600)),
+            }),
+        });
+        Ok::<_, BrokerError>(fjord_client::Security { tls, sasl })
+    };
+    Ok(Links {
+        inter_broker: security(&links.inter_broker, "inter-broker")?,
+        controller: security(&links.controller, "controller")?,
+    })
 }
 
 /// Each listener's TLS and SASL, set up before anything touches the disk: key material that
@@ -461,6 +536,7 @@ fn controller_link(
     config: &BrokerConfig,
     quorum: &Arc<MetadataQuorum>,
     local: Option<Arc<QuorumController>>,
+    links: &Links,
 ) -> ControllerLink {
     let bootstrap = if config.cluster.voters.is_empty() {
         config.cluster.bootstrap_servers.clone()
@@ -482,5 +558,6 @@ fn controller_link(
         quorum.clone(),
         local,
         ControllerAddresses { bootstrap, own },
+        links.controller.clone(),
     )
 }

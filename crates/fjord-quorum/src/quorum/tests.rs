@@ -21,6 +21,7 @@ fn config() -> QuorumConfig {
         max_retained_log_bytes: u64::MAX,
         entries_kept_after_snapshot: 100,
         leader_timeout: Duration::from_secs(10),
+        ..QuorumConfig::default()
     }
 }
 
