@@ -1006,6 +1006,49 @@ def goals(rows: List[dict], limits: Dict[str, float]) -> List[tuple]:
     return out
 
 
+def section_tables(rows: List[dict]) -> List[str]:
+    """The rows as a table per section: Kafka's figure beside fjord's, and their ratio."""
+    lines: List[str] = []
+    section = None
+    for r in rows:
+        if r["section"] != section:
+            section = r["section"]
+            lines += ["", f"## {section}", "", "| Workload | Unit | Kafka | fjord | fjord/Kafka | better |",
+                      "|---|---|---:|---:|---:|---|"]
+        ratio = f"{r['ratio']:.2f}×" if r["ratio"] is not None else "—"
+        lines.append(f"| {r['name']} | {r['unit']} | {fmt(r['kafka'])} | {fmt(r['fjord'])} | {ratio} | {r['better']} |")
+    return lines
+
+
+def side_by_side(title: str, meta: dict, results: Results, setting: str) -> str:
+    """A smaller benchmark's report: a table per section, Kafka beside fjord, and what failed."""
+    m = meta["machine"]
+    lines = [
+        f"# {title}, fjord vs Apache Kafka — {meta['date']} ({meta['mode']})", "",
+        f"Command: `{meta['command']}` (fjord {meta['fjord_rev']}). Machine: {m['cores']} cores, "
+        f"{m['memory_gib']} GiB, disk {m['disk']}; {setting}. Rounds: {meta['rounds']}; each figure is "
+        "the median over rounds. Ratio = fjord / Kafka.",
+    ]
+    lines += section_tables(results.summary())
+    lines += ["", "## Failed", ""] + ([f"- {f}" for f in results.failures] or ["- nothing"])
+    return "\n".join(lines) + "\n"
+
+
+def write_report(base: Path, meta: dict, results: Results, md: str, smoke: bool) -> int:
+    """Writes `base`.md and .json and prints the report; in smoke mode, non-zero when anything failed or a row
+    lacks a broker's figure."""
+    rows = results.summary()
+    base.with_suffix(".md").write_text(md)
+    base.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows, "failures": results.failures},
+                                                    indent=1))
+    print(md)
+    log(f"wrote {base}.md and .json in {meta['seconds']} s")
+    if smoke and (results.failures or not rows or any(r["kafka"] is None or r["fjord"] is None for r in rows)):
+        print("smoke: failed: " + "; ".join(results.failures), file=sys.stderr)
+        return 1
+    return 0
+
+
 def markdown(meta: dict, rows: List[dict], limits: Dict[str, float], results: Results, profile: Profile) -> str:
     m = meta["machine"]
     lines = [
@@ -1023,14 +1066,7 @@ def markdown(meta: dict, rows: List[dict], limits: Dict[str, float], results: Re
         "|---|---:|",
     ]
     lines += [f"| {k} | {fmt(v)} |" for k, v in limits.items()]
-    section = None
-    for r in rows:
-        if r["section"] != section:
-            section = r["section"]
-            lines += ["", f"## {section}", "", "| Workload | Unit | Kafka | fjord | fjord/Kafka | better |",
-                      "|---|---|---:|---:|---:|---|"]
-        ratio = f"{r['ratio']:.2f}×" if r["ratio"] is not None else "—"
-        lines.append(f"| {r['name']} | {r['unit']} | {fmt(r['kafka'])} | {fmt(r['fjord'])} | {ratio} | {r['better']} |")
+    lines += section_tables(rows)
     lines += ["", "## Goals (issue 4)", "", "| Goal | Measured | Met |", "|---|---|---|"]
     lines += [f"| {g} | {v} | {'yes' if ok else '**no**'} |" for g, v, ok in goals(rows, limits)]
     lines += ["", "## Failed", ""]

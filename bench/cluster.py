@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import (BENCH, KIB, MODES, FjordBroker, KafkaBroker, Results, create_topic, fmt, free_port,  # noqa: E402
-                   git_rev, loadgen, log, machine, new_cluster_id, producer_performance)
+from bench import (BENCH, KIB, MODES, FjordBroker, KafkaBroker, Results, create_topic, free_port,  # noqa: E402
+                   git_rev, loadgen, log, machine, new_cluster_id, producer_performance, section_tables)
 
 NODES = 3
 PARTITIONS = 6
@@ -164,14 +164,7 @@ def markdown(meta: dict, rows: List[dict], results: Results) -> str:
         f"{m['memory_gib']} GiB, disk {m['disk']}; a cluster's three nodes and the load tools share it, one "
         f"cluster at a time. Rounds: {meta['rounds']}; each figure is the median over rounds. Ratio = fjord / Kafka.",
     ]
-    section = None
-    for r in rows:
-        if r["section"] != section:
-            section = r["section"]
-            lines += ["", f"## {section}", "", "| Workload | Unit | Kafka | fjord | fjord/Kafka | better |",
-                      "|---|---|---:|---:|---:|---|"]
-        ratio = f"{r['ratio']:.2f}×" if r["ratio"] is not None else "—"
-        lines.append(f"| {r['name']} | {r['unit']} | {fmt(r['kafka'])} | {fmt(r['fjord'])} | {ratio} | {r['better']} |")
+    lines += section_tables(rows)
     lines += ["", "## Goals (issue 14)", "", "| Goal | Measured | Met |", "|---|---|---|"]
     lines += [f"| {g} | {v} | {'yes' if ok else '**no**'} |" for g, v, ok in goals(rows)]
     lines += ["", "## Failed", ""] + ([f"- {f}" for f in results.failures] or ["- nothing"])

@@ -5,6 +5,7 @@
 #   bench/run.sh --cleaner [--smoke]   the log cleaner against Kafka's (bench/cleaner.py)
 #   bench/run.sh --cluster [--smoke]   three-node clusters at replication factor 3 (bench/cluster.py)
 #   bench/run.sh --txn [--smoke]       transactional produce and read_committed latency (bench/txn.py)
+#   bench/run.sh --security [--smoke]  TLS, SASL_SSL and the authorizer's cost (bench/security.py)
 # Needs: java 17+, mvn, go, cargo, python3; iperf3 and fio (Debian packages; installed here when apt-get can).
 # Downloads land in ~/.m2 and Go's module cache; build outputs in bench/.build (not committed).
 set -euo pipefail
@@ -52,6 +53,10 @@ fi
 if [ "${1:-}" = "--txn" ]; then
     shift
     exec python3 "$BENCH/txn.py" --command "bench/run.sh --txn $*" "$@"
+fi
+if [ "${1:-}" = "--security" ]; then
+    shift
+    exec python3 "$BENCH/security.py" --command "bench/run.sh --security $*" "$@"
 fi
 if [ "${1:-}" = "--cleaner" ]; then
     shift

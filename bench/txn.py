@@ -20,15 +20,14 @@ Modes as in bench.py: page-cache and fsync.
 
 import argparse
 import datetime
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import (BENCH, KIB, MODES, FjordBroker, KafkaBroker, Results, create_topic, fmt, git_rev,  # noqa: E402
-                   loadgen, log, machine, producer_performance)
+from bench import (BENCH, KIB, MODES, FjordBroker, KafkaBroker, Results, create_topic, git_rev, loadgen,  # noqa: E402
+                   log, machine, producer_performance, side_by_side, write_report)
 
 PARTITIONS = 6
 TXN_RECORDS = 1000
@@ -79,26 +78,6 @@ def run_round(results: Results, work: Path, rnd: int, mode: str, smoke: bool) ->
             broker.stop()
 
 
-def markdown(meta: dict, results: Results) -> str:
-    m = meta["machine"]
-    lines = [
-        f"# Transactions, fjord vs Apache Kafka — {meta['date']} ({meta['mode']})", "",
-        f"Command: `{meta['command']}` (fjord {meta['fjord_rev']}). Machine: {m['cores']} cores, "
-        f"{m['memory_gib']} GiB, disk {m['disk']}; one broker at a time. Rounds: {meta['rounds']}; each figure is "
-        "the median over rounds. Ratio = fjord / Kafka.",
-    ]
-    section = None
-    for r in results.summary():
-        if r["section"] != section:
-            section = r["section"]
-            lines += ["", f"## {section}", "", "| Workload | Unit | Kafka | fjord | fjord/Kafka | better |",
-                      "|---|---|---:|---:|---:|---|"]
-        ratio = f"{r['ratio']:.2f}×" if r["ratio"] is not None else "—"
-        lines.append(f"| {r['name']} | {r['unit']} | {fmt(r['kafka'])} | {fmt(r['fjord'])} | {ratio} | {r['better']} |")
-    lines += ["", "## Failed", ""] + ([f"- {f}" for f in results.failures] or ["- nothing"])
-    return "\n".join(lines) + "\n"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--smoke", action="store_true")
@@ -119,19 +98,8 @@ def main() -> int:
     meta: Dict = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "mode": "smoke" if args.smoke else "full",
                   "rounds": rounds, "command": args.command, "fjord_rev": git_rev(), "machine": machine(),
                   "seconds": round(time.monotonic() - t0)}
-    rows = results.summary()
-    md = markdown(meta, results)
-    base = out_dir / f"txn-{stamp}"
-    base.with_suffix(".md").write_text(md)
-    base.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows, "failures": results.failures},
-                                                    indent=1))
-    print(md)
-    log(f"wrote {base}.md and .json in {meta['seconds']} s")
-    if args.smoke and (results.failures or not rows or any(r["kafka"] is None or r["fjord"] is None for r in rows)):
-        print("smoke: failed: " + "; ".join(results.failures), file=sys.stderr)
-        return 1
-    return 0
-
+    md = side_by_side("Transactions", meta, results, "one broker at a time")
+    return write_report(out_dir / f"txn-{stamp}", meta, results, md, args.smoke)
 
 if __name__ == "__main__":
     sys.exit(main())

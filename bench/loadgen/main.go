@@ -5,13 +5,16 @@
 //	produce       --bootstrap B --topic T --records N --size S --acks all|1 --codec C [--rate R]
 //	consume       --bootstrap B --topic T --partitions P --records N
 //	e2e           --bootstrap B --topic T --records N --size S --rate R [--transaction-records K]
+//	acls          --bootstrap B --count N --allow-prefix P
 //
 // produce reports throughput and send-to-acknowledgement latency; consume reads every partition from
 // the start without a consumer group; e2e sends timestamped records to a one-partition topic and
 // measures send-to-receipt latency in the same process (one clock), and the acknowledgements' latency
 // as ack_* (a slow high watermark shows in both, a slow consumer wake-up only in the first); with --transaction-records it
 // sends them in transactions of K records and reads as read_committed, so a record arrives once
-// its transaction commits.
+// its transaction commits. acls creates N ACLs of other principals (literal and prefixed topic ACLs,
+// group ACLs) and, first, the ACLs that let this client (User:ANONYMOUS) administer the cluster and use
+// every topic named with prefix P: an authorizer then has N ACLs to look through for each request.
 package main
 
 import (
@@ -31,12 +34,14 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(errors.New("usage: loadgen create-topics|produce|consume|e2e [flags]"))
+		fail(errors.New("usage: loadgen create-topics|produce|consume|e2e|acls [flags]"))
 	}
 	if os.Getenv("GOGC") == "" {
 		// The load generator's own garbage collection shows in what it measures: with Go's default
@@ -54,6 +59,8 @@ func main() {
 		err = consume(os.Args[2:])
 	case "e2e":
 		err = endToEnd(os.Args[2:])
+	case "acls":
+		err = createACLs(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
 	}
@@ -499,4 +506,75 @@ func endToEnd(args []string) error {
 		}
 	}
 	return emit(out)
+}
+
+// acl is one ACL to create: ALLOW `operation` on a resource to `principal` from any host.
+func acl(resourceType kmsg.ACLResourceType, name string, pattern kmsg.ACLResourcePatternType,
+	principal string, operation kmsg.ACLOperation) kmsg.CreateACLsRequestCreation {
+	c := kmsg.NewCreateACLsRequestCreation()
+	c.ResourceType = resourceType
+	c.ResourceName = name
+	c.ResourcePatternType = pattern
+	c.Principal = principal
+	c.Host = "*"
+	c.Operation = operation
+	c.PermissionType = kmsg.ACLPermissionTypeAllow
+	return c
+}
+
+func createACLs(args []string) error {
+	fs := flag.NewFlagSet("acls", flag.ExitOnError)
+	bootstrap := fs.String("bootstrap", "", "bootstrap servers, comma-separated")
+	count := fs.Int("count", 10000, "ACLs of other principals to create")
+	allowPrefix := fs.String("allow-prefix", "", "topic prefix this client is allowed every operation on")
+	_ = fs.Parse(args)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*bootstrap, ",")...), kgo.RequestTimeoutOverhead(120*time.Second))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	const me = "User:ANONYMOUS"
+	// The cluster's ACL first: with allow.everyone.if.no.acl.found, creating it needs none yet.
+	batches := [][]kmsg.CreateACLsRequestCreation{
+		{acl(kmsg.ACLResourceTypeCluster, "kafka-cluster", kmsg.ACLResourcePatternTypeLiteral, me, kmsg.ACLOperationAll)},
+		{acl(kmsg.ACLResourceTypeTopic, *allowPrefix, kmsg.ACLResourcePatternTypePrefixed, me, kmsg.ACLOperationAll)},
+	}
+	var others []kmsg.CreateACLsRequestCreation
+	for i := 0; i < *count; i++ {
+		user := fmt.Sprintf("User:user-%d", i)
+		switch i % 4 {
+		case 0, 1:
+			others = append(others, acl(kmsg.ACLResourceTypeTopic, fmt.Sprintf("%s-other-%d", *allowPrefix, i),
+				kmsg.ACLResourcePatternTypeLiteral, user, kmsg.ACLOperationRead))
+		case 2:
+			others = append(others, acl(kmsg.ACLResourceTypeTopic, fmt.Sprintf("app-%d-", i),
+				kmsg.ACLResourcePatternTypePrefixed, user, kmsg.ACLOperationWrite))
+		default:
+			others = append(others, acl(kmsg.ACLResourceTypeGroup, fmt.Sprintf("group-%d", i),
+				kmsg.ACLResourcePatternTypeLiteral, user, kmsg.ACLOperationRead))
+		}
+	}
+	// Bounded requests: 1,000 ACLs each.
+	for first := 0; first < len(others); first += 1000 {
+		batches = append(batches, others[first:min(first+1000, len(others))])
+	}
+	start := time.Now()
+	created := 0
+	for _, batch := range batches {
+		req := kmsg.NewPtrCreateACLsRequest()
+		req.Creations = batch
+		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+		resp, err := req.RequestWith(ctx, cl)
+		cancel()
+		if err != nil {
+			return err
+		}
+		for _, r := range resp.Results {
+			if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+				return fmt.Errorf("CreateACLs: %w", err)
+			}
+			created++
+		}
+	}
+	return emit(map[string]any{"acls": created, "seconds": time.Since(start).Seconds()})
 }

@@ -569,6 +569,90 @@ class Network:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+def openssl(workdir: Path, *args: str) -> None:
+    subprocess.run(["openssl", *args], cwd=workdir, check=True, capture_output=True, timeout=60)
+
+
+class Pki:
+    """A CA and, signed by it, the broker's certificate (for localhost and 127.0.0.1) and a client's; keys are
+    unencrypted PKCS#8. `<name>.pem` holds a key and its certificate, as a PEM keystore does."""
+
+    def __init__(self, workdir: Path, ca: str = "ca"):
+        self.dir = workdir
+        openssl(workdir, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key", "-out",
+                f"{ca}.pem", "-days", "2", "-subj", f"/CN=fjord e2e {ca}")
+        self.ca_name = ca
+        self.ca = workdir / f"{ca}.pem"
+
+    def issue(self, name: str, subject: str, san: Optional[str] = None) -> str:
+        ext = self.dir / f"{name}.ext"
+        ext.write_text(f"subjectAltName={san}\n" if san else "basicConstraints=CA:FALSE\n")
+        openssl(self.dir, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                "-subj", subject)
+        openssl(self.dir, "x509", "-req", "-in", f"{name}.csr", "-CA", f"{self.ca_name}.pem", "-CAkey",
+                f"{self.ca_name}.key", "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", str(ext))
+        (self.dir / f"{name}.pem").write_text((self.dir / f"{name}.key").read_text()
+                                              + (self.dir / f"{name}.crt").read_text())
+        return name
+
+
+
+PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+
+
+class Secured:
+    """What a cluster all on SASL_SSL needs: one CA's certificate for every node (for `hosts`, localhost and
+    127.0.0.1), the nodes' properties (client, inter-broker and controller listeners SASL_SSL with PLAIN users,
+    host names checked, the StandardAuthorizer with `User:node` the only super user) and each client's settings.
+    Pass `node_props()` as a Cluster's `extra` with `broker_listener="BROKER"`."""
+
+    USERS = {"node": "node-pw", "alice": "alice-pw", "mallory": "mallory-pw"}
+
+    def __init__(self, workdir: Path, hosts: Sequence[str] = ()):
+        self.dir = workdir
+        self.pki = Pki(workdir)
+        names = ["DNS:localhost"] + [f"IP:{h}" for h in sorted(set(hosts) | {"127.0.0.1"})]
+        self.pki.issue("node", "/CN=localhost", ",".join(names))
+
+    def jaas(self, login: str) -> str:
+        """A listener's PLAIN JAAS text: its users, and `login`, the node's own links' login."""
+        users = " ".join(f'user_{name}="{password}"' for name, password in self.USERS.items())
+        return f'{PLAIN_LOGIN} required username="{login}" password="{self.USERS[login]}" {users};'
+
+    def node_props(self) -> Dict[str, str]:
+        return {
+            "listener.security.protocol.map": "BROKER:SASL_SSL,CONTROLLER:SASL_SSL",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.dir / "node.pem"),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.pki.ca),
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.broker.plain.sasl.jaas.config": self.jaas("node"),
+            "listener.name.controller.plain.sasl.jaas.config": self.jaas("node"),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:node",
+        }
+
+    def librdkafka(self, user: str) -> Dict[str, str]:
+        """confluent-kafka's settings to log in as `user`."""
+        return {"security.protocol": "SASL_SSL", "sasl.mechanisms": "PLAIN", "sasl.username": user,
+                "sasl.password": self.USERS[user], "ssl.ca.location": str(self.pki.ca)}
+
+    def java(self, user: str) -> Dict[str, str]:
+        """Java kafka-clients' properties to log in as `user`."""
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                "sasl.jaas.config": f'{PLAIN_LOGIN} required username="{user}" password="{self.USERS[user]}";',
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.pki.ca)}
+
+    def java_config(self, user: str) -> Path:
+        """A properties file of `java(user)`, for Kafka's tools (`--command-config`)."""
+        path = self.dir / f"{user}.properties"
+        write_properties(path, self.java(user))
+        return path
+
+
 class ClusterNode(Broker):
     """One node of a cluster — broker, controller or both — running fjord's binary or Apache Kafka, configured with
     the same KRaft keys."""
@@ -806,11 +890,14 @@ def kafka_tool(main: str, *args: str, timeout_s: float = 120) -> str:
     return proc.stdout
 
 
-def metadata_quorum_status(bootstrap: str, timeout_s: float = 60) -> Dict[str, str]:
-    """`kafka-metadata-quorum --bootstrap-server <bootstrap> describe --status` (Kafka's own tool), as a dict."""
+def metadata_quorum_status(bootstrap: str, timeout_s: float = 60, command_config: Optional[Path] = None
+                           ) -> Dict[str, str]:
+    """`kafka-metadata-quorum --bootstrap-server <bootstrap> describe --status` (Kafka's own tool), as a dict;
+    with `command_config`, the client properties it connects with."""
+    config = ["--command-config", str(command_config)] if command_config else []
     proc = subprocess.run(
         [java_bin(), "-cp", read_classpath("kafka-broker.classpath"), "org.apache.kafka.tools.MetadataQuorumCommand",
-         "--bootstrap-server", bootstrap, "describe", "--status"],
+         "--bootstrap-server", bootstrap, *config, "describe", "--status"],
         capture_output=True, text=True, timeout=timeout_s,
     )
     if proc.returncode != 0:

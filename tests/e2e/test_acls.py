@@ -25,8 +25,7 @@ from kafka.admin import (ACLFilter, ACLOperation, ACLPermissionType, ACLResource
 from kafka.errors import ClusterAuthorizationFailedError
 
 from acl_matrix import AUTHORIZATION_ERRORS, CASES, Case, Names, error_codes
-from test_tls import Pki
-from harness import free_port, kafka_tool, make_broker, read_properties, write_properties
+from harness import Pki, free_port, kafka_tool, make_broker, read_properties, write_properties
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"

@@ -1,4 +1,7 @@
-"""Jepsen-style fault trials on three combined nodes, each in a network namespace of its own: topics with
+"""Jepsen-style fault trials on three combined nodes, each in a network namespace of its own, secured end to end (client,
+inter-broker and controller listeners all SASL_SSL with host names checked, the StandardAuthorizer on; `harness.Secured`:
+the nodes log in as the super user `node`, the trials' clients as `alice`, whose ACLs allow the trials' topics and
+groups): topics with
 replication factor 3, min.insync.replicas=2, idempotent acks=all producers (Kafka's VerifiableProducer on Java
 kafka-clients, and librdkafka), consumers reading as the faults happen (Kafka's VerifiableConsumer in a group, and
 librdkafka from offset 0). One fault per trial, in turn: kill -9 of partition 0's leader, of the active controller,
@@ -29,10 +32,11 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
+                                   ResourcePatternType, ResourceType)
 
-from harness import (PYTHON_CLIENTS, Cluster, Network, fresh_seed, java_bin, metadata_quorum_status,
-                     read_classpath, wait_for)
+from harness import (PYTHON_CLIENTS, Cluster, Network, Secured, fresh_seed, java_bin, metadata_quorum_status,
+                     read_classpath, wait_for, write_properties)
 
 NODES = 3
 PARTITIONS = 2
@@ -57,46 +61,66 @@ def net():
 
 @pytest.fixture(scope="module")
 def cluster(net, tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("trials"), controllers=NODES,
-                extra={"broker.session.timeout.ms": str(SESSION_MS), "broker.heartbeat.interval.ms": "500",
-                       "replica.lag.time.max.ms": str(LAG_MS), "offsets.topic.replication.factor": "3",
-                       "min.insync.replicas": "2"},
-                hosts=[net.address(i) for i in range(1, NODES + 1)],
-                prefixes=[net.prefix(i) for i in range(1, NODES + 1)], metadata_dirs=True)
+    workdir = tmp_path_factory.mktemp("trials")
+    hosts = [net.address(i) for i in range(1, NODES + 1)]
+    secured = Secured(workdir, hosts)
+    c = Cluster(workdir, controllers=NODES,
+                extra={**secured.node_props(), "broker.session.timeout.ms": str(SESSION_MS),
+                       "broker.heartbeat.interval.ms": "500", "replica.lag.time.max.ms": str(LAG_MS),
+                       "offsets.topic.replication.factor": "3", "min.insync.replicas": "2"},
+                hosts=hosts, prefixes=[net.prefix(i) for i in range(1, NODES + 1)], metadata_dirs=True,
+                broker_listener="BROKER")
+    c.secured = secured
     c.start()
+    grants = [AclBinding(ResourceType.TOPIC, "trial-", ResourcePatternType.PREFIXED, "User:alice", "*", op,
+                         AclPermissionType.ALLOW) for op in (AclOperation.WRITE, AclOperation.READ)]
+    grants.append(AclBinding(ResourceType.GROUP, "*", ResourcePatternType.LITERAL, "User:alice", "*",
+                             AclOperation.READ, AclPermissionType.ALLOW))
+    admin = AdminClient(client(c, "node"))
+    for future in admin.create_acls(grants).values():
+        future.result(60)
     yield c
     c.kill9()
 
 
-def describe(bootstrap: str, topic: str) -> dict:
+def client(cluster: Cluster, user: str, bootstrap: str = None) -> dict:
+    """confluent-kafka's settings to reach the cluster (or `bootstrap`) as `user`."""
+    return {"bootstrap.servers": bootstrap or cluster.bootstrap, **cluster.secured.librdkafka(user)}
+
+
+def describe(config: dict, topic: str) -> dict:
     """Partition → (leader, replicas, isr)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(config)
     t = admin.list_topics(topic, timeout=10).topics[topic]
     if t.error is not None:
         return {}
     return {p.id: (p.leader, sorted(p.replicas), sorted(p.isrs)) for p in t.partitions.values()}
 
 
-def all_in_sync(bootstrap: str, topic: str, deadline_s: float) -> dict:
+def all_in_sync(config: dict, topic: str, deadline_s: float) -> dict:
     ids = list(range(1, NODES + 1))
     return wait_for(lambda: (lambda d: d if len(d) == PARTITIONS and all(
-        isr == ids and leader > 0 for leader, _, isr in d.values()) else None)(describe(bootstrap, topic)),
-        lambda: f"{topic}: not every partition led with all replicas in sync: {describe(bootstrap, topic)}",
+        isr == ids and leader > 0 for leader, _, isr in d.values()) else None)(describe(config, topic)),
+        lambda: f"{topic}: not every partition led with all replicas in sync: {describe(config, topic)}",
         deadline_s)
 
 
 class Workers:
     """The trial's client processes, each writing its history to a file of its own."""
 
-    def __init__(self, workdir: Path, topic: str):
+    def __init__(self, workdir: Path, topic: str, secured: Secured):
         self.workdir = workdir
         self.topic = topic
         self.procs = {}
+        self.secured = secured
+        # Every client logs in as alice: librdkafka's settings (history_worker.py reads them from the environment)
+        # and the Java tools' properties.
+        self.env = {**os.environ, "HISTORY_CLIENT_CONFIG": json.dumps(secured.librdkafka("alice"))}
 
     def spawn(self, name: str, cmd: list) -> None:
         out = open(self.workdir / f"{name}.out", "wb")
         err = open(self.workdir / f"{name}.err", "wb")
-        self.procs[name] = subprocess.Popen(cmd, stdout=out, stderr=err)
+        self.procs[name] = subprocess.Popen(cmd, stdout=out, stderr=err, env=self.env)
 
     def history_producer(self, name: str, bootstrap: str, prefix: int, prefix_cmd=()) -> None:
         self.spawn(name, [*prefix_cmd, sys.executable, str(PYTHON_CLIENTS / "history_worker.py"), "produce",
@@ -109,18 +133,21 @@ class Workers:
 
     def verifiable_producer(self, name: str, bootstrap: str, prefix: int) -> None:
         config = self.workdir / f"{name}.properties"
-        config.write_text("enable.idempotence=true\nretries=2147483647\nmax.in.flight.requests.per.connection=5\n"
-                          "delivery.timeout.ms=30000\nrequest.timeout.ms=10000\nlinger.ms=5\n")
+        write_properties(config, {**self.secured.java("alice"), "enable.idempotence": "true",
+                                  "retries": "2147483647", "max.in.flight.requests.per.connection": "5",
+                                  "delivery.timeout.ms": "30000", "request.timeout.ms": "10000", "linger.ms": "5"})
         self.spawn(name, [java_bin(), "-cp", read_classpath("kafka-broker.classpath"),
                           "org.apache.kafka.tools.VerifiableProducer", "--topic", self.topic, "--bootstrap-server",
                           bootstrap, "--max-messages", str(RATE * PRODUCE_S), "--throughput", str(RATE), "--acks",
                           "-1", "--value-prefix", str(prefix), "--producer.config", str(config)])
 
     def verifiable_consumer(self, name: str, bootstrap: str, group: str) -> None:
+        config = self.workdir / f"{name}.properties"
+        write_properties(config, self.secured.java("alice"))
         self.spawn(name, [java_bin(), "-cp", read_classpath("kafka-broker.classpath"),
                           "org.apache.kafka.tools.VerifiableConsumer", "--topic", self.topic, "--bootstrap-server",
                           bootstrap, "--group-id", group, "--reset-policy", "earliest", "--verbose",
-                          "--session-timeout", "10000"])
+                          "--session-timeout", "10000", "--consumer.config", str(config)])
 
     def wait(self, names: list, deadline_s: float) -> None:
         end = time.monotonic() + deadline_s
@@ -181,9 +208,9 @@ def observed(workers: Workers, readers: dict) -> list:
     return seen
 
 
-def read_back(bootstrap: str, topic: str) -> dict:
+def read_back(config: dict, topic: str) -> dict:
     """Partition → {offset: value}, every record below each partition's high watermark."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "trial-checker", "enable.auto.commit": False})
+    c = Consumer({**config, "group.id": "trial-checker", "enable.auto.commit": False})
     try:
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
         c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS) if ends[p] > 0])
@@ -206,9 +233,10 @@ def log_bytes(node, topic: str, partition: int) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(d.glob("*.log")))
 
 
-def active_controller(bootstrap: str) -> int:
+def active_controller(cluster: Cluster) -> int:
+    config = cluster.secured.java_config("node")
     return wait_for(lambda: (lambda s: int(s.get("LeaderId", "-1")) if int(s.get("LeaderId", "-1")) > 0 else None)(
-        metadata_quorum_status(bootstrap)), "no active controller", 60)
+        metadata_quorum_status(cluster.bootstrap, command_config=config)), "no active controller", 60)
 
 
 def heal_everything(net: Network, cluster: Cluster) -> None:
@@ -227,7 +255,7 @@ def inject(fault: str, rng: random.Random, net: Network, cluster: Cluster, leade
     """Applies the fault to the running workload and heals it; what was done."""
     followers = [r for r in replicas if r != leader]
     if fault == "kill9-controller":
-        victim = active_controller(cluster.bootstrap)
+        victim = active_controller(cluster)
     elif fault in ("kill9-follower", "wipe-follower"):
         victim = rng.choice(followers)
     else:
@@ -269,12 +297,12 @@ def test_fault_trial(net, cluster, tmp_path, trial):
     topic = f"trial-{trial}"
     everyone = cluster.bootstrap
     heal_everything(net, cluster)
-    admin = AdminClient({"bootstrap.servers": everyone})
+    admin = AdminClient(client(cluster, "node"))
     for _, f in admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3)]).items():
         f.result(60)
-    leader, replicas, _ = all_in_sync(everyone, topic, 60)[0]
+    leader, replicas, _ = all_in_sync(client(cluster, "node"), topic, 60)[0]
 
-    workers = Workers(tmp_path, topic)
+    workers = Workers(tmp_path, topic, cluster.secured)
     producers = {"verifiable-producer": "java", "librdkafka-producer": "librdkafka"}
     readers = {"verifiable-consumer": "java", "librdkafka-reader": "librdkafka"}
     try:
@@ -290,8 +318,8 @@ def test_fault_trial(net, cluster, tmp_path, trial):
             producers["cut-off-producer"] = "librdkafka"
             readers["cut-off-reader"] = "librdkafka"
         workers.wait(list(producers), 150)
-        all_in_sync(everyone, topic, 120)
-        log = read_back(everyone, topic)
+        all_in_sync(client(cluster, "node"), topic, 120)
+        log = read_back(client(cluster, "alice"), topic)
         acks = acknowledged(workers, producers)
         group_wants = {v for v, (p, o) in acks.items()}
         # The readers catch up with the end of the log before they stop.

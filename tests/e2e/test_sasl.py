@@ -22,9 +22,9 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from harness import (FULL_MATRIX, create_topics, franz_go_dir, free_port, kafka_tool, make_broker, read_properties, round_trip,
-                     run_tool, wait_for, write_properties)
-from test_tls import Pki, all_refused_quickly
+from harness import (FULL_MATRIX, Pki, create_topics, franz_go_dir, free_port, kafka_tool, make_broker, read_properties,
+                     round_trip, run_tool, wait_for, write_properties)
+from test_tls import all_refused_quickly
 
 CLIENTS = ["java", "confluent", "go", "kafka-python"]
 USERS = {"alice": "alice-secret", "admin": "admin-secret"}

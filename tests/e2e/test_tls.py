@@ -22,36 +22,10 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from harness import create_topics, free_port, make_broker, read_properties, round_trip, run_tool, write_properties
+from harness import (Pki, create_topics, free_port, make_broker, openssl, read_properties, round_trip, run_tool,
+                     write_properties)
 
 CLIENTS = ["java", "confluent", "go", "kafka-python"]
-
-
-def openssl(workdir: Path, *args: str) -> None:
-    subprocess.run(["openssl", *args], cwd=workdir, check=True, capture_output=True, timeout=60)
-
-
-class Pki:
-    """A CA and, signed by it, the broker's certificate (for localhost and 127.0.0.1) and a client's; keys are
-    unencrypted PKCS#8. `<name>.pem` holds a key and its certificate, as a PEM keystore does."""
-
-    def __init__(self, workdir: Path, ca: str = "ca"):
-        self.dir = workdir
-        openssl(workdir, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key", "-out",
-                f"{ca}.pem", "-days", "2", "-subj", f"/CN=fjord e2e {ca}")
-        self.ca_name = ca
-        self.ca = workdir / f"{ca}.pem"
-
-    def issue(self, name: str, subject: str, san: Optional[str] = None) -> str:
-        ext = self.dir / f"{name}.ext"
-        ext.write_text(f"subjectAltName={san}\n" if san else "basicConstraints=CA:FALSE\n")
-        openssl(self.dir, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                "-subj", subject)
-        openssl(self.dir, "x509", "-req", "-in", f"{name}.csr", "-CA", f"{self.ca_name}.pem", "-CAkey",
-                f"{self.ca_name}.key", "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", str(ext))
-        (self.dir / f"{name}.pem").write_text((self.dir / f"{name}.key").read_text()
-                                              + (self.dir / f"{name}.crt").read_text())
-        return name
 
 
 class TlsBroker:

@@ -7,9 +7,12 @@
     read BOOTSTRAP TOPIC PARTITIONS OUT
         Reads every partition from offset 0 until SIGTERM: `PARTITION OFFSET VALUE` per record it was given.
 
-Lines are flushed one by one, so a history survives the worker being killed.
+Lines are flushed one by one, so a history survives the worker being killed. HISTORY_CLIENT_CONFIG, when set, is
+a JSON object of librdkafka settings both add (a secured cluster's login, say).
 """
 
+import json
+import os
 import signal
 import sys
 import time
@@ -17,6 +20,7 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 stop = False
+CLIENT = json.loads(os.environ.get("HISTORY_CLIENT_CONFIG", "{}"))
 
 
 def on_term(*_):
@@ -25,7 +29,7 @@ def on_term(*_):
 
 
 def produce(bootstrap, topic, partitions, prefix, rate, seconds, out_path):
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+    p = Producer({**CLIENT, "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
                   "message.timeout.ms": 30000, "request.timeout.ms": 10000})
     with open(out_path, "w", encoding="ascii") as out:
 
@@ -51,7 +55,7 @@ def produce(bootstrap, topic, partitions, prefix, rate, seconds, out_path):
 
 
 def read(bootstrap, topic, partitions, out_path):
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "history-reader", "enable.auto.commit": False,
+    c = Consumer({**CLIENT, "bootstrap.servers": bootstrap, "group.id": "history-reader", "enable.auto.commit": False,
                   "fetch.wait.max.ms": 100})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     with open(out_path, "w", encoding="ascii") as out:
