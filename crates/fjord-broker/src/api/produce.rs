@@ -147,7 +147,6 @@ struct ProduceRequestInfo<'a> {
     transactional_id: Option<&'a str>,
     verdicts: &'a Verdicts,
     now: i64,
-    access: &'a Access,
 }
 
 impl ProduceApi {
@@ -167,7 +166,6 @@ impl ProduceApi {
             transactional_id: request.transactional_id.as_deref(),
             verdicts,
             now: fjord_common::now_ms(),
-            access,
         };
         let mut answer = ProduceAnswer {
             api,
@@ -185,6 +183,8 @@ impl ProduceApi {
             });
             // Named by an id this broker does not know (see `topic_ids`).
             let unknown_id = version >= PRODUCE_TOPIC_IDS_FROM && topic.name.is_empty();
+            // Judged once for all the topic's partitions.
+            let writable = access.allows_topic(AclOperation::Write, &topic.name);
             for data in &topic.partition_data {
                 let mut pending = PendingPartition {
                     topic_index,
@@ -198,8 +198,12 @@ impl ProduceApi {
                     flush: None,
                     replicated: None,
                 };
-                let outcome =
-                    self.append_partition(&info, (&topic.name, unknown_id), data, &mut pending);
+                let outcome = self.append_partition(
+                    &info,
+                    (&topic.name, unknown_id, writable),
+                    data,
+                    &mut pending,
+                );
                 match outcome {
                     Ok(appended) => {
                         pending.response.base_offset = appended.info.first_offset;
@@ -229,7 +233,7 @@ impl ProduceApi {
     fn append_partition(
         &self,
         info: &ProduceRequestInfo<'_>,
-        (topic, unknown_id): (&str, bool),
+        (topic, unknown_id, writable): (&str, bool, bool),
         data: &PartitionProduceData,
         pending: &mut PendingPartition,
     ) -> Result<Appended, PartitionError> {
@@ -246,7 +250,7 @@ impl ProduceApi {
                 "This server does not know this topic id.",
             ));
         }
-        if !info.access.allows_topic(AclOperation::Write, topic) {
+        if !writable {
             let code = errors::TOPIC_AUTHORIZATION_FAILED;
             return Err(PartitionError::new(code, authz::message(code)));
         }
