@@ -22,29 +22,6 @@ pub struct Security {
     pub sasl: Option<SaslLogin>,
 }
 
-impl PartialEq for Security {
-    fn eq(&self, other: &Security) -> bool {
-        let same_tls = match (&self.tls, &other.tls) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            (None, None) => true,
-            _ => false,
-        };
-        same_tls && self.sasl == other.sasl
-    }
-}
-
-impl Security {
-    /// Kafka's name of the security protocol this amounts to.
-    pub fn protocol_name(&self) -> &'static str {
-        match (self.tls.is_some(), self.sasl.is_some()) {
-            (false, false) => "PLAINTEXT",
-            (true, false) => "SSL",
-            (false, true) => "SASL_PLAINTEXT",
-            (true, true) => "SASL_SSL",
-        }
-    }
-}
-
 /// A connection's byte stream: the socket itself, or TLS over it.
 pub enum Stream {
     Plain(TcpStream),

@@ -20,7 +20,6 @@ use crate::{invalid, ConfigError, SaslMechanism, SaslSettings, SecurityProtocol}
 pub struct LinkSettings {
     /// The listener, on the other nodes, the link connects to.
     pub listener: String,
-    pub protocol: SecurityProtocol,
     /// For SSL and SASL_SSL.
     pub tls: Option<LinkTls>,
     /// For SASL_PLAINTEXT and SASL_SSL.
@@ -32,7 +31,6 @@ impl LinkSettings {
     pub fn plaintext(listener: &str) -> LinkSettings {
         LinkSettings {
             listener: listener.to_string(),
-            protocol: SecurityProtocol::Plaintext,
             tls: None,
             login: None,
         }
@@ -120,7 +118,6 @@ pub(crate) fn link_settings(
     };
     Ok(LinkSettings {
         listener: listener.to_string(),
-        protocol,
         tls,
         login,
     })

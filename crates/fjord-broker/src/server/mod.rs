@@ -106,13 +106,9 @@ pub async fn run(
     // A controller of a dynamic quorum makes itself known to the leader, and asks to vote if
     // `controller.quorum.auto.join.enable` says so.
     let joining = (dynamic.is_some() && config.cluster.controller).then(|| {
+        let link = controller_link(&config, &quorum, controller.clone(), &links);
         tokio::spawn(dynamic_quorum::join(
-            Arc::new(controller_link(
-                &config,
-                &quorum,
-                controller.clone(),
-                &links,
-            )),
+            Arc::new(link),
             quorum.clone(),
             config.clone(),
             cluster_id.clone(),
