@@ -32,6 +32,9 @@ from typing import Dict, List, Optional
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 BUILD = BENCH / ".build"
+
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+from ports import free_port  # noqa: E402,F401
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 KIB = 1024
@@ -215,12 +218,6 @@ def measured(sampler: "Sampler", run):
 
 # ---------------------------------------------------------------------------------------------------
 # Brokers.
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def api_versions(port: int, timeout: float = 1.0) -> Optional[Dict[int, int]]:

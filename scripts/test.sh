@@ -27,9 +27,8 @@ step "cargo test --workspace, three test binaries at a time"
 scripts/cargo-test.sh
 
 step "fuzz: every target, bounded, no sanitizer (long runs, with AddressSanitizer: scripts/fuzz.sh 600)"
-# Seconds of fuzzing need no full optimization: opt-level 1 without debug info builds in half the time.
-CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=false \
-  FUZZ_SANITIZER="${FUZZ_SANITIZER:-none}" scripts/fuzz.sh "${FUZZ_SECONDS:-3}"
+# Seconds of fuzzing need no optimization: the unoptimized build takes a minute less.
+FUZZ_DEV=1 FUZZ_SANITIZER="${FUZZ_SANITIZER:-none}" scripts/fuzz.sh "${FUZZ_SECONDS:-3}"
 
 step "benchmark harness, smoke mode (the full comparison: bench/run.sh)"
 bench/run.sh --smoke

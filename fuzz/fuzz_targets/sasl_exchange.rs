@@ -2,7 +2,9 @@
 //! answered, refused or ending the exchange, never a panic. The input is cut into frames (a byte
 //! of length, then that many bytes); the first byte picks the mechanism the exchange starts with,
 //! and each frame's first byte whether it goes raw or wrapped in a well-formed SaslAuthenticate,
-//! so the fuzzer reaches PLAIN's, SCRAM's and OAUTHBEARER's parsers as well as the frame decoder.
+//! so the fuzzer reaches PLAIN's, SCRAM's and OAUTHBEARER's parsers as well as the frame decoder;
+//! another bit has OAUTHBEARER check signed tokens against a JWKS, and another reads the rest of
+//! the input as a JWKS document instead.
 #![no_main]
 
 use std::collections::BTreeMap;
@@ -11,11 +13,12 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use fjord_common::scram::{ScramCredential, ScramMechanism};
-use fjord_config::{SaslMechanism, SaslSettings};
+use fjord_config::{JwksValidator, OAuthBearerSettings, SaslMechanism, SaslSettings};
 use fjord_protocol::messages::sasl_authenticate_request::SaslAuthenticateRequest;
 use fjord_protocol::messages::sasl_handshake_request::SaslHandshakeRequest;
 use fjord_protocol::messages::RequestHeader;
 use fjord_protocol::{request_header_version, ApiKey, Encodable};
+use fjord_sasl::jwks::VerificationKeys;
 use fjord_sasl::scram::ScramCredentials;
 use fjord_sasl::{Authenticator, SaslConfig, Step};
 use libfuzzer_sys::fuzz_target;
@@ -30,7 +33,24 @@ impl ScramCredentials for Credentials {
     }
 }
 
-fn config() -> SaslConfig {
+/// A JWKS with one P-256 key.
+const JWKS: &str = r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"k","x":"PqBnEUl0amZURjPw-ZWSMkxtVRfU195WtwmXhFZZA0U","y":"FsFktOWgoLIDgJFOVKtQHzuVztfeDTj_4wEr0HMLz88"}]}"#;
+
+fn config(signed: bool) -> SaslConfig {
+    let (oauthbearer, keys) = if signed {
+        let validator = JwksValidator {
+            jwks_file: "/unused".into(),
+            expected_audience: vec!["kafka".into()],
+            expected_issuer: None,
+            sub_claim: "sub".into(),
+            scope_claim: "scope".into(),
+            clock_skew_seconds: 30,
+        };
+        let keys = VerificationKeys::from_jwks(JWKS.as_bytes()).expect("the JWKS is valid");
+        (OAuthBearerSettings::Jwks(validator), keys)
+    } else {
+        (OAuthBearerSettings::default(), VerificationKeys::default())
+    };
     SaslConfig {
         settings: SaslSettings {
             mechanisms: vec![
@@ -41,12 +61,13 @@ fn config() -> SaslConfig {
             ],
             plain_users: BTreeMap::from([("alice".to_string(), "pw".to_string())]),
             max_reauth_ms: BTreeMap::new(),
-            oauthbearer: Default::default(),
+            oauthbearer,
         },
         max_receive_size: 1 << 16,
         failed_delay: Duration::ZERO,
         api_versions_max: 4,
         credentials: Arc::new(Credentials),
+        verification_keys: Arc::new(keys),
         nonce: || "servernonce".to_string(),
         now_ms: || 1_700_000_000_000,
     }
@@ -75,7 +96,11 @@ fuzz_target!(|data: &[u8]| {
     let Some((&first, mut rest)) = data.split_first() else {
         return;
     };
-    let config = config();
+    if first & 16 != 0 {
+        let _ = VerificationKeys::from_jwks(rest);
+        return;
+    }
+    let config = config(first & 8 != 0);
     let mut auth = Authenticator::new(&config);
     let mechanism =
         ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"][usize::from(first % 4)];

@@ -7,7 +7,13 @@ dir is kept across restarts and removed with pytest's temporary directories.
 
 import pytest
 
-from harness import Broker, make_broker
+from harness import Broker, make_broker, make_class_archives
+
+
+@pytest.fixture(scope="session", autouse=True)
+def class_archives(tmp_path_factory) -> None:
+    """The short-lived JVMs' class-data archives, made before the first test when missing."""
+    make_class_archives(tmp_path_factory.mktemp("class-archives"))
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from typing import Callable, List, Optional, Tuple
 
 from confluent_kafka import Producer
 
-from harness import create_topics, java_bin, read_classpath, wait_for
+from harness import create_topics, kafka_tools_java, wait_for
 
 PARTITIONS = 2
 MESSAGES = 4000
@@ -22,7 +22,7 @@ TRANSACTION_SIZE = 25
 
 
 def tool(main: str, *args: str) -> list:
-    return [java_bin(), "-cp", read_classpath("kafka-broker.classpath"), f"org.apache.kafka.tools.{main}", *args]
+    return [*kafka_tools_java(), f"org.apache.kafka.tools.{main}", *args]
 
 
 class Copier:

@@ -6,6 +6,7 @@ they report against the record generator.
 """
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -28,6 +29,7 @@ PYTHON_CLIENTS = E2E_DIR / "clients" / "python"
 
 sys.path.insert(0, str(PYTHON_CLIENTS))
 from recordgen import consume_line, generate  # noqa: E402
+from ports import free_port  # noqa: E402,F401
 
 CLIENTS = ["java", "go", "confluent", "kafka-python"]
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -50,12 +52,6 @@ def fresh_seed() -> int:
     return _last_seed
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def port_accepts(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
@@ -67,6 +63,81 @@ def port_accepts(port: int) -> bool:
 def java_bin() -> str:
     home = os.environ.get("JAVA_HOME")
     return str(Path(home) / "bin" / "java") if home else "java"
+
+
+# The Java clients and Kafka's tools start a JVM per run, hundreds of times a session, and mostly start, connect and
+# end: C1 alone and the serial collector halve their CPU, and a class-data archive of the classes a run loads (made
+# once per classpath by make_class_archives) halves their start again. Brokers' JVMs and the benchmarks keep Java's
+# defaults.
+SHORT_JVM_FLAGS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xlog:disable", "-Xlog:all=warning:stderr"]
+
+
+def class_archive(classpath: str) -> Path:
+    """Where the archive of `classpath` is kept: named after its jars and their sizes and times, since the JVM
+    declines an archive whose jars changed (a rebuilt client tool, say)."""
+    digest = hashlib.sha256()
+    for entry in classpath.split(":"):
+        stat = os.stat(entry) if os.path.exists(entry) else None
+        digest.update(f"{entry}:{stat and stat.st_size}:{stat and stat.st_mtime_ns}\n".encode())
+    return BUILD_DIR / "cds" / (digest.hexdigest()[:16] + ".jsa")
+
+
+def java_cmd(classpath: str, *flags: str) -> List[str]:
+    """`java ... -cp classpath` for a short-lived client or tool, with the classpath's archive when it has one."""
+    archive = class_archive(classpath)
+    shared = [f"-XX:SharedArchiveFile={archive}"] if archive.exists() else []
+    return [java_bin(), *SHORT_JVM_FLAGS, *shared, *flags, "-cp", classpath]
+
+
+def kafka_tools_java() -> List[str]:
+    """java with Kafka's broker and tools jars on the classpath; a main class and its arguments follow."""
+    return java_cmd(read_classpath("kafka-broker.classpath"))
+
+
+def client_classpath() -> str:
+    return str(BUILD_DIR / "java" / "java-client-tool-0.1.0.jar") + ":" + read_classpath("java-client.classpath")
+
+
+def client_java() -> List[str]:
+    """java with the e2e Java client tool's jar and kafka-clients on the classpath; a main class follows."""
+    return java_cmd(client_classpath())
+
+
+def make_class_archives(workdir: Path) -> None:
+    """Makes the class-data archive of each short-lived JVM's classpath that has none: one run of a typical command
+    (a Java client's produce, Kafka's kafka-topics) against a broker started for it, with its loaded classes dumped
+    at exit. Without an archive the JVMs only start slower, so a failure here is printed, not raised."""
+    tools_cp = read_classpath("kafka-broker.classpath")
+    current = {class_archive(cp) for cp in (client_classpath(), tools_cp)}
+    for stale in (BUILD_DIR / "cds").glob("*.jsa"):
+        if stale not in current:
+            stale.unlink()
+    missing = [cp for cp in (client_classpath(), tools_cp) if not class_archive(cp).exists()]
+    if not missing:
+        return
+    broker = make_broker(workdir / "broker")
+    broker.start()
+    try:
+        run_tool("go", "create-topic", bootstrap=broker.bootstrap, topic="warm-up", partitions=3)
+        typical = {
+            client_classpath(): ["dev.fjord.e2e.ClientTool", *tool_args(
+                "produce", bootstrap=broker.bootstrap, topic="warm-up", count=2000, seed=1, acks="all", codec="lz4",
+                idempotent=True, out=str(workdir / "acks"))],
+            tools_cp: ["org.apache.kafka.tools.TopicCommand", "--bootstrap-server", broker.bootstrap, "--describe"],
+        }
+        for cp in missing:
+            archive = class_archive(cp)
+            archive.parent.mkdir(exist_ok=True)
+            partial = archive.with_name(f"{archive.stem}.{os.getpid()}.partial")
+            proc = subprocess.run(java_cmd(cp, f"-XX:ArchiveClassesAtExit={partial}") + typical[cp],
+                                  capture_output=True, text=True, timeout=120)
+            if proc.returncode == 0 and partial.exists():
+                partial.rename(archive)
+            else:
+                print(f"no class-data archive for {typical[cp][0]}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+                partial.unlink(missing_ok=True)
+    finally:
+        broker.stop()
 
 
 def read_classpath(name: str) -> str:
@@ -337,8 +408,7 @@ def ensure_running(b: Broker) -> Broker:
 
 def tool_command(client: str) -> List[str]:
     if client == "java":
-        cp = str(BUILD_DIR / "java" / "java-client-tool-0.1.0.jar") + ":" + read_classpath("java-client.classpath")
-        return [java_bin(), "-cp", cp, "dev.fjord.e2e.ClientTool"]
+        return [*client_java(), "dev.fjord.e2e.ClientTool"]
     if client == "go":
         return [str(BUILD_DIR / "franz-tool")]
     if client == "confluent":
@@ -884,7 +954,7 @@ def create_topics(bootstrap: str, names: List[str], partitions: int, replication
 
 def kafka_tool(main: str, *args: str, timeout_s: float = 120) -> str:
     """Runs one of Kafka's own tools (a main class from the Kafka jars) to completion; its stdout."""
-    cmd = [java_bin(), "-cp", read_classpath("kafka-broker.classpath"), main, *args]
+    cmd = [*kafka_tools_java(), main, *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     assert proc.returncode == 0, f"{main} {args} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     return proc.stdout
@@ -896,7 +966,7 @@ def metadata_quorum_status(bootstrap: str, timeout_s: float = 60, command_config
     with `command_config`, the client properties it connects with."""
     config = ["--command-config", str(command_config)] if command_config else []
     proc = subprocess.run(
-        [java_bin(), "-cp", read_classpath("kafka-broker.classpath"), "org.apache.kafka.tools.MetadataQuorumCommand",
+        [*kafka_tools_java(), "org.apache.kafka.tools.MetadataQuorumCommand",
          "--bootstrap-server", bootstrap, *config, "describe", "--status"],
         capture_output=True, text=True, timeout=timeout_s,
     )

@@ -3,7 +3,7 @@
 import re
 import subprocess
 
-from harness import CODECS, check_acks, fresh_seed, java_bin, read_acks, read_classpath, run_tool
+from harness import CODECS, check_acks, fresh_seed, kafka_tools_java, read_acks, run_tool
 
 PARTITIONS = 3
 COUNT = 10_000
@@ -17,7 +17,7 @@ TROUBLE = re.compile(r"error|corrupt|mismatch|exception|not found|out of order|i
 
 
 def dump(files, *flags) -> str:
-    cmd = [java_bin(), "-cp", read_classpath("kafka-broker.classpath"), "org.apache.kafka.tools.DumpLogSegments"]
+    cmd = [*kafka_tools_java(), "org.apache.kafka.tools.DumpLogSegments"]
     proc = subprocess.run(
         cmd + list(flags) + ["--files", ",".join(str(f) for f in files)],
         capture_output=True,

@@ -35,8 +35,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
                                    ResourcePatternType, ResourceType)
 
-from harness import (PYTHON_CLIENTS, Cluster, Network, Secured, fresh_seed, java_bin, metadata_quorum_status,
-                     read_classpath, wait_for, write_properties)
+from harness import (PYTHON_CLIENTS, Cluster, Network, Secured, fresh_seed, kafka_tools_java,
+                     metadata_quorum_status, wait_for, write_properties)
 
 NODES = 3
 PARTITIONS = 2
@@ -136,7 +136,7 @@ class Workers:
         write_properties(config, {**self.secured.java("alice"), "enable.idempotence": "true",
                                   "retries": "2147483647", "max.in.flight.requests.per.connection": "5",
                                   "delivery.timeout.ms": "30000", "request.timeout.ms": "10000", "linger.ms": "5"})
-        self.spawn(name, [java_bin(), "-cp", read_classpath("kafka-broker.classpath"),
+        self.spawn(name, [*kafka_tools_java(),
                           "org.apache.kafka.tools.VerifiableProducer", "--topic", self.topic, "--bootstrap-server",
                           bootstrap, "--max-messages", str(RATE * PRODUCE_S), "--throughput", str(RATE), "--acks",
                           "-1", "--value-prefix", str(prefix), "--producer.config", str(config)])
@@ -144,7 +144,7 @@ class Workers:
     def verifiable_consumer(self, name: str, bootstrap: str, group: str) -> None:
         config = self.workdir / f"{name}.properties"
         write_properties(config, self.secured.java("alice"))
-        self.spawn(name, [java_bin(), "-cp", read_classpath("kafka-broker.classpath"),
+        self.spawn(name, [*kafka_tools_java(),
                           "org.apache.kafka.tools.VerifiableConsumer", "--topic", self.topic, "--bootstrap-server",
                           bootstrap, "--group-id", group, "--reset-policy", "earliest", "--verbose",
                           "--session-timeout", "10000", "--consumer.config", str(config)])

@@ -11,7 +11,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from harness import REPO_ROOT, Broker, franz_go_tests, kafka_tool, run_tool, fresh_seed
+from harness import FULL_MATRIX, REPO_ROOT, Broker, franz_go_tests, kafka_tool, run_tool, fresh_seed
 from test_groups import Member, gbroker, group_broker, unique  # noqa: F401 (fixtures)
 
 FJORD_BIN = Path(os.environ.get("FJORD_BIN", REPO_ROOT / "target" / "release" / "fjord"))
@@ -142,6 +142,8 @@ def test_verifiable_consumer(gbroker: Broker, protocol: str):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not FULL_MATRIX, reason="the test command runs these tests on three nodes "
+                    "(test_replication.py); E2E_FULL_MATRIX=1 runs them on one too")
 def test_franz_go_group_tests(gbroker: Broker, tmp_path: Path):
     """franz-go's own pkg/kgo group tests, from the module cache, with KGO_SEEDS pointing at the broker."""
     franz_go_tests(gbroker.bootstrap, 1, tmp_path)

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness import Cluster, java_bin, read_classpath, wait_for
+from harness import Cluster, kafka_tools_java, wait_for
 
 SESSION_MS = 6000
 LAG_MS = 2000
@@ -29,7 +29,7 @@ def cluster(tmp_path_factory):
 
 def leader_election(bootstrap: str, *args: str) -> tuple:
     """`kafka-leader-election` (Kafka's own tool): its exit code and output."""
-    proc = subprocess.run([java_bin(), "-cp", read_classpath("kafka-broker.classpath"),
+    proc = subprocess.run([*kafka_tools_java(),
                            "org.apache.kafka.tools.LeaderElectionCommand", "--bootstrap-server", bootstrap, *args],
                           capture_output=True, text=True, timeout=120)
     return proc.returncode, proc.stdout + proc.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from harness import Broker, fresh_seed, java_bin, kafka_tool, read_classpath, run_tool
+from harness import Broker, fresh_seed, kafka_tool, kafka_tools_java, run_tool
 
 
 def watermarks(b: Broker, topic: str, partition: int):
@@ -100,7 +100,7 @@ def test_kafka_configs_topic_alter_describe_delete(broker: Broker):
     assert described(out, "retention.ms") is None, out
     assert described(out, "cleanup.policy") == "compact,delete", out
     # An invalid value is refused and changes nothing.
-    proc = subprocess.run([java_bin(), "-cp", read_classpath("kafka-broker.classpath"),
+    proc = subprocess.run([*kafka_tools_java(),
                            "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", broker.bootstrap, *entity,
                            "--alter", "--add-config", "retention.ms=soon"], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "retention.ms" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
@@ -137,7 +137,7 @@ def test_kafka_configs_broker_and_cluster_default(broker: Broker):
         out = kafka_configs(broker, "--entity-type", "topics", "--entity-name", topic, "--describe", "--all")
         assert described_line(out, "delete.retention.ms") == f"delete.retention.ms=3000000 sensitive=false {synonyms}"
         # A key that cannot change on a running broker is refused.
-        proc = subprocess.run([java_bin(), "-cp", read_classpath("kafka-broker.classpath"),
+        proc = subprocess.run([*kafka_tools_java(),
                                "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", broker.bootstrap, *one,
                                "--alter", "--add-config", "broker.id=5"], capture_output=True, text=True, timeout=120)
         assert proc.returncode != 0, proc.stdout

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
-from harness import Cluster, java_bin, read_classpath, wait_for
+from harness import Cluster, kafka_tools_java, wait_for
 
 SESSION_MS = 6000
 RECORDS = 2000
@@ -36,7 +36,7 @@ def cluster(tmp_path_factory):
 
 def reassign(bootstrap: str, *args: str) -> tuple:
     """`kafka-reassign-partitions` (Kafka's own tool): exit code and output."""
-    proc = subprocess.run([java_bin(), "-cp", read_classpath("kafka-broker.classpath"),
+    proc = subprocess.run([*kafka_tools_java(),
                            "org.apache.kafka.tools.reassign.ReassignPartitionsCommand", "--bootstrap-server",
                            bootstrap, *args], capture_output=True, text=True, timeout=120)
     return proc.returncode, proc.stdout + proc.stderr

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from confluent_kafka import Producer
 
-from harness import BUILD_DIR, create_topics, java_bin, read_classpath, read_until_quiet, wait_for
+from harness import client_java, create_topics, read_until_quiet, wait_for
 
 WORDS = [f"w{i:02d}" for i in range(24)]
 LINES = 3000
@@ -23,8 +23,7 @@ PARTITIONS = 2
 
 def word_count(bootstrap: str, app_id: str, in_topic: str, out_topic: str, state_dir, replication_factor: int,
                log) -> subprocess.Popen:
-    cp = str(BUILD_DIR / "java" / "java-client-tool-0.1.0.jar") + ":" + read_classpath("java-client.classpath")
-    return subprocess.Popen([java_bin(), "-cp", cp, "dev.fjord.e2e.WordCount", bootstrap, app_id, in_topic, out_topic,
+    return subprocess.Popen([*client_java(), "dev.fjord.e2e.WordCount", bootstrap, app_id, in_topic, out_topic,
                              str(state_dir), str(replication_factor)], stdout=log, stderr=subprocess.STDOUT)
 
 

@@ -15,7 +15,10 @@ mod tls;
 pub use connection_limits::{ConnectionLimitsConfig, ListenerLimits};
 pub use links::{LinkLogin, LinkSettings};
 pub use principal::PrincipalMapper;
-pub use sasl::{OAuthBearerSettings, SaslMechanism, SaslSettings, ScramUser, PLAIN_LOGIN_MODULE};
+pub use sasl::{
+    JwksValidator, OAuthBearerSettings, SaslMechanism, SaslSettings, ScramUser, UnsecuredValidator,
+    PLAIN_LOGIN_MODULE,
+};
 pub use tls::{ClientAuth, KeyStore, LinkTls, TlsSettings, TlsVersion, TrustStore};
 
 /// Kafka's config value types, numbered as DescribeConfigs (v3+) reports them.
@@ -696,6 +699,7 @@ fn listener_override_of(key: &str) -> Option<&str> {
     let rest = key.strip_prefix("listener.name.")?;
     let (_, key) = rest.split_once('.')?;
     if key.starts_with("ssl.")
+        || key.starts_with("sasl.oauthbearer.")
         || [
             "sasl.enabled.mechanisms",
             "max.connections",
@@ -705,11 +709,17 @@ fn listener_override_of(key: &str) -> Option<&str> {
     {
         return Some(key);
     }
-    // `<mechanism>.sasl.jaas.config`, `<mechanism>.connections.max.reauth.ms`
+    // `<mechanism>.sasl.jaas.config`, `<mechanism>.connections.max.reauth.ms`,
+    // `oauthbearer.sasl.oauthbearer.*`
     let (_, key) = key.split_once('.')?;
-    ["sasl.jaas.config", "connections.max.reauth.ms"]
-        .contains(&key)
-        .then_some(key)
+    ([
+        "sasl.jaas.config",
+        "connections.max.reauth.ms",
+        "sasl.server.callback.handler.class",
+    ]
+    .contains(&key)
+        || key.starts_with("sasl.oauthbearer."))
+    .then_some(key)
 }
 
 /// What each secured listener serves: TLS for SSL and SASL_SSL, SASL for SASL_PLAINTEXT and
@@ -1005,6 +1015,17 @@ broker_configs! {
     // 0: sessions last as long as their connections. Also set per listener and mechanism as
     // `listener.name.<listener>.<mechanism>.connections.max.reauth.ms`.
     connections_max_reauth_ms: i64 = "connections.max.reauth.ms", Long, Some("0"), Check::None;
+    // Read only as `listener.name.<listener>.oauthbearer.sasl.server.callback.handler.class`:
+    // which of Kafka's validators OAUTHBEARER tokens are checked as (see `sasl`).
+    sasl_server_callback_handler_class: Option<String> = "sasl.server.callback.handler.class", Class, None, Check::None;
+    // OAUTHBEARER's signed-JWT validation (see `sasl::JwksValidator`); each may also be set per
+    // listener and per listener and mechanism.
+    sasl_oauthbearer_jwks_endpoint_url: Option<String> = "sasl.oauthbearer.jwks.endpoint.url", String, None, Check::None;
+    sasl_oauthbearer_expected_audience: Option<Vec<String>> = "sasl.oauthbearer.expected.audience", List, None, Check::None;
+    sasl_oauthbearer_expected_issuer: Option<String> = "sasl.oauthbearer.expected.issuer", String, None, Check::None;
+    sasl_oauthbearer_sub_claim_name: String = "sasl.oauthbearer.sub.claim.name", String, Some("sub"), Check::None;
+    sasl_oauthbearer_scope_claim_name: String = "sasl.oauthbearer.scope.claim.name", String, Some("scope"), Check::None;
+    sasl_oauthbearer_clock_skew_seconds: i32 = "sasl.oauthbearer.clock.skew.seconds", Int, Some("30"), Check::AtLeast(0);
     // Authorization (see `AuthorizerConfig`): off unless Kafka's StandardAuthorizer is named.
     authorizer_class_name: String = "authorizer.class.name", String, Some(""), Check::None;
     super_users: Option<String> = "super.users", String, None, Check::None;
@@ -1952,7 +1973,7 @@ impl TopicConfig {
     }
 }
 
-fn broker_default(key: &str) -> Option<&'static str> {
+pub(crate) fn broker_default(key: &str) -> Option<&'static str> {
     broker_config_def(key).and_then(|def| def.default)
 }
 

@@ -5,10 +5,11 @@
 //! parsed and checked here, used by the broker's authenticator.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use fjord_common::scram::ScramMechanism;
 
-use crate::{invalid, listener_value, split_list, ConfigError, Unreadable};
+use crate::{broker_default, invalid, listener_value, split_list, ConfigError, Unreadable};
 
 /// The login module a PLAIN listener's JAAS text must name.
 pub const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
@@ -104,10 +105,25 @@ impl ScramUser {
     }
 }
 
-/// How OAUTHBEARER tokens are validated: Kafka's unsecured validator (unsigned JWS, `alg`
-/// `none`), set by the `unsecuredValidator*` options of the listener's JAAS text.
+/// How OAUTHBEARER tokens are validated, chosen as Kafka chooses it by the listener's
+/// `oauthbearer.sasl.server.callback.handler.class`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OAuthBearerSettings {
+pub enum OAuthBearerSettings {
+    /// Kafka's default: unsigned JWS (`alg` `none`), for development.
+    Unsecured(UnsecuredValidator),
+    /// `OAuthBearerValidatorCallbackHandler`: JWTs signed by a key of a JWKS.
+    Jwks(JwksValidator),
+}
+
+impl Default for OAuthBearerSettings {
+    fn default() -> Self {
+        OAuthBearerSettings::Unsecured(UnsecuredValidator::default())
+    }
+}
+
+/// The unsecured validator, set by the `unsecuredValidator*` options of the listener's JAAS text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsecuredValidator {
     /// `unsecuredValidatorPrincipalClaimName` (default `sub`): the claim naming the principal.
     pub principal_claim: String,
     /// `unsecuredValidatorScopeClaimName` (default `scope`).
@@ -118,9 +134,9 @@ pub struct OAuthBearerSettings {
     pub allowable_clock_skew_ms: i64,
 }
 
-impl Default for OAuthBearerSettings {
+impl Default for UnsecuredValidator {
     fn default() -> Self {
-        OAuthBearerSettings {
+        UnsecuredValidator {
             principal_claim: "sub".into(),
             scope_claim: "scope".into(),
             required_scope: Vec::new(),
@@ -128,6 +144,34 @@ impl Default for OAuthBearerSettings {
         }
     }
 }
+
+/// Signed JWTs checked against the keys of a JWKS, from Kafka's `sasl.oauthbearer.*` keys (each
+/// also as `listener.name.<l>.oauthbearer.<key>` or `listener.name.<l>.<key>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwksValidator {
+    /// `sasl.oauthbearer.jwks.endpoint.url`, a `file:` URL: the JWKS, read at start.
+    pub jwks_file: PathBuf,
+    /// `sasl.oauthbearer.expected.audience`: a token's `aud` must name one of them; when
+    /// empty, a token must carry no `aud`.
+    pub expected_audience: Vec<String>,
+    /// `sasl.oauthbearer.expected.issuer`: the `iss` a token must carry, when set.
+    pub expected_issuer: Option<String>,
+    /// `sasl.oauthbearer.sub.claim.name` (default `sub`): the claim naming the principal.
+    pub sub_claim: String,
+    /// `sasl.oauthbearer.scope.claim.name` (default `scope`).
+    pub scope_claim: String,
+    /// `sasl.oauthbearer.clock.skew.seconds` (default 30): leeway on `exp` and `nbf`.
+    pub clock_skew_seconds: i64,
+}
+
+/// The server callback handlers fjord can stand in for: Kafka's signed-JWT validator (its 4.x
+/// name and the 3.x one) and its unsecured one.
+const JWKS_VALIDATOR_HANDLERS: &[&str] = &[
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerValidatorCallbackHandler",
+];
+const UNSECURED_VALIDATOR_HANDLER: &str =
+    "org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler";
 
 /// What a SASL_PLAINTEXT or SASL_SSL listener authenticates with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,16 +241,23 @@ pub(crate) fn listener_sasl(
             // SCRAM's users are the cluster's; a JAAS text, if given, only names the module.
             (SaslMechanism::Scram(_), _) => {}
             (SaslMechanism::OAuthBearer, Some(entry)) => {
-                oauthbearer = oauthbearer_settings(&scoped, &entry)?;
-                let handler = format!("{scoped}sasl.server.callback.handler.class");
-                if let Some(class) = props.get(&handler) {
-                    return Err(invalid(
-                        &handler,
-                        class,
-                        "fjord validates OAUTHBEARER tokens as Kafka's default unsecured validator \
-                         does; no other callback handler can be loaded",
-                    ));
-                }
+                let handler_key = format!("{scoped}sasl.server.callback.handler.class");
+                oauthbearer =
+                    match props.get(&handler_key).map(|c| c.trim()) {
+                        None | Some(UNSECURED_VALIDATOR_HANDLER) => {
+                            OAuthBearerSettings::Unsecured(unsecured_validator(&scoped, &entry)?)
+                        }
+                        Some(class) if JWKS_VALIDATOR_HANDLERS.contains(&class) => {
+                            OAuthBearerSettings::Jwks(jwks_validator(props, listener, &scoped)?)
+                        }
+                        Some(class) => return Err(invalid(
+                            &handler_key,
+                            class,
+                            "fjord validates OAUTHBEARER tokens as Kafka's unsecured validator or \
+                             its OAuthBearerValidatorCallbackHandler (signed JWTs, a JWKS) do; no \
+                             other callback handler can be loaded",
+                        )),
+                    };
             }
             (SaslMechanism::OAuthBearer, None) => {
                 return Err(invalid(
@@ -230,10 +281,7 @@ pub(crate) fn listener_sasl(
 }
 
 /// The unsecured validator's options of an OAUTHBEARER JAAS text.
-fn oauthbearer_settings(
-    scoped: &str,
-    entry: &JaasEntry,
-) -> Result<OAuthBearerSettings, ConfigError> {
+fn unsecured_validator(scoped: &str, entry: &JaasEntry) -> Result<UnsecuredValidator, ConfigError> {
     let option = |name: &str| {
         entry
             .options
@@ -241,7 +289,7 @@ fn oauthbearer_settings(
             .map(|v| v.trim())
             .filter(|v| !v.is_empty())
     };
-    let mut settings = OAuthBearerSettings::default();
+    let mut settings = UnsecuredValidator::default();
     if let Some(claim) = option("unsecuredValidatorPrincipalClaimName") {
         settings.principal_claim = claim.to_string();
     }
@@ -261,6 +309,81 @@ fn oauthbearer_settings(
         })?;
     }
     Ok(settings)
+}
+
+/// The signed-JWT validator's settings for `listener`, whose OAUTHBEARER keys start `scoped`.
+fn jwks_validator(
+    props: &BTreeMap<String, String>,
+    listener: &str,
+    scoped: &str,
+) -> Result<JwksValidator, ConfigError> {
+    // As Kafka reads them: the mechanism's override, the listener's, the broker's, the default.
+    let value = |key: &str| -> (String, Option<String>) {
+        let listener_key = format!("listener.name.{}.{key}", listener.to_ascii_lowercase());
+        let given = [format!("{scoped}{key}"), listener_key, key.to_string()]
+            .into_iter()
+            .find_map(|k| props.get(&k).map(|v| (k, v.trim().to_string())));
+        let (found_as, value) = given.unwrap_or_else(|| {
+            let default = broker_default(key).unwrap_or_default();
+            (key.to_string(), default.to_string())
+        });
+        (found_as, Some(value).filter(|v| !v.is_empty()))
+    };
+    let (url_key, url) = value("sasl.oauthbearer.jwks.endpoint.url");
+    let url = url.ok_or_else(|| {
+        invalid(
+            &url_key,
+            "",
+            format!(
+                "listener {listener} validates OAUTHBEARER tokens with OAuthBearerValidatorCallbackHandler, \
+                 which needs the JWKS that signs them"
+            ),
+        )
+    })?;
+    let jwks_file = file_url_path(&url).ok_or_else(|| {
+        invalid(
+            &url_key,
+            &url,
+            "fjord reads the JWKS from a file, given as a file: URL (file:///path/jwks.json)",
+        )
+    })?;
+    let (skew_key, skew) = value("sasl.oauthbearer.clock.skew.seconds");
+    let skew = skew.unwrap_or_default();
+    let clock_skew_seconds = skew
+        .parse::<i64>()
+        .ok()
+        .filter(|s| *s >= 0)
+        .ok_or_else(|| {
+            invalid(
+                &skew_key,
+                &skew,
+                "expected a non-negative number of seconds",
+            )
+        })?;
+    let claim = |key: &str| {
+        let (key, name) = value(key);
+        name.ok_or_else(|| invalid(&key, "", "a claim name cannot be empty"))
+    };
+    Ok(JwksValidator {
+        jwks_file,
+        expected_audience: value("sasl.oauthbearer.expected.audience")
+            .1
+            .map(|v| split_list(&v).into_iter().map(String::from).collect())
+            .unwrap_or_default(),
+        expected_issuer: value("sasl.oauthbearer.expected.issuer").1,
+        sub_claim: claim("sasl.oauthbearer.sub.claim.name")?,
+        scope_claim: claim("sasl.oauthbearer.scope.claim.name")?,
+        clock_skew_seconds,
+    })
+}
+
+/// The path of a `file:` URL (`file:///p`, `file:/p`), if it is one.
+fn file_url_path(url: &str) -> Option<PathBuf> {
+    let rest = url.strip_prefix("file:")?;
+    let path = rest.strip_prefix("//").unwrap_or(rest);
+    // `file://localhost/p` names the same file as `file:///p`.
+    let path = path.strip_prefix("localhost").unwrap_or(path);
+    path.starts_with('/').then(|| PathBuf::from(path))
 }
 
 /// Why a mechanism name is not one fjord serves.
@@ -646,9 +769,86 @@ mod tests {
         )
         .unwrap();
         assert_eq!(settings.mechanisms, [SaslMechanism::OAuthBearer]);
-        assert_eq!(settings.oauthbearer.principal_claim, "sub");
-        assert_eq!(settings.oauthbearer.required_scope, ["read", "write"]);
-        assert_eq!(settings.oauthbearer.allowable_clock_skew_ms, 500);
+        let OAuthBearerSettings::Unsecured(validator) = settings.oauthbearer else {
+            panic!("{:?}", settings.oauthbearer)
+        };
+        assert_eq!(validator.principal_claim, "sub");
+        assert_eq!(validator.required_scope, ["read", "write"]);
+        assert_eq!(validator.allowable_clock_skew_ms, 500);
+    }
+
+    #[test]
+    fn oauthbearer_validator_callback_handler_takes_the_jwks_and_its_checks() {
+        let jaas = (
+            "listener.name.client.oauthbearer.sasl.jaas.config",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        );
+        let handler = (
+            "listener.name.client.oauthbearer.sasl.server.callback.handler.class",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+        );
+        let settings = listener_sasl(
+            &props(&[
+                ("sasl.enabled.mechanisms", "OAUTHBEARER"),
+                jaas,
+                handler,
+                (
+                    "sasl.oauthbearer.jwks.endpoint.url",
+                    "file:///etc/broad.json",
+                ),
+                (
+                    "listener.name.client.oauthbearer.sasl.oauthbearer.jwks.endpoint.url",
+                    "file:///etc/jwks.json",
+                ),
+                ("sasl.oauthbearer.expected.audience", "kafka, fjord"),
+                (
+                    "listener.name.client.sasl.oauthbearer.expected.issuer",
+                    "https://idp",
+                ),
+                ("sasl.oauthbearer.sub.claim.name", "client_id"),
+                ("sasl.oauthbearer.clock.skew.seconds", "5"),
+            ]),
+            "CLIENT",
+        )
+        .unwrap();
+        assert_eq!(
+            settings.oauthbearer,
+            OAuthBearerSettings::Jwks(JwksValidator {
+                jwks_file: PathBuf::from("/etc/jwks.json"),
+                expected_audience: vec!["kafka".into(), "fjord".into()],
+                expected_issuer: Some("https://idp".into()),
+                sub_claim: "client_id".into(),
+                scope_claim: "scope".into(),
+                clock_skew_seconds: 5,
+            })
+        );
+        for (extra, key, why) in [
+            (
+                vec![],
+                "sasl.oauthbearer.jwks.endpoint.url",
+                "needs the JWKS",
+            ),
+            (
+                vec![("sasl.oauthbearer.jwks.endpoint.url", "https://idp/keys")],
+                "sasl.oauthbearer.jwks.endpoint.url",
+                "file: URL",
+            ),
+            (
+                vec![
+                    ("sasl.oauthbearer.jwks.endpoint.url", "file:/k.json"),
+                    ("sasl.oauthbearer.clock.skew.seconds", "-1"),
+                ],
+                "sasl.oauthbearer.clock.skew.seconds",
+                "non-negative",
+            ),
+        ] {
+            let mut pairs = vec![("sasl.enabled.mechanisms", "OAUTHBEARER"), jaas, handler];
+            pairs.extend(extra);
+            let error = listener_sasl(&props(&pairs), "CLIENT")
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(key) && error.contains(why), "{error}");
+        }
     }
 
     #[test]
@@ -722,11 +922,11 @@ mod tests {
                     ),
                     (
                         "listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class",
-                        "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+                        "com.example.MyValidator",
                     ),
                 ],
                 "listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class",
-                "unsecured validator",
+                "no other callback handler",
             ),
             (
                 vec![

@@ -13,6 +13,7 @@
 //! Sans-IO: an [`Authenticator`] is fed each frame and says what to do; the broker's network
 //! shell reads and writes. [`plain`] and [`scram`] are the mechanisms.
 
+pub mod jwks;
 pub mod oauthbearer;
 pub mod plain;
 pub mod scram;
@@ -24,6 +25,7 @@ use bytes::{Bytes, BytesMut};
 use fjord_common::{errors, KafkaPrincipal};
 use fjord_config::{SaslMechanism, SaslSettings};
 
+use self::jwks::VerificationKeys;
 use self::oauthbearer::{OAuthBearerServer, OAuthStep};
 use self::scram::{ScramCredentials, ScramServer, ScramStep};
 use fjord_protocol::messages::sasl_authenticate_request::SaslAuthenticateRequest;
@@ -52,6 +54,9 @@ pub struct SaslConfig {
     pub api_versions_max: i16,
     /// The SCRAM credentials the cluster keeps.
     pub credentials: Arc<dyn ScramCredentials>,
+    /// The keys signed OAUTHBEARER tokens are checked with (the listener's JWKS; none when it
+    /// takes unsecured tokens).
+    pub verification_keys: Arc<VerificationKeys>,
     /// A fresh server nonce for each SCRAM exchange.
     pub nonce: fn() -> String,
     /// The wall clock (ms since the epoch), which OAUTHBEARER tokens' times are judged by.
@@ -353,7 +358,8 @@ impl<'a> Authenticator<'a> {
             SaslMechanism::OAuthBearer => {
                 let settings = &self.config.settings.oauthbearer;
                 let now = (self.config.now_ms)();
-                match self.oauthbearer.on_message(token, settings, now)? {
+                let keys = &self.config.verification_keys;
+                match self.oauthbearer.on_message(token, settings, keys, now)? {
                     OAuthStep::Challenge(error) => return Ok(Verdict::Challenge(error.into())),
                     OAuthStep::Authenticated {
                         principal,
@@ -543,6 +549,7 @@ mod tests {
             failed_delay: Duration::ZERO,
             api_versions_max: 4,
             credentials: Arc::new(TestCredentials),
+            verification_keys: Default::default(),
             nonce: || "servernonce".to_string(),
             now_ms: || 1_700_000_000_000,
         }

@@ -100,6 +100,7 @@ async fn listen_with_sessions_of(
         failed_delay: DELAY,
         api_versions_max: 4,
         credentials: Arc::new(NoCredentials),
+        verification_keys: Default::default(),
         nonce: random_nonce,
         now_ms: fjord_common::now_ms,
     };

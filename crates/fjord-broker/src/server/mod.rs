@@ -30,8 +30,9 @@ use crate::link::Links;
 use crate::net::limits::ConnectionLimits;
 use crate::net::{ListenerSecurity, NetworkConfig};
 use fjord_common::scram::{ScramCredential, ScramMechanism};
-use fjord_config::{BrokerConfig, LinkLogin};
+use fjord_config::{BrokerConfig, LinkLogin, OAuthBearerSettings};
 use fjord_protocol::ApiKey;
+use fjord_sasl::jwks::VerificationKeys;
 use fjord_sasl::scram::ScramCredentials;
 use fjord_sasl::{random_nonce, SaslConfig};
 use log_dirs::check_log_dirs;
@@ -360,7 +361,20 @@ fn listener_security(
             None => None,
         };
         let sasl = config.listener_sasl(&listener.name).map(|settings| {
-            Arc::new(SaslConfig {
+            let verification_keys = match &settings.oauthbearer {
+                OAuthBearerSettings::Jwks(validator)
+                    if settings.mechanism("OAUTHBEARER").is_some() =>
+                {
+                    read_jwks(&validator.jwks_file).map_err(|e| {
+                        startup(format!(
+                            "cannot read the JWKS of listener {}: {e}",
+                            listener.name
+                        ))
+                    })?
+                }
+                _ => VerificationKeys::default(),
+            };
+            Ok::<_, BrokerError>(Arc::new(SaslConfig {
                 settings: settings.clone(),
                 max_receive_size: usize::try_from(config.settings().sasl_server_max_receive_size)
                     .unwrap_or(usize::MAX),
@@ -370,10 +384,12 @@ fn listener_security(
                 ),
                 api_versions_max: supported_range(ApiKey::ApiVersions).map_or(0, |(_, max)| max),
                 credentials: Arc::new(BrokerCredentials(broker.clone())),
+                verification_keys: Arc::new(verification_keys),
                 nonce: random_nonce,
                 now_ms: fjord_common::now_ms,
-            })
+            }))
         });
+        let sasl = sasl.transpose()?;
         // On SSL (not SASL_SSL) a client certificate names the principal.
         let certificate_principals = config
             .listener_tls(&listener.name)
@@ -390,6 +406,12 @@ fn listener_security(
         );
     }
     Ok(security)
+}
+
+/// The signing keys of the JWKS file `path`.
+fn read_jwks(path: &std::path::Path) -> Result<VerificationKeys, String> {
+    let document = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    VerificationKeys::from_jwks(&document).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// The SCRAM credentials in the broker's image; none before the broker is up.

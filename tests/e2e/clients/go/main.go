@@ -21,6 +21,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
@@ -366,7 +367,8 @@ func main() {
 // connOpts: the seed brokers, and what the properties file --client-config names asks for, in
 // librdkafka's naming: TLS for security.protocol SSL or SASL_SSL (ssl.ca.location,
 // ssl.certificate.location, ssl.key.location), SASL for SASL_PLAINTEXT or SASL_SSL
-// (sasl.mechanism PLAIN or SCRAM-SHA-256/512 with sasl.username and sasl.password).
+// (sasl.mechanism PLAIN or SCRAM-SHA-256/512 with sasl.username and sasl.password, or
+// OAUTHBEARER with e2e.oauthbearer.token.file).
 func connOpts(o options) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(seeds(o.bootstrap)...)}
 	if o.clientConfig == "" {
@@ -394,6 +396,13 @@ func connOpts(o options) ([]kgo.Opt, error) {
 			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()))
 		case "SCRAM-SHA-512":
 			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
+		case "OAUTHBEARER":
+			// The token the file e2e.oauthbearer.token.file holds, read at each authentication.
+			path := props["e2e.oauthbearer.token.file"]
+			opts = append(opts, kgo.SASL(oauth.Oauth(func(context.Context) (oauth.Auth, error) {
+				token, err := os.ReadFile(path)
+				return oauth.Auth{Token: strings.TrimSpace(string(token))}, err
+			})))
 		default:
 			return nil, fmt.Errorf("sasl.mechanism %q is not wired up here", mechanism)
 		}

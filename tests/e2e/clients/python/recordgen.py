@@ -3,7 +3,9 @@
 The definition is in tests/e2e/README.md; the Java and Go tools implement the same bytes.
 """
 
+import base64
 import hashlib
+import json
 from typing import List, NamedTuple, Optional, Tuple
 
 class GenRecord(NamedTuple):
@@ -60,7 +62,32 @@ def client_config(a: dict) -> dict:
         return {}
     with open(path, encoding="utf-8") as f:
         pairs = (line.strip().split("=", 1) for line in f if "=" in line and not line.startswith("#"))
-        return {k.strip(): v.strip() for k, v in pairs}
+        props = {k.strip(): v.strip() for k, v in pairs}
+    token_file = props.pop(OAUTH_TOKEN_FILE, None)
+    if token_file is not None:
+        if "sasl_mechanism" in props:  # kafka-python's naming
+            from kafka.net.sasl.oauth import AbstractTokenProvider
+
+            class FileTokenProvider(AbstractTokenProvider):
+                def token(self):
+                    return bearer_token(token_file)[0]
+            props["sasl_oauth_token_provider"] = FileTokenProvider()
+        else:
+            props["oauth_cb"] = lambda _config: bearer_token(token_file)
+    return props
+
+
+# A client config key of these tools only: OAUTHBEARER with the (signed) token the named file holds, which neither
+# librdkafka nor kafka-python can read from a file themselves (they take a callback).
+OAUTH_TOKEN_FILE = "e2e.oauthbearer.token.file"
+
+
+def bearer_token(path: str) -> Tuple[str, float]:
+    """The JWT in file `path` and its expiry (seconds since the epoch, its `exp`)."""
+    with open(path, encoding="ascii") as f:
+        token = f.read().strip()
+    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    return token, float(claims["exp"])
 
 
 def parse_flags(argv: List[str]) -> dict:

@@ -91,6 +91,11 @@ public final class ClientTool {
             }
         }
         props.put("bootstrap.servers", need(args, "bootstrap"));
+        // Kafka 4 reads an OAUTHBEARER token endpoint only where the JVM allows its URL.
+        String tokenUrl = props.getProperty("sasl.oauthbearer.token.endpoint.url");
+        if (tokenUrl != null) {
+            System.setProperty("org.apache.kafka.sasl.oauthbearer.allowed.urls", tokenUrl);
+        }
         return props;
     }
 
