@@ -16,7 +16,7 @@ import pytest
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
-from harness import Broker, free_port, kafka_tool, make_broker, read_properties, write_properties
+from harness import Broker, free_port, kafka_tool, make_broker, read_properties, wait_for, write_properties
 
 CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"
 INVALID_REQUEST, UNSUPPORTED_VERSION = 42, 35
@@ -352,6 +352,29 @@ def test_an_address_at_max_connections_per_ip_has_its_next_connections_closed(br
     assert all(answered(s, 5) for s in others)
     for s in others:
         s.close()
+
+
+def test_connection_limits_changed_on_a_running_broker_are_followed(broker: Broker):
+    """`kafka-configs --entity-type brokers --entity-default` gives an address an override of 1
+    (max.connections.per.ip.overrides, replacing the static value): its second connection is closed; the dynamic
+    value deleted, the static one is back and the address is not limited."""
+    source, static = "127.0.0.7", f"{LIMITED_ADDRESS}:{LIMITED_COUNT}"
+    dynamic = ["--entity-type", "brokers", "--entity-default", "--alter"]
+
+    def second_served() -> bool:
+        first, second = connect(broker.port, source), connect(broker.port, source)
+        try:
+            return answered(first, 5) and answered(second, 2)
+        finally:
+            first.close()
+            second.close()
+
+    configs(broker, *dynamic, "--add-config", f"max.connections.per.ip.overrides=[{static},{source}:1]")
+    try:
+        wait_for(lambda: not second_served(), "the dynamic override was not followed", 30)
+    finally:
+        configs(broker, *dynamic, "--delete-config", "max.connections.per.ip.overrides")
+    wait_for(second_served, "the static overrides did not come back", 30)
 
 
 def test_a_listener_at_max_connections_takes_the_next_one_when_one_closes(broker: Broker):

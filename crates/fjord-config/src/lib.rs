@@ -1697,6 +1697,21 @@ impl BrokerConfig {
         &self.connection_limits
     }
 
+    /// The connection limits with the dynamic layers applied, checked as at start.
+    pub fn connection_limits_with(
+        &self,
+        dynamic: &DynamicBrokerConfig,
+    ) -> Result<ConnectionLimitsConfig, ConfigError> {
+        let merged = self.merged(dynamic);
+        let settings = BrokerSettings::from_values(&merged);
+        connection_limits::connection_limits(
+            &merged,
+            &settings,
+            &self.listeners,
+            self.connection_limits.window,
+        )
+    }
+
     /// The follower side of ISR replication: `num.replica.fetchers` and `replica.fetch.*`.
     pub fn replication(&self) -> ReplicationConfig {
         let s = &self.settings;
@@ -1915,11 +1930,23 @@ const DYNAMIC_BROKER_KEYS: &[&str] = &[
     "num.io.threads",
     "num.network.threads",
     "num.recovery.threads.per.data.dir",
+    "max.connections",
+    "max.connections.per.ip",
+    "max.connections.per.ip.overrides",
+    "max.connection.creation.rate",
 ];
+
+/// Per-listener keys (`listener.name.<l>.<key>`) that can change on a running broker.
+const DYNAMIC_LISTENER_KEYS: &[&str] = &["max.connections", "max.connection.creation.rate"];
 
 /// Whether `key` may be changed with IncrementalAlterConfigs on a broker resource.
 pub fn is_dynamic_broker_key(key: &str) -> bool {
+    let listener_key = key
+        .strip_prefix("listener.name.")
+        .and_then(|rest| rest.split_once('.'))
+        .map(|(_, key)| key);
     DYNAMIC_BROKER_KEYS.contains(&key)
+        || listener_key.is_some_and(|key| DYNAMIC_LISTENER_KEYS.contains(&key))
         || TOPIC_CONFIGS
             .iter()
             .any(|def| def.broker_synonym == Some(key))

@@ -11,7 +11,9 @@
 //!   sample), then closed.
 //!
 //! The counts live in [`ConnectionLimits`], shared by every listener; a [`Slot`] is one
-//! connection's place in them, given back when it is dropped.
+//! connection's place in them, given back when it is dropped. The limits change on a running
+//! broker (Kafka's dynamic broker configs) with [`ConnectionLimits::reconfigure`]; connections
+//! already held stay, as in Kafka.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -30,7 +32,6 @@ pub type IpRateQuota = Box<dyn Fn(IpAddr) -> Option<f64> + Send + Sync>;
 
 /// The connections every listener of the broker holds, and the limits on them.
 pub struct ConnectionLimits {
-    config: ConnectionLimitsConfig,
     /// Listeners outside the broker-wide limits: the broker's own links (inter-broker,
     /// controller), which must get through whatever the clients do.
     protected: BTreeSet<String>,
@@ -42,6 +43,7 @@ pub struct ConnectionLimits {
 
 #[derive(Default)]
 struct Counts {
+    config: ConnectionLimitsConfig,
     per_ip: HashMap<IpAddr, usize>,
     per_listener: HashMap<String, usize>,
     /// Connections of the listeners that are not protected.
@@ -69,31 +71,31 @@ impl ConnectionLimits {
         ip_rate: IpRateQuota,
     ) -> Arc<Self> {
         Arc::new(ConnectionLimits {
-            config,
             protected: protected.into_iter().collect(),
             ip_rate,
-            counts: Mutex::new(Counts::default()),
+            counts: Mutex::new(Counts {
+                config,
+                ..Counts::default()
+            }),
             freed: Notify::new(),
         })
     }
 
-    fn window(&self) -> (usize, i64) {
-        self.config.window
-    }
-
-    /// The longest a throttle lasts: one sample of the window, as Kafka bounds it.
-    fn max_throttle_ms(&self) -> i64 {
-        self.window().1
+    /// The limits are now `config`; acceptors waiting for a slot look again.
+    pub fn reconfigure(&self, config: ConnectionLimitsConfig) {
+        lock(&self.counts).config = config;
+        self.freed.notify_waiters();
     }
 
     /// Counts a connection `listener` is about to take against the broker's and the listener's
     /// creation rates; how long its acceptor must wait first.
     pub fn accept_delay(&self, listener: &str, now_ms: i64) -> Duration {
-        let window = self.window();
         let mut counts = lock(&self.counts);
+        let counts = &mut *counts;
+        let window = counts.config.window;
         let mut delay = 0;
         if let (Some(bound), false) = (
-            self.config.max_creation_rate,
+            counts.config.max_creation_rate,
             self.protected.contains(listener),
         ) {
             let rate = counts.broker_rate.get_or_insert_with(|| {
@@ -102,7 +104,7 @@ impl ConnectionLimits {
             rate.record(1.0, now_ms);
             delay = delay.max(throttle_ms(rate, bound, now_ms));
         }
-        let own = self
+        let own = counts
             .config
             .listeners
             .get(listener)
@@ -117,13 +119,14 @@ impl ConnectionLimits {
             rate.record(1.0, now_ms);
             delay = delay.max(throttle_ms(rate, bound, now_ms));
         }
-        Duration::from_millis(delay.clamp(0, self.max_throttle_ms()) as u64)
+        // The longest a throttle lasts: one sample of the window, as Kafka bounds it.
+        Duration::from_millis(delay.clamp(0, window.1) as u64)
     }
 
     /// Whether `listener` may take one more connection under `max.connections`.
     fn slot_free(&self, listener: &str) -> bool {
         let counts = lock(&self.counts);
-        let own = self
+        let own = counts
             .config
             .listeners
             .get(listener)
@@ -132,7 +135,7 @@ impl ConnectionLimits {
             return false;
         }
         self.protected.contains(listener)
-            || self
+            || counts
                 .config
                 .max_connections
                 .is_none_or(|max| counts.total < max)
@@ -156,10 +159,12 @@ impl ConnectionLimits {
     /// quota first, then its address's count.
     pub fn admit(self: &Arc<Self>, listener: &str, ip: IpAddr, now_ms: i64) -> Admission {
         let mut counts = lock(&self.counts);
+        let counts = &mut *counts;
+        let window = counts.config.window;
         if let Some(bound) = (self.ip_rate)(ip) {
-            let rate = sensor(&mut counts.ip_rates, ip, self.window(), now_ms);
+            let rate = sensor(&mut counts.ip_rates, ip, window, now_ms);
             rate.record(1.0, now_ms);
-            let throttle = throttle_ms(rate, bound, now_ms).min(self.max_throttle_ms());
+            let throttle = throttle_ms(rate, bound, now_ms).min(window.1);
             if throttle > 0 {
                 // Not taken: it does not count against any rate.
                 rate.record(-1.0, now_ms);
@@ -174,12 +179,12 @@ impl ConnectionLimits {
                 return Admission::Throttled(Duration::from_millis(throttle as u64));
             }
         }
-        let max = self
+        let max = counts
             .config
             .per_ip_overrides
             .get(&ip)
             .copied()
-            .or(self.config.max_per_ip);
+            .or(counts.config.max_per_ip);
         let held = counts.per_ip.get(&ip).copied().unwrap_or(0);
         if let Some(max) = max.filter(|max| held >= *max) {
             return Admission::TooMany { max };
@@ -273,6 +278,42 @@ mod tests {
         ));
         drop(first);
         let _third = admitted(limits.admit("CLIENTS", a, 0));
+    }
+
+    #[tokio::test]
+    async fn limits_changed_on_a_running_broker_hold_new_connections_and_free_waiting_ones() {
+        let limits = limits(
+            ConnectionLimitsConfig {
+                max_connections: Some(1),
+                ..Default::default()
+            },
+            Box::new(|_| None),
+        );
+        let a = ip("127.0.0.2");
+        let _held = admitted(limits.admit("CLIENTS", a, 0));
+        let waiting = {
+            let limits = limits.clone();
+            tokio::spawn(async move { limits.wait_for_slot("CLIENTS").await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished());
+        // Raised: the waiting acceptor goes on. An override of 1 for the address: its next
+        // connection is refused, though the one it holds stays.
+        limits.reconfigure(ConnectionLimitsConfig {
+            max_connections: Some(10),
+            per_ip_overrides: [(a, 1)].into(),
+            window: (11, 1000),
+            ..Default::default()
+        });
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(
+            limits.admit("CLIENTS", a, 0),
+            Admission::TooMany { max: 1 }
+        ));
+        let _other = admitted(limits.admit("CLIENTS", ip("127.0.0.3"), 0));
     }
 
     #[tokio::test]

@@ -30,7 +30,7 @@ use crate::link::Links;
 use crate::net::limits::ConnectionLimits;
 use crate::net::{ListenerSecurity, NetworkConfig};
 use fjord_common::scram::{ScramCredential, ScramMechanism};
-use fjord_config::{BrokerConfig, LinkLogin, OAuthBearerSettings};
+use fjord_config::{BrokerConfig, DynamicBrokerConfig, LinkLogin, OAuthBearerSettings};
 use fjord_protocol::ApiKey;
 use fjord_sasl::jwks::VerificationKeys;
 use fjord_sasl::scram::ScramCredentials;
@@ -436,8 +436,8 @@ async fn serve_listeners(
         socket_request_max_bytes: config.socket_request_max_bytes,
         connections_max_idle_ms: config.connections_max_idle_ms,
     };
-    let limits = connection_limits(node);
-    let mut servers = Vec::new();
+    let (limits, follower) = connection_limits(node, listening.clone());
+    let mut servers = vec![follower];
     for listener in &config.listeners {
         let address = format!("{}:{}", listener.host, listener.port);
         let socket = tokio::net::TcpListener::bind(&address).await.map_err(|e| {
@@ -461,11 +461,16 @@ async fn serve_listeners(
     Ok(servers)
 }
 
-/// The connection limits every listener counts in: the configured ones, and each address's
-/// `connection_creation_rate` quota as the metadata image has it. The broker's own links (the
+/// The connection limits every listener counts in: the configured ones, changed as the dynamic
+/// broker configs in the metadata image change them (the task returned follows them until the
+/// listeners stop), and each
+/// address's `connection_creation_rate` quota as the image has it. The broker's own links (the
 /// inter-broker and controller listeners) are outside the broker-wide limits when other
 /// listeners serve the clients.
-fn connection_limits(node: &Node<'_>) -> Arc<ConnectionLimits> {
+fn connection_limits(
+    node: &Node<'_>,
+    mut stopping: watch::Receiver<bool>,
+) -> (Arc<ConnectionLimits>, JoinHandle<()>) {
     let config = node.config;
     let cluster = &config.cluster;
     let protected = config
@@ -480,11 +485,40 @@ fn connection_limits(node: &Node<'_>) -> Arc<ConnectionLimits> {
         .cloned()
         .collect::<Vec<_>>();
     let quorum = node.quorum.clone();
-    ConnectionLimits::new(
+    let limits = ConnectionLimits::new(
         config.connection_limits().clone(),
         protected,
         Box::new(move |ip| quorum.image().client_quotas().connection_rate_for(ip)),
-    )
+    );
+    let mut images = node.quorum.subscribe();
+    let (config, following) = (node.config.clone(), limits.clone());
+    let follower = tokio::spawn(async move {
+        let (mut applied, mut refused) = (config.connection_limits().clone(), None);
+        loop {
+            tokio::select! {
+                changed = images.changed() => if changed.is_err() { return },
+                _ = stopping.wait_for(|stop| *stop) => return,
+            }
+            let (own, default) = images
+                .borrow_and_update()
+                .broker_config_layers(config.node_id);
+            match config.connection_limits_with(&DynamicBrokerConfig::new(own, default)) {
+                Ok(wanted) if wanted != applied => {
+                    tracing::info!(?wanted, "connection limits reconfigured");
+                    following.reconfigure(wanted.clone());
+                    applied = wanted;
+                }
+                Ok(_) => {}
+                // Said once per wrong value, not at every metadata change.
+                Err(error) if refused.as_ref() != Some(&error.to_string()) => {
+                    tracing::warn!(%error, "dynamic connection limits ignored");
+                    refused = Some(error.to_string());
+                }
+                Err(_) => {}
+            }
+        }
+    });
+    (limits, follower)
 }
 
 /// Who answers the requests of listener `name`.
