@@ -39,7 +39,7 @@ const JWKS: &str = r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"k","x":"PqBnEUl0
 fn config(signed: bool) -> SaslConfig {
     let (oauthbearer, keys) = if signed {
         let validator = JwksValidator {
-            jwks_file: "/unused".into(),
+            jwks: fjord_config::JwksEndpoint::File("/unused".into()),
             expected_audience: vec!["kafka".into()],
             expected_issuer: None,
             sub_claim: "sub".into(),

@@ -6,24 +6,29 @@ against the JWKS of an identity provider (a file), with an expected audience and
 - Tokens Kafka refuses are refused within seconds, with the error librdkafka reports for a failed authentication:
   expired, signed by a key the JWKS does not hold, for another audience or none, from another issuer, unsigned, with
   no issue time.
+- A second listener fetches the JWKS from the identity provider over HTTPS (its CA in the JAAS text's truststore):
+  once the provider adds a key, a token signed with it is taken without a restart.
 
-One broker for the module (fjord, or Kafka with E2E_BROKER=kafka; Kafka 4's JVM must be allowed to read the JWKS
-file, `-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls`); its own links and the test's admin on PLAINTEXT.
+One broker for the module (fjord, or Kafka with E2E_BROKER=kafka; Kafka 4's JVM must be allowed the JWKS URLs,
+`-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls`); its own links and the test's admin on PLAINTEXT.
 """
 
 import base64
+import http.server
 import json
+import ssl
 import subprocess
+import threading
 import time
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import pytest
 from confluent_kafka import KafkaError as ConfluentError, Producer
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType,
                                    ResourceType)
 
-from harness import create_topics, free_port, make_broker, read_properties, round_trip, write_properties
+from harness import Pki, create_topics, free_port, make_broker, read_properties, round_trip, wait_for, write_properties
 from recordgen import OAUTH_TOKEN_FILE
 
 CLIENTS = ["java", "confluent", "go", "kafka-python"]
@@ -64,6 +69,37 @@ class IdentityProvider:
         return message + "." + b64url(signature)
 
 
+class JwksServer:
+    """The identity provider's JWKS over HTTPS (a certificate for 127.0.0.1 from `pki`), as `keys` says now."""
+
+    def __init__(self, pki: Pki, keys: List[Dict]):
+        self.keys = keys
+        pki.issue("idp", "/CN=localhost", "DNS:localhost,IP:127.0.0.1")
+        served = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = json.dumps({"keys": served.keys}).encode()
+                self.send_response(200 if self.path == "/jwks.json" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(pki.dir / "idp.crt"), str(pki.dir / "idp.key"))
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.server.server_address[1]}/jwks.json"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+
+
 def claims(subject: str = SUBJECT, **changes) -> Dict:
     """A token's claims: valid for an hour, for the expected audience, from the expected issuer; `changes` override
     (None drops a claim)."""
@@ -79,13 +115,16 @@ class OAuthBroker:
         self.idp = IdentityProvider(workdir, "idp-1")
         self.jwks = workdir / "jwks.json"
         self.jwks.write_text(json.dumps(self.idp.jwks()))
+        self.pki = Pki(workdir)
+        self.jwks_server = JwksServer(self.pki, self.idp.jwks()["keys"])
         self.broker = make_broker(workdir / "broker")
         props = read_properties(self.broker.config)
-        self.port = free_port()
-        props["listeners"] += f",OAUTH://127.0.0.1:{self.port}"
-        props["advertised.listeners"] += f",OAUTH://127.0.0.1:{self.port}"
+        self.port, self.web_port = free_port(), free_port()
+        added = f"OAUTH://127.0.0.1:{self.port},OAUTHWEB://127.0.0.1:{self.web_port}"
+        props["listeners"] += "," + added
+        props["advertised.listeners"] += "," + added
         props["listener.security.protocol.map"] = (props.get("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT")
-                                                   + ",OAUTH:SASL_PLAINTEXT")
+                                                   + ",OAUTH:SASL_PLAINTEXT,OAUTHWEB:SASL_PLAINTEXT")
         props["inter.broker.listener.name"] = "PLAINTEXT"
         jwks_url = self.jwks.as_uri()
         props.update({
@@ -93,6 +132,15 @@ class OAuthBroker:
             "listener.name.oauth.oauthbearer.sasl.jaas.config": f"{OAUTH_MODULE} required;",
             "listener.name.oauth.oauthbearer.sasl.server.callback.handler.class": VALIDATOR,
             "listener.name.oauth.oauthbearer.sasl.oauthbearer.jwks.endpoint.url": jwks_url,
+            # The provider's JWKS over HTTPS, its CA given as Kafka reads it for this: in the JAAS text. (A JAAS
+            # text with options makes Kafka's broker log in with an unsecured token of its own: it names a subject.)
+            "listener.name.oauthweb.sasl.enabled.mechanisms": "OAUTHBEARER",
+            "listener.name.oauthweb.oauthbearer.sasl.jaas.config": (
+                f'{OAUTH_MODULE} required ssl.truststore.type="PEM" ssl.truststore.location="{self.pki.ca}" '
+                'unsecuredLoginStringClaim_sub="broker";'),
+            "listener.name.oauthweb.oauthbearer.sasl.server.callback.handler.class": VALIDATOR,
+            "listener.name.oauthweb.oauthbearer.sasl.oauthbearer.jwks.endpoint.url": self.jwks_server.url,
+            "listener.name.oauthweb.oauthbearer.sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "1000",
             "sasl.oauthbearer.expected.audience": AUDIENCE,
             "sasl.oauthbearer.expected.issuer": ISSUER,
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -101,7 +149,8 @@ class OAuthBroker:
         })
         write_properties(self.broker.config, props)
         if self.broker.kind == "kafka":
-            self.broker.jvm.insert(1, f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={jwks_url}")
+            self.broker.jvm.insert(
+                1, f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={jwks_url},{self.jwks_server.url}")
         self.broker.start()
         admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
         acls = [AclBinding(kind, name, ResourcePatternType.PREFIXED if name else ResourcePatternType.LITERAL,
@@ -145,6 +194,7 @@ def oauth(tmp_path_factory):
     yield o
     if o.broker.running():
         o.broker.stop()
+    o.jwks_server.stop()
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -207,3 +257,23 @@ def test_the_principal_is_the_tokens_subject(oauth: OAuthBroker):
     create_topics(oauth.broker.bootstrap, [topic], partitions=1, replication_factor=1)
     error = produce_one(oauth.bootstrap, oauth.idp.token(claims(subject=STRANGER)), topic)
     assert error is not None and error.code() == ConfluentError.TOPIC_AUTHORIZATION_FAILED, error
+
+
+def test_a_key_the_identity_provider_adds_is_fetched_over_https(oauth: OAuthBroker):
+    """On the listener whose JWKS comes over HTTPS: a token of the provider's key is taken once the JWKS was
+    fetched, one of a key the provider does not serve is refused; once the provider adds a key, a token signed with it
+    is taken (a token naming a key not held makes the broker fetch the JWKS again, though its refresh is an hour
+    away)."""
+    bootstrap = f"127.0.0.1:{oauth.web_port}"
+    topic = f"{TOPIC_PREFIX}web"
+    create_topics(oauth.broker.bootstrap, [topic], partitions=1, replication_factor=1)
+    wait_for(lambda: produce_one(bootstrap, oauth.idp.token(claims()), topic) is None,
+             "a token of the provider's key was not taken over the HTTPS JWKS", 30)
+    unknown = IdentityProvider(oauth.workdir, "idp-unknown")
+    error = produce_one(bootstrap, unknown.token(claims()), topic)
+    assert error is not None and error.code() == ConfluentError._AUTHENTICATION, error
+    # Kafka looks for a key id it did not find again only after a minute: the added key is one never asked for.
+    added = IdentityProvider(oauth.workdir, "idp-2")
+    oauth.jwks_server.keys = oauth.idp.jwks()["keys"] + added.jwks()["keys"]
+    wait_for(lambda: produce_one(bootstrap, added.token(claims()), topic) is None,
+             "a token of the key the provider added was not taken", 30)

@@ -16,8 +16,8 @@ pub use connection_limits::{ConnectionLimitsConfig, ListenerLimits};
 pub use links::{LinkLogin, LinkSettings};
 pub use principal::PrincipalMapper;
 pub use sasl::{
-    JwksValidator, OAuthBearerSettings, SaslMechanism, SaslSettings, ScramUser, UnsecuredValidator,
-    PLAIN_LOGIN_MODULE,
+    HttpJwks, JwksEndpoint, JwksValidator, OAuthBearerSettings, SaslMechanism, SaslSettings,
+    ScramUser, UnsecuredValidator, PLAIN_LOGIN_MODULE,
 };
 pub use tls::{ClientAuth, KeyStore, LinkTls, TlsSettings, TlsVersion, TrustStore};
 
@@ -1026,6 +1026,9 @@ broker_configs! {
     sasl_oauthbearer_sub_claim_name: String = "sasl.oauthbearer.sub.claim.name", String, Some("sub"), Check::None;
     sasl_oauthbearer_scope_claim_name: String = "sasl.oauthbearer.scope.claim.name", String, Some("scope"), Check::None;
     sasl_oauthbearer_clock_skew_seconds: i32 = "sasl.oauthbearer.clock.skew.seconds", Int, Some("30"), Check::AtLeast(0);
+    sasl_oauthbearer_jwks_endpoint_refresh_ms: i64 = "sasl.oauthbearer.jwks.endpoint.refresh.ms", Long, Some("3600000"), Check::AtLeast(0);
+    sasl_oauthbearer_jwks_endpoint_retry_backoff_ms: i64 = "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", Long, Some("100"), Check::AtLeast(0);
+    sasl_oauthbearer_jwks_endpoint_retry_backoff_max_ms: i64 = "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", Long, Some("10000"), Check::AtLeast(0);
     // Authorization (see `AuthorizerConfig`): off unless Kafka's StandardAuthorizer is named.
     authorizer_class_name: String = "authorizer.class.name", String, Some(""), Check::None;
     super_users: Option<String> = "super.users", String, None, Check::None;

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use fjord_common::scram::ScramMechanism;
 
+use crate::tls::LinkTls;
 use crate::{broker_default, invalid, listener_value, split_list, ConfigError, Unreadable};
 
 /// The login module a PLAIN listener's JAAS text must name.
@@ -149,8 +150,8 @@ impl Default for UnsecuredValidator {
 /// also as `listener.name.<l>.oauthbearer.<key>` or `listener.name.<l>.<key>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JwksValidator {
-    /// `sasl.oauthbearer.jwks.endpoint.url`, a `file:` URL: the JWKS, read at start.
-    pub jwks_file: PathBuf,
+    /// `sasl.oauthbearer.jwks.endpoint.url`: where the JWKS is.
+    pub jwks: JwksEndpoint,
     /// `sasl.oauthbearer.expected.audience`: a token's `aud` must name one of them; when
     /// empty, a token must carry no `aud`.
     pub expected_audience: Vec<String>,
@@ -162,6 +163,30 @@ pub struct JwksValidator {
     pub scope_claim: String,
     /// `sasl.oauthbearer.clock.skew.seconds` (default 30): leeway on `exp` and `nbf`.
     pub clock_skew_seconds: i64,
+}
+
+/// Where a JWKS is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JwksEndpoint {
+    /// A `file:` URL: read once, at start.
+    File(PathBuf),
+    /// An `https:` (or `http:`) URL: fetched at start and every `refresh_ms`, and sooner when a
+    /// token names a key the JWKS does not hold, as Kafka's refreshing resolver does.
+    Http(Box<HttpJwks>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpJwks {
+    pub url: String,
+    /// `sasl.oauthbearer.jwks.endpoint.refresh.ms` (default one hour).
+    pub refresh_ms: i64,
+    /// `sasl.oauthbearer.jwks.endpoint.retry.backoff.ms` (100) and `.retry.backoff.max.ms`
+    /// (10000): how soon a failed fetch, or a token's unknown key, fetches again, doubling.
+    pub retry_backoff_ms: i64,
+    pub retry_backoff_max_ms: i64,
+    /// For `https:`, the TLS the `ssl.*` options of the listener's OAUTHBEARER JAAS text ask
+    /// for, as Kafka reads them there.
+    pub tls: Option<LinkTls>,
 }
 
 /// The server callback handlers fjord can stand in for: Kafka's signed-JWT validator (its 4.x
@@ -242,22 +267,23 @@ pub(crate) fn listener_sasl(
             (SaslMechanism::Scram(_), _) => {}
             (SaslMechanism::OAuthBearer, Some(entry)) => {
                 let handler_key = format!("{scoped}sasl.server.callback.handler.class");
-                oauthbearer =
-                    match props.get(&handler_key).map(|c| c.trim()) {
-                        None | Some(UNSECURED_VALIDATOR_HANDLER) => {
-                            OAuthBearerSettings::Unsecured(unsecured_validator(&scoped, &entry)?)
-                        }
-                        Some(class) if JWKS_VALIDATOR_HANDLERS.contains(&class) => {
-                            OAuthBearerSettings::Jwks(jwks_validator(props, listener, &scoped)?)
-                        }
-                        Some(class) => return Err(invalid(
+                oauthbearer = match props.get(&handler_key).map(|c| c.trim()) {
+                    None | Some(UNSECURED_VALIDATOR_HANDLER) => {
+                        OAuthBearerSettings::Unsecured(unsecured_validator(&scoped, &entry)?)
+                    }
+                    Some(class) if JWKS_VALIDATOR_HANDLERS.contains(&class) => {
+                        OAuthBearerSettings::Jwks(jwks_validator(props, listener, &scoped, &entry)?)
+                    }
+                    Some(class) => {
+                        return Err(invalid(
                             &handler_key,
                             class,
                             "fjord validates OAUTHBEARER tokens as Kafka's unsecured validator or \
                              its OAuthBearerValidatorCallbackHandler (signed JWTs, a JWKS) do; no \
                              other callback handler can be loaded",
-                        )),
-                    };
+                        ))
+                    }
+                };
             }
             (SaslMechanism::OAuthBearer, None) => {
                 return Err(invalid(
@@ -316,6 +342,7 @@ fn jwks_validator(
     props: &BTreeMap<String, String>,
     listener: &str,
     scoped: &str,
+    jaas: &JaasEntry,
 ) -> Result<JwksValidator, ConfigError> {
     // As Kafka reads them: the mechanism's override, the listener's, the broker's, the default.
     let value = |key: &str| -> (String, Option<String>) {
@@ -340,13 +367,43 @@ fn jwks_validator(
             ),
         )
     })?;
-    let jwks_file = file_url_path(&url).ok_or_else(|| {
-        invalid(
+    let number = |key: &str| -> Result<i64, ConfigError> {
+        let (key, value) = value(key);
+        let value = value.unwrap_or_default();
+        value
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| {
+                invalid(
+                    &key,
+                    &value,
+                    "expected a non-negative number of milliseconds",
+                )
+            })
+    };
+    let jwks = if let Some(path) = file_url_path(&url) {
+        JwksEndpoint::File(path)
+    } else if let Some(secure) = http_url(&url) {
+        let jaas_key = format!("{scoped}sasl.jaas.config");
+        JwksEndpoint::Http(Box::new(HttpJwks {
+            url: url.clone(),
+            refresh_ms: number("sasl.oauthbearer.jwks.endpoint.refresh.ms")?,
+            retry_backoff_ms: number("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms")?,
+            retry_backoff_max_ms: number("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms")?,
+            tls: match secure {
+                true => Some(crate::tls::jaas_client_tls(&jaas.options, &jaas_key)?),
+                false => None,
+            },
+        }))
+    } else {
+        return Err(invalid(
             &url_key,
             &url,
-            "fjord reads the JWKS from a file, given as a file: URL (file:///path/jwks.json)",
-        )
-    })?;
+            "the JWKS is read from a file: URL (file:///path/jwks.json) or fetched from an \
+             https: (or http:) one",
+        ));
+    };
     let (skew_key, skew) = value("sasl.oauthbearer.clock.skew.seconds");
     let skew = skew.unwrap_or_default();
     let clock_skew_seconds = skew
@@ -365,7 +422,7 @@ fn jwks_validator(
         name.ok_or_else(|| invalid(&key, "", "a claim name cannot be empty"))
     };
     Ok(JwksValidator {
-        jwks_file,
+        jwks,
         expected_audience: value("sasl.oauthbearer.expected.audience")
             .1
             .map(|v| split_list(&v).into_iter().map(String::from).collect())
@@ -375,6 +432,17 @@ fn jwks_validator(
         scope_claim: claim("sasl.oauthbearer.scope.claim.name")?,
         clock_skew_seconds,
     })
+}
+
+/// Whether `url` is an `https:` URL (true) or an `http:` one (false), with a host.
+fn http_url(url: &str) -> Option<bool> {
+    let (secure, rest) = if let Some(rest) = url.strip_prefix("https://") {
+        (true, rest)
+    } else {
+        (false, url.strip_prefix("http://")?)
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    (!host.is_empty()).then_some(secure)
 }
 
 /// The path of a `file:` URL (`file:///p`, `file:/p`), if it is one.
@@ -814,7 +882,7 @@ mod tests {
         assert_eq!(
             settings.oauthbearer,
             OAuthBearerSettings::Jwks(JwksValidator {
-                jwks_file: PathBuf::from("/etc/jwks.json"),
+                jwks: JwksEndpoint::File(PathBuf::from("/etc/jwks.json")),
                 expected_audience: vec!["kafka".into(), "fjord".into()],
                 expected_issuer: Some("https://idp".into()),
                 sub_claim: "client_id".into(),
@@ -829,9 +897,14 @@ mod tests {
                 "needs the JWKS",
             ),
             (
-                vec![("sasl.oauthbearer.jwks.endpoint.url", "https://idp/keys")],
+                vec![("sasl.oauthbearer.jwks.endpoint.url", "ftp://idp/keys")],
                 "sasl.oauthbearer.jwks.endpoint.url",
                 "file: URL",
+            ),
+            (
+                vec![("sasl.oauthbearer.jwks.endpoint.url", "https://idp/keys")],
+                "sasl.jaas.config",
+                "needs a truststore",
             ),
             (
                 vec![
@@ -849,6 +922,50 @@ mod tests {
                 .to_string();
             assert!(error.contains(key) && error.contains(why), "{error}");
         }
+    }
+
+    #[test]
+    fn an_https_jwks_is_fetched_with_the_jaas_texts_tls_and_the_refresh_keys() {
+        let settings = listener_sasl(
+            &props(&[
+                ("sasl.enabled.mechanisms", "OAUTHBEARER"),
+                (
+                    "listener.name.client.oauthbearer.sasl.jaas.config",
+                    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required \
+                     ssl.truststore.type=\"PEM\" ssl.truststore.location=\"/etc/ca.pem\";",
+                ),
+                (
+                    "listener.name.client.oauthbearer.sasl.server.callback.handler.class",
+                    "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+                ),
+                ("sasl.oauthbearer.jwks.endpoint.url", "https://idp:8443/keys"),
+                ("sasl.oauthbearer.jwks.endpoint.refresh.ms", "60000"),
+            ]),
+            "CLIENT",
+        )
+        .unwrap();
+        let OAuthBearerSettings::Jwks(JwksValidator {
+            jwks: JwksEndpoint::Http(http),
+            ..
+        }) = settings.oauthbearer
+        else {
+            panic!("{:?}", settings.oauthbearer)
+        };
+        assert_eq!(http.url, "https://idp:8443/keys");
+        assert_eq!(
+            (
+                http.refresh_ms,
+                http.retry_backoff_ms,
+                http.retry_backoff_max_ms
+            ),
+            (60_000, 100, 10_000)
+        );
+        let tls = http.tls.unwrap();
+        assert_eq!(
+            tls.truststore,
+            crate::TrustStore::PemFile("/etc/ca.pem".into())
+        );
+        assert!(tls.verify_hostname && tls.keystore.is_none());
     }
 
     #[test]

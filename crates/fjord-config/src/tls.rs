@@ -206,25 +206,68 @@ pub(crate) fn link_tls(
             props.get("ssl.endpoint.identification.algorithm"),
         ),
     };
-    let verify_hostname = match algorithm.map(|a| a.trim()) {
-        None => true,
-        Some(a) if a.eq_ignore_ascii_case("https") => true,
-        Some("") => false,
-        Some(other) => {
-            return Err(invalid(
-                &algorithm_key,
-                other,
-                "must be https (check the other node's host name) or empty (do not)",
-            ))
-        }
-    };
+    let verify_hostname = verify_hostname(&algorithm_key, algorithm.map(String::as_str))?;
+    client_tls(&get, truststore, verify_hostname)
+}
+
+/// `ssl.endpoint.identification.algorithm` (`key`): whether the other side's certificate must
+/// name the host reached (`https`, the default) or not (empty).
+fn verify_hostname(key: &str, algorithm: Option<&str>) -> Result<bool, ConfigError> {
+    match algorithm.map(str::trim) {
+        None => Ok(true),
+        Some(a) if a.eq_ignore_ascii_case("https") => Ok(true),
+        Some("") => Ok(false),
+        Some(other) => Err(invalid(
+            key,
+            other,
+            "ssl.endpoint.identification.algorithm must be https (check the other side's host \
+             name) or empty (do not)",
+        )),
+    }
+}
+
+/// The rest of a client side's TLS, read with `get`.
+fn client_tls(
+    get: &dyn Fn(&'static str) -> (String, Option<String>),
+    truststore: TrustStore,
+    verify_hostname: bool,
+) -> Result<LinkTls, ConfigError> {
     Ok(LinkTls {
-        keystore: keystore(&get)?,
+        keystore: keystore(get)?,
         truststore,
-        protocols: enabled_protocols(&get)?,
-        cipher_suites: cipher_suites(&get),
+        protocols: enabled_protocols(get)?,
+        cipher_suites: cipher_suites(get),
         verify_hostname,
     })
+}
+
+/// The TLS of a client connection configured by the `ssl.*` options of a JAAS text (`jaas_key`),
+/// as Kafka's OAUTHBEARER validator reads them for its JWKS endpoint: a truststore is required
+/// (fjord has no system roots), a keystore shown if the server asks, host names checked unless
+/// `ssl.endpoint.identification.algorithm` is empty.
+pub(crate) fn jaas_client_tls(
+    options: &BTreeMap<String, String>,
+    jaas_key: &str,
+) -> Result<LinkTls, ConfigError> {
+    let get = |key: &'static str| -> (String, Option<String>) {
+        let value = options
+            .get(key)
+            .cloned()
+            .or_else(|| crate::broker_default(key).map(String::from))
+            .filter(|v| !v.trim().is_empty());
+        (format!("{jaas_key} ({key})"), value)
+    };
+    let truststore = truststore(&get)?.ok_or_else(|| {
+        invalid(
+            jaas_key,
+            "[hidden]",
+            "an https JWKS endpoint needs a truststore in the JAAS text: ssl.truststore.location \
+             (with ssl.truststore.type PEM or PKCS12) or ssl.truststore.certificates",
+        )
+    })?;
+    let algorithm = options.get("ssl.endpoint.identification.algorithm");
+    let verify_hostname = verify_hostname(jaas_key, algorithm.map(String::as_str))?;
+    client_tls(&get, truststore, verify_hostname)
 }
 
 /// `ssl.enabled.protocols`: the TLS versions, each once, at least one.

@@ -1,6 +1,11 @@
 //! The public keys of a JWKS (RFC 7517), which signed OAUTHBEARER tokens are checked with, and
 //! the check of one token's signature. The signature arithmetic is jsonwebtoken's (on aws-lc-rs,
-//! as rustls); which key a token's header points at is decided here.
+//! as rustls); which key a token's header points at is decided here. A JWKS fetched from an
+//! identity provider is replaced as it is fetched again; a token naming a key the set does not
+//! hold marks the set as missing one, so that whoever fetches it does so sooner.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::RwLock;
 
 use jsonwebtoken::jwk::Jwk;
 use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey};
@@ -9,7 +14,9 @@ use serde_json::Value;
 /// The signing keys of a JWKS.
 #[derive(Default)]
 pub struct VerificationKeys {
-    keys: Vec<VerificationKey>,
+    keys: RwLock<Vec<VerificationKey>>,
+    /// A token named a key not held (or, without a `kid`, none fitted) since the last look.
+    missed: AtomicBool,
 }
 
 struct VerificationKey {
@@ -61,7 +68,21 @@ impl VerificationKeys {
         if keys.is_empty() {
             return Err("the JWKS holds no public key to check signatures with".to_string());
         }
-        Ok(VerificationKeys { keys })
+        Ok(VerificationKeys {
+            keys: RwLock::new(keys),
+            missed: AtomicBool::new(false),
+        })
+    }
+
+    /// Takes the keys of `fetched`, the JWKS read again.
+    pub fn replace(&self, fetched: VerificationKeys) {
+        let keys = fetched.keys.into_inner().unwrap_or_else(|e| e.into_inner());
+        *self.keys.write().unwrap_or_else(|e| e.into_inner()) = keys;
+    }
+
+    /// Whether a token named a key not held since the last call.
+    pub fn take_missed(&self) -> bool {
+        self.missed.swap(false, Ordering::Relaxed)
     }
 
     /// Whether the JWS `token` (`header.claims.signature`) carries a valid signature by one of
@@ -81,22 +102,23 @@ impl VerificationKeys {
         };
         let fits =
             |k: &&VerificationKey| k.key.family() == alg.family() && k.alg.is_none_or(|a| a == alg);
+        let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
         let key = match header.get("kid") {
-            Some(Value::String(kid)) => self
-                .keys
+            Some(Value::String(kid)) => keys
                 .iter()
                 .filter(fits)
                 .find(|k| k.kid.as_deref() == Some(kid)),
-            Some(_) => None,
+            Some(_) => return false,
             None => {
-                let mut fitting = self.keys.iter().filter(fits);
+                let mut fitting = keys.iter().filter(fits);
                 fitting.next().filter(|_| fitting.next().is_none())
             }
         };
-        key.is_some_and(|k| {
-            jsonwebtoken::crypto::verify(signature, message.as_bytes(), &k.key, alg)
-                .unwrap_or(false)
-        })
+        let Some(key) = key else {
+            self.missed.store(true, Ordering::Relaxed);
+            return false;
+        };
+        jsonwebtoken::crypto::verify(signature, message.as_bytes(), &key.key, alg).unwrap_or(false)
     }
 }
 
@@ -169,6 +191,18 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_token_naming_a_key_not_held_is_noticed_and_a_set_fetched_again_has_it() {
+        let keys = VerificationKeys::from_jwks(jwks("k1").as_bytes()).unwrap();
+        let token = signed(r#"{"sub":"alice"}"#, Some("k2"));
+        assert!(!keys.take_missed());
+        assert!(!keys.verify(&token, &header_of(&token)));
+        assert!(keys.take_missed() && !keys.take_missed());
+        keys.replace(VerificationKeys::from_jwks(jwks("k2").as_bytes()).unwrap());
+        assert!(keys.verify(&token, &header_of(&token)));
+        assert!(!keys.take_missed());
+    }
+
+    #[test]
     fn a_jwks_keeps_only_its_signing_keys() {
         let mixed = format!(
             r#"{{"keys":[{{"kty":"oct","k":"c2VjcmV0","kid":"s"}},
@@ -177,7 +211,7 @@ pub(crate) mod tests {
                 {{"kty":"EC","crv":"P-256","kid":"k","alg":"ES256","x":"{EC_X}","y":"{EC_Y}"}}]}}"#
         );
         let keys = VerificationKeys::from_jwks(mixed.as_bytes()).unwrap();
-        assert_eq!(keys.keys.len(), 1);
+        assert_eq!(keys.keys.read().unwrap().len(), 1);
         let token = signed(r#"{"sub":"alice"}"#, Some("e"));
         assert!(!keys.verify(&token, &header_of(&token)));
         for bad in [

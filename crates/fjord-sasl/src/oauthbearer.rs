@@ -385,7 +385,7 @@ mod tests {
         use crate::jwks::tests::{jwks, signed};
         let keys = VerificationKeys::from_jwks(jwks("k1").as_bytes()).unwrap();
         let validator = JwksValidator {
-            jwks_file: "/unused".into(),
+            jwks: fjord_config::JwksEndpoint::File("/unused".into()),
             expected_audience: Vec::new(),
             expected_issuer: None,
             sub_claim: "sub".into(),

@@ -8,6 +8,7 @@ mod broker_role;
 mod coordinators;
 mod dynamic_quorum;
 mod housekeeping;
+mod jwks;
 mod lifecycle;
 mod log_dirs;
 mod scram_users;
@@ -30,7 +31,9 @@ use crate::link::Links;
 use crate::net::limits::ConnectionLimits;
 use crate::net::{ListenerSecurity, NetworkConfig};
 use fjord_common::scram::{ScramCredential, ScramMechanism};
-use fjord_config::{BrokerConfig, DynamicBrokerConfig, LinkLogin, OAuthBearerSettings};
+use fjord_config::{
+    BrokerConfig, DynamicBrokerConfig, JwksEndpoint, LinkLogin, OAuthBearerSettings,
+};
 use fjord_protocol::ApiKey;
 use fjord_sasl::jwks::VerificationKeys;
 use fjord_sasl::scram::ScramCredentials;
@@ -365,14 +368,9 @@ fn listener_security(
                 OAuthBearerSettings::Jwks(validator)
                     if settings.mechanism("OAUTHBEARER").is_some() =>
                 {
-                    read_jwks(&validator.jwks_file).map_err(|e| {
-                        startup(format!(
-                            "cannot read the JWKS of listener {}: {e}",
-                            listener.name
-                        ))
-                    })?
+                    jwks_keys(&validator.jwks, &listener.name)?
                 }
-                _ => VerificationKeys::default(),
+                _ => Arc::new(VerificationKeys::default()),
             };
             Ok::<_, BrokerError>(Arc::new(SaslConfig {
                 settings: settings.clone(),
@@ -384,7 +382,7 @@ fn listener_security(
                 ),
                 api_versions_max: supported_range(ApiKey::ApiVersions).map_or(0, |(_, max)| max),
                 credentials: Arc::new(BrokerCredentials(broker.clone())),
-                verification_keys: Arc::new(verification_keys),
+                verification_keys,
                 nonce: random_nonce,
                 now_ms: fjord_common::now_ms,
             }))
@@ -408,10 +406,41 @@ fn listener_security(
     Ok(security)
 }
 
-/// The signing keys of the JWKS file `path`.
-fn read_jwks(path: &std::path::Path) -> Result<VerificationKeys, String> {
-    let document = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    VerificationKeys::from_jwks(&document).map_err(|e| format!("{}: {e}", path.display()))
+/// The keys listener `listener` checks signed tokens with: those of a JWKS file, read now (a
+/// file that cannot be used stops the node), or those an identity provider serves, kept by a task
+/// from now on.
+fn jwks_keys(
+    endpoint: &JwksEndpoint,
+    listener: &str,
+) -> Result<Arc<VerificationKeys>, BrokerError> {
+    let cannot = |e: String| startup(format!("cannot read the JWKS of listener {listener}: {e}"));
+    match endpoint {
+        JwksEndpoint::File(path) => {
+            let document =
+                std::fs::read(path).map_err(|e| cannot(format!("{}: {e}", path.display())))?;
+            let keys = VerificationKeys::from_jwks(&document)
+                .map_err(|e| cannot(format!("{}: {e}", path.display())))?;
+            Ok(Arc::new(keys))
+        }
+        JwksEndpoint::Http(http) => {
+            let tls = match &http.tls {
+                Some(link) => Some(crate::net::tls::client_config(link).map_err(|e| {
+                    startup(format!(
+                        "cannot set up TLS to the JWKS of listener {listener}: {e}"
+                    ))
+                })?),
+                None => None,
+            };
+            let keys = Arc::new(VerificationKeys::default());
+            jwks::follow(
+                http.as_ref().clone(),
+                tls,
+                keys.clone(),
+                listener.to_string(),
+            );
+            Ok(keys)
+        }
+    }
 }
 
 /// The SCRAM credentials in the broker's image; none before the broker is up.
