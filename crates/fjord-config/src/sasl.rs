@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use fjord_common::scram::ScramMechanism;
 
 use crate::tls::LinkTls;
-use crate::{broker_default, invalid, listener_value, split_list, ConfigError, Unreadable};
+use crate::{invalid, listener_value, split_list, ConfigError, Unreadable};
 
 /// The login module a PLAIN listener's JAAS text must name.
 pub const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
@@ -344,17 +344,17 @@ fn jwks_validator(
     scoped: &str,
     jaas: &JaasEntry,
 ) -> Result<JwksValidator, ConfigError> {
-    // As Kafka reads them: the mechanism's override, the listener's, the broker's, the default.
-    let value = |key: &str| -> (String, Option<String>) {
-        let listener_key = format!("listener.name.{}.{key}", listener.to_ascii_lowercase());
-        let given = [format!("{scoped}{key}"), listener_key, key.to_string()]
-            .into_iter()
-            .find_map(|k| props.get(&k).map(|v| (k, v.trim().to_string())));
-        let (found_as, value) = given.unwrap_or_else(|| {
-            let default = broker_default(key).unwrap_or_default();
-            (key.to_string(), default.to_string())
-        });
-        (found_as, Some(value).filter(|v| !v.is_empty()))
+    // As Kafka reads them: the mechanism's override, then the listener's, the broker's, the default.
+    let value = |key: &'static str| -> (String, Option<String>) {
+        let scoped_key = format!("{scoped}{key}");
+        let (found_as, value) = match props.get(&scoped_key) {
+            Some(v) => (scoped_key, Some(v.clone())),
+            None => listener_value(props, listener, key),
+        };
+        let value = value
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty());
+        (found_as, value)
     };
     let (url_key, url) = value("sasl.oauthbearer.jwks.endpoint.url");
     let url = url.ok_or_else(|| {
@@ -367,7 +367,7 @@ fn jwks_validator(
             ),
         )
     })?;
-    let number = |key: &str| -> Result<i64, ConfigError> {
+    let number = |key: &'static str| -> Result<i64, ConfigError> {
         let (key, value) = value(key);
         let value = value.unwrap_or_default();
         value
@@ -417,7 +417,7 @@ fn jwks_validator(
                 "expected a non-negative number of seconds",
             )
         })?;
-    let claim = |key: &str| {
+    let claim = |key: &'static str| {
         let (key, name) = value(key);
         name.ok_or_else(|| invalid(&key, "", "a claim name cannot be empty"))
     };

@@ -4,7 +4,7 @@
 //! — a rotated key — at most once per backoff, which doubles from `retry_backoff_ms` up to
 //! `retry_backoff_max_ms` while such fetches go on (so tokens naming made-up keys cannot make
 //! the broker hammer the provider). A failed fetch keeps the keys held and is tried again after
-//! the backoff.
+//! the backoff. A JWKS file is read here too, bounded as an answer is.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,6 +75,19 @@ pub(crate) fn follow(
             tokio::time::sleep(until_next.min(MISS_CHECK)).await;
         }
     })
+}
+
+/// A JWKS file, refused if larger than an identity provider's answer may be.
+pub(crate) fn read_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut document = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_JWKS_BYTES as u64 + 1).read_to_end(&mut document))
+        .map_err(|e| e.to_string())?;
+    if document.len() > MAX_JWKS_BYTES {
+        return Err(format!("larger than {MAX_JWKS_BYTES} bytes"));
+    }
+    Ok(document)
 }
 
 /// The signing keys `url` serves now.

@@ -417,7 +417,7 @@ fn jwks_keys(
     match endpoint {
         JwksEndpoint::File(path) => {
             let document =
-                std::fs::read(path).map_err(|e| cannot(format!("{}: {e}", path.display())))?;
+                jwks::read_file(path).map_err(|e| cannot(format!("{}: {e}", path.display())))?;
             let keys = VerificationKeys::from_jwks(&document)
                 .map_err(|e| cannot(format!("{}: {e}", path.display())))?;
             Ok(Arc::new(keys))
@@ -522,7 +522,12 @@ fn connection_limits(
     let mut images = node.quorum.subscribe();
     let (config, following) = (node.config.clone(), limits.clone());
     let follower = tokio::spawn(async move {
-        let (mut applied, mut refused) = (config.connection_limits().clone(), None);
+        // The limits are worked out again only when the dynamic layers change, not at every
+        // metadata change.
+        let (mut seen, mut applied) = (
+            DynamicBrokerConfig::default(),
+            config.connection_limits().clone(),
+        );
         loop {
             tokio::select! {
                 changed = images.changed() => if changed.is_err() { return },
@@ -531,20 +536,20 @@ fn connection_limits(
             let (own, default) = images
                 .borrow_and_update()
                 .broker_config_layers(config.node_id);
-            match config.connection_limits_with(&DynamicBrokerConfig::new(own, default)) {
+            let dynamic = DynamicBrokerConfig::new(own, default);
+            if dynamic == seen {
+                continue;
+            }
+            match config.connection_limits_with(&dynamic) {
                 Ok(wanted) if wanted != applied => {
                     tracing::info!(?wanted, "connection limits reconfigured");
                     following.reconfigure(wanted.clone());
                     applied = wanted;
                 }
                 Ok(_) => {}
-                // Said once per wrong value, not at every metadata change.
-                Err(error) if refused.as_ref() != Some(&error.to_string()) => {
-                    tracing::warn!(%error, "dynamic connection limits ignored");
-                    refused = Some(error.to_string());
-                }
-                Err(_) => {}
+                Err(error) => tracing::warn!(%error, "dynamic connection limits ignored"),
             }
+            seen = dynamic;
         }
     });
     (limits, follower)
