@@ -19,17 +19,25 @@ use fjord_protocol::messages::sasl_handshake_request::SaslHandshakeRequest;
 use fjord_protocol::messages::RequestHeader;
 use fjord_protocol::{request_header_version, ApiKey, Encodable};
 use fjord_sasl::jwks::VerificationKeys;
-use fjord_sasl::scram::ScramCredentials;
+use fjord_sasl::scram::{DelegationTokenCredential, ScramCredentials};
 use fjord_sasl::{Authenticator, SaslConfig, Step};
 use libfuzzer_sys::fuzz_target;
 
-/// alice has a SCRAM credential for both mechanisms.
+/// alice has a SCRAM credential for both mechanisms, and a delegation token "tok".
 struct Credentials;
 
 impl ScramCredentials for Credentials {
     fn credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
         (user == "alice")
             .then(|| ScramCredential::from_password(mechanism, "pw", vec![7; 16], 4096))
+    }
+
+    fn delegation_token(&self, token_id: &str) -> Option<DelegationTokenCredential> {
+        (token_id == "tok").then(|| DelegationTokenCredential {
+            owner: "alice".into(),
+            hmac: b"mac".to_vec(),
+            expiry_ms: i64::MAX,
+        })
     }
 }
 

@@ -5,14 +5,16 @@ administration, configs, transactions, idempotent producers, ACL administration 
 host ACLs and a super user.
 
 One broker for the module (fjord, or Kafka with E2E_BROKER=kafka): a SASL_PLAINTEXT listener with PLAIN users `admin`
-(a super user) and the test's principals; its own links on PLAINTEXT, whose anonymous principal is a super user too (a
+(a super user) and the test's principals, and SCRAM-SHA-256 for the delegation tokens they create; its own links on PLAINTEXT, whose anonymous principal is a super user too (a
 Kafka broker reaches its controller there). Each test works on its own topics, groups and ids, so the ACLs the tests
 add do not meet.
 """
 
+import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Dict
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -25,9 +27,12 @@ from kafka.admin import (ACLFilter, ACLOperation, ACLPermissionType, ACLResource
 from kafka.errors import ClusterAuthorizationFailedError
 
 from acl_matrix import AUTHORIZATION_ERRORS, CASES, Case, Names, error_codes
-from harness import Pki, free_port, kafka_tool, make_broker, read_properties, write_properties
+from test_tls import all_refused_quickly
+from harness import (Pki, free_port, kafka_tool, kafka_tools_java, make_broker, read_properties, round_trip, run_tool,
+                     write_properties)
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 # The matrix's cases each act as their own user.
 USERS = ["admin", "alice", "bob", "carol", "dave", "erin", "frank", "grace"] + [f"m-{c.api.lower()}" for c in CASES]
@@ -63,6 +68,10 @@ class AclBroker:
         props["sasl.enabled.mechanisms"] = "PLAIN"
         users = " ".join(f'user_{u}="{u}-secret"' for u in USERS)
         props["listener.name.sasl.plain.sasl.jaas.config"] = f"{PLAIN_MODULE} required {users};"
+        # Delegation tokens, which authenticate by SCRAM.
+        props["listener.name.sasl.sasl.enabled.mechanisms"] = "PLAIN,SCRAM-SHA-256"
+        props["listener.name.sasl.scram-sha-256.sasl.jaas.config"] = f"{SCRAM_MODULE} required;"
+        props["delegation.token.secret.key"] = "e2e-token-secret"
         props["authorizer.class.name"] = STANDARD_AUTHORIZER
         props["super.users"] = "User:admin;User:ANONYMOUS"
         write_properties(self.broker.config, props)
@@ -363,3 +372,100 @@ def test_a_client_certificate_names_its_principal(acls):
         while (err := produce_error(conf, topic)) is not None and time.time() < deadline:
             time.sleep(0.5)
         assert err is None, f"{principal}: {err}"
+
+
+def tokens_tool(acls, command_config: Path, *args: str) -> subprocess.CompletedProcess:
+    """`kafka-delegation-tokens` (Kafka's own tool) on the SASL listener as `command_config` says."""
+    return subprocess.run([*kafka_tools_java(), "org.apache.kafka.tools.DelegationTokenCommand", "--bootstrap-server",
+                           acls.bootstrap, "--command-config", str(command_config), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def token_config(acls, name: str, token_id: str, hmac: str, client: str) -> Path:
+    """The properties `client` (java, or go) authenticates with the delegation token `token_id` in."""
+    if client == "java":
+        props = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                 "sasl.jaas.config": f'{SCRAM_MODULE} required username="{token_id}" password="{hmac}" '
+                                     'tokenauth="true";'}
+    else:
+        props = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": token_id,
+                 "sasl.password": hmac, "e2e.scram.tokenauth": "true"}
+    path = acls.workdir / f"{name}-{client}.properties"
+    write_properties(path, props)
+    return path
+
+
+def described_tokens(out: str) -> Dict[str, dict]:
+    """kafka-delegation-tokens' table (--create, --describe) by token id: hmac, owner, requester, renewers."""
+    tokens = {}
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 8 and fields[0] != "TOKENID" and fields[2].startswith("User:"):
+            tokens[fields[0]] = {"hmac": fields[1], "owner": fields[2], "requester": fields[3],
+                                 "renewers": fields[4]}
+    return tokens
+
+
+def test_a_delegation_token_authenticates_as_its_owner_until_expired(acls, tmp_path: Path):
+    """alice creates a token naming bob its renewer; Java and franz-go clients authenticated with it act as alice (her
+    ACLs let them produce and consume); bob renews it, carol may not; it cannot be used to ask for more tokens;
+    describing shows it to alice and bob, to carol only once she has DESCRIBE_TOKENS on alice; once alice expires it,
+    it authenticates no one."""
+    alice, bob, carol = (acls.command_config(u) for u in ("alice", "bob", "carol"))
+    created = tokens_tool(acls, alice, "--create", "--renewer-principal", "User:bob", "--max-life-time-period", "-1")
+    assert created.returncode == 0, created.stderr[-2000:]
+    tokens = described_tokens(created.stdout)
+    assert len(tokens) == 1, created.stdout
+    (token_id, token), = tokens.items()
+    assert (token["owner"], token["requester"], token["renewers"]) == ("User:alice", "User:alice", "[User:bob]"), token
+    for operation in (AclOperation.WRITE, AclOperation.READ):
+        acls.allow("User:alice", ResourceType.TOPIC, "token-", operation, ResourcePatternType.PREFIXED)
+    acls.allow("User:alice", ResourceType.GROUP, "e2e-", AclOperation.READ, ResourcePatternType.PREFIXED)
+    for client in ("java", "go"):
+        topic = acls.topic(f"token-{client}")
+        config = token_config(acls, "alice-token", token_id, token["hmac"], client)
+        round_trip(client, acls.bootstrap, topic, 1, 50, "none", tmp_path, client_config=config)
+    # Not on a connection the token authenticated, nor on one nobody authenticated (PLAINTEXT: a super user here).
+    by_token = tokens_tool(acls, token_config(acls, "alice-token", token_id, token["hmac"], "java"), "--create",
+                           "--max-life-time-period", "-1")
+    assert by_token.returncode != 0 and "not allowed" in by_token.stdout + by_token.stderr, by_token
+    plaintext = acls.workdir / "plaintext.properties"
+    write_properties(plaintext, {"security.protocol": "PLAINTEXT"})
+    anonymous = subprocess.run([*kafka_tools_java(), "org.apache.kafka.tools.DelegationTokenCommand",
+                                "--bootstrap-server", acls.broker.bootstrap, "--command-config", str(plaintext),
+                                "--create", "--max-life-time-period", "-1"], capture_output=True, text=True, timeout=120)
+    assert anonymous.returncode != 0 and "not allowed" in anonymous.stdout + anonymous.stderr, anonymous
+    # Renewed by its renewer; not by carol.
+    renewed = tokens_tool(acls, bob, "--renew", "--hmac", token["hmac"], "--renew-time-period", "600000")
+    assert renewed.returncode == 0 and "New expiry date" in renewed.stdout, renewed
+    refused = tokens_tool(acls, carol, "--renew", "--hmac", token["hmac"], "--renew-time-period", "600000")
+    assert refused.returncode != 0 and "OwnerMismatch" in refused.stdout + refused.stderr, refused
+    # Described to its owner and renewer; to carol once she may describe alice's tokens. (Without
+    # --owner-principal the tool asks for an empty list of owners, which Kafka answers with no tokens.)
+    for who, seen in ((alice, True), (bob, True), (carol, False)):
+        described = tokens_tool(acls, who, "--describe", "--owner-principal", "User:alice")
+        assert described.returncode == 0, described.stderr[-2000:]
+        assert (token_id in described_tokens(described.stdout)) == seen, described.stdout
+    kafka_tool("org.apache.kafka.tools.AclCommand", "--bootstrap-server", acls.bootstrap, "--command-config",
+               str(acls.command_config("admin")), "--add", "--allow-principal", "User:carol", "--operation",
+               "DescribeTokens", "--user-principal", "User:alice")
+    described = tokens_tool(acls, carol, "--describe", "--owner-principal", "User:alice")
+    assert token_id in described_tokens(described.stdout), described.stdout
+    # Expired now: the token authenticates no one.
+    expired = tokens_tool(acls, alice, "--expire", "--hmac", token["hmac"], "--expiry-time-period", "-1")
+    assert expired.returncode == 0, expired.stderr[-2000:]
+    def refused(client: str):
+        config = token_config(acls, "alice-token", token_id, token["hmac"], client)
+        if client == "java":
+            props = read_properties(config)
+            props.update({"request.timeout.ms": "3000", "delivery.timeout.ms": "5000", "max.block.ms": "5000"})
+            write_properties(config, props)
+            run_tool(client, "produce", bootstrap=acls.bootstrap, topic=f"token-{client}", count=1, codec="none",
+                     acks="all", seed=1, out=tmp_path / f"refused-{client}.out", client_config=config, wall_s=60)
+        else:
+            # franz-go's producer retries a refused login until its record times out; an admin request does not.
+            run_tool(client, "create-topic", bootstrap=acls.bootstrap, topic="token-go", partitions=1,
+                     client_config=config, wall_s=60)
+
+    for failure in all_refused_quickly(lambda: refused("java"), lambda: refused("go")):
+        assert "SASL" in str(failure) or "uthentication" in str(failure), failure

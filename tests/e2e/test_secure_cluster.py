@@ -3,7 +3,9 @@ SASL_SSL (PEM keystore and truststore from one CA, host names checked; PLAIN log
 with the StandardAuthorizer on and the nodes' own principal, User:node, its only super user. Clients log in as
 alice, whose ACLs allow one topic prefix and one group.
 
-Replication, the metadata quorum and registration all run over the secured links: a topic with replication factor
+Replication, the metadata quorum and registration all run over the secured links, and so do delegation tokens:
+asked for on a node that is not the active controller, which decides them for the client that asked (the request
+forwarded in an Envelope naming it), and used on every node. a topic with replication factor
 3 keeps all three replicas in sync, and a node whose inter-broker login is a principal without CLUSTER_ACTION cannot
 replicate (it drops out of the ISR) until an ACL grants it, then catches up. (Faults on such a cluster — kills,
 pauses, a partition — are test_fault_trials.py's: its cluster is secured the same way.)
@@ -11,6 +13,7 @@ pauses, a partition — are test_fault_trials.py's: its cluster is secured the s
 One cluster for the module (fjord, or Kafka with E2E_BROKER=kafka).
 """
 
+import subprocess
 import time
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -20,7 +23,10 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
                                    ResourcePatternType, ResourceType)
 
-from harness import Cluster, Secured, read_properties, wait_for, write_properties
+from harness import (Cluster, Secured, kafka_tools_java, metadata_quorum_status, read_properties, round_trip,
+                     wait_for, write_properties)
+
+SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 PREFIX = "secure-"
 GROUP = "secure-readers"
@@ -31,7 +37,11 @@ class SecureCluster:
     def __init__(self, workdir: Path):
         self.secured = Secured(workdir)
         extra = {**self.secured.node_props(), "offsets.topic.replication.factor": "3",
-                 "replica.lag.time.max.ms": str(LAG_MS)}
+                 "replica.lag.time.max.ms": str(LAG_MS),
+                 # Delegation tokens, authenticated by SCRAM on the client listener.
+                 "delegation.token.secret.key": "cluster-token-secret",
+                 "listener.name.broker.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+                 "listener.name.broker.scram-sha-512.sasl.jaas.config": f"{SCRAM_LOGIN} required;"}
         self.cluster = Cluster(workdir, controllers=3, extra=extra, broker_listener="BROKER")
         self.cluster.start()
         self.admin = AdminClient(self.config("node"))
@@ -152,3 +162,43 @@ def test_a_broker_without_cluster_action_cannot_replicate(secure: SecureCluster)
         node.stop()
         write_properties(node.config, props)
         node.start()
+
+
+def test_a_delegation_token_is_issued_through_any_node_and_used_on_all(secure: SecureCluster, tmp_path: Path):
+    """alice asks for tokens through a node that is not the active controller, and they are hers; one renewed, a
+    Java client authenticated with it produces and consumes across the three nodes as alice."""
+    leader = int(metadata_quorum_status(secure.cluster.bootstrap,
+                                        command_config=secure.secured.java_config("node"))["LeaderId"])
+    follower = next(n for n in secure.cluster.nodes if n.node_id != leader)
+
+    def tokens(*args: str) -> str:
+        proc = subprocess.run([*kafka_tools_java(), "org.apache.kafka.tools.DelegationTokenCommand",
+                               "--bootstrap-server", follower.bootstrap, "--command-config",
+                               str(secure.secured.java_config("alice")), *args],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return proc.stdout
+
+    # The admin client sends each to a node of its choosing: of four tokens, some are asked for on a node that
+    # forwards them (all four reaching the active controller directly has odds of 1 in 81).
+    rows = []
+    for _ in range(4):
+        created = tokens("--create", "--max-life-time-period", "-1")
+        rows.append(next(line.split() for line in created.splitlines() if "User:alice" in line))
+    assert all(row[2:4] == ["User:alice", "User:alice"] for row in rows), rows
+    token_id, hmac = rows[0][0], rows[0][1]
+    assert "New expiry date" in tokens("--renew", "--hmac", hmac, "--renew-time-period", "600000")
+    described = tokens("--describe", "--owner-principal", "User:alice")
+    assert token_id in described, described
+    config = tmp_path / "token.properties"
+    write_properties(config, {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": f'{SCRAM_LOGIN} required username="{token_id}" password="{hmac}" tokenauth="true";',
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(secure.secured.pki.ca)})
+    topic = PREFIX + "token"
+    secure.create_topic(topic, partitions=3)
+    readers = AclBinding(ResourceType.GROUP, "e2e-", ResourcePatternType.PREFIXED, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    for future in secure.admin.create_acls([readers]).values():
+        future.result(30)
+    round_trip("java", secure.cluster.bootstrap, topic, 3, 300, "none", tmp_path, client_config=config)

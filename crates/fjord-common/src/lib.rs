@@ -57,6 +57,21 @@ pub struct Requester {
     host: String,
     /// Until when the connection is muted for a quota.
     mute: Mute,
+    /// How `principal` was established.
+    pub authentication: Authentication,
+}
+
+/// How a connection's principal was established. Kafka serves delegation-token requests only
+/// to a principal that proved who it is, other than with a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Authentication {
+    /// By the listener alone: ANONYMOUS, or on an SSL listener a client certificate's name.
+    #[default]
+    Listener,
+    /// SASL, with the user's own credentials.
+    Sasl,
+    /// SASL SCRAM with a delegation token: the principal is the token's owner.
+    DelegationToken,
 }
 
 /// Until when a connection serves nothing more because its client went over a quota (KIP-219),
@@ -89,6 +104,23 @@ impl Requester {
             host: java_host_address(peer.ip()),
             peer,
             mute: Mute::default(),
+            authentication: Authentication::Listener,
+        }
+    }
+
+    /// The same requester, its principal established by `authentication`.
+    pub fn authenticated_by(mut self, authentication: Authentication) -> Requester {
+        self.authentication = authentication;
+        self
+    }
+
+    /// Whether it may create, renew, expire or describe delegation tokens: only a principal
+    /// that authenticated (SASL, or a client certificate), and not with a token, as Kafka.
+    pub fn may_use_token_apis(&self) -> bool {
+        match self.authentication {
+            Authentication::Sasl => true,
+            Authentication::DelegationToken => false,
+            Authentication::Listener => self.principal != KafkaPrincipal::anonymous(),
         }
     }
 

@@ -129,6 +129,12 @@ impl ScramCredential {
     }
 }
 
+/// A delegation token's HMAC, as Kafka makes it: HMAC-SHA512 of the token id keyed with
+/// `delegation.token.secret.key`. Its base64 text is the password the token authenticates with.
+pub fn delegation_token_hmac(secret_key: &str, token_id: &str) -> Vec<u8> {
+    ScramMechanism::Sha512.hmac(secret_key.as_bytes(), token_id.as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

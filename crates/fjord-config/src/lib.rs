@@ -1033,6 +1033,25 @@ broker_configs! {
     authorizer_class_name: String = "authorizer.class.name", String, Some(""), Check::None;
     super_users: Option<String> = "super.users", String, None, Check::None;
     allow_everyone_if_no_acl_found: bool = "allow.everyone.if.no.acl.found", Boolean, Some("false"), Check::None;
+    // Delegation tokens (see `BrokerConfig::delegation_tokens`): off unless the secret key is set,
+    // which must be the same on every broker and controller.
+    delegation_token_secret_key: Option<String> = "delegation.token.secret.key", Password, None, Check::None;
+    delegation_token_max_lifetime_ms: i64 = "delegation.token.max.lifetime.ms", Long, Some("604800000"), Check::AtLeast(1);
+    delegation_token_expiry_time_ms: i64 = "delegation.token.expiry.time.ms", Long, Some("86400000"), Check::AtLeast(1);
+    delegation_token_expiry_check_interval_ms: i64 = "delegation.token.expiry.check.interval.ms", Long, Some("3600000"), Check::AtLeast(1);
+}
+
+/// Delegation tokens' settings (Kafka's `delegation.token.*` keys).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelegationTokenConfig {
+    /// `delegation.token.secret.key`: what every token's HMAC is made with.
+    pub secret_key: String,
+    /// `delegation.token.max.lifetime.ms`: no renewal takes a token past this from its issue.
+    pub max_lifetime_ms: i64,
+    /// `delegation.token.expiry.time.ms`: how long a token lives before it must be renewed.
+    pub expiry_time_ms: i64,
+    /// `delegation.token.expiry.check.interval.ms`: how often expired tokens are removed.
+    pub expiry_check_interval_ms: i64,
 }
 
 /// The one authorizer fjord serves, by the class name Kafka's KRaft brokers give it.
@@ -1575,6 +1594,22 @@ impl BrokerConfig {
     /// The SASL settings of listener `name`: Some for a SASL_PLAINTEXT or SASL_SSL listener.
     pub fn listener_sasl(&self, name: &str) -> Option<&SaslSettings> {
         self.listener_sasl.get(name)
+    }
+
+    /// Delegation tokens' settings: None (tokens disabled, as in Kafka) unless
+    /// `delegation.token.secret.key` is set and not empty.
+    pub fn delegation_tokens(&self) -> Option<DelegationTokenConfig> {
+        let s = &self.settings;
+        let secret_key = s
+            .delegation_token_secret_key
+            .clone()
+            .filter(|k| !k.is_empty())?;
+        Some(DelegationTokenConfig {
+            secret_key,
+            max_lifetime_ms: s.delegation_token_max_lifetime_ms,
+            expiry_time_ms: s.delegation_token_expiry_time_ms,
+            expiry_check_interval_ms: s.delegation_token_expiry_check_interval_ms,
+        })
     }
 
     /// The advertised endpoint of the listener named `name` (the first listener's for a name

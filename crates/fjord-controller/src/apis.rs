@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use fjord_common::{errors, TopicId, Uuid};
+use fjord_common::{errors, KafkaPrincipal, Requester, TopicId, Uuid};
 use fjord_config::{BrokerConfig, DynamicBrokerConfig, TopicConfig};
 use fjord_metadata::{
     BrokerEndpoint, MetadataImage, MetadataRecord, ProducerIdsRecord, QuorumStatus,
@@ -28,6 +28,7 @@ use fjord_protocol::messages::broker_registration_response::BrokerRegistrationRe
 use fjord_protocol::messages::controller_registration_request::ControllerRegistrationRequest;
 use fjord_protocol::messages::controller_registration_response::ControllerRegistrationResponse;
 use fjord_protocol::messages::create_acls_request::CreateAclsRequest;
+use fjord_protocol::messages::create_delegation_token_request::CreateDelegationTokenRequest;
 use fjord_protocol::messages::create_partitions_request::CreatePartitionsRequest;
 use fjord_protocol::messages::create_partitions_response::{
     CreatePartitionsResponse, CreatePartitionsTopicResult,
@@ -48,11 +49,13 @@ use fjord_protocol::messages::describe_quorum_response::{
     TopicData as DescribeQuorumTopic,
 };
 use fjord_protocol::messages::elect_leaders_request::ElectLeadersRequest;
+use fjord_protocol::messages::expire_delegation_token_request::ExpireDelegationTokenRequest;
 use fjord_protocol::messages::incremental_alter_configs_response::{
     AlterConfigsResourceResponse, IncrementalAlterConfigsResponse,
 };
 use fjord_protocol::messages::remove_raft_voter_request::RemoveRaftVoterRequest;
 use fjord_protocol::messages::remove_raft_voter_response::RemoveRaftVoterResponse;
+use fjord_protocol::messages::renew_delegation_token_request::RenewDelegationTokenRequest;
 use fjord_protocol::messages::{
     AlterConfigsRequest, IncrementalAlterConfigsRequest, RequestBody, ResponseBody,
 };
@@ -98,6 +101,10 @@ pub enum ControllerApi {
     CreateAcls(CreateAclsRequest),
     DeleteAcls(DeleteAclsRequest),
     AlterClientQuotas(AlterClientQuotasRequest),
+    /// Decided with the requesting principal and the wall clock: see [`Controller::decide_token`].
+    CreateDelegationToken(CreateDelegationTokenRequest),
+    RenewDelegationToken(RenewDelegationTokenRequest),
+    ExpireDelegationToken(ExpireDelegationTokenRequest),
 }
 
 impl ControllerApi {
@@ -130,6 +137,9 @@ impl ControllerApi {
             RequestBody::CreateAcls(r) => ControllerApi::CreateAcls(r),
             RequestBody::DeleteAcls(r) => ControllerApi::DeleteAcls(r),
             RequestBody::AlterClientQuotas(r) => ControllerApi::AlterClientQuotas(r),
+            RequestBody::CreateDelegationToken(r) => ControllerApi::CreateDelegationToken(r),
+            RequestBody::RenewDelegationToken(r) => ControllerApi::RenewDelegationToken(r),
+            RequestBody::ExpireDelegationToken(r) => ControllerApi::ExpireDelegationToken(r),
             other => return Err(Box::new(other)),
         })
     }
@@ -163,6 +173,9 @@ impl ControllerApi {
             ControllerApi::CreateAcls(r) => RequestBody::CreateAcls(r),
             ControllerApi::DeleteAcls(r) => RequestBody::DeleteAcls(r),
             ControllerApi::AlterClientQuotas(r) => RequestBody::AlterClientQuotas(r),
+            ControllerApi::CreateDelegationToken(r) => RequestBody::CreateDelegationToken(r),
+            ControllerApi::RenewDelegationToken(r) => RequestBody::RenewDelegationToken(r),
+            ControllerApi::ExpireDelegationToken(r) => RequestBody::ExpireDelegationToken(r),
         }
     }
 
@@ -216,12 +229,16 @@ impl ControllerApi {
             ControllerApi::CreateAcls(_) => ApiKey::CreateAcls,
             ControllerApi::DeleteAcls(_) => ApiKey::DeleteAcls,
             ControllerApi::AlterClientQuotas(_) => ApiKey::AlterClientQuotas,
+            ControllerApi::CreateDelegationToken(_) => ApiKey::CreateDelegationToken,
+            ControllerApi::RenewDelegationToken(_) => ApiKey::RenewDelegationToken,
+            ControllerApi::ExpireDelegationToken(_) => ApiKey::ExpireDelegationToken,
         }
     }
 }
 
-/// One request for the controller at its version, and the node id of the broker that received
-/// it from a client (or sent it on its own behalf). A request that carries a timeout (CreateTopics,
+/// One request for the controller at its version, the node id of the broker that received
+/// it from a client (or sent it on its own behalf), and the client's principal where the
+/// decision depends on who asks (delegation tokens). A request that carries a timeout (CreateTopics,
 /// DeleteTopics, CreatePartitions, ElectLeaders, the reassignment APIs) has a deadline: past it the request is answered
 /// REQUEST_TIMED_OUT and never decided, so a change the client gave up on is not made later.
 #[derive(Debug, Clone)]
@@ -229,6 +246,8 @@ pub struct ControllerRequest {
     pub version: i16,
     pub api: ControllerApi,
     pub requester: i32,
+    /// The client the request is made for, when the decision depends on who asks.
+    pub client: Option<Arc<Requester>>,
     pub deadline: Option<std::time::Instant>,
 }
 
@@ -242,8 +261,15 @@ impl ControllerRequest {
             version,
             api,
             requester,
+            client: None,
             deadline,
         }
+    }
+
+    /// The same request, made for `client`.
+    pub fn on_behalf_of(mut self, client: Option<Arc<Requester>>) -> Self {
+        self.client = client;
+        self
     }
 
     /// The request body to send on, its timeout cut to what is left of the deadline.
@@ -391,6 +417,14 @@ impl Controller {
             ControllerApi::AlterClientQuotas(r) => {
                 crate::quota_admin::alter_client_quotas(image, r)
             }
+            // Decided by `decide_token`, with the wall clock.
+            ControllerApi::CreateDelegationToken(_)
+            | ControllerApi::RenewDelegationToken(_)
+            | ControllerApi::ExpireDelegationToken(_) => Decision::answer(error_response(
+                &request.api,
+                errors::UNKNOWN_SERVER_ERROR,
+                "a delegation token request is decided with the wall clock",
+            )),
             // The shell answers these from the quorum; decided on the image alone they are
             // refused.
             ControllerApi::DescribeQuorum(_)
@@ -402,6 +436,45 @@ impl Controller {
                 "the quorum's state is not in the image",
             )),
         }
+    }
+
+    /// A delegation token request (CreateDelegationToken, RenewDelegationToken,
+    /// ExpireDelegationToken) decided on `image` at `wall_ms` (ms since the epoch: tokens carry
+    /// wall-clock times) for the request's principal; `new_token_id` supplies a fresh random id.
+    /// None for any other request.
+    pub fn decide_token(
+        &self,
+        image: &MetadataImage,
+        request: &ControllerRequest,
+        wall_ms: i64,
+        new_token_id: &mut dyn FnMut() -> Uuid,
+    ) -> Option<Decision> {
+        let config = self.config.delegation_tokens();
+        let config = config.as_ref();
+        let anonymous = KafkaPrincipal::anonymous();
+        let principal = request.client.as_ref().map_or(&anonymous, |c| &c.principal);
+        Some(match &request.api {
+            ControllerApi::CreateDelegationToken(r) => {
+                let token_id = new_token_id().to_string();
+                crate::token_admin::create(config, r, principal, wall_ms, token_id)
+            }
+            ControllerApi::RenewDelegationToken(r) => {
+                crate::token_admin::renew(image, config, r, principal, wall_ms)
+            }
+            ControllerApi::ExpireDelegationToken(r) => {
+                crate::token_admin::expire(image, config, r, principal, wall_ms)
+            }
+            _ => return None,
+        })
+    }
+
+    /// The removal of every delegation token expired by `wall_ms`.
+    pub fn remove_expired_tokens(
+        &self,
+        image: &MetadataImage,
+        wall_ms: i64,
+    ) -> Vec<MetadataRecord> {
+        crate::token_admin::remove_expired(image, wall_ms)
     }
 
     /// DescribeQuorum from the quorum's state (`kafka-metadata-quorum describe`): the metadata
@@ -895,6 +968,11 @@ pub fn error_response(request: &ControllerApi, error_code: i16, message: &str) -
         ControllerApi::AlterClientQuotas(r) => {
             crate::quota_admin::alter_client_quotas_refused(r, error_code, message)
         }
+        ControllerApi::CreateDelegationToken(r) => {
+            crate::token_admin::create_refused(r, error_code)
+        }
+        ControllerApi::RenewDelegationToken(_) => crate::token_admin::renew_refused(error_code),
+        ControllerApi::ExpireDelegationToken(_) => crate::token_admin::expire_refused(error_code),
         ControllerApi::ElectLeaders(_) => crate::election::elect_leaders_refused(error_code),
         ControllerApi::AlterPartition(_) => crate::isr::alter_partition_refused(error_code),
         ControllerApi::BrokerHeartbeat(_) => membership::heartbeat_refused(error_code),

@@ -4,7 +4,7 @@
 //! (the metadata quorum's leader) decides. Brokers forward such requests to it.
 //!
 //! - [`plan`]: the decisions, pure: an image and a request in, records or a Kafka error out.
-//! - [`Controller`] (`apis`, `config_admin`, `scram_admin`, `acl_admin`, `quota_admin`): Kafka requests to decisions, sans-IO.
+//! - [`Controller`] (`apis`, `config_admin`, `scram_admin`, `token_admin`, `acl_admin`, `quota_admin`): Kafka requests to decisions, sans-IO.
 //! - [`voters`]: changes of the quorum's members (KIP-853), checked.
 //!
 //! No tokio, no raft, no storage: the time comes in as an argument (only
@@ -30,6 +30,7 @@ mod quota_admin;
 mod reassignment;
 mod refusal;
 mod scram_admin;
+mod token_admin;
 pub mod voters;
 
 pub use apis::{
@@ -38,6 +39,7 @@ pub use apis::{
 };
 pub use decision::Decision;
 pub use error::ControllerError;
+pub use token_admin::{parse_principal, token_owner};
 
 #[cfg(test)]
 mod testing {

@@ -17,8 +17,8 @@ use crate::acl::{AclBinding, Acls};
 use crate::quota::{self, ClientQuotas};
 use crate::record::{
     AccessControlEntryRecord, BrokerEndpoint, BrokerRegistrationChangeRecord, ClientQuotaRecord,
-    ConfigRecord, FeatureLevelRecord, MetadataRecord, PartitionChangeRecord, PartitionRecord,
-    ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord,
+    ConfigRecord, DelegationTokenRecord, FeatureLevelRecord, MetadataRecord, PartitionChangeRecord,
+    PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord,
     UserScramCredentialRecord, Uuid, CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC, NO_LEADER,
 };
 use fjord_common::scram::{ScramCredential, ScramMechanism};
@@ -87,6 +87,8 @@ pub enum ImageError {
     UnknownScramMechanism(i8),
     #[error("a SCRAM credential's user name must not be empty")]
     EmptyScramUser,
+    #[error("delegation token {0:?} has no id or an owner that is not a principal")]
+    InvalidDelegationToken(String),
     #[error("an ACL record is invalid: {0}")]
     InvalidAcl(String),
     #[error("ACL id {0} is already taken")]
@@ -178,6 +180,8 @@ pub struct MetadataImage {
     acls: Arc<Acls>,
     /// Every client quota; shared between images until one changes them.
     client_quotas: Arc<ClientQuotas>,
+    /// Delegation tokens by token id.
+    delegation_tokens: BTreeMap<String, DelegationTokenRecord>,
 }
 
 impl MetadataImage {
@@ -285,6 +289,16 @@ impl MetadataImage {
         self.scram_credentials.iter()
     }
 
+    /// The delegation token `token_id`.
+    pub fn delegation_token(&self, token_id: &str) -> Option<&DelegationTokenRecord> {
+        self.delegation_tokens.get(token_id)
+    }
+
+    /// Every delegation token, by token id.
+    pub fn delegation_tokens(&self) -> impl Iterator<Item = &DelegationTokenRecord> {
+        self.delegation_tokens.values()
+    }
+
     /// Every ACL of the cluster, indexed for the authorizer.
     pub fn acls(&self) -> &Arc<Acls> {
         &self.acls
@@ -332,6 +346,9 @@ impl MetadataImage {
                     },
                 ));
             }
+        }
+        for token in self.delegation_tokens.values() {
+            out.push(MetadataRecord::DelegationToken(token.clone()));
         }
         for (id, acl) in self.acls.iter() {
             out.push(MetadataRecord::AccessControlEntry(
@@ -506,6 +523,19 @@ impl MetadataDelta {
                     return Err(ImageError::DuplicateAclId(hex(&r.id)));
                 }
                 Arc::make_mut(&mut self.next.acls).insert(r.id, acl);
+                Ok(())
+            }
+            MetadataRecord::DelegationToken(r) => {
+                if r.token_id.is_empty() || r.owner.split_once(':').is_none() {
+                    return Err(ImageError::InvalidDelegationToken(r.token_id.clone()));
+                }
+                self.next
+                    .delegation_tokens
+                    .insert(r.token_id.clone(), r.clone());
+                Ok(())
+            }
+            MetadataRecord::RemoveDelegationToken(r) => {
+                self.next.delegation_tokens.remove(&r.token_id);
                 Ok(())
             }
             MetadataRecord::RemoveAccessControlEntry(r) => {
@@ -1442,6 +1472,51 @@ mod tests {
             mechanism: 9,
         });
         assert_eq!(delta.apply(&bad), Err(ImageError::UnknownScramMechanism(9)));
+    }
+
+    #[test]
+    fn delegation_tokens_are_kept_renewed_removed_and_snapshotted() {
+        use crate::record::RemoveDelegationTokenRecord;
+        let token = |id: &str, expiry: i64| {
+            MetadataRecord::DelegationToken(DelegationTokenRecord {
+                token_id: id.into(),
+                owner: "User:alice".into(),
+                requester: "User:admin".into(),
+                renewers: vec!["User:bob".into()],
+                issue_timestamp: 1,
+                max_timestamp: 100,
+                expiration_timestamp: expiry,
+            })
+        };
+        let image =
+            MetadataImage::from_records(2, &[token("a", 10), token("b", 20), token("a", 30)])
+                .unwrap();
+        assert_eq!(
+            image.delegation_token("a").unwrap().expiration_timestamp,
+            30
+        );
+        assert_eq!(image.delegation_tokens().count(), 2);
+        let rebuilt = MetadataImage::from_records(2, &image.to_records()).unwrap();
+        assert_eq!(rebuilt, image);
+        let mut delta = MetadataDelta::new(&image);
+        let remove = |id: &str| {
+            MetadataRecord::RemoveDelegationToken(RemoveDelegationTokenRecord {
+                token_id: id.into(),
+            })
+        };
+        delta.apply(&remove("b")).unwrap();
+        delta.apply(&remove("never")).unwrap();
+        let nameless = MetadataRecord::DelegationToken(DelegationTokenRecord {
+            owner: "no principal".into(),
+            ..match token("c", 1) {
+                MetadataRecord::DelegationToken(t) => t,
+                _ => unreachable!(),
+            }
+        });
+        assert!(delta.apply(&nameless).is_err());
+        let image = delta.finish(3);
+        assert!(image.delegation_token("b").is_none());
+        assert!(image.delegation_token("a").is_some());
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub enum MetadataRecord {
     AccessControlEntry(AccessControlEntryRecord),
     RemoveAccessControlEntry(RemoveAccessControlEntryRecord),
     ClientQuota(ClientQuotaRecord),
+    DelegationToken(DelegationTokenRecord),
+    RemoveDelegationToken(RemoveDelegationTokenRecord),
 }
 
 /// Creates a topic: binds a name to a topic id.
@@ -207,6 +209,29 @@ pub struct ClientQuotaRecord {
     /// Ignored when the key is removed.
     pub value: crate::quota::QuotaValue,
     pub remove: bool,
+}
+
+/// Creates a delegation token or sets its expiry (Kafka's `DelegationTokenRecord`). The token's
+/// HMAC is not kept: every node makes it from the token id with `delegation.token.secret.key`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DelegationTokenRecord {
+    pub token_id: String,
+    /// Principals as `Type:name`.
+    pub owner: String,
+    pub requester: String,
+    pub renewers: Vec<String>,
+    /// Milliseconds since the epoch.
+    pub issue_timestamp: i64,
+    /// No renewal takes the token past this.
+    pub max_timestamp: i64,
+    /// When the token expires unless renewed.
+    pub expiration_timestamp: i64,
+}
+
+/// Removes a delegation token (expired, or expired at once by its owner).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoveDelegationTokenRecord {
+    pub token_id: String,
 }
 
 /// Sets a cluster-wide feature level; level 0 removes the feature, as in KRaft.

@@ -86,6 +86,9 @@ struct Shell {
     /// `leader.imbalance.check.interval.seconds` when `auto.leader.rebalance.enable`.
     balance_interval: Option<Duration>,
     next_balance_check: Option<tokio::time::Instant>,
+    /// `delegation.token.expiry.check.interval.ms` when delegation tokens are enabled.
+    token_check_interval: Option<Duration>,
+    next_token_check: Option<tokio::time::Instant>,
 }
 
 impl Shell {
@@ -98,6 +101,10 @@ impl Shell {
         let balance_interval = elections
             .balance_interval_s
             .map(|s| Duration::from_secs(s.unsigned_abs()));
+        let token_check_interval = controller
+            .config()
+            .delegation_tokens()
+            .map(|t| Duration::from_millis(t.expiry_check_interval_ms.unsigned_abs()));
         let now = tokio::time::Instant::now();
         Shell {
             controller,
@@ -109,6 +116,8 @@ impl Shell {
             next_unclean_check: now + unclean_interval,
             balance_interval,
             next_balance_check: balance_interval.map(|i| now + i),
+            token_check_interval,
+            next_token_check: token_check_interval.map(|i| now + i),
         }
     }
 
@@ -149,6 +158,7 @@ impl Shell {
                     self.fence_stale_brokers().await;
                     self.elect_unclean_leaders_if_due().await;
                     self.balance_leaders_if_due().await;
+                    self.remove_expired_tokens_if_due().await;
                 } => {}
                 _ = until_stopped(&mut stopped) => break,
             }
@@ -159,11 +169,15 @@ impl Shell {
     /// unclean elections or the leader balance are next due.
     fn next_wake_in(&self) -> Duration {
         let now = tokio::time::Instant::now();
-        [Some(self.next_unclean_check), self.next_balance_check]
-            .into_iter()
-            .flatten()
-            .map(|at| at.saturating_duration_since(now))
-            .fold(self.next_expiry_in(), Duration::min)
+        [
+            Some(self.next_unclean_check),
+            self.next_balance_check,
+            self.next_token_check,
+        ]
+        .into_iter()
+        .flatten()
+        .map(|at| at.saturating_duration_since(now))
+        .fold(self.next_expiry_in(), Duration::min)
     }
 
     /// Carries out a change of the quorum's members beside the queue, answering `reply` when
@@ -271,6 +285,32 @@ impl Shell {
         }
     }
 
+    /// Every `delegation.token.expiry.check.interval.ms`: tokens past their expiry are removed,
+    /// in one commit.
+    async fn remove_expired_tokens_if_due(&mut self) {
+        let (Some(interval), Some(due)) = (self.token_check_interval, self.next_token_check) else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        if now < due {
+            return;
+        }
+        self.next_token_check = Some(now + interval);
+        if !self.activate_if_leader() {
+            return;
+        }
+        let records = self
+            .controller
+            .remove_expired_tokens(&self.quorum.image(), fjord_common::now_ms());
+        if records.is_empty() {
+            return;
+        }
+        tracing::info!(tokens = records.len(), "removing expired delegation tokens");
+        if let Err(error) = self.commit(records).await {
+            tracing::warn!(%error, "could not remove expired delegation tokens; trying again later");
+        }
+    }
+
     async fn process(
         &mut self,
         request: &ControllerRequest,
@@ -294,9 +334,17 @@ impl Shell {
         }
         let image = self.quorum.image();
         let now = self.now_ms();
-        let decision = self
-            .controller
-            .decide(&image, request, now, &mut random_topic_id);
+        let decision = match self.controller.decide_token(
+            &image,
+            request,
+            fjord_common::now_ms(),
+            &mut random_topic_id,
+        ) {
+            Some(decision) => decision,
+            None => self
+                .controller
+                .decide(&image, request, now, &mut random_topic_id),
+        };
         if decision.records.is_empty() {
             return Ok(decision.response);
         }

@@ -112,6 +112,8 @@ pub struct Session {
     pub mechanism: SaslMechanism,
     /// How long the session lasts; None: as long as the connection.
     pub lifetime: Option<Duration>,
+    /// Authenticated with a delegation token (SCRAM's `tokenauth`): `principal` is its owner.
+    pub delegation_token: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -337,6 +339,7 @@ impl<'a> Authenticator<'a> {
     ) -> Result<Verdict, AuthenticationFailed> {
         // A token's expiry, which ends the session sooner than the listener's limit would.
         let mut expires_ms = None;
+        let mut delegation_token = false;
         let (user, token) = match mechanism {
             SaslMechanism::Plain => (
                 plain::authenticate(&self.config.settings.plain_users, token)?,
@@ -349,8 +352,26 @@ impl<'a> Authenticator<'a> {
                     ScramStep::Challenge(challenge) => {
                         return Ok(Verdict::Challenge(challenge.into()))
                     }
-                    ScramStep::Authenticated { user, server_final } => {
+                    ScramStep::Authenticated {
+                        user,
+                        server_final,
+                        token_expiry_ms,
+                    } => {
                         self.scram = None;
+                        if let Some(at) = token_expiry_ms {
+                            // Kafka removes expired tokens only every
+                            // `delegation.token.expiry.check.interval.ms`; one is refused here
+                            // from the moment it expires.
+                            let left = at.saturating_sub((self.config.now_ms)());
+                            if left < 0 {
+                                return Err(AuthenticationFailed(
+                                    "Authentication failed: the delegation token has expired"
+                                        .into(),
+                                ));
+                            }
+                            expires_ms = Some(left);
+                            delegation_token = true;
+                        }
                         (user, Bytes::from(server_final))
                     }
                 }
@@ -392,6 +413,7 @@ impl<'a> Authenticator<'a> {
             principal,
             mechanism,
             lifetime,
+            delegation_token,
         };
         Ok(Verdict::Done(session, token))
     }
@@ -427,10 +449,34 @@ mod tests {
             (user == "alice" && mechanism == ScramMechanism::Sha256)
                 .then(|| ScramCredential::from_password(mechanism, "pw", SALT.to_vec(), 4096))
         }
+
+        /// carol's tokens: "live" expires a minute after the tests' clock, "expired" before it.
+        fn delegation_token(&self, token_id: &str) -> Option<scram::DelegationTokenCredential> {
+            let expiry_ms = match token_id {
+                "live" => 1_700_000_060_000,
+                "expired" => 1_699_999_999_999,
+                _ => return None,
+            };
+            Some(scram::DelegationTokenCredential {
+                owner: "carol".into(),
+                hmac: b"mac".to_vec(),
+                expiry_ms,
+            })
+        }
     }
 
     /// A SCRAM-SHA-256 client's final message for `server_first`, knowing `password`.
     fn scram_client_final(server_first: &[u8], password: &str) -> Vec<u8> {
+        scram_final_as("n=alice,r=cnonce", server_first, password, SALT)
+    }
+
+    /// A SCRAM-SHA-256 client's final message after `client_first_bare`.
+    fn scram_final_as(
+        client_first_bare: &str,
+        server_first: &[u8],
+        password: &str,
+        salt: &[u8],
+    ) -> Vec<u8> {
         use base64::Engine;
         let m = ScramMechanism::Sha256;
         let server_first = std::str::from_utf8(server_first).unwrap();
@@ -441,8 +487,8 @@ mod tests {
             .strip_prefix("r=")
             .unwrap();
         let without_proof = format!("c=biws,r={nonce}");
-        let auth_message = format!("n=alice,r=cnonce,{server_first},{without_proof}");
-        let salted = m.salted_password(password.as_bytes(), SALT, 4096);
+        let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
+        let salted = m.salted_password(password.as_bytes(), salt, 4096);
         let client_key = m.hmac(&salted, b"Client Key");
         let signature = m.hmac(&m.hash(&client_key), auth_message.as_bytes());
         let proof: Vec<u8> = client_key
@@ -496,6 +542,38 @@ mod tests {
         assert!(matches!(
             auth.on_frame(authenticate(2, &last)),
             Step::Fail { .. }
+        ));
+    }
+
+    #[test]
+    fn a_delegation_token_authenticates_as_its_owner_until_it_expires() {
+        let config = scram_config();
+        // The token's password is its HMAC in base64 ("mac").
+        let exchange = |token: &str, extension: &str| {
+            let mut auth = Authenticator::new(&config);
+            auth.on_frame(handshake(1, "SCRAM-SHA-256"));
+            let bare = format!("n={token},r=cnonce{extension}");
+            let Step::Send(sent) = auth.on_frame(authenticate(2, format!("n,,{bare}").as_bytes()))
+            else {
+                return None;
+            };
+            let challenge: SaslAuthenticateResponse = response(ApiKey::SaslAuthenticate, 2, &sent);
+            let last = scram_final_as(&bare, &challenge.auth_bytes, "bWFj", b"servernonce");
+            Some(auth.on_frame(authenticate(2, &last)))
+        };
+        let Some(Step::Done { session, .. }) = exchange("live", ",tokenauth=true") else {
+            panic!("a live token is refused")
+        };
+        assert_eq!(session.principal.to_string(), "User:carol");
+        assert!(session.delegation_token);
+        assert!(matches!(
+            exchange("expired", ",tokenauth=true"),
+            Some(Step::Fail { .. })
+        ));
+        // Without the extension the token id is no user.
+        assert!(matches!(
+            exchange("live", ""),
+            None | Some(Step::Fail { .. })
         ));
     }
 
@@ -634,6 +712,7 @@ mod tests {
             principal: KafkaPrincipal::user("alice"),
             mechanism: SaslMechanism::Plain,
             lifetime: Some(Duration::from_secs(60)),
+            delegation_token: false,
         };
         let mut renew = Authenticator::renew(&config, &session);
         assert!(matches!(

@@ -6,6 +6,10 @@
 //!
 //! Every refusal but one tells the client the same thing (Kafka's generic message), so an
 //! unknown user cannot be told from a wrong password.
+//!
+//! A client holding a delegation token authenticates the same way with the `tokenauth=true`
+//! extension: the token id as the user name and the token's HMAC (base64) as the password; it
+//! becomes the token's owner.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -14,14 +18,30 @@ use subtle::ConstantTimeEq;
 
 use super::AuthenticationFailed;
 
-/// Where the broker finds a user's SCRAM credential (the metadata image).
+/// Where the broker finds a user's SCRAM credential and the delegation tokens (the metadata
+/// image).
 pub trait ScramCredentials: Send + Sync {
     fn credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential>;
+    /// The delegation token `token_id`; None when there is none or tokens are disabled.
+    fn delegation_token(&self, token_id: &str) -> Option<DelegationTokenCredential>;
+}
+
+/// What a delegation token authenticates with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelegationTokenCredential {
+    /// The owner's name: the principal the client becomes.
+    pub owner: String,
+    /// The token's HMAC, whose base64 text is the password.
+    pub hmac: Vec<u8>,
+    /// When the token expires (ms since the epoch).
+    pub expiry_ms: i64,
 }
 
 /// What the server holds between the client's first and final messages.
 struct Pending {
     user: String,
+    /// Authenticating with this delegation token's expiry: `user` is its owner.
+    token_expiry_ms: Option<i64>,
     credential: ScramCredential,
     client_first_bare: String,
     server_first: String,
@@ -39,8 +59,13 @@ pub struct ScramServer {
 pub enum ScramStep {
     /// The server's first message: the client answers it.
     Challenge(Vec<u8>),
-    /// The client proved it is `user`: the server's final message goes back.
-    Authenticated { user: String, server_final: Vec<u8> },
+    /// The client proved it is `user`: the server's final message goes back. With a delegation
+    /// token, `user` is its owner and `token_expiry_ms` its expiry.
+    Authenticated {
+        user: String,
+        server_final: Vec<u8>,
+        token_expiry_ms: Option<i64>,
+    },
 }
 
 impl ScramServer {
@@ -90,12 +115,13 @@ impl ScramServer {
         }
         let mut user = None;
         let mut client_nonce = None;
+        let mut token = false;
         for attribute in bare.split(',') {
             match attribute.split_once('=') {
                 Some(("n", name)) => user = Some(sasl_name(name).ok_or_else(|| self.generic())?),
                 Some(("r", nonce)) => client_nonce = Some(nonce),
-                // Extensions (Kafka's `tokenauth` for delegation tokens) are not served.
-                Some(("tokenauth", _)) => return Err(self.generic()),
+                // Kafka's one extension: the user is a delegation token's id.
+                Some(("tokenauth", value)) => token = value.eq_ignore_ascii_case("true"),
                 Some((key, _)) if key.len() == 1 && key != "m" => return Err(self.generic()),
                 _ => {}
             }
@@ -114,9 +140,22 @@ impl ScramServer {
                 ));
             }
         }
-        let credential = credentials
-            .credential(&user, self.mechanism)
-            .ok_or_else(|| self.generic())?;
+        let (user, credential, token_expiry_ms) = if token {
+            // The token's password is its HMAC in base64; salted afresh for each exchange.
+            let token = credentials
+                .delegation_token(&user)
+                .ok_or_else(|| self.generic())?;
+            let password = BASE64.encode(&token.hmac);
+            let salt = server_nonce.as_bytes().to_vec();
+            let credential =
+                ScramCredential::from_password(self.mechanism, &password, salt, MIN_ITERATIONS);
+            (token.owner, credential, Some(token.expiry_ms))
+        } else {
+            let credential = credentials
+                .credential(&user, self.mechanism)
+                .ok_or_else(|| self.generic())?;
+            (user, credential, None)
+        };
         if credential.iterations < MIN_ITERATIONS {
             return Err(self.generic());
         }
@@ -129,6 +168,7 @@ impl ScramServer {
         let challenge = server_first.clone().into_bytes();
         self.pending = Some(Pending {
             user,
+            token_expiry_ms,
             credential,
             client_first_bare: bare.to_string(),
             server_first,
@@ -187,6 +227,7 @@ impl ScramServer {
         Ok(ScramStep::Authenticated {
             user: pending.user,
             server_final: format!("v={}", BASE64.encode(server_signature)).into_bytes(),
+            token_expiry_ms: pending.token_expiry_ms,
         })
     }
 }
@@ -222,6 +263,10 @@ mod tests {
             (user == "user")
                 .then(|| ScramCredential::from_password(mechanism, "pencil", salt, 4096))
         }
+
+        fn delegation_token(&self, _token_id: &str) -> Option<DelegationTokenCredential> {
+            None
+        }
     }
 
     const SERVER_NONCE: &str = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
@@ -251,6 +296,7 @@ mod tests {
             ScramStep::Authenticated {
                 user: "user".into(),
                 server_final: b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=".to_vec(),
+                token_expiry_ms: None,
             }
         );
     }

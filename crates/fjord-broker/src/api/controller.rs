@@ -17,11 +17,13 @@ use fjord_protocol::messages::describe_cluster_response::{
 
 use crate::api::versions::{api_versions_error, api_versions_of};
 use crate::api::{authz, encode_response, Access};
-use crate::link::controller::FORWARDING_CLIENT_PREFIX;
+use crate::link::controller::{ENVELOPE_VERSION, FORWARDING_CLIENT_PREFIX};
+use crate::link::envelope;
 use crate::net::{Dispatch, Reply, Response, Sequencing};
 use fjord_common::{errors, Requester};
 use fjord_metadata::acl::{AclOperation, Authorizer};
 use fjord_protocol::messages::api_versions_response::ApiVersionsResponse;
+use fjord_protocol::messages::envelope_response::EnvelopeResponse;
 
 /// The APIs and versions a controller listener answers.
 pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
@@ -48,6 +50,11 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteAcls, 1, 3),
     (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::AlterClientQuotas, 0, 1),
+    (ApiKey::CreateDelegationToken, 1, 3),
+    (ApiKey::RenewDelegationToken, 1, 2),
+    (ApiKey::ExpireDelegationToken, 1, 2),
+    // Brokers forward requests made for a client (delegation tokens) in an Envelope.
+    (ApiKey::Envelope, 0, 0),
 ];
 
 /// Answers raft RPCs on any listener that carries them (a controller's controller listener, a
@@ -198,37 +205,145 @@ impl Dispatch for ControllerDispatch {
                 return Reply::Close(format!("malformed {} v{version}: {error}", api.name()))
             }
         };
-        match authz::refusal(&access, &body, version) {
-            Some(authz::Refusal::Answer(refused)) => {
-                return Reply::Now(encode_response(api, version, correlation_id, &refused))
+        let client_id = header.client_id.as_deref();
+        let answer = match body {
+            RequestBody::Envelope(envelope) => {
+                return self.open_envelope(envelope, &access, correlation_id)
             }
-            Some(authz::Refusal::Close(reason)) => return Reply::Close(reason),
+            body => self.answer(body, version, client_id, &access, None),
+        };
+        match answer {
+            Answer::Now(body) => Reply::Now(encode_response(api, version, correlation_id, &body)),
+            Answer::Later(future) => Reply::Later(Box::pin(async move {
+                encode_response(api, version, correlation_id, &future.await)
+            })),
+            Answer::Close(reason) => Reply::Close(reason),
+        }
+    }
+}
+
+/// A controller listener's answer to one request.
+enum Answer {
+    Now(ResponseBody),
+    Later(std::pin::Pin<Box<dyn std::future::Future<Output = ResponseBody> + Send>>),
+    Close(String),
+}
+
+impl ControllerDispatch {
+    /// The answer to `body` from `access`'s principal; `forwarded_for` is the client an
+    /// Envelope names (whose principal `access` then has).
+    fn answer(
+        &self,
+        body: RequestBody,
+        version: i16,
+        client_id: Option<&str>,
+        access: &Access,
+        forwarded_for: Option<&Arc<Requester>>,
+    ) -> Answer {
+        match authz::refusal(access, &body, version) {
+            Some(authz::Refusal::Answer(refused)) => return Answer::Now(refused),
+            Some(authz::Refusal::Close(reason)) => return Answer::Close(reason),
             None => {}
         }
         let mut api_request = match ControllerApi::from_body(body) {
             Ok(request) => request,
-            Err(other) => {
-                let body = self.answer_here(*other, version);
-                return Reply::Now(encode_response(api, version, correlation_id, &body));
-            }
+            Err(other) => return Answer::Now(self.answer_here(*other, version)),
         };
+        if let Some(refused) = crate::api::tokens::refusal(access, &api_request) {
+            return Answer::Now(refused);
+        }
         // A forwarding broker names itself in its client id; anyone else speaks for no broker.
-        let forwarder = header
-            .client_id
-            .as_deref()
+        let forwarder = client_id
             .and_then(|c| c.strip_prefix(FORWARDING_CLIENT_PREFIX))
             .and_then(|id| id.parse().ok())
             .unwrap_or(-1);
-        let denied = authz::split_controller(&access, &mut api_request);
-        let request = ControllerRequest::new(version, api_request, forwarder);
+        let denied = authz::split_controller(access, &mut api_request);
+        // Token requests are decided for whoever asks: the client an Envelope names, or the
+        // connection's own principal.
+        let client = forwarded_for
+            .cloned()
+            .unwrap_or_else(|| access.requester().clone());
+        let request =
+            ControllerRequest::new(version, api_request, forwarder).on_behalf_of(Some(client));
         let controller = self.controller.clone();
-        Reply::Later(Box::pin(async move {
+        Answer::Later(Box::pin(async move {
             let mut body = match controller.call(request.clone()).await {
                 Ok(body) => body,
                 Err(error) => error.response_to(&request),
             };
             denied.restore(&mut body);
-            encode_response(api, version, correlation_id, &body)
+            body
         }))
+    }
+
+    /// An Envelope (a broker forwarding a client's request): only from a principal with
+    /// CLUSTER_ACTION, as Kafka; the request inside is judged and decided as its client's.
+    fn open_envelope(
+        &self,
+        envelope: fjord_protocol::messages::envelope_request::EnvelopeRequest,
+        access: &Access,
+        correlation_id: i32,
+    ) -> Reply {
+        let sealed = |response: EnvelopeResponse| {
+            Reply::Now(encode_response(
+                ApiKey::Envelope,
+                ENVELOPE_VERSION,
+                correlation_id,
+                &ResponseBody::Envelope(response),
+            ))
+        };
+        if !access.allows_cluster(AclOperation::ClusterAction) {
+            return sealed(EnvelopeResponse {
+                response_data: None,
+                error_code: errors::CLUSTER_AUTHORIZATION_FAILED,
+            });
+        }
+        let (header, body, client) = match envelope::open(envelope) {
+            Ok(opened) => opened,
+            Err(reason) => {
+                tracing::warn!(%reason, "unreadable Envelope");
+                return sealed(EnvelopeResponse {
+                    response_data: None,
+                    error_code: errors::INVALID_REQUEST,
+                });
+            }
+        };
+        let api = body.api_key();
+        let version = header.request_api_version;
+        let served = api != ApiKey::Envelope
+            && CONTROLLER_APIS
+                .iter()
+                .any(|(key, min, max)| *key == api && (*min..=*max).contains(&version));
+        if !served {
+            return sealed(EnvelopeResponse {
+                response_data: None,
+                error_code: errors::UNSUPPORTED_VERSION,
+            });
+        }
+        let client = Arc::new(client);
+        let inner = Access::new(self.authorizer.clone(), self.quorum.image(), client.clone());
+        let inner_id = header.correlation_id;
+        let seal = move |body: &ResponseBody| -> Response {
+            match encode_response(api, version, inner_id, body) {
+                Response::Send(bytes) => encode_response(
+                    ApiKey::Envelope,
+                    ENVELOPE_VERSION,
+                    correlation_id,
+                    &ResponseBody::Envelope(envelope::seal(bytes)),
+                ),
+                other => other,
+            }
+        };
+        match self.answer(
+            body,
+            version,
+            header.client_id.as_deref(),
+            &inner,
+            Some(&client),
+        ) {
+            Answer::Now(body) => Reply::Now(seal(&body)),
+            Answer::Later(future) => Reply::Later(Box::pin(async move { seal(&future.await) })),
+            Answer::Close(reason) => Reply::Close(reason),
+        }
     }
 }

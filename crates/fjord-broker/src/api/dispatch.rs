@@ -210,6 +210,17 @@ impl Broker {
                 message,
             ));
         }
+        if let Some(refused) = crate::api::tokens::refusal(access, &request) {
+            return answer.now(refused);
+        }
+        // Token requests are decided for the client's principal; the rest as the broker's.
+        let client = matches!(
+            request,
+            ControllerApi::CreateDelegationToken(_)
+                | ControllerApi::RenewDelegationToken(_)
+                | ControllerApi::ExpireDelegationToken(_)
+        )
+        .then(|| access.requester().clone());
         let denied = authz::split_controller(access, &mut request);
         let version = answer.version;
         let node = self.node.clone();
@@ -219,7 +230,7 @@ impl Broker {
         let forwarder = self.forwarder.clone();
         let requester = access.requester().clone();
         answer.later(async move {
-            let mut response = forwarder.forward(version, request).await;
+            let mut response = forwarder.forward_for(version, request, client).await;
             denied.restore(&mut response);
             if let Some(mutations) = mutations {
                 let throttle_ms = node
@@ -409,7 +420,7 @@ impl Broker {
 
     /// The cluster's description: ApiVersions, Metadata, DescribeCluster,
     /// DescribeTopicPartitions, DescribeConfigs, DescribeUserScramCredentials, DescribeAcls,
-    /// DescribeClientQuotas, as this broker's
+    /// DescribeClientQuotas, DescribeDelegationToken, as this broker's
     /// image has them.
     fn route_cluster(
         self: &Arc<Self>,
@@ -457,6 +468,12 @@ impl Broker {
             RequestBody::DescribeUserScramCredentials(request) => {
                 answer.now(ResponseBody::DescribeUserScramCredentials(
                     self.cluster.describe_user_scram_credentials(&request),
+                ))
+            }
+            RequestBody::DescribeDelegationToken(request) => {
+                let config = self.node.config.delegation_tokens();
+                answer.now(ResponseBody::DescribeDelegationToken(
+                    crate::api::tokens::describe(access, config.as_ref(), &request),
                 ))
             }
             other => unrouted(&other),

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use fjord_common::now_ms;
+use std::sync::Arc;
+
+use fjord_common::{now_ms, Requester};
 use fjord_controller::{ControllerApi, ControllerRequest};
 use fjord_protocol::messages::create_topics_request::{
     CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
@@ -34,7 +36,19 @@ impl Forwarder {
     /// when the controller cannot be reached or cannot commit, every entry carries the error.
     /// Once the answer is in, this broker's partitions follow the image it produced.
     pub(crate) async fn forward(&self, version: i16, api: ControllerApi) -> ResponseBody {
-        let request = ControllerRequest::new(version, api, self.node.config.node_id);
+        self.forward_for(version, api, None).await
+    }
+
+    /// [`Self::forward`], the request made for `client` when given: it goes to a controller on
+    /// another node in an Envelope naming the client.
+    pub(crate) async fn forward_for(
+        &self,
+        version: i16,
+        api: ControllerApi,
+        client: Option<Arc<Requester>>,
+    ) -> ResponseBody {
+        let request =
+            ControllerRequest::new(version, api, self.node.config.node_id).on_behalf_of(client);
         match self.controller.call(request.clone()).await {
             Ok(response) => {
                 if let Err(error) = self.replicas.apply_image(&self.node.image(), now_ms()) {

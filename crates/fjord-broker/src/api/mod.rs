@@ -21,6 +21,7 @@ mod mutation_quota;
 mod produce;
 mod quotas;
 mod refusals;
+mod tokens;
 mod topic_ids;
 mod topic_partitions;
 pub(crate) mod txn;

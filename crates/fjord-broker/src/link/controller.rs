@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use fjord_client::{ClientConfig, Connection};
 use fjord_controller::{is_not_controller, ControllerError, ControllerRequest};
-use fjord_protocol::ResponseBody;
+use fjord_protocol::{RequestBody, ResponseBody};
+
+/// The Envelope version forwarded requests travel in.
+pub(crate) const ENVELOPE_VERSION: i16 = 0;
 use fjord_quorum::{MetadataQuorum, QuorumController};
 
 /// How long a request keeps looking for the active controller (through elections, a quorum
@@ -149,10 +152,32 @@ impl ControllerLink {
         let Some((_, connection)) = remote.as_mut() else {
             return Err(unreachable("no connection".into()));
         };
-        let response = connection
-            .send_at(request.version, request.body_to_forward())
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
+        let body = request.body_to_forward();
+        let response = match &request.client {
+            // Made for a client: the controller must hear who, so it goes in an Envelope.
+            Some(client) => {
+                let api = body.api_key();
+                let envelope = super::envelope::wrap(
+                    request.version,
+                    &forwarding_client_id(self.node_id),
+                    &body,
+                    client,
+                )
+                .map_err(|e| unreachable(format!("cannot wrap {}: {e}", api.name())))?;
+                let answer = connection
+                    .send_at(ENVELOPE_VERSION, RequestBody::Envelope(envelope))
+                    .await
+                    .map_err(|e| unreachable(e.to_string()))?;
+                let ResponseBody::Envelope(envelope) = answer else {
+                    return Err(unreachable("not an Envelope response".into()));
+                };
+                super::envelope::unwrap(api, request.version, envelope).map_err(unreachable)?
+            }
+            None => connection
+                .send_at(request.version, body)
+                .await
+                .map_err(|e| unreachable(e.to_string()))?,
+        };
         if is_not_controller(&response) {
             return Err(ControllerError::NotController { leader: None });
         }

@@ -2,6 +2,7 @@
 //! brokers (`peers`). The bottom layer of the broker's folders: it imports none of the others.
 
 pub(crate) mod controller;
+pub(crate) mod envelope;
 pub(crate) mod peers;
 
 /// How this node's connections to the others are secured (TLS, a SASL login), set up once at

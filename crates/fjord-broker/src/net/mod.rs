@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use fjord_common::{KafkaPrincipal, Requester};
+use fjord_common::{Authentication, KafkaPrincipal, Requester};
 use fjord_config::PrincipalMapper;
 use fjord_storage::FileSlice;
 use tokio::io::{
@@ -714,7 +714,12 @@ impl LiveSession {
 /// The requester a connection's session makes it.
 fn authenticated_as(session: &Session, peer: SocketAddr) -> Arc<Requester> {
     tracing::debug!(%peer, principal = %session.principal, "authenticated");
-    Arc::new(Requester::new(session.principal.clone(), peer))
+    let authentication = if session.delegation_token {
+        Authentication::DelegationToken
+    } else {
+        Authentication::Sasl
+    };
+    Arc::new(Requester::new(session.principal.clone(), peer).authenticated_by(authentication))
 }
 
 fn is_sasl_handshake(frame: &Bytes) -> bool {

@@ -53,6 +53,13 @@ impl ScramCredentials for NoCredentials {
     ) -> Option<fjord_common::scram::ScramCredential> {
         None
     }
+
+    fn delegation_token(
+        &self,
+        _token_id: &str,
+    ) -> Option<fjord_sasl::scram::DelegationTokenCredential> {
+        None
+    }
 }
 
 /// Records the API key of every request it is given and answers it with an empty frame.

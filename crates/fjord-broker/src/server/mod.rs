@@ -36,7 +36,7 @@ use fjord_config::{
 };
 use fjord_protocol::ApiKey;
 use fjord_sasl::jwks::VerificationKeys;
-use fjord_sasl::scram::ScramCredentials;
+use fjord_sasl::scram::{DelegationTokenCredential, ScramCredentials};
 use fjord_sasl::{random_nonce, SaslConfig};
 use log_dirs::check_log_dirs;
 
@@ -449,6 +449,10 @@ struct BrokerCredentials(watch::Receiver<Option<Arc<Broker>>>);
 impl ScramCredentials for BrokerCredentials {
     fn credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
         self.0.borrow().as_ref()?.scram_credential(user, mechanism)
+    }
+
+    fn delegation_token(&self, token_id: &str) -> Option<DelegationTokenCredential> {
+        self.0.borrow().as_ref()?.delegation_token(token_id)
     }
 }
 

@@ -41,6 +41,8 @@ pub mod controller_registration_request;
 pub mod controller_registration_response;
 pub mod create_acls_request;
 pub mod create_acls_response;
+pub mod create_delegation_token_request;
+pub mod create_delegation_token_response;
 pub mod create_partitions_request;
 pub mod create_partitions_response;
 pub mod create_topics_request;
@@ -61,6 +63,8 @@ pub mod describe_cluster_request;
 pub mod describe_cluster_response;
 pub mod describe_configs_request;
 pub mod describe_configs_response;
+pub mod describe_delegation_token_request;
+pub mod describe_delegation_token_response;
 pub mod describe_groups_request;
 pub mod describe_groups_response;
 pub mod describe_log_dirs_request;
@@ -81,6 +85,8 @@ pub mod end_txn_request;
 pub mod end_txn_response;
 pub mod envelope_request;
 pub mod envelope_response;
+pub mod expire_delegation_token_request;
+pub mod expire_delegation_token_response;
 pub mod fetch_request;
 pub mod fetch_response;
 pub mod find_coordinator_request;
@@ -117,6 +123,8 @@ pub mod produce_request;
 pub mod produce_response;
 pub mod remove_raft_voter_request;
 pub mod remove_raft_voter_response;
+pub mod renew_delegation_token_request;
+pub mod renew_delegation_token_response;
 pub mod request_header;
 pub mod response_header;
 pub mod sasl_authenticate_request;
@@ -164,6 +172,8 @@ pub use controller_registration_request::ControllerRegistrationRequest;
 pub use controller_registration_response::ControllerRegistrationResponse;
 pub use create_acls_request::CreateAclsRequest;
 pub use create_acls_response::CreateAclsResponse;
+pub use create_delegation_token_request::CreateDelegationTokenRequest;
+pub use create_delegation_token_response::CreateDelegationTokenResponse;
 pub use create_partitions_request::CreatePartitionsRequest;
 pub use create_partitions_response::CreatePartitionsResponse;
 pub use create_topics_request::CreateTopicsRequest;
@@ -184,6 +194,8 @@ pub use describe_cluster_request::DescribeClusterRequest;
 pub use describe_cluster_response::DescribeClusterResponse;
 pub use describe_configs_request::DescribeConfigsRequest;
 pub use describe_configs_response::DescribeConfigsResponse;
+pub use describe_delegation_token_request::DescribeDelegationTokenRequest;
+pub use describe_delegation_token_response::DescribeDelegationTokenResponse;
 pub use describe_groups_request::DescribeGroupsRequest;
 pub use describe_groups_response::DescribeGroupsResponse;
 pub use describe_log_dirs_request::DescribeLogDirsRequest;
@@ -204,6 +216,8 @@ pub use end_txn_request::EndTxnRequest;
 pub use end_txn_response::EndTxnResponse;
 pub use envelope_request::EnvelopeRequest;
 pub use envelope_response::EnvelopeResponse;
+pub use expire_delegation_token_request::ExpireDelegationTokenRequest;
+pub use expire_delegation_token_response::ExpireDelegationTokenResponse;
 pub use fetch_request::FetchRequest;
 pub use fetch_response::FetchResponse;
 pub use find_coordinator_request::FindCoordinatorRequest;
@@ -240,6 +254,8 @@ pub use produce_request::ProduceRequest;
 pub use produce_response::ProduceResponse;
 pub use remove_raft_voter_request::RemoveRaftVoterRequest;
 pub use remove_raft_voter_response::RemoveRaftVoterResponse;
+pub use renew_delegation_token_request::RenewDelegationTokenRequest;
+pub use renew_delegation_token_response::RenewDelegationTokenResponse;
 pub use request_header::RequestHeader;
 pub use response_header::ResponseHeader;
 pub use sasl_authenticate_request::SaslAuthenticateRequest;
@@ -291,6 +307,10 @@ pub enum RequestBody {
     DescribeLogDirs(DescribeLogDirsRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
     CreatePartitions(CreatePartitionsRequest),
+    CreateDelegationToken(CreateDelegationTokenRequest),
+    RenewDelegationToken(RenewDelegationTokenRequest),
+    ExpireDelegationToken(ExpireDelegationTokenRequest),
+    DescribeDelegationToken(DescribeDelegationTokenRequest),
     DeleteGroups(DeleteGroupsRequest),
     ElectLeaders(ElectLeadersRequest),
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
@@ -411,6 +431,18 @@ impl RequestBody {
             ApiKey::CreatePartitions => {
                 RequestBody::CreatePartitions(CreatePartitionsRequest::decode(input, version)?)
             }
+            ApiKey::CreateDelegationToken => RequestBody::CreateDelegationToken(
+                CreateDelegationTokenRequest::decode(input, version)?,
+            ),
+            ApiKey::RenewDelegationToken => RequestBody::RenewDelegationToken(
+                RenewDelegationTokenRequest::decode(input, version)?,
+            ),
+            ApiKey::ExpireDelegationToken => RequestBody::ExpireDelegationToken(
+                ExpireDelegationTokenRequest::decode(input, version)?,
+            ),
+            ApiKey::DescribeDelegationToken => RequestBody::DescribeDelegationToken(
+                DescribeDelegationTokenRequest::decode(input, version)?,
+            ),
             ApiKey::DeleteGroups => {
                 RequestBody::DeleteGroups(DeleteGroupsRequest::decode(input, version)?)
             }
@@ -527,6 +559,10 @@ impl RequestBody {
             RequestBody::DescribeLogDirs(_) => ApiKey::DescribeLogDirs,
             RequestBody::SaslAuthenticate(_) => ApiKey::SaslAuthenticate,
             RequestBody::CreatePartitions(_) => ApiKey::CreatePartitions,
+            RequestBody::CreateDelegationToken(_) => ApiKey::CreateDelegationToken,
+            RequestBody::RenewDelegationToken(_) => ApiKey::RenewDelegationToken,
+            RequestBody::ExpireDelegationToken(_) => ApiKey::ExpireDelegationToken,
+            RequestBody::DescribeDelegationToken(_) => ApiKey::DescribeDelegationToken,
             RequestBody::DeleteGroups(_) => ApiKey::DeleteGroups,
             RequestBody::ElectLeaders(_) => ApiKey::ElectLeaders,
             RequestBody::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
@@ -593,6 +629,10 @@ impl RequestBody {
             RequestBody::DescribeLogDirs(body) => body.encode(out, version),
             RequestBody::SaslAuthenticate(body) => body.encode(out, version),
             RequestBody::CreatePartitions(body) => body.encode(out, version),
+            RequestBody::CreateDelegationToken(body) => body.encode(out, version),
+            RequestBody::RenewDelegationToken(body) => body.encode(out, version),
+            RequestBody::ExpireDelegationToken(body) => body.encode(out, version),
+            RequestBody::DescribeDelegationToken(body) => body.encode(out, version),
             RequestBody::DeleteGroups(body) => body.encode(out, version),
             RequestBody::ElectLeaders(body) => body.encode(out, version),
             RequestBody::IncrementalAlterConfigs(body) => body.encode(out, version),
@@ -661,6 +701,10 @@ pub enum ResponseBody {
     DescribeLogDirs(DescribeLogDirsResponse),
     SaslAuthenticate(SaslAuthenticateResponse),
     CreatePartitions(CreatePartitionsResponse),
+    CreateDelegationToken(CreateDelegationTokenResponse),
+    RenewDelegationToken(RenewDelegationTokenResponse),
+    ExpireDelegationToken(ExpireDelegationTokenResponse),
+    DescribeDelegationToken(DescribeDelegationTokenResponse),
     DeleteGroups(DeleteGroupsResponse),
     ElectLeaders(ElectLeadersResponse),
     IncrementalAlterConfigs(IncrementalAlterConfigsResponse),
@@ -787,6 +831,18 @@ impl ResponseBody {
             ApiKey::CreatePartitions => {
                 ResponseBody::CreatePartitions(CreatePartitionsResponse::decode(input, version)?)
             }
+            ApiKey::CreateDelegationToken => ResponseBody::CreateDelegationToken(
+                CreateDelegationTokenResponse::decode(input, version)?,
+            ),
+            ApiKey::RenewDelegationToken => ResponseBody::RenewDelegationToken(
+                RenewDelegationTokenResponse::decode(input, version)?,
+            ),
+            ApiKey::ExpireDelegationToken => ResponseBody::ExpireDelegationToken(
+                ExpireDelegationTokenResponse::decode(input, version)?,
+            ),
+            ApiKey::DescribeDelegationToken => ResponseBody::DescribeDelegationToken(
+                DescribeDelegationTokenResponse::decode(input, version)?,
+            ),
             ApiKey::DeleteGroups => {
                 ResponseBody::DeleteGroups(DeleteGroupsResponse::decode(input, version)?)
             }
@@ -903,6 +959,10 @@ impl ResponseBody {
             ResponseBody::DescribeLogDirs(_) => ApiKey::DescribeLogDirs,
             ResponseBody::SaslAuthenticate(_) => ApiKey::SaslAuthenticate,
             ResponseBody::CreatePartitions(_) => ApiKey::CreatePartitions,
+            ResponseBody::CreateDelegationToken(_) => ApiKey::CreateDelegationToken,
+            ResponseBody::RenewDelegationToken(_) => ApiKey::RenewDelegationToken,
+            ResponseBody::ExpireDelegationToken(_) => ApiKey::ExpireDelegationToken,
+            ResponseBody::DescribeDelegationToken(_) => ApiKey::DescribeDelegationToken,
             ResponseBody::DeleteGroups(_) => ApiKey::DeleteGroups,
             ResponseBody::ElectLeaders(_) => ApiKey::ElectLeaders,
             ResponseBody::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
@@ -969,6 +1029,10 @@ impl ResponseBody {
             ResponseBody::DescribeLogDirs(body) => body.encode(out, version),
             ResponseBody::SaslAuthenticate(body) => body.encode(out, version),
             ResponseBody::CreatePartitions(body) => body.encode(out, version),
+            ResponseBody::CreateDelegationToken(body) => body.encode(out, version),
+            ResponseBody::RenewDelegationToken(body) => body.encode(out, version),
+            ResponseBody::ExpireDelegationToken(body) => body.encode(out, version),
+            ResponseBody::DescribeDelegationToken(body) => body.encode(out, version),
             ResponseBody::DeleteGroups(body) => body.encode(out, version),
             ResponseBody::ElectLeaders(body) => body.encode(out, version),
             ResponseBody::IncrementalAlterConfigs(body) => body.encode(out, version),

@@ -367,8 +367,9 @@ func main() {
 // connOpts: the seed brokers, and what the properties file --client-config names asks for, in
 // librdkafka's naming: TLS for security.protocol SSL or SASL_SSL (ssl.ca.location,
 // ssl.certificate.location, ssl.key.location), SASL for SASL_PLAINTEXT or SASL_SSL
-// (sasl.mechanism PLAIN or SCRAM-SHA-256/512 with sasl.username and sasl.password, or
-// OAUTHBEARER with e2e.oauthbearer.token.file).
+// (sasl.mechanism PLAIN or SCRAM-SHA-256/512 with sasl.username and sasl.password — a delegation
+// token's id and HMAC with e2e.scram.tokenauth=true — or OAUTHBEARER with
+// e2e.oauthbearer.token.file).
 func connOpts(o options) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(seeds(o.bootstrap)...)}
 	if o.clientConfig == "" {
@@ -389,13 +390,14 @@ func connOpts(o options) ([]kgo.Opt, error) {
 	protocol := props["security.protocol"]
 	if protocol == "SASL_PLAINTEXT" || protocol == "SASL_SSL" {
 		user, pass := props["sasl.username"], props["sasl.password"]
+		token := props["e2e.scram.tokenauth"] == "true"
 		switch mechanism := props["sasl.mechanism"]; mechanism {
 		case "PLAIN":
 			opts = append(opts, kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
 		case "SCRAM-SHA-256":
-			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()))
+			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass, IsToken: token}.AsSha256Mechanism()))
 		case "SCRAM-SHA-512":
-			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
+			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass, IsToken: token}.AsSha512Mechanism()))
 		case "OAUTHBEARER":
 			// The token the file e2e.oauthbearer.token.file holds, read at each authentication.
 			path := props["e2e.oauthbearer.token.file"]
