@@ -7,10 +7,13 @@ One broker for the module (fjord, or Kafka with E2E_BROKER=kafka): its own links
 listeners configured through Kafka's per-listener keys: MTLS (`ssl.client.auth=required`, its keystore and truststore
 PKCS12, made by `openssl pkcs12` and `keytool`) and TLS (no client certificate, its key PEM encrypted with
 `ssl.key.password`). Kafka reads such a key (PKCS#8, PBES2) on JDK 21 and later: run the Kafka mode with JAVA_HOME
-set to one (JDK 17 refuses the key at start).
+set to one (JDK 17 refuses the key at start). The TLS listener's keystore is then changed with `kafka-configs`
+(Kafka's dynamic listener configs) while the broker runs.
 """
 
 import concurrent.futures
+import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -22,8 +25,8 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from harness import (Pki, create_topics, free_port, make_broker, openssl, read_properties, round_trip, run_tool,
-                     write_properties)
+from harness import (Pki, create_topics, free_port, kafka_tools_java, make_broker, openssl, read_properties, round_trip,
+                     run_tool, wait_for, write_properties)
 
 CLIENTS = ["java", "confluent", "go", "kafka-python"]
 
@@ -171,3 +174,60 @@ def test_a_client_without_a_trusted_certificate_is_refused_where_one_is_required
     admin = AdminClient({"bootstrap.servers": bootstrap,
                          **read_properties(tls.client_config("confluent", tmp_path, "client"))})
     assert admin.list_topics(timeout=10).topics is not None
+
+
+def presented_certificate(port: int, ca: Path) -> bytes:
+    """The certificate a new TLS connection to `port` is shown (DER)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="localhost") as tls:
+            return tls.getpeercert(binary_form=True)
+
+
+def test_a_keystore_changed_with_kafka_configs_is_used_by_new_connections(tls: TlsBroker, tmp_path: Path):
+    """`kafka-configs --entity-type brokers --entity-name 1 --alter --add-config
+    listener.name.tls.ssl.keystore.location=…` on the running broker: new connections are shown the new certificate
+    (same subject and names), and clients go on working; the same location set again after its file was replaced
+    loads the file again. A certificate for another subject is refused, as is the change at the cluster-wide default,
+    and the listener keeps its certificate."""
+    d = tls.pki.dir
+
+    def encrypted_keystore(name: str, subject: str) -> Path:
+        tls.pki.issue(name, subject, "DNS:localhost,IP:127.0.0.1")
+        openssl(d, "pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", f"{name}.key", "-out", f"{name}-enc.key",
+                "-passout", "pass:key-pw")
+        path = d / f"{name}-enc.pem"
+        path.write_text((d / f"{name}-enc.key").read_text() + (d / f"{name}.crt").read_text())
+        return path
+
+    def der(name: str) -> bytes:
+        return ssl.PEM_cert_to_DER_cert((d / f"{name}.crt").read_text())
+
+    def set_keystore(path: Path, entity=("--entity-name", "1")) -> subprocess.CompletedProcess:
+        return subprocess.run([*kafka_tools_java(), "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server",
+                               tls.broker.bootstrap, "--entity-type", "brokers", *entity, "--alter", "--add-config",
+                               f"listener.name.tls.ssl.keystore.location={path}"],
+                              capture_output=True, text=True, timeout=120)
+
+    port = tls.ports["TLS"]
+    assert presented_certificate(port, tls.pki.ca) == der("broker")
+    renewed = encrypted_keystore("renewed", "/CN=localhost")
+    changed = set_keystore(renewed)
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    wait_for(lambda: presented_certificate(port, tls.pki.ca) == der("renewed"), "the new certificate not shown", 30)
+    topic = "tls-renewed"
+    create_topics(tls.broker.bootstrap, [topic], partitions=1, replication_factor=1)
+    round_trip("confluent", tls.bootstrap("TLS"), topic, 1, 50, "none", tmp_path,
+               client_config=tls.client_config("confluent", tmp_path, None))
+    # Renewed in place: the file replaced, the same location set again.
+    again = encrypted_keystore("again", "/CN=localhost")
+    renewed.write_text(again.read_text())
+    changed = set_keystore(renewed)
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    wait_for(lambda: presented_certificate(port, tls.pki.ca) == der("again"), "the file set again not loaded", 30)
+    # Another subject: refused, as is the cluster-wide default; the listener keeps its certificate.
+    stranger = encrypted_keystore("impostor", "/CN=impostor")
+    for entity in (["--entity-name", "1"], ["--entity-default"]):
+        refused = set_keystore(stranger, entity)
+        assert refused.returncode != 0, refused.stdout
+    assert presented_certificate(port, tls.pki.ca) == der("again")

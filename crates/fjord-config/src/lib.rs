@@ -1735,6 +1735,20 @@ impl BrokerConfig {
         &self.connection_limits
     }
 
+    /// The TLS settings of listener `name` with the dynamic layers applied (a keystore or
+    /// truststore changed with `kafka-configs`), checked as at start; None for a listener
+    /// without TLS.
+    pub fn listener_tls_with(
+        &self,
+        name: &str,
+        dynamic: &DynamicBrokerConfig,
+    ) -> Result<Option<TlsSettings>, ConfigError> {
+        if self.listener_tls(name).is_none() {
+            return Ok(None);
+        }
+        tls::listener_tls(&self.merged(dynamic), name).map(Some)
+    }
+
     /// The connection limits with the dynamic layers applied, checked as at start.
     pub fn connection_limits_with(
         &self,
@@ -1975,16 +1989,38 @@ const DYNAMIC_BROKER_KEYS: &[&str] = &[
 ];
 
 /// Per-listener keys (`listener.name.<l>.<key>`) that can change on a running broker.
-const DYNAMIC_LISTENER_KEYS: &[&str] = &["max.connections", "max.connection.creation.rate"];
+const DYNAMIC_LISTENER_KEYS: &[&str] = &[
+    "max.connections",
+    "max.connection.creation.rate",
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.password",
+    "ssl.key.password",
+    "ssl.keystore.key",
+    "ssl.keystore.certificate.chain",
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.truststore.password",
+    "ssl.truststore.certificates",
+];
+
+/// The key of `listener.name.<l>.<key>`, and the listener's name as the key writes it.
+fn listener_key(key: &str) -> Option<(&str, &str)> {
+    key.strip_prefix("listener.name.")
+        .and_then(|rest| rest.split_once('.'))
+}
+
+/// Whether `key` is a listener's keystore or truststore key (`listener.name.<l>.ssl.*`): one
+/// broker's alone, as Kafka keeps them (never the cluster-wide default).
+pub fn is_listener_tls_key(key: &str) -> bool {
+    listener_key(key)
+        .is_some_and(|(_, key)| key.starts_with("ssl.") && DYNAMIC_LISTENER_KEYS.contains(&key))
+}
 
 /// Whether `key` may be changed with IncrementalAlterConfigs on a broker resource.
 pub fn is_dynamic_broker_key(key: &str) -> bool {
-    let listener_key = key
-        .strip_prefix("listener.name.")
-        .and_then(|rest| rest.split_once('.'))
-        .map(|(_, key)| key);
     DYNAMIC_BROKER_KEYS.contains(&key)
-        || listener_key.is_some_and(|key| DYNAMIC_LISTENER_KEYS.contains(&key))
+        || listener_key(key).is_some_and(|(_, key)| DYNAMIC_LISTENER_KEYS.contains(&key))
         || TOPIC_CONFIGS
             .iter()
             .any(|def| def.broker_synonym == Some(key))
@@ -2880,6 +2916,32 @@ pub mod tests {
             }
         );
         assert_eq!(tls.client_auth, ClientAuth::Requested);
+        // A keystore set dynamically for the listener wins; a listener without TLS has none.
+        let dynamic = DynamicBrokerConfig::new(
+            props(&[("listener.name.ssl.ssl.keystore.location", "/renewed.pem")]),
+            BTreeMap::new(),
+        );
+        let renewed = config.listener_tls_with("SSL", &dynamic).unwrap().unwrap();
+        assert_eq!(
+            renewed.keystore,
+            KeyStore::PemFile {
+                path: "/renewed.pem".into(),
+                key_password: None
+            }
+        );
+        assert_eq!(
+            config.listener_tls_with("PLAINTEXT", &dynamic).unwrap(),
+            None
+        );
+        assert!(is_listener_tls_key(
+            "listener.name.ssl.ssl.keystore.location"
+        ));
+        assert!(is_dynamic_broker_key(
+            "listener.name.ssl.ssl.truststore.certificates"
+        ));
+        assert!(!is_listener_tls_key("ssl.keystore.location"));
+        assert!(!is_listener_tls_key("listener.name.ssl.max.connections"));
+        assert!(!is_dynamic_broker_key("listener.name.ssl.ssl.client.auth"));
         // A per-listener key is checked like the key itself.
         pairs.push(("listener.name.ssl.ssl.client.auth", "sometimes"));
         let err = BrokerConfig::from_properties(&props(&pairs)).unwrap_err();

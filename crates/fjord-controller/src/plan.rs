@@ -15,8 +15,8 @@ use crate::placement::{self, Placer, UsableBroker};
 pub(crate) use crate::refusal::refuse;
 pub use crate::refusal::Refusal;
 use fjord_config::{
-    broker_config_kind, check_broker_value, is_dynamic_broker_key, split_list, topic_config_def,
-    validate_topic_config, ConfigType,
+    broker_config_kind, check_broker_value, is_dynamic_broker_key, is_listener_tls_key, split_list,
+    topic_config_def, validate_topic_config, ConfigType,
 };
 
 /// Longest legal topic name, as in Kafka.
@@ -700,6 +700,21 @@ pub fn plan_alter_broker_configs(
             format!(
                 "Cannot update these configs dynamically: [{}]",
                 read_only.join(", ")
+            ),
+        ));
+    }
+    // A listener's keystore and truststore are one broker's, as in Kafka.
+    let per_broker: Vec<&str> = changes
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .filter(|name| resource_name.is_empty() && is_listener_tls_key(name))
+        .collect();
+    if !per_broker.is_empty() {
+        return Err(refuse(
+            errors::INVALID_REQUEST,
+            format!(
+                "Cannot update these configs at default cluster level, broker id must be specified: [{}]",
+                per_broker.join(", ")
             ),
         ));
     }

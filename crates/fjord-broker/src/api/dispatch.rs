@@ -213,15 +213,12 @@ impl Broker {
         if let Some(refused) = crate::api::tokens::refusal(access, &request) {
             return answer.now(refused);
         }
-        // Token requests are decided for the client's principal; the rest as the broker's.
-        let client = matches!(
-            request,
-            ControllerApi::CreateDelegationToken(_)
-                | ControllerApi::RenewDelegationToken(_)
-                | ControllerApi::ExpireDelegationToken(_)
-        )
-        .then(|| access.requester().clone());
+        // Made for the client: a controller on another node judges it (and decides token
+        // requests) as the client's, as Kafka's controller judges forwarded requests.
+        let client = Some(access.requester().clone());
         let denied = authz::split_controller(access, &mut request);
+        let unusable = crate::api::tls_configs::refuse_unusable(&self.node, &mut request);
+        let tls_changed = crate::api::tls_configs::names_listener_tls(&self.node, &request);
         let version = answer.version;
         let node = self.node.clone();
         let partitions = node.config.num_partitions;
@@ -232,6 +229,12 @@ impl Broker {
         answer.later(async move {
             let mut response = forwarder.forward_for(version, request, client).await;
             denied.restore(&mut response);
+            if let Some(refused) = unusable {
+                authz::merge(&mut response, refused);
+            }
+            if tls_changed {
+                crate::api::tls_configs::reload(&node);
+            }
             if let Some(mutations) = mutations {
                 let throttle_ms = node
                     .mutation_quotas

@@ -1234,6 +1234,7 @@ mod tests {
                 images: tokio::sync::watch::channel(image).1,
                 authorizer: None,
                 links: Default::default(),
+                listener_tls: Default::default(),
             }),
             replicas,
             sessions: Default::default(),

@@ -39,8 +39,8 @@ impl Forwarder {
         self.forward_for(version, api, None).await
     }
 
-    /// [`Self::forward`], the request made for `client` when given: it goes to a controller on
-    /// another node in an Envelope naming the client.
+    /// [`Self::forward`], the request made for `client` when given (a client's request, not the
+    /// broker's own): it goes to a controller on another node in an Envelope naming the client.
     pub(crate) async fn forward_for(
         &self,
         version: i16,

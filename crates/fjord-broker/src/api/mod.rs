@@ -21,6 +21,7 @@ mod mutation_quota;
 mod produce;
 mod quotas;
 mod refusals;
+mod tls_configs;
 mod tokens;
 mod topic_ids;
 mod topic_partitions;
@@ -32,6 +33,7 @@ mod users;
 pub mod versions;
 
 use crate::link::Links;
+use crate::net::tls::ListenersTls;
 use crate::quota::ClientQuotaManagers;
 use std::sync::{Arc, Mutex};
 
@@ -71,6 +73,8 @@ pub struct Node {
     pub(crate) mutation_quotas: mutation_quota::MutationQuotas,
     /// How this node's links to the others are secured.
     pub links: Arc<Links>,
+    /// Each TLS listener's server config and certificate, by listener name.
+    pub listener_tls: Arc<ListenersTls>,
 }
 
 /// The request router: one narrow context per API family, each holding only what its
@@ -103,6 +107,7 @@ pub struct BrokerParts {
     pub log_dir_mover: Arc<LogDirMover>,
     pub replication_quotas: Arc<ReplicationQuotas>,
     pub links: Arc<Links>,
+    pub listener_tls: Arc<ListenersTls>,
 }
 
 /// Controller work forwarded to the active controller, and the topics the broker needs
@@ -218,6 +223,7 @@ impl Broker {
             log_dir_mover,
             replication_quotas,
             links,
+            listener_tls,
         } = parts;
         let producer_ids = ProducerIds::new(controller.clone(), config.node_id, broker_epoch);
         let authorizer = authz::authorizer(&config);
@@ -229,6 +235,7 @@ impl Broker {
             images: quorum.subscribe(),
             authorizer,
             links,
+            listener_tls,
         });
         let forwarder = Arc::new(Forwarder {
             node: node.clone(),

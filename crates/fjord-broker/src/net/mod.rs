@@ -135,7 +135,7 @@ pub struct NetworkConfig {
 pub struct ListenerSecurity {
     /// The listener's name and the connection limits it counts in (none: not counted).
     pub limits: Option<(String, Arc<ConnectionLimits>)>,
-    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub tls: Option<Arc<tls::ListenerTls>>,
     pub sasl: Option<Arc<SaslConfig>>,
     /// An SSL listener's `ssl.principal.mapping.rules`: a client certificate names the
     /// connection's principal (without one, or on a SASL listener, it is not used).
@@ -157,7 +157,6 @@ pub async fn serve<D: Dispatch + ?Sized>(
     security: ListenerSecurity,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let tls = security.tls.map(tokio_rustls::TlsAcceptor::from);
     let mut connections: Vec<JoinHandle<()>> = Vec::new();
     loop {
         tokio::select! {
@@ -180,7 +179,10 @@ pub async fn serve<D: Dispatch + ?Sized>(
                     let dispatcher = dispatcher.clone();
                     let config = config.clone();
                     let shutdown = shutdown.clone();
-                    let tls = tls.clone();
+                    let tls = security
+                        .tls
+                        .as_ref()
+                        .map(|tls| tokio_rustls::TlsAcceptor::from(tls.current()));
                     let sasl = security.sasl.clone();
                     let mapper = security.certificate_principals.clone();
                     connections.retain(|c| !c.is_finished());
@@ -1038,7 +1040,7 @@ pub mod tests {
         };
         let security = ListenerSecurity {
             limits: None,
-            tls,
+            tls: tls.map(|config| tls::ListenerTls::new(config, None)),
             sasl: None,
             certificate_principals: None,
         };

@@ -26,6 +26,104 @@ fn fail(message: impl Into<String>) -> TlsSetupError {
     TlsSetupError(message.into())
 }
 
+/// Each TLS listener's replaceable server side, by listener name.
+pub type ListenersTls = std::collections::BTreeMap<String, Arc<ListenerTls>>;
+
+/// A listener's server-side TLS, replaceable while the listener serves (a keystore changed with
+/// `kafka-configs`): each connection handshakes with the config current when it was accepted.
+/// Beside it, the certificate it presents, which a replacement must match.
+pub struct ListenerTls(std::sync::RwLock<(Arc<ServerConfig>, Option<CertificateDer<'static>>)>);
+
+impl ListenerTls {
+    pub fn new(
+        config: Arc<ServerConfig>,
+        certificate: Option<CertificateDer<'static>>,
+    ) -> Arc<ListenerTls> {
+        Arc::new(ListenerTls(std::sync::RwLock::new((config, certificate))))
+    }
+
+    fn read(
+        &self,
+    ) -> std::sync::RwLockReadGuard<'_, (Arc<ServerConfig>, Option<CertificateDer<'static>>)> {
+        self.0
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn current(&self) -> Arc<ServerConfig> {
+        self.read().0.clone()
+    }
+
+    /// The certificate the listener presents.
+    pub fn certificate(&self) -> Option<CertificateDer<'static>> {
+        self.read().1.clone()
+    }
+
+    /// Builds the listener's TLS again from `settings` (reading its files again): new
+    /// connections use it from now on, those open keep theirs. On error the listener keeps what
+    /// it has.
+    pub fn load(&self, settings: &TlsSettings) -> Result<(), TlsSetupError> {
+        let config = server_config(settings)?;
+        let certificate = leaf_certificate(&settings.keystore)?;
+        *self
+            .0
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = (config, Some(certificate));
+        Ok(())
+    }
+}
+
+/// The certificate a keystore presents (the first of its chain).
+pub fn leaf_certificate(keystore: &KeyStore) -> Result<CertificateDer<'static>, TlsSetupError> {
+    let (chain, _) = key_and_chain(keystore)?;
+    chain
+        .into_iter()
+        .next()
+        .ok_or_else(|| fail("keystore: no certificate"))
+}
+
+/// Whether a listener's new certificate may replace its old one, as Kafka allows by default
+/// (`ssl.allow.dn.changes` and `ssl.allow.san.changes` false): the same subject, and every
+/// subject alternative name of the old one kept.
+pub fn same_identity(old: &[u8], new: &[u8]) -> Result<(), String> {
+    let (old_name, new_name) = (distinguished_name(old), distinguished_name(new));
+    if old_name != new_name {
+        return Err(format!(
+            "the new keystore's certificate is for {}, not {}",
+            new_name.unwrap_or_else(|| "an unreadable subject".into()),
+            old_name.unwrap_or_else(|| "an unreadable subject".into())
+        ));
+    }
+    let (old_names, new_names) = (alternative_names(old), alternative_names(new));
+    let dropped: Vec<&String> = old_names
+        .iter()
+        .filter(|n| !new_names.contains(n))
+        .collect();
+    if !dropped.is_empty() {
+        return Err(format!(
+            "the new keystore's certificate no longer names {dropped:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// A certificate's subject alternative names, as text.
+fn alternative_names(certificate: &[u8]) -> Vec<String> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let Ok((_, parsed)) = X509Certificate::from_der(certificate) else {
+        return Vec::new();
+    };
+    match parsed.subject_alternative_name() {
+        Ok(Some(names)) => names
+            .value
+            .general_names
+            .iter()
+            .map(|n| n.to_string())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The server side of TLS for a listener with `settings`.
 pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsSetupError> {
     let provider = Arc::new(provider(&settings.cipher_suites)?);
@@ -464,6 +562,52 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_new_certificate_must_keep_the_subject_and_the_names_of_the_old() {
+        let pki = Pki::new();
+        let leaf = |names: &[&str], common_name: &str| {
+            let key = KeyPair::generate().unwrap();
+            let mut params =
+                CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                    .unwrap();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, common_name);
+            params.signed_by(&key, &pki.ca).unwrap().der().to_vec()
+        };
+        let old = leaf(&["localhost"], "broker");
+        assert_eq!(
+            same_identity(&old, &leaf(&["localhost", "b.example"], "broker")),
+            Ok(())
+        );
+        let renamed = same_identity(&old, &leaf(&["localhost"], "impostor")).unwrap_err();
+        assert!(renamed.contains("CN=impostor"), "{renamed}");
+        let dropped = same_identity(&old, &leaf(&["b.example"], "broker")).unwrap_err();
+        assert!(dropped.contains("localhost"), "{dropped}");
+    }
+
+    #[test]
+    fn a_listener_loads_new_settings_and_keeps_its_own_when_they_fail() {
+        let pki = Pki::new();
+        let first = settings(&pki, ClientAuth::None);
+        let tls = ListenerTls::new(server_config(&first).unwrap(), None);
+        assert!(tls.certificate().is_none());
+        let second = settings(&pki, ClientAuth::None);
+        tls.load(&second).unwrap();
+        let loaded = tls.certificate().unwrap();
+        assert_eq!(loaded, leaf_certificate(&second.keystore).unwrap());
+        let broken = TlsSettings {
+            keystore: KeyStore::PemInline {
+                key: "not a key".into(),
+                chain: "not a chain".into(),
+                key_password: None,
+            },
+            ..second
+        };
+        assert!(tls.load(&broken).is_err());
+        assert_eq!(tls.certificate(), Some(loaded));
+    }
+
     fn settings(pki: &Pki, client_auth: ClientAuth) -> TlsSettings {
         let (chain, key) = pki.issue("localhost");
         TlsSettings {
@@ -490,7 +634,7 @@ mod tests {
         };
         let security = ListenerSecurity {
             limits: None,
-            tls: Some(server_config(settings).unwrap()),
+            tls: Some(ListenerTls::new(server_config(settings).unwrap(), None)),
             sasl: None,
             certificate_principals: None,
         };

@@ -20,6 +20,7 @@ use crate::coordinator::group::GroupRuntime;
 use crate::coordinator::txn::TxnRuntime;
 use crate::link::controller::ControllerLink;
 use crate::link::Links;
+use crate::net::tls::ListenersTls;
 use crate::replication::{self, FlusherHandle, LogDirMover, ReplicaManager, ReplicationQuotas};
 use crate::server::lifecycle::Membership;
 use crate::server::{controller_link, coordinators, housekeeping, lifecycle, startup, BrokerError};
@@ -35,7 +36,7 @@ pub(super) async fn start_broker(
     cluster_id: String,
     quorum: Arc<MetadataQuorum>,
     local_controller: Option<Arc<QuorumController>>,
-    links: &Arc<Links>,
+    (links, listener_tls): (&Arc<Links>, &Arc<ListenersTls>),
     ready: &watch::Sender<Option<Arc<Broker>>>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Option<Serving>, BrokerError> {
@@ -83,6 +84,7 @@ pub(super) async fn start_broker(
         log_dir_mover: storage.log_dir_mover.clone(),
         replication_quotas: storage.replication_quotas.clone(),
         links: links.clone(),
+        listener_tls: listener_tls.clone(),
     }));
     // Transactions prepared before a restart get their markers; open ones time out.
     broker.txns.load_txn_coordinators().map_err(startup)?;

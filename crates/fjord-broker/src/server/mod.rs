@@ -10,6 +10,7 @@ mod dynamic_quorum;
 mod housekeeping;
 mod jwks;
 mod lifecycle;
+mod listener_tls;
 mod log_dirs;
 mod scram_users;
 
@@ -29,6 +30,7 @@ use crate::api::{Broker, BrokerDispatch};
 use crate::link::controller::{ControllerAddresses, ControllerLink};
 use crate::link::Links;
 use crate::net::limits::ConnectionLimits;
+use crate::net::tls::ListenersTls;
 use crate::net::{ListenerSecurity, NetworkConfig};
 use fjord_common::scram::{ScramCredential, ScramMechanism};
 use fjord_config::{
@@ -68,6 +70,12 @@ pub async fn run(
     let started = Instant::now();
     let (ready, broker_rx) = watch::channel::<Option<Arc<Broker>>>(None);
     let security = listener_security(&config, &broker_rx)?;
+    let listener_tls: Arc<ListenersTls> = Arc::new(
+        security
+            .iter()
+            .filter_map(|(name, guards)| Some((name.clone(), guards.tls.clone()?)))
+            .collect(),
+    );
     let links = Arc::new(node_links(&config)?);
     let dynamic = if config.cluster.bootstrap_servers.is_empty() {
         None
@@ -106,7 +114,7 @@ pub async fn run(
     };
     // The servers own their listeners' security: a SASL listener's credentials read the broker,
     // which must be gone once they stop.
-    let servers = serve_listeners(&node, security, &broker_rx, &listening).await?;
+    let servers = serve_listeners(&node, (security, &listener_tls), &broker_rx, &listening).await?;
     // A controller of a dynamic quorum makes itself known to the leader, and asks to vote if
     // `controller.quorum.auto.join.enable` says so.
     let joining = (dynamic.is_some() && config.cluster.controller).then(|| {
@@ -127,7 +135,7 @@ pub async fn run(
             cluster_id.clone(),
             quorum.clone(),
             controller.clone(),
-            &links,
+            (&links, &listener_tls),
             &ready,
             broker_stopping,
         )
@@ -355,12 +363,15 @@ fn listener_security(
     let mut security = BTreeMap::new();
     for listener in &config.listeners {
         let tls = match config.listener_tls(&listener.name) {
-            Some(settings) => Some(crate::net::tls::server_config(settings).map_err(|e| {
-                startup(format!(
-                    "cannot set up TLS on listener {}: {e}",
-                    listener.name
-                ))
-            })?),
+            Some(settings) => Some(crate::net::tls::ListenerTls::new(
+                crate::net::tls::server_config(settings).map_err(|e| {
+                    startup(format!(
+                        "cannot set up TLS on listener {}: {e}",
+                        listener.name
+                    ))
+                })?,
+                crate::net::tls::leaf_certificate(&settings.keystore).ok(),
+            )),
             None => None,
         };
         let sasl = config.listener_sasl(&listener.name).map(|settings| {
@@ -460,7 +471,7 @@ impl ScramCredentials for BrokerCredentials {
 /// others with the broker (`broker`, once it has started).
 async fn serve_listeners(
     node: &Node<'_>,
-    mut security: BTreeMap<String, ListenerSecurity>,
+    (mut security, listener_tls): (BTreeMap<String, ListenerSecurity>, &Arc<ListenersTls>),
     broker: &watch::Receiver<Option<Arc<Broker>>>,
     listening: &watch::Receiver<bool>,
 ) -> Result<Vec<JoinHandle<()>>, BrokerError> {
@@ -470,7 +481,13 @@ async fn serve_listeners(
         connections_max_idle_ms: config.connections_max_idle_ms,
     };
     let (limits, follower) = connection_limits(node, listening.clone());
-    let mut servers = vec![follower];
+    let tls_follower = listener_tls::follow(
+        node.config.clone(),
+        node.quorum.subscribe(),
+        listener_tls.clone(),
+        listening.clone(),
+    );
+    let mut servers = vec![follower, tls_follower];
     for listener in &config.listeners {
         let address = format!("{}:{}", listener.host, listener.port);
         let socket = tokio::net::TcpListener::bind(&address).await.map_err(|e| {

@@ -1,0 +1,191 @@
+//! A change of one of this broker's listener keystores or truststores (`kafka-configs
+//! --entity-type brokers --entity-name <id> --alter --add-config
+//! listener.name.<l>.ssl.keystore.location=…`) is checked here, by the broker it is for, before
+//! it goes to the controller, as Kafka's brokers check it: the listener's TLS must build from the
+//! new settings, and the new certificate must name the same subject and keep every subject
+//! alternative name of the one it replaces. A resource whose change fails is answered
+//! INVALID_REQUEST, saying why; the rest of the request goes on. Once committed the change is
+//! loaded (`server::listener_tls` follows the settings); after a change this broker received,
+//! its TLS listeners also read their files again here, so setting the same location again loads
+//! a renewed keystore, as Kafka's users do.
+
+use std::collections::BTreeMap;
+
+use fjord_common::errors;
+use fjord_config::{is_listener_tls_key, DynamicBrokerConfig};
+use fjord_controller::{error_response, ControllerApi};
+use fjord_protocol::messages::alter_configs_request::AlterConfigsRequest;
+use fjord_protocol::messages::incremental_alter_configs_request::IncrementalAlterConfigsRequest;
+use fjord_protocol::messages::ResponseBody;
+
+use crate::api::authz::merge;
+use crate::api::Node;
+use crate::net::tls::{leaf_certificate, same_identity, server_config};
+
+/// Kafka's `ConfigResource.Type.BROKER`, and IncrementalAlterConfigs' SET and DELETE.
+const BROKER: i8 = 4;
+const SET: i8 = 0;
+const DELETE: i8 = 1;
+
+/// Whether `api` changes a listener keystore or truststore of this node.
+pub(crate) fn names_listener_tls(node: &Node, api: &ControllerApi) -> bool {
+    let node_id = node.config.node_id.to_string();
+    let ours = |resource_type: i8, name: &str| resource_type == BROKER && name == node_id;
+    match api {
+        ControllerApi::IncrementalAlterConfigs(r) => r.resources.iter().any(|resource| {
+            ours(resource.resource_type, &resource.resource_name)
+                && resource
+                    .configs
+                    .iter()
+                    .any(|c| is_listener_tls_key(&c.name))
+        }),
+        ControllerApi::AlterConfigs(r) => r.resources.iter().any(|resource| {
+            ours(resource.resource_type, &resource.resource_name)
+                && resource
+                    .configs
+                    .iter()
+                    .any(|c| is_listener_tls_key(&c.name))
+        }),
+        _ => false,
+    }
+}
+
+/// Loads every TLS listener of this node again from its settings as the image has them,
+/// reading their files again.
+pub(crate) fn reload(node: &Node) {
+    let (own, default) = node.image().broker_config_layers(node.config.node_id);
+    let dynamic = DynamicBrokerConfig::new(own, default);
+    for (name, tls) in node.listener_tls.iter() {
+        let loaded = match node.config.listener_tls_with(name, &dynamic) {
+            Ok(Some(settings)) => tls.load(&settings).map_err(|e| e.to_string()),
+            Ok(None) => continue,
+            Err(error) => Err(error.to_string()),
+        };
+        match loaded {
+            Ok(()) => tracing::info!(listener = %name, "TLS keystore and truststore loaded again"),
+            Err(error) => {
+                tracing::warn!(listener = %name, %error, "cannot load TLS again; the listener keeps its TLS")
+            }
+        }
+    }
+}
+
+/// Takes out of `api` the broker resources of this node whose listener TLS change cannot be
+/// used; their answer, to merge into the controller's.
+pub(crate) fn refuse_unusable(node: &Node, api: &mut ControllerApi) -> Option<ResponseBody> {
+    let node_id = node.config.node_id.to_string();
+    let image = node.image();
+    let (own, default) = image.broker_config_layers(node.config.node_id);
+    let mut refused: Vec<ResponseBody> = Vec::new();
+    match api {
+        ControllerApi::IncrementalAlterConfigs(request) => {
+            request.resources.retain(|resource| {
+                let ours = resource.resource_type == BROKER && resource.resource_name == node_id;
+                if !ours
+                    || !resource
+                        .configs
+                        .iter()
+                        .any(|c| is_listener_tls_key(&c.name))
+                {
+                    return true;
+                }
+                let mut after = own.clone();
+                for config in &resource.configs {
+                    match (config.config_operation, &config.value) {
+                        (SET, Some(value)) => {
+                            after.insert(config.name.clone(), value.clone());
+                        }
+                        (DELETE, _) => {
+                            after.remove(&config.name);
+                        }
+                        _ => {}
+                    }
+                }
+                let Err(reason) = usable(node, &own, &after, &default) else {
+                    return true;
+                };
+                let part = ControllerApi::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+                    resources: vec![resource.clone()],
+                    validate_only: false,
+                });
+                refused.push(error_response(&part, errors::INVALID_REQUEST, &reason));
+                false
+            });
+        }
+        ControllerApi::AlterConfigs(request) => {
+            request.resources.retain(|resource| {
+                let ours = resource.resource_type == BROKER && resource.resource_name == node_id;
+                if !ours
+                    || !resource
+                        .configs
+                        .iter()
+                        .any(|c| is_listener_tls_key(&c.name))
+                {
+                    return true;
+                }
+                // The legacy request replaces the resource's configs whole.
+                let after = resource
+                    .configs
+                    .iter()
+                    .filter_map(|c| Some((c.name.clone(), c.value.clone()?)))
+                    .collect();
+                let Err(reason) = usable(node, &own, &after, &default) else {
+                    return true;
+                };
+                let part = ControllerApi::AlterConfigs(AlterConfigsRequest {
+                    resources: vec![resource.clone()],
+                    validate_only: false,
+                });
+                refused.push(error_response(&part, errors::INVALID_REQUEST, &reason));
+                false
+            });
+        }
+        _ => return None,
+    }
+    let mut parts = refused.into_iter();
+    let mut answer = parts.next()?;
+    for part in parts {
+        merge(&mut answer, part);
+    }
+    Some(answer)
+}
+
+/// Whether every TLS listener of this node can take its settings with this node's dynamic
+/// configs changed from `before` to `after`; why not.
+fn usable(
+    node: &Node,
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+    default: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    let config = &node.config;
+    let old = DynamicBrokerConfig::new(before.clone(), default.clone());
+    let new = DynamicBrokerConfig::new(after.clone(), default.clone());
+    for listener in &config.listeners {
+        let failed = |e: String| format!("listener {}: {e}", listener.name);
+        let wanted = config
+            .listener_tls_with(&listener.name, &new)
+            .map_err(|e| failed(e.to_string()))?;
+        let (Some(wanted), Ok(Some(current))) =
+            (wanted, config.listener_tls_with(&listener.name, &old))
+        else {
+            continue;
+        };
+        if wanted == current && before == after {
+            continue;
+        }
+        server_config(&wanted).map_err(|e| failed(e.to_string()))?;
+        // Compared with the certificate the listener presents now (its file may have been
+        // replaced already: that is how a renewed keystore is loaded).
+        let presented = node
+            .listener_tls
+            .get(&listener.name)
+            .and_then(|tls| tls.certificate());
+        let new_certificate =
+            leaf_certificate(&wanted.keystore).map_err(|e| failed(e.to_string()))?;
+        if let Some(presented) = presented {
+            same_identity(&presented, &new_certificate).map_err(failed)?;
+        }
+    }
+    Ok(())
+}
