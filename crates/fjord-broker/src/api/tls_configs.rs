@@ -27,24 +27,36 @@ const BROKER: i8 = 4;
 const SET: i8 = 0;
 const DELETE: i8 = 1;
 
+/// Whether a config resource is this node's and names a listener keystore or truststore key.
+fn ours<'a>(
+    node: &Node,
+    resource_type: i8,
+    resource_name: &str,
+    mut names: impl Iterator<Item = &'a str>,
+) -> bool {
+    resource_type == BROKER
+        && resource_name == node.config.node_id.to_string()
+        && names.any(is_listener_tls_key)
+}
+
 /// Whether `api` changes a listener keystore or truststore of this node.
 pub(crate) fn names_listener_tls(node: &Node, api: &ControllerApi) -> bool {
-    let node_id = node.config.node_id.to_string();
-    let ours = |resource_type: i8, name: &str| resource_type == BROKER && name == node_id;
     match api {
-        ControllerApi::IncrementalAlterConfigs(r) => r.resources.iter().any(|resource| {
-            ours(resource.resource_type, &resource.resource_name)
-                && resource
-                    .configs
-                    .iter()
-                    .any(|c| is_listener_tls_key(&c.name))
+        ControllerApi::IncrementalAlterConfigs(r) => r.resources.iter().any(|c| {
+            ours(
+                node,
+                c.resource_type,
+                &c.resource_name,
+                c.configs.iter().map(|c| c.name.as_str()),
+            )
         }),
-        ControllerApi::AlterConfigs(r) => r.resources.iter().any(|resource| {
-            ours(resource.resource_type, &resource.resource_name)
-                && resource
-                    .configs
-                    .iter()
-                    .any(|c| is_listener_tls_key(&c.name))
+        ControllerApi::AlterConfigs(r) => r.resources.iter().any(|c| {
+            ours(
+                node,
+                c.resource_type,
+                &c.resource_name,
+                c.configs.iter().map(|c| c.name.as_str()),
+            )
         }),
         _ => false,
     }
@@ -73,73 +85,61 @@ pub(crate) fn reload(node: &Node) {
 /// Takes out of `api` the broker resources of this node whose listener TLS change cannot be
 /// used; their answer, to merge into the controller's.
 pub(crate) fn refuse_unusable(node: &Node, api: &mut ControllerApi) -> Option<ResponseBody> {
-    let node_id = node.config.node_id.to_string();
-    let image = node.image();
-    let (own, default) = image.broker_config_layers(node.config.node_id);
+    let (own, default) = node.image().broker_config_layers(node.config.node_id);
     let mut refused: Vec<ResponseBody> = Vec::new();
+    // Keeps a resource whose change is usable; answers one whose change is not.
+    let mut keep = |after: &BTreeMap<String, String>, part: &dyn Fn() -> ControllerApi| match usable(
+        node, &own, after, &default,
+    ) {
+        Ok(()) => true,
+        Err(reason) => {
+            refused.push(error_response(&part(), errors::INVALID_REQUEST, &reason));
+            false
+        }
+    };
     match api {
-        ControllerApi::IncrementalAlterConfigs(request) => {
-            request.resources.retain(|resource| {
-                let ours = resource.resource_type == BROKER && resource.resource_name == node_id;
-                if !ours
-                    || !resource
-                        .configs
-                        .iter()
-                        .any(|c| is_listener_tls_key(&c.name))
-                {
-                    return true;
-                }
-                let mut after = own.clone();
-                for config in &resource.configs {
-                    match (config.config_operation, &config.value) {
-                        (SET, Some(value)) => {
-                            after.insert(config.name.clone(), value.clone());
-                        }
-                        (DELETE, _) => {
-                            after.remove(&config.name);
-                        }
-                        _ => {}
+        ControllerApi::IncrementalAlterConfigs(request) => request.resources.retain(|resource| {
+            let names = resource.configs.iter().map(|c| c.name.as_str());
+            if !ours(node, resource.resource_type, &resource.resource_name, names) {
+                return true;
+            }
+            let mut after = own.clone();
+            for config in &resource.configs {
+                match (config.config_operation, &config.value) {
+                    (SET, Some(value)) => {
+                        after.insert(config.name.clone(), value.clone());
                     }
+                    (DELETE, _) => {
+                        after.remove(&config.name);
+                    }
+                    _ => {}
                 }
-                let Err(reason) = usable(node, &own, &after, &default) else {
-                    return true;
-                };
-                let part = ControllerApi::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+            }
+            keep(&after, &|| {
+                ControllerApi::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
                     resources: vec![resource.clone()],
                     validate_only: false,
-                });
-                refused.push(error_response(&part, errors::INVALID_REQUEST, &reason));
-                false
-            });
-        }
-        ControllerApi::AlterConfigs(request) => {
-            request.resources.retain(|resource| {
-                let ours = resource.resource_type == BROKER && resource.resource_name == node_id;
-                if !ours
-                    || !resource
-                        .configs
-                        .iter()
-                        .any(|c| is_listener_tls_key(&c.name))
-                {
-                    return true;
-                }
-                // The legacy request replaces the resource's configs whole.
-                let after = resource
-                    .configs
-                    .iter()
-                    .filter_map(|c| Some((c.name.clone(), c.value.clone()?)))
-                    .collect();
-                let Err(reason) = usable(node, &own, &after, &default) else {
-                    return true;
-                };
-                let part = ControllerApi::AlterConfigs(AlterConfigsRequest {
+                })
+            })
+        }),
+        ControllerApi::AlterConfigs(request) => request.resources.retain(|resource| {
+            let names = resource.configs.iter().map(|c| c.name.as_str());
+            if !ours(node, resource.resource_type, &resource.resource_name, names) {
+                return true;
+            }
+            // The legacy request replaces the resource's configs whole.
+            let after = resource
+                .configs
+                .iter()
+                .filter_map(|c| Some((c.name.clone(), c.value.clone()?)))
+                .collect();
+            keep(&after, &|| {
+                ControllerApi::AlterConfigs(AlterConfigsRequest {
                     resources: vec![resource.clone()],
                     validate_only: false,
-                });
-                refused.push(error_response(&part, errors::INVALID_REQUEST, &reason));
-                false
-            });
-        }
+                })
+            })
+        }),
         _ => return None,
     }
     let mut parts = refused.into_iter();
