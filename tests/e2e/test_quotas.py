@@ -447,25 +447,27 @@ def test_topic_mutations_over_controller_mutation_rate_are_refused_or_throttled(
         quota(broker, [("client-id", "q-mutator")], "controller_mutation_rate", None)
 
 
-def requests_answered(b: Broker, client_id: str, seconds: float) -> int:
-    """Metadata requests answered on one connection, one after another, within `seconds`."""
+def requests_answered(b: Broker, client_id: str, seconds: float) -> Tuple[int, List[int]]:
+    """Metadata requests answered on one connection, one after another, within `seconds`, and the
+    `throttle_time_ms` of each answer."""
     name = client_id.encode()
     s = socket.create_connection(("127.0.0.1", b.port))
     s.settimeout(seconds + 5)
-    answered_count, correlation = 0, 0
+    answered_count, correlation, throttles = 0, 0, []
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
             correlation += 1
-            # Metadata v1, every topic (a null array).
-            body = struct.pack(">hhih", 3, 1, correlation, len(name)) + name + struct.pack(">i", -1)
+            # Metadata v3, every topic (a null array); its answer starts with throttle_time_ms.
+            body = struct.pack(">hhih", 3, 3, correlation, len(name)) + name + struct.pack(">i", -1)
             s.sendall(struct.pack(">i", len(body)) + body)
             size = struct.unpack(">i", recv_exactly(s, 4))[0]
-            recv_exactly(s, size)
+            answer = recv_exactly(s, size)
+            throttles.append(struct.unpack(">i", answer[4:8])[0])
             answered_count += 1
     finally:
         s.close()
-    return answered_count
+    return answered_count, throttles
 
 
 def recv_exactly(s: socket.socket, n: int) -> bytes:
@@ -480,13 +482,17 @@ def recv_exactly(s: socket.socket, n: int) -> bytes:
 
 def test_a_client_over_its_request_percentage_is_held_back(broker: Broker):
     """request_percentage=0.0001 (a millionth of a second of request handling a second): once its first requests
-    have used that up, each next one waits out a throttle (at most a second), where a client without the quota is
-    answered as fast as it asks."""
+    have used that up, each next one waits out a throttle (at most a second), which its answers carry in
+    throttle_time_ms, where a client without the quota is answered as fast as it asks, unthrottled."""
     quota(broker, [("client-id", "q-busy")], "request_percentage", 0.0001)
     try:
-        free = requests_answered(broker, "q-idle", 3)
-        held = requests_answered(broker, "q-busy", 3)
-        print(f"request_percentage=0.0001: {held} Metadata requests answered in 3 s; without: {free}")
+        free, unthrottled = requests_answered(broker, "q-idle", 3)
+        held, throttles = requests_answered(broker, "q-busy", 3)
+        print(f"request_percentage=0.0001: {held} Metadata requests answered in 3 s (throttles {throttles});"
+              f" without: {free}")
         assert held <= 10 and free >= 10 * held, (held, free)
+        assert set(unthrottled) == {0}, unthrottled
+        # The first answer may come before the quota is found used up.
+        assert len(throttles) >= 2 and all(0 < t <= 1000 for t in throttles[1:]), throttles
     finally:
         quota(broker, [("client-id", "q-busy")], "request_percentage", None)

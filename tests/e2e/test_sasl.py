@@ -1,5 +1,6 @@
 """SASL listeners: every client authenticates with SASL/PLAIN, over plaintext (SASL_PLAINTEXT) and over TLS
-(SASL_SSL), and with SCRAM-SHA-256 as a user added with `kafka-configs`, and produces and consumes; a wrong password, an unknown user or a mechanism the listener does not enable
+(SASL_SSL), and with SCRAM-SHA-256 as a user added with `kafka-configs`, and produces and consumes (and, as a SCRAM
+user, commits a transaction); a wrong password, an unknown user or a mechanism the listener does not enable
 fails within seconds with the error the client normally reports, while the broker serves everyone else.
 
 One broker for the module (fjord, or Kafka with E2E_BROKER=kafka): its own links on PLAINTEXT, and two SASL listeners
@@ -22,8 +23,8 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from harness import (FULL_MATRIX, Pki, create_topics, franz_go_dir, free_port, kafka_tool, make_broker, read_properties,
-                     round_trip, run_tool, wait_for, write_properties)
+from harness import (FULL_MATRIX, Pki, create_topics, franz_go_dir, free_port, fresh_seed, kafka_tool, make_broker,
+                     read_properties, read_until_quiet, round_trip, run_tool, wait_for, write_properties)
 from test_tls import all_refused_quickly
 
 CLIENTS = ["java", "confluent", "go", "kafka-python"]
@@ -135,6 +136,19 @@ def test_round_trip_as_a_scram_user(sasl: SaslBroker, client: str, mechanism: st
     create_topics(sasl.broker.bootstrap, [topic], partitions=2, replication_factor=1)
     config = sasl.client_config(client, tmp_path, "SASL", SCRAM_USER, mechanism=mechanism)
     round_trip(client, sasl.bootstrap("SASL"), topic, 2, 300, "lz4", tmp_path, client_config=config)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_transaction_as_a_scram_user(sasl: SaslBroker, client: str, tmp_path: Path):
+    """Authenticated by SCRAM-SHA-512, a transactional producer (InitProducerId, AddPartitionsToTxn, EndTxn through
+    the transaction coordinator) commits its records, which a read_committed consumer then reads."""
+    topic = f"scram-txn-{client}"
+    create_topics(sasl.broker.bootstrap, [topic], partitions=2, replication_factor=1)
+    config = sasl.client_config(client, tmp_path, "SASL", SCRAM_USER, mechanism="SCRAM-SHA-512")
+    run_tool(client, "produce", bootstrap=sasl.bootstrap("SASL"), topic=topic, count=200, codec="none", acks="all",
+             seed=fresh_seed(), out=tmp_path / "txn.out", client_config=config, transactional_id=f"txn-{client}")
+    committed = read_until_quiet(sasl.broker.bootstrap, topic, 2, 200, "read_committed", wait_s=30, quiet_s=1)
+    assert len(committed) == 200
 
 
 @pytest.mark.parametrize("listener", ["SASL", "SASLTLS"])

@@ -905,7 +905,57 @@ def gen_mod(messages):
         out.append("        }")
         out.append("    }")
         out.append("}\n")
+    out.extend(gen_throttle_offsets([m for m in messages if m.kind == "response"]))
     return "\n".join(out) + "\n"
+
+
+def throttle_offsets(msg):
+    """(lo, hi, offset) runs of versions in which a response's ThrottleTimeMs is written at a fixed
+    offset from the start of its body: only fixed-size fields before it."""
+    fields = msg.top.fields
+    names = [f.name for f in fields]
+    if "ThrottleTimeMs" not in names:
+        return []
+    throttle = fields[names.index("ThrottleTimeMs")]
+    before = fields[: names.index("ThrottleTimeMs")]
+    runs = []
+    for v in range(msg.valid[0], msg.valid[1] + 1):
+        if not contains(throttle.untagged(), v):
+            continue
+        offset = 0
+        for f in before:
+            if not contains(f.untagged(), v):
+                continue
+            if f.is_array or f.elem not in PRIMITIVES:
+                offset = None
+                break
+            offset += PRIMITIVES[f.elem][1]
+        if offset is None:
+            continue
+        if runs and runs[-1][1] == v - 1 and runs[-1][2] == offset:
+            runs[-1] = (runs[-1][0], v, offset)
+        else:
+            runs.append((v, v, offset))
+    return runs
+
+
+def gen_throttle_offsets(responses):
+    out = ["/// Where `throttle_time_ms` sits in the encoded body of a response to `api_key` at `version`,"]
+    out.append("/// counted from the start of the body, when it is at a fixed place (only fixed-size fields")
+    out.append("/// before it); None otherwise. A throttle decided after a response is encoded is written there.")
+    out.append("pub fn throttle_time_offset(api_key: ApiKey, version: i16) -> Option<usize> {")
+    out.append("    match api_key {")
+    for m in responses:
+        runs = throttle_offsets(m)
+        if not runs:
+            continue
+        api = m.name[: -len("Response")]
+        arms = " ".join(f"{lo}..={hi} => Some({off})," for lo, hi, off in runs)
+        out.append(f"        ApiKey::{api} => match version {{ {arms} _ => None }},")
+    out.append("        _ => None,")
+    out.append("    }")
+    out.append("}")
+    return out
 
 
 def gen_records_mod(messages, topic):

@@ -53,3 +53,55 @@ pub trait Request {
     const FLEXIBLE_FROM: i16;
     type Response;
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::messages::*;
+    use crate::{ApiKey, Encodable};
+    use bytes::BytesMut;
+
+    /// Each response's `throttle_time_ms`, as a sample encodes it, is where
+    /// `throttle_time_offset` says, in every version it gives one for.
+    #[test]
+    fn throttle_times_sit_where_the_offsets_say() {
+        fn check<T: Encodable>(api: ApiKey, sample: fn(i16) -> T, throttle: fn(&T) -> i32) {
+            let mut checked = 0;
+            for version in api.min_version()..=api.max_version() {
+                let Some(at) = throttle_time_offset(api, version) else {
+                    continue;
+                };
+                let value = sample(version);
+                let mut out = BytesMut::new();
+                value.encode(&mut out, version).unwrap();
+                let field = <[u8; 4]>::try_from(&out[at..at + 4]).unwrap();
+                assert_eq!(
+                    i32::from_be_bytes(field),
+                    throttle(&value),
+                    "{api:?} v{version}"
+                );
+                checked += 1;
+            }
+            assert!(checked > 0, "{api:?} has no fixed throttle time");
+        }
+        check(ApiKey::Metadata, MetadataResponse::sample, |r| {
+            r.throttle_time_ms
+        });
+        check(ApiKey::Fetch, FetchResponse::sample, |r| r.throttle_time_ms);
+        check(ApiKey::JoinGroup, JoinGroupResponse::sample, |r| {
+            r.throttle_time_ms
+        });
+        check(ApiKey::CreateTopics, CreateTopicsResponse::sample, |r| {
+            r.throttle_time_ms
+        });
+        check(ApiKey::OffsetDelete, OffsetDeleteResponse::sample, |r| {
+            r.throttle_time_ms
+        });
+        check(
+            ApiKey::RenewDelegationToken,
+            RenewDelegationTokenResponse::sample,
+            |r| r.throttle_time_ms,
+        );
+        assert_eq!(throttle_time_offset(ApiKey::Produce, 11), None);
+        assert_eq!(throttle_time_offset(ApiKey::Metadata, 2), None);
+    }
+}

@@ -210,7 +210,7 @@ impl Dispatch for ControllerDispatch {
             RequestBody::Envelope(envelope) => {
                 return self.open_envelope(envelope, &access, correlation_id)
             }
-            body => self.answer(body, version, client_id, &access, None),
+            body => self.answer(body, version, client_id, &access),
         };
         match answer {
             Answer::Now(body) => Reply::Now(encode_response(api, version, correlation_id, &body)),
@@ -230,15 +230,14 @@ enum Answer {
 }
 
 impl ControllerDispatch {
-    /// The answer to `body` from `access`'s principal; `forwarded_for` is the client an
-    /// Envelope names (whose principal `access` then has).
+    /// The answer to `body` from `access`'s requester: the connection's, or the client an
+    /// Envelope names.
     fn answer(
         &self,
         body: RequestBody,
         version: i16,
         client_id: Option<&str>,
         access: &Access,
-        forwarded_for: Option<&Arc<Requester>>,
     ) -> Answer {
         match authz::refusal(access, &body, version) {
             Some(authz::Refusal::Answer(refused)) => return Answer::Now(refused),
@@ -258,13 +257,9 @@ impl ControllerDispatch {
             .and_then(|id| id.parse().ok())
             .unwrap_or(-1);
         let denied = authz::split_controller(access, &mut api_request);
-        // Token requests are decided for whoever asks: the client an Envelope names, or the
-        // connection's own principal.
-        let client = forwarded_for
-            .cloned()
-            .unwrap_or_else(|| access.requester().clone());
-        let request =
-            ControllerRequest::new(version, api_request, forwarder).on_behalf_of(Some(client));
+        // Token requests are decided for whoever asks.
+        let client = Some(access.requester().clone());
+        let request = ControllerRequest::new(version, api_request, forwarder).on_behalf_of(client);
         let controller = self.controller.clone();
         Answer::Later(Box::pin(async move {
             let mut body = match controller.call(request.clone()).await {
@@ -320,8 +315,11 @@ impl ControllerDispatch {
                 error_code: errors::UNSUPPORTED_VERSION,
             });
         }
-        let client = Arc::new(client);
-        let inner = Access::new(self.authorizer.clone(), self.quorum.image(), client.clone());
+        let inner = Access::new(
+            self.authorizer.clone(),
+            self.quorum.image(),
+            Arc::new(client),
+        );
         let inner_id = header.correlation_id;
         let seal = move |body: &ResponseBody| -> Response {
             match encode_response(api, version, inner_id, body) {
@@ -334,13 +332,7 @@ impl ControllerDispatch {
                 other => other,
             }
         };
-        match self.answer(
-            body,
-            version,
-            header.client_id.as_deref(),
-            &inner,
-            Some(&client),
-        ) {
+        match self.answer(body, version, header.client_id.as_deref(), &inner) {
             Answer::Now(body) => Reply::Now(seal(&body)),
             Answer::Later(future) => Reply::Later(Box::pin(async move { seal(&future.await) })),
             Answer::Close(reason) => Reply::Close(reason),

@@ -93,9 +93,10 @@ impl Broker {
         if !counted {
             return self.route(header, answer, body, access, listener);
         }
+        let (api, version) = (answer.api, answer.version);
         let reply = self.route(header, answer, body, access.clone(), listener);
         let node = self.node.clone();
-        let account = move |spent: Duration| {
+        let account = move |spent: Duration| -> i32 {
             let now = now_ms();
             let percent = spent.as_secs_f64() * 100.0;
             let quotas = access.image().client_quotas();
@@ -106,13 +107,19 @@ impl Broker {
             // Kafka throttles a request quota at most one window sample long.
             let throttle_ms = throttle_ms.min(node.config.client_quota_window().1 as i32);
             access.requester().mute_for(throttle_ms, now);
+            throttle_ms
         };
         match reply {
             Reply::Later(future) => Reply::Later(Box::pin(Timed {
                 future,
                 spent: started.elapsed(),
                 account: Some(Box::new(account)),
+                answer: (api, version),
             })),
+            Reply::Now(response) => {
+                let throttle_ms = account(started.elapsed());
+                Reply::Now(with_throttle(api, version, response, throttle_ms))
+            }
             reply => {
                 account(started.elapsed());
                 reply
@@ -543,11 +550,14 @@ fn exempt_from_request_quota(body: &RequestBody) -> bool {
 }
 
 /// A reply being worked on, and the time spent working on it (its polls): once it completes,
-/// the whole time is accounted for.
+/// the whole time is accounted for, and the throttle that earns is written into the response.
 struct Timed {
     future: crate::net::ReplyFuture,
     spent: Duration,
-    account: Option<Box<dyn FnOnce(Duration) + Send>>,
+    /// Records the time spent; the throttle it earns.
+    account: Option<Box<dyn FnOnce(Duration) -> i32 + Send>>,
+    /// The API and version the response answers.
+    answer: (ApiKey, i16),
 }
 
 impl std::future::Future for Timed {
@@ -560,13 +570,58 @@ impl std::future::Future for Timed {
         let started = Instant::now();
         let polled = self.future.as_mut().poll(cx);
         self.spent += started.elapsed();
-        if polled.is_ready() {
-            if let Some(account) = self.account.take() {
-                account(self.spent);
-            }
-        }
-        polled
+        let std::task::Poll::Ready(response) = polled else {
+            return std::task::Poll::Pending;
+        };
+        let throttle_ms = self.account.take().map_or(0, |account| account(self.spent));
+        let (api, version) = self.answer;
+        std::task::Poll::Ready(with_throttle(api, version, response, throttle_ms))
     }
+}
+
+/// `response` with its `throttle_time_ms` raised to `throttle_ms`, as Kafka answers a request
+/// its `request_percentage` quota throttles: the time is known only once the response is made,
+/// so the field is written into the encoded response, where it sits at a fixed place (all but
+/// Produce, ApiVersions and a few token responses, whose connections are muted all the same).
+fn with_throttle(api: ApiKey, version: i16, response: Response, throttle_ms: i32) -> Response {
+    if throttle_ms <= 0 {
+        return response;
+    }
+    let Some(offset) = fjord_protocol::messages::throttle_time_offset(api, version) else {
+        return response;
+    };
+    // The response header: the correlation id, and in its flexible version no tagged fields.
+    let header = 4 + usize::from(fjord_protocol::response_header_version(api, version) == 1);
+    let at = header + offset;
+    match response {
+        Response::Send(bytes) => Response::Send(raise_i32(bytes, at, throttle_ms)),
+        Response::SendParts(mut parts) => {
+            if let Some(crate::net::OutPart::Bytes(first)) = parts.first_mut() {
+                *first = raise_i32(std::mem::take(first), at, throttle_ms);
+            }
+            Response::SendParts(parts)
+        }
+        other => other,
+    }
+}
+
+/// `bytes` with the big-endian i32 at `at` raised to `value` (left as it is when already higher
+/// or out of range).
+fn raise_i32(bytes: Bytes, at: usize, value: i32) -> Bytes {
+    let current = match bytes.get(at..at + 4).map(<[u8; 4]>::try_from) {
+        Some(Ok(field)) => i32::from_be_bytes(field),
+        _ => return bytes,
+    };
+    if current >= value {
+        return bytes;
+    }
+    let mut out = bytes
+        .try_into_mut()
+        .unwrap_or_else(|shared| bytes::BytesMut::from(&shared[..]));
+    if let Some(field) = out.get_mut(at..at + 4) {
+        field.copy_from_slice(&value.to_be_bytes());
+    }
+    out.freeze()
 }
 
 /// A request a family's router was handed but does not serve: `handle` routes only what
@@ -632,5 +687,54 @@ impl Dispatch for BrokerDispatch {
                 Reply::Close(message) => Response::Close(message),
             }
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fjord_protocol::messages::metadata_response::MetadataResponse;
+    use fjord_protocol::{Decodable, Decoder};
+
+    fn throttle_of(response: Response, version: i16) -> i32 {
+        let Response::Send(bytes) = response else {
+            panic!("not bytes")
+        };
+        let mut input = Decoder::new(bytes);
+        let header_version = fjord_protocol::response_header_version(ApiKey::Metadata, version);
+        fjord_protocol::ResponseHeader::decode(&mut input, header_version).unwrap();
+        MetadataResponse::decode(&mut input, version)
+            .unwrap()
+            .throttle_time_ms
+    }
+
+    #[test]
+    fn a_throttle_is_written_into_an_encoded_response_raising_only() {
+        for version in [3, 12] {
+            let answer = |throttle_time_ms| {
+                let body = ResponseBody::Metadata(MetadataResponse {
+                    throttle_time_ms,
+                    ..Default::default()
+                });
+                encode_response(ApiKey::Metadata, version, 7, &body)
+            };
+            let raised = with_throttle(ApiKey::Metadata, version, answer(0), 250);
+            assert_eq!(throttle_of(raised, version), 250, "v{version}");
+            let kept = with_throttle(ApiKey::Metadata, version, answer(900), 250);
+            assert_eq!(throttle_of(kept, version), 900, "v{version}");
+            let none = with_throttle(ApiKey::Metadata, version, answer(0), 0);
+            assert_eq!(throttle_of(none, version), 0, "v{version}");
+        }
+        // Metadata v1 has no throttle time: the response is left as it is.
+        let body = ResponseBody::Metadata(MetadataResponse::default());
+        let Response::Send(before) = encode_response(ApiKey::Metadata, 1, 7, &body) else {
+            panic!()
+        };
+        let Response::Send(after) =
+            with_throttle(ApiKey::Metadata, 1, Response::Send(before.clone()), 250)
+        else {
+            panic!()
+        };
+        assert_eq!(before, after);
     }
 }

@@ -1062,3 +1062,232 @@ impl ResponseBody {
         }
     }
 }
+
+/// Where `throttle_time_ms` sits in the encoded body of a response to `api_key` at `version`,
+/// counted from the start of the body, when it is at a fixed place (only fixed-size fields
+/// before it); None otherwise. A throttle decided after a response is encoded is written there.
+pub fn throttle_time_offset(api_key: ApiKey, version: i16) -> Option<usize> {
+    match api_key {
+        ApiKey::Fetch => match version {
+            4..=18 => Some(0),
+            _ => None,
+        },
+        ApiKey::ListOffsets => match version {
+            2..=11 => Some(0),
+            _ => None,
+        },
+        ApiKey::Metadata => match version {
+            3..=13 => Some(0),
+            _ => None,
+        },
+        ApiKey::OffsetCommit => match version {
+            3..=10 => Some(0),
+            _ => None,
+        },
+        ApiKey::OffsetFetch => match version {
+            3..=10 => Some(0),
+            _ => None,
+        },
+        ApiKey::FindCoordinator => match version {
+            1..=6 => Some(0),
+            _ => None,
+        },
+        ApiKey::JoinGroup => match version {
+            2..=9 => Some(0),
+            _ => None,
+        },
+        ApiKey::Heartbeat => match version {
+            1..=4 => Some(0),
+            _ => None,
+        },
+        ApiKey::LeaveGroup => match version {
+            1..=5 => Some(0),
+            _ => None,
+        },
+        ApiKey::SyncGroup => match version {
+            1..=5 => Some(0),
+            _ => None,
+        },
+        ApiKey::DescribeGroups => match version {
+            1..=6 => Some(0),
+            _ => None,
+        },
+        ApiKey::ListGroups => match version {
+            1..=5 => Some(0),
+            _ => None,
+        },
+        ApiKey::CreateTopics => match version {
+            2..=7 => Some(0),
+            _ => None,
+        },
+        ApiKey::DeleteTopics => match version {
+            1..=6 => Some(0),
+            _ => None,
+        },
+        ApiKey::DeleteRecords => match version {
+            0..=2 => Some(0),
+            _ => None,
+        },
+        ApiKey::InitProducerId => match version {
+            0..=6 => Some(0),
+            _ => None,
+        },
+        ApiKey::OffsetForLeaderEpoch => match version {
+            2..=4 => Some(0),
+            _ => None,
+        },
+        ApiKey::AddPartitionsToTxn => match version {
+            0..=5 => Some(0),
+            _ => None,
+        },
+        ApiKey::AddOffsetsToTxn => match version {
+            0..=4 => Some(0),
+            _ => None,
+        },
+        ApiKey::EndTxn => match version {
+            0..=5 => Some(0),
+            _ => None,
+        },
+        ApiKey::TxnOffsetCommit => match version {
+            0..=6 => Some(0),
+            _ => None,
+        },
+        ApiKey::DescribeAcls => match version {
+            1..=3 => Some(0),
+            _ => None,
+        },
+        ApiKey::CreateAcls => match version {
+            1..=3 => Some(0),
+            _ => None,
+        },
+        ApiKey::DeleteAcls => match version {
+            1..=3 => Some(0),
+            _ => None,
+        },
+        ApiKey::DescribeConfigs => match version {
+            1..=4 => Some(0),
+            _ => None,
+        },
+        ApiKey::AlterConfigs => match version {
+            0..=2 => Some(0),
+            _ => None,
+        },
+        ApiKey::AlterReplicaLogDirs => match version {
+            1..=2 => Some(0),
+            _ => None,
+        },
+        ApiKey::DescribeLogDirs => match version {
+            1..=5 => Some(0),
+            _ => None,
+        },
+        ApiKey::CreatePartitions => match version {
+            0..=3 => Some(0),
+            _ => None,
+        },
+        ApiKey::RenewDelegationToken => match version {
+            1..=2 => Some(10),
+            _ => None,
+        },
+        ApiKey::ExpireDelegationToken => match version {
+            1..=2 => Some(10),
+            _ => None,
+        },
+        ApiKey::DeleteGroups => match version {
+            0..=3 => Some(0),
+            _ => None,
+        },
+        ApiKey::ElectLeaders => match version {
+            0..=2 => Some(0),
+            _ => None,
+        },
+        ApiKey::IncrementalAlterConfigs => match version {
+            0..=1 => Some(0),
+            _ => None,
+        },
+        ApiKey::AlterPartitionReassignments => match version {
+            0..=1 => Some(0),
+            _ => None,
+        },
+        ApiKey::ListPartitionReassignments => match version {
+            0..=0 => Some(0),
+            _ => None,
+        },
+        ApiKey::OffsetDelete => match version {
+            0..=0 => Some(2),
+            _ => None,
+        },
+        ApiKey::DescribeClientQuotas => match version {
+            0..=1 => Some(0),
+            _ => None,
+        },
+        ApiKey::AlterClientQuotas => match version {
+            0..=1 => Some(0),
+            _ => None,
+        },
+        ApiKey::DescribeUserScramCredentials => match version {
+            0..=0 => Some(0),
+            _ => None,
+        },
+        ApiKey::AlterUserScramCredentials => match version {
+            0..=0 => Some(0),
+            _ => None,
+        },
+        ApiKey::AlterPartition => match version {
+            2..=3 => Some(0),
+            _ => None,
+        },
+        ApiKey::DescribeCluster => match version {
+            0..=2 => Some(0),
+            _ => None,
+        },
+        ApiKey::DescribeProducers => match version {
+            0..=0 => Some(0),
+            _ => None,
+        },
+        ApiKey::BrokerRegistration => match version {
+            0..=4 => Some(0),
+            _ => None,
+        },
+        ApiKey::BrokerHeartbeat => match version {
+            0..=2 => Some(0),
+            _ => None,
+        },
+        ApiKey::DescribeTransactions => match version {
+            0..=0 => Some(0),
+            _ => None,
+        },
+        ApiKey::ListTransactions => match version {
+            0..=2 => Some(0),
+            _ => None,
+        },
+        ApiKey::AllocateProducerIds => match version {
+            0..=0 => Some(0),
+            _ => None,
+        },
+        ApiKey::ConsumerGroupHeartbeat => match version {
+            0..=1 => Some(0),
+            _ => None,
+        },
+        ApiKey::ConsumerGroupDescribe => match version {
+            0..=1 => Some(0),
+            _ => None,
+        },
+        ApiKey::ControllerRegistration => match version {
+            0..=0 => Some(0),
+            _ => None,
+        },
+        ApiKey::DescribeTopicPartitions => match version {
+            0..=0 => Some(0),
+            _ => None,
+        },
+        ApiKey::AddRaftVoter => match version {
+            0..=1 => Some(0),
+            _ => None,
+        },
+        ApiKey::RemoveRaftVoter => match version {
+            0..=0 => Some(0),
+            _ => None,
+        },
+        _ => None,
+    }
+}

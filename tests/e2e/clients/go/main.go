@@ -86,6 +86,7 @@ type options struct {
 	bootstrap, topic, codec, acks, out string
 	partitions, count, seed, expect    int64
 	idempotent                         bool
+	transactionalID                    string
 	timeoutS                           float64
 	clientConfig                       string
 }
@@ -103,6 +104,7 @@ func parse(cmd string, args []string) (options, error) {
 	fs.Int64Var(&o.seed, "seed", 0, "generator seed")
 	fs.Int64Var(&o.expect, "expect", 0, "records to consume")
 	fs.BoolVar(&o.idempotent, "idempotent", false, "idempotent producer")
+	fs.StringVar(&o.transactionalID, "transactional-id", "", "produce every record in one transaction with this id")
 	fs.Float64Var(&o.timeoutS, "timeout-s", 60, "consume timeout in seconds")
 	fs.StringVar(&o.clientConfig, "client-config", "", "client properties file (TLS)")
 	err := fs.Parse(args)
@@ -174,7 +176,11 @@ func produce(o options) error {
 	default:
 		return fmt.Errorf("unknown acks %q", o.acks)
 	}
-	if !o.idempotent {
+	// With --transactional-id, every record in one transaction, committed once all are
+	// acknowledged.
+	if o.transactionalID != "" {
+		opts = append(opts, kgo.TransactionalID(o.transactionalID))
+	} else if !o.idempotent {
 		opts = append(opts, kgo.DisableIdempotentWrite())
 	}
 	cl, err := kgo.NewClient(opts...)
@@ -182,6 +188,11 @@ func produce(o options) error {
 		return err
 	}
 	defer cl.Close()
+	if o.transactionalID != "" {
+		if err := cl.BeginTransaction(); err != nil {
+			return err
+		}
+	}
 	partitions, err := partitionCount(cl, o.topic)
 	if err != nil {
 		return err
@@ -234,6 +245,9 @@ func produce(o options) error {
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d records failed; first error: %w", failed, firstErr)
+	}
+	if o.transactionalID != "" {
+		return cl.EndTransaction(produceCtx, kgo.TryCommit)
 	}
 	return nil
 }

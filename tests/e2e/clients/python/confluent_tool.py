@@ -40,6 +40,8 @@ def produce(a: dict) -> int:
             "acks": a["acks"],
             "compression.codec": a["codec"],
             "enable.idempotence": bool(a.get("idempotent")),
+            # With --transactional-id, every record in one transaction, committed once all are acknowledged.
+            **({"transactional.id": a["transactional-id"]} if "transactional-id" in a else {}),
             # Long enough to ride out a broker restart in the kill -9 test.
             "message.timeout.ms": 120000,
             "request.timeout.ms": 15000,
@@ -48,6 +50,9 @@ def produce(a: dict) -> int:
         }
     )
     partitions = partition_count(producer, topic)
+    if "transactional-id" in a:
+        producer.init_transactions(60)
+        producer.begin_transaction()
     failed = []
     with open(a["out"], "w", encoding="ascii") as out:
 
@@ -77,6 +82,8 @@ def produce(a: dict) -> int:
                     producer.poll(0.05)
             producer.poll(0)
         remaining = producer.flush(180)
+        if "transactional-id" in a and not remaining and not failed:
+            producer.commit_transaction(60)
     if remaining or failed:
         first = failed[0] if failed else None
         print(f"produce: {len(failed)} failed, {remaining} undelivered; first failure: {first}", file=sys.stderr)

@@ -40,13 +40,18 @@ def produce(a: dict) -> int:
         **client_config(a),
         acks="all" if a["acks"] == "all" else int(a["acks"]),
         compression_type=None if a["codec"] == "none" else a["codec"],
-        enable_idempotence=bool(a.get("idempotent")),
+        enable_idempotence=bool(a.get("idempotent")) or "transactional-id" in a,
+        # With --transactional-id, every record in one transaction, committed once all are acknowledged.
+        **({"transactional_id": a["transactional-id"]} if "transactional-id" in a else {}),
         # Long enough to ride out a broker restart in the kill -9 test.
         delivery_timeout_ms=120000,
         request_timeout_ms=15000,
         linger_ms=5,
     )
     partitions = len(producer.partitions_for(topic))
+    if "transactional-id" in a:
+        producer.init_transactions()
+        producer.begin_transaction()
     failed = []
     with open(a["out"], "w", encoding="ascii") as out:
 
@@ -70,6 +75,8 @@ def produce(a: dict) -> int:
             fut.add_callback(on_ack, i)
             fut.add_errback(on_error, i)
         producer.flush()
+        if "transactional-id" in a and not failed:
+            producer.commit_transaction()
         producer.close()
     if failed:
         print(f"produce: {len(failed)} failed; first failure: {failed[0]}", file=sys.stderr)

@@ -136,11 +136,16 @@ public final class ClientTool {
         String topic = need(args, "topic");
         long count = Long.parseLong(need(args, "count"));
         long seed = Long.parseLong(need(args, "seed"));
-        boolean idempotent = args.containsKey("idempotent");
+        // With --transactional-id, every record in one transaction, committed once all are acknowledged.
+        String transactionalId = args.get("transactional-id");
+        boolean idempotent = args.containsKey("idempotent") || transactionalId != null;
         Properties props = clientProps(args);
         props.put(ProducerConfig.ACKS_CONFIG, need(args, "acks"));
         props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, need(args, "codec"));
         props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, Boolean.toString(idempotent));
+        if (transactionalId != null) {
+            props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+        }
         // Long enough to ride out a broker restart in the kill -9 test.
         props.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "120000");
         props.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
@@ -153,6 +158,10 @@ public final class ClientTool {
         try (BufferedWriter out = Files.newBufferedWriter(Path.of(need(args, "out")), StandardCharsets.US_ASCII);
                 KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
             int partitions = producer.partitionsFor(topic).size();
+            if (transactionalId != null) {
+                producer.initTransactions();
+                producer.beginTransaction();
+            }
             for (long i = 0; i < count; i++) {
                 RecordGen r = RecordGen.of(seed, i);
                 List<Header> headers = new ArrayList<>();
@@ -179,6 +188,9 @@ public final class ClientTool {
                 });
             }
             producer.flush();
+            if (transactionalId != null && failed.get() == 0) {
+                producer.commitTransaction();
+            }
         }
         if (failed.get() > 0) {
             System.err.println("produce: " + failed.get() + " records failed; first error: " + firstError.get());
