@@ -456,7 +456,13 @@ impl Controller {
         Some(match &request.api {
             ControllerApi::CreateDelegationToken(r) => {
                 let token_id = new_token_id().to_string();
-                crate::token_admin::create(config, r, principal, wall_ms, token_id)
+                crate::token_admin::create(
+                    config,
+                    r,
+                    (principal, request.version),
+                    wall_ms,
+                    token_id,
+                )
             }
             ControllerApi::RenewDelegationToken(r) => {
                 crate::token_admin::renew(image, config, r, principal, wall_ms)

@@ -39,7 +39,7 @@ pub use apis::{
 };
 pub use decision::Decision;
 pub use error::ControllerError;
-pub use token_admin::{parse_principal, token_owner};
+pub use token_admin::{parse_principal, token_owner, REQUESTER_FROM_VERSION};
 
 #[cfg(test)]
 mod testing {

@@ -38,19 +38,32 @@ pub fn parse_principal(text: &str) -> Option<KafkaPrincipal> {
     })
 }
 
-/// A CreateDelegationToken answer: owner and requester always, the token when `token` is some.
+/// The first CreateDelegationToken and DescribeDelegationToken versions that name the requester.
+pub const REQUESTER_FROM_VERSION: i16 = 3;
+
+/// A CreateDelegationToken answer: the owner always, the requester (from v3), the token when
+/// `token` is some.
 fn created(
     error_code: i16,
     owner: &KafkaPrincipal,
-    requester: &KafkaPrincipal,
+    (requester, version): (&KafkaPrincipal, i16),
     token: Option<(&DelegationTokenRecord, Vec<u8>)>,
 ) -> ResponseBody {
+    let named = version >= REQUESTER_FROM_VERSION;
     let mut response = CreateDelegationTokenResponse {
         error_code,
         principal_type: owner.principal_type.clone(),
         principal_name: owner.name.clone(),
-        token_requester_principal_type: requester.principal_type.clone(),
-        token_requester_principal_name: requester.name.clone(),
+        token_requester_principal_type: if named {
+            requester.principal_type.clone()
+        } else {
+            String::new()
+        },
+        token_requester_principal_name: if named {
+            requester.name.clone()
+        } else {
+            String::new()
+        },
         issue_timestamp_ms: NO_TIMESTAMP,
         expiry_timestamp_ms: NO_TIMESTAMP,
         max_timestamp_ms: NO_TIMESTAMP,
@@ -85,11 +98,12 @@ pub fn token_owner(
 pub(crate) fn create(
     config: Option<&DelegationTokenConfig>,
     request: &CreateDelegationTokenRequest,
-    requester: &KafkaPrincipal,
+    (requester, version): (&KafkaPrincipal, i16),
     now_ms: i64,
     token_id: String,
 ) -> Decision {
     let owner = token_owner(request, requester);
+    let requester = (requester, version);
     let Some(config) = config else {
         return Decision::answer(created(
             errors::DELEGATION_TOKEN_AUTH_DISABLED,
@@ -114,7 +128,7 @@ pub(crate) fn create(
     let token = DelegationTokenRecord {
         token_id,
         owner: owner.to_string(),
-        requester: requester.to_string(),
+        requester: requester.0.to_string(),
         renewers: request
             .renewers
             .iter()
@@ -282,7 +296,12 @@ pub(crate) fn create_refused(
         principal_type: String::new(),
         name: String::new(),
     };
-    created(error_code, &token_owner(request, &nobody), &nobody, None)
+    created(
+        error_code,
+        &token_owner(request, &nobody),
+        (&nobody, 0),
+        None,
+    )
 }
 
 pub(crate) fn renew_refused(error_code: i16) -> ResponseBody {
@@ -325,7 +344,13 @@ mod tests {
         now: i64,
     ) -> (MetadataImage, CreateDelegationTokenResponse) {
         let alice = KafkaPrincipal::user(requester);
-        let decision = create(Some(&config()), &request, &alice, now, format!("id-{now}"));
+        let decision = create(
+            Some(&config()),
+            &request,
+            (&alice, 3),
+            now,
+            format!("id-{now}"),
+        );
         let ResponseBody::CreateDelegationToken(response) = decision.response else {
             panic!("{:?}", decision.response)
         };
@@ -384,7 +409,7 @@ mod tests {
         let refused = create(
             None,
             &CreateDelegationTokenRequest::default(),
-            &KafkaPrincipal::user("alice"),
+            (&KafkaPrincipal::user("alice"), 3),
             0,
             "x".into(),
         );
@@ -402,6 +427,20 @@ mod tests {
         };
         let (_, r) = created_by(&image, "alice", group_renewer, 3000);
         assert_eq!(r.error_code, errors::INVALID_PRINCIPAL_TYPE);
+        // Before v3 the answer names no requester, and encodes.
+        let old = create(
+            Some(&config()),
+            &CreateDelegationTokenRequest::default(),
+            (&KafkaPrincipal::user("alice"), 1),
+            0,
+            "v1".into(),
+        );
+        let ResponseBody::CreateDelegationToken(r) = old.response else {
+            panic!()
+        };
+        assert_eq!(r.token_requester_principal_name, "");
+        let mut out = bytes::BytesMut::new();
+        fjord_protocol::Encodable::encode(&r, &mut out, 1).unwrap();
     }
 
     #[test]

@@ -3068,6 +3068,13 @@ fn every_advertised_version_answers() {
                         validate_only: true,
                     },
                 ),
+                // On a PLAINTEXT listener: DELEGATION_TOKEN_REQUEST_NOT_ALLOWED.
+                ApiKey::CreateDelegationToken => RequestBody::CreateDelegationToken(Default::default()),
+                ApiKey::RenewDelegationToken => RequestBody::RenewDelegationToken(Default::default()),
+                ApiKey::ExpireDelegationToken => RequestBody::ExpireDelegationToken(Default::default()),
+                ApiKey::DescribeDelegationToken => {
+                    RequestBody::DescribeDelegationToken(Default::default())
+                }
                 // On a listener without SASL: answered ILLEGAL_SASL_STATE.
                 ApiKey::SaslHandshake => RequestBody::SaslHandshake(
                     fjord_protocol::messages::sasl_handshake_request::SaslHandshakeRequest {

@@ -248,7 +248,7 @@ impl ControllerDispatch {
             Ok(request) => request,
             Err(other) => return Answer::Now(self.answer_here(*other, version)),
         };
-        if let Some(refused) = crate::api::tokens::refusal(access, &api_request) {
+        if let Some(refused) = crate::api::tokens::refusal(access, &api_request, version) {
             return Answer::Now(refused);
         }
         // A forwarding broker names itself in its client id; anyone else speaks for no broker.

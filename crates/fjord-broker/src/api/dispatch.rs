@@ -217,7 +217,7 @@ impl Broker {
                 message,
             ));
         }
-        if let Some(refused) = crate::api::tokens::refusal(access, &request) {
+        if let Some(refused) = crate::api::tokens::refusal(access, &request, answer.version) {
             return answer.now(refused);
         }
         // Made for the client: a controller on another node judges it (and decides token
@@ -483,7 +483,7 @@ impl Broker {
             RequestBody::DescribeDelegationToken(request) => {
                 let config = self.node.config.delegation_tokens();
                 answer.now(ResponseBody::DescribeDelegationToken(
-                    crate::api::tokens::describe(access, config.as_ref(), &request),
+                    crate::api::tokens::describe(access, config.as_ref(), &request, version),
                 ))
             }
             other => unrouted(&other),

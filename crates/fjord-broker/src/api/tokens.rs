@@ -8,7 +8,9 @@ use fjord_common::errors;
 use fjord_common::scram::delegation_token_hmac;
 use fjord_common::KafkaPrincipal;
 use fjord_config::DelegationTokenConfig;
-use fjord_controller::{error_response, parse_principal, token_owner, ControllerApi};
+use fjord_controller::{
+    error_response, parse_principal, token_owner, ControllerApi, REQUESTER_FROM_VERSION,
+};
 use fjord_metadata::acl::{AclOperation, ResourceType};
 use fjord_metadata::DelegationTokenRecord;
 use fjord_protocol::messages::describe_delegation_token_request::DescribeDelegationTokenRequest;
@@ -36,9 +38,9 @@ impl Broker {
     }
 }
 
-/// The answer to a token request the connection may not make, as Kafka's request handler
-/// refuses it before the controller sees it; None when it goes on to the controller.
-pub(crate) fn refusal(access: &Access, api: &ControllerApi) -> Option<ResponseBody> {
+/// The answer to a token request (at `version`) the connection may not make, as Kafka's request
+/// handler refuses it before the controller sees it; None when it goes on to the controller.
+pub(crate) fn refusal(access: &Access, api: &ControllerApi, version: i16) -> Option<ResponseBody> {
     let requester = access.requester();
     let code = match api {
         ControllerApi::CreateDelegationToken(_)
@@ -69,8 +71,10 @@ pub(crate) fn refusal(access: &Access, api: &ControllerApi) -> Option<ResponseBo
     let mut response = error_response(api, code, "");
     if let ResponseBody::CreateDelegationToken(created) = &mut response {
         // The requester is known here, unlike on the controller.
-        created.token_requester_principal_type = requester.principal.principal_type.clone();
-        created.token_requester_principal_name = requester.principal.name.clone();
+        if version >= REQUESTER_FROM_VERSION {
+            created.token_requester_principal_type = requester.principal.principal_type.clone();
+            created.token_requester_principal_name = requester.principal.name.clone();
+        }
         if let ControllerApi::CreateDelegationToken(request) = api {
             let owner = token_owner(request, &requester.principal);
             created.principal_type = owner.principal_type;
@@ -87,6 +91,7 @@ pub(crate) fn describe(
     access: &Access,
     config: Option<&DelegationTokenConfig>,
     request: &DescribeDelegationTokenRequest,
+    version: i16,
 ) -> DescribeDelegationTokenResponse {
     let refused = |error_code| DescribeDelegationTokenResponse {
         error_code,
@@ -130,7 +135,7 @@ pub(crate) fn describe(
                         &token.owner,
                     ))
         })
-        .map(|token| described(token, &config.secret_key))
+        .map(|token| described(token, &config.secret_key, version))
         .collect();
     DescribeDelegationTokenResponse {
         error_code: errors::NONE,
@@ -146,12 +151,23 @@ fn owner_or_renewer(token: &DelegationTokenRecord, principal: &str) -> bool {
         || token.renewers.iter().any(|r| r == principal)
 }
 
-fn described(token: &DelegationTokenRecord, secret_key: &str) -> DescribedDelegationToken {
+fn described(
+    token: &DelegationTokenRecord,
+    secret_key: &str,
+    version: i16,
+) -> DescribedDelegationToken {
     let principal = |text: &str| {
         parse_principal(text).unwrap_or_else(|| KafkaPrincipal::user(text.to_string()))
     };
     let owner = principal(&token.owner);
-    let requester = principal(&token.requester);
+    let requester = if version >= REQUESTER_FROM_VERSION {
+        principal(&token.requester)
+    } else {
+        KafkaPrincipal {
+            principal_type: String::new(),
+            name: String::new(),
+        }
+    };
     DescribedDelegationToken {
         principal_type: owner.principal_type,
         principal_name: owner.name,
