@@ -39,9 +39,10 @@ def produce(a: dict) -> int:
             **client_config(a),
             "acks": a["acks"],
             "compression.codec": a["codec"],
-            "enable.idempotence": bool(a.get("idempotent")),
+            "enable.idempotence": bool(a.get("idempotent")) or "transactional-id" in a,
             # With --transactional-id, every record in one transaction, committed once all are acknowledged.
-            **({"transactional.id": a["transactional-id"]} if "transactional-id" in a else {}),
+            **({"transactional.id": a["transactional-id"], "transaction.timeout.ms": 120000}
+               if "transactional-id" in a else {}),
             # Long enough to ride out a broker restart in the kill -9 test.
             "message.timeout.ms": 120000,
             "request.timeout.ms": 15000,
