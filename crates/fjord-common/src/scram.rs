@@ -135,6 +135,16 @@ pub fn delegation_token_hmac(secret_key: &str, token_id: &str) -> Vec<u8> {
     ScramMechanism::Sha512.hmac(secret_key.as_bytes(), token_id.as_bytes())
 }
 
+/// Whether `hmac` is the HMAC of token `token_id`, compared in constant time (it is the token's
+/// password).
+pub fn is_delegation_token_hmac(secret_key: &str, token_id: &str, hmac: &[u8]) -> bool {
+    let Ok(mut mac) = <Hmac<Sha512> as KeyInit>::new_from_slice(secret_key.as_bytes()) else {
+        return false;
+    };
+    mac.update(token_id.as_bytes());
+    mac.verify_slice(hmac).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -246,7 +246,8 @@ pub struct ControllerRequest {
     pub version: i16,
     pub api: ControllerApi,
     pub requester: i32,
-    /// The client the request is made for, when the decision depends on who asks.
+    /// The client the request is made for (none: the broker's own request); the decisions that
+    /// depend on who asks (delegation tokens) are made for it.
     pub client: Option<Arc<Requester>>,
     pub deadline: Option<std::time::Instant>,
 }

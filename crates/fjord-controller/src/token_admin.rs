@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 use fjord_common::errors;
-use fjord_common::scram::delegation_token_hmac;
+use fjord_common::scram::{delegation_token_hmac, is_delegation_token_hmac};
 use fjord_common::KafkaPrincipal;
 use fjord_config::DelegationTokenConfig;
 use fjord_metadata::{
@@ -155,7 +155,7 @@ fn token_of<'a>(
 ) -> Option<&'a DelegationTokenRecord> {
     image
         .delegation_tokens()
-        .find(|t| delegation_token_hmac(&config.secret_key, &t.token_id) == hmac)
+        .find(|t| is_delegation_token_hmac(&config.secret_key, &t.token_id, hmac))
 }
 
 /// Whether `principal` may renew or expire `token`: its owner or one of its renewers.
@@ -168,22 +168,15 @@ fn is_expired(token: &DelegationTokenRecord, now_ms: i64) -> bool {
     token.max_timestamp < now_ms || token.expiration_timestamp < now_ms
 }
 
-/// A token, found by its HMAC, that `principal` may renew or expire; else the error code.
-fn renewable<'a>(
+/// The token whose HMAC is `hmac`, with the settings; else the error code.
+fn found<'a>(
     image: &'a MetadataImage,
     config: Option<&'a DelegationTokenConfig>,
     hmac: &[u8],
-    principal: &KafkaPrincipal,
 ) -> Result<(&'a DelegationTokenRecord, &'a DelegationTokenConfig), i16> {
     let config = config.ok_or(errors::DELEGATION_TOKEN_AUTH_DISABLED)?;
     let token = token_of(image, config, hmac).ok_or(errors::DELEGATION_TOKEN_NOT_FOUND)?;
-    Ok((token, config)).and_then(|found| {
-        if may_renew(token, principal) {
-            Ok(found)
-        } else {
-            Err(errors::DELEGATION_TOKEN_OWNER_MISMATCH)
-        }
-    })
+    Ok((token, config))
 }
 
 /// The same token expiring at `expiry`.
@@ -219,12 +212,17 @@ pub(crate) fn renew(
     principal: &KafkaPrincipal,
     now_ms: i64,
 ) -> Decision {
-    let (token, config) = match renewable(image, config, &request.hmac, principal) {
+    let (token, config) = match found(image, config, &request.hmac) {
         Ok(found) => found,
         Err(code) => return Decision::answer(renewed(code, NO_TIMESTAMP)),
     };
+    // Kafka's order: an expired token is refused as such, whoever asks.
     if is_expired(token, now_ms) {
         return Decision::answer(renewed(errors::DELEGATION_TOKEN_EXPIRED, NO_TIMESTAMP));
+    }
+    if !may_renew(token, principal) {
+        let code = errors::DELEGATION_TOKEN_OWNER_MISMATCH;
+        return Decision::answer(renewed(code, NO_TIMESTAMP));
     }
     let period = match request.renew_period_ms {
         asked if asked > 0 => asked.min(config.expiry_time_ms),
@@ -247,10 +245,14 @@ pub(crate) fn expire(
     principal: &KafkaPrincipal,
     now_ms: i64,
 ) -> Decision {
-    let (token, _) = match renewable(image, config, &request.hmac, principal) {
+    let (token, _) = match found(image, config, &request.hmac) {
         Ok(found) => found,
         Err(code) => return Decision::answer(expired(code, NO_TIMESTAMP)),
     };
+    if !may_renew(token, principal) {
+        let code = errors::DELEGATION_TOKEN_OWNER_MISMATCH;
+        return Decision::answer(expired(code, NO_TIMESTAMP));
+    }
     if request.expiry_time_period_ms < 0 {
         return Decision {
             records: vec![MetadataRecord::RemoveDelegationToken(

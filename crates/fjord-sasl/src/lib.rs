@@ -5,10 +5,11 @@
 //! refuses them. Any other request first closes the connection unanswered; a refusal is answered
 //! after `connection.failed.authentication.delay.ms`, then the connection closes.
 //!
-//! A session may end (`connections.max.reauth.ms`, KIP-368): the client learns its lifetime from
-//! SaslAuthenticate v1+ and authenticates again on the same connection before then, with a
-//! SaslHandshake and SaslAuthenticate between its other requests, by the same mechanism and as
-//! the same principal; a connection used after its session ended is closed.
+//! A session may end (`connections.max.reauth.ms`, KIP-368, or its token's expiry): the client
+//! learns its lifetime from SaslAuthenticate v1+ and authenticates again on the same connection
+//! before then, with a SaslHandshake and SaslAuthenticate between its other requests, by the
+//! same mechanism and as the same principal; a connection used after its session ended is
+//! closed.
 //!
 //! Sans-IO: an [`Authenticator`] is fed each frame and says what to do; the broker's network
 //! shell reads and writes. [`plain`] and [`scram`] are the mechanisms.
@@ -337,7 +338,7 @@ impl<'a> Authenticator<'a> {
         mechanism: SaslMechanism,
         token: &[u8],
     ) -> Result<Verdict, AuthenticationFailed> {
-        // A token's expiry, which ends the session sooner than the listener's limit would.
+        // A token's expiry (ms from now), which ends the session.
         let mut expires_ms = None;
         let mut delegation_token = false;
         let (user, token) = match mechanism {
@@ -401,14 +402,15 @@ impl<'a> Authenticator<'a> {
                 )));
             }
         }
-        // With re-authentication on, a session ends by the listener's limit or its token's
-        // expiry, whichever comes first (KIP-368); without, it lasts as long as the connection.
-        let lifetime = self
-            .config
-            .settings
-            .session_lifetime_ms(mechanism)
-            .map(|ms| expires_ms.map_or(ms, |left| ms.min(left)))
-            .map(|ms| Duration::from_millis(ms.unsigned_abs()));
+        // A session ends by the listener's limit (KIP-368) or its token's expiry, whichever
+        // comes first: a token's expiry ends it even without a limit, as in Kafka. With
+        // neither, it lasts as long as the connection.
+        let limit = self.config.settings.session_lifetime_ms(mechanism);
+        let lifetime = match (limit, expires_ms) {
+            (Some(limit), Some(left)) => Some(limit.min(left)),
+            (limit, left) => limit.or(left),
+        }
+        .map(|ms| Duration::from_millis(ms.max(0).unsigned_abs()));
         let session = Session {
             principal,
             mechanism,
@@ -566,6 +568,8 @@ mod tests {
         };
         assert_eq!(session.principal.to_string(), "User:carol");
         assert!(session.delegation_token);
+        // Without a re-authentication limit the session still ends when the token does.
+        assert_eq!(session.lifetime, Some(Duration::from_secs(60)));
         assert!(matches!(
             exchange("expired", ",tokenauth=true"),
             Some(Step::Fail { .. })

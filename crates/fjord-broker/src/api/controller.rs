@@ -53,8 +53,28 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateDelegationToken, 1, 3),
     (ApiKey::RenewDelegationToken, 1, 2),
     (ApiKey::ExpireDelegationToken, 1, 2),
-    // Brokers forward requests made for a client (delegation tokens) in an Envelope.
+    // A client's request a broker forwards comes in an Envelope naming the client.
     (ApiKey::Envelope, 0, 0),
+];
+
+/// The requests an Envelope may carry: those brokers forward for clients, never the brokers'
+/// own (registration, heartbeats, AlterPartition, producer ids) nor the quorum's.
+const FORWARDED_APIS: &[ApiKey] = &[
+    ApiKey::CreateTopics,
+    ApiKey::DeleteTopics,
+    ApiKey::CreatePartitions,
+    ApiKey::ElectLeaders,
+    ApiKey::AlterPartitionReassignments,
+    ApiKey::ListPartitionReassignments,
+    ApiKey::IncrementalAlterConfigs,
+    ApiKey::AlterConfigs,
+    ApiKey::AlterUserScramCredentials,
+    ApiKey::CreateAcls,
+    ApiKey::DeleteAcls,
+    ApiKey::AlterClientQuotas,
+    ApiKey::CreateDelegationToken,
+    ApiKey::RenewDelegationToken,
+    ApiKey::ExpireDelegationToken,
 ];
 
 /// Answers raft RPCs on any listener that carries them (a controller's controller listener, a
@@ -305,14 +325,13 @@ impl ControllerDispatch {
         };
         let api = body.api_key();
         let version = header.request_api_version;
-        let served = api != ApiKey::Envelope
-            && CONTROLLER_APIS
-                .iter()
-                .any(|(key, min, max)| *key == api && (*min..=*max).contains(&version));
-        if !served {
+        let served = CONTROLLER_APIS
+            .iter()
+            .any(|(key, min, max)| *key == api && (*min..=*max).contains(&version));
+        if !served || !FORWARDED_APIS.contains(&api) {
             return sealed(EnvelopeResponse {
                 response_data: None,
-                error_code: errors::UNSUPPORTED_VERSION,
+                error_code: errors::INVALID_REQUEST,
             });
         }
         let inner = Access::new(

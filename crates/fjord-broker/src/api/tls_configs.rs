@@ -39,9 +39,11 @@ fn ours<'a>(
         && names.any(is_listener_tls_key)
 }
 
-/// Whether `api` changes a listener keystore or truststore of this node.
+/// Whether `api` changes a listener keystore or truststore of this node (not validate-only).
 pub(crate) fn names_listener_tls(node: &Node, api: &ControllerApi) -> bool {
     match api {
+        ControllerApi::IncrementalAlterConfigs(r) if r.validate_only => false,
+        ControllerApi::AlterConfigs(r) if r.validate_only => false,
         ControllerApi::IncrementalAlterConfigs(r) => r.resources.iter().any(|c| {
             ours(
                 node,
@@ -88,15 +90,16 @@ pub(crate) fn refuse_unusable(node: &Node, api: &mut ControllerApi) -> Option<Re
     let (own, default) = node.image().broker_config_layers(node.config.node_id);
     let mut refused: Vec<ResponseBody> = Vec::new();
     // Keeps a resource whose change is usable; answers one whose change is not.
-    let mut keep = |after: &BTreeMap<String, String>, part: &dyn Fn() -> ControllerApi| match usable(
-        node, &own, after, &default,
-    ) {
-        Ok(()) => true,
-        Err(reason) => {
-            refused.push(error_response(&part(), errors::INVALID_REQUEST, &reason));
-            false
-        }
-    };
+    let mut keep =
+        |after: &BTreeMap<String, String>,
+         names: &mut dyn Iterator<Item = &str>,
+         part: &dyn Fn() -> ControllerApi| match usable(node, after, &default, names) {
+            Ok(()) => true,
+            Err(reason) => {
+                refused.push(error_response(&part(), errors::INVALID_REQUEST, &reason));
+                false
+            }
+        };
     match api {
         ControllerApi::IncrementalAlterConfigs(request) => request.resources.retain(|resource| {
             let names = resource.configs.iter().map(|c| c.name.as_str());
@@ -115,7 +118,8 @@ pub(crate) fn refuse_unusable(node: &Node, api: &mut ControllerApi) -> Option<Re
                     _ => {}
                 }
             }
-            keep(&after, &|| {
+            let mut names = resource.configs.iter().map(|c| c.name.as_str());
+            keep(&after, &mut names, &|| {
                 ControllerApi::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
                     resources: vec![resource.clone()],
                     validate_only: false,
@@ -133,7 +137,8 @@ pub(crate) fn refuse_unusable(node: &Node, api: &mut ControllerApi) -> Option<Re
                 .iter()
                 .filter_map(|c| Some((c.name.clone(), c.value.clone()?)))
                 .collect();
-            keep(&after, &|| {
+            let mut names = resource.configs.iter().map(|c| c.name.as_str());
+            keep(&after, &mut names, &|| {
                 ControllerApi::AlterConfigs(AlterConfigsRequest {
                     resources: vec![resource.clone()],
                     validate_only: false,
@@ -150,33 +155,36 @@ pub(crate) fn refuse_unusable(node: &Node, api: &mut ControllerApi) -> Option<Re
     Some(answer)
 }
 
-/// Whether every TLS listener of this node can take its settings with this node's dynamic
-/// configs changed from `before` to `after`; why not.
-fn usable(
+/// Whether each TLS listener of this node whose keys the change names can take its settings
+/// with this node's dynamic configs changed to `after`; why not. Checked even when a listener's
+/// settings stay the same: the file they name may be a new one (a renewed keystore).
+fn usable<'a>(
     node: &Node,
-    before: &BTreeMap<String, String>,
     after: &BTreeMap<String, String>,
     default: &BTreeMap<String, String>,
+    named: impl Iterator<Item = &'a str>,
 ) -> Result<(), String> {
     let config = &node.config;
-    let old = DynamicBrokerConfig::new(before.clone(), default.clone());
     let new = DynamicBrokerConfig::new(after.clone(), default.clone());
+    // The listeners whose keys the change names (`listener.name.<l>.ssl.*`, `<l>` in lower case).
+    let named: Vec<&str> = named
+        .filter(|key| is_listener_tls_key(key))
+        .filter_map(|key| key.strip_prefix("listener.name.")?.split_once('.'))
+        .map(|(listener, _)| listener)
+        .collect();
     for listener in &config.listeners {
+        if !named.contains(&listener.name.to_ascii_lowercase().as_str()) {
+            continue;
+        }
         let failed = |e: String| format!("listener {}: {e}", listener.name);
         let wanted = config
             .listener_tls_with(&listener.name, &new)
             .map_err(|e| failed(e.to_string()))?;
-        let (Some(wanted), Ok(Some(current))) =
-            (wanted, config.listener_tls_with(&listener.name, &old))
-        else {
+        let Some(wanted) = wanted else {
             continue;
         };
-        if wanted == current && before == after {
-            continue;
-        }
         server_config(&wanted).map_err(|e| failed(e.to_string()))?;
-        // Compared with the certificate the listener presents now (its file may have been
-        // replaced already: that is how a renewed keystore is loaded).
+        // Compared with the certificate the listener presents now.
         let presented = node
             .listener_tls
             .get(&listener.name)

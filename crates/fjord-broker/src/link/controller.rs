@@ -10,9 +10,6 @@ use std::time::{Duration, Instant};
 use fjord_client::{ClientConfig, Connection};
 use fjord_controller::{is_not_controller, ControllerError, ControllerRequest};
 use fjord_protocol::{RequestBody, ResponseBody};
-
-/// The Envelope version forwarded requests travel in.
-pub(crate) const ENVELOPE_VERSION: i16 = 0;
 use fjord_quorum::{MetadataQuorum, QuorumController};
 
 /// How long a request keeps looking for the active controller (through elections, a quorum
@@ -171,6 +168,15 @@ impl ControllerLink {
                 let ResponseBody::Envelope(envelope) = answer else {
                     return Err(unreachable("not an Envelope response".into()));
                 };
+                // The controller refused the Envelope itself (this node's principal may not
+                // forward, the request is not one it takes): an answer, not worth retrying.
+                if envelope.error_code != fjord_common::errors::NONE {
+                    return Ok(fjord_controller::error_response(
+                        &request.api,
+                        envelope.error_code,
+                        "the controller refused the forwarded request",
+                    ));
+                }
                 super::envelope::unwrap(api, request.version, envelope).map_err(unreachable)?
             }
             None => connection
@@ -189,6 +195,9 @@ impl ControllerLink {
 pub fn forwarding_client_id(node_id: i32) -> String {
     format!("{FORWARDING_CLIENT_PREFIX}{node_id}")
 }
+
+/// The Envelope version a client's requests travel in.
+pub(crate) const ENVELOPE_VERSION: i16 = 0;
 
 /// See [`forwarding_client_id`].
 pub const FORWARDING_CLIENT_PREFIX: &str = "fjord-broker-";

@@ -125,18 +125,13 @@ pub fn seal(response: Bytes) -> EnvelopeResponse {
     }
 }
 
-/// The response inside an Envelope response to a request of `api` at `version`.
+/// The response inside an Envelope response (one the controller did not refuse) to a request of
+/// `api` at `version`.
 pub fn unwrap(
     api: ApiKey,
     version: i16,
     envelope: EnvelopeResponse,
 ) -> Result<ResponseBody, String> {
-    if envelope.error_code != fjord_common::errors::NONE {
-        return Err(format!(
-            "the controller refused the Envelope: {}",
-            fjord_common::errors::name(envelope.error_code)
-        ));
-    }
     let data = envelope
         .response_data
         .ok_or("an Envelope response without data")?;
