@@ -57,8 +57,9 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Envelope, 0, 0),
 ];
 
-/// The requests an Envelope may carry: those brokers forward for clients, never the brokers'
-/// own (registration, heartbeats, AlterPartition, producer ids) nor the quorum's.
+/// The requests an Envelope may carry: every controller request a broker takes from clients
+/// and forwards (the quorum's admin requests too), never the brokers' own (registration,
+/// heartbeats, AlterPartition, producer ids).
 const FORWARDED_APIS: &[ApiKey] = &[
     ApiKey::CreateTopics,
     ApiKey::DeleteTopics,
@@ -75,6 +76,9 @@ const FORWARDED_APIS: &[ApiKey] = &[
     ApiKey::CreateDelegationToken,
     ApiKey::RenewDelegationToken,
     ApiKey::ExpireDelegationToken,
+    ApiKey::DescribeQuorum,
+    ApiKey::AddRaftVoter,
+    ApiKey::RemoveRaftVoter,
 ];
 
 /// Answers raft RPCs on any listener that carries them (a controller's controller listener, a
@@ -355,6 +359,33 @@ impl ControllerDispatch {
             Answer::Now(body) => Reply::Now(seal(&body)),
             Answer::Later(future) => Reply::Later(Box::pin(async move { seal(&future.await) })),
             Answer::Close(reason) => Reply::Close(reason),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A broker forwards every controller request its clients may send in an Envelope: the
+    /// controller must open each (a request it refused would fail for every client but the
+    /// active controller's own).
+    #[test]
+    fn every_controller_request_a_broker_serves_clients_may_come_in_an_envelope() {
+        // Answered by the broker itself, never forwarded.
+        let own = [
+            ApiKey::ApiVersions,
+            ApiKey::DescribeCluster,
+            ApiKey::Envelope,
+        ];
+        for (api, _, _) in crate::api::versions::SUPPORTED_APIS {
+            let controller_serves = CONTROLLER_APIS.iter().any(|(a, _, _)| a == api);
+            if controller_serves && !own.contains(api) {
+                assert!(
+                    FORWARDED_APIS.contains(api),
+                    "{api:?} is forwarded but refused in an Envelope"
+                );
+            }
         }
     }
 }
