@@ -3,19 +3,23 @@
 # Kafka's own KRaft keys.
 #
 #   scripts/cluster.sh up N     start N nodes (1..9); node i: client port BASE+10*(i-1),
-#                               controller port one above; prints the bootstrap servers
+#                               controller port one above, HTTP (metrics, health) port
+#                               HTTP_BASE+i-1; prints the bootstrap servers, and each
+#                               node's HTTP address on stderr
 #   scripts/cluster.sh down     stop them (SIGTERM, then wait)
 #   scripts/cluster.sh status   which nodes run
 #
 # Environment: FJORD_CLUSTER_DIR (default ./fjord-cluster) holds each node's properties, data
-# and log; FJORD_CLUSTER_BASE_PORT (default 9092); FJORD_BIN (default target/release/fjord).
+# and log; FJORD_CLUSTER_BASE_PORT (default 9092); FJORD_CLUSTER_HTTP_BASE_PORT (default
+# 9644); FJORD_BIN (default target/release/fjord).
 set -euo pipefail
 
 dir=${FJORD_CLUSTER_DIR:-./fjord-cluster}
 base=${FJORD_CLUSTER_BASE_PORT:-9092}
+http_base=${FJORD_CLUSTER_HTTP_BASE_PORT:-9644}
 bin=${FJORD_BIN:-target/release/fjord}
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 port() { echo $((base + 10 * ($1 - 1) + $2)); }
 
@@ -40,6 +44,7 @@ listeners=PLAINTEXT://127.0.0.1:$(port "$i" 0),CONTROLLER://127.0.0.1:$(port "$i
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs=$node/data
+http.listeners=http://127.0.0.1:$((http_base + i - 1))
 PROPS
         if [[ -f $node/pid ]] && kill -0 "$(cat "$node/pid")" 2>/dev/null; then
             echo "node $i already runs (pid $(cat "$node/pid"))"
@@ -55,6 +60,9 @@ PROPS
             kill -0 "$(cat "$dir/node-$i/pid")" 2>/dev/null || { echo "node $i exited; see $dir/node-$i/server.log" >&2; exit 1; }
             sleep 0.1
         done
+    done
+    for i in $(seq 1 "$n"); do
+        echo "node $i: http://127.0.0.1:$((http_base + i - 1))/metrics /health/ready" >&2
     done
     echo "$bootstrap"
 }

@@ -24,6 +24,18 @@ if ! command -v ip >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2
 fi
 
+# The metrics tests scrape a cluster with a real Prometheus server and lint the exposition with its promtool
+# (Debian's package). The package's own service is kept from starting: the tests run their own server.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+    policy=/usr/sbin/policy-rc.d
+    made_policy=
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && made_policy=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus
+    if [ -n "$made_policy" ]; then rm -f "$policy"; fi
+fi
+
 echo "== python venv (.venv)"
 if [ ! -x "$ROOT/.venv/bin/python" ]; then
     "$PYTHON" -m venv "$ROOT/.venv"

@@ -175,6 +175,8 @@ class Broker:
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.proc: Optional[subprocess.Popen] = None
         self.starts = 0
+        # fjord's HTTP listener (metrics, health), "host:port"; Kafka has none.
+        self.http: Optional[str] = None
 
     def command(self) -> List[str]:
         raise NotImplementedError
@@ -270,12 +272,14 @@ class FjordBroker(Broker):
         super().__init__(workdir, log_dirs, add_scram)
         self.binary = Path(os.environ.get("FJORD_BIN", REPO_ROOT / "target" / "release" / "fjord"))
         self.config = workdir / "server.properties"
+        self.http = f"127.0.0.1:{free_port()}"
         write_properties(
             self.config,
             {
                 "node.id": "1",
                 "listeners": f"PLAINTEXT://{self.bootstrap}",
                 "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
+                "http.listeners": f"http://{self.http}",
                 "log.dirs": ",".join(str(d) for d in self.data_dirs),
                 "num.partitions": "1",
                 "auto.create.topics.enable": "false",
@@ -737,6 +741,7 @@ class ClusterNode(Broker):
         # the listener clients and the other brokers reach it on (its protocol from `extra`'s protocol map).
         self.prefix = prefix or []
         self.kind = kind
+        self.http = None
         self.clean_exit_codes = (0, 143) if kind == "kafka" else (0,)
         self.workdir = workdir
         self.data_dir = workdir / "data"
@@ -778,6 +783,9 @@ class ClusterNode(Broker):
             props["inter.broker.listener.name"] = broker_listener
         if kind == "kafka":
             props.update(KAFKA_INTERNAL_TOPICS)
+        else:
+            self.http = f"{host}:{free_port()}"
+            props["http.listeners"] = f"http://{self.http}"
         props.update(extra or {})
         if kind == "kafka":
             self.jvm = [java_bin(), "-Xms256m", "-Xmx512m", f"-Dlog4j2.configurationFile={kafka_log4j(workdir)}",

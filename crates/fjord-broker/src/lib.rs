@@ -3,6 +3,7 @@
 //!
 //! The crate is in layers, each a folder; a layer imports only those below it (checked by
 //! `tests/layers.rs`):
+//! - `metrics`: the counters and histograms the layers above move, for Prometheus;
 //! - `net`: connections, frames and per-connection sequencing, generic over `net::Dispatch`;
 //! - `link`: connections to other nodes (the active controller, peer brokers);
 //! - `replication`: the hosted partitions, their logs and replication state, the follower
@@ -14,6 +15,7 @@
 mod api;
 mod coordinator;
 mod link;
+mod metrics;
 mod net;
 mod quota;
 mod replication;

@@ -7,18 +7,34 @@ use std::path::{Path, PathBuf};
 
 /// Each layer, bottom up, with the broker layers it may import.
 const LAYERS: &[(&str, &[&str])] = &[
+    ("metrics", &[]),
     ("quota", &[]),
-    ("net", &["quota"]),
+    ("net", &["quota", "metrics"]),
     ("link", &[]),
-    ("replication", &["link", "quota"]),
-    ("coordinator", &["replication", "link"]),
+    ("replication", &["link", "quota", "metrics"]),
+    ("coordinator", &["replication", "link", "metrics"]),
     (
         "api",
-        &["coordinator", "replication", "link", "net", "quota"],
+        &[
+            "coordinator",
+            "replication",
+            "link",
+            "net",
+            "quota",
+            "metrics",
+        ],
     ),
     (
         "server",
-        &["api", "coordinator", "replication", "link", "net", "quota"],
+        &[
+            "api",
+            "coordinator",
+            "replication",
+            "link",
+            "net",
+            "quota",
+            "metrics",
+        ],
     ),
 ];
 
@@ -41,6 +57,17 @@ const FORBIDDEN_CRATES: &[(&str, &[&str])] = &[
         &["fjord_storage", "fjord_group", "fjord_txn", "fjord_records"],
     ),
     ("replication", &["fjord_group", "fjord_txn"]),
+    (
+        "metrics",
+        &[
+            "fjord_storage",
+            "fjord_metadata",
+            "fjord_quorum",
+            "fjord_group",
+            "fjord_txn",
+            "fjord_client",
+        ],
+    ),
     (
         "quota",
         &[

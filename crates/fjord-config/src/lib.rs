@@ -8,11 +8,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 mod connection_limits;
+mod http;
 mod links;
 mod principal;
 mod sasl;
 mod tls;
 pub use connection_limits::{ConnectionLimitsConfig, ListenerLimits};
+pub use http::HttpListeners;
 pub use links::{LinkLogin, LinkSettings};
 pub use principal::PrincipalMapper;
 pub use sasl::{
@@ -1039,6 +1041,11 @@ broker_configs! {
     delegation_token_max_lifetime_ms: i64 = "delegation.token.max.lifetime.ms", Long, Some("604800000"), Check::AtLeast(1);
     delegation_token_expiry_time_ms: i64 = "delegation.token.expiry.time.ms", Long, Some("86400000"), Check::AtLeast(1);
     delegation_token_expiry_check_interval_ms: i64 = "delegation.token.expiry.check.interval.ms", Long, Some("3600000"), Check::AtLeast(1);
+    // fjord's own: its HTTP listener (metrics, health, console), on loopback unless told.
+    http_listeners: Vec<String> = "http.listeners", List, Some("http://127.0.0.1:9644"), Check::None;
+    // fjord's own: per-partition series on /metrics (log size, segments, offsets); off for
+    // clusters with partitions enough to swamp a Prometheus.
+    metrics_per_partition_enable: bool = "metrics.per.partition.enable", Boolean, Some("true"), Check::None;
 }
 
 /// Delegation tokens' settings (Kafka's `delegation.token.*` keys).
@@ -1576,6 +1583,8 @@ pub struct BrokerConfig {
     pub authorizer: Option<AuthorizerConfig>,
     /// `max.connections` and the other connection limits.
     connection_limits: ConnectionLimitsConfig,
+    /// `http.listeners`: where metrics, health and the console are served.
+    pub http_listeners: HttpListeners,
     /// SCRAM users to add at start when missing (`fjord server --add-scram`, not a properties
     /// key: fjord has no format step).
     pub add_scram: Vec<ScramUser>,
@@ -1790,6 +1799,11 @@ impl BrokerConfig {
             s.add_partitions_to_txn_retry_backoff_ms.max(1) as u64,
             s.add_partitions_to_txn_retry_backoff_max_ms.max(0) as u64,
         )
+    }
+
+    /// Whether `/metrics` has a series per hosted partition (`metrics.per.partition.enable`).
+    pub fn metrics_per_partition(&self) -> bool {
+        self.settings.metrics_per_partition_enable
     }
 
     /// `cluster.id`, when the properties set it.
@@ -2187,6 +2201,10 @@ impl BrokerConfig {
         );
         let connection_limits =
             connection_limits::connection_limits(props, &settings, &listeners, window)?;
+        let http_listeners = http::parse(
+            &settings.http_listeners,
+            props.contains_key("http.listeners"),
+        )?;
         let config = BrokerConfig {
             node_id,
             listeners,
@@ -2213,6 +2231,7 @@ impl BrokerConfig {
             links,
             authorizer,
             connection_limits,
+            http_listeners,
             add_scram: Vec::new(),
             explicit: props.clone(),
             settings,

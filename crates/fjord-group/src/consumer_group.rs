@@ -512,6 +512,14 @@ impl ConsumerGroups {
         self.groups.get(group_id).map(Group::state)
     }
 
+    /// Every group with its state name and member count.
+    pub fn summaries(&self) -> Vec<(String, &'static str, usize)> {
+        self.groups
+            .iter()
+            .map(|(id, g)| (id.clone(), g.state(), g.members.len()))
+            .collect()
+    }
+
     /// True when the group exists and has no members (its offsets may then expire).
     pub fn is_empty(&self, group_id: &str) -> bool {
         self.groups

@@ -23,7 +23,8 @@ pub use classic::GroupState;
 pub use config::{partition_for, GroupConfig};
 pub use error::GroupError;
 pub use shard::{
-    refusal, ClientInfo, CommittedOffset, GroupCoordinatorShard, MAX_MEMBER_METADATA_BYTES,
+    refusal, ClientInfo, CommittedOffset, GroupCoordinatorShard, GroupSummary,
+    MAX_MEMBER_METADATA_BYTES,
 };
 
 /// The first versions that name topics by id (KIP-516, KIP-848, KIP-1319): the broker fills

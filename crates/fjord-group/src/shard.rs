@@ -79,6 +79,19 @@ pub struct ClientInfo {
     pub client_host: String,
 }
 
+/// One group as a metrics scrape reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSummary {
+    pub group_id: String,
+    /// "classic" or "consumer" (KIP-848), as Kafka's group type.
+    pub protocol: &'static str,
+    /// The state as Kafka names it.
+    pub state: &'static str,
+    pub members: usize,
+    /// Each committed offset, by topic and partition.
+    pub offsets: Vec<((String, i32), i64)>,
+}
+
 /// A committed offset as the coordinator keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommittedOffset {
@@ -789,6 +802,55 @@ impl GroupCoordinatorShard {
         group_id: &str,
     ) -> Option<&BTreeMap<(String, i32), CommittedOffset>> {
         self.offsets.get(group_id)
+    }
+
+    /// Every group of this shard — classic, KIP-848, and groups known only by committed
+    /// offsets (listed by Kafka as empty classic groups) — with its committed offsets.
+    pub fn summaries(&self) -> Vec<GroupSummary> {
+        let offsets_of = |group_id: &str| -> Vec<((String, i32), i64)> {
+            self.offsets
+                .get(group_id)
+                .map(|offsets| {
+                    offsets
+                        .iter()
+                        .map(|(tp, c)| (tp.clone(), c.offset))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut summaries: Vec<GroupSummary> = self
+            .groups
+            .iter()
+            .map(|(id, g)| GroupSummary {
+                group_id: id.clone(),
+                protocol: "classic",
+                state: g.state.as_str(),
+                members: g.members.len(),
+                offsets: offsets_of(id),
+            })
+            .collect();
+        for (id, state, members) in self.consumer.summaries() {
+            let offsets = offsets_of(&id);
+            summaries.push(GroupSummary {
+                group_id: id,
+                protocol: "consumer",
+                state,
+                members,
+                offsets,
+            });
+        }
+        for id in self.offsets.keys() {
+            if !self.groups.contains_key(id) && !self.consumer.contains(id) {
+                summaries.push(GroupSummary {
+                    group_id: id.clone(),
+                    protocol: "classic",
+                    state: GroupState::Empty.as_str(),
+                    members: 0,
+                    offsets: offsets_of(id),
+                });
+            }
+        }
+        summaries
     }
 
     /// A classic group's state, or `None` when this shard has no such classic group.

@@ -186,6 +186,15 @@ impl TransactionCoordinatorShard {
         self.txns.get(transactional_id)
     }
 
+    /// How many transactional ids this shard holds in each state, for a metrics scrape.
+    pub fn state_counts(&self) -> BTreeMap<&'static str, usize> {
+        let mut counts = BTreeMap::new();
+        for metadata in self.txns.values() {
+            *counts.entry(metadata.state().name()).or_default() += 1;
+        }
+        counts
+    }
+
     /// InitProducerId with a transactional id. `expected` is the producer id and epoch the
     /// producer already holds (KIP-360), if it said; `new_producer_id` hands out a fresh id
     /// (None: none available now, answered as retriable).

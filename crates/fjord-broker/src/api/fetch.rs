@@ -587,6 +587,14 @@ impl FetchApi {
                 continue;
             }
             if let Some(slice) = file {
+                let metrics = self.replicas.metrics();
+                if plan.replica.is_some() {
+                    metrics.replication.bytes_out.inc_by(u64::from(slice.len()));
+                } else {
+                    metrics
+                        .topics
+                        .fetched(&target.topic, u64::from(slice.len()));
+                }
                 let external = ExternalRecords::new(slices.len() as u32, slice.len() as usize);
                 data.records = Some(external.stand_in());
                 externals.push(external);

@@ -293,6 +293,11 @@ impl Broker {
         }
     }
 
+    /// The partitions this broker hosts.
+    pub(crate) fn replicas(&self) -> &Arc<ReplicaManager> {
+        &self.produce.replicas
+    }
+
     /// The group coordinator runtime (the server's timers and leadership-following drive it).
     pub(crate) fn group_runtime(&self) -> &Arc<GroupRuntime> {
         &self.groups.groups

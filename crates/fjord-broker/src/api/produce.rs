@@ -288,6 +288,10 @@ impl ProduceApi {
                 error.code = not_in_transaction_code(error.code, info.version);
                 error
             })?;
+        self.replicas
+            .metrics()
+            .topics
+            .produced(topic, records.len(), appended.info.record_count);
         let end = appended.info.last_offset + 1;
         if partition.durable() {
             pending.flush = Some((partition.clone() as Arc<dyn Durable>, end));
@@ -463,7 +467,8 @@ mod tests {
 
     #[tokio::test]
     async fn acks_0_answers_nothing_and_closes_the_connection_on_an_error() {
-        let (flusher, _task) = crate::replication::flusher::start(Arc::new(|_, _| {}));
+        let (flusher, _task) =
+            crate::replication::flusher::start(Arc::new(|_, _| {}), crate::metrics::Metrics::new());
         assert!(matches!(
             answer_without_acks(&flusher, vec![pending(0, 0, 0)]),
             Reply::Now(Response::Nothing)

@@ -452,6 +452,15 @@ impl GroupRuntime {
         next
     }
 
+    /// Every group of the loaded shards, for a metrics scrape.
+    pub fn summaries(&self) -> Vec<fjord_group::GroupSummary> {
+        self.shards
+            .all_shards()
+            .into_iter()
+            .flat_map(|(_, shard)| fjord_common::lock(&shard).core.summaries())
+            .collect()
+    }
+
     /// ListGroups over every shard: each shard is asked now, the answers merged when they come.
     pub fn list_groups(
         self: &Arc<Self>,
@@ -694,8 +703,9 @@ mod tests {
         );
         let image = Arc::new(MetadataImage::from_records(1, &records).unwrap());
         replicas.apply_image(&image, 0).unwrap();
-        let (flusher, _) =
-            tokio.block_on(async { crate::replication::flusher::start(Arc::new(|_, _| {})) });
+        let (flusher, _) = tokio.block_on(async {
+            crate::replication::flusher::start(Arc::new(|_, _| {}), crate::metrics::Metrics::new())
+        });
         let runtime = Arc::new(GroupRuntime::new(
             config,
             1,

@@ -48,6 +48,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 
+use crate::metrics::{Metrics, RequestTiming};
 use fjord_sasl::{Authenticator, SaslConfig, Session, Step};
 use limits::{Admission, ConnectionLimits};
 
@@ -127,6 +128,10 @@ pub trait Dispatch: Send + Sync + 'static {
 pub struct NetworkConfig {
     pub socket_request_max_bytes: usize,
     pub connections_max_idle_ms: i64,
+    /// The listener's name, as its metrics are labelled.
+    pub listener: Arc<str>,
+    /// Where its connections and requests are counted.
+    pub metrics: Arc<Metrics>,
 }
 
 /// What a listener guards its connections with: the broker's connection limits, TLS (SSL,
@@ -142,9 +147,12 @@ pub struct ListenerSecurity {
     pub certificate_principals: Option<Arc<PrincipalMapper>>,
 }
 
+/// What the dispatcher makes of one request frame, and its timing so far (none for the answers
+/// of a SASL exchange, which are not requests served).
 enum Outgoing {
-    Ready(Response),
-    Pending(JoinHandle<Response>),
+    Ready(Response, Option<RequestTiming>),
+    /// A future's task, which gives the response and when it was ready.
+    Pending(JoinHandle<(Response, Instant)>, RequestTiming),
 }
 
 /// Serves one bound listener — with TLS and SASL as `security` says — until `shutdown` turns
@@ -187,12 +195,18 @@ pub async fn serve<D: Dispatch + ?Sized>(
                     let mapper = security.certificate_principals.clone();
                     connections.retain(|c| !c.is_finished());
                     connections.push(tokio::spawn(async move {
+                        let _open = config.metrics.connections.opened(&config.listener);
+                        let handshakes = tls.is_some();
                         let Some(stream) = open(stream, tls, &config).await else {
+                            if handshakes {
+                                config.metrics.connections.authenticated(&config.listener, false);
+                            }
                             return;
                         };
                         let principal = match stream.principal(mapper.as_deref()) {
                             Ok(principal) => principal,
                             Err(reason) => {
+                                config.metrics.connections.authenticated(&config.listener, false);
                                 tracing::info!(%peer, %reason, "connection closed");
                                 return;
                             }
@@ -560,16 +574,23 @@ impl<D: Dispatch + ?Sized> Connection<D> {
             peer: requester.peer,
             idle,
         });
+        let connections = &config.metrics.connections;
         if let Some(exchange) = &exchange {
-            let first = exchange.first(&mut reader, &mut writer, &mut shutdown);
-            let Some(authenticated) = first.await? else {
+            let first = exchange
+                .first(&mut reader, &mut writer, &mut shutdown)
+                .await;
+            if let Err(Closed::Authentication(_)) = &first {
+                connections.authenticated(&config.listener, false);
+            }
+            let Some(authenticated) = first? else {
                 return Ok(());
             };
             requester = authenticated_as(&authenticated, requester.peer);
             session = Some(LiveSession::start(authenticated));
         }
+        connections.authenticated(&config.listener, true);
         let (out_tx, out_rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT_PER_CONNECTION);
-        let writer_task = tokio::spawn(write_responses(writer, out_rx));
+        let writer_task = tokio::spawn(write_responses(writer, out_rx, config.metrics.clone()));
         let mut sequencer = Sequencer::default();
         let result = loop {
             let frame = match tokio::select! {
@@ -580,6 +601,7 @@ impl<D: Dispatch + ?Sized> Connection<D> {
                 Ok(None) => break Ok(()),
                 Err(error) => break Err(error),
             };
+            let read = Instant::now();
             if let (Some(exchange), Some(current)) = (&exchange, &session) {
                 if current.expires.is_some() && is_sasl_handshake(&frame) {
                     // Re-authentication, between the connection's other requests: those before
@@ -627,10 +649,12 @@ impl<D: Dispatch + ?Sized> Connection<D> {
                 _ = unmuted(&requester) => {}
                 _ = shutdown.changed() => break Ok(()),
             }
-            let outgoing = match dispatcher.dispatch(frame, &requester) {
-                Reply::Now(response) => Outgoing::Ready(response),
-                Reply::Later(future) => Outgoing::Pending(sequencer.start(sequencing, future)),
-                Reply::Close(reason) => break Err(Closed::Refused(reason)),
+            let outgoing = match dispatch_timed(&*dispatcher, frame, &requester, read) {
+                (Reply::Now(response), timing) => Outgoing::Ready(response, Some(timing)),
+                (Reply::Later(future), timing) => {
+                    Outgoing::Pending(sequencer.start(sequencing, future), timing)
+                }
+                (Reply::Close(reason), _) => break Err(Closed::Refused(reason)),
             };
             if out_tx.send(outgoing).await.is_err() {
                 break Err(Closed::WriterStopped);
@@ -640,6 +664,26 @@ impl<D: Dispatch + ?Sized> Connection<D> {
         let at_shutdown = *shutdown.borrow();
         result.and(finish_writes(writer_task, at_shutdown).await)
     }
+}
+
+/// Dispatches a request read at `read`, timed up to its handler's return.
+fn dispatch_timed<D: Dispatch + ?Sized>(
+    dispatcher: &D,
+    frame: Bytes,
+    requester: &Arc<Requester>,
+    read: Instant,
+) -> (Reply, RequestTiming) {
+    let (api_key, size) = (api_key_of(&frame), frame.len());
+    let dispatched = Instant::now();
+    let reply = dispatcher.dispatch(frame, requester);
+    let timing = RequestTiming {
+        api_key,
+        size,
+        read,
+        dispatched,
+        handled: Instant::now(),
+    };
+    (reply, timing)
 }
 
 /// Returns once a quota's mute of the connection (KIP-219) has passed: a client over its quota
@@ -671,20 +715,27 @@ async fn finish_writes(
 }
 
 /// The connection's writer: sends each reply in request order, waiting for those still being
-/// worked on; a reply that closes the connection ends it.
+/// worked on; a reply that closes the connection ends it. Each request answered is timed.
 async fn write_responses(
     mut writer: Writer,
     mut out_rx: mpsc::Receiver<Outgoing>,
+    metrics: Arc<Metrics>,
 ) -> Result<(), Closed> {
     while let Some(outgoing) = out_rx.recv().await {
-        let response = match outgoing {
-            Outgoing::Ready(response) => response,
-            Outgoing::Pending(handle) => match handle.await {
-                Ok(response) => response,
+        let (response, timing, ready) = match outgoing {
+            Outgoing::Ready(response, timing) => (response, timing, timing.map(|t| t.handled)),
+            Outgoing::Pending(handle, timing) => match handle.await {
+                Ok((response, ready)) => (response, Some(timing), Some(ready)),
                 Err(error) => return Err(Closed::Task(error)),
             },
         };
+        let sending = Instant::now();
         send(&mut writer, response).await?;
+        if let (Some(timing), Some(ready)) = (timing, ready) {
+            metrics
+                .requests
+                .answered(&timing, ready, sending, Instant::now());
+        }
     }
     writer.shutdown().await;
     Ok(())
@@ -724,6 +775,13 @@ fn authenticated_as(session: &Session, peer: SocketAddr) -> Arc<Requester> {
     Arc::new(Requester::new(session.principal.clone(), peer).authenticated_by(authentication))
 }
 
+/// The API key a request frame starts with (-1 for a frame too short to have one).
+fn api_key_of(frame: &Bytes) -> i16 {
+    frame
+        .get(0..2)
+        .map_or(-1, |key| i16::from_be_bytes([key[0], key[1]]))
+}
+
 fn is_sasl_handshake(frame: &Bytes) -> bool {
     frame.get(0..2) == Some(&(fjord_protocol::ApiKey::SaslHandshake as i16).to_be_bytes()[..])
 }
@@ -740,7 +798,7 @@ impl Sink<'_> {
         match self {
             Sink::Socket(writer) => send(writer, response).await,
             Sink::Queue(queue) => queue
-                .send(Outgoing::Ready(response))
+                .send(Outgoing::Ready(response, None))
                 .await
                 .map_err(|_| Closed::WriterStopped),
         }
@@ -906,14 +964,19 @@ impl Sequencer {
         let _ = finished.wait_for(|n| *n == 0).await;
     }
 
-    /// Runs a dispatched request's future as a task, counted as running until it finishes.
-    fn start(&mut self, sequencing: Sequencing, future: ReplyFuture) -> JoinHandle<Response> {
+    /// Runs a dispatched request's future as a task, counted as running until it finishes;
+    /// the task gives the response and when it was ready.
+    fn start(
+        &mut self,
+        sequencing: Sequencing,
+        future: ReplyFuture,
+    ) -> JoinHandle<(Response, Instant)> {
         self.lane = Some(sequencing);
         let guard = Running::enter(self.running.clone());
         tokio::spawn(async move {
             let response = future.await;
             drop(guard);
-            response
+            (response, Instant::now())
         })
     }
 }
@@ -1037,6 +1100,8 @@ pub mod tests {
         let config = NetworkConfig {
             socket_request_max_bytes: 1024,
             connections_max_idle_ms: 60_000,
+            listener: "PLAINTEXT".into(),
+            metrics: Metrics::new(),
         };
         let security = ListenerSecurity {
             limits: None,

@@ -95,6 +95,8 @@ async fn listen_with_sessions_of(
     let config = NetworkConfig {
         socket_request_max_bytes: 1 << 20,
         connections_max_idle_ms: 10_000,
+        listener: "SASL".into(),
+        metrics: crate::metrics::Metrics::new(),
     };
     let sasl = SaslConfig {
         settings: SaslSettings {

@@ -631,6 +631,8 @@ mod tests {
         let config = NetworkConfig {
             socket_request_max_bytes: 1024,
             connections_max_idle_ms: 5_000,
+            listener: "SSL".into(),
+            metrics: crate::metrics::Metrics::new(),
         };
         let security = ListenerSecurity {
             limits: None,

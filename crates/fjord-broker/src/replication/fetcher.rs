@@ -407,6 +407,13 @@ async fn apply_response(
             }
             let outcome = handle_partition(&f, &data, now);
             if let Ok(Outcome::Appended(end)) = outcome {
+                let bytes = data.records.as_ref().map_or(0, |r| r.len() as u64);
+                context
+                    .replicas
+                    .metrics()
+                    .replication
+                    .bytes_in
+                    .inc_by(bytes);
                 if f.partition.durable() {
                     to_flush.push((f.partition.clone() as Arc<dyn Durable>, end));
                 }

@@ -16,6 +16,8 @@ use fjord_storage::log::Log;
 use fjord_storage::parallel;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::metrics::Metrics;
+
 /// A flush that did not make its records durable: they are not acknowledged.
 fn storage_error(message: &str) -> KafkaError {
     KafkaError::new(KAFKA_STORAGE_ERROR, message)
@@ -102,7 +104,10 @@ impl FlusherHandle {
 /// Called with the partition dir and the error when an fsync fails: the log dir must go offline.
 pub type StorageFailure = Arc<dyn Fn(&std::path::Path, &str) + Send + Sync>;
 
-pub fn start(on_failure: StorageFailure) -> (FlusherHandle, tokio::task::JoinHandle<()>) {
+pub fn start(
+    on_failure: StorageFailure,
+    metrics: Arc<Metrics>,
+) -> (FlusherHandle, tokio::task::JoinHandle<()>) {
     let (sender, mut receiver) = mpsc::channel::<FlushRequest>(FLUSH_QUEUE_CAPACITY);
     let task = tokio::task::spawn_blocking(move || {
         while let Some(first) = receiver.blocking_recv() {
@@ -110,7 +115,7 @@ pub fn start(on_failure: StorageFailure) -> (FlusherHandle, tokio::task::JoinHan
             while let Ok(more) = receiver.try_recv() {
                 round.push(more);
             }
-            run_round(round, &on_failure);
+            run_round(round, &on_failure, &metrics);
         }
     });
     (FlusherHandle { sender }, task)
@@ -127,7 +132,7 @@ fn already_durable(log: &Mutex<Log>, up_to_offset: i64) -> bool {
 /// One group commit: a ticket per distinct log, the tickets fsynced side by side (the disk
 /// overlaps concurrent writes and cache flushes, and a journaling filesystem folds them into
 /// shared commits, so several logs cost little more than one), then every waiter answered.
-fn run_round(round: Vec<FlushRequest>, on_failure: &StorageFailure) {
+fn run_round(round: Vec<FlushRequest>, on_failure: &StorageFailure, metrics: &Metrics) {
     let started = Instant::now();
     // One ticket per distinct log, keyed by the Arc's address, covering its furthest target.
     let mut logs: HashMap<usize, (Arc<dyn Durable>, i64)> = HashMap::new();
@@ -159,6 +164,7 @@ fn run_round(round: Vec<FlushRequest>, on_failure: &StorageFailure) {
         tickets.push((key, target, ticket));
     }
     let synced = tickets.len();
+    let syncing = Instant::now();
     let outcomes = parallel::map(tickets, parallel::DISK_THREADS, |(key, target, ticket)| {
         let outcome = ticket
             .sync()
@@ -178,6 +184,9 @@ fn run_round(round: Vec<FlushRequest>, on_failure: &StorageFailure) {
             }
         }
         results.insert(key, outcome);
+    }
+    if synced > 0 {
+        metrics.storage.flushed(synced, syncing.elapsed());
     }
     log_if_slow(&round, started, synced);
     for request in round {
@@ -284,7 +293,7 @@ mod tests {
     #[tokio::test]
     async fn one_request_makes_every_partition_durable_and_answers_each() {
         let dir = tempfile::tempdir().unwrap();
-        let (flusher, task) = start(Arc::new(|_: &std::path::Path, _: &str| {}));
+        let (flusher, task) = start(Arc::new(|_: &std::path::Path, _: &str| {}), Metrics::new());
         let logs: Vec<_> = (0..5).map(|p| open_log(dir.path(), p)).collect();
         let mut targets = Vec::new();
         for (i, log) in logs.iter().enumerate() {

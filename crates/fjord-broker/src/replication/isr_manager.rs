@@ -74,13 +74,18 @@ async fn check(
     };
     let now = now_ms();
     let mut proposed: Vec<Proposal> = Vec::new();
+    // Each proposal's ISR size before it: the metadata log may bring the change before the
+    // controller's answer does.
+    let mut sizes_before = Vec::new();
     for partition in replicas.all() {
         if !partition.is_leader() {
             continue;
         }
+        let before = partition.isr_and_replica_count().0.len();
         if let Some(change) = partition.propose_isr_change(now, lag_time_max_ms, eligible) {
             tracing::info!(tp = %partition.tp, isr = ?change.isr, "asking the controller to change the ISR");
             proposed.push((partition, change));
+            sizes_before.push(before);
         }
     }
     if proposed.is_empty() {
@@ -97,13 +102,21 @@ async fn check(
     );
     let (mut answers, otherwise) = answers_of(link.call(request).await, &proposed);
     let now = now_ms();
-    for (partition, _) in &proposed {
+    for ((partition, _), before) in proposed.iter().zip(sizes_before) {
         let answer = answers
             .remove(&(partition.topic_id, partition.tp.partition))
             .unwrap_or(match otherwise {
                 IsrAnswer::Refused => IsrAnswer::Refused,
                 _ => IsrAnswer::Unknown,
             });
+        if let IsrAnswer::Committed(leadership) = &answer {
+            let counter = &replicas.metrics().replication;
+            match leadership.isr.len().cmp(&before) {
+                std::cmp::Ordering::Less => counter.isr_shrinks.inc(),
+                std::cmp::Ordering::Greater => counter.isr_expands.inc(),
+                std::cmp::Ordering::Equal => 0,
+            };
+        }
         partition.isr_change_answered(answer, now);
     }
 }

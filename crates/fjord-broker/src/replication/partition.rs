@@ -139,16 +139,20 @@ impl Partition {
         )
     }
 
-    /// Why an acks=all write may not be taken now, if it may not: fewer in-sync replicas than
-    /// `min.insync.replicas`. As in Kafka, a partition with fewer replicas needs them all (the
-    /// setting is capped at its replica count).
-    pub fn min_isr_shortfall(&self) -> Option<String> {
-        let (isr, replicas) = self.isr_and_replica_count();
-        let min_isr = self
-            .config()
+    /// `min.insync.replicas` as it applies to this partition: as in Kafka, a partition with
+    /// fewer replicas needs them all (the setting is capped at its replica count).
+    pub fn effective_min_isr(&self, replicas: usize) -> i64 {
+        self.config()
             .settings()
             .min_insync_replicas
-            .min(i64::try_from(replicas).unwrap_or(i64::MAX));
+            .min(i64::try_from(replicas).unwrap_or(i64::MAX))
+    }
+
+    /// Why an acks=all write may not be taken now, if it may not: fewer in-sync replicas than
+    /// the effective `min.insync.replicas`.
+    pub fn min_isr_shortfall(&self) -> Option<String> {
+        let (isr, replicas) = self.isr_and_replica_count();
+        let min_isr = self.effective_min_isr(replicas);
         (i64::try_from(isr.len()).unwrap_or(i64::MAX) < min_isr).then(|| {
             format!(
                 "The size of the current ISR {isr:?} is insufficient to satisfy the min.isr requirement of {min_isr} for partition {}",
@@ -1034,8 +1038,10 @@ pub mod tests {
         assert!(tokio::time::timeout(quick, waiter.notified())
             .await
             .is_err());
-        let (flusher, task) =
-            crate::replication::flusher::start(Arc::new(|_: &std::path::Path, _: &str| {}));
+        let (flusher, task) = crate::replication::flusher::start(
+            Arc::new(|_: &std::path::Path, _: &str| {}),
+            crate::metrics::Metrics::new(),
+        );
         flusher.flush(p.clone(), 1).await.unwrap();
         assert_eq!(p.log.lock().unwrap().high_watermark(), 1);
         assert!(tokio::time::timeout(quick, waiter.notified()).await.is_ok());

@@ -14,6 +14,7 @@ use fjord_records::{AppendBatch, Compression, TimestampType, ValidationConfig};
 use fjord_storage::log::{AppendInfo, Log, LogConfig};
 use fjord_storage::log_manager::{LogManager, Retire};
 
+use crate::metrics::Metrics;
 use crate::replication::partition::{
     log_config, AppendError, Appended, LockedPartition, Partition, PartitionError, Settings,
     MAX_DECOMPRESSED_BATCH_BYTES,
@@ -74,6 +75,8 @@ pub struct ReplicaManager {
     /// Bumped whenever hosted partitions or their leadership change: the replica fetchers
     /// follow it.
     changes: tokio::sync::watch::Sender<u64>,
+    /// Where replication and storage events are counted.
+    metrics: Arc<Metrics>,
 }
 
 impl ReplicaManager {
@@ -86,7 +89,17 @@ impl ReplicaManager {
             applied: Mutex::new(None),
             current: RwLock::new(None),
             changes: tokio::sync::watch::channel(0).0,
+            metrics: Metrics::new(),
         }
+    }
+
+    /// The same, counting into the node's `metrics`.
+    pub fn with_metrics(self, metrics: Arc<Metrics>) -> Self {
+        ReplicaManager { metrics, ..self }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub fn node_id(&self) -> i32 {

@@ -20,6 +20,7 @@ use crate::coordinator::group::GroupRuntime;
 use crate::coordinator::txn::TxnRuntime;
 use crate::link::controller::ControllerLink;
 use crate::link::Links;
+use crate::metrics::Metrics;
 use crate::net::tls::ListenersTls;
 use crate::replication::{self, FlusherHandle, LogDirMover, ReplicaManager, ReplicationQuotas};
 use crate::server::lifecycle::Membership;
@@ -37,7 +38,7 @@ pub(super) async fn start_broker(
     quorum: Arc<MetadataQuorum>,
     local_controller: Option<Arc<QuorumController>>,
     (links, listener_tls): (&Arc<Links>, &Arc<ListenersTls>),
-    ready: &watch::Sender<Option<Arc<Broker>>>,
+    (ready, metrics): (&watch::Sender<Option<Arc<Broker>>>, &Arc<Metrics>),
     shutdown: watch::Receiver<bool>,
 ) -> Result<Option<Serving>, BrokerError> {
     let log_manager = open_logs(config)?;
@@ -58,11 +59,10 @@ pub(super) async fn start_broker(
     let Some(broker_epoch) = registered.await? else {
         return Ok(None);
     };
-    let replicas = Arc::new(ReplicaManager::new(
-        config.node_id,
-        config.clone(),
-        log_manager,
-    ));
+    let replicas = Arc::new(
+        ReplicaManager::new(config.node_id, config.clone(), log_manager)
+            .with_metrics(metrics.clone()),
+    );
     replicas
         .apply_image(&quorum.image(), now_ms())
         .map_err(startup)?;
@@ -291,10 +291,10 @@ impl Storage {
             .map_err(startup)?,
         );
         let failing = replicas.clone();
-        let (flusher, flusher_task) =
-            replication::flusher::start(Arc::new(move |dir: &std::path::Path, error: &str| {
-                failing.storage_failure(dir, error)
-            }));
+        let (flusher, flusher_task) = replication::flusher::start(
+            Arc::new(move |dir: &std::path::Path, error: &str| failing.storage_failure(dir, error)),
+            replicas.metrics().clone(),
+        );
         // Moves between log dirs, including those a restart interrupted.
         let log_dir_mover = Arc::new(
             LogDirMover::start(replicas.clone(), settings.log_dir_move_rate())

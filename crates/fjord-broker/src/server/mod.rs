@@ -8,10 +8,12 @@ mod broker_role;
 mod coordinators;
 mod dynamic_quorum;
 mod housekeeping;
+mod http;
 mod jwks;
 mod lifecycle;
 mod listener_tls;
 mod log_dirs;
+mod observe;
 mod scram_users;
 
 use std::collections::BTreeMap;
@@ -29,6 +31,7 @@ use crate::api::versions::supported_range;
 use crate::api::{Broker, BrokerDispatch};
 use crate::link::controller::{ControllerAddresses, ControllerLink};
 use crate::link::Links;
+use crate::metrics::Metrics;
 use crate::net::limits::ConnectionLimits;
 use crate::net::tls::ListenersTls;
 use crate::net::{ListenerSecurity, NetworkConfig};
@@ -69,6 +72,9 @@ pub async fn run(
     let config = Arc::new(config);
     let started = Instant::now();
     let (ready, broker_rx) = watch::channel::<Option<Arc<Broker>>>(None);
+    // HTTP first, so that liveness and readiness answer through start-up.
+    let metrics = Metrics::new();
+    let (observer, http) = http::start(&config, &metrics, &shutdown).await?;
     let security = listener_security(&config, &broker_rx)?;
     let listener_tls: Arc<ListenersTls> = Arc::new(
         security
@@ -99,6 +105,7 @@ pub async fn run(
         &links,
     );
     let quorum = quorum.await?;
+    observer.quorum_started(&quorum);
     let (controller, controller_task) = start_controller(&config, &cluster_id, &quorum);
     // Every listener serves from here on: voters need each other's raft RPCs to elect a leader,
     // and a learner needs the leader's to catch up, before this node can register as a broker.
@@ -114,7 +121,13 @@ pub async fn run(
     };
     // The servers own their listeners' security: a SASL listener's credentials read the broker,
     // which must be gone once they stop.
-    let servers = serve_listeners(&node, (security, &listener_tls), &broker_rx, &listening).await?;
+    let servers = serve_listeners(
+        &node,
+        (security, &listener_tls),
+        (&broker_rx, &metrics),
+        &listening,
+    )
+    .await?;
     // A controller of a dynamic quorum makes itself known to the leader, and asks to vote if
     // `controller.quorum.auto.join.enable` says so.
     let joining = (dynamic.is_some() && config.cluster.controller).then(|| {
@@ -136,13 +149,16 @@ pub async fn run(
             quorum.clone(),
             controller.clone(),
             (&links, &listener_tls),
-            &ready,
+            (&ready, &metrics),
             broker_stopping,
         )
         .await?
     } else {
         None
     };
+    if let Some(broker) = ready.borrow().as_ref() {
+        observer.broker_started(broker);
+    }
     if serving.is_some() || !config.cluster.broker {
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "started");
     }
@@ -162,6 +178,7 @@ pub async fn run(
         quorum,
     };
     running.stop(ready, serving).await?;
+    http.stop().await;
     if let Some(error) = replaced {
         return Err(error);
     }
@@ -472,14 +489,10 @@ impl ScramCredentials for BrokerCredentials {
 async fn serve_listeners(
     node: &Node<'_>,
     (mut security, listener_tls): (BTreeMap<String, ListenerSecurity>, &Arc<ListenersTls>),
-    broker: &watch::Receiver<Option<Arc<Broker>>>,
+    (broker, metrics): (&watch::Receiver<Option<Arc<Broker>>>, &Arc<Metrics>),
     listening: &watch::Receiver<bool>,
 ) -> Result<Vec<JoinHandle<()>>, BrokerError> {
     let config = node.config;
-    let network_config = NetworkConfig {
-        socket_request_max_bytes: config.socket_request_max_bytes,
-        connections_max_idle_ms: config.connections_max_idle_ms,
-    };
     let (limits, follower) = connection_limits(node, listening.clone());
     let tls_follower = listener_tls::follow(
         node.config.clone(),
@@ -500,10 +513,16 @@ async fn serve_listeners(
         let dispatch = listener_dispatch(node, &listener.name, broker);
         let mut guards = security.remove(&listener.name).unwrap_or_default();
         guards.limits = Some((listener.name.clone(), limits.clone()));
+        let network_config = NetworkConfig {
+            socket_request_max_bytes: config.socket_request_max_bytes,
+            connections_max_idle_ms: config.connections_max_idle_ms,
+            listener: listener.name.as_str().into(),
+            metrics: metrics.clone(),
+        };
         servers.push(tokio::spawn(crate::net::serve(
             socket,
             dispatch,
-            network_config.clone(),
+            network_config,
             guards,
             listening.clone(),
         )));
