@@ -6,6 +6,7 @@
 #   bench/run.sh --cluster [--smoke]   three-node clusters at replication factor 3 (bench/cluster.py)
 #   bench/run.sh --txn [--smoke]       transactional produce and read_committed latency (bench/txn.py)
 #   bench/run.sh --security [--smoke]  TLS, SASL_SSL and the authorizer's cost (bench/security.py)
+#   bench/run.sh --metrics [--smoke]   what scraping fjord's /metrics costs its produce path (bench/metrics.py)
 # Needs: java 17+, mvn, go, cargo, python3; iperf3 and fio (Debian packages; installed here when apt-get can).
 # Downloads land in ~/.m2 and Go's module cache; build outputs in bench/.build (not committed).
 set -euo pipefail
@@ -57,6 +58,10 @@ fi
 if [ "${1:-}" = "--security" ]; then
     shift
     exec python3 "$BENCH/security.py" --command "bench/run.sh --security $*" "$@"
+fi
+if [ "${1:-}" = "--metrics" ]; then
+    shift
+    exec python3 "$BENCH/metrics.py" --command "bench/run.sh --metrics $*" "$@"
 fi
 if [ "${1:-}" = "--cleaner" ]; then
     shift

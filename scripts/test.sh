@@ -45,6 +45,9 @@ bench/run.sh --txn --smoke
 step "security benchmark harness, smoke mode (the full comparison: bench/run.sh --security)"
 bench/run.sh --security --smoke
 
+step "metrics cost benchmark harness, smoke mode (the full measurement: bench/run.sh --metrics)"
+bench/run.sh --metrics --smoke
+
 step "e2e (E2E_BROKER=${E2E_BROKER:-fjord})"
 # pytest prints its summary line last; its exit code is this script's.
 eval "exec .venv/bin/pytest tests/e2e -q --durations=60 ${E2E_PYTEST_ARGS:-}"

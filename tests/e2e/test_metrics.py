@@ -10,6 +10,7 @@ fjord's own endpoint (Kafka reports through JMX): skipped against Kafka.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -20,12 +21,12 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import Cluster, FjordBroker, free_port, wait_for
+from harness import Cluster, FjordBroker, free_port, read_properties, wait_for, write_properties
 
 pytestmark = pytest.mark.skipif(os.environ.get("E2E_BROKER", "fjord") != "fjord",
                                 reason="fjord's HTTP endpoint: Kafka reports through JMX")
@@ -100,9 +101,10 @@ def consume(bootstrap: str, topic: str, group: str, count: int) -> None:
     assert got == count
 
 
-def create(bootstrap: str, topic: str, partitions: int = 3, min_isr: int = 1) -> None:
+def create(bootstrap: str, topic: str, partitions: int = 3, min_isr: int = 1, replicas: int = 3) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, partitions, 3, config={"min.insync.replicas": str(min_isr)})])
+    futures = admin.create_topics([NewTopic(topic, partitions, replicas,
+                                            config={"min.insync.replicas": str(min_isr)})])
     for f in futures.values():
         f.result(30)
 
@@ -129,6 +131,12 @@ def test_metrics_count_what_the_clients_did(cluster):
         assert len({value(s, "fjord_log_end_offset", topic=topic, partition=str(partition)) for s in ends}) == 1
     assert sum(value(ends[0], "fjord_log_end_offset", topic=topic, partition=str(p)) for p in range(3)) == count
     assert cluster_total(cluster, "fjord_requests_total", api="Produce") >= 1
+    # Error codes by API, NONE included: every partition of the produce answers was NONE; a topic that does not
+    # exist is answered UNKNOWN_TOPIC_OR_PARTITION.
+    assert cluster_total(cluster, "fjord_request_errors_total", api="Produce", error="NONE") >= 3
+    AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics("no-such-topic", timeout=10)
+    assert cluster_total(cluster, "fjord_request_errors_total", api="Metadata",
+                         error="UNKNOWN_TOPIC_OR_PARTITION") >= 1
     assert cluster_total(cluster, "fjord_request_duration_seconds_count", api="Fetch") >= 1
     assert cluster_total(cluster, "fjord_connections_accepted_total") >= 3
     for samples in ends:
@@ -205,8 +213,13 @@ def test_a_fenced_broker_is_counted_and_not_ready_until_back(cluster):
 
 def test_health_through_start_up_and_shutdown(tmp_path):
     """Live as soon as the HTTP listener is up; ready only once the broker serves; not ready, yet live, from the
-    moment it is told to stop until it has stopped."""
+    moment it is told to stop until it has stopped. With `log.format=json` every log line is a JSON object, and a
+    request held up past `log.slow.request.ms` (the broker paused while producers keep it busy) is logged once with its
+    API, client id, principal and time split."""
     broker = FjordBroker(tmp_path)
+    props = read_properties(broker.config)
+    props.update({"log.format": "json", "log.slow.request.ms": "100"})
+    write_properties(broker.config, props)
     broker.starts += 1
     broker.spawn()
     seen: List[Tuple[int, int]] = []
@@ -222,17 +235,54 @@ def test_health_through_start_up_and_shutdown(tmp_path):
             time.sleep(0.005)
         assert seen[-1] == (200, 200), seen[-10:]
         # Ready implies the Kafka listener serves.
-        AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "client.id": "slow-one"})
+        admin.list_topics(timeout=10)
+        # Paused three times while a producer keeps requests in flight: some are held up past the threshold.
+        create(broker.bootstrap, "slow", partitions=1, replicas=1)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "slow-one", "linger.ms": 5,
+                      "queue.buffering.max.kbytes": 8192})
+        deadline = time.monotonic() + 3
+        pauses = 0
+        while time.monotonic() < deadline:
+            try:
+                p.produce("slow", value=bytes(100_000))
+            except BufferError:
+                p.poll(0.05)
+            p.poll(0)
+            if time.monotonic() > deadline - 3 + pauses + 0.5 and pauses < 3:
+                broker.proc.send_signal(signal.SIGSTOP)
+                time.sleep(0.3)
+                broker.proc.send_signal(signal.SIGCONT)
+                pauses += 1
+        assert p.flush(60) == 0
+        # A consumer's long polls keep the broker's shutdown going for a while (it finishes in-flight requests).
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused", "enable.auto.commit": False,
+                      "fetch.wait.max.ms": 1000})
+        c.assign([TopicPartition("slow", 0, 0)])
+        while c.poll(1) is None:
+            pass
         broker.proc.send_signal(signal.SIGTERM)
-        status, _, body = get(broker.http, "/health/ready")
-        assert status == 503 and json.loads(body) == {"status": "not ready", "reason": "shutting down"}, body
-        assert get(broker.http, "/health/live")[0] == 200
+        stopping = []
+        while broker.proc.poll() is None:
+            try:
+                stopping.append((get(broker.http, "/health/live")[0],) + get(broker.http, "/health/ready")[::2])
+            except (urllib.error.URLError, ConnectionError):
+                break
         assert broker.proc.wait(60) == 0
+        c.close()
+        # Live and not ready while it stops.
+        assert (200, 503, '{"status":"not ready","reason":"shutting down"}\n') in stopping, stopping[-5:]
     finally:
         if broker.proc.poll() is None:
             broker.kill9()
     # Never ready before live.
     assert all(live == 200 for live, ready in seen if ready == 200)
+    lines = [json.loads(line) for line in broker.log_path().read_text().splitlines() if line.strip()]
+    assert any(line.get("message") == "started" for line in lines), lines[:5]
+    slow = [line for line in lines if line.get("message") == "slow request"]
+    assert slow, "no slow request logged"
+    assert any(line["api"] == "Produce" and line["client_id"] == "slow-one" and line["principal"] == "User:ANONYMOUS"
+               and float(line["total_ms"]) > 100 and "remote=" in line["phases_ms"] for line in slow), slow
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         get(broker.http, "/health/live")
 
@@ -262,7 +312,8 @@ def test_both_formats_parse_and_promtool_finds_nothing_to_lint(cluster):
 
 def test_prometheus_scrapes_the_cluster_and_answers_promql(cluster, tmp_path):
     """Debian's Prometheus server scrapes the three nodes every second; PromQL over what it stored sees every
-    target up, one active controller, and the records a producer sent."""
+    target up, one active controller, and the records a producer sent; every query of the Grafana dashboard in
+    `dashboards/` is valid PromQL and names only series the nodes serve."""
     topic, count = "scraped", 500
     create(cluster.bootstrap, topic, partitions=2)
     produce(cluster.bootstrap, topic, count)
@@ -277,13 +328,18 @@ def test_prometheus_scrapes_the_cluster_and_answers_promql(cluster, tmp_path):
     server = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
 
-    def query(promql: str) -> List[dict]:
+    def ask(promql: str) -> dict:
         url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
         try:
             with urllib.request.urlopen(url, timeout=10) as response:
-                answer = json.loads(response.read())
+                return json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return json.loads(error.read())
         except (urllib.error.URLError, ConnectionError):
-            return []
+            return {}
+
+    def query(promql: str) -> List[dict]:
+        answer = ask(promql)
         return answer["data"]["result"] if answer.get("status") == "success" else []
 
     def scalar(promql: str) -> float:
@@ -297,6 +353,21 @@ def test_prometheus_scrapes_the_cluster_and_answers_promql(cluster, tmp_path):
                  "the records produced, summed over the leaders", 30)
         assert scalar("max(fjord_global_partitions)") >= 2
         assert scalar('sum by (api) (fjord_requests_total{api="Produce"})') >= 1
+        dashboard = json.loads((Path(__file__).parents[2] / "dashboards" / "grafana-fjord.json").read_text())
+        # Every series a node declares (a family with no sample yet, e.g. lag before any group, included).
+        served = set()
+        for node in cluster.nodes:
+            for line in get(node.http, "/metrics")[2].splitlines():
+                if line.startswith("# TYPE "):
+                    name = line.split()[2]
+                    served |= {name} | {name + suffix for suffix in ("_total", "_bucket", "_sum", "_count")}
+        exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+        assert len(exprs) >= 16
+        for expr in exprs:
+            answer = ask(expr)
+            assert answer.get("status") == "success", (expr, answer)
+            for name in re.findall(r"\b((?:fjord|process)_[a-z_]+)", expr):
+                assert name in served, (expr, name)
     finally:
         server.terminate()
         server.wait(30)

@@ -792,6 +792,39 @@ def gen_struct(msg, st):
     return "\n".join(lines)
 
 
+def is_error_code(f):
+    return f.type == "int16" and f.name.endswith("ErrorCode")
+
+
+def gen_error_visitor(msg, st):
+    """A response struct's `visit_error_codes`: each error code field it holds, its own and its nested
+    structs' (Kafka's `errorCounts`)."""
+    stmts = []
+    for f in st.fields:
+        if is_error_code(f):
+            stmts.append(f"visit(self.{f.ident});")
+        elif f.struct and f.is_array:
+            each = "item.visit_error_codes(visit);"
+            if f.is_option():
+                stmts.append(f"if let Some(items) = &self.{f.ident} {{ for item in items {{ {each} }} }}")
+            else:
+                stmts.append(f"for item in &self.{f.ident} {{ {each} }}")
+        elif f.struct:
+            if f.is_option():
+                stmts.append(f"if let Some(item) = &self.{f.ident} {{ item.visit_error_codes(visit); }}")
+            else:
+                stmts.append(f"self.{f.ident}.visit_error_codes(visit);")
+    param = "visit" if stmts else "_visit"
+    lines = [f"impl {st.name} {{"]
+    lines.append("    /// Calls `visit` with every error code this answer carries, nested ones included.")
+    lines.append(f"    pub fn visit_error_codes(&self, {param}: &mut dyn FnMut(i16)) {{")
+    lines.extend("        " + stmt for stmt in stmts)
+    lines.append("    }")
+    lines.append("}")
+    lines.append("")
+    return "\n".join(lines)
+
+
 def module_name(name):
     return snake(name)
 
@@ -833,6 +866,8 @@ def gen_message(msg):
     out.append(f"//! The {msg.name} {msg.kind} (versions {msg.valid[0]}-{msg.valid[1]}).\n")
     out.append(FILE_LINTS.replace("#![allow(", "#![allow(" + PATHS["extra_lints"]))
     body = [gen_struct(msg, st) for st in msg.all_structs()]
+    if msg.kind == "response":
+        body += [gen_error_visitor(msg, st) for st in msg.all_structs()]
     out.extend(imports("\n".join(body)))
     out.extend(body)
     if msg.kind == "request":
@@ -904,6 +939,16 @@ def gen_mod(messages):
             out.append(f"            {title}Body::{api}(body) => body.encode(out, version),")
         out.append("        }")
         out.append("    }")
+        if kind == "response":
+            out.append("")
+            out.append("    /// Calls `visit` with every error code the answer carries, nested ones included.")
+            out.append("    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {")
+            out.append("        match self {")
+            for m in items:
+                api = m.name[: -len(title)]
+                out.append(f"            {title}Body::{api}(body) => body.visit_error_codes(visit),")
+            out.append("        }")
+            out.append("    }")
         out.append("}\n")
     out.extend(gen_throttle_offsets([m for m in messages if m.kind == "response"]))
     return "\n".join(out) + "\n"

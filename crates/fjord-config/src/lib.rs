@@ -1046,6 +1046,9 @@ broker_configs! {
     // fjord's own: per-partition series on /metrics (log size, segments, offsets); off for
     // clusters with partitions enough to swamp a Prometheus.
     metrics_per_partition_enable: bool = "metrics.per.partition.enable", Boolean, Some("true"), Check::None;
+    // fjord's own: the format of the log lines, and the time past which a request is logged.
+    log_format: String = "log.format", String, Some("text"), Check::OneOf(&["text", "json"]);
+    log_slow_request_ms: i64 = "log.slow.request.ms", Long, Some("1000"), Check::AtLeast(0);
 }
 
 /// Delegation tokens' settings (Kafka's `delegation.token.*` keys).
@@ -1804,6 +1807,19 @@ impl BrokerConfig {
     /// Whether `/metrics` has a series per hosted partition (`metrics.per.partition.enable`).
     pub fn metrics_per_partition(&self) -> bool {
         self.settings.metrics_per_partition_enable
+    }
+
+    /// Whether log lines are JSON objects (`log.format=json`) rather than text.
+    pub fn log_json(&self) -> bool {
+        self.settings.log_format == "json"
+    }
+
+    /// Requests slower than this are logged (`log.slow.request.ms`; 0: none is).
+    pub fn slow_request_log(&self) -> Option<std::time::Duration> {
+        u64::try_from(self.settings.log_slow_request_ms)
+            .ok()
+            .filter(|ms| *ms > 0)
+            .map(std::time::Duration::from_millis)
     }
 
     /// `cluster.id`, when the properties set it.

@@ -48,17 +48,29 @@ enum Command {
     Config(cli::config::ConfigArgs),
 }
 
+/// Log lines to stderr, filtered by `RUST_LOG`: text, or one JSON object a line (`log.format=json`).
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,openraft=warn".into());
+    let lines = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(std::io::stderr);
+    if json {
+        lines.json().flatten_event(true).init();
+    } else {
+        lines
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,openraft=warn".into()),
-        )
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // The server logs as its config says, once read; the tools log text.
+    if !matches!(cli.command, Command::Server { .. }) {
+        init_logging(false);
+    }
     match cli.command {
         Command::Server {
             file,
@@ -116,6 +128,7 @@ fn server(
         CliError::new(e.to_string())
             .hint("fix the key in the properties file (or --override); Kafka's key names and values apply")
     })?;
+    init_logging(config.log_json());
     for credential in add_scram {
         let user = fjord_config::ScramUser::parse(&credential).map_err(|e| {
             CliError::new(format!("--add-scram: {e}"))

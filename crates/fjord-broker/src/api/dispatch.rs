@@ -21,6 +21,7 @@ use tokio::sync::watch;
 
 use crate::api::versions::{api_versions_error, api_versions_response, supported_range};
 use crate::api::{authz, encode_response, Access, Broker};
+use crate::metrics::Metrics;
 use crate::net::{Dispatch, Reply, Response, Sequencing};
 
 /// Request lanes (`net::Sequencing::Lane`): requests that take effect at dispatch and may
@@ -299,6 +300,7 @@ impl Broker {
             version,
             correlation_id: header.correlation_id,
             request_size,
+            metrics: self.replicas().metrics().clone(),
         };
         Ok((header, answer, body))
     }
@@ -356,6 +358,7 @@ impl Broker {
             version,
             correlation_id,
             request_size,
+            ..
         } = answer;
         let header = (api, version, correlation_id);
         // The producer's byte rate counts every produce it sends, as Kafka's quota does.
@@ -506,25 +509,21 @@ impl Broker {
     }
 }
 
-/// What a request's answer is encoded with: its API, version and correlation id; and the
-/// request's size, which a producer's byte-rate quota counts.
-#[derive(Clone, Copy)]
+/// What a request's answer is encoded with: its API, version and correlation id; the
+/// request's size, which a producer's byte-rate quota counts; where its error codes are counted.
+#[derive(Clone)]
 struct Answer {
     api: ApiKey,
     version: i16,
     correlation_id: i32,
     request_size: usize,
+    metrics: Arc<Metrics>,
 }
 
 impl Answer {
     /// The answer, ready now.
     fn now(self, body: ResponseBody) -> Reply {
-        Reply::Now(encode_response(
-            self.api,
-            self.version,
-            self.correlation_id,
-            &body,
-        ))
+        Reply::Now(self.encode(&body))
     }
 
     /// The answer `body` will give once it completes.
@@ -532,10 +531,12 @@ impl Answer {
     where
         F: std::future::Future<Output = ResponseBody> + Send + 'static,
     {
-        Reply::Later(Box::pin(async move {
-            let body = body.await;
-            encode_response(self.api, self.version, self.correlation_id, &body)
-        }))
+        Reply::Later(Box::pin(async move { self.encode(&body.await) }))
+    }
+
+    fn encode(&self, body: &ResponseBody) -> Response {
+        (self.metrics.requests).answered_with(self.api, |visit| body.visit_error_codes(visit));
+        encode_response(self.api, self.version, self.correlation_id, body)
     }
 }
 

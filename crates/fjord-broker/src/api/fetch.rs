@@ -629,6 +629,8 @@ impl FetchApi {
             responses: topics,
             ..Default::default()
         };
+        let requests = &self.replicas.metrics().requests;
+        requests.answered_with(ApiKey::Fetch, |visit| body.visit_error_codes(visit));
         encode_fetch_response(plan.version, plan.correlation_id, &body, &externals, slices)
     }
 

@@ -197,9 +197,11 @@ impl GroupApi {
             client_host: format!("/{}", access.requester().peer.ip()),
         };
         let denied = authz::split(access, &mut body, version);
+        let metrics = self.replicas.metrics().clone();
         let respond = move |outcome: Result<ResponseBody, KafkaError>| match outcome {
             Ok(mut response) => {
                 denied.restore(&mut response);
+                (metrics.requests).answered_with(api, |visit| response.visit_error_codes(visit));
                 encode_response(api, version, correlation_id, &response)
             }
             Err(error) => Response::Close(error.to_string()),

@@ -50,6 +50,8 @@ struct ProduceAnswer {
     throttle_time_ms: i32,
     topics: Vec<TopicProduceResponse>,
     pending: Vec<PendingPartition>,
+    /// Where its error codes are counted.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl ProduceAnswer {
@@ -66,6 +68,7 @@ impl ProduceAnswer {
             throttle_time_ms: self.throttle_time_ms,
             ..Default::default()
         });
+        (self.metrics.requests).answered_with(self.api, |visit| body.visit_error_codes(visit));
         encode_response(self.api, self.version, self.correlation_id, &body)
     }
 
@@ -174,6 +177,7 @@ impl ProduceApi {
             throttle_time_ms,
             topics: Vec::with_capacity(request.topic_data.len()),
             pending: Vec::new(),
+            metrics: self.replicas.metrics().clone(),
         };
         for (topic_index, topic) in request.topic_data.iter().enumerate() {
             answer.topics.push(TopicProduceResponse {
@@ -403,6 +407,7 @@ mod tests {
             throttle_time_ms: 0,
             topics: vec![topic("a"), topic("b")],
             pending,
+            metrics: crate::metrics::Metrics::new(),
         }
     }
 

@@ -41,6 +41,7 @@ fn batch_histogram() -> Histogram {
 
 type ApiLabel = [(&'static str, &'static str); 1];
 type PhaseLabels = [(&'static str, &'static str); 2];
+type ErrorLabels = [(&'static str, &'static str); 2];
 type ListenerLabel = [(&'static str, String); 1];
 type AuthLabels = [(&'static str, String); 2];
 
@@ -67,6 +68,11 @@ impl Metrics {
             "requests",
             "Requests answered, by API (Kafka: RequestMetrics RequestsPerSec)",
             r.count.clone(),
+        );
+        registry.register(
+            "request_errors",
+            "Error codes in answers, by API and error, NONE included; a request answered for many partitions counts each (Kafka: ErrorsPerSec)",
+            r.errors.clone(),
         );
         registry.register_with_unit(
             "request_phase_duration",
@@ -143,8 +149,9 @@ impl Metrics {
 /// The phases of a request's time, as Kafka's request metrics split it.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestTiming {
-    /// The request's API key.
+    /// The request's API key and version.
     pub api_key: i16,
+    pub api_version: i16,
     /// Its frame's size in bytes.
     pub size: usize,
     /// When its last byte was read.
@@ -155,10 +162,28 @@ pub struct RequestTiming {
     pub handled: Instant,
 }
 
+/// The phases' names, in order.
+pub const PHASES: [&str; 5] = ["queue", "local", "remote", "response_queue", "send"];
+
+impl RequestTiming {
+    /// Time in each of `PHASES`, given when the answer was `ready`, began `sending` and was
+    /// `sent`.
+    pub fn phases(&self, ready: Instant, sending: Instant, sent: Instant) -> [Duration; 5] {
+        [
+            self.dispatched.saturating_duration_since(self.read),
+            self.handled.saturating_duration_since(self.dispatched),
+            ready.saturating_duration_since(self.handled),
+            sending.saturating_duration_since(ready),
+            sent.saturating_duration_since(sending),
+        ]
+    }
+}
+
 /// Requests by API: counts, bytes, and time in each phase.
 #[derive(Debug)]
 pub struct RequestMetrics {
     count: Family<ApiLabel, Counter>,
+    errors: Family<ErrorLabels, Counter>,
     bytes: Family<ApiLabel, Counter>,
     phases: Family<PhaseLabels, Histogram, fn() -> Histogram>,
     total: Family<ApiLabel, Histogram, fn() -> Histogram>,
@@ -168,6 +193,7 @@ impl Default for RequestMetrics {
     fn default() -> Self {
         RequestMetrics {
             count: Family::default(),
+            errors: Family::default(),
             bytes: Family::default(),
             phases: Family::new_with_constructor(latency_histogram),
             total: Family::new_with_constructor(latency_histogram),
@@ -176,6 +202,29 @@ impl Default for RequestMetrics {
 }
 
 impl RequestMetrics {
+    /// Counts the error codes an answer to `api` carries (`visit` calls back with each, nested
+    /// ones included), NONE among them, as Kafka's `ErrorsPerSec` does.
+    pub fn answered_with(
+        &self,
+        api: fjord_protocol::ApiKey,
+        visit: impl FnOnce(&mut dyn FnMut(i16)),
+    ) {
+        // Most answers carry one code many times (every partition NONE): counted once each.
+        let mut seen: Vec<(i16, u64)> = Vec::new();
+        visit(
+            &mut |code| match seen.iter_mut().find(|(c, _)| *c == code) {
+                Some((_, n)) => *n += 1,
+                None => seen.push((code, 1)),
+            },
+        );
+        for (code, n) in seen {
+            let error = fjord_common::errors::name(code);
+            self.errors
+                .get_or_create(&[("api", api.name()), ("error", error)])
+                .inc_by(n);
+        }
+    }
+
     /// A request answered: `timing` up to its handler, `ready` when its answer was, and
     /// `sending` / `sent` around writing it. Unknown API keys are not counted (such a frame
     /// closes its connection).
@@ -193,20 +242,7 @@ impl RequestMetrics {
         let label = [("api", api)];
         self.count.get_or_create(&label).inc();
         self.bytes.get_or_create(&label).inc_by(timing.size as u64);
-        let phases = [
-            (
-                "queue",
-                timing.dispatched.saturating_duration_since(timing.read),
-            ),
-            (
-                "local",
-                timing.handled.saturating_duration_since(timing.dispatched),
-            ),
-            ("remote", ready.saturating_duration_since(timing.handled)),
-            ("response_queue", sending.saturating_duration_since(ready)),
-            ("send", sent.saturating_duration_since(sending)),
-        ];
-        for (phase, took) in phases {
+        for (phase, took) in PHASES.into_iter().zip(timing.phases(ready, sending, sent)) {
             self.phases
                 .get_or_create(&[("api", api), ("phase", phase)])
                 .observe(took.as_secs_f64());
@@ -404,6 +440,7 @@ mod tests {
         let read = Instant::now();
         let timing = RequestTiming {
             api_key: 0,
+            api_version: 9,
             size: 100,
             read,
             dispatched: read + Duration::from_millis(1),
@@ -413,6 +450,13 @@ mod tests {
         metrics
             .requests
             .answered(&timing, ready, ready, ready + Duration::from_millis(1));
+        metrics
+            .requests
+            .answered_with(fjord_protocol::ApiKey::Produce, |visit| {
+                for code in [0, 0, 6, 0] {
+                    visit(code);
+                }
+            });
         // An unknown API key is not a label.
         metrics.requests.answered(
             &RequestTiming {
@@ -452,6 +496,16 @@ mod tests {
             "{text}"
         );
         assert_eq!(text.matches("fjord_requests_total{").count(), 1, "{text}");
+        assert!(
+            text.contains("fjord_request_errors_total{api=\"Produce\",error=\"NONE\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "fjord_request_errors_total{api=\"Produce\",error=\"NOT_LEADER_OR_FOLLOWER\"} 1\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -48,7 +48,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 
-use crate::metrics::{Metrics, RequestTiming};
+use crate::metrics::{Metrics, RequestTiming, PHASES};
 use fjord_sasl::{Authenticator, SaslConfig, Session, Step};
 use limits::{Admission, ConnectionLimits};
 
@@ -132,6 +132,8 @@ pub struct NetworkConfig {
     pub listener: Arc<str>,
     /// Where its connections and requests are counted.
     pub metrics: Arc<Metrics>,
+    /// Requests slower than this are logged (`log.slow.request.ms`); None: none is.
+    pub slow_request: Option<Duration>,
 }
 
 /// What a listener guards its connections with: the broker's connection limits, TLS (SSL,
@@ -147,12 +149,21 @@ pub struct ListenerSecurity {
     pub certificate_principals: Option<Arc<PrincipalMapper>>,
 }
 
-/// What the dispatcher makes of one request frame, and its timing so far (none for the answers
-/// of a SASL exchange, which are not requests served).
+/// What the dispatcher makes of one request frame, and the request served (none for the
+/// answers of a SASL exchange, which are not requests served).
 enum Outgoing {
-    Ready(Response, Option<RequestTiming>),
+    Ready(Response, Option<Served>),
     /// A future's task, which gives the response and when it was ready.
-    Pending(JoinHandle<(Response, Instant)>, RequestTiming),
+    Pending(JoinHandle<(Response, Instant)>, Served),
+}
+
+/// A request as its answer goes out: its timing, and for the slow-request log its header and
+/// who sent it.
+struct Served {
+    timing: RequestTiming,
+    /// The frame's request header (a slice, not a copy).
+    header: Bytes,
+    requester: Arc<Requester>,
 }
 
 /// Serves one bound listener — with TLS and SASL as `security` says — until `shutdown` turns
@@ -590,7 +601,11 @@ impl<D: Dispatch + ?Sized> Connection<D> {
         }
         connections.authenticated(&config.listener, true);
         let (out_tx, out_rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT_PER_CONNECTION);
-        let writer_task = tokio::spawn(write_responses(writer, out_rx, config.metrics.clone()));
+        let writer_task = tokio::spawn(write_responses(
+            writer,
+            out_rx,
+            (config.metrics.clone(), config.slow_request),
+        ));
         let mut sequencer = Sequencer::default();
         let result = loop {
             let frame = match tokio::select! {
@@ -650,9 +665,9 @@ impl<D: Dispatch + ?Sized> Connection<D> {
                 _ = shutdown.changed() => break Ok(()),
             }
             let outgoing = match dispatch_timed(&*dispatcher, frame, &requester, read) {
-                (Reply::Now(response), timing) => Outgoing::Ready(response, Some(timing)),
-                (Reply::Later(future), timing) => {
-                    Outgoing::Pending(sequencer.start(sequencing, future), timing)
+                (Reply::Now(response), served) => Outgoing::Ready(response, Some(served)),
+                (Reply::Later(future), served) => {
+                    Outgoing::Pending(sequencer.start(sequencing, future), served)
                 }
                 (Reply::Close(reason), _) => break Err(Closed::Refused(reason)),
             };
@@ -672,18 +687,88 @@ fn dispatch_timed<D: Dispatch + ?Sized>(
     frame: Bytes,
     requester: &Arc<Requester>,
     read: Instant,
-) -> (Reply, RequestTiming) {
-    let (api_key, size) = (api_key_of(&frame), frame.len());
+) -> (Reply, Served) {
+    let header = frame.slice(..header_length(&frame));
+    let (api_key, api_version, size) = (be_i16(&header, 0), be_i16(&header, 2), frame.len());
     let dispatched = Instant::now();
     let reply = dispatcher.dispatch(frame, requester);
     let timing = RequestTiming {
         api_key,
+        api_version,
         size,
         read,
         dispatched,
         handled: Instant::now(),
     };
-    (reply, timing)
+    let served = Served {
+        timing,
+        header,
+        requester: requester.clone(),
+    };
+    (reply, served)
+}
+
+/// The big-endian i16 at `at` of `bytes`, -1 when they are too short.
+fn be_i16(bytes: &[u8], at: usize) -> i16 {
+    bytes
+        .get(at..at + 2)
+        .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]))
+}
+
+/// Client ids longer than this are cut in the slow-request log.
+const MAX_LOGGED_CLIENT_ID: usize = 256;
+
+/// How much of a frame is its request header up to the client id (API key, version,
+/// correlation id, client id), at most `MAX_LOGGED_CLIENT_ID` bytes of the id.
+fn header_length(frame: &[u8]) -> usize {
+    let id_length = usize::try_from(be_i16(frame, 8)).unwrap_or(0);
+    (10 + id_length.min(MAX_LOGGED_CLIENT_ID)).min(frame.len())
+}
+
+/// The client id a request header carries, as far as it was kept.
+fn client_id_of(header: &[u8]) -> String {
+    String::from_utf8_lossy(header.get(10..).unwrap_or_default()).into_owned()
+}
+
+/// Long polls wait in their remote phase by design (a fetch for data, a join for its rebalance):
+/// that wait does not make them slow.
+fn waits_by_design(api_key: i16) -> bool {
+    use fjord_protocol::ApiKey;
+    [ApiKey::Fetch, ApiKey::JoinGroup, ApiKey::SyncGroup]
+        .iter()
+        .any(|api| *api as i16 == api_key)
+}
+
+/// Logs `served` once if it took longer than `threshold` (less a long poll's wait).
+fn log_if_slow(served: &Served, threshold: Duration, phases: [Duration; 5]) {
+    let total: Duration = phases.iter().sum();
+    let counted = if waits_by_design(served.timing.api_key) {
+        total.saturating_sub(phases[2])
+    } else {
+        total
+    };
+    if counted <= threshold {
+        return;
+    }
+    let api = fjord_protocol::ApiKey::from_i16(served.timing.api_key).map_or("?", |a| a.name());
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let split = PHASES
+        .iter()
+        .zip(phases)
+        .map(|(phase, took)| format!("{phase}={:.1}", ms(took)))
+        .collect::<Vec<_>>()
+        .join(" ");
+    tracing::warn!(
+        api,
+        version = served.timing.api_version,
+        client_id = %client_id_of(&served.header),
+        principal = %served.requester.principal,
+        peer = %served.requester.peer,
+        bytes = served.timing.size,
+        total_ms = format!("{:.1}", ms(total)),
+        phases_ms = %split,
+        "slow request"
+    );
 }
 
 /// Returns once a quota's mute of the connection (KIP-219) has passed: a client over its quota
@@ -715,26 +800,38 @@ async fn finish_writes(
 }
 
 /// The connection's writer: sends each reply in request order, waiting for those still being
-/// worked on; a reply that closes the connection ends it. Each request answered is timed.
+/// worked on; a reply that closes the connection ends it. Each request answered is timed, and
+/// logged when slower than `slow`.
 async fn write_responses(
     mut writer: Writer,
     mut out_rx: mpsc::Receiver<Outgoing>,
-    metrics: Arc<Metrics>,
+    (metrics, slow): (Arc<Metrics>, Option<Duration>),
 ) -> Result<(), Closed> {
     while let Some(outgoing) = out_rx.recv().await {
-        let (response, timing, ready) = match outgoing {
-            Outgoing::Ready(response, timing) => (response, timing, timing.map(|t| t.handled)),
-            Outgoing::Pending(handle, timing) => match handle.await {
-                Ok((response, ready)) => (response, Some(timing), Some(ready)),
+        let (response, served, ready) = match outgoing {
+            Outgoing::Ready(response, served) => {
+                let ready = served.as_ref().map(|s| s.timing.handled);
+                (response, served, ready)
+            }
+            Outgoing::Pending(handle, served) => match handle.await {
+                Ok((response, ready)) => (response, Some(served), Some(ready)),
                 Err(error) => return Err(Closed::Task(error)),
             },
         };
         let sending = Instant::now();
         send(&mut writer, response).await?;
-        if let (Some(timing), Some(ready)) = (timing, ready) {
+        if let (Some(served), Some(ready)) = (served, ready) {
+            let sent = Instant::now();
             metrics
                 .requests
-                .answered(&timing, ready, sending, Instant::now());
+                .answered(&served.timing, ready, sending, sent);
+            if let Some(threshold) = slow {
+                log_if_slow(
+                    &served,
+                    threshold,
+                    served.timing.phases(ready, sending, sent),
+                );
+            }
         }
     }
     writer.shutdown().await;
@@ -773,13 +870,6 @@ fn authenticated_as(session: &Session, peer: SocketAddr) -> Arc<Requester> {
         Authentication::Sasl
     };
     Arc::new(Requester::new(session.principal.clone(), peer).authenticated_by(authentication))
-}
-
-/// The API key a request frame starts with (-1 for a frame too short to have one).
-fn api_key_of(frame: &Bytes) -> i16 {
-    frame
-        .get(0..2)
-        .map_or(-1, |key| i16::from_be_bytes([key[0], key[1]]))
 }
 
 fn is_sasl_handshake(frame: &Bytes) -> bool {
@@ -1014,6 +1104,28 @@ pub mod tests {
         (done, future)
     }
 
+    #[test]
+    fn a_request_header_names_its_client_as_far_as_it_goes() {
+        let mut frame = vec![0, 1, 0, 12, 0, 0, 0, 7, 0, 3];
+        frame.extend_from_slice(b"abcrest-of-the-request");
+        let header = &frame[..header_length(&frame)];
+        assert_eq!((be_i16(header, 0), be_i16(header, 2)), (1, 12));
+        assert_eq!(client_id_of(header), "abc");
+        // A null client id (-1), a truncated one, a frame too short for a header.
+        let null = [0, 1, 0, 12, 0, 0, 0, 7, 0xff, 0xff, 9, 9];
+        assert_eq!(client_id_of(&null[..header_length(&null)]), "");
+        let cut = [0, 1, 0, 12, 0, 0, 0, 7, 0, 50, b'x'];
+        assert_eq!(client_id_of(&cut[..header_length(&cut)]), "x");
+        assert_eq!(header_length(&[0, 1]), 2);
+        assert_eq!(be_i16(&[0, 1], 2), -1);
+        // A long client id is cut for the log.
+        let mut long = vec![0, 1, 0, 12, 0, 0, 0, 7, 0x10, 0];
+        long.extend(std::iter::repeat_n(b'a', 4096));
+        assert_eq!(header_length(&long), 10 + MAX_LOGGED_CLIENT_ID);
+        let fetch = fjord_protocol::ApiKey::Fetch as i16;
+        assert!(waits_by_design(fetch) && !waits_by_design(0));
+    }
+
     #[tokio::test]
     async fn requests_of_one_lane_overlap_and_others_wait_for_them() {
         let mut sequencer = Sequencer::default();
@@ -1102,6 +1214,7 @@ pub mod tests {
             connections_max_idle_ms: 60_000,
             listener: "PLAINTEXT".into(),
             metrics: Metrics::new(),
+            slow_request: None,
         };
         let security = ListenerSecurity {
             limits: None,

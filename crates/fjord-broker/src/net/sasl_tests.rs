@@ -97,6 +97,7 @@ async fn listen_with_sessions_of(
         connections_max_idle_ms: 10_000,
         listener: "SASL".into(),
         metrics: crate::metrics::Metrics::new(),
+        slow_request: None,
     };
     let sasl = SaslConfig {
         settings: SaslSettings {

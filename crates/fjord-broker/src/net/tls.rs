@@ -633,6 +633,7 @@ mod tests {
             connections_max_idle_ms: 5_000,
             listener: "SSL".into(),
             metrics: crate::metrics::Metrics::new(),
+            slow_request: None,
         };
         let security = ListenerSecurity {
             limits: None,

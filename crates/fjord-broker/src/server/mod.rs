@@ -518,6 +518,7 @@ async fn serve_listeners(
             connections_max_idle_ms: config.connections_max_idle_ms,
             listener: listener.name.as_str().into(),
             metrics: metrics.clone(),
+            slow_request: config.slow_request_log(),
         };
         servers.push(tokio::spawn(crate::net::serve(
             socket,

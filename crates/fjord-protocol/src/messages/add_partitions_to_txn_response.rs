@@ -341,6 +341,44 @@ impl AddPartitionsToTxnResult {
     }
 }
 
+impl AddPartitionsToTxnResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.results_by_transaction {
+            item.visit_error_codes(visit);
+        }
+        for item in &self.results_by_topic_v3_and_below {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl AddPartitionsToTxnTopicResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.results_by_partition {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl AddPartitionsToTxnPartitionResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.partition_error_code);
+    }
+}
+
+impl AddPartitionsToTxnResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.topic_results {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

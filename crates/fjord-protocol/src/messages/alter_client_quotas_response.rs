@@ -205,6 +205,30 @@ impl EntityData {
     }
 }
 
+impl AlterClientQuotasResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.entries {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl EntryData {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.entity {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl EntityData {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -202,6 +202,32 @@ impl ReassignablePartitionResponse {
     }
 }
 
+impl AlterPartitionReassignmentsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.responses {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl ReassignableTopicResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.partitions {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl ReassignablePartitionResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -205,6 +205,32 @@ impl PartitionData {
     }
 }
 
+impl AlterPartitionResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.topics {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl TopicData {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.partitions {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl PartitionData {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -132,6 +132,22 @@ impl AlterUserScramCredentialsResult {
     }
 }
 
+impl AlterUserScramCredentialsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.results {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl AlterUserScramCredentialsResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -420,6 +420,37 @@ impl FinalizedFeatureKey {
     }
 }
 
+impl ApiVersionsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.api_keys {
+            item.visit_error_codes(visit);
+        }
+        for item in &self.supported_features {
+            item.visit_error_codes(visit);
+        }
+        for item in &self.finalized_features {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl ApiVersion {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
+impl SupportedFeatureKey {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
+impl FinalizedFeatureKey {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

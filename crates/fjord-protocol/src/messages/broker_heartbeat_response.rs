@@ -89,6 +89,13 @@ impl BrokerHeartbeatResponse {
     }
 }
 
+impl BrokerHeartbeatResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

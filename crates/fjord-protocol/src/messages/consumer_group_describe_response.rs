@@ -371,6 +371,47 @@ impl Member {
     }
 }
 
+impl ConsumerGroupDescribeResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.groups {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl TopicPartitions {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
+impl Assignment {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.topic_partitions {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DescribedGroup {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.members {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl Member {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        self.assignment.visit_error_codes(visit);
+        self.target_assignment.visit_error_codes(visit);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

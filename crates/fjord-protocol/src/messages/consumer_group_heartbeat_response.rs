@@ -208,6 +208,30 @@ impl Assignment {
     }
 }
 
+impl ConsumerGroupHeartbeatResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        if let Some(item) = &self.assignment {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl TopicPartitions {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
+impl Assignment {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.topic_partitions {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

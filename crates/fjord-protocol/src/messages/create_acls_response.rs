@@ -135,6 +135,22 @@ impl AclCreationResult {
     }
 }
 
+impl CreateAclsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.results {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl AclCreationResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -376,6 +376,33 @@ impl CreatableTopicConfigs {
     }
 }
 
+impl CreateTopicsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.topics {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl CreatableTopicResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        visit(self.topic_config_error_code);
+        if let Some(items) = &self.configs {
+            for item in items {
+                item.visit_error_codes(visit);
+            }
+        }
+    }
+}
+
+impl CreatableTopicConfigs {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -244,6 +244,32 @@ impl DeleteAclsMatchingAcl {
     }
 }
 
+impl DeleteAclsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.filter_results {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DeleteAclsFilterResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.matching_acls {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DeleteAclsMatchingAcl {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -203,6 +203,31 @@ impl DeleteRecordsPartitionResult {
     }
 }
 
+impl DeleteRecordsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.topics {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DeleteRecordsTopicResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.partitions {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DeleteRecordsPartitionResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

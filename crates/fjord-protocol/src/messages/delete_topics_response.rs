@@ -188,6 +188,22 @@ impl DeletableTopicResult {
     }
 }
 
+impl DeleteTopicsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.responses {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DeletableTopicResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -230,6 +230,30 @@ impl AclDescription {
     }
 }
 
+impl DescribeAclsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.resources {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DescribeAclsResource {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.acls {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl AclDescription {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

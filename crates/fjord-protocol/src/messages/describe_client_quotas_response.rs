@@ -263,6 +263,40 @@ impl ValueData {
     }
 }
 
+impl DescribeClientQuotasResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        if let Some(items) = &self.entries {
+            for item in items {
+                item.visit_error_codes(visit);
+            }
+        }
+    }
+}
+
+impl EntryData {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.entity {
+            item.visit_error_codes(visit);
+        }
+        for item in &self.values {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl EntityData {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
+impl ValueData {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

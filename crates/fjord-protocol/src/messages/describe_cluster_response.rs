@@ -202,6 +202,21 @@ impl DescribeClusterBroker {
     }
 }
 
+impl DescribeClusterResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.brokers {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DescribeClusterBroker {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

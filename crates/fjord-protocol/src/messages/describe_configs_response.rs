@@ -334,6 +334,39 @@ impl DescribeConfigsSynonym {
     }
 }
 
+impl DescribeConfigsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.results {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DescribeConfigsResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.configs {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DescribeConfigsResourceResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.synonyms {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DescribeConfigsSynonym {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

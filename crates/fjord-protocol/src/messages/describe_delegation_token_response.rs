@@ -270,6 +270,30 @@ impl DescribedDelegationTokenRenewer {
     }
 }
 
+impl DescribeDelegationTokenResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.tokens {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DescribedDelegationToken {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.renewers {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DescribedDelegationTokenRenewer {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -316,6 +316,30 @@ impl DescribedGroupMember {
     }
 }
 
+impl DescribeGroupsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.groups {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DescribedGroup {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.members {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DescribedGroupMember {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -547,6 +547,60 @@ impl Listener {
     }
 }
 
+impl DescribeQuorumResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.topics {
+            item.visit_error_codes(visit);
+        }
+        for item in &self.nodes {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl ReplicaState {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
+impl TopicData {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.partitions {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl Node {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.listeners {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl PartitionData {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.current_voters {
+            item.visit_error_codes(visit);
+        }
+        for item in &self.observers {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl Listener {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

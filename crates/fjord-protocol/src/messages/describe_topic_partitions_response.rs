@@ -313,6 +313,40 @@ impl DescribeTopicPartitionsResponsePartition {
     }
 }
 
+impl DescribeTopicPartitionsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.topics {
+            item.visit_error_codes(visit);
+        }
+        if let Some(item) = &self.next_cursor {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DescribeTopicPartitionsResponseTopic {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.partitions {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl Cursor {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
+impl DescribeTopicPartitionsResponsePartition {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -209,6 +209,30 @@ impl TopicData {
     }
 }
 
+impl DescribeTransactionsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.transaction_states {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl TransactionState {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.topics {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl TopicData {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

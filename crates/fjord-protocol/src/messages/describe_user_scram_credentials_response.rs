@@ -195,6 +195,31 @@ impl CredentialInfo {
     }
 }
 
+impl DescribeUserScramCredentialsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.results {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl DescribeUserScramCredentialsResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.credential_infos {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl CredentialInfo {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -219,6 +219,32 @@ impl PartitionResult {
     }
 }
 
+impl ElectLeadersResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.replica_election_results {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl ReplicaElectionResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.partition_result {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl PartitionResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -783,6 +783,68 @@ impl AbortedTransaction {
     }
 }
 
+impl FetchResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.responses {
+            item.visit_error_codes(visit);
+        }
+        for item in &self.node_endpoints {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl FetchableTopicResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.partitions {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl NodeEndpoint {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
+impl PartitionData {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        self.diverging_epoch.visit_error_codes(visit);
+        self.current_leader.visit_error_codes(visit);
+        self.snapshot_id.visit_error_codes(visit);
+        if let Some(items) = &self.aborted_transactions {
+            for item in items {
+                item.visit_error_codes(visit);
+            }
+        }
+    }
+}
+
+impl EpochEndOffset {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
+impl LeaderIdAndEpoch {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
+impl SnapshotId {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
+impl AbortedTransaction {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

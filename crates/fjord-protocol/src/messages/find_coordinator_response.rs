@@ -350,6 +350,23 @@ impl Coordinator {
     }
 }
 
+impl FindCoordinatorResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.coordinators {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl Coordinator {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

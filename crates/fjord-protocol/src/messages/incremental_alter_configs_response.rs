@@ -151,6 +151,22 @@ impl AlterConfigsResourceResponse {
     }
 }
 
+impl IncrementalAlterConfigsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.responses {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl AlterConfigsResourceResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -176,6 +176,21 @@ impl ListedGroup {
     }
 }
 
+impl ListGroupsResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.groups {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl ListedGroup {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

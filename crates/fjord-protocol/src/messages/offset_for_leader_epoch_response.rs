@@ -208,6 +208,31 @@ impl EpochEndOffset {
     }
 }
 
+impl OffsetForLeaderEpochResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.topics {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl OffsetForLeaderTopicResult {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.partitions {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl EpochEndOffset {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

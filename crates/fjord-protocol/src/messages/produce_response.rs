@@ -639,6 +639,53 @@ impl LeaderIdAndEpoch {
     }
 }
 
+impl ProduceResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.responses {
+            item.visit_error_codes(visit);
+        }
+        for item in &self.node_endpoints {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl TopicProduceResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        for item in &self.partition_responses {
+            item.visit_error_codes(visit);
+        }
+    }
+}
+
+impl NodeEndpoint {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
+impl PartitionProduceResponse {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, visit: &mut dyn FnMut(i16)) {
+        visit(self.error_code);
+        for item in &self.record_errors {
+            item.visit_error_codes(visit);
+        }
+        self.current_leader.visit_error_codes(visit);
+    }
+}
+
+impl BatchIndexAndErrorMessage {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
+impl LeaderIdAndEpoch {
+    /// Calls `visit` with every error code this answer carries, nested ones included.
+    pub fn visit_error_codes(&self, _visit: &mut dyn FnMut(i16)) {}
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
