@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the e2e suite (tests/e2e) needs, idempotently and without prompts:
-#   - .venv/ with the pinned Python packages (pytest, confluent-kafka, kafka-python and its codecs)
+#   - .venv/ with the pinned Python packages (pytest, confluent-kafka, kafka-python and its codecs, Playwright)
+#   - Debian packages: iproute2, prometheus (promtool), chromium (for the console tests)
 #   - the Java client tool (kafka-clients) and Apache Kafka's broker/tools classpath, via Maven
 #   - the Go client tool (franz-go)
 # Downloads land in ~/.m2, Go's module cache and .venv; build outputs in tests/e2e/.build. None is committed.
@@ -34,6 +35,11 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2
     fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus
     if [ -n "$made_policy" ]; then rm -f "$policy"; fi
+fi
+
+# The console tests drive Debian's Chromium, headless, with Playwright (which cannot download a browser here).
+if ! command -v chromium >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
 fi
 
 echo "== python venv (.venv)"

@@ -2,10 +2,13 @@
 //! broker's own configs are asked of that broker (Kafka answers only for itself); a topic's of
 //! any broker.
 
+use std::collections::BTreeMap;
+
 use fjord_common::errors;
 use fjord_protocol::messages::describe_configs_request::{
     DescribeConfigsRequest, DescribeConfigsResource,
 };
+use fjord_protocol::messages::describe_configs_response::DescribeConfigsResourceResult;
 use fjord_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
 };
@@ -112,16 +115,39 @@ impl Client {
                 result.error_message,
             ));
         }
-        Ok(result
-            .configs
+        Ok(result.configs.into_iter().map(entry).collect())
+    }
+
+    /// The configs named `keys` of each topic in `topics`, in one request; topics the broker
+    /// answers with an error (absent, not authorized) are left out.
+    pub async fn describe_topic_configs(
+        &mut self,
+        topics: &[String],
+        keys: &[&str],
+    ) -> Result<BTreeMap<String, Vec<ConfigEntry>>, ClientError> {
+        let request = DescribeConfigsRequest {
+            resources: topics
+                .iter()
+                .map(|name| DescribeConfigsResource {
+                    resource_type: ConfigResource::Topic(String::new()).kind(),
+                    resource_name: name.clone(),
+                    configuration_keys: Some(keys.iter().map(|k| k.to_string()).collect()),
+                })
+                .collect(),
+            include_synonyms: false,
+            include_documentation: false,
+        };
+        let conn = self.any_conn().await?;
+        let ResponseBody::DescribeConfigs(response) =
+            conn.send(RequestBody::DescribeConfigs(request)).await?
+        else {
+            return Err(ClientError::unexpected(ApiKey::DescribeConfigs));
+        };
+        Ok(response
+            .results
             .into_iter()
-            .map(|c| ConfigEntry {
-                name: c.name,
-                value: c.value,
-                source: c.config_source,
-                is_sensitive: c.is_sensitive,
-                read_only: c.read_only,
-            })
+            .filter(|r| r.error_code == errors::NONE)
+            .map(|r| (r.resource_name, r.configs.into_iter().map(entry).collect()))
             .collect())
     }
 
@@ -171,5 +197,15 @@ impl Client {
                 "IncrementalAlterConfigs response: no result".to_string(),
             )),
         }
+    }
+}
+
+fn entry(c: DescribeConfigsResourceResult) -> ConfigEntry {
+    ConfigEntry {
+        name: c.name,
+        value: c.value,
+        source: c.config_source,
+        is_sensitive: c.is_sensitive,
+        read_only: c.read_only,
     }
 }

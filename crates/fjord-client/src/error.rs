@@ -66,7 +66,8 @@ impl ClientError {
         }
     }
 
-    pub(crate) fn kafka(context: impl Into<String>, code: i16, message: Option<String>) -> Self {
+    /// A broker's answer of error `code` to the request `context` names.
+    pub fn kafka(context: impl Into<String>, code: i16, message: Option<String>) -> Self {
         ClientError::Kafka {
             context: context.into(),
             code,

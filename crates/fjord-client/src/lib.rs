@@ -1,5 +1,6 @@
 //! An async Kafka client built on `fjord-protocol`: connections that negotiate API versions,
-//! cluster metadata, coordinator discovery, the admin calls for topics, configs, consumer groups and offsets,
+//! cluster metadata and descriptions (brokers, the metadata quorum, log dirs), fetching a
+//! partition's records, coordinator discovery, the admin calls for topics, configs, consumer groups and offsets,
 //! and the consumer protocol's Subscription/Assignment formats.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 #![cfg_attr(
@@ -8,6 +9,7 @@
 )]
 
 mod client;
+mod cluster;
 mod configs;
 mod connection;
 pub mod consumer_protocol;
@@ -19,6 +21,10 @@ mod topics;
 pub use client::{
     Broker, Client, ClusterMetadata, GroupDescription, GroupKind, GroupListing, ListedOffset,
     MemberDescription, OffsetAndMetadata, OffsetSpec, PartitionMetadata, TopicMetadata,
+};
+pub use cluster::{
+    BrokerDescription, ClusterDescription, ConsumerRecord, FetchedRecords, LogDirDescription,
+    QuorumDescription, QuorumReplica,
 };
 pub use configs::{config_source_name, ConfigChange, ConfigEntry, ConfigResource};
 pub use connection::{ClientConfig, Connection};

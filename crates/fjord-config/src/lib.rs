@@ -1049,6 +1049,9 @@ broker_configs! {
     // fjord's own: the format of the log lines, and the time past which a request is logged.
     log_format: String = "log.format", String, Some("text"), Check::OneOf(&["text", "json"]);
     log_slow_request_ms: i64 = "log.slow.request.ms", Long, Some("1000"), Check::AtLeast(0);
+    // fjord's own: the web console on the HTTP listener, and whether it may change anything.
+    console_enable: bool = "console.enable", Boolean, Some("true"), Check::None;
+    console_read_only: bool = "console.read.only", Boolean, Some("true"), Check::None;
 }
 
 /// Delegation tokens' settings (Kafka's `delegation.token.*` keys).
@@ -1807,6 +1810,16 @@ impl BrokerConfig {
     /// Whether `/metrics` has a series per hosted partition (`metrics.per.partition.enable`).
     pub fn metrics_per_partition(&self) -> bool {
         self.settings.metrics_per_partition_enable
+    }
+
+    /// Whether the HTTP listener serves the web console (`console.enable`).
+    pub fn console_enabled(&self) -> bool {
+        self.settings.console_enable
+    }
+
+    /// Whether the console refuses changes such as offset resets (`console.read.only`).
+    pub fn console_read_only(&self) -> bool {
+        self.settings.console_read_only
     }
 
     /// Whether log lines are JSON objects (`log.format=json`) rather than text.

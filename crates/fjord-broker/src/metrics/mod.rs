@@ -333,6 +333,20 @@ impl TopicTraffic {
         topics.entry(topic.to_string()).or_default().clone()
     }
 
+    /// Bytes in, records in and bytes out summed over every topic.
+    pub fn totals(&self) -> [u64; 3] {
+        fjord_common::lock(&self.topics).values().fold(
+            [0; 3],
+            |[bytes_in, messages_in, bytes_out], c| {
+                [
+                    bytes_in + c.bytes_in.load(Ordering::Relaxed),
+                    messages_in + c.messages_in.load(Ordering::Relaxed),
+                    bytes_out + c.bytes_out.load(Ordering::Relaxed),
+                ]
+            },
+        )
+    }
+
     /// Forgets the topics `exists` says are gone, so a deleted topic's series end.
     pub fn retain(&self, exists: impl Fn(&str) -> bool) {
         fjord_common::lock(&self.topics).retain(|topic, _| exists(topic));

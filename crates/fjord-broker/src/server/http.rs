@@ -1,6 +1,7 @@
-//! The HTTP listener (`http.listeners`): `/metrics` for Prometheus and `/health/live`,
-//! `/health/ready` for load balancers and Kubernetes probes. HTTP/1.1 on hyper; requests carry
-//! no body, and connections are bounded in number and in how long a request may take to arrive.
+//! The HTTP listener (`http.listeners`): `/metrics` for Prometheus, `/health/live` and
+//! `/health/ready` for load balancers and Kubernetes probes, and the web console (`/console/`,
+//! its API under `/api/`). HTTP/1.1 on hyper; connections are bounded in number and in how long
+//! a request may take to arrive, and only the console's changes carry a body, of bounded size.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -9,9 +10,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fjord_config::{BrokerConfig, HttpListeners};
-use http_body_util::Full;
+use fjord_console::Console;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{ACCEPT, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ACCEPT, CACHE_CONTROL, CONTENT_TYPE, COOKIE, SET_COOKIE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
@@ -48,6 +50,7 @@ impl HttpServers {
 pub(super) async fn start(
     config: &Arc<BrokerConfig>,
     metrics: &Arc<Metrics>,
+    console: Option<Arc<Console>>,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<(Arc<Observer>, HttpServers), BrokerError> {
     let observer = Arc::new(Observer::new(
@@ -56,8 +59,18 @@ pub(super) async fn start(
         shutdown.clone(),
     ));
     let (stop, stopping) = watch::channel(false);
-    let servers = bind(&config.http_listeners, &observer, &stopping).await?;
+    let served = Served {
+        observer: observer.clone(),
+        console,
+    };
+    let servers = bind(&config.http_listeners, &Arc::new(served), &stopping).await?;
     Ok((observer, HttpServers { stop, servers }))
+}
+
+/// What the HTTP listeners serve.
+struct Served {
+    observer: Arc<Observer>,
+    console: Option<Arc<Console>>,
 }
 
 /// Binds every HTTP listener and serves it until `stop` turns true. A default address another
@@ -65,7 +78,7 @@ pub(super) async fn start(
 /// set must bind.
 async fn bind(
     listeners: &HttpListeners,
-    observer: &Arc<Observer>,
+    served: &Arc<Served>,
     stop: &watch::Receiver<bool>,
 ) -> Result<Vec<JoinHandle<()>>, BrokerError> {
     let mut servers = Vec::new();
@@ -84,12 +97,12 @@ async fn bind(
         };
         let bound = socket.local_addr().unwrap_or(*address);
         tracing::info!(address = %bound, "HTTP listening");
-        servers.push(tokio::spawn(serve(socket, observer.clone(), stop.clone())));
+        servers.push(tokio::spawn(serve(socket, served.clone(), stop.clone())));
     }
     Ok(servers)
 }
 
-async fn serve(socket: TcpListener, observer: Arc<Observer>, mut stop: watch::Receiver<bool>) {
+async fn serve(socket: TcpListener, served: Arc<Served>, mut stop: watch::Receiver<bool>) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -106,12 +119,12 @@ async fn serve(socket: TcpListener, observer: Arc<Observer>, mut stop: watch::Re
             },
             _ = stopped(&mut stop) => return,
         };
-        let observer = observer.clone();
+        let served = served.clone();
         let mut stop = stop.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
-                let observer = observer.clone();
-                async move { Ok::<_, Infallible>(answer(&observer, request, peer).await) }
+                let served = served.clone();
+                async move { Ok::<_, Infallible>(answer(&served, request, peer).await) }
             });
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
@@ -148,7 +161,13 @@ fn text(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Answe
     response
 }
 
-async fn answer(observer: &Arc<Observer>, request: Request<Incoming>, peer: SocketAddr) -> Answer {
+async fn answer(served: &Served, request: Request<Incoming>, peer: SocketAddr) -> Answer {
+    if let Some(console) = &served.console {
+        if Console::serves(request.uri().path()) {
+            return console_answer(console, request).await;
+        }
+    }
+    let observer = &served.observer;
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return text(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -194,6 +213,63 @@ async fn answer(observer: &Arc<Observer>, request: Request<Incoming>, peer: Sock
         },
         _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
     }
+}
+
+/// Hands a request to the console, reading its body (bounded) for a change.
+async fn console_answer(console: &Console, request: Request<Incoming>) -> Answer {
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, fjord_console::MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(body) => body.to_bytes(),
+        Err(_) => {
+            return text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "text/plain",
+                "request body too large\n",
+            )
+        }
+    };
+    let header = |name| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    let reply = console
+        .answer(fjord_console::Request {
+            method: parts.method.as_str(),
+            path: parts.uri.path(),
+            query: parts.uri.query().unwrap_or(""),
+            cookie: header(COOKIE.as_str()),
+            from_console: parts.headers.contains_key("x-fjord-console"),
+            body,
+        })
+        .await;
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = text(status, reply.content_type, reply.body);
+    let headers = response.headers_mut();
+    if let Some(cookie) = reply
+        .set_cookie
+        .and_then(|c| HeaderValue::from_str(&c).ok())
+    {
+        headers.insert(SET_COOKIE, cookie);
+    }
+    // Its own files only, never in another site's frame, and answers never cached.
+    for (name, value) in [
+        (
+            "content-security-policy",
+            "default-src 'self'; frame-ancestors 'none'",
+        ),
+        ("x-content-type-options", "nosniff"),
+        ("x-frame-options", "DENY"),
+        ("referrer-policy", "no-referrer"),
+        (CACHE_CONTROL.as_str(), "no-store"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
 }
 
 /// OpenMetrics when the scraper's `Accept` names it (Prometheus does, ranked first), else

@@ -5,6 +5,7 @@
 //! `dynamic_quorum`, periodic work in `housekeeping`.
 
 mod broker_role;
+mod console;
 mod coordinators;
 mod dynamic_quorum;
 mod housekeeping;
@@ -74,7 +75,9 @@ pub async fn run(
     let (ready, broker_rx) = watch::channel::<Option<Arc<Broker>>>(None);
     // HTTP first, so that liveness and readiness answer through start-up.
     let metrics = Metrics::new();
-    let (observer, http) = http::start(&config, &metrics, &shutdown).await?;
+    let links = Arc::new(node_links(&config)?);
+    let console = console::console(&config, &links, &metrics);
+    let (observer, http) = http::start(&config, &metrics, console, &shutdown).await?;
     let security = listener_security(&config, &broker_rx)?;
     let listener_tls: Arc<ListenersTls> = Arc::new(
         security
@@ -82,7 +85,6 @@ pub async fn run(
             .filter_map(|(name, guards)| Some((name.clone(), guards.tls.clone()?)))
             .collect(),
     );
-    let links = Arc::new(node_links(&config)?);
     let dynamic = if config.cluster.bootstrap_servers.is_empty() {
         None
     } else {
