@@ -19,7 +19,8 @@ from typing import Dict, List
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
-                                   ResourcePatternType, ResourceType)
+                                   ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
+                                   UserScramCredentialUpsertion)
 
 from harness import Cluster, Secured, kafka_tool, metadata_quorum_status, wait_for
 
@@ -283,9 +284,16 @@ def test_the_quorum_page_names_the_leader_and_every_voter(cluster, page):
 def secured(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("console-acl")
     s = Secured(workdir)
-    c = Cluster(workdir, controllers=1, extra=s.node_props(), broker_listener="BROKER")
+    extra = {**s.node_props(), "listener.name.broker.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+             "listener.name.broker.scram-sha-512.sasl.jaas.config":
+                 "org.apache.kafka.common.security.scram.ScramLoginModule required;"}
+    c = Cluster(workdir, controllers=1, extra=extra, broker_listener="BROKER")
     c.start()
     admin = AdminClient({"bootstrap.servers": c.bootstrap, **s.librdkafka("node")})
+    carol = UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                         b"carol-pw")
+    for future in admin.alter_user_scram_credentials([carol]).values():
+        future.result(30)
     for future in admin.create_topics([NewTopic(t, 1, 1) for t in ("alice-orders", "payroll")]).values():
         future.result(30)
     allow = [AclBinding(ResourceType.TOPIC, "alice-", ResourcePatternType.PREFIXED, "User:alice", "*", op,
@@ -296,9 +304,10 @@ def secured(tmp_path_factory):
     c.kill9()
 
 
-def log_in(pg, node, user: str, password: str) -> None:
+def log_in(pg, node, user: str, password: str, mechanism: str = "PLAIN") -> None:
     pg.goto(f"http://{node.http}/console/#/topics")
     pg.wait_for_selector("#login-form")
+    pg.select_option("#login-form select[name=mechanism]", mechanism)
     pg.fill("#login-form input[name=username]", user)
     pg.fill("#login-form input[name=password]", password)
     pg.click("#login-form button")
@@ -319,9 +328,31 @@ def test_on_a_cluster_with_acls_a_principal_sees_only_its_topics(secured, page):
     page.goto(f"http://{node.http}/console/#/topic/payroll")
     page.wait_for_selector("[role=alert]")
     assert "TOPIC_AUTHORIZATION_FAILED" in page.inner_text("[role=alert]")
+    # ACLs and users need DESCRIBE on the cluster.
+    page.goto(f"http://{node.http}/console/#/security")
+    page.wait_for_selector("h1:text('Security')")
+    alerts = page.eval_on_selector_all("[role=alert]", "es => es.map(e => e.innerText)")
+    assert [a.split(":")[0] for a in alerts] == ["DescribeAcls", "DescribeUserScramCredentials"], alerts
+    assert all("CLUSTER_AUTHORIZATION_FAILED (31)" in a for a in alerts), alerts
 
     page.click("#who button")
     page.wait_for_selector("#login-form")
     log_in(page, node, "node", s.USERS["node"])
     page.wait_for_selector("#topics tbody tr")
     assert {r[0] for r in rows(page, "topics")} >= {"alice-orders", "payroll"}
+    page.goto(f"http://{node.http}/console/#/security")
+    page.wait_for_selector("#acls tbody tr")
+    assert sorted(rows(page, "acls")) == [
+        ["User:alice", "*", op, "ALLOW", "TOPIC", "alice-", "PREFIXED"] for op in ("DESCRIBE", "READ")]
+    assert rows(page, "users") == [["carol", "SCRAM-SHA-512 (8,192 iterations)"]]
+    shot(page, "security")
+
+
+def test_a_scram_user_logs_in_to_the_console(secured, page):
+    cluster, _ = secured
+    log_in(page, cluster.nodes[0], "carol", "carol-pw", mechanism="SCRAM-SHA-512")
+    page.wait_for_selector("#user")
+    assert page.inner_text("#user") == "carol"
+    # carol has no ACLs: the topics exist, but she is shown none of them.
+    page.wait_for_selector("#topics")
+    assert rows(page, "topics") == []

@@ -405,6 +405,39 @@ async function quorum() {
     h("h2", {}, "Observers"), qd.observers.length ? replicas(qd.observers, "observers") : h("p", { class: "muted" }, "None."));
 }
 
+async function security() {
+  const [acls, users] = await Promise.allSettled([api("/api/acls"), api("/api/users")]);
+  let aclBox;
+  if (acls.status === "rejected") {
+    aclBox = errorBox(acls.reason);
+  } else {
+    const filter = h("input", { placeholder: "Filter ACLs", id: "acl-filter" });
+    const body = h("div", {});
+    const draw = () => {
+      const f = filter.value.toLowerCase();
+      const shown = acls.value.acls.filter((a) => !f || Object.values(a).some((v) => String(v).toLowerCase().includes(f)));
+      body.replaceChildren(shown.length === 0 ? h("p", { class: "muted" }, "No ACLs.") : table([
+        { title: "Principal", cell: (a) => a.principal },
+        { title: "Host", cell: (a) => a.host },
+        { title: "Operation", cell: (a) => a.operation },
+        { title: "Permission", cell: (a) => h("span", { class: "badge " + (a.permission === "DENY" ? "bad" : "ok") }, a.permission) },
+        { title: "Resource", cell: (a) => a.resource_type },
+        { title: "Name", cell: (a) => a.resource_name, mono: true },
+        { title: "Pattern", cell: (a) => a.pattern_type },
+      ], shown, { id: "acls" }));
+    };
+    filter.addEventListener("input", draw);
+    draw();
+    aclBox = h("div", {}, h("div", { class: "toolbar" }, filter), body);
+  }
+  const userBox = users.status === "rejected" ? errorBox(users.reason)
+    : users.value.users.length === 0 ? h("p", { class: "muted" }, "No SCRAM users.") : table([
+      { title: "User", cell: (u) => u.name },
+      { title: "Credentials", cell: (u) => u.credentials.map((c) => c.mechanism + " (" + num(c.iterations) + " iterations)").join(", ") },
+    ], users.value.users, { id: "users" });
+  page("Security", h("h2", {}, "ACLs"), aclBox, h("h2", {}, "SCRAM users"), userBox);
+}
+
 // ---- routing ----
 
 async function route() {
@@ -423,6 +456,7 @@ async function route() {
     else if (name === "groups") await groups();
     else if (name === "group") await groupPage(parts.slice(1).join("/"));
     else if (name === "quorum") await quorum();
+    else if (name === "security") await security();
     else await overview();
   } catch (e) {
     if (!(session.login_required && !session.user)) main.replaceChildren(errorBox(e));

@@ -1,5 +1,6 @@
 //! The console's JSON API: each call is a handful of Kafka requests made as the acting
-//! principal, shaped for one page of the app.
+//! principal, shaped for one page of the app. The names of ACL enums come from fjord-metadata,
+//! which holds Kafka's codes for them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,7 +11,9 @@ use fjord_client::{
     config_source_name, Client, ClientError, ConfigResource, ConsumerRecord, ListedOffset,
     OffsetSpec, PartitionMetadata, TopicMetadata,
 };
+use fjord_common::scram::ScramMechanism;
 use fjord_common::{errors, TopicPartition};
+use fjord_metadata::acl::{AclOperation, AclPermission, PatternType, ResourceType};
 use serde_json::{json, Value};
 
 use crate::TrafficSource;
@@ -136,6 +139,8 @@ pub(crate) async fn route(client: &mut Client, call: Call<'_>) -> Answer {
             reset_offsets(client, call.params.required("id")?, call.body).await
         }
         ("GET", "/api/quorum") => quorum(client).await,
+        ("GET", "/api/acls") => acls(client).await,
+        ("GET", "/api/users") => users(client).await,
         (_, path) => Err(ApiError::new(404, format!("no API {path}"))),
     }
 }
@@ -232,6 +237,39 @@ fn quorum_json(q: &fjord_client::QuorumDescription) -> Value {
         "voters": q.voters.iter().map(replica).collect::<Vec<_>>(),
         "observers": q.observers.iter().map(replica).collect::<Vec<_>>(),
     })
+}
+
+async fn acls(client: &mut Client) -> Answer {
+    // A name for each code; a code this build does not know is shown as its number.
+    fn name<T: std::fmt::Display>(code: i8, from_code: fn(i8) -> Option<T>) -> String {
+        from_code(code).map_or_else(|| code.to_string(), |v| v.to_string())
+    }
+    let acls = client.describe_acls().await?;
+    Ok(json!({
+        "acls": acls.iter().map(|a| json!({
+            "principal": a.principal,
+            "host": a.host,
+            "operation": name(a.operation, AclOperation::from_code),
+            "permission": name(a.permission_type, AclPermission::from_code),
+            "resource_type": name(a.resource_type, ResourceType::from_code),
+            "resource_name": a.resource_name,
+            "pattern_type": name(a.pattern_type, PatternType::from_code),
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+async fn users(client: &mut Client) -> Answer {
+    let users = client.describe_scram_users().await?;
+    Ok(json!({
+        "users": users.iter().map(|u| json!({
+            "name": u.name,
+            "credentials": u.credentials.iter().map(|(mechanism, iterations)| json!({
+                "mechanism": ScramMechanism::from_code(*mechanism)
+                    .map_or_else(|| mechanism.to_string(), |m| m.name().to_string()),
+                "iterations": iterations,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    }))
 }
 
 /// Each partition's start and end offset, and its size on its leader.
