@@ -9,10 +9,14 @@ target/console-screenshots/.
 fjord's own console (Kafka has none): skipped against Kafka.
 """
 
+import http.client
 import json
 import os
 import re
+import ssl
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Dict, List
 
@@ -22,7 +26,8 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
 
-from harness import Cluster, Secured, kafka_tool, metadata_quorum_status, wait_for
+from harness import (Cluster, Secured, kafka_tool, metadata_quorum_status, read_properties, wait_for,
+                     write_properties)
 
 pytestmark = pytest.mark.skipif(os.environ.get("E2E_BROKER", "fjord") != "fjord",
                                 reason="fjord's web console: Kafka has none")
@@ -67,7 +72,8 @@ def browser():
 
 @pytest.fixture
 def page(browser, request):
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    # The secured cluster's console is served over TLS by a certificate of the tests' own CA.
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, ignore_https_errors=True)
     pg = context.new_page()
     errors: List[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
@@ -288,6 +294,11 @@ def secured(tmp_path_factory):
              "listener.name.broker.scram-sha-512.sasl.jaas.config":
                  "org.apache.kafka.common.security.scram.ScramLoginModule required;"}
     c = Cluster(workdir, controllers=1, extra=extra, broker_listener="BROKER")
+    # Its HTTP listener serves TLS, with the node's certificate from the `ssl.*` keys.
+    node = c.nodes[0]
+    props = read_properties(node.config)
+    props["http.listeners"] = f"https://{node.http}"
+    write_properties(node.config, props)
     c.start()
     admin = AdminClient({"bootstrap.servers": c.bootstrap, **s.librdkafka("node")})
     carol = UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
@@ -305,7 +316,7 @@ def secured(tmp_path_factory):
 
 
 def log_in(pg, node, user: str, password: str, mechanism: str = "PLAIN") -> None:
-    pg.goto(f"http://{node.http}/console/#/topics")
+    pg.goto(f"https://{node.http}/console/#/topics")
     pg.wait_for_selector("#login-form")
     pg.select_option("#login-form select[name=mechanism]", mechanism)
     pg.fill("#login-form input[name=username]", user)
@@ -325,11 +336,11 @@ def test_on_a_cluster_with_acls_a_principal_sees_only_its_topics(secured, page):
     assert page.inner_text("#user") == "alice"
     assert [r[0] for r in rows(page, "topics")] == ["alice-orders"]
     shot(page, "acl-alice-topics")
-    page.goto(f"http://{node.http}/console/#/topic/payroll")
+    page.goto(f"https://{node.http}/console/#/topic/payroll")
     page.wait_for_selector("[role=alert]")
     assert "TOPIC_AUTHORIZATION_FAILED" in page.inner_text("[role=alert]")
     # ACLs and users need DESCRIBE on the cluster.
-    page.goto(f"http://{node.http}/console/#/security")
+    page.goto(f"https://{node.http}/console/#/security")
     page.wait_for_selector("h1:text('Security')")
     alerts = page.eval_on_selector_all("[role=alert]", "es => es.map(e => e.innerText)")
     assert [a.split(":")[0] for a in alerts] == ["DescribeAcls", "DescribeUserScramCredentials"], alerts
@@ -340,7 +351,7 @@ def test_on_a_cluster_with_acls_a_principal_sees_only_its_topics(secured, page):
     log_in(page, node, "node", s.USERS["node"])
     page.wait_for_selector("#topics tbody tr")
     assert {r[0] for r in rows(page, "topics")} >= {"alice-orders", "payroll"}
-    page.goto(f"http://{node.http}/console/#/security")
+    page.goto(f"https://{node.http}/console/#/security")
     page.wait_for_selector("#acls tbody tr")
     assert sorted(rows(page, "acls")) == [
         ["User:alice", "*", op, "ALLOW", "TOPIC", "alice-", "PREFIXED"] for op in ("DESCRIBE", "READ")]
@@ -356,3 +367,20 @@ def test_a_scram_user_logs_in_to_the_console(secured, page):
     # carol has no ACLs: the topics exist, but she is shown none of them.
     page.wait_for_selector("#topics")
     assert rows(page, "topics") == []
+
+
+def test_the_http_listener_serves_tls_and_the_session_cookie_keeps_to_it(secured, page):
+    cluster, s = secured
+    node = cluster.nodes[0]
+    trusting = ssl.create_default_context(cafile=str(s.pki.ca))
+    with urllib.request.urlopen(f"https://{node.http}/health/live", context=trusting, timeout=10) as response:
+        assert response.status == 200
+    with urllib.request.urlopen(f"https://{node.http}/metrics", context=trusting, timeout=10) as response:
+        assert b"fjord_build_info{" in response.read()
+    # Plain HTTP is not answered on a TLS address.
+    with pytest.raises((urllib.error.URLError, http.client.HTTPException, OSError)):
+        urllib.request.urlopen(f"http://{node.http}/health/live", timeout=10)
+    log_in(page, node, "alice", s.USERS["alice"])
+    page.wait_for_selector("#user")
+    cookie, = [c for c in page.context.cookies() if c["name"] == "fjord_console"]
+    assert (cookie["secure"], cookie["httpOnly"], cookie["sameSite"]) == (True, True, "Strict"), cookie

@@ -14,7 +14,7 @@ mod principal;
 mod sasl;
 mod tls;
 pub use connection_limits::{ConnectionLimitsConfig, ListenerLimits};
-pub use http::HttpListeners;
+pub use http::{HttpAddress, HttpListeners, HTTPS_TLS_LISTENER};
 pub use links::{LinkLogin, LinkSettings};
 pub use principal::PrincipalMapper;
 pub use sasl::{
@@ -2233,6 +2233,7 @@ impl BrokerConfig {
         let http_listeners = http::parse(
             &settings.http_listeners,
             props.contains_key("http.listeners"),
+            props,
         )?;
         let config = BrokerConfig {
             node_id,

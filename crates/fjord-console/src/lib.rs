@@ -64,6 +64,8 @@ pub struct Request<'a> {
     /// Whether the request carries the `X-Fjord-Console` header the app sets on every change:
     /// a cross-site form cannot set it, so a change without it is refused.
     pub from_console: bool,
+    /// Whether it came over TLS: the session cookie is then sent over TLS only.
+    pub https: bool,
     pub body: Bytes,
 }
 
@@ -184,7 +186,7 @@ impl Console {
         }
         let token = self.sessions.open(actor);
         let mut reply = Reply::json(200, &json!({ "user": username }));
-        reply.set_cookie = Some(session::cookie(&token, session::IDLE_EXPIRY));
+        reply.set_cookie = Some(session::cookie(&token, session::IDLE_EXPIRY, request.https));
         reply
     }
 
@@ -193,7 +195,7 @@ impl Console {
             self.sessions.close(token);
         }
         let mut reply = Reply::json(200, &json!({}));
-        reply.set_cookie = Some(session::cookie("", Duration::ZERO));
+        reply.set_cookie = Some(session::cookie("", Duration::ZERO, request.https));
         reply
     }
 
@@ -298,6 +300,7 @@ mod tests {
             query: "id=g",
             cookie: None,
             from_console,
+            https: false,
             body: Bytes::from_static(b"{\"to\":\"earliest\"}"),
         }
     }

@@ -140,11 +140,12 @@ pub(crate) fn token_of(cookie: Option<&str>) -> Option<&str> {
 }
 
 /// A `Set-Cookie` value holding `token` for `max_age` (zero: remove it). Not readable by
-/// scripts and never sent with another site's requests.
-pub(crate) fn cookie(token: &str, max_age: Duration) -> String {
+/// scripts, never sent with another site's requests, and, given over TLS, never sent without it.
+pub(crate) fn cookie(token: &str, max_age: Duration, secure: bool) -> String {
     format!(
-        "{COOKIE}={token}; Path=/; Max-Age={}; HttpOnly; SameSite=Strict",
-        max_age.as_secs()
+        "{COOKIE}={token}; Path=/; Max-Age={}; HttpOnly; SameSite=Strict{}",
+        max_age.as_secs(),
+        if secure { "; Secure" } else { "" }
     )
 }
 

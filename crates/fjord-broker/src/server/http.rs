@@ -1,7 +1,8 @@
 //! The HTTP listener (`http.listeners`): `/metrics` for Prometheus, `/health/live` and
 //! `/health/ready` for load balancers and Kubernetes probes, and the web console (`/console/`,
-//! its API under `/api/`). HTTP/1.1 on hyper; connections are bounded in number and in how long
-//! a request may take to arrive, and only the console's changes carry a body, of bounded size.
+//! its API under `/api/`). HTTP/1.1 on hyper, over TLS (rustls) on `https://` addresses;
+//! connections are bounded in number and in how long a handshake or a request may take to
+//! arrive, and only the console's changes carry a body, of bounded size.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use fjord_config::{BrokerConfig, HttpListeners};
+use fjord_config::{BrokerConfig, HttpAddress, HttpListeners};
 use fjord_console::Console;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -19,10 +20,12 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 
 use super::observe::{Format, Observer};
 use super::{startup, BrokerError};
 use crate::metrics::Metrics;
+use crate::net::tls::server_config;
 
 /// HTTP connections served at once per listener; more wait in the kernel's backlog.
 const MAX_CONNECTIONS: usize = 64;
@@ -81,8 +84,16 @@ async fn bind(
     served: &Arc<Served>,
     stop: &watch::Receiver<bool>,
 ) -> Result<Vec<JoinHandle<()>>, BrokerError> {
+    let tls = match &listeners.tls {
+        Some(settings) => Some(TlsAcceptor::from(server_config(settings).map_err(|e| {
+            startup(format!(
+                "cannot set up TLS for the https:// http.listeners: {e}"
+            ))
+        })?)),
+        None => None,
+    };
     let mut servers = Vec::new();
-    for address in &listeners.addresses {
+    for &HttpAddress { address, https } in &listeners.addresses {
         let socket = match TcpListener::bind(address).await {
             Ok(socket) => socket,
             Err(error) if !listeners.explicit => {
@@ -95,14 +106,25 @@ async fn bind(
                 )))
             }
         };
-        let bound = socket.local_addr().unwrap_or(*address);
-        tracing::info!(address = %bound, "HTTP listening");
-        servers.push(tokio::spawn(serve(socket, served.clone(), stop.clone())));
+        let bound = socket.local_addr().unwrap_or(address);
+        tracing::info!(address = %bound, https, "HTTP listening");
+        let tls = if https { tls.clone() } else { None };
+        servers.push(tokio::spawn(serve(
+            socket,
+            tls,
+            served.clone(),
+            stop.clone(),
+        )));
     }
     Ok(servers)
 }
 
-async fn serve(socket: TcpListener, served: Arc<Served>, mut stop: watch::Receiver<bool>) {
+async fn serve(
+    socket: TcpListener,
+    tls: Option<TlsAcceptor>,
+    served: Arc<Served>,
+    mut stop: watch::Receiver<bool>,
+) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -120,28 +142,50 @@ async fn serve(socket: TcpListener, served: Arc<Served>, mut stop: watch::Receiv
             _ = stopped(&mut stop) => return,
         };
         let served = served.clone();
-        let mut stop = stop.clone();
+        let stop = stop.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let served = served.clone();
-                async move { Ok::<_, Infallible>(answer(&served, request, peer).await) }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT);
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            tokio::select! {
-                served = connection.as_mut() => {
-                    if let Err(error) = served {
-                        tracing::debug!(%peer, %error, "HTTP connection ended");
-                    }
-                }
-                _ = stopped(&mut stop) => {}
+            match tls {
+                None => serve_connection(stream, false, peer, served, stop).await,
+                // The handshake is bounded as a request's head is.
+                Some(tls) => match tokio::time::timeout(HEADER_TIMEOUT, tls.accept(stream)).await {
+                    Ok(Ok(stream)) => serve_connection(stream, true, peer, served, stop).await,
+                    Ok(Err(error)) => tracing::debug!(%peer, %error, "HTTPS handshake failed"),
+                    Err(_) => tracing::debug!(%peer, "HTTPS handshake timed out"),
+                },
             }
             drop(slot);
         });
+    }
+}
+
+/// Serves one connection's requests until it ends or `stop` turns true.
+async fn serve_connection<S>(
+    stream: S,
+    https: bool,
+    peer: SocketAddr,
+    served: Arc<Served>,
+    mut stop: watch::Receiver<bool>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request| {
+        let served = served.clone();
+        async move { Ok::<_, Infallible>(answer(&served, request, peer, https).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        served = connection.as_mut() => {
+            if let Err(error) = served {
+                tracing::debug!(%peer, %error, "HTTP connection ended");
+            }
+        }
+        _ = stopped(&mut stop) => {}
     }
 }
 
@@ -161,10 +205,15 @@ fn text(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Answe
     response
 }
 
-async fn answer(served: &Served, request: Request<Incoming>, peer: SocketAddr) -> Answer {
+async fn answer(
+    served: &Served,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+    https: bool,
+) -> Answer {
     if let Some(console) = &served.console {
         if Console::serves(request.uri().path()) {
-            return console_answer(console, request).await;
+            return console_answer(console, request, https).await;
         }
     }
     let observer = &served.observer;
@@ -216,7 +265,7 @@ async fn answer(served: &Served, request: Request<Incoming>, peer: SocketAddr) -
 }
 
 /// Hands a request to the console, reading its body (bounded) for a change.
-async fn console_answer(console: &Console, request: Request<Incoming>) -> Answer {
+async fn console_answer(console: &Console, request: Request<Incoming>, https: bool) -> Answer {
     let (parts, body) = request.into_parts();
     let body = match Limited::new(body, fjord_console::MAX_BODY_BYTES)
         .collect()
@@ -244,6 +293,7 @@ async fn console_answer(console: &Console, request: Request<Incoming>) -> Answer
             query: parts.uri.query().unwrap_or(""),
             cookie: header(COOKIE.as_str()),
             from_console: parts.headers.contains_key("x-fjord-console"),
+            https,
             body,
         })
         .await;
