@@ -57,6 +57,8 @@ pub struct Requester {
     host: String,
     /// Until when the connection is muted for a quota.
     mute: Mute,
+    /// The client software its ApiVersions named (KIP-511), once it has.
+    software: Software,
     /// How `principal` was established.
     pub authentication: Authentication,
 }
@@ -96,6 +98,19 @@ impl PartialEq for Mute {
 
 impl Eq for Mute {}
 
+/// The client software name and version a connection's ApiVersions named. Connection state,
+/// not part of who asks: any two are equal.
+#[derive(Debug, Default, Clone)]
+struct Software(std::sync::OnceLock<(String, String)>);
+
+impl PartialEq for Software {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Software {}
+
 impl Requester {
     pub fn new(principal: KafkaPrincipal, peer: std::net::SocketAddr) -> Requester {
         Requester {
@@ -104,6 +119,7 @@ impl Requester {
             host: java_host_address(peer.ip()),
             peer,
             mute: Mute::default(),
+            software: Software::default(),
             authentication: Authentication::Listener,
         }
     }
@@ -143,6 +159,22 @@ impl Requester {
 
     pub fn principal_text(&self) -> &str {
         &self.principal_text
+    }
+
+    /// Keeps the client software name and version the connection's ApiVersions named (the
+    /// first it named: a client names itself once).
+    pub fn named_software(&self, name: &str, version: &str) {
+        if !name.is_empty() {
+            let _ = self.software.0.set((name.to_string(), version.to_string()));
+        }
+    }
+
+    /// The client software name and version, when the connection named them.
+    pub fn software(&self) -> Option<(&str, &str)> {
+        self.software
+            .0
+            .get()
+            .map(|(name, version)| (name.as_str(), version.as_str()))
     }
 
     pub fn host(&self) -> &str {

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+pub mod client_metrics;
 mod connection_limits;
 mod http;
 mod links;
@@ -45,6 +46,8 @@ pub enum ConfigSource {
     DynamicDefaultBroker = 3,
     StaticBroker = 4,
     Default = 5,
+    /// A client-metrics subscription's own value (KIP-714).
+    ClientMetrics = 7,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -1041,6 +1044,8 @@ broker_configs! {
     delegation_token_max_lifetime_ms: i64 = "delegation.token.max.lifetime.ms", Long, Some("604800000"), Check::AtLeast(1);
     delegation_token_expiry_time_ms: i64 = "delegation.token.expiry.time.ms", Long, Some("86400000"), Check::AtLeast(1);
     delegation_token_expiry_check_interval_ms: i64 = "delegation.token.expiry.check.interval.ms", Long, Some("3600000"), Check::AtLeast(1);
+    // KIP-714: the largest client-metrics push a broker accepts (compressed, and decompressed).
+    telemetry_max_bytes: i32 = "telemetry.max.bytes", Int, Some("1048576"), Check::AtLeast(1);
     // fjord's own: its HTTP listener (metrics, health, console), on loopback unless told.
     http_listeners: Vec<String> = "http.listeners", List, Some("http://127.0.0.1:9644"), Check::None;
     // fjord's own: per-partition series on /metrics (log size, segments, offsets); off for
@@ -1810,6 +1815,11 @@ impl BrokerConfig {
     /// Whether `/metrics` has a series per hosted partition (`metrics.per.partition.enable`).
     pub fn metrics_per_partition(&self) -> bool {
         self.settings.metrics_per_partition_enable
+    }
+
+    /// The largest client-metrics push accepted, compressed or not (`telemetry.max.bytes`).
+    pub fn telemetry_max_bytes(&self) -> i32 {
+        self.settings.telemetry_max_bytes
     }
 
     /// Whether the HTTP listener serves the web console (`console.enable`).

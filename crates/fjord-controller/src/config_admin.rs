@@ -25,6 +25,7 @@ type Outcome = (i8, String, Result<(), Refusal>);
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
 const BROKER_LOGGER: i8 = 8;
+const CLIENT_METRICS: i8 = 16;
 
 /// One resource of an alter request: its changes, or why the request shape is refused.
 struct Alteration {
@@ -208,6 +209,13 @@ impl Controller {
                         )
                         .map(|planned| records.extend(planned))
                     }
+                    (Ok(changes), CLIENT_METRICS) => plan::plan_alter_client_metrics(
+                        image,
+                        &alteration.resource_name,
+                        changes,
+                        replace,
+                    )
+                    .map(|planned| records.extend(planned)),
                     (Ok(_), BROKER_LOGGER) => Err(invalid_request(
                         "Altering broker logger levels is not supported by this broker",
                     )),

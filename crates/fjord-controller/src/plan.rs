@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use fjord_metadata::{
     ConfigRecord, MetadataImage, MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord,
-    CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC,
+    CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_CLIENT_METRICS, CONFIG_RESOURCE_TOPIC,
 };
 
 use fjord_common::{errors, TopicId};
@@ -755,6 +755,45 @@ pub fn plan_alter_broker_configs(
     ))
 }
 
+/// Decides changes to client-metrics subscription `name` (KIP-714): the subscription as it
+/// would be after them is checked whole, as Kafka checks it; APPEND and SUBTRACT are refused
+/// with INVALID_CONFIG, as on Kafka's controller.
+pub fn plan_alter_client_metrics(
+    image: &MetadataImage,
+    name: &str,
+    changes: &[(String, ConfigChange)],
+    replace: bool,
+) -> Result<Vec<MetadataRecord>, Refusal> {
+    if name.is_empty() {
+        return Err(refuse(
+            errors::INVALID_REQUEST,
+            "Subscription name can't be empty",
+        ));
+    }
+    let current = image
+        .client_metrics()
+        .get(name)
+        .cloned()
+        .unwrap_or_default();
+    // Unknown keys are refused by the whole check below; here they read as non-lists.
+    let wanted = planned_values(&current, changes, replace, |_| Ok(None), |_, _| Ok(()))?;
+    let mut after = current.clone();
+    for (key, value) in &wanted {
+        match value {
+            Some(v) => after.insert(key.clone(), v.clone()),
+            None => after.remove(key),
+        };
+    }
+    fjord_config::client_metrics::subscription(name, &after)
+        .map_err(|refused| refuse(refused.code, refused.message))?;
+    Ok(config_records(
+        CONFIG_RESOURCE_CLIENT_METRICS,
+        name,
+        &current,
+        wanted,
+    ))
+}
+
 /// The values `changes` leave for the keys they name (None: deleted), starting from `current`;
 /// with `replace`, every other key of `current` is deleted. `lookup` gives a key's type and
 /// default (None: unknown but allowed), or refuses the key; `validate` checks a new value.
@@ -837,4 +876,63 @@ fn config_records(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod client_metrics_tests {
+    use super::*;
+
+    fn set(pairs: &[(&str, &str)]) -> Vec<(String, ConfigChange)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), ConfigChange::Set(v.to_string())))
+            .collect()
+    }
+
+    #[test]
+    fn a_subscription_is_set_checked_whole_and_deleted_key_by_key() {
+        let records = plan_alter_client_metrics(
+            &MetadataImage::empty(),
+            "sub",
+            &set(&[
+                ("metrics", "org.apache.kafka.producer."),
+                ("interval.ms", "1000"),
+            ]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(records.len(), 2);
+        let image = MetadataImage::from_records(1, &records).unwrap();
+        assert_eq!(image.client_metrics()["sub"]["interval.ms"], "1000");
+        // The interval alone is out of range: refused as Kafka refuses it.
+        let refused =
+            plan_alter_client_metrics(&image, "sub", &set(&[("interval.ms", "50")]), false)
+                .unwrap_err();
+        assert_eq!(refused.error_code, errors::INVALID_REQUEST);
+        let refused =
+            plan_alter_client_metrics(&image, "sub", &set(&[("match", "client_id=(")]), false)
+                .unwrap_err();
+        assert_eq!(refused.error_code, errors::INVALID_CONFIG);
+        let append = [(
+            "metrics".to_string(),
+            ConfigChange::Append("org.apache.kafka.consumer.".to_string()),
+        )];
+        assert_eq!(
+            plan_alter_client_metrics(&image, "sub", &append, false)
+                .unwrap_err()
+                .error_code,
+            errors::INVALID_CONFIG
+        );
+        let delete: Vec<(String, ConfigChange)> = ["metrics", "interval.ms", "match"]
+            .iter()
+            .map(|k| (k.to_string(), ConfigChange::Delete))
+            .collect();
+        let records = plan_alter_client_metrics(&image, "sub", &delete, false).unwrap();
+        // Only the keys that were set are deleted.
+        assert_eq!(records.len(), 2);
+        let mut all = image.to_records();
+        all.extend(records);
+        let gone = MetadataImage::from_records(2, &all).unwrap();
+        assert!(gone.client_metrics().is_empty());
+    }
 }

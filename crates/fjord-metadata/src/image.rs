@@ -19,7 +19,8 @@ use crate::record::{
     AccessControlEntryRecord, BrokerEndpoint, BrokerRegistrationChangeRecord, ClientQuotaRecord,
     ConfigRecord, DelegationTokenRecord, FeatureLevelRecord, MetadataRecord, PartitionChangeRecord,
     PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord,
-    UserScramCredentialRecord, Uuid, CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC, NO_LEADER,
+    UserScramCredentialRecord, Uuid, CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_CLIENT_METRICS,
+    CONFIG_RESOURCE_TOPIC, NO_LEADER,
 };
 use fjord_common::scram::{ScramCredential, ScramMechanism};
 
@@ -171,6 +172,8 @@ pub struct MetadataImage {
     topic_ids_by_name: BTreeMap<String, Uuid>,
     topic_configs: BTreeMap<String, BTreeMap<String, String>>,
     broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Client-metrics subscriptions (KIP-714) by name: the keys each sets.
+    client_metrics: BTreeMap<String, BTreeMap<String, String>>,
     brokers: BTreeMap<i32, BrokerRegistration>,
     producer_ids: Option<ProducerIdsRecord>,
     features: BTreeMap<String, i16>,
@@ -230,6 +233,12 @@ impl MetadataImage {
     /// the cluster-wide default (absent when none are set).
     pub fn broker_config(&self, resource_name: &str) -> Option<&BTreeMap<String, String>> {
         self.broker_configs.get(resource_name)
+    }
+
+    /// The client-metrics subscriptions (KIP-714): each one's name and the keys it sets. A
+    /// subscription whose every key was deleted is gone.
+    pub fn client_metrics(&self) -> &BTreeMap<String, BTreeMap<String, String>> {
+        &self.client_metrics
     }
 
     /// Node `node_id`'s dynamic broker configs and the cluster-wide default, each empty when none
@@ -366,6 +375,11 @@ impl MetadataImage {
             }
         }
         push_configs(&mut out, CONFIG_RESOURCE_BROKER, &self.broker_configs);
+        push_configs(
+            &mut out,
+            CONFIG_RESOURCE_CLIENT_METRICS,
+            &self.client_metrics,
+        );
         for topic in self.topics() {
             out.push(MetadataRecord::Topic(TopicRecord {
                 name: topic.name.clone(),
@@ -715,6 +729,7 @@ impl MetadataDelta {
                 &mut self.next.topic_configs
             }
             CONFIG_RESOURCE_BROKER => &mut self.next.broker_configs,
+            CONFIG_RESOURCE_CLIENT_METRICS => &mut self.next.client_metrics,
             other => {
                 return Err(ImageError::UnsupportedConfigResource {
                     resource_type: other,

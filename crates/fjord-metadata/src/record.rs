@@ -12,6 +12,8 @@ pub use fjord_common::Uuid;
 pub const CONFIG_RESOURCE_TOPIC: i8 = 2;
 /// `ConfigRecord::resource_type` for a broker (Kafka's `ConfigResource.Type.BROKER`).
 pub const CONFIG_RESOURCE_BROKER: i8 = 4;
+/// A client-metrics subscription (KIP-714), named by the operator.
+pub const CONFIG_RESOURCE_CLIENT_METRICS: i8 = 16;
 
 /// The `leader` value meaning "no replica currently leads this partition".
 pub const NO_LEADER: i32 = -1;
@@ -85,7 +87,8 @@ pub struct PartitionChangeRecord {
 /// Sets (`value: Some`) or deletes (`value: None`) one dynamic config.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfigRecord {
-    /// [`CONFIG_RESOURCE_TOPIC`] or [`CONFIG_RESOURCE_BROKER`].
+    /// [`CONFIG_RESOURCE_TOPIC`], [`CONFIG_RESOURCE_BROKER`] or
+    /// [`CONFIG_RESOURCE_CLIENT_METRICS`].
     pub resource_type: i8,
     /// Topic name, broker id as a decimal string, or "" for the cluster-wide broker default.
     pub resource_name: String,

@@ -3086,6 +3086,13 @@ fn every_advertised_version_answers() {
                         auth_bytes: bytes::Bytes::new(),
                     },
                 ),
+                // A new client instance: told the (empty) subscription set.
+                ApiKey::GetTelemetrySubscriptions => {
+                    RequestBody::GetTelemetrySubscriptions(Default::default())
+                }
+                // The zero instance id: INVALID_REQUEST.
+                ApiKey::PushTelemetry => RequestBody::PushTelemetry(Default::default()),
+                ApiKey::ListConfigResources => RequestBody::ListConfigResources(Default::default()),
                 other => panic!("no request built for {}", other.name()),
             };
             let frame = client.encode_request(*api, version, &body);

@@ -90,6 +90,11 @@ impl Access {
         self
     }
 
+    /// The request header's client id ("" when it has none).
+    pub(crate) fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
     /// Whom the request counts against for client quotas.
     pub(crate) fn quota_client(&self) -> crate::quota::Client<'_> {
         crate::quota::Client {
@@ -204,7 +209,9 @@ fn cluster_operation(body: &RequestBody, version: i16) -> Option<AclOperation> {
         | RequestBody::AddRaftVoter(_)
         | RequestBody::RemoveRaftVoter(_) => Alter,
         RequestBody::AlterClientQuotas(_) => AlterConfigs,
-        RequestBody::DescribeClientQuotas(_) => DescribeConfigs,
+        RequestBody::DescribeClientQuotas(_) | RequestBody::ListConfigResources(_) => {
+            DescribeConfigs
+        }
         RequestBody::DescribeLogDirs(_)
         | RequestBody::ListPartitionReassignments(_)
         | RequestBody::DescribeUserScramCredentials(_)
@@ -707,15 +714,18 @@ pub(crate) fn split_controller(access: &Access, api: &mut ControllerApi) -> Deni
 const CONFIG_TOPIC: i8 = 2;
 const CONFIG_BROKER: i8 = 4;
 const CONFIG_BROKER_LOGGER: i8 = 8;
+const CONFIG_CLIENT_METRICS: i8 = 16;
 const CONFIG_GROUP: i8 = 32;
 
 /// Whether the principal may change the configs of a resource: ALTER_CONFIGS on the cluster for
-/// a broker's, on the topic or group for theirs.
+/// a broker's or a client-metrics subscription's, on the topic or group for theirs.
 fn may_alter_config(access: &Access, resource_type: i8, name: &str) -> bool {
     match resource_type {
         CONFIG_TOPIC => access.allows_topic(AlterConfigs, name),
         CONFIG_GROUP => access.allows_group(AlterConfigs, name),
-        CONFIG_BROKER | CONFIG_BROKER_LOGGER => access.allows_cluster(AlterConfigs),
+        CONFIG_BROKER | CONFIG_BROKER_LOGGER | CONFIG_CLIENT_METRICS => {
+            access.allows_cluster(AlterConfigs)
+        }
         // Unknown types are the controller's to refuse.
         _ => true,
     }
@@ -726,7 +736,7 @@ pub(crate) fn may_describe_config(access: &Access, resource_type: i8, name: &str
     let allowed = match resource_type {
         CONFIG_TOPIC => access.allows_topic(AclOperation::DescribeConfigs, name),
         CONFIG_GROUP => access.allows_group(AclOperation::DescribeConfigs, name),
-        CONFIG_BROKER | CONFIG_BROKER_LOGGER => {
+        CONFIG_BROKER | CONFIG_BROKER_LOGGER | CONFIG_CLIENT_METRICS => {
             access.allows_cluster(AclOperation::DescribeConfigs)
         }
         _ => true,

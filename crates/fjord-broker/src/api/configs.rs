@@ -1,6 +1,8 @@
-//! DescribeConfigs: topic and broker configs with their sources and synonyms, as Kafka lists them.
+//! DescribeConfigs: topic, broker and client-metrics configs with their sources and synonyms,
+//! as Kafka lists them.
 
 use fjord_common::errors;
+use fjord_config::client_metrics::CLIENT_METRICS_CONFIGS;
 use fjord_config::{
     broker_config_keys, broker_config_kind, broker_key_synonyms, is_dynamic_broker_key,
     ConfigSource, ConfigType, DynamicBrokerConfig, TOPIC_CONFIGS,
@@ -13,6 +15,7 @@ use crate::api::{authz, Access, ClusterApi};
 /// Resource types as DescribeConfigs numbers them.
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
+const CLIENT_METRICS: i8 = 16;
 
 /// What one resource of a DescribeConfigs asks for: which keys, and whether with synonyms.
 struct Asked<'a> {
@@ -64,6 +67,15 @@ impl ClusterApi {
                     ),
                 )),
                 BROKER => Ok(self.broker_entries(&dynamic, &asked)),
+                CLIENT_METRICS if name.is_empty() => Err((
+                    errors::INVALID_REQUEST,
+                    "Subscription name can't be empty".to_string(),
+                )),
+                // A subscription never set is described with the defaults, as Kafka does.
+                CLIENT_METRICS => Ok(client_metrics_entries(
+                    image.client_metrics().get(name),
+                    &asked,
+                )),
                 other => Err((
                     errors::INVALID_REQUEST,
                     format!("Unsupported resource type {other}"),
@@ -190,6 +202,37 @@ fn default_broker_entries(
                 Vec::new()
             };
             broker_entry(name, Some(value.clone()), source, synonyms)
+        })
+        .collect()
+}
+
+/// A client-metrics subscription's three keys: what it sets, else the defaults.
+fn client_metrics_entries(
+    set: Option<&std::collections::BTreeMap<String, String>>,
+    asked: &Asked<'_>,
+) -> Vec<DescribeConfigsResourceResult> {
+    CLIENT_METRICS_CONFIGS
+        .iter()
+        .filter(|(name, _, _)| asked.wants(name))
+        .map(|&(name, kind, default)| {
+            let (value, source) = match set.and_then(|s| s.get(name)) {
+                Some(value) => (value.clone(), ConfigSource::ClientMetrics),
+                None => (default.to_string(), ConfigSource::Default),
+            };
+            DescribeConfigsResourceResult {
+                name: name.to_string(),
+                synonyms: if asked.include_synonyms {
+                    vec![synonym(name, &value, source)]
+                } else {
+                    Vec::new()
+                },
+                value: Some(value),
+                read_only: false,
+                config_source: source as i8,
+                is_sensitive: false,
+                config_type: kind as i8,
+                documentation: None,
+            }
         })
         .collect()
 }

@@ -432,9 +432,10 @@ impl Broker {
     }
 
     /// The cluster's description: ApiVersions, Metadata, DescribeCluster,
-    /// DescribeTopicPartitions, DescribeConfigs, DescribeUserScramCredentials, DescribeAcls,
-    /// DescribeClientQuotas, DescribeDelegationToken, as this broker's
-    /// image has them.
+    /// DescribeTopicPartitions, DescribeConfigs, ListConfigResources,
+    /// DescribeUserScramCredentials, DescribeAcls, DescribeClientQuotas,
+    /// DescribeDelegationToken, as this broker's image has them; and client telemetry
+    /// (GetTelemetrySubscriptions, PushTelemetry).
     fn route_cluster(
         self: &Arc<Self>,
         body: RequestBody,
@@ -443,9 +444,16 @@ impl Broker {
     ) -> Reply {
         let version = answer.version;
         match body {
-            RequestBody::ApiVersions(request) => answer.now(ResponseBody::ApiVersions(
-                self.api_versions(&request, version),
-            )),
+            RequestBody::ApiVersions(request) => {
+                // Who the client is, for client-metrics subscriptions (KIP-714).
+                access.requester().named_software(
+                    &request.client_software_name,
+                    &request.client_software_version,
+                );
+                answer.now(ResponseBody::ApiVersions(
+                    self.api_versions(&request, version),
+                ))
+            }
             RequestBody::Metadata(request) => {
                 let this = self.cluster.clone();
                 let endpoint = self.node.advertised(listener);
@@ -471,6 +479,20 @@ impl Broker {
             )),
             RequestBody::DescribeConfigs(request) => answer.now(ResponseBody::DescribeConfigs(
                 self.cluster.describe_configs(&request, access),
+            )),
+            RequestBody::ListConfigResources(request) => {
+                answer.now(ResponseBody::ListConfigResources(
+                    self.cluster
+                        .list_config_resources(&request, version, access),
+                ))
+            }
+            RequestBody::GetTelemetrySubscriptions(request) => {
+                answer.now(ResponseBody::GetTelemetrySubscriptions(
+                    self.cluster.get_telemetry_subscriptions(&request, access),
+                ))
+            }
+            RequestBody::PushTelemetry(request) => answer.now(ResponseBody::PushTelemetry(
+                self.cluster.push_telemetry(&request, access),
             )),
             RequestBody::DescribeAcls(request) => answer.now(ResponseBody::DescribeAcls(
                 self.cluster.describe_acls(&request),

@@ -21,6 +21,7 @@ mod mutation_quota;
 mod produce;
 mod quotas;
 mod refusals;
+mod telemetry;
 mod tls_configs;
 mod tokens;
 mod topic_ids;
@@ -54,6 +55,7 @@ use crate::coordinator::txn::TxnRuntime;
 use crate::link::controller::ControllerLink;
 use crate::net::Response;
 use crate::replication::{FlusherHandle, LogDirMover, ReplicaManager, ReplicationQuotas};
+use fjord_telemetry::ClientTelemetry;
 
 pub(crate) use authz::Access;
 pub use dispatch::BrokerDispatch;
@@ -182,6 +184,8 @@ pub(crate) struct ClusterApi {
     node: Arc<Node>,
     replicas: Arc<ReplicaManager>,
     forwarder: Arc<Forwarder>,
+    /// Client telemetry (KIP-714): subscriptions told and pushes received.
+    pub(crate) telemetry: Arc<ClientTelemetry>,
 }
 
 /// Encodes a response header and body into one frame body. A response that cannot be encoded
@@ -283,6 +287,7 @@ impl Broker {
                 forwarder: forwarder.clone(),
             }),
             cluster: Arc::new(ClusterApi {
+                telemetry: Arc::new(ClientTelemetry::new(node.config.telemetry_max_bytes())),
                 node: node.clone(),
                 replicas,
                 forwarder: forwarder.clone(),

@@ -16,6 +16,7 @@ use fjord_protocol::messages::describe_log_dirs_response::DescribeLogDirsRespons
 use fjord_protocol::messages::describe_user_scram_credentials_response::DescribeUserScramCredentialsResponse;
 use fjord_protocol::messages::end_txn_response::EndTxnResponse;
 use fjord_protocol::messages::init_producer_id_response::InitProducerIdResponse;
+use fjord_protocol::messages::list_config_resources_response::ListConfigResourcesResponse;
 use fjord_protocol::messages::produce_response::{
     PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
@@ -103,6 +104,12 @@ pub(crate) fn refused(
             error_message: message,
             ..Default::default()
         }),
+        RequestBody::ListConfigResources(_) => {
+            ResponseBody::ListConfigResources(ListConfigResourcesResponse {
+                error_code: code,
+                ..Default::default()
+            })
+        }
         _ => return refused_txn(body, version, code),
     })
 }

@@ -63,6 +63,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 2),
     (ApiKey::DescribeTopicPartitions, 0, 0),
+    (ApiKey::GetTelemetrySubscriptions, 0, 0),
+    (ApiKey::PushTelemetry, 0, 0),
+    (ApiKey::ListConfigResources, 0, 1),
     (ApiKey::EndTxn, 0, 5),
     (
         ApiKey::SaslHandshake,

@@ -582,7 +582,7 @@ impl<D: Dispatch + ?Sized> Connection<D> {
         let exchange = sasl.as_deref().map(|sasl| Exchange {
             sasl,
             dispatcher: &*dispatcher,
-            peer: requester.peer,
+            unauthenticated: requester.clone(),
             idle,
         });
         let connections = &config.metrics.connections;
@@ -596,7 +596,7 @@ impl<D: Dispatch + ?Sized> Connection<D> {
             let Some(authenticated) = first? else {
                 return Ok(());
             };
-            requester = authenticated_as(&authenticated, requester.peer);
+            requester = authenticated_as(&authenticated, &requester);
             session = Some(LiveSession::start(authenticated));
         }
         connections.authenticated(&config.listener, true);
@@ -861,15 +861,22 @@ impl LiveSession {
     }
 }
 
-/// The requester a connection's session makes it.
-fn authenticated_as(session: &Session, peer: SocketAddr) -> Arc<Requester> {
+/// The requester a connection's session makes it, keeping the client software the connection
+/// named before it authenticated.
+fn authenticated_as(session: &Session, before: &Requester) -> Arc<Requester> {
+    let peer = before.peer;
     tracing::debug!(%peer, principal = %session.principal, "authenticated");
     let authentication = if session.delegation_token {
         Authentication::DelegationToken
     } else {
         Authentication::Sasl
     };
-    Arc::new(Requester::new(session.principal.clone(), peer).authenticated_by(authentication))
+    let requester =
+        Requester::new(session.principal.clone(), peer).authenticated_by(authentication);
+    if let Some((name, version)) = before.software() {
+        requester.named_software(name, version);
+    }
+    Arc::new(requester)
 }
 
 fn is_sasl_handshake(frame: &Bytes) -> bool {
@@ -899,17 +906,13 @@ impl Sink<'_> {
 struct Exchange<'a, D: ?Sized> {
     sasl: &'a SaslConfig,
     dispatcher: &'a D,
-    peer: SocketAddr,
+    /// Who sends the requests of an exchange: nobody yet (a session being renewed keeps its
+    /// principal, but its ApiVersions needs none).
+    unauthenticated: Arc<Requester>,
     idle: Duration,
 }
 
 impl<D: Dispatch + ?Sized> Exchange<'_, D> {
-    /// Who sends the requests of an exchange: nobody yet (a session being renewed keeps its
-    /// principal, but its ApiVersions needs none).
-    fn unauthenticated(&self) -> Arc<Requester> {
-        Arc::new(Requester::new(KafkaPrincipal::anonymous(), self.peer))
-    }
-
     /// The connection's first authentication, before anything else of it is read; None when
     /// the client closes first or the broker stops.
     async fn first(
@@ -955,7 +958,7 @@ impl<D: Dispatch + ?Sized> Exchange<'_, D> {
             };
             let response = match authenticator.on_frame(frame) {
                 Step::ApiVersions(frame) => {
-                    match self.dispatcher.dispatch(frame, &self.unauthenticated()) {
+                    match self.dispatcher.dispatch(frame, &self.unauthenticated) {
                         Reply::Now(response) => response,
                         Reply::Later(future) => future.await,
                         Reply::Close(reason) => return Err(Closed::Refused(reason)),

@@ -175,6 +175,10 @@ impl Collector for NodeState {
                 .topics
                 .retain(|topic| image.topic(topic).is_some());
             state.metrics.topics.encode(&mut encoder)?;
+            broker
+                .cluster
+                .telemetry
+                .encode(&mut encoder, fjord_common::now_ms())?;
         }
         Ok(())
     }

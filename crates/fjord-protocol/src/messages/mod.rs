@@ -91,6 +91,8 @@ pub mod fetch_request;
 pub mod fetch_response;
 pub mod find_coordinator_request;
 pub mod find_coordinator_response;
+pub mod get_telemetry_subscriptions_request;
+pub mod get_telemetry_subscriptions_response;
 pub mod heartbeat_request;
 pub mod heartbeat_response;
 pub mod incremental_alter_configs_request;
@@ -101,6 +103,8 @@ pub mod join_group_request;
 pub mod join_group_response;
 pub mod leave_group_request;
 pub mod leave_group_response;
+pub mod list_config_resources_request;
+pub mod list_config_resources_response;
 pub mod list_groups_request;
 pub mod list_groups_response;
 pub mod list_offsets_request;
@@ -121,6 +125,8 @@ pub mod offset_for_leader_epoch_request;
 pub mod offset_for_leader_epoch_response;
 pub mod produce_request;
 pub mod produce_response;
+pub mod push_telemetry_request;
+pub mod push_telemetry_response;
 pub mod remove_raft_voter_request;
 pub mod remove_raft_voter_response;
 pub mod renew_delegation_token_request;
@@ -222,6 +228,8 @@ pub use fetch_request::FetchRequest;
 pub use fetch_response::FetchResponse;
 pub use find_coordinator_request::FindCoordinatorRequest;
 pub use find_coordinator_response::FindCoordinatorResponse;
+pub use get_telemetry_subscriptions_request::GetTelemetrySubscriptionsRequest;
+pub use get_telemetry_subscriptions_response::GetTelemetrySubscriptionsResponse;
 pub use heartbeat_request::HeartbeatRequest;
 pub use heartbeat_response::HeartbeatResponse;
 pub use incremental_alter_configs_request::IncrementalAlterConfigsRequest;
@@ -232,6 +240,8 @@ pub use join_group_request::JoinGroupRequest;
 pub use join_group_response::JoinGroupResponse;
 pub use leave_group_request::LeaveGroupRequest;
 pub use leave_group_response::LeaveGroupResponse;
+pub use list_config_resources_request::ListConfigResourcesRequest;
+pub use list_config_resources_response::ListConfigResourcesResponse;
 pub use list_groups_request::ListGroupsRequest;
 pub use list_groups_response::ListGroupsResponse;
 pub use list_offsets_request::ListOffsetsRequest;
@@ -252,6 +262,8 @@ pub use offset_for_leader_epoch_request::OffsetForLeaderEpochRequest;
 pub use offset_for_leader_epoch_response::OffsetForLeaderEpochResponse;
 pub use produce_request::ProduceRequest;
 pub use produce_response::ProduceResponse;
+pub use push_telemetry_request::PushTelemetryRequest;
+pub use push_telemetry_response::PushTelemetryResponse;
 pub use remove_raft_voter_request::RemoveRaftVoterRequest;
 pub use remove_raft_voter_response::RemoveRaftVoterResponse;
 pub use renew_delegation_token_request::RenewDelegationTokenRequest;
@@ -334,6 +346,9 @@ pub enum RequestBody {
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
     ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
     ControllerRegistration(ControllerRegistrationRequest),
+    GetTelemetrySubscriptions(GetTelemetrySubscriptionsRequest),
+    PushTelemetry(PushTelemetryRequest),
+    ListConfigResources(ListConfigResourcesRequest),
     DescribeTopicPartitions(DescribeTopicPartitionsRequest),
     AddRaftVoter(AddRaftVoterRequest),
     RemoveRaftVoter(RemoveRaftVoterRequest),
@@ -510,6 +525,15 @@ impl RequestBody {
             ApiKey::ControllerRegistration => RequestBody::ControllerRegistration(
                 ControllerRegistrationRequest::decode(input, version)?,
             ),
+            ApiKey::GetTelemetrySubscriptions => RequestBody::GetTelemetrySubscriptions(
+                GetTelemetrySubscriptionsRequest::decode(input, version)?,
+            ),
+            ApiKey::PushTelemetry => {
+                RequestBody::PushTelemetry(PushTelemetryRequest::decode(input, version)?)
+            }
+            ApiKey::ListConfigResources => RequestBody::ListConfigResources(
+                ListConfigResourcesRequest::decode(input, version)?,
+            ),
             ApiKey::DescribeTopicPartitions => RequestBody::DescribeTopicPartitions(
                 DescribeTopicPartitionsRequest::decode(input, version)?,
             ),
@@ -586,6 +610,9 @@ impl RequestBody {
             RequestBody::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
             RequestBody::ConsumerGroupDescribe(_) => ApiKey::ConsumerGroupDescribe,
             RequestBody::ControllerRegistration(_) => ApiKey::ControllerRegistration,
+            RequestBody::GetTelemetrySubscriptions(_) => ApiKey::GetTelemetrySubscriptions,
+            RequestBody::PushTelemetry(_) => ApiKey::PushTelemetry,
+            RequestBody::ListConfigResources(_) => ApiKey::ListConfigResources,
             RequestBody::DescribeTopicPartitions(_) => ApiKey::DescribeTopicPartitions,
             RequestBody::AddRaftVoter(_) => ApiKey::AddRaftVoter,
             RequestBody::RemoveRaftVoter(_) => ApiKey::RemoveRaftVoter,
@@ -656,6 +683,9 @@ impl RequestBody {
             RequestBody::ConsumerGroupHeartbeat(body) => body.encode(out, version),
             RequestBody::ConsumerGroupDescribe(body) => body.encode(out, version),
             RequestBody::ControllerRegistration(body) => body.encode(out, version),
+            RequestBody::GetTelemetrySubscriptions(body) => body.encode(out, version),
+            RequestBody::PushTelemetry(body) => body.encode(out, version),
+            RequestBody::ListConfigResources(body) => body.encode(out, version),
             RequestBody::DescribeTopicPartitions(body) => body.encode(out, version),
             RequestBody::AddRaftVoter(body) => body.encode(out, version),
             RequestBody::RemoveRaftVoter(body) => body.encode(out, version),
@@ -728,6 +758,9 @@ pub enum ResponseBody {
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse),
     ConsumerGroupDescribe(ConsumerGroupDescribeResponse),
     ControllerRegistration(ControllerRegistrationResponse),
+    GetTelemetrySubscriptions(GetTelemetrySubscriptionsResponse),
+    PushTelemetry(PushTelemetryResponse),
+    ListConfigResources(ListConfigResourcesResponse),
     DescribeTopicPartitions(DescribeTopicPartitionsResponse),
     AddRaftVoter(AddRaftVoterResponse),
     RemoveRaftVoter(RemoveRaftVoterResponse),
@@ -910,6 +943,15 @@ impl ResponseBody {
             ApiKey::ControllerRegistration => ResponseBody::ControllerRegistration(
                 ControllerRegistrationResponse::decode(input, version)?,
             ),
+            ApiKey::GetTelemetrySubscriptions => ResponseBody::GetTelemetrySubscriptions(
+                GetTelemetrySubscriptionsResponse::decode(input, version)?,
+            ),
+            ApiKey::PushTelemetry => {
+                ResponseBody::PushTelemetry(PushTelemetryResponse::decode(input, version)?)
+            }
+            ApiKey::ListConfigResources => ResponseBody::ListConfigResources(
+                ListConfigResourcesResponse::decode(input, version)?,
+            ),
             ApiKey::DescribeTopicPartitions => ResponseBody::DescribeTopicPartitions(
                 DescribeTopicPartitionsResponse::decode(input, version)?,
             ),
@@ -986,6 +1028,9 @@ impl ResponseBody {
             ResponseBody::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
             ResponseBody::ConsumerGroupDescribe(_) => ApiKey::ConsumerGroupDescribe,
             ResponseBody::ControllerRegistration(_) => ApiKey::ControllerRegistration,
+            ResponseBody::GetTelemetrySubscriptions(_) => ApiKey::GetTelemetrySubscriptions,
+            ResponseBody::PushTelemetry(_) => ApiKey::PushTelemetry,
+            ResponseBody::ListConfigResources(_) => ApiKey::ListConfigResources,
             ResponseBody::DescribeTopicPartitions(_) => ApiKey::DescribeTopicPartitions,
             ResponseBody::AddRaftVoter(_) => ApiKey::AddRaftVoter,
             ResponseBody::RemoveRaftVoter(_) => ApiKey::RemoveRaftVoter,
@@ -1056,6 +1101,9 @@ impl ResponseBody {
             ResponseBody::ConsumerGroupHeartbeat(body) => body.encode(out, version),
             ResponseBody::ConsumerGroupDescribe(body) => body.encode(out, version),
             ResponseBody::ControllerRegistration(body) => body.encode(out, version),
+            ResponseBody::GetTelemetrySubscriptions(body) => body.encode(out, version),
+            ResponseBody::PushTelemetry(body) => body.encode(out, version),
+            ResponseBody::ListConfigResources(body) => body.encode(out, version),
             ResponseBody::DescribeTopicPartitions(body) => body.encode(out, version),
             ResponseBody::AddRaftVoter(body) => body.encode(out, version),
             ResponseBody::RemoveRaftVoter(body) => body.encode(out, version),
@@ -1126,6 +1174,9 @@ impl ResponseBody {
             ResponseBody::ConsumerGroupHeartbeat(body) => body.visit_error_codes(visit),
             ResponseBody::ConsumerGroupDescribe(body) => body.visit_error_codes(visit),
             ResponseBody::ControllerRegistration(body) => body.visit_error_codes(visit),
+            ResponseBody::GetTelemetrySubscriptions(body) => body.visit_error_codes(visit),
+            ResponseBody::PushTelemetry(body) => body.visit_error_codes(visit),
+            ResponseBody::ListConfigResources(body) => body.visit_error_codes(visit),
             ResponseBody::DescribeTopicPartitions(body) => body.visit_error_codes(visit),
             ResponseBody::AddRaftVoter(body) => body.visit_error_codes(visit),
             ResponseBody::RemoveRaftVoter(body) => body.visit_error_codes(visit),
@@ -1344,6 +1395,18 @@ pub fn throttle_time_offset(api_key: ApiKey, version: i16) -> Option<usize> {
         },
         ApiKey::ControllerRegistration => match version {
             0..=0 => Some(0),
+            _ => None,
+        },
+        ApiKey::GetTelemetrySubscriptions => match version {
+            0..=0 => Some(0),
+            _ => None,
+        },
+        ApiKey::PushTelemetry => match version {
+            0..=0 => Some(0),
+            _ => None,
+        },
+        ApiKey::ListConfigResources => match version {
+            0..=1 => Some(0),
             _ => None,
         },
         ApiKey::DescribeTopicPartitions => match version {

@@ -191,6 +191,9 @@ public final class ClientTool {
             if (transactionalId != null && failed.get() == 0) {
                 producer.commitTransaction();
             }
+            // With --hold-ms, the producer stays open that long after its last record (its
+            // client-metrics pushes go on meanwhile).
+            Thread.sleep(Long.parseLong(args.getOrDefault("hold-ms", "0")));
         }
         if (failed.get() > 0) {
             System.err.println("produce: " + failed.get() + " records failed; first error: " + firstError.get());
