@@ -171,10 +171,19 @@ def test_under_replicated_partitions_follow_a_paused_follower(cluster):
     victim = cluster.nodes[2]
     others = [n for n in cluster.nodes if n is not victim]
     bootstrap = ",".join(n.bootstrap for n in others)
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def followed_partitions():
+        """The partitions the paused node will only follow, once the nodes asked know every partition's leader
+        (a node may learn of a new topic a moment after the one that created it)."""
+        described = admin.list_topics(topic, timeout=10).topics[topic]
+        partitions = list(described.partitions.values())
+        if described.error is not None or len(partitions) != 3 or any(p.leader < 0 for p in partitions):
+            return None
+        return [p.id for p in partitions if p.leader != victim.node_id]
+
     # Records go to the partitions the paused node follows; those it leads wait for it.
-    followed = [p.id for p in metadata.topics[topic].partitions.values() if p.leader != victim.node_id]
-    assert followed
+    followed = wait_for(followed_partitions, "the new topic's leaders known to the other nodes", 30)
     shrinks = sum(total(scrape(n.http), "fjord_isr_shrinks_total") for n in others)
     expands = sum(total(scrape(n.http), "fjord_isr_expands_total") for n in others)
     victim.proc.send_signal(signal.SIGSTOP)
