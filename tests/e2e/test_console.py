@@ -48,18 +48,22 @@ def cluster(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("console"), controllers=3, extra={"console.read.only": "false"},
                 node_extra={i: {"broker.rack": f"rack-{'abc'[i - 1]}"} for i in (1, 2, 3)})
     c.start()
-    admin = AdminClient({"bootstrap.servers": c.bootstrap})
-    # `charts` is led by node 1, whose traffic its overview charts.
-    for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"retention.ms": "7200000"}),
-                                       NewTopic("charts", num_partitions=1, replica_assignment=[[1, 2, 3]])]).values():
-        future.result(30)
-    producer = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0})
-    for i in range(RECORDS):
-        producer.produce(TOPIC, key=f"order-{i}", value=json.dumps({"id": i, "item": "kettle"}),
-                         partition=i % PARTITIONS, timestamp=BASE_TS + i * 1000, headers=[("source", b"e2e")])
-    assert producer.flush(30) == 0
-    yield c
-    c.kill9()
+    try:
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        # `charts` is led by node 1, whose traffic its overview charts.
+        topics = [NewTopic(TOPIC, PARTITIONS, 3, config={"retention.ms": "7200000"}),
+                  NewTopic("charts", num_partitions=1, replica_assignment=[[1, 2, 3]])]
+        for future in admin.create_topics(topics).values():
+            future.result(30)
+        producer = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0})
+        for i in range(RECORDS):
+            producer.produce(TOPIC, key=f"order-{i}", value=json.dumps({"id": i, "item": "kettle"}),
+                             partition=i % PARTITIONS, timestamp=BASE_TS + i * 1000, headers=[("source", b"e2e")])
+        assert producer.flush(30) == 0
+        yield c
+    finally:
+        # Also when the preparation fails: no node outlives the module.
+        c.kill9()
 
 
 @pytest.fixture(scope="module")
@@ -300,6 +304,14 @@ def secured(tmp_path_factory):
     props["http.listeners"] = f"https://{node.http}"
     write_properties(node.config, props)
     c.start()
+    try:
+        yield from prepared_with_acls(c, s)
+    finally:
+        c.kill9()
+
+
+def prepared_with_acls(c, s):
+    """The secured cluster's topics, ACLs and SCRAM user; yields the cluster and its settings."""
     admin = AdminClient({"bootstrap.servers": c.bootstrap, **s.librdkafka("node")})
     carol = UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
                                          b"carol-pw")
@@ -312,7 +324,6 @@ def secured(tmp_path_factory):
     for future in admin.create_acls(allow).values():
         future.result(30)
     yield c, s
-    c.kill9()
 
 
 def log_in(pg, node, user: str, password: str, mechanism: str = "PLAIN") -> None:
