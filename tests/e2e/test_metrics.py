@@ -1,7 +1,9 @@
 """fjord's HTTP listener on a three-node cluster: `/metrics` scraped during real clients' load and checked against
 it (records in equal records produced; each replica's log holds what was produced; followers fetch what leaders
-took in; under-replicated partitions rise while a follower is paused and fall when it resumes; a fenced broker is
-counted by the others), parsed by Prometheus' own Python parser in both exposition formats, linted by `promtool
+took in; under-replicated partitions rise while a follower is paused and fall when it resumes, an acks=all write
+meanwhile waiting in purgatory; a fenced broker is counted by the others and knows it; rebalances of both group
+protocols, transaction markers, cleaner passes, fsyncs per dir; a paused quorum leader counted as an election),
+parsed by Prometheus' own Python parser in both exposition formats, linted by `promtool
 check metrics`, and scraped by a real Prometheus server that answers PromQL about the cluster; `/health/live` and
 `/health/ready` through a node's start-up, fencing and shutdown.
 
@@ -14,6 +16,7 @@ import re
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -39,7 +42,7 @@ LAG_MS = 2000
 def cluster(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("metrics"), controllers=3,
                 extra={"broker.session.timeout.ms": str(SESSION_MS), "broker.heartbeat.interval.ms": "1000",
-                       "replica.lag.time.max.ms": str(LAG_MS)})
+                       "replica.lag.time.max.ms": str(LAG_MS), "log.cleaner.backoff.ms": "500"})
     c.start()
     yield c
     c.kill9()
@@ -86,9 +89,9 @@ def produce(bootstrap: str, topic: str, count: int, size: int = 200) -> None:
     assert p.flush(30) == 0
 
 
-def consume(bootstrap: str, topic: str, group: str, count: int) -> None:
+def consume(bootstrap: str, topic: str, group: str, count: int, protocol: str = "classic") -> None:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
+                  "enable.auto.commit": False, "group.protocol": protocol})
     c.subscribe([topic])
     got = 0
     deadline = time.monotonic() + 60
@@ -149,10 +152,10 @@ def test_metrics_count_what_the_clients_did(cluster):
     assert sum(value(s, "fjord_leader_partitions") for s in ends) >= 3
     # The group's coordinator counts it, and its lag: none once it committed everything, then what came since.
     assert cluster_total(cluster, "fjord_groups", protocol="classic") >= 1
-    wait_for(lambda: cluster_total(cluster, "fjord_consumer_group_lag_sum", group="counted-group") == 0,
+    wait_for(lambda: cluster_total(cluster, "fjord_consumer_group_total_lag", group="counted-group") == 0,
              "no lag after the group committed everything", 30)
     produce(cluster.bootstrap, topic, 100)
-    wait_for(lambda: cluster_total(cluster, "fjord_consumer_group_lag_sum", group="counted-group") == 100,
+    wait_for(lambda: cluster_total(cluster, "fjord_consumer_group_total_lag", group="counted-group") == 100,
              "the group's lag is what was produced since its commit", 30)
     assert cluster_total(cluster, "fjord_consumer_group_lag", group="counted-group", topic=topic) == 100
     # A deleted topic's series go with it.
@@ -188,10 +191,17 @@ def test_under_replicated_partitions_follow_a_paused_follower(cluster):
     expands = sum(total(scrape(n.http), "fjord_isr_expands_total") for n in others)
     victim.proc.send_signal(signal.SIGSTOP)
     try:
+        # An acks=all write waits in its leader's purgatory for the paused follower until the ISR drops it.
+        waiting = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        waiting.produce(topic, value=b"w", partition=followed[0])
+        waiting.poll(0)
+        wait_for(lambda: sum(value(scrape(n.http), "fjord_delayed_operations", operation="produce") for n in others)
+                 >= 1, "an acks=all produce counted waiting", LAG_MS / 1000)
         p = Producer({"bootstrap.servers": bootstrap, "acks": 1})
         for partition in followed:
             p.produce(topic, value=b"x", partition=partition)
         assert p.flush(10) == 0
+        assert waiting.flush(10) == 0
         wait_for(lambda: sum(total(scrape(n.http), "fjord_under_replicated_partitions") for n in others) > 0,
                  "the paused follower's partitions counted under-replicated", SESSION_MS / 1000)
         assert sum(total(scrape(n.http), "fjord_isr_shrinks_total") for n in others) > shrinks
@@ -203,8 +213,8 @@ def test_under_replicated_partitions_follow_a_paused_follower(cluster):
 
 
 def test_a_fenced_broker_is_counted_and_not_ready_until_back(cluster):
-    """Paused past its session, a broker is fenced: the others count it; resumed, it is ready again once unfenced,
-    and every node counts three active brokers."""
+    """Paused past its session, a broker is fenced: the others count it; resumed, it is not ready until the
+    controller answers it again, then ready once unfenced, and every node counts three active brokers."""
     victim = cluster.nodes[1]
     others = [n for n in cluster.nodes if n is not victim]
     assert get(victim.http, "/health/ready")[0] == 200
@@ -213,11 +223,112 @@ def test_a_fenced_broker_is_counted_and_not_ready_until_back(cluster):
         wait_for(lambda: all(value(scrape(n.http), "fjord_brokers", state="fenced") == 1 for n in others),
                  "the paused broker counted fenced", 3 * SESSION_MS / 1000)
         assert all(get(n.http, "/health/ready")[0] == 200 for n in others)
+        # Asked while paused, it answers as it resumes: it knows it is fenced before the controller answers it again.
+        with ThreadPoolExecutor(1) as pool:
+            asked = pool.submit(get, victim.http, "/health/ready")
+            time.sleep(0.5)
+            victim.proc.send_signal(signal.SIGCONT)
+            status, _, body = asked.result(15)
+        assert status == 503 and "fenced: no heartbeat answered" in body, (status, body)
     finally:
         victim.proc.send_signal(signal.SIGCONT)
     wait_for(lambda: get(victim.http, "/health/ready")[0] == 200, "the resumed broker ready again", 60)
     wait_for(lambda: all(value(scrape(n.http), "fjord_brokers", state="active") == 3 for n in cluster.nodes),
              "three active brokers", 60)
+
+
+def test_the_work_behind_the_requests_is_counted(cluster):
+    """Rebalances of both group protocols, transaction markers by result, the log cleaner's passes and bytes, fsyncs
+    per log dir and fetches waiting in purgatory, each counted on the node that did the work; the quorum's leader
+    reports each member's metadata lag, and followers their lag behind their leaders."""
+    bootstrap = cluster.bootstrap
+    topic = "worked"
+    create(bootstrap, topic, partitions=2)
+    produce(bootstrap, topic, 10)
+    for protocol in ("classic", "consumer"):
+        before = cluster_total(cluster, "fjord_group_rebalances_total", protocol=protocol)
+        consume(bootstrap, topic, f"worked-{protocol}", 10, protocol)
+        assert cluster_total(cluster, "fjord_group_rebalances_total", protocol=protocol) >= before + 1, protocol
+
+    markers = {r: cluster_total(cluster, "fjord_txn_markers_written_total", result=r) for r in ("commit", "abort")}
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "worked-txn"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for partition in (0, 1):
+        p.produce(topic, value=b"committed", partition=partition)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"aborted", partition=0)
+    assert p.flush(30) == 0
+    p.abort_transaction(30)
+    # A marker for each partition of each transaction, on its leader (written once the transaction ended).
+    for result, written in (("commit", 2), ("abort", 1)):
+        wait_for(lambda: cluster_total(cluster, "fjord_txn_markers_written_total", result=result)
+                 >= markers[result] + written, f"{written} {result} markers written", 30)
+
+    # A compacted topic whose segments roll at every append after 100 ms: the first is soon cleanable.
+    passes = cluster_total(cluster, "fjord_log_cleaner_passes_total")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("worked-compacted", 1, 3, config={
+        "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"})])["worked-compacted"] \
+        .result(30)
+    for _ in range(3):
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        for i in range(200):
+            p.produce("worked-compacted", key=str(i % 10).encode(), value=bytes(100))
+        assert p.flush(30) == 0
+        time.sleep(0.3)
+    wait_for(lambda: cluster_total(cluster, "fjord_log_cleaner_passes_total") > passes, "a cleaning pass", 60)
+    read = cluster_total(cluster, "fjord_log_cleaner_read_bytes_total")
+    written = cluster_total(cluster, "fjord_log_cleaner_written_bytes_total")
+    assert 0 < written < read, (read, written)
+    assert cluster_total(cluster, "fjord_log_cleaner_pass_seconds_total") > 0
+
+    for node in cluster.nodes:
+        samples = scrape(node.http)
+        assert total(samples, "fjord_log_dir_fsyncs_total") > 0
+        assert value(samples, "fjord_log_cleaner_uncleanable_partitions") == 0
+        # What each node follows, it follows closely on an idle cluster.
+        assert total(samples, "fjord_replica_lag", topic=topic) == 0
+        assert value(samples, "fjord_replica_max_lag") >= 0
+    followed = sum(1 for n in cluster.nodes for (name, labels) in scrape(n.http)
+                   if name == "fjord_replica_lag" and ("topic", topic) in labels)
+    assert followed == 2 * 2, "each of the 2 partitions has 2 followers"
+    # Followers' fetches wait at their leaders for new records.
+    wait_for(lambda: cluster_total(cluster, "fjord_delayed_operations", operation="fetch") >= 1,
+             "a follower's fetch counted waiting", 10)
+
+    def quorum_lags():
+        lags = [(labels, v) for n in cluster.nodes for (name, labels), v in scrape(n.http).items()
+                if name == "fjord_metadata_replica_lag"]
+        return lags if len(lags) == 3 and all(v == 0 for _, v in lags) else None
+    wait_for(quorum_lags, "the quorum leader reports its 3 members caught up", 30)
+
+
+def test_a_lost_quorum_leader_is_counted_as_an_election(cluster):
+    """The metadata quorum's leader paused: the others elect another, and count the leader change and the time they
+    went without a leader; resumed, every node is ready again."""
+    leaders = {value(scrape(n.http), "fjord_metadata_leader") for n in cluster.nodes}
+    assert len(leaders) == 1, leaders
+    leader_id = int(leaders.pop())
+    leader = next(n for n in cluster.nodes if n.node_id == leader_id)
+    others = [n for n in cluster.nodes if n is not leader]
+    before = {n.node_id: scrape(n.http) for n in others}
+    leader.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: all(value(scrape(n.http), "fjord_metadata_elections_total")
+                             > value(before[n.node_id], "fjord_metadata_elections_total") for n in others),
+                 "the other nodes saw an election end", 15)
+    finally:
+        leader.proc.send_signal(signal.SIGCONT)
+    for n in others:
+        after = scrape(n.http)
+        assert value(after, "fjord_metadata_leader_changes_total") > \
+            value(before[n.node_id], "fjord_metadata_leader_changes_total")
+        assert value(after, "fjord_metadata_election_seconds_total") > \
+            value(before[n.node_id], "fjord_metadata_election_seconds_total")
+        assert value(after, "fjord_metadata_leader") != leader.node_id
+    wait_for(lambda: all(get(n.http, "/health/ready")[0] == 200 for n in cluster.nodes), "every node ready", 60)
 
 
 def test_health_through_start_up_and_shutdown(tmp_path):
@@ -291,7 +402,8 @@ def test_health_through_start_up_and_shutdown(tmp_path):
     slow = [line for line in lines if line.get("message") == "slow request"]
     assert slow, "no slow request logged"
     assert any(line["api"] == "Produce" and line["client_id"] == "slow-one" and line["principal"] == "User:ANONYMOUS"
-               and float(line["total_ms"]) > 100 and "remote=" in line["phases_ms"] for line in slow), slow
+               and float(line["total_ms"]) > 100 and "remote=" in line["phases_ms"] and line["partitions"] == 1
+               for line in slow), slow
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         get(broker.http, "/health/live")
 

@@ -9,6 +9,7 @@ import socket
 import struct
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import List, Tuple
 
@@ -201,6 +202,18 @@ def held_rate(flow: Flow, seconds: float) -> float:
     return sum(n for t, n in flow if t < end) / end
 
 
+def throttles_counted(b: Broker):
+    """fjord's `/metrics` count of the throttles each quota asked for (Kafka reports them through JMX): responses
+    throttled and seconds, by quota key."""
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://{b.http}/metrics", timeout=10) as response:
+        families = text_string_to_metric_families(response.read().decode())
+    samples = {(s.name, s.labels.get("quota")): s.value for f in families for s in f.samples}
+    return {key: (samples[("fjord_quota_throttled_responses_total", key)],
+                  samples[("fjord_quota_throttle_time_seconds_total", key)])
+            for key in ("producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate")}
+
+
 def quota(b: Broker, entity, key: str, value):
     assert alter(b, [(entity, [(key, value)])]) == [(0, None)]
 
@@ -291,6 +304,10 @@ def test_producers_and_consumers_are_held_to_their_byte_rate_quotas(broker: Brok
           f"over {MEASURE_S} s {rate(flows['p'], MEASURE_S):.0f} and {rate(flows['c'], MEASURE_S):.0f} B/s")
     assert 0.9 * QUOTA <= rates["p"] <= 1.1 * QUOTA, rates
     assert 0.9 * QUOTA <= rates["c"] <= 1.1 * QUOTA, rates
+    if broker.http:
+        throttled = throttles_counted(broker)
+        for key in ("producer_byte_rate", "consumer_byte_rate"):
+            assert throttled[key][0] > 0 and throttled[key][1] > 0, (key, throttled)
 
 
 def test_a_quota_changed_on_a_running_broker_is_followed(broker: Broker):
@@ -435,6 +452,10 @@ def test_topic_mutations_over_controller_mutation_rate_are_refused_or_throttled(
         assert 3000 <= throttle <= 4100, throttle
         codes, throttle = create(5, ("q-mut-d", 2))
         assert codes == {"q-mut-d": 0} and throttle > 0, (codes, throttle)
+        if broker.http:
+            # The two throttled answers, 4 s and more between them.
+            counted = throttles_counted(broker)["controller_mutation_rate"]
+            assert counted[0] >= 2 and counted[1] >= 4, counted
         response = send(DeleteTopicsRequest[6](topics=[DeleteTopicsRequest.DeleteTopicState(name="q-mut-a",
                                                                                              topic_id=None)],
                                                timeout_ms=30000))
@@ -494,5 +515,7 @@ def test_a_client_over_its_request_percentage_is_held_back(broker: Broker):
         assert set(unthrottled) == {0}, unthrottled
         # The first answer may come before the quota is found used up.
         assert len(throttles) >= 2 and all(0 < t <= 1000 for t in throttles[1:]), throttles
+        if broker.http:
+            assert throttles_counted(broker)["request_percentage"][0] >= len(throttles) - 1
     finally:
         quota(broker, [("client-id", "q-busy")], "request_percentage", None)

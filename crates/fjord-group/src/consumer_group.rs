@@ -472,6 +472,8 @@ pub struct ConsumerGroups {
     regexes: RegexCache,
     /// Feeds generated member ids (protocol v0 clients leave them to the coordinator).
     id_counter: u64,
+    /// Target assignments computed since the last [`ConsumerGroups::take_rebalances`].
+    rebalances: u64,
 }
 
 impl ConsumerGroups {
@@ -492,6 +494,7 @@ impl ConsumerGroups {
             timers: BTreeMap::new(),
             regexes: RegexCache::default(),
             id_counter: 0,
+            rebalances: 0,
         }
     }
 
@@ -510,6 +513,11 @@ impl ConsumerGroups {
 
     pub fn group_state(&self, group_id: &str) -> Option<&'static str> {
         self.groups.get(group_id).map(Group::state)
+    }
+
+    /// The target assignments computed since the last call.
+    pub fn take_rebalances(&mut self) -> u64 {
+        std::mem::take(&mut self.rebalances)
     }
 
     /// Every group with its state name and member count.
@@ -1190,6 +1198,7 @@ impl ConsumerGroups {
             return;
         }
         let new_epoch = g.group_epoch;
+        self.rebalances += 1;
         let assignor = self.preferred_assignor(g);
         let changes = compute_target(&mut self.regexes, g, assignor);
         for (id, a) in changes {

@@ -132,6 +132,9 @@ pub struct GroupCoordinatorShard {
     records_applied: u64,
     /// Loaded members have no session timer until the first call that knows the time.
     timers_unarmed: bool,
+    /// Classic rebalances completed (a new generation with members) since the last
+    /// [`GroupCoordinatorShard::take_rebalances`].
+    classic_rebalances: u64,
     next_offset_expiry_ms: Option<i64>,
     member_id_counter: u64,
 }
@@ -485,7 +488,17 @@ impl GroupCoordinatorShard {
             timers_unarmed: false,
             next_offset_expiry_ms: None,
             member_id_counter: 0,
+            classic_rebalances: 0,
         }
+    }
+
+    /// The rebalances completed since the last call, classic and consumer (a classic group's
+    /// new generation with members; a consumer group's new target assignment), for metrics.
+    pub fn take_rebalances(&mut self) -> (u64, u64) {
+        (
+            std::mem::take(&mut self.classic_rebalances),
+            self.consumer.take_rebalances(),
+        )
     }
 
     /// Applies one record of this shard's partition, in log order, while loading. Tombstones
@@ -1518,6 +1531,7 @@ impl GroupCoordinatorShard {
         }
         group.protocol_name = group.select_protocol();
         group.transition(GroupState::CompletingRebalance, now_ms);
+        self.classic_rebalances += 1;
         let ids: Vec<String> = group.members.keys().cloned().collect();
         for id in ids {
             let parked = group.members.get(&id).and_then(|m| m.awaiting_join);

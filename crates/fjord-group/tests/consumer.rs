@@ -322,6 +322,16 @@ fn keys(records: &[CoordinatorRecord]) -> Vec<(String, bool)> {
 }
 
 #[test]
+fn each_new_target_assignment_counts_one_rebalance() {
+    let mut h = Harness::new();
+    h.join_consumer("cg");
+    assert_eq!(h.shard.take_rebalances(), (0, 1));
+    h.join_consumer("cg");
+    assert_eq!(h.shard.take_rebalances(), (0, 1));
+    assert_eq!(h.shard.take_rebalances(), (0, 0), "taken once");
+}
+
+#[test]
 fn a_consumer_group_joins_and_commits_and_fetches_with_its_member_epoch() {
     let mut h = Harness::new();
     let (member, epoch, owned) = h.join_consumer("cg");

@@ -17,6 +17,7 @@
 mod error;
 mod follower_times;
 mod frame;
+mod leadership;
 mod log_store;
 mod network;
 mod quorum;
@@ -25,6 +26,7 @@ mod state_machine;
 mod types;
 
 pub use error::MetadataError;
+pub use leadership::LeadershipStats;
 pub use network::{check_raft_frame, is_raft_frame, MAX_RAFT_FRAME, RAFT_API_KEY};
 pub use quorum::{DynamicQuorum, MetadataQuorum, QuorumConfig, QuorumLinks, QuorumPeers};
 pub use quorum_controller::QuorumController;

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use crate::error::MetadataError;
 use crate::follower_times::FollowerTimes;
 use crate::frame;
+use crate::leadership::{Leadership, LeadershipStats};
 use crate::log_store::LogStore;
 use crate::network::{self, RaftReply, RaftRequest, TcpNetwork};
 use crate::state_machine::StateMachine;
@@ -137,6 +138,23 @@ async fn track_follower_progress(
     }
 }
 
+/// Feeds every (term, leader) raft reports to `leadership`; ends when raft shuts down.
+async fn track_leadership(
+    mut metrics: watch::Receiver<openraft::RaftMetrics<u64, QuorumNode>>,
+    leadership: Leadership,
+) {
+    let origin = Instant::now();
+    loop {
+        {
+            let m = metrics.borrow_and_update();
+            leadership.observe(m.current_term, m.current_leader, origin.elapsed());
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Takes a snapshot whenever the records applied since the last one reach the configured size,
 /// or their age the configured interval, as every KRaft node does on its own, and purges what a
 /// snapshot covers once the log outgrows its retention; ends when raft shuts down.
@@ -188,6 +206,7 @@ pub struct MetadataQuorum {
     raft: Raft<TypeConfig>,
     image_rx: watch::Receiver<Arc<MetadataImage>>,
     follower_times: FollowerTimes,
+    leadership: Leadership,
 }
 
 impl MetadataQuorum {
@@ -254,10 +273,13 @@ impl MetadataQuorum {
             raft.metrics(),
             follower_times.clone(),
         ));
+        let leadership = Leadership::default();
+        tokio::spawn(track_leadership(raft.metrics(), leadership.clone()));
         let quorum = MetadataQuorum {
             raft,
             image_rx,
             follower_times,
+            leadership,
         };
         if peers.is_alone() {
             quorum.caught_up(config.leader_timeout).await?;
@@ -471,6 +493,20 @@ impl MetadataQuorum {
     /// The node this node believes leads the quorum, if any.
     pub fn leader(&self) -> Option<u64> {
         self.raft.metrics().borrow().current_leader
+    }
+
+    /// The leader changes and elections this node saw.
+    pub fn leadership(&self) -> LeadershipStats {
+        self.leadership.stats()
+    }
+
+    /// The end of this node's copy of the metadata log (the offset its next entry would take).
+    pub fn log_end_offset(&self) -> u64 {
+        self.raft
+            .metrics()
+            .borrow()
+            .last_log_index
+            .map_or(0, |i| i + 1)
     }
 
     /// The quorum's state from this node: on the leader, every member's progress.

@@ -20,7 +20,7 @@ pub mod meta_properties;
 pub mod partition_metadata;
 pub mod producer_state;
 
-pub use cleaner::{CleanerConfig, LogCleaner};
+pub use cleaner::{CleanerConfig, CleanerTotals, LogCleaner};
 pub use error::StorageError;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
 pub use log::{

@@ -25,6 +25,7 @@ use tokio::sync::Notify;
 
 use crate::api::fetch_session::{RequestedPartition, SessionDecision};
 use crate::api::{encode_response, Access, FetchApi};
+use crate::metrics::DelayedOperation;
 use crate::net::{OutPart, Reply, Response};
 use crate::replication::partition_state::FollowerFetch;
 use crate::replication::quota::{throttles, Side};
@@ -453,7 +454,9 @@ impl FetchApi {
             return Reply::Now(self.fetch_response(&plan, &session, read));
         }
         let this = self.clone();
+        let delayed = (self.replicas.metrics().delayed).delayed(DelayedOperation::Fetch);
         Reply::Later(Box::pin(async move {
+            let _delayed = delayed;
             let deadline =
                 tokio::time::Instant::now() + Duration::from_millis(plan.max_wait_ms as u64);
             loop {

@@ -44,6 +44,7 @@ fn strict(api: &ControllerApi, version: i16) -> bool {
 pub(crate) struct MutationQuotas {
     window: (usize, i64),
     buckets: Mutex<HashMap<QuotaScope, TokenBucket>>,
+    pub throttles: crate::quota::Throttles,
 }
 
 /// What the quota made of one request: the topics refused, and the permits taken per topic, to
@@ -60,6 +61,7 @@ impl MutationQuotas {
         MutationQuotas {
             window,
             buckets: Mutex::new(HashMap::new()),
+            throttles: Default::default(),
         }
     }
 
@@ -214,6 +216,7 @@ impl MutationQuotas {
         } else {
             0
         };
+        self.throttles.throttled(i64::from(throttle_ms));
         match response {
             ResponseBody::CreateTopics(r) => {
                 r.throttle_time_ms = r.throttle_time_ms.max(throttle_ms)

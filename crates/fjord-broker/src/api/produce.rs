@@ -14,6 +14,7 @@ use fjord_protocol::{ApiKey, ResponseBody};
 use crate::api::topic_ids::PRODUCE_TOPIC_IDS_FROM;
 use crate::api::txn_verify::{not_in_transaction_code, Verdicts};
 use crate::api::{authz, encode_response, Access, ProduceApi};
+use crate::metrics::DelayedOperation;
 use crate::net::{Reply, Response};
 use crate::replication::flusher::{Durable, FlushTarget};
 use crate::replication::FlusherHandle;
@@ -229,7 +230,12 @@ impl ProduceApi {
             return Reply::Now(answer.encode());
         }
         let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
-        Reply::Later(Box::pin(self.clone().await_acks(answer, timeout)))
+        let delayed = (self.replicas.metrics().delayed).delayed(DelayedOperation::Produce);
+        let this = self.clone();
+        Reply::Later(Box::pin(async move {
+            let _delayed = delayed;
+            this.await_acks(answer, timeout).await
+        }))
     }
 
     /// Appends one partition's records; on success `pending` learns what the answer waits for

@@ -85,6 +85,7 @@ impl MarkerWriter {
                             now_ms,
                         ) {
                             Ok((info, leader_epoch)) => {
+                                (self.replicas.metrics().coordinators).marker_written(end.commit);
                                 let offset = info.last_offset + 1;
                                 let wait = partition.delay_produce(offset, leader_epoch);
                                 let durable = partition.durable();

@@ -363,8 +363,16 @@ impl GroupRuntime {
             }
             Err(code) => refused(&request, code),
         };
+        self.count_rebalances(&mut guard);
         let pending = self.persist_and_release(&mut guard, effects);
         Ok((request_id, receiver, pending))
+    }
+
+    /// Moves the rebalances the shard ran into the broker's metrics (after any undo: an undone
+    /// run did not rebalance).
+    fn count_rebalances(&self, shard: &mut GroupShard) {
+        let (classic, consumer) = shard.core.take_rebalances();
+        (self.shards.metrics().coordinators).rebalanced(classic, consumer);
     }
 
     /// Appends the effects' records under the shard lock; returns what must be flushed and the
@@ -442,6 +450,7 @@ impl GroupRuntime {
                     }
                     _ => Some(self.persist_and_release(&mut guard, effects)),
                 };
+                self.count_rebalances(&mut guard);
                 (pending, after_tick(guard.core.next_deadline(), now))
             };
             next = earliest(next, deadline);

@@ -98,6 +98,11 @@ impl<C: Coordinator> CoordinatorRuntime<C> {
         lock(&self.shards).get(&partition).cloned()
     }
 
+    /// Where the broker counts what its coordinators do.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        self.replicas.metrics()
+    }
+
     pub fn all_shards(&self) -> Vec<(i32, SharedShard<C>)> {
         lock(&self.shards)
             .iter()

@@ -10,7 +10,7 @@
 //! (fixed) and topics (those in the metadata image; a deleted topic's series go with it).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,7 +39,8 @@ fn batch_histogram() -> Histogram {
     ])
 }
 
-type ApiLabel = [(&'static str, &'static str); 1];
+/// One label whose value comes from a fixed set (an API, an operation, a protocol).
+type FixedLabel = [(&'static str, &'static str); 1];
 type PhaseLabels = [(&'static str, &'static str); 2];
 type ErrorLabels = [(&'static str, &'static str); 2];
 type ListenerLabel = [(&'static str, String); 1];
@@ -53,6 +54,9 @@ pub struct Metrics {
     pub topics: TopicTraffic,
     pub storage: StorageMetrics,
     pub replication: ReplicationMetrics,
+    pub delayed: DelayedOperations,
+    pub coordinators: CoordinatorMetrics,
+    pub heartbeats: HeartbeatMetrics,
 }
 
 impl Metrics {
@@ -120,6 +124,11 @@ impl Metrics {
             "Logs synced by each group-commit round",
             s.flush_batch.clone(),
         );
+        registry.register(
+            "log_dir_fsyncs",
+            "Logs the group commit synced, by log dir (Kafka: LogFlushRateAndTimeMs count)",
+            s.fsyncs.clone(),
+        );
         let rep = &self.replication;
         registry.register(
             "isr_shrinks",
@@ -142,6 +151,32 @@ impl Metrics {
             "Record bytes this broker sent to followers (Kafka: ReplicationBytesOutPerSec)",
             Unit::Bytes,
             rep.bytes_out.clone(),
+        );
+        let d = &self.delayed;
+        for operation in DelayedOperation::ALL {
+            let _ = d.waiting.get_or_create(&[("operation", operation.name())]);
+        }
+        registry.register(
+            "delayed_operations",
+            "Requests waiting in purgatory: produce for fsync or acks=all replication, fetch (consumers' and followers') for data (Kafka: DelayedOperationPurgatory PurgatorySize)",
+            d.waiting.clone(),
+        );
+        let co = &self.coordinators;
+        for protocol in ["classic", "consumer"] {
+            let _ = co.rebalances.get_or_create(&[("protocol", protocol)]);
+        }
+        for result in ["commit", "abort"] {
+            let _ = co.markers.get_or_create(&[("result", result)]);
+        }
+        registry.register(
+            "group_rebalances",
+            "Rebalances of the groups this broker coordinates: a classic group's new generation, a consumer group's new target assignment (Kafka: group-rebalance-count, consumer-group-rebalance-count)",
+            co.rebalances.clone(),
+        );
+        registry.register(
+            "txn_markers_written",
+            "Transaction markers this broker appended as a partition leader, by result",
+            co.markers.clone(),
         );
     }
 }
@@ -182,11 +217,11 @@ impl RequestTiming {
 /// Requests by API: counts, bytes, and time in each phase.
 #[derive(Debug)]
 pub struct RequestMetrics {
-    count: Family<ApiLabel, Counter>,
+    count: Family<FixedLabel, Counter>,
     errors: Family<ErrorLabels, Counter>,
-    bytes: Family<ApiLabel, Counter>,
+    bytes: Family<FixedLabel, Counter>,
     phases: Family<PhaseLabels, Histogram, fn() -> Histogram>,
-    total: Family<ApiLabel, Histogram, fn() -> Histogram>,
+    total: Family<FixedLabel, Histogram, fn() -> Histogram>,
 }
 
 impl Default for RequestMetrics {
@@ -397,13 +432,17 @@ impl TopicTraffic {
 pub struct StorageMetrics {
     flush: Histogram,
     flush_batch: Histogram,
+    fsyncs: Family<DirLabel, Counter>,
 }
+
+type DirLabel = [(&'static str, String); 1];
 
 impl Default for StorageMetrics {
     fn default() -> Self {
         StorageMetrics {
             flush: latency_histogram(),
             flush_batch: batch_histogram(),
+            fsyncs: Family::default(),
         }
     }
 }
@@ -413,6 +452,113 @@ impl StorageMetrics {
     pub fn flushed(&self, logs: usize, took: Duration) {
         self.flush.observe(took.as_secs_f64());
         self.flush_batch.observe(logs as f64);
+    }
+
+    /// One log of the log dir `dir` synced.
+    pub fn synced_in(&self, dir: &std::path::Path) {
+        self.fsyncs.get_or_create(&[("dir", dir_label(dir))]).inc();
+    }
+}
+
+/// A log dir as its series' `dir` label names it: the absolute path.
+pub fn dir_label(dir: &std::path::Path) -> String {
+    std::path::absolute(dir)
+        .unwrap_or_else(|_| dir.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// What waits in purgatory, as Kafka names its delayed operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DelayedOperation {
+    Produce,
+    Fetch,
+}
+
+impl DelayedOperation {
+    const ALL: [DelayedOperation; 2] = [DelayedOperation::Produce, DelayedOperation::Fetch];
+
+    fn name(self) -> &'static str {
+        match self {
+            DelayedOperation::Produce => "produce",
+            DelayedOperation::Fetch => "fetch",
+        }
+    }
+}
+
+/// Requests waiting for what their answer needs.
+#[derive(Debug, Default)]
+pub struct DelayedOperations {
+    waiting: Family<FixedLabel, Gauge>,
+}
+
+impl DelayedOperations {
+    /// A request of `operation` starts waiting; it counts until the guard is dropped.
+    pub fn delayed(&self, operation: DelayedOperation) -> Delayed {
+        let gauge = self
+            .waiting
+            .get_or_create_owned(&[("operation", operation.name())]);
+        gauge.inc();
+        Delayed(gauge)
+    }
+}
+
+/// A request in purgatory, counted until dropped.
+#[derive(Debug)]
+pub struct Delayed(Gauge);
+
+impl Drop for Delayed {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// The group and transaction coordinators' events.
+#[derive(Debug, Default)]
+pub struct CoordinatorMetrics {
+    rebalances: Family<FixedLabel, Counter>,
+    markers: Family<FixedLabel, Counter>,
+}
+
+impl CoordinatorMetrics {
+    /// Rebalances the group coordinator ran: `classic` new generations, `consumer` new target
+    /// assignments.
+    pub fn rebalanced(&self, classic: u64, consumer: u64) {
+        for (protocol, n) in [("classic", classic), ("consumer", consumer)] {
+            if n > 0 {
+                self.rebalances
+                    .get_or_create(&[("protocol", protocol)])
+                    .inc_by(n);
+            }
+        }
+    }
+
+    /// A transaction marker appended as a partition leader.
+    pub fn marker_written(&self, commit: bool) {
+        let result = if commit { "commit" } else { "abort" };
+        self.markers.get_or_create(&[("result", result)]).inc();
+    }
+}
+
+/// The broker's heartbeats to the controller.
+#[derive(Debug, Default)]
+pub struct HeartbeatMetrics {
+    /// When the last heartbeat the controller answered was sent, in ms since the Unix epoch; 0
+    /// before the first.
+    answered_ms: AtomicI64,
+}
+
+impl HeartbeatMetrics {
+    /// The controller answered a heartbeat sent at `sent_ms`.
+    pub fn answered(&self, sent_ms: i64) {
+        self.answered_ms.fetch_max(sent_ms, Ordering::Relaxed);
+    }
+
+    /// How long ago the last heartbeat the controller answered was sent; None before the first
+    /// answer.
+    pub fn since_answered(&self, now_ms: i64) -> Option<Duration> {
+        let answered = self.answered_ms.load(Ordering::Relaxed);
+        (answered > 0).then(|| Duration::from_millis(now_ms.saturating_sub(answered).max(0) as u64))
     }
 }
 
@@ -549,6 +695,54 @@ mod tests {
         metrics.topics.retain(|topic| topic == "a");
         let text = exposition(&metrics);
         assert!(!text.contains("topic=\"b\""), "{text}");
+    }
+
+    #[test]
+    fn waits_rebalances_markers_and_fsyncs_are_counted() {
+        let metrics = Metrics::new();
+        let text = exposition(&metrics);
+        // Every fixed label is there from the start, at 0.
+        for series in [
+            "fjord_delayed_operations{operation=\"produce\"} 0\n",
+            "fjord_delayed_operations{operation=\"fetch\"} 0\n",
+            "fjord_group_rebalances_total{protocol=\"consumer\"} 0\n",
+            "fjord_txn_markers_written_total{result=\"abort\"} 0\n",
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
+        let first = metrics.delayed.delayed(DelayedOperation::Fetch);
+        let second = metrics.delayed.delayed(DelayedOperation::Fetch);
+        drop(first);
+        metrics.coordinators.rebalanced(2, 0);
+        metrics.coordinators.marker_written(true);
+        metrics.storage.synced_in(std::path::Path::new("/data/a"));
+        metrics.storage.synced_in(std::path::Path::new("/data/a"));
+        let text = exposition(&metrics);
+        for series in [
+            "fjord_delayed_operations{operation=\"fetch\"} 1\n",
+            "fjord_group_rebalances_total{protocol=\"classic\"} 2\n",
+            "fjord_group_rebalances_total{protocol=\"consumer\"} 0\n",
+            "fjord_txn_markers_written_total{result=\"commit\"} 1\n",
+            "fjord_log_dir_fsyncs_total{dir=\"/data/a\"} 2\n",
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
+        drop(second);
+        assert!(exposition(&metrics).contains("fjord_delayed_operations{operation=\"fetch\"} 0\n"));
+    }
+
+    #[test]
+    fn a_heartbeat_answer_is_dated() {
+        let heartbeats = HeartbeatMetrics::default();
+        assert_eq!(heartbeats.since_answered(5_000), None);
+        heartbeats.answered(1_000);
+        // An answer dated earlier (a late one) does not move the date back.
+        heartbeats.answered(900);
+        assert_eq!(
+            heartbeats.since_answered(4_000),
+            Some(Duration::from_millis(3_000))
+        );
+        assert_eq!(heartbeats.since_answered(500), Some(Duration::ZERO));
     }
 
     #[test]

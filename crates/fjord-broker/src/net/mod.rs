@@ -161,8 +161,8 @@ enum Outgoing {
 /// who sent it.
 struct Served {
     timing: RequestTiming,
-    /// The frame's request header (a slice, not a copy).
-    header: Bytes,
+    /// The request's frame (shared, not a copy), decoded again only for a slow request's line.
+    frame: Bytes,
     requester: Arc<Requester>,
 }
 
@@ -688,10 +688,9 @@ fn dispatch_timed<D: Dispatch + ?Sized>(
     requester: &Arc<Requester>,
     read: Instant,
 ) -> (Reply, Served) {
-    let header = frame.slice(..header_length(&frame));
-    let (api_key, api_version, size) = (be_i16(&header, 0), be_i16(&header, 2), frame.len());
+    let (api_key, api_version, size) = (be_i16(&frame, 0), be_i16(&frame, 2), frame.len());
     let dispatched = Instant::now();
-    let reply = dispatcher.dispatch(frame, requester);
+    let reply = dispatcher.dispatch(frame.clone(), requester);
     let timing = RequestTiming {
         api_key,
         api_version,
@@ -702,7 +701,7 @@ fn dispatch_timed<D: Dispatch + ?Sized>(
     };
     let served = Served {
         timing,
-        header,
+        frame,
         requester: requester.clone(),
     };
     (reply, served)
@@ -725,9 +724,49 @@ fn header_length(frame: &[u8]) -> usize {
     (10 + id_length.min(MAX_LOGGED_CLIENT_ID)).min(frame.len())
 }
 
-/// The client id a request header carries, as far as it was kept.
-fn client_id_of(header: &[u8]) -> String {
+/// The client id a request frame's header carries, at most `MAX_LOGGED_CLIENT_ID` bytes of it.
+fn client_id_of(frame: &[u8]) -> String {
+    let header = frame.get(..header_length(frame)).unwrap_or_default();
     String::from_utf8_lossy(header.get(10..).unwrap_or_default()).into_owned()
+}
+
+/// How many partitions a request names, for the APIs that name them; None for the others and
+/// for a frame that does not decode.
+fn partitions_in(frame: &Bytes) -> Option<usize> {
+    use fjord_protocol::RequestBody as R;
+    let mut input = fjord_protocol::Decoder::new(frame.clone());
+    let header = fjord_protocol::decode_request_header(&mut input).ok()?;
+    let api = fjord_protocol::ApiKey::from_i16(header.request_api_key)?;
+    let body = R::decode(api, &mut input, header.request_api_version).ok()?;
+    fn sum<T>(items: &[T], count: impl Fn(&T) -> usize) -> usize {
+        items.iter().map(count).sum()
+    }
+    Some(match &body {
+        R::Produce(r) => sum(&r.topic_data, |t| t.partition_data.len()),
+        R::Fetch(r) => sum(&r.topics, |t| t.partitions.len()),
+        R::ListOffsets(r) => sum(&r.topics, |t| t.partitions.len()),
+        R::OffsetCommit(r) => sum(&r.topics, |t| t.partitions.len()),
+        R::TxnOffsetCommit(r) => sum(&r.topics, |t| t.partitions.len()),
+        R::OffsetFetch(r) => {
+            let old = r.topics.as_deref().unwrap_or_default();
+            sum(old, |t| t.partition_indexes.len())
+                + sum(&r.groups, |g| {
+                    sum(g.topics.as_deref().unwrap_or_default(), |t| {
+                        t.partition_indexes.len()
+                    })
+                })
+        }
+        R::DeleteRecords(r) => sum(&r.topics, |t| t.partitions.len()),
+        R::OffsetForLeaderEpoch(r) => sum(&r.topics, |t| t.partitions.len()),
+        R::WriteTxnMarkers(r) => sum(&r.markers, |m| {
+            sum(&m.topics, |t| t.partition_indexes.len())
+        }),
+        R::AddPartitionsToTxn(r) => {
+            sum(&r.v3_and_below_topics, |t| t.partitions.len())
+                + sum(&r.transactions, |x| sum(&x.topics, |t| t.partitions.len()))
+        }
+        _ => return None,
+    })
 }
 
 /// Long polls wait in their remote phase by design (a fetch for data, a join for its rebalance):
@@ -761,7 +800,8 @@ fn log_if_slow(served: &Served, threshold: Duration, phases: [Duration; 5]) {
     tracing::warn!(
         api,
         version = served.timing.api_version,
-        client_id = %client_id_of(&served.header),
+        client_id = %client_id_of(&served.frame),
+        partitions = partitions_in(&served.frame),
         principal = %served.requester.principal,
         peer = %served.requester.peer,
         bytes = served.timing.size,
@@ -1111,14 +1151,13 @@ pub mod tests {
     fn a_request_header_names_its_client_as_far_as_it_goes() {
         let mut frame = vec![0, 1, 0, 12, 0, 0, 0, 7, 0, 3];
         frame.extend_from_slice(b"abcrest-of-the-request");
-        let header = &frame[..header_length(&frame)];
-        assert_eq!((be_i16(header, 0), be_i16(header, 2)), (1, 12));
-        assert_eq!(client_id_of(header), "abc");
+        assert_eq!((be_i16(&frame, 0), be_i16(&frame, 2)), (1, 12));
+        assert_eq!(client_id_of(&frame), "abc");
         // A null client id (-1), a truncated one, a frame too short for a header.
         let null = [0, 1, 0, 12, 0, 0, 0, 7, 0xff, 0xff, 9, 9];
-        assert_eq!(client_id_of(&null[..header_length(&null)]), "");
+        assert_eq!(client_id_of(&null), "");
         let cut = [0, 1, 0, 12, 0, 0, 0, 7, 0, 50, b'x'];
-        assert_eq!(client_id_of(&cut[..header_length(&cut)]), "x");
+        assert_eq!(client_id_of(&cut), "x");
         assert_eq!(header_length(&[0, 1]), 2);
         assert_eq!(be_i16(&[0, 1], 2), -1);
         // A long client id is cut for the log.
@@ -1127,6 +1166,51 @@ pub mod tests {
         assert_eq!(header_length(&long), 10 + MAX_LOGGED_CLIENT_ID);
         let fetch = fjord_protocol::ApiKey::Fetch as i16;
         assert!(waits_by_design(fetch) && !waits_by_design(0));
+    }
+
+    #[test]
+    fn a_slow_request_line_counts_the_partitions_the_request_names() {
+        use fjord_protocol::messages::metadata_request::MetadataRequest;
+        use fjord_protocol::messages::produce_request::{
+            PartitionProduceData, ProduceRequest, TopicProduceData,
+        };
+        use fjord_protocol::{ApiKey, Encodable, RequestBody, RequestHeader};
+        let frame = |body: RequestBody, version: i16| {
+            let api = body.api_key();
+            let mut out = bytes::BytesMut::new();
+            let header = RequestHeader {
+                request_api_key: api as i16,
+                request_api_version: version,
+                correlation_id: 1,
+                client_id: Some("c".into()),
+            };
+            let header_version = fjord_protocol::request_header_version(api, version);
+            header.encode(&mut out, header_version).unwrap();
+            body.encode(&mut out, version).unwrap();
+            out.freeze()
+        };
+        let topic = |name: &str, partitions: usize| TopicProduceData {
+            name: name.into(),
+            partition_data: vec![PartitionProduceData::default(); partitions],
+            ..Default::default()
+        };
+        let produce = RequestBody::Produce(ProduceRequest {
+            topic_data: vec![topic("a", 2), topic("b", 1)],
+            ..Default::default()
+        });
+        assert_eq!(partitions_in(&frame(produce, 9)), Some(3));
+        let metadata = RequestBody::Metadata(MetadataRequest::default());
+        assert_eq!(partitions_in(&frame(metadata, 12)), None);
+        let mut cut = frame(
+            RequestBody::Produce(ProduceRequest {
+                topic_data: vec![topic("a", 2)],
+                ..Default::default()
+            }),
+            9,
+        );
+        cut.truncate(cut.len() - 3);
+        assert_eq!(partitions_in(&cut), None);
+        assert_eq!(ApiKey::from_i16(be_i16(&cut, 0)), Some(ApiKey::Produce));
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@
 pub(crate) mod rate;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use fjord_common::lock;
@@ -38,15 +39,47 @@ pub(crate) struct ClientQuotaManager {
     samples: usize,
     window_ms: i64,
     sensors: Mutex<HashMap<QuotaScope, Rate>>,
+    pub throttles: Throttles,
+}
+
+/// The throttles a quota asked for since start, for `/metrics`.
+#[derive(Debug, Default)]
+pub(crate) struct Throttles {
+    count: AtomicU64,
+    ms: AtomicU64,
+}
+
+impl Throttles {
+    /// A response throttled for `throttle_ms` (nothing when 0).
+    pub(crate) fn throttled(&self, throttle_ms: i64) {
+        if throttle_ms > 0 {
+            self.count.fetch_add(1, Ordering::Relaxed);
+            self.ms.fetch_add(throttle_ms as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Responses throttled, and their throttles' sum in ms.
+    pub(crate) fn read(&self) -> (u64, u64) {
+        (
+            self.count.load(Ordering::Relaxed),
+            self.ms.load(Ordering::Relaxed),
+        )
+    }
 }
 
 impl ClientQuotaManager {
+    /// The quota key it enforces (`producer_byte_rate`, …).
+    pub(crate) fn key(&self) -> &'static str {
+        self.key
+    }
+
     pub(crate) fn new(key: &'static str, (samples, window_ms): (usize, i64)) -> Self {
         ClientQuotaManager {
             key,
             samples,
             window_ms,
             sensors: Mutex::new(HashMap::new()),
+            throttles: Throttles::default(),
         }
     }
 
@@ -66,10 +99,12 @@ impl ClientQuotaManager {
         let mut sensors = lock(&self.sensors);
         let rate = sensor(&mut sensors, scope, (self.samples, self.window_ms), now_ms);
         rate.record(value, now_ms);
-        match bound {
-            Some(bound) => throttle_ms(rate, bound, now_ms).min(i64::from(i32::MAX)) as i32,
+        let throttle = match bound {
+            Some(bound) => throttle_ms(rate, bound, now_ms).min(i64::from(i32::MAX)),
             None => 0,
-        }
+        };
+        self.throttles.throttled(throttle);
+        throttle as i32
     }
 
     /// Takes back a recorded `value` (a fetch answered without its records after all).

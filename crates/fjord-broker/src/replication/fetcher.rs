@@ -473,6 +473,7 @@ fn follow_leader_offsets(
         return;
     }
     log.leader_high_watermark(high_watermark, leader_epoch);
+    partition.followed_with_lag(high_watermark - log.log_end_offset());
     let start = log_start_offset.min(log.high_watermark());
     if start > log.log_start_offset() {
         if let Err(error) = log.increment_log_start_offset(start, now) {

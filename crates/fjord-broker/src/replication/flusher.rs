@@ -178,6 +178,9 @@ fn run_round(round: Vec<FlushRequest>, on_failure: &StorageFailure, metrics: &Me
             on_failure(ticket.dir(), &error.message);
         }
         if outcome.is_ok() {
+            if let Some(log_dir) = ticket.dir().parent() {
+                metrics.storage.synced_in(log_dir);
+            }
             if let Ok(mut guard) = target.log().lock() {
                 let durable = guard.complete_flush(&ticket);
                 target.made_durable(&mut guard, durable);

@@ -2,6 +2,7 @@
 //! on its high watermark (its share of Kafka's produce and fetch purgatories), and the appends
 //! as leader and as follower. Created and updated in place by `ReplicaManager::apply_image`.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
@@ -40,6 +41,9 @@ pub struct Partition {
     delayed_produces: Mutex<Vec<(i64, oneshot::Sender<()>)>>,
     /// Followers' long-poll fetches: woken by appends as well as by the high watermark.
     delayed_replica_fetches: Mutex<Vec<Weak<Notify>>>,
+    /// As a follower: how far its log end was behind the leader's high watermark when its last
+    /// fetch was applied (Kafka's fetcher ConsumerLag).
+    follower_lag: AtomicI64,
 }
 
 /// A partition's topic config and the durability mode it implies.
@@ -68,7 +72,19 @@ impl Partition {
             delayed_fetches: Mutex::new(Vec::new()),
             delayed_produces: Mutex::new(Vec::new()),
             delayed_replica_fetches: Mutex::new(Vec::new()),
+            follower_lag: AtomicI64::new(0),
         }
+    }
+
+    /// As a follower, its last fetch left its log end `lag` records behind the leader's high
+    /// watermark.
+    pub(crate) fn followed_with_lag(&self, lag: i64) {
+        self.follower_lag.store(lag.max(0), Ordering::Relaxed);
+    }
+
+    /// As a follower, how far behind the leader's high watermark its last fetch left it.
+    pub fn follower_lag(&self) -> i64 {
+        self.follower_lag.load(Ordering::Relaxed)
     }
 
     /// The topic config changed (a dynamic change, or a broker default it inherits).

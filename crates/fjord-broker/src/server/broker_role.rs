@@ -112,6 +112,7 @@ pub(super) async fn start_broker(
         broker_epoch,
         membership_tx,
         stopping_rx,
+        replicas.metrics().clone(),
     ));
     await_unfencing(
         config,
@@ -435,6 +436,11 @@ pub(super) struct Serving {
 }
 
 impl Serving {
+    /// The log cleaner, for the metrics of its work.
+    pub(super) fn cleaner(&self) -> &Arc<LogCleaner> {
+        &self.storage.cleaner
+    }
+
     /// Asks the controller to let this broker go and waits until it has moved this broker's
     /// leadership away (or gives up, bounded); the heartbeats end with it.
     pub(super) async fn controlled_shutdown(&self) {

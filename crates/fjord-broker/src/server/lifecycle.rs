@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::link::controller::ControllerLink;
+use crate::metrics::Metrics;
 
 /// While fenced or shutting down, heartbeats go this often: being unfenced (or let go) should not
 /// wait a whole interval.
@@ -135,6 +136,7 @@ pub async fn heartbeat(
     broker_epoch: i64,
     membership: watch::Sender<Membership>,
     mut stopping: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
 ) {
     let interval = Duration::from_millis(config.cluster.broker_heartbeat_interval_ms as u64);
     let mut stop_deadline: Option<Instant> = None;
@@ -163,8 +165,12 @@ pub async fn heartbeat(
             config.node_id,
         );
         let sent = Instant::now();
+        let sent_ms = fjord_common::now_ms();
         let next = match link.call(request).await {
             Ok(ResponseBody::BrokerHeartbeat(r)) if r.error_code == errors::NONE => {
+                // Dated when sent: the controller heard from this broker then (an answer read
+                // late, after a pause, is no news of now).
+                metrics.heartbeats.answered(sent_ms);
                 let state = if r.should_shut_down {
                     Membership::ShutDown
                 } else if r.is_fenced {

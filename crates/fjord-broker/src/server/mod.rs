@@ -161,6 +161,9 @@ pub async fn run(
     if let Some(broker) = ready.borrow().as_ref() {
         observer.broker_started(broker);
     }
+    if let Some(serving) = &serving {
+        observer.cleaner_started(serving.cleaner());
+    }
     if serving.is_some() || !config.cluster.broker {
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "started");
     }

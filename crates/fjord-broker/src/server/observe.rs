@@ -9,9 +9,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use fjord_config::BrokerConfig;
 use fjord_metadata::{MetadataImage, NO_LEADER};
 use fjord_quorum::MetadataQuorum;
+use fjord_storage::LogCleaner;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
 };
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -56,6 +57,8 @@ struct Observed {
     /// Weak too: the broker's parts stop in order when the node stops (its flusher once the
     /// broker is gone).
     broker: OnceLock<Weak<Broker>>,
+    /// Weak too, for the same reason.
+    cleaner: OnceLock<Weak<LogCleaner>>,
     shutdown: watch::Receiver<bool>,
     /// When this node started, in seconds since the Unix epoch.
     started_at: f64,
@@ -83,6 +86,7 @@ impl Observer {
             metrics,
             quorum: OnceLock::new(),
             broker: OnceLock::new(),
+            cleaner: OnceLock::new(),
             shutdown,
             started_at,
         });
@@ -107,6 +111,11 @@ impl Observer {
     /// The broker serves: its partitions are reported from now on.
     pub(super) fn broker_started(&self, broker: &Arc<Broker>) {
         let _ = self.state.broker.set(Arc::downgrade(broker));
+    }
+
+    /// The log cleaner runs: what it does is reported from now on.
+    pub(super) fn cleaner_started(&self, cleaner: &Arc<LogCleaner>) {
+        let _ = self.state.cleaner.set(Arc::downgrade(cleaner));
     }
 
     /// The exposition in `format`. Reads log dirs' space and every hosted log's size: call it
@@ -145,6 +154,20 @@ impl Observer {
         if state.broker.get().and_then(Weak::upgrade).is_none() {
             return Err("starting: the broker is not serving yet".into());
         }
+        // The controller fences a broker it has not heard from for its session: one that has
+        // not been answered for that long is fenced, or about to be, though its image (which the
+        // same controller feeds) cannot say so yet.
+        let session = state.config.cluster.broker_session_timeout_ms;
+        let unanswered = state
+            .metrics
+            .heartbeats
+            .since_answered(fjord_common::now_ms());
+        if let Some(unanswered) = unanswered.filter(|u| u.as_millis() > session as u128) {
+            return Err(format!(
+                "fenced: no heartbeat answered in the last {} ms (broker.session.timeout.ms={session})",
+                unanswered.as_millis()
+            ));
+        }
         match quorum.image().broker(state.config.node_id) {
             None => Err("not registered".into()),
             Some(registration) if registration.fenced => Err("fenced".into()),
@@ -168,6 +191,9 @@ impl Collector for NodeState {
         }
         if let Some(broker) = state.broker.get().and_then(Weak::upgrade) {
             broker_series(&mut encoder, &broker, &state.config)?;
+            if let Some(cleaner) = state.cleaner.get().and_then(Weak::upgrade) {
+                cleaner_series(&mut encoder, &cleaner)?;
+            }
             coordinator_series(&mut encoder, &broker, &state.config)?;
             let image = broker.node.image();
             state
@@ -192,6 +218,27 @@ fn gauge(
 ) -> fmt::Result {
     let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
     ConstGauge::new(value).encode(metric)
+}
+
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    (name, help, unit): (&str, &str, Option<Unit>),
+    value: impl EncodeCounterValue,
+) -> fmt::Result {
+    let metric = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Counter)?;
+    ConstCounter::new(value).encode(metric)
+}
+
+fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
+    encoder: &mut DescriptorEncoder,
+    (name, help, unit): (&str, &str, Option<Unit>),
+    rows: impl IntoIterator<Item = (L, V)>,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Counter)?;
+    for (labels, value) in rows {
+        ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
@@ -231,6 +278,59 @@ fn quorum_series(
         "metadata_term",
         "The metadata quorum's term (Kafka: raft-metrics current-epoch)",
         i64::try_from(status.term).unwrap_or(i64::MAX),
+    )?;
+    let log_end = quorum.log_end_offset();
+    gauge(
+        encoder,
+        "metadata_log_end_offset",
+        "End of this node's copy of the metadata log (Kafka: raft-metrics log-end-offset)",
+        i64::try_from(log_end).unwrap_or(i64::MAX),
+    )?;
+    if status
+        .leader
+        .is_some_and(|leader| i64::try_from(leader) == Ok(i64::from(config.node_id)))
+    {
+        let replicas = status.voters.iter().chain(&status.learners);
+        gauges(
+            encoder,
+            (
+                "metadata_replica_lag",
+                "On the quorum's leader: how far each member's copy of the metadata log is behind its own (kafka-metadata-quorum describe --replication: Lag)",
+                None,
+            ),
+            replicas.filter_map(|r| {
+                let lag = log_end.saturating_sub(r.log_end_offset?);
+                Some(([("node", r.node_id.to_string())], i64::try_from(lag).unwrap_or(i64::MAX)))
+            }),
+        )?;
+    }
+    let seen = quorum.leadership();
+    counter(
+        encoder,
+        (
+            "metadata_leader_changes",
+            "Times the quorum's leader (or its term) changed, as this node saw it (Kafka: the raft-metrics current-leader and current-epoch moving)",
+            None,
+        ),
+        seen.leader_changes,
+    )?;
+    counter(
+        encoder,
+        (
+            "metadata_elections",
+            "Times this node knew no quorum leader and then knew one again",
+            None,
+        ),
+        seen.elections,
+    )?;
+    counter(
+        encoder,
+        (
+            "metadata_election",
+            "Time this node knew no quorum leader, summed over those elections (Kafka: raft-metrics election-latency)",
+            Some(Unit::Seconds),
+        ),
+        seen.election_time.as_secs_f64(),
     )?;
     let image = quorum.image();
     gauge(
@@ -315,9 +415,14 @@ fn broker_series(
     // Hosted, led, under-replicated, under min ISR, at min ISR.
     let mut counts = [0i64; 5];
     let mut rows = Vec::new();
+    let mut follower_lags = Vec::new();
     let per_partition = config.metrics_per_partition();
     for partition in broker.replicas().all() {
         counts[0] += 1;
+        if !partition.is_leader() {
+            let lag = partition.follower_lag();
+            follower_lags.push((partition.tp.topic.clone(), partition.tp.partition, lag));
+        }
         if partition.is_leader() {
             let (isr, replica_count) = partition.isr_and_replica_count();
             let min_isr = partition.effective_min_isr(replica_count);
@@ -389,7 +494,25 @@ fn broker_series(
             None,
         ),
     ];
+    gauge(
+        encoder,
+        "replica_max_lag",
+        "The most records any partition this broker follows was behind its leader's high watermark at its last fetch (Kafka: ReplicaFetcherManager MaxLag)",
+        follower_lags.iter().map(|l| l.2).max().unwrap_or(0),
+    )?;
     if per_partition {
+        follower_lags.sort_unstable();
+        gauges(
+            encoder,
+            (
+                "replica_lag",
+                "Records each partition this broker follows was behind its leader's high watermark at its last fetch (Kafka: FetcherLagMetrics ConsumerLag)",
+                None,
+            ),
+            follower_lags.iter().map(|(topic, partition, lag)| {
+                ([("topic", topic.clone()), ("partition", partition.to_string())], *lag)
+            }),
+        )?;
         for (index, descriptor) in per_log.into_iter().enumerate() {
             gauges(
                 encoder,
@@ -398,7 +521,85 @@ fn broker_series(
             )?;
         }
     }
-    log_dir_series(encoder, broker)
+    log_dir_series(encoder, broker)?;
+    quota_series(encoder, broker)
+}
+
+/// What the log cleaner has done since start.
+fn cleaner_series(encoder: &mut DescriptorEncoder, cleaner: &LogCleaner) -> fmt::Result {
+    let totals = cleaner.totals();
+    counter(
+        encoder,
+        ("log_cleaner_passes", "Log cleaning passes completed", None),
+        totals.passes,
+    )?;
+    counter(
+        encoder,
+        (
+            "log_cleaner_read",
+            "Segment bytes the cleaner read (with the bytes written, Kafka's cleaner-recopy-percent)",
+            Some(Unit::Bytes),
+        ),
+        totals.bytes_read,
+    )?;
+    counter(
+        encoder,
+        (
+            "log_cleaner_written",
+            "Cleaned segment bytes the cleaner wrote",
+            Some(Unit::Bytes),
+        ),
+        totals.bytes_written,
+    )?;
+    counter(
+        encoder,
+        (
+            "log_cleaner_pass",
+            "Time the cleaning passes took (Kafka: max-clean-time-secs)",
+            Some(Unit::Seconds),
+        ),
+        totals.elapsed_ms as f64 / 1000.0,
+    )?;
+    gauge(
+        encoder,
+        "log_cleaner_uncleanable_partitions",
+        "Partitions whose cleaning failed, not cleaned again until a restart (Kafka: uncleanable-partitions-count)",
+        i64::try_from(totals.uncleanable).unwrap_or(i64::MAX),
+    )
+}
+
+/// The throttles the client quotas asked for, by quota key.
+fn quota_series(encoder: &mut DescriptorEncoder, broker: &Broker) -> fmt::Result {
+    let node = &broker.node;
+    let client = &node.client_quotas;
+    let rows = [
+        (client.produce.key(), client.produce.throttles.read()),
+        (client.fetch.key(), client.fetch.throttles.read()),
+        (client.request.key(), client.request.throttles.read()),
+        (
+            fjord_metadata::quota::CONTROLLER_MUTATION_RATE,
+            node.mutation_quotas.throttles.read(),
+        ),
+    ];
+    counters(
+        encoder,
+        (
+            "quota_throttled_responses",
+            "Responses a client quota throttled, by quota key",
+            None,
+        ),
+        rows.iter().map(|(key, (n, _))| ([("quota", *key)], *n)),
+    )?;
+    counters(
+        encoder,
+        (
+            "quota_throttle_time",
+            "Throttle time the client quotas asked of clients, by quota key (Kafka: Produce, Fetch, Request and ControllerMutation throttle-time)",
+            Some(Unit::Seconds),
+        ),
+        rows.iter()
+            .map(|(key, (_, ms))| ([("quota", *key)], *ms as f64 / 1000.0)),
+    )
 }
 
 /// The groups and transactions this broker coordinates. A group's lag is its committed offsets'
@@ -458,7 +659,7 @@ fn coordinator_series(
     gauges(
         encoder,
         (
-            "consumer_group_lag_sum",
+            "consumer_group_total_lag",
             "Each group's lag summed over its committed partitions hosted here (high watermark - committed offset)",
             None,
         ),
@@ -504,10 +705,7 @@ fn log_dir_series(encoder: &mut DescriptorEncoder, broker: &Broker) -> fmt::Resu
     let logs = broker.replicas().log_manager();
     let mut dirs = Vec::new();
     for dir in logs.log_dirs() {
-        let name = std::path::absolute(dir)
-            .unwrap_or(dir.clone())
-            .display()
-            .to_string();
+        let name = crate::metrics::dir_label(dir);
         let offline = logs.is_dir_offline(dir);
         let space = if offline {
             None

@@ -83,8 +83,23 @@ struct State {
     checkpoints: HashMap<PathBuf, BTreeMap<TopicPartition, i64>>,
     in_progress: HashSet<TopicPartition>,
     uncleanable: HashSet<TopicPartition>,
-    /// Completed passes; tests and operators watch it move.
-    passes: u64,
+    /// What the completed passes did; tests and operators watch it move.
+    totals: CleanerTotals,
+}
+
+/// What the cleaner has done since the broker started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanerTotals {
+    /// Completed passes.
+    pub passes: u64,
+    /// Bytes of the segments the passes read.
+    pub bytes_read: u64,
+    /// Bytes of the cleaned segments they wrote.
+    pub bytes_written: u64,
+    /// Time the passes took, in ms.
+    pub elapsed_ms: u64,
+    /// Logs whose cleaning failed, not cleaned again until a restart.
+    pub uncleanable: u64,
 }
 
 /// One log chosen for a pass.
@@ -150,7 +165,17 @@ impl LogCleaner {
 
     /// Completed passes since start.
     pub fn passes(&self) -> u64 {
-        lock(&lock(&self.running).0.state).passes
+        self.totals().passes
+    }
+
+    /// What the cleaner has done since start.
+    pub fn totals(&self) -> CleanerTotals {
+        let state = lock(&self.running).0.state.clone();
+        let state = lock(&state);
+        CleanerTotals {
+            uncleanable: state.uncleanable.len() as u64,
+            ..state.totals
+        }
     }
 
     /// Stops the threads; a pass under way is abandoned before its next swap, which loses
@@ -242,7 +267,11 @@ fn run(shared: &Shared, id: usize) {
         state.in_progress.remove(&job.tp);
         match result {
             Ok(PassOutcome::Cleaned { end_offset, stats }) => {
-                state.passes += 1;
+                let totals = &mut state.totals;
+                totals.passes += 1;
+                totals.bytes_read += stats.bytes_read;
+                totals.bytes_written += stats.bytes_written;
+                totals.elapsed_ms += stats.elapsed_ms;
                 let mb = stats.bytes_read as f64 / 1e6;
                 let seconds = (stats.elapsed_ms.max(1) as f64) / 1000.0;
                 tracing::info!(
