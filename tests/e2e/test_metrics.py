@@ -238,7 +238,8 @@ def test_a_fenced_broker_is_counted_and_not_ready_until_back(cluster):
 
 
 def test_the_work_behind_the_requests_is_counted(cluster):
-    """Rebalances of both group protocols, transaction markers by result, the log cleaner's passes and bytes, fsyncs
+    """A group's lag on partitions its coordinator does not host, rebalances of both group protocols, transaction
+    markers by result, the log cleaner's passes and bytes, fsyncs
     per log dir and fetches waiting in purgatory, each counted on the node that did the work; the quorum's leader
     reports each member's metadata lag, and followers their lag behind their leaders."""
     bootstrap = cluster.bootstrap
@@ -249,6 +250,18 @@ def test_the_work_behind_the_requests_is_counted(cluster):
         before = cluster_total(cluster, "fjord_group_rebalances_total", protocol=protocol)
         consume(bootstrap, topic, f"worked-{protocol}", 10, protocol)
         assert cluster_total(cluster, "fjord_group_rebalances_total", protocol=protocol) >= before + 1, protocol
+
+    # One replica per partition: the group's coordinator hosts one of the three at most, and asks the others'
+    # leaders for their high watermarks when scraped.
+    create(bootstrap, "worked-single", partitions=3, replicas=1)
+    produce(bootstrap, "worked-single", 30)
+    consume(bootstrap, "worked-single", "worked-single-group", 30)
+    produce(bootstrap, "worked-single", 60)
+    wait_for(lambda: cluster_total(cluster, "fjord_consumer_group_total_lag", group="worked-single-group") == 60,
+             "the group's lag over partitions hosted elsewhere", 30)
+    lagging = [labels for n in cluster.nodes for (name, labels) in scrape(n.http)
+               if name == "fjord_consumer_group_lag" and ("group", "worked-single-group") in labels]
+    assert len(lagging) == 3, lagging
 
     markers = {r: cluster_total(cluster, "fjord_txn_markers_written_total", result=r) for r in ("commit", "abort")}
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "worked-txn"})

@@ -37,14 +37,18 @@ use crate::link::Links;
 use crate::net::tls::ListenersTls;
 use crate::quota::ClientQuotaManagers;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::BytesMut;
-use fjord_common::errors;
+use fjord_client::{ClientConfig, Connection};
+use fjord_common::errors::{self, KafkaError};
 use fjord_common::Requester;
 use fjord_config::BrokerConfig;
 use fjord_metadata::acl::Authorizer;
 use fjord_metadata::MetadataImage;
-use fjord_protocol::{response_header_version, ApiKey, Encodable, ResponseBody, ResponseHeader};
+use fjord_protocol::{
+    response_header_version, ApiKey, Encodable, RequestBody, ResponseBody, ResponseHeader,
+};
 use fjord_quorum::MetadataQuorum;
 use tokio::sync::watch;
 
@@ -53,6 +57,7 @@ use crate::coordinator::group::GroupRuntime;
 use crate::coordinator::producer_ids::ProducerIds;
 use crate::coordinator::txn::TxnRuntime;
 use crate::link::controller::ControllerLink;
+use crate::link::peers::LinkPool;
 use crate::net::Response;
 use crate::replication::{FlusherHandle, LogDirMover, ReplicaManager, ReplicationQuotas};
 use fjord_telemetry::ClientTelemetry;
@@ -315,6 +320,55 @@ impl Broker {
 }
 
 impl Node {
+    /// Sends one request to `broker` over the inter-broker listener on a connection of
+    /// `links`, connecting it first if it is not usable, at `version` or the newest below it
+    /// that the broker supports.
+    pub(crate) async fn send_on_link(
+        &self,
+        links: &LinkPool,
+        broker: i32,
+        client_id: String,
+        request_timeout: Duration,
+        version: i16,
+        body: RequestBody,
+    ) -> Result<ResponseBody, KafkaError> {
+        let mut connection = links.take().await;
+        if !connection.as_ref().is_some_and(Connection::is_usable) {
+            let config = ClientConfig {
+                client_id,
+                connect_timeout: Duration::from_secs(2),
+                request_timeout,
+                max_response_bytes: 1024 * 1024,
+                security: self.links.inter_broker.clone(),
+            };
+            *connection = Some(
+                crate::link::peers::connect_to_broker(
+                    &self.image(),
+                    &self.config.cluster.inter_broker_listener_name,
+                    broker,
+                    &config,
+                )
+                .await?,
+            );
+        }
+        let Some(connection) = connection.as_mut() else {
+            return Err(KafkaError::new(errors::NETWORK_EXCEPTION, "no connection"));
+        };
+        let api = body.api_key();
+        let Some(version) = connection.version(api).map(|v| v.min(version)) else {
+            return Err(KafkaError::new(
+                errors::UNSUPPORTED_VERSION,
+                format!("broker {broker} does not support {}", api.name()),
+            ));
+        };
+        connection.send_at(version, body).await.map_err(|error| {
+            KafkaError::new(
+                errors::NETWORK_EXCEPTION,
+                format!("{} to broker {broker}: {error}", api.name()),
+            )
+        })
+    }
+
     /// The latest image this broker applied.
     pub fn image(&self) -> Arc<MetadataImage> {
         self.images.borrow().clone()

@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fjord_client::{ClientConfig, Connection};
 use fjord_common::{errors, lock, TopicPartition};
 use fjord_protocol::messages::add_offsets_to_txn_request::AddOffsetsToTxnRequest;
 use fjord_protocol::messages::add_offsets_to_txn_response::AddOffsetsToTxnResponse;
@@ -41,7 +40,6 @@ use crate::api::{Access, TxnApi};
 use crate::coordinator::group::OFFSETS_TOPIC;
 use crate::coordinator::runtime::{after_tick, earliest};
 use crate::coordinator::txn::{Ran, SharedShard, TXN_TOPIC};
-use crate::link::peers::LinkPool;
 use fjord_common::errors::KafkaError;
 use fjord_metadata::acl::AclOperation;
 
@@ -549,6 +547,7 @@ impl TxnApi {
         let timeout = Duration::from_secs(35);
         let body = RequestBody::WriteTxnMarkers(request);
         match self
+            .node
             .send_on_link(
                 &links,
                 broker,
@@ -562,55 +561,6 @@ impl TxnApi {
             ResponseBody::WriteTxnMarkers(response) => Ok(response),
             other => Err(wrong_answer(broker, &other, ApiKey::WriteTxnMarkers)),
         }
-    }
-
-    /// Sends one request to `broker` over the inter-broker listener on a connection of
-    /// `links`, connecting it first if it is not usable, at `version` or the newest below it
-    /// that the broker supports.
-    pub(crate) async fn send_on_link(
-        &self,
-        links: &LinkPool,
-        broker: i32,
-        client_id: String,
-        request_timeout: Duration,
-        version: i16,
-        body: RequestBody,
-    ) -> Result<ResponseBody, KafkaError> {
-        let mut connection = links.take().await;
-        if !connection.as_ref().is_some_and(Connection::is_usable) {
-            let config = ClientConfig {
-                client_id,
-                connect_timeout: Duration::from_secs(2),
-                request_timeout,
-                max_response_bytes: 1024 * 1024,
-                security: self.node.links.inter_broker.clone(),
-            };
-            *connection = Some(
-                crate::link::peers::connect_to_broker(
-                    &self.node.image(),
-                    &self.node.config.cluster.inter_broker_listener_name,
-                    broker,
-                    &config,
-                )
-                .await?,
-            );
-        }
-        let Some(connection) = connection.as_mut() else {
-            return Err(KafkaError::new(errors::NETWORK_EXCEPTION, "no connection"));
-        };
-        let api = body.api_key();
-        let Some(version) = connection.version(api).map(|v| v.min(version)) else {
-            return Err(KafkaError::new(
-                errors::UNSUPPORTED_VERSION,
-                format!("broker {broker} does not support {}", api.name()),
-            ));
-        };
-        connection.send_at(version, body).await.map_err(|error| {
-            KafkaError::new(
-                errors::NETWORK_EXCEPTION,
-                format!("{} to broker {broker}: {error}", api.name()),
-            )
-        })
     }
 
     // ---- Timers ---------------------------------------------------------------------------

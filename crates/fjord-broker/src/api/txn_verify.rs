@@ -488,6 +488,7 @@ impl TxnApi {
         let client_id = format!("txn-verification-{}", self.node.config.node_id);
         let body = RequestBody::AddPartitionsToTxn(request);
         match self
+            .node
             .send_on_link(&links, broker, client_id, ASK_TIMEOUT, ASK_VERSION, body)
             .await?
         {

@@ -227,6 +227,7 @@ async fn answer(
     match request.uri().path() {
         "/metrics" => {
             let format = asked_format(&request);
+            observer.refresh_group_lag().await;
             let observer = observer.clone();
             match tokio::task::spawn_blocking(move || observer.exposition(format)).await {
                 Ok(Ok(body)) => text(StatusCode::OK, format.content_type(), body),

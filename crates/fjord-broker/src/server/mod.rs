@@ -8,6 +8,7 @@ mod broker_role;
 mod console;
 mod coordinators;
 mod dynamic_quorum;
+mod group_lag;
 mod housekeeping;
 mod http;
 mod jwks;

@@ -21,6 +21,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::sync::watch;
 
+use super::group_lag::RemoteEnds;
 use crate::api::Broker;
 use crate::metrics::Metrics;
 
@@ -59,6 +60,8 @@ struct Observed {
     broker: OnceLock<Weak<Broker>>,
     /// Weak too, for the same reason.
     cleaner: OnceLock<Weak<LogCleaner>>,
+    /// High watermarks of the partitions groups coordinated here need and this node does not host.
+    remote_ends: RemoteEnds,
     shutdown: watch::Receiver<bool>,
     /// When this node started, in seconds since the Unix epoch.
     started_at: f64,
@@ -87,6 +90,7 @@ impl Observer {
             quorum: OnceLock::new(),
             broker: OnceLock::new(),
             cleaner: OnceLock::new(),
+            remote_ends: RemoteEnds::default(),
             shutdown,
             started_at,
         });
@@ -116,6 +120,14 @@ impl Observer {
     /// The log cleaner runs: what it does is reported from now on.
     pub(super) fn cleaner_started(&self, cleaner: &Arc<LogCleaner>) {
         let _ = self.state.cleaner.set(Arc::downgrade(cleaner));
+    }
+
+    /// Asks the leaders of the partitions the groups coordinated here committed to, and this
+    /// node does not host, for their high watermarks: the lag the next exposition reports.
+    pub(super) async fn refresh_group_lag(&self) {
+        if let Some(broker) = self.state.broker.get().and_then(Weak::upgrade) {
+            self.state.remote_ends.refresh(&broker).await;
+        }
     }
 
     /// The exposition in `format`. Reads log dirs' space and every hosted log's size: call it
@@ -194,7 +206,7 @@ impl Collector for NodeState {
             if let Some(cleaner) = state.cleaner.get().and_then(Weak::upgrade) {
                 cleaner_series(&mut encoder, &cleaner)?;
             }
-            coordinator_series(&mut encoder, &broker, &state.config)?;
+            coordinator_series(&mut encoder, &broker, &state.config, &state.remote_ends)?;
             let image = broker.node.image();
             state
                 .metrics
@@ -603,11 +615,13 @@ fn quota_series(encoder: &mut DescriptorEncoder, broker: &Broker) -> fmt::Result
 }
 
 /// The groups and transactions this broker coordinates. A group's lag is its committed offsets'
-/// distance to the high watermarks of the partitions this broker hosts a replica of.
+/// distance to their partitions' high watermarks: of the replicas hosted here, or as their
+/// leaders answered before this scrape (`remote_ends`).
 fn coordinator_series(
     encoder: &mut DescriptorEncoder,
     broker: &Broker,
     config: &BrokerConfig,
+    remote_ends: &RemoteEnds,
 ) -> fmt::Result {
     let groups = broker.group_runtime().summaries();
     let mut by_state: std::collections::BTreeMap<(&str, &str), i64> = Default::default();
@@ -645,10 +659,14 @@ fn coordinator_series(
     for group in &groups {
         let mut sum = None;
         for ((topic, partition), committed) in &group.offsets {
-            let Some(hosted) = replicas.get_hosted(topic, *partition) else {
-                continue;
+            let end = match replicas.get_hosted(topic, *partition) {
+                Some(hosted) => hosted.lock().high_watermark(),
+                None => match remote_ends.get(topic, *partition) {
+                    Some(end) => end,
+                    None => continue,
+                },
             };
-            let lag = (hosted.lock().high_watermark() - committed).max(0);
+            let lag = (end - committed).max(0);
             *sum.get_or_insert(0) += lag;
             lags.push((group.group_id.as_str(), topic.as_str(), *partition, lag));
         }
@@ -660,7 +678,7 @@ fn coordinator_series(
         encoder,
         (
             "consumer_group_total_lag",
-            "Each group's lag summed over its committed partitions hosted here (high watermark - committed offset)",
+            "Each group's lag summed over its committed partitions (high watermark - committed offset)",
             None,
         ),
         lags.iter()
@@ -672,7 +690,7 @@ fn coordinator_series(
             encoder,
             (
                 "consumer_group_lag",
-                "Each group's lag on each committed partition hosted here: high watermark - committed offset (Kafka: kafka-consumer-groups LAG)",
+                "Each group's lag on each committed partition: high watermark - committed offset (Kafka: kafka-consumer-groups LAG)",
                 None,
             ),
             lags.iter().filter(|l| l.2 >= 0).map(|(group, topic, partition, lag)| {
