@@ -17,6 +17,7 @@ off. Goal: the scraped run keeps 98 % of the throughput and its p99 is within 5 
 import argparse
 import datetime
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -37,24 +38,35 @@ SETTINGS = ("off", "scraped")
 
 
 class Scraper(threading.Thread):
-    """Reads `url` every `interval_s` until stopped; counts the scrapes and the bytes they returned."""
+    """Reads `url` every `interval_s` until stopped; counts the scrapes, the bytes they returned and the time each
+    took to answer."""
 
     def __init__(self, url: str, interval_s: float = 1.0):
         super().__init__(daemon=True)
         self.url, self.interval_s = url, interval_s
         self.stop = threading.Event()
         self.scrapes, self.bytes, self.errors = 0, 0, 0
+        self.took_ms: List[float] = []
 
     def run(self) -> None:
         while True:
             try:
+                started = time.monotonic()
                 with urllib.request.urlopen(self.url, timeout=5) as response:
                     self.bytes += len(response.read())
+                self.took_ms.append((time.monotonic() - started) * 1000)
                 self.scrapes += 1
             except OSError:
                 self.errors += 1
             if self.stop.wait(self.interval_s):
                 return
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process `pid` so far (utime + stime of /proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rfind(")") + 1:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_once(work: Path, setting: str, records: int) -> Dict[str, float]:
@@ -72,8 +84,12 @@ def run_once(work: Path, setting: str, records: int) -> Dict[str, float]:
                                  warmup=records // 10)
         # Latency away from saturation: a fixed rate well under what the node takes.
         topic = create_topic(broker.bootstrap, "paced", PARTITIONS)
+        # The node's CPU over the paced run: the same work either way, so its CPU time is what the work cost,
+        # steadier than throughput on a machine whose noise is larger than the effect.
+        cpu_before = cpu_seconds(broker.proc.pid)
         paced = producer_performance(broker.bootstrap, topic, records // 2, KIB, "1", "none", {}, PACED_RATE, 1800,
                                      warmup=records // 20)
+        r["paced_cpu_ms_per_1000"] = (cpu_seconds(broker.proc.pid) - cpu_before) * 1000 / (records // 2) * 1000
         r.update({f"paced_{k}": v for k, v in paced.items()})
         if scraper is not None:
             scraper.stop.set()
@@ -82,6 +98,7 @@ def run_once(work: Path, setting: str, records: int) -> Dict[str, float]:
                 raise RuntimeError(f"scraper: {scraper.scrapes} scrapes, {scraper.errors} failed")
             r["scrapes"] = scraper.scrapes
             r["scrape_bytes"] = scraper.bytes / scraper.scrapes
+            r["scrape_ms"] = statistics.median(scraper.took_ms)
         return r
     finally:
         broker.stop()
@@ -125,7 +142,9 @@ def main() -> int:
     for key, name, unit, better in (("mb_per_s", "produce throughput, saturated", "MB/s", "higher"),
                                     ("p99_ms", "produce latency p99, saturated", "ms", "lower"),
                                     ("paced_p50_ms", f"produce latency p50 at {PACED_RATE} records/s", "ms", "lower"),
-                                    ("paced_p99_ms", f"produce latency p99 at {PACED_RATE} records/s", "ms", "lower")):
+                                    ("paced_p99_ms", f"produce latency p99 at {PACED_RATE} records/s", "ms", "lower"),
+                                    ("paced_cpu_ms_per_1000", f"node CPU per 1,000 records at {PACED_RATE} records/s",
+                                     "ms", "lower")):
         off, on = median("off", key), median("scraped", key)
         # Each round's two runs are neighbours in time: their ratio leaves out the drift between rounds.
         pairs = [b[key] / a[key] for a, b in zip(samples["off"], samples["scraped"]) if a.get(key)]
@@ -133,19 +152,21 @@ def main() -> int:
                      "ratio": statistics.median(pairs) if pairs else float("nan"),
                      "samples": {s: [x[key] for x in samples[s]] for s in SETTINGS}})
     scrape_kib = median("scraped", "scrape_bytes") / 1024
+    scrape_ms = median("scraped", "scrape_ms")
     meta = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "mode": "smoke" if args.smoke else "full",
             "rounds": rounds, "records": records, "command": args.command, "fjord_rev": git_rev(),
-            "machine": machine(), "seconds": round(time.monotonic() - t0), "scrape_kib": scrape_kib}
+            "machine": machine(), "seconds": round(time.monotonic() - t0), "scrape_kib": scrape_kib,
+            "scrape_ms": scrape_ms}
     m = meta["machine"]
     lines = [f"# Metrics cost — {meta['date']} ({meta['mode']})", "",
              f"Command: `{args.command}` (fjord {meta['fjord_rev']}). Machine: {m['cores']} cores, "
              f"{m['memory_gib']} GiB, disk {m['disk']}; one node, ProducerPerformance, {records} records of 1 KiB "
              f"as fast as they go, then {records // 2} at {PACED_RATE} records/s; acks=1, {PARTITIONS} partitions. "
-             f"Rounds: {rounds}; medians. Each scrape returned {scrape_kib:.0f} KiB.",
+             f"Rounds: {rounds}; medians. Each scrape returned {scrape_kib:.0f} KiB in {scrape_ms:.1f} ms (median).",
              "", "| Workload | HTTP off | scraped every second | scraped / off, median of the rounds' ratios |",
              "|---|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['name']}, {r['unit']} | {r['off']:.1f} | {r['scraped']:.1f} | {r['ratio']:.3f}× |")
+        lines.append(f"| {r['name']}, {r['unit']} | {r['off']:.2f} | {r['scraped']:.2f} | {r['ratio']:.3f}× |")
     lines += ["", "## Failed", ""] + ([f"- {f}" for f in failures] or ["- nothing"])
     md = "\n".join(lines) + "\n"
     base = out_dir / f"metrics-{stamp}"
