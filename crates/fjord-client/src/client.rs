@@ -734,7 +734,7 @@ impl Client {
     /// The leaders of `partitions`, from fresh metadata: each leader's partitions by topic.
     /// Partitions without a leader yet are left out, with LEADER_NOT_AVAILABLE to retry on; a
     /// topic that does not exist (a non-retriable topic error) or lacks the partition fails.
-    async fn partitions_by_leader(
+    pub(crate) async fn partitions_by_leader(
         &mut self,
         partitions: &BTreeSet<TopicPartition>,
     ) -> Result<(PartitionsByLeader, Option<i16>), ClientError> {

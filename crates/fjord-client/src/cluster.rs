@@ -292,36 +292,15 @@ impl Client {
 
     /// The leader of `tp`, from fresh metadata.
     async fn leader_of(&mut self, tp: &TopicPartition) -> Result<i32, ClientError> {
-        let metadata = self.metadata(Some(std::slice::from_ref(&tp.topic))).await?;
-        let topic = metadata
-            .topics
-            .iter()
-            .find(|t| t.name == tp.topic)
-            .ok_or_else(|| ClientError::Malformed(format!("metadata: no topic {}", tp.topic)))?;
-        if topic.error_code != errors::NONE {
-            return Err(ClientError::kafka(
-                format!("Metadata for topic {}", tp.topic),
-                topic.error_code,
-                None,
-            ));
-        }
-        match topic
-            .partitions
-            .iter()
-            .find(|p| p.partition == tp.partition)
-        {
-            Some(p) if p.leader_id >= 0 => Ok(p.leader_id),
-            Some(_) => Err(ClientError::kafka(
+        let asked = std::collections::BTreeSet::from([tp.clone()]);
+        let (by_leader, retry_code) = self.partitions_by_leader(&asked).await?;
+        by_leader.into_keys().next().ok_or_else(|| {
+            ClientError::kafka(
                 format!("partition {tp}"),
-                errors::LEADER_NOT_AVAILABLE,
+                retry_code.unwrap_or(errors::LEADER_NOT_AVAILABLE),
                 None,
-            )),
-            None => Err(ClientError::kafka(
-                format!("partition {tp}"),
-                errors::UNKNOWN_TOPIC_OR_PARTITION,
-                None,
-            )),
-        }
+            )
+        })
     }
 }
 

@@ -645,21 +645,40 @@ fn total_lag(rows: &[(TopicPartition, i64, Option<i64>)]) -> i64 {
 
 async fn groups(client: &mut Client) -> Answer {
     let listed = client.list_groups().await?;
+    // Members and committed offsets of the first groups; then the end offsets of every partition
+    // they committed to, in one ListOffsets per leader for all of them.
+    let mut described = Vec::new();
+    for g in listed.iter().take(MAX_GROUPS_WITH_LAG) {
+        let members = client
+            .describe_group(&g.group_id)
+            .await
+            .ok()
+            .map(|d| d.members.len());
+        let committed = client.fetch_offsets(&g.group_id).await.ok();
+        described.push((members, committed));
+    }
+    let partitions: BTreeSet<TopicPartition> = described
+        .iter()
+        .filter_map(|(_, committed)| committed.as_ref())
+        .flat_map(|committed| committed.keys().cloned())
+        .collect();
+    let ends = client
+        .list_offsets(&partitions, OffsetSpec::Latest)
+        .await
+        .unwrap_or_default();
     let mut rows = Vec::new();
     for (index, g) in listed.iter().enumerate() {
-        let (members, lag) = if index < MAX_GROUPS_WITH_LAG {
-            let members = client
-                .describe_group(&g.group_id)
-                .await
-                .ok()
-                .map(|d| d.members.len());
-            let lag = lag_of(client, &g.group_id)
-                .await
-                .ok()
-                .map(|rows| total_lag(&rows));
-            (members, lag)
-        } else {
-            (None, None)
+        let (members, lag) = match described.get(index) {
+            Some((members, committed)) => {
+                let lag = committed.as_ref().map(|committed| {
+                    committed
+                        .iter()
+                        .filter_map(|(tp, c)| Some((ends.get(tp)?.offset - c.offset).max(0)))
+                        .sum::<i64>()
+                });
+                (*members, lag)
+            }
+            None => (None, None),
         };
         rows.push(json!({
             "id": g.group_id,
