@@ -83,7 +83,13 @@ struct State {
     version: u64,
     instances: HashMap<Uuid, Instance>,
     received: Received,
+    /// When the instances are next swept for the expired: at most once a second, not at every
+    /// request (a sweep reads every instance).
+    next_sweep_ms: i64,
 }
+
+/// How often the expired instances are swept out.
+const SWEEP_INTERVAL_MS: i64 = 1_000;
 
 /// This broker's client telemetry.
 #[derive(Debug)]
@@ -323,6 +329,10 @@ impl State {
 
     /// Forgets the instances unheard of past their expiry, with their pushed metrics.
     fn expire(&mut self, now_ms: i64) {
+        if now_ms < self.next_sweep_ms {
+            return;
+        }
+        self.next_sweep_ms = now_ms.saturating_add(SWEEP_INTERVAL_MS);
         let expired: Vec<Uuid> = self
             .instances
             .iter()
