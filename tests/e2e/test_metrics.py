@@ -134,6 +134,8 @@ def test_metrics_count_what_the_clients_did(cluster):
              "every replica's log holds the bytes produced", 30)
     assert cluster_total(cluster, "fjord_replication_in_bytes_total") >= 2 * bytes_in
     assert cluster_total(cluster, "fjord_topic_out_bytes_total", topic=topic) >= bytes_in
+    # Every record went out to the consumer at least once (a batch sent again counts again).
+    assert cluster_total(cluster, "fjord_topic_messages_out_total", topic=topic) >= count
     ends = [scrape(n.http) for n in cluster.nodes]
     for partition in range(3):
         # Every replica ends at the same offset, and the partition's offsets sum to the records produced.

@@ -67,6 +67,8 @@ pub struct FileSlice {
     file: Arc<File>,
     position: u64,
     len: u32,
+    /// Records in its data batches (control batches' markers not counted).
+    records: u64,
 }
 
 impl FileSlice {
@@ -98,6 +100,11 @@ impl FileSlice {
 
     pub fn len(&self) -> u32 {
         self.len
+    }
+
+    /// The records its data batches hold (what a consumer is sent; control markers left out).
+    pub fn records(&self) -> u64 {
+        self.records
     }
 
     pub fn is_empty(&self) -> bool {
@@ -600,6 +607,7 @@ impl LogSegment {
         let from = self.offset_index.lookup(start_offset).position;
         let mut start = None;
         let mut len: u64 = 0;
+        let mut records: u64 = 0;
         self.scan_headers(u64::from(from), |position, header| {
             if start.is_none() {
                 if header.last_offset() < start_offset {
@@ -614,6 +622,9 @@ impl LogSegment {
                 return false;
             }
             len += total;
+            if !header.is_control() {
+                records += u64::try_from(header.record_count).unwrap_or(0);
+            }
             true
         })?;
         Ok(match start {
@@ -621,6 +632,7 @@ impl LogSegment {
                 file: Arc::clone(&self.log),
                 position,
                 len: u32::try_from(len).unwrap_or(u32::MAX),
+                records,
             }),
             _ => None,
         })

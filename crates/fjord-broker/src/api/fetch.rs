@@ -596,7 +596,7 @@ impl FetchApi {
                 } else {
                     metrics
                         .topics
-                        .fetched(&target.topic, u64::from(slice.len()));
+                        .fetched(&target.topic, u64::from(slice.len()), slice.records());
                 }
                 let external = ExternalRecords::new(slices.len() as u32, slice.len() as usize);
                 data.records = Some(external.stand_in());

@@ -339,6 +339,7 @@ struct TopicCounters {
     bytes_in: AtomicU64,
     messages_in: AtomicU64,
     bytes_out: AtomicU64,
+    messages_out: AtomicU64,
 }
 
 impl TopicTraffic {
@@ -351,12 +352,12 @@ impl TopicTraffic {
             .fetch_add(u64::try_from(records).unwrap_or(0), Ordering::Relaxed);
     }
 
-    /// `bytes` of `topic`'s record batches sent to a consumer.
-    pub fn fetched(&self, topic: &str, bytes: u64) {
+    /// `bytes` of `topic`'s record batches, holding `records` records, sent to a consumer.
+    pub fn fetched(&self, topic: &str, bytes: u64, records: u64) {
         if bytes > 0 {
-            self.counters(topic)
-                .bytes_out
-                .fetch_add(bytes, Ordering::Relaxed);
+            let counters = self.counters(topic);
+            counters.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+            counters.messages_out.fetch_add(records, Ordering::Relaxed);
         }
     }
 
@@ -390,10 +391,10 @@ impl TopicTraffic {
     /// The per-topic counters, for a scrape.
     pub fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         // Read out first: producers are not held up by the encoding.
-        let mut rows: Vec<(String, [u64; 3])> = fjord_common::lock(&self.topics)
+        let mut rows: Vec<(String, [u64; 4])> = fjord_common::lock(&self.topics)
             .iter()
             .map(|(topic, c)| {
-                let values = [&c.bytes_in, &c.messages_in, &c.bytes_out];
+                let values = [&c.bytes_in, &c.messages_in, &c.bytes_out, &c.messages_out];
                 (topic.clone(), values.map(|v| v.load(Ordering::Relaxed)))
             })
             .collect();
@@ -413,6 +414,11 @@ impl TopicTraffic {
                 "topic_out",
                 "Record bytes consumers fetched from each topic (Kafka: BytesOutPerSec)",
                 Some(Unit::Bytes),
+            ),
+            (
+                "topic_messages_out",
+                "Records consumers fetched from each topic, whole batches as sent (Kafka has no such meter)",
+                None,
             ),
         ];
         for (index, (name, help, unit)) in series.into_iter().enumerate() {
@@ -673,7 +679,7 @@ mod tests {
         let metrics = Metrics::new();
         metrics.topics.produced("a", 1000, 10);
         metrics.topics.produced("a", 500, 5);
-        metrics.topics.fetched("a", 700);
+        metrics.topics.fetched("a", 700, 7);
         metrics.topics.produced("b", 1, 1);
         let text = exposition(&metrics);
         assert!(
@@ -690,6 +696,10 @@ mod tests {
         );
         assert!(
             text.contains("fjord_topic_out_bytes_total{topic=\"b\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fjord_topic_messages_out_total{topic=\"a\"} 7\n"),
             "{text}"
         );
         metrics.topics.retain(|topic| topic == "a");
