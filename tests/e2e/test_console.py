@@ -127,11 +127,15 @@ def test_the_overview_shows_brokers_racks_the_controller_and_the_quorum(cluster,
         consumer.close()
     brokers = rows(page, "brokers")
     assert [(r[0], r[2]) for r in brokers] == [("1", "rack-a"), ("2", "rack-b"), ("3", "rack-c")], brokers
+    # Each broker's listeners as it advertises them (DescribeConfigs answered by the broker itself).
+    assert all(n.bootstrap in r[1] and "://" in r[1] for n, r in zip(cluster.nodes, brokers)), brokers
     assert all(re.search(r"free of", r[6]) for r in brokers), brokers
     assert page.inner_text("#health") == "healthy"
     assert page.inner_text("#broker-count") == "3"
     status = metadata_quorum_status(cluster.bootstrap)
     assert page.inner_text("#quorum-leader") == status["LeaderId"], status
+    # The active controller is the quorum's leader, badged in its broker's row.
+    assert [r[0] for r in brokers if "controller" in r[3]] == [status["LeaderId"]], brokers
     charted = page.eval_on_selector_all(".chart .muted", "spans => spans.map(s => s.innerText)")
     assert page.eval_on_selector_all(".chart polyline", "ls => ls.map(l => l.points.numberOfItems)")[0] >= 3
     # Bytes in and out were charted at some point: each line rose above its floor.

@@ -69,7 +69,8 @@ function table(columns, rows, attrs) {
   return h("table", attrs || {},
     h("thead", {}, h("tr", {}, columns.map((c) => h("th", { class: c.num ? "num" : null }, c.title)))),
     h("tbody", {}, rows.map((r) => h("tr", {}, columns.map((c) =>
-      h("td", { class: c.num ? "num" : c.mono ? "mono" : null }, c.cell(r)))))));
+      h("td", { class: [c.num ? "num" : c.mono ? "mono" : "", c.nowrap ? "nowrap" : ""].join(" ").trim() || null },
+        c.cell(r)))))));
 }
 
 function errorBox(e) { return h("div", { class: "error", role: "alert" }, e.message || String(e)); }
@@ -153,8 +154,9 @@ async function overview() {
     h("div", { class: "label" }, label), h("div", { class: "value", id }, value));
   const brokers = table([
     { title: "Id", cell: (b) => b.id },
-    { title: "Endpoint", cell: (b) => b.host + ":" + b.port, mono: true },
-    { title: "Rack", cell: (b) => b.rack || "–" },
+    { title: "Listeners", cell: (b) => (b.listeners.error ? b.host + ":" + b.port
+      : b.listeners.map((l) => h("div", {}, l))), mono: true, nowrap: true },
+    { title: "Rack", cell: (b) => b.rack || "–", nowrap: true },
     { title: "Role", cell: (b) => (b.controller ? h("span", { class: "badge" }, "controller") : "") },
     { title: "Partitions", cell: (b) => num(b.partitions), num: true },
     { title: "Leaders", cell: (b) => num(b.leaders), num: true },

@@ -153,6 +153,13 @@ fn or_error(result: Result<Value, ClientError>) -> Value {
 async fn overview(client: &mut Client) -> Answer {
     let cluster = client.describe_cluster().await?;
     let metadata = client.metadata(None).await?;
+    let described_quorum = client.describe_quorum().await;
+    // The active controller is the metadata quorum's leader: DescribeCluster names a random
+    // live broker as the controller, as Kafka's brokers do since clients cannot reach it.
+    let controller_id = match &described_quorum {
+        Ok(q) => q.leader_id,
+        Err(_) => cluster.controller_id,
+    };
     let mut brokers = Vec::new();
     for broker in &cluster.brokers {
         let hosted = |p: &&PartitionMetadata| p.replicas.contains(&broker.node_id);
@@ -173,12 +180,14 @@ async fn overview(client: &mut Client) -> Answer {
                 })
                 .collect()
         }));
+        let listeners = or_error(broker_listeners(client, broker.node_id).await);
         brokers.push(json!({
             "id": broker.node_id,
             "host": broker.host,
             "port": broker.port,
+            "listeners": listeners,
             "rack": broker.rack,
-            "controller": broker.node_id == cluster.controller_id,
+            "controller": broker.node_id == controller_id,
             "partitions": partitions,
             "leaders": leaders,
             "log_dirs": log_dirs,
@@ -190,10 +199,10 @@ async fn overview(client: &mut Client) -> Answer {
         .filter(|p| p.isr.len() < p.replicas.len())
         .count();
     let offline = partitions.iter().filter(|p| p.leader_id < 0).count();
-    let quorum = or_error(client.describe_quorum().await.map(|q| quorum_json(&q)));
+    let quorum = or_error(described_quorum.map(|q| quorum_json(&q)));
     Ok(json!({
         "cluster_id": cluster.cluster_id,
-        "controller_id": cluster.controller_id,
+        "controller_id": controller_id,
         "brokers": brokers,
         "topics": metadata.topics.len(),
         "partitions": partitions.len(),
@@ -201,6 +210,29 @@ async fn overview(client: &mut Client) -> Answer {
         "offline": offline,
         "quorum": quorum,
     }))
+}
+
+/// A broker's listeners as clients reach them: its `advertised.listeners`, else its
+/// `listeners` (DescribeConfigs, which the broker itself answers).
+async fn broker_listeners(client: &mut Client, broker: i32) -> Result<Value, ClientError> {
+    let configs = client
+        .describe_configs(&ConfigResource::Broker(broker))
+        .await?;
+    let value = |name: &str| {
+        configs
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.value.clone())
+            .filter(|v| !v.is_empty())
+    };
+    let listed = value("advertised.listeners")
+        .or_else(|| value("listeners"))
+        .unwrap_or_default();
+    Ok(json!(listed
+        .split(',')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()))
 }
 
 fn all_partitions(topics: &[TopicMetadata]) -> impl Iterator<Item = &PartitionMetadata> {
