@@ -152,6 +152,12 @@ impl Metrics {
             Unit::Bytes,
             rep.bytes_out.clone(),
         );
+        self.register_waits_and_coordinators(registry);
+    }
+
+    /// The requests waiting in purgatory and the coordinators' events, each fixed label there
+    /// from the start.
+    fn register_waits_and_coordinators(&self, registry: &mut Registry) {
         let d = &self.delayed;
         for operation in DelayedOperation::ALL {
             let _ = d.waiting.get_or_create(&[("operation", operation.name())]);

@@ -506,25 +506,8 @@ fn broker_series(
             None,
         ),
     ];
-    gauge(
-        encoder,
-        "replica_max_lag",
-        "The most records any partition this broker follows was behind its leader's high watermark at its last fetch (Kafka: ReplicaFetcherManager MaxLag)",
-        follower_lags.iter().map(|l| l.2).max().unwrap_or(0),
-    )?;
+    follower_series(encoder, &mut follower_lags, per_partition)?;
     if per_partition {
-        follower_lags.sort_unstable();
-        gauges(
-            encoder,
-            (
-                "replica_lag",
-                "Records each partition this broker follows was behind its leader's high watermark at its last fetch (Kafka: FetcherLagMetrics ConsumerLag)",
-                None,
-            ),
-            follower_lags.iter().map(|(topic, partition, lag)| {
-                ([("topic", topic.clone()), ("partition", partition.to_string())], *lag)
-            }),
-        )?;
         for (index, descriptor) in per_log.into_iter().enumerate() {
             gauges(
                 encoder,
@@ -535,6 +518,36 @@ fn broker_series(
     }
     log_dir_series(encoder, broker)?;
     quota_series(encoder, broker)
+}
+
+/// How far the partitions this broker follows were behind their leaders at their last fetch:
+/// (topic, partition, lag) each.
+fn follower_series(
+    encoder: &mut DescriptorEncoder,
+    lags: &mut [(String, i32, i64)],
+    per_partition: bool,
+) -> fmt::Result {
+    gauge(
+        encoder,
+        "replica_max_lag",
+        "The most records any partition this broker follows was behind its leader's high watermark at its last fetch (Kafka: ReplicaFetcherManager MaxLag)",
+        lags.iter().map(|l| l.2).max().unwrap_or(0),
+    )?;
+    if !per_partition {
+        return Ok(());
+    }
+    lags.sort_unstable();
+    gauges(
+        encoder,
+        (
+            "replica_lag",
+            "Records each partition this broker follows was behind its leader's high watermark at its last fetch (Kafka: FetcherLagMetrics ConsumerLag)",
+            None,
+        ),
+        lags.iter().map(|(topic, partition, lag)| {
+            ([("topic", topic.clone()), ("partition", partition.to_string())], *lag)
+        }),
+    )
 }
 
 /// What the log cleaner has done since start.
