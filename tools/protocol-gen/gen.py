@@ -80,8 +80,20 @@ MESSAGES = [
     (72, "PushTelemetry"),
     (74, "ListConfigResources"),
     (75, "DescribeTopicPartitions"),
+    (76, "ShareGroupHeartbeat"),
+    (77, "ShareGroupDescribe"),
+    (78, "ShareFetch"),
+    (79, "ShareAcknowledge"),
     (80, "AddRaftVoter"),
     (81, "RemoveRaftVoter"),
+    (83, "InitializeShareGroupState"),
+    (84, "ReadShareGroupState"),
+    (85, "WriteShareGroupState"),
+    (86, "DeleteShareGroupState"),
+    (87, "ReadShareGroupStateSummary"),
+    (90, "DescribeShareGroupOffsets"),
+    (91, "AlterShareGroupOffsets"),
+    (92, "DeleteShareGroupOffsets"),
 ]
 HEADERS = ["RequestHeader", "ResponseHeader"]
 
@@ -706,8 +718,11 @@ def gen_struct(msg, st):
             body += emit_if(msg.cond(untagged), [write_field(msg, st, f, msg.compact(f), "out")])
         if not f.ignorable and msg.cond(f.versions) != "true":
             label = json.dumps(f"{st.name}.{f.name}")
+            absent = msg.not_cond(f.versions)
+            # A field of no valid version (kept in the schema for a removed one) is never sent.
+            guard = non_default_check(f) if absent == "true" else f"({absent}) && {non_default_check(f)}"
             body += (
-                f"        if ({msg.not_cond(f.versions)}) && {non_default_check(f)} {{\n"
+                f"        if {guard} {{\n"
                 f"            return Err(EncodeError::FieldNotSupported {{ field: {label}, version }});\n"
                 f"        }}\n"
             )

@@ -121,8 +121,20 @@ api_keys! {
     PushTelemetry = 72 => PushTelemetryRequest,
     ListConfigResources = 74 => ListConfigResourcesRequest,
     DescribeTopicPartitions = 75 => DescribeTopicPartitionsRequest,
+    ShareGroupHeartbeat = 76 => ShareGroupHeartbeatRequest,
+    ShareGroupDescribe = 77 => ShareGroupDescribeRequest,
+    ShareFetch = 78 => ShareFetchRequest,
+    ShareAcknowledge = 79 => ShareAcknowledgeRequest,
     AddRaftVoter = 80 => AddRaftVoterRequest,
     RemoveRaftVoter = 81 => RemoveRaftVoterRequest,
+    InitializeShareGroupState = 83 => InitializeShareGroupStateRequest,
+    ReadShareGroupState = 84 => ReadShareGroupStateRequest,
+    WriteShareGroupState = 85 => WriteShareGroupStateRequest,
+    DeleteShareGroupState = 86 => DeleteShareGroupStateRequest,
+    ReadShareGroupStateSummary = 87 => ReadShareGroupStateSummaryRequest,
+    DescribeShareGroupOffsets = 90 => DescribeShareGroupOffsetsRequest,
+    AlterShareGroupOffsets = 91 => AlterShareGroupOffsetsRequest,
+    DeleteShareGroupOffsets = 92 => DeleteShareGroupOffsetsRequest,
 }
 
 #[cfg(test)]

@@ -25,6 +25,8 @@ pub mod alter_partition_request;
 pub mod alter_partition_response;
 pub mod alter_replica_log_dirs_request;
 pub mod alter_replica_log_dirs_response;
+pub mod alter_share_group_offsets_request;
+pub mod alter_share_group_offsets_response;
 pub mod alter_user_scram_credentials_request;
 pub mod alter_user_scram_credentials_response;
 pub mod api_versions_request;
@@ -53,6 +55,10 @@ pub mod delete_groups_request;
 pub mod delete_groups_response;
 pub mod delete_records_request;
 pub mod delete_records_response;
+pub mod delete_share_group_offsets_request;
+pub mod delete_share_group_offsets_response;
+pub mod delete_share_group_state_request;
+pub mod delete_share_group_state_response;
 pub mod delete_topics_request;
 pub mod delete_topics_response;
 pub mod describe_acls_request;
@@ -73,6 +79,8 @@ pub mod describe_producers_request;
 pub mod describe_producers_response;
 pub mod describe_quorum_request;
 pub mod describe_quorum_response;
+pub mod describe_share_group_offsets_request;
+pub mod describe_share_group_offsets_response;
 pub mod describe_topic_partitions_request;
 pub mod describe_topic_partitions_response;
 pub mod describe_transactions_request;
@@ -99,6 +107,8 @@ pub mod incremental_alter_configs_request;
 pub mod incremental_alter_configs_response;
 pub mod init_producer_id_request;
 pub mod init_producer_id_response;
+pub mod initialize_share_group_state_request;
+pub mod initialize_share_group_state_response;
 pub mod join_group_request;
 pub mod join_group_response;
 pub mod leave_group_request;
@@ -127,6 +137,10 @@ pub mod produce_request;
 pub mod produce_response;
 pub mod push_telemetry_request;
 pub mod push_telemetry_response;
+pub mod read_share_group_state_request;
+pub mod read_share_group_state_response;
+pub mod read_share_group_state_summary_request;
+pub mod read_share_group_state_summary_response;
 pub mod remove_raft_voter_request;
 pub mod remove_raft_voter_response;
 pub mod renew_delegation_token_request;
@@ -137,10 +151,20 @@ pub mod sasl_authenticate_request;
 pub mod sasl_authenticate_response;
 pub mod sasl_handshake_request;
 pub mod sasl_handshake_response;
+pub mod share_acknowledge_request;
+pub mod share_acknowledge_response;
+pub mod share_fetch_request;
+pub mod share_fetch_response;
+pub mod share_group_describe_request;
+pub mod share_group_describe_response;
+pub mod share_group_heartbeat_request;
+pub mod share_group_heartbeat_response;
 pub mod sync_group_request;
 pub mod sync_group_response;
 pub mod txn_offset_commit_request;
 pub mod txn_offset_commit_response;
+pub mod write_share_group_state_request;
+pub mod write_share_group_state_response;
 pub mod write_txn_markers_request;
 pub mod write_txn_markers_response;
 
@@ -162,6 +186,8 @@ pub use alter_partition_request::AlterPartitionRequest;
 pub use alter_partition_response::AlterPartitionResponse;
 pub use alter_replica_log_dirs_request::AlterReplicaLogDirsRequest;
 pub use alter_replica_log_dirs_response::AlterReplicaLogDirsResponse;
+pub use alter_share_group_offsets_request::AlterShareGroupOffsetsRequest;
+pub use alter_share_group_offsets_response::AlterShareGroupOffsetsResponse;
 pub use alter_user_scram_credentials_request::AlterUserScramCredentialsRequest;
 pub use alter_user_scram_credentials_response::AlterUserScramCredentialsResponse;
 pub use api_versions_request::ApiVersionsRequest;
@@ -190,6 +216,10 @@ pub use delete_groups_request::DeleteGroupsRequest;
 pub use delete_groups_response::DeleteGroupsResponse;
 pub use delete_records_request::DeleteRecordsRequest;
 pub use delete_records_response::DeleteRecordsResponse;
+pub use delete_share_group_offsets_request::DeleteShareGroupOffsetsRequest;
+pub use delete_share_group_offsets_response::DeleteShareGroupOffsetsResponse;
+pub use delete_share_group_state_request::DeleteShareGroupStateRequest;
+pub use delete_share_group_state_response::DeleteShareGroupStateResponse;
 pub use delete_topics_request::DeleteTopicsRequest;
 pub use delete_topics_response::DeleteTopicsResponse;
 pub use describe_acls_request::DescribeAclsRequest;
@@ -210,6 +240,8 @@ pub use describe_producers_request::DescribeProducersRequest;
 pub use describe_producers_response::DescribeProducersResponse;
 pub use describe_quorum_request::DescribeQuorumRequest;
 pub use describe_quorum_response::DescribeQuorumResponse;
+pub use describe_share_group_offsets_request::DescribeShareGroupOffsetsRequest;
+pub use describe_share_group_offsets_response::DescribeShareGroupOffsetsResponse;
 pub use describe_topic_partitions_request::DescribeTopicPartitionsRequest;
 pub use describe_topic_partitions_response::DescribeTopicPartitionsResponse;
 pub use describe_transactions_request::DescribeTransactionsRequest;
@@ -236,6 +268,8 @@ pub use incremental_alter_configs_request::IncrementalAlterConfigsRequest;
 pub use incremental_alter_configs_response::IncrementalAlterConfigsResponse;
 pub use init_producer_id_request::InitProducerIdRequest;
 pub use init_producer_id_response::InitProducerIdResponse;
+pub use initialize_share_group_state_request::InitializeShareGroupStateRequest;
+pub use initialize_share_group_state_response::InitializeShareGroupStateResponse;
 pub use join_group_request::JoinGroupRequest;
 pub use join_group_response::JoinGroupResponse;
 pub use leave_group_request::LeaveGroupRequest;
@@ -264,6 +298,10 @@ pub use produce_request::ProduceRequest;
 pub use produce_response::ProduceResponse;
 pub use push_telemetry_request::PushTelemetryRequest;
 pub use push_telemetry_response::PushTelemetryResponse;
+pub use read_share_group_state_request::ReadShareGroupStateRequest;
+pub use read_share_group_state_response::ReadShareGroupStateResponse;
+pub use read_share_group_state_summary_request::ReadShareGroupStateSummaryRequest;
+pub use read_share_group_state_summary_response::ReadShareGroupStateSummaryResponse;
 pub use remove_raft_voter_request::RemoveRaftVoterRequest;
 pub use remove_raft_voter_response::RemoveRaftVoterResponse;
 pub use renew_delegation_token_request::RenewDelegationTokenRequest;
@@ -274,10 +312,20 @@ pub use sasl_authenticate_request::SaslAuthenticateRequest;
 pub use sasl_authenticate_response::SaslAuthenticateResponse;
 pub use sasl_handshake_request::SaslHandshakeRequest;
 pub use sasl_handshake_response::SaslHandshakeResponse;
+pub use share_acknowledge_request::ShareAcknowledgeRequest;
+pub use share_acknowledge_response::ShareAcknowledgeResponse;
+pub use share_fetch_request::ShareFetchRequest;
+pub use share_fetch_response::ShareFetchResponse;
+pub use share_group_describe_request::ShareGroupDescribeRequest;
+pub use share_group_describe_response::ShareGroupDescribeResponse;
+pub use share_group_heartbeat_request::ShareGroupHeartbeatRequest;
+pub use share_group_heartbeat_response::ShareGroupHeartbeatResponse;
 pub use sync_group_request::SyncGroupRequest;
 pub use sync_group_response::SyncGroupResponse;
 pub use txn_offset_commit_request::TxnOffsetCommitRequest;
 pub use txn_offset_commit_response::TxnOffsetCommitResponse;
+pub use write_share_group_state_request::WriteShareGroupStateRequest;
+pub use write_share_group_state_response::WriteShareGroupStateResponse;
 pub use write_txn_markers_request::WriteTxnMarkersRequest;
 pub use write_txn_markers_response::WriteTxnMarkersResponse;
 
@@ -350,8 +398,20 @@ pub enum RequestBody {
     PushTelemetry(PushTelemetryRequest),
     ListConfigResources(ListConfigResourcesRequest),
     DescribeTopicPartitions(DescribeTopicPartitionsRequest),
+    ShareGroupHeartbeat(ShareGroupHeartbeatRequest),
+    ShareGroupDescribe(ShareGroupDescribeRequest),
+    ShareFetch(ShareFetchRequest),
+    ShareAcknowledge(ShareAcknowledgeRequest),
     AddRaftVoter(AddRaftVoterRequest),
     RemoveRaftVoter(RemoveRaftVoterRequest),
+    InitializeShareGroupState(InitializeShareGroupStateRequest),
+    ReadShareGroupState(ReadShareGroupStateRequest),
+    WriteShareGroupState(WriteShareGroupStateRequest),
+    DeleteShareGroupState(DeleteShareGroupStateRequest),
+    ReadShareGroupStateSummary(ReadShareGroupStateSummaryRequest),
+    DescribeShareGroupOffsets(DescribeShareGroupOffsetsRequest),
+    AlterShareGroupOffsets(AlterShareGroupOffsetsRequest),
+    DeleteShareGroupOffsets(DeleteShareGroupOffsetsRequest),
 }
 
 impl RequestBody {
@@ -537,12 +597,48 @@ impl RequestBody {
             ApiKey::DescribeTopicPartitions => RequestBody::DescribeTopicPartitions(
                 DescribeTopicPartitionsRequest::decode(input, version)?,
             ),
+            ApiKey::ShareGroupHeartbeat => RequestBody::ShareGroupHeartbeat(
+                ShareGroupHeartbeatRequest::decode(input, version)?,
+            ),
+            ApiKey::ShareGroupDescribe => {
+                RequestBody::ShareGroupDescribe(ShareGroupDescribeRequest::decode(input, version)?)
+            }
+            ApiKey::ShareFetch => {
+                RequestBody::ShareFetch(ShareFetchRequest::decode(input, version)?)
+            }
+            ApiKey::ShareAcknowledge => {
+                RequestBody::ShareAcknowledge(ShareAcknowledgeRequest::decode(input, version)?)
+            }
             ApiKey::AddRaftVoter => {
                 RequestBody::AddRaftVoter(AddRaftVoterRequest::decode(input, version)?)
             }
             ApiKey::RemoveRaftVoter => {
                 RequestBody::RemoveRaftVoter(RemoveRaftVoterRequest::decode(input, version)?)
             }
+            ApiKey::InitializeShareGroupState => RequestBody::InitializeShareGroupState(
+                InitializeShareGroupStateRequest::decode(input, version)?,
+            ),
+            ApiKey::ReadShareGroupState => RequestBody::ReadShareGroupState(
+                ReadShareGroupStateRequest::decode(input, version)?,
+            ),
+            ApiKey::WriteShareGroupState => RequestBody::WriteShareGroupState(
+                WriteShareGroupStateRequest::decode(input, version)?,
+            ),
+            ApiKey::DeleteShareGroupState => RequestBody::DeleteShareGroupState(
+                DeleteShareGroupStateRequest::decode(input, version)?,
+            ),
+            ApiKey::ReadShareGroupStateSummary => RequestBody::ReadShareGroupStateSummary(
+                ReadShareGroupStateSummaryRequest::decode(input, version)?,
+            ),
+            ApiKey::DescribeShareGroupOffsets => RequestBody::DescribeShareGroupOffsets(
+                DescribeShareGroupOffsetsRequest::decode(input, version)?,
+            ),
+            ApiKey::AlterShareGroupOffsets => RequestBody::AlterShareGroupOffsets(
+                AlterShareGroupOffsetsRequest::decode(input, version)?,
+            ),
+            ApiKey::DeleteShareGroupOffsets => RequestBody::DeleteShareGroupOffsets(
+                DeleteShareGroupOffsetsRequest::decode(input, version)?,
+            ),
         })
     }
 
@@ -614,8 +710,20 @@ impl RequestBody {
             RequestBody::PushTelemetry(_) => ApiKey::PushTelemetry,
             RequestBody::ListConfigResources(_) => ApiKey::ListConfigResources,
             RequestBody::DescribeTopicPartitions(_) => ApiKey::DescribeTopicPartitions,
+            RequestBody::ShareGroupHeartbeat(_) => ApiKey::ShareGroupHeartbeat,
+            RequestBody::ShareGroupDescribe(_) => ApiKey::ShareGroupDescribe,
+            RequestBody::ShareFetch(_) => ApiKey::ShareFetch,
+            RequestBody::ShareAcknowledge(_) => ApiKey::ShareAcknowledge,
             RequestBody::AddRaftVoter(_) => ApiKey::AddRaftVoter,
             RequestBody::RemoveRaftVoter(_) => ApiKey::RemoveRaftVoter,
+            RequestBody::InitializeShareGroupState(_) => ApiKey::InitializeShareGroupState,
+            RequestBody::ReadShareGroupState(_) => ApiKey::ReadShareGroupState,
+            RequestBody::WriteShareGroupState(_) => ApiKey::WriteShareGroupState,
+            RequestBody::DeleteShareGroupState(_) => ApiKey::DeleteShareGroupState,
+            RequestBody::ReadShareGroupStateSummary(_) => ApiKey::ReadShareGroupStateSummary,
+            RequestBody::DescribeShareGroupOffsets(_) => ApiKey::DescribeShareGroupOffsets,
+            RequestBody::AlterShareGroupOffsets(_) => ApiKey::AlterShareGroupOffsets,
+            RequestBody::DeleteShareGroupOffsets(_) => ApiKey::DeleteShareGroupOffsets,
         }
     }
 
@@ -687,8 +795,20 @@ impl RequestBody {
             RequestBody::PushTelemetry(body) => body.encode(out, version),
             RequestBody::ListConfigResources(body) => body.encode(out, version),
             RequestBody::DescribeTopicPartitions(body) => body.encode(out, version),
+            RequestBody::ShareGroupHeartbeat(body) => body.encode(out, version),
+            RequestBody::ShareGroupDescribe(body) => body.encode(out, version),
+            RequestBody::ShareFetch(body) => body.encode(out, version),
+            RequestBody::ShareAcknowledge(body) => body.encode(out, version),
             RequestBody::AddRaftVoter(body) => body.encode(out, version),
             RequestBody::RemoveRaftVoter(body) => body.encode(out, version),
+            RequestBody::InitializeShareGroupState(body) => body.encode(out, version),
+            RequestBody::ReadShareGroupState(body) => body.encode(out, version),
+            RequestBody::WriteShareGroupState(body) => body.encode(out, version),
+            RequestBody::DeleteShareGroupState(body) => body.encode(out, version),
+            RequestBody::ReadShareGroupStateSummary(body) => body.encode(out, version),
+            RequestBody::DescribeShareGroupOffsets(body) => body.encode(out, version),
+            RequestBody::AlterShareGroupOffsets(body) => body.encode(out, version),
+            RequestBody::DeleteShareGroupOffsets(body) => body.encode(out, version),
         }
     }
 }
@@ -762,8 +882,20 @@ pub enum ResponseBody {
     PushTelemetry(PushTelemetryResponse),
     ListConfigResources(ListConfigResourcesResponse),
     DescribeTopicPartitions(DescribeTopicPartitionsResponse),
+    ShareGroupHeartbeat(ShareGroupHeartbeatResponse),
+    ShareGroupDescribe(ShareGroupDescribeResponse),
+    ShareFetch(ShareFetchResponse),
+    ShareAcknowledge(ShareAcknowledgeResponse),
     AddRaftVoter(AddRaftVoterResponse),
     RemoveRaftVoter(RemoveRaftVoterResponse),
+    InitializeShareGroupState(InitializeShareGroupStateResponse),
+    ReadShareGroupState(ReadShareGroupStateResponse),
+    WriteShareGroupState(WriteShareGroupStateResponse),
+    DeleteShareGroupState(DeleteShareGroupStateResponse),
+    ReadShareGroupStateSummary(ReadShareGroupStateSummaryResponse),
+    DescribeShareGroupOffsets(DescribeShareGroupOffsetsResponse),
+    AlterShareGroupOffsets(AlterShareGroupOffsetsResponse),
+    DeleteShareGroupOffsets(DeleteShareGroupOffsetsResponse),
 }
 
 impl ResponseBody {
@@ -955,12 +1087,48 @@ impl ResponseBody {
             ApiKey::DescribeTopicPartitions => ResponseBody::DescribeTopicPartitions(
                 DescribeTopicPartitionsResponse::decode(input, version)?,
             ),
+            ApiKey::ShareGroupHeartbeat => ResponseBody::ShareGroupHeartbeat(
+                ShareGroupHeartbeatResponse::decode(input, version)?,
+            ),
+            ApiKey::ShareGroupDescribe => ResponseBody::ShareGroupDescribe(
+                ShareGroupDescribeResponse::decode(input, version)?,
+            ),
+            ApiKey::ShareFetch => {
+                ResponseBody::ShareFetch(ShareFetchResponse::decode(input, version)?)
+            }
+            ApiKey::ShareAcknowledge => {
+                ResponseBody::ShareAcknowledge(ShareAcknowledgeResponse::decode(input, version)?)
+            }
             ApiKey::AddRaftVoter => {
                 ResponseBody::AddRaftVoter(AddRaftVoterResponse::decode(input, version)?)
             }
             ApiKey::RemoveRaftVoter => {
                 ResponseBody::RemoveRaftVoter(RemoveRaftVoterResponse::decode(input, version)?)
             }
+            ApiKey::InitializeShareGroupState => ResponseBody::InitializeShareGroupState(
+                InitializeShareGroupStateResponse::decode(input, version)?,
+            ),
+            ApiKey::ReadShareGroupState => ResponseBody::ReadShareGroupState(
+                ReadShareGroupStateResponse::decode(input, version)?,
+            ),
+            ApiKey::WriteShareGroupState => ResponseBody::WriteShareGroupState(
+                WriteShareGroupStateResponse::decode(input, version)?,
+            ),
+            ApiKey::DeleteShareGroupState => ResponseBody::DeleteShareGroupState(
+                DeleteShareGroupStateResponse::decode(input, version)?,
+            ),
+            ApiKey::ReadShareGroupStateSummary => ResponseBody::ReadShareGroupStateSummary(
+                ReadShareGroupStateSummaryResponse::decode(input, version)?,
+            ),
+            ApiKey::DescribeShareGroupOffsets => ResponseBody::DescribeShareGroupOffsets(
+                DescribeShareGroupOffsetsResponse::decode(input, version)?,
+            ),
+            ApiKey::AlterShareGroupOffsets => ResponseBody::AlterShareGroupOffsets(
+                AlterShareGroupOffsetsResponse::decode(input, version)?,
+            ),
+            ApiKey::DeleteShareGroupOffsets => ResponseBody::DeleteShareGroupOffsets(
+                DeleteShareGroupOffsetsResponse::decode(input, version)?,
+            ),
         })
     }
 
@@ -1032,8 +1200,20 @@ impl ResponseBody {
             ResponseBody::PushTelemetry(_) => ApiKey::PushTelemetry,
             ResponseBody::ListConfigResources(_) => ApiKey::ListConfigResources,
             ResponseBody::DescribeTopicPartitions(_) => ApiKey::DescribeTopicPartitions,
+            ResponseBody::ShareGroupHeartbeat(_) => ApiKey::ShareGroupHeartbeat,
+            ResponseBody::ShareGroupDescribe(_) => ApiKey::ShareGroupDescribe,
+            ResponseBody::ShareFetch(_) => ApiKey::ShareFetch,
+            ResponseBody::ShareAcknowledge(_) => ApiKey::ShareAcknowledge,
             ResponseBody::AddRaftVoter(_) => ApiKey::AddRaftVoter,
             ResponseBody::RemoveRaftVoter(_) => ApiKey::RemoveRaftVoter,
+            ResponseBody::InitializeShareGroupState(_) => ApiKey::InitializeShareGroupState,
+            ResponseBody::ReadShareGroupState(_) => ApiKey::ReadShareGroupState,
+            ResponseBody::WriteShareGroupState(_) => ApiKey::WriteShareGroupState,
+            ResponseBody::DeleteShareGroupState(_) => ApiKey::DeleteShareGroupState,
+            ResponseBody::ReadShareGroupStateSummary(_) => ApiKey::ReadShareGroupStateSummary,
+            ResponseBody::DescribeShareGroupOffsets(_) => ApiKey::DescribeShareGroupOffsets,
+            ResponseBody::AlterShareGroupOffsets(_) => ApiKey::AlterShareGroupOffsets,
+            ResponseBody::DeleteShareGroupOffsets(_) => ApiKey::DeleteShareGroupOffsets,
         }
     }
 
@@ -1105,8 +1285,20 @@ impl ResponseBody {
             ResponseBody::PushTelemetry(body) => body.encode(out, version),
             ResponseBody::ListConfigResources(body) => body.encode(out, version),
             ResponseBody::DescribeTopicPartitions(body) => body.encode(out, version),
+            ResponseBody::ShareGroupHeartbeat(body) => body.encode(out, version),
+            ResponseBody::ShareGroupDescribe(body) => body.encode(out, version),
+            ResponseBody::ShareFetch(body) => body.encode(out, version),
+            ResponseBody::ShareAcknowledge(body) => body.encode(out, version),
             ResponseBody::AddRaftVoter(body) => body.encode(out, version),
             ResponseBody::RemoveRaftVoter(body) => body.encode(out, version),
+            ResponseBody::InitializeShareGroupState(body) => body.encode(out, version),
+            ResponseBody::ReadShareGroupState(body) => body.encode(out, version),
+            ResponseBody::WriteShareGroupState(body) => body.encode(out, version),
+            ResponseBody::DeleteShareGroupState(body) => body.encode(out, version),
+            ResponseBody::ReadShareGroupStateSummary(body) => body.encode(out, version),
+            ResponseBody::DescribeShareGroupOffsets(body) => body.encode(out, version),
+            ResponseBody::AlterShareGroupOffsets(body) => body.encode(out, version),
+            ResponseBody::DeleteShareGroupOffsets(body) => body.encode(out, version),
         }
     }
 
@@ -1178,8 +1370,20 @@ impl ResponseBody {
             ResponseBody::PushTelemetry(body) => body.visit_error_codes(visit),
             ResponseBody::ListConfigResources(body) => body.visit_error_codes(visit),
             ResponseBody::DescribeTopicPartitions(body) => body.visit_error_codes(visit),
+            ResponseBody::ShareGroupHeartbeat(body) => body.visit_error_codes(visit),
+            ResponseBody::ShareGroupDescribe(body) => body.visit_error_codes(visit),
+            ResponseBody::ShareFetch(body) => body.visit_error_codes(visit),
+            ResponseBody::ShareAcknowledge(body) => body.visit_error_codes(visit),
             ResponseBody::AddRaftVoter(body) => body.visit_error_codes(visit),
             ResponseBody::RemoveRaftVoter(body) => body.visit_error_codes(visit),
+            ResponseBody::InitializeShareGroupState(body) => body.visit_error_codes(visit),
+            ResponseBody::ReadShareGroupState(body) => body.visit_error_codes(visit),
+            ResponseBody::WriteShareGroupState(body) => body.visit_error_codes(visit),
+            ResponseBody::DeleteShareGroupState(body) => body.visit_error_codes(visit),
+            ResponseBody::ReadShareGroupStateSummary(body) => body.visit_error_codes(visit),
+            ResponseBody::DescribeShareGroupOffsets(body) => body.visit_error_codes(visit),
+            ResponseBody::AlterShareGroupOffsets(body) => body.visit_error_codes(visit),
+            ResponseBody::DeleteShareGroupOffsets(body) => body.visit_error_codes(visit),
         }
     }
 }
@@ -1413,11 +1617,39 @@ pub fn throttle_time_offset(api_key: ApiKey, version: i16) -> Option<usize> {
             0..=0 => Some(0),
             _ => None,
         },
+        ApiKey::ShareGroupHeartbeat => match version {
+            1..=1 => Some(0),
+            _ => None,
+        },
+        ApiKey::ShareGroupDescribe => match version {
+            1..=1 => Some(0),
+            _ => None,
+        },
+        ApiKey::ShareFetch => match version {
+            1..=2 => Some(0),
+            _ => None,
+        },
+        ApiKey::ShareAcknowledge => match version {
+            1..=2 => Some(0),
+            _ => None,
+        },
         ApiKey::AddRaftVoter => match version {
             0..=1 => Some(0),
             _ => None,
         },
         ApiKey::RemoveRaftVoter => match version {
+            0..=0 => Some(0),
+            _ => None,
+        },
+        ApiKey::DescribeShareGroupOffsets => match version {
+            0..=1 => Some(0),
+            _ => None,
+        },
+        ApiKey::AlterShareGroupOffsets => match version {
+            0..=0 => Some(0),
+            _ => None,
+        },
+        ApiKey::DeleteShareGroupOffsets => match version {
             0..=0 => Some(0),
             _ => None,
         },

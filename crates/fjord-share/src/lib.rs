@@ -1,0 +1,19 @@
+//! Share groups' partition side (KIP-932), sans-IO.
+//!
+//! A share group's consumers read the same partitions together: the partition's leader hands
+//! each record to one of them under a time-limited acquisition lock, and each is acknowledged
+//! record by record. `SharePartition` is that state for one (group, partition) — the share-partition
+//! start offset, the in-flight records with their state, delivery count and lock — and
+//! `ShareSessions` the share sessions of ShareFetch / ShareAcknowledge. The broker reads the log,
+//! holds the locks around these types and passes the time in; nothing here does I/O.
+
+#![deny(clippy::unwrap_used)]
+
+mod partition;
+mod session;
+
+pub use partition::{
+    AckBatch, AckType, AcquireMode, Acquired, LogBatch, RecordState, ShareLimits, SharePartition,
+    StateBatch,
+};
+pub use session::{SessionKey, SessionStep, ShareSessions};
