@@ -988,8 +988,8 @@ def metadata_quorum_status(bootstrap: str, timeout_s: float = 60, command_config
 
 
 GO_MOD = E2E_DIR / "clients" / "go" / "go.mod"
-# franz-go's kgo integration tests (every one that talks to a broker), but for those needing what fjord does not
-# have yet: share groups (KIP-932: TestShareGroup*, TestConsumeRegexShareSkipsInternal).
+# franz-go's kgo integration tests (every one that talks to a broker), but for the one needing what fjord does not
+# have yet: the share groups' offsets admin APIs (KIP-932: TestShareGroupOffsetsAdmin).
 FRANZ_TESTS = [
     "TestTxnEtl", "TestGroupETL", "TestGroupSimple", "TestConsumeRegex", "Test848RegexBrokerResolves", "TestIssue325",
     "TestIssue337", "TestIssue434", "TestAddRemovePartitions", "TestPauseIssue489", "TestPauseIssueOct2023",
@@ -998,6 +998,7 @@ FRANZ_TESTS = [
     "TestDirectPartitionPurge", "TestIssueFetchLargerThanBrokerMaxReadBytes", "TestPooling", "TestHookPollStart",
     "TestConsumeMaxDecompressBatchBytes", "TestClient_Produce", "TestIssue769", "TestIssueProduceBrokerTooOldFailsRecords",
     "TestIssueProduceSyncManualPartitionNegativeDoesNotPanic", "TestIssue831", "TestClient_ProduceLargeMessages",
+    "TestShareGroup", "TestShareGroupETL", "TestShareGroupAckOnClose", "TestConsumeRegexShareSkipsInternal",
 ]
 # Subtests that must run (not be skipped) against a broker with KIP-848 and static membership.
 FRANZ_MUST_PASS = [
@@ -1005,7 +1006,8 @@ FRANZ_MUST_PASS = [
     "TestGroupETL/cooperative-sticky/static", "TestGroupETL/sticky/848/static", "TestGroupSimple/classic",
     "TestGroupSimple/848", "TestConsumeRegex", "Test848RegexBrokerResolves", "TestIssue523/roundrobin",
     "TestIssue523/sticky", "TestTxnEtl/range", "TestTxnEtl/cooperative-sticky", "TestTxnEtl/sticky/848",
-    "TestTxnEtl/cooperative-sticky/static", "TestTxnEtl/sticky/848/static",
+    "TestTxnEtl/cooperative-sticky/static", "TestTxnEtl/sticky/848/static", "TestShareGroup", "TestShareGroupETL",
+    "TestShareGroupAckOnClose", "TestConsumeRegexShareSkipsInternal",
 ]
 
 

@@ -118,6 +118,18 @@ GROUP_RECORDS = [
     "ConsumerGroupTargetAssignmentMemberValue",
     "ConsumerGroupCurrentMemberAssignmentKey",
     "ConsumerGroupCurrentMemberAssignmentValue",
+    "ShareGroupMemberMetadataKey",
+    "ShareGroupMemberMetadataValue",
+    "ShareGroupMetadataKey",
+    "ShareGroupMetadataValue",
+    "ShareGroupTargetAssignmentMetadataKey",
+    "ShareGroupTargetAssignmentMetadataValue",
+    "ShareGroupTargetAssignmentMemberKey",
+    "ShareGroupTargetAssignmentMemberValue",
+    "ShareGroupCurrentMemberAssignmentKey",
+    "ShareGroupCurrentMemberAssignmentValue",
+    "ShareGroupStatePartitionMetadataKey",
+    "ShareGroupStatePartitionMetadataValue",
 ]
 TXN_RECORDS = ["TransactionLogKey", "TransactionLogValue"]
 RECORD_SETS = {

@@ -38,7 +38,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Crates a layer must not use: the coordinators' state machines belong above replication, and
+/// Crates a layer must not use: the coordinators' and share partitions' state machines belong
+/// above replication, and
 /// the connections below know nothing of logs or coordinators.
 const FORBIDDEN_CRATES: &[(&str, &[&str])] = &[
     (
@@ -49,14 +50,21 @@ const FORBIDDEN_CRATES: &[(&str, &[&str])] = &[
             "fjord_controller",
             "fjord_group",
             "fjord_txn",
+            "fjord_share",
             "fjord_client",
         ],
     ),
     (
         "link",
-        &["fjord_storage", "fjord_group", "fjord_txn", "fjord_records"],
+        &[
+            "fjord_storage",
+            "fjord_group",
+            "fjord_txn",
+            "fjord_share",
+            "fjord_records",
+        ],
     ),
-    ("replication", &["fjord_group", "fjord_txn"]),
+    ("replication", &["fjord_group", "fjord_txn", "fjord_share"]),
     (
         "metrics",
         &[
@@ -65,6 +73,7 @@ const FORBIDDEN_CRATES: &[(&str, &[&str])] = &[
             "fjord_quorum",
             "fjord_group",
             "fjord_txn",
+            "fjord_share",
             "fjord_client",
         ],
     ),
@@ -75,6 +84,7 @@ const FORBIDDEN_CRATES: &[(&str, &[&str])] = &[
             "fjord_quorum",
             "fjord_group",
             "fjord_txn",
+            "fjord_share",
             "fjord_client",
         ],
     ),

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 pub mod client_metrics;
 mod connection_limits;
+pub mod group_configs;
 mod http;
 mod links;
 mod principal;
@@ -48,6 +49,8 @@ pub enum ConfigSource {
     Default = 5,
     /// A client-metrics subscription's own value (KIP-714).
     ClientMetrics = 7,
+    /// A group's own value (KIP-848, KIP-932).
+    Group = 8,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -975,6 +978,23 @@ broker_configs! {
     group_consumer_max_heartbeat_interval_ms: i32 = "group.consumer.max.heartbeat.interval.ms", Int, Some("15000"), Check::AtLeast(1);
     group_consumer_max_size: i32 = "group.consumer.max.size", Int, Some("2147483647"), Check::AtLeast(1);
     group_consumer_assignors: Vec<String> = "group.consumer.assignors", List, Some("uniform,range"), Check::ListOf(&["uniform", "range"]);
+    group_share_session_timeout_ms: i32 = "group.share.session.timeout.ms", Int, Some("45000"), Check::AtLeast(1);
+    group_share_min_session_timeout_ms: i32 = "group.share.min.session.timeout.ms", Int, Some("45000"), Check::AtLeast(1);
+    group_share_max_session_timeout_ms: i32 = "group.share.max.session.timeout.ms", Int, Some("60000"), Check::AtLeast(1);
+    group_share_heartbeat_interval_ms: i32 = "group.share.heartbeat.interval.ms", Int, Some("5000"), Check::AtLeast(1);
+    group_share_min_heartbeat_interval_ms: i32 = "group.share.min.heartbeat.interval.ms", Int, Some("5000"), Check::AtLeast(1);
+    group_share_max_heartbeat_interval_ms: i32 = "group.share.max.heartbeat.interval.ms", Int, Some("15000"), Check::AtLeast(1);
+    group_share_max_size: i32 = "group.share.max.size", Int, Some("200"), Check::Between(1.0, 1000.0);
+    group_share_delivery_count_limit: i32 = "group.share.delivery.count.limit", Int, Some("5"), Check::Between(2.0, 10.0);
+    group_share_min_delivery_count_limit: i32 = "group.share.min.delivery.count.limit", Int, Some("2"), Check::Between(2.0, 5.0);
+    group_share_max_delivery_count_limit: i32 = "group.share.max.delivery.count.limit", Int, Some("10"), Check::Between(5.0, 25.0);
+    group_share_record_lock_duration_ms: i32 = "group.share.record.lock.duration.ms", Int, Some("30000"), Check::Between(1000.0, 3600000.0);
+    group_share_min_record_lock_duration_ms: i32 = "group.share.min.record.lock.duration.ms", Int, Some("15000"), Check::Between(1000.0, 30000.0);
+    group_share_max_record_lock_duration_ms: i32 = "group.share.max.record.lock.duration.ms", Int, Some("60000"), Check::Between(30000.0, 3600000.0);
+    group_share_partition_max_record_locks: i32 = "group.share.partition.max.record.locks", Int, Some("2000"), Check::Between(100.0, 10000.0);
+    group_share_min_partition_max_record_locks: i32 = "group.share.min.partition.max.record.locks", Int, Some("100"), Check::Between(100.0, 2000.0);
+    group_share_max_partition_max_record_locks: i32 = "group.share.max.partition.max.record.locks", Int, Some("4000"), Check::Between(2000.0, 10000.0);
+    group_share_max_share_sessions: i32 = "group.share.max.share.sessions", Int, Some("2000"), Check::AtLeast(1);
     offsets_retention_minutes: i32 = "offsets.retention.minutes", Int, Some("10080"), Check::AtLeast(1);
     offsets_retention_check_interval_ms: i64 = "offsets.retention.check.interval.ms", Long, Some("600000"), Check::AtLeast(1);
     offsets_commit_timeout_ms: i32 = "offsets.commit.timeout.ms", Int, Some("5000"), Check::AtLeast(1);
@@ -1944,6 +1964,42 @@ impl BrokerConfig {
             ]
             .map(|(k, v)| (k.to_string(), v))
             .into(),
+        }
+    }
+
+    /// The broker's share group settings: each `group.share.*` default with the bounds a
+    /// group's own value is held to.
+    pub fn share_groups(&self) -> group_configs::ShareGroupDefaults {
+        let s = &self.settings;
+        let bounded = |value: i32, min: i32, max: i32| group_configs::Bounded { value, min, max };
+        group_configs::ShareGroupDefaults {
+            session_timeout_ms: bounded(
+                s.group_share_session_timeout_ms,
+                s.group_share_min_session_timeout_ms,
+                s.group_share_max_session_timeout_ms,
+            ),
+            heartbeat_interval_ms: bounded(
+                s.group_share_heartbeat_interval_ms,
+                s.group_share_min_heartbeat_interval_ms,
+                s.group_share_max_heartbeat_interval_ms,
+            ),
+            record_lock_duration_ms: bounded(
+                s.group_share_record_lock_duration_ms,
+                s.group_share_min_record_lock_duration_ms,
+                s.group_share_max_record_lock_duration_ms,
+            ),
+            delivery_count_limit: bounded(
+                s.group_share_delivery_count_limit,
+                s.group_share_min_delivery_count_limit,
+                s.group_share_max_delivery_count_limit,
+            ),
+            partition_max_record_locks: bounded(
+                s.group_share_partition_max_record_locks,
+                s.group_share_min_partition_max_record_locks,
+                s.group_share_max_partition_max_record_locks,
+            ),
+            max_size: s.group_share_max_size,
+            max_share_sessions: s.group_share_max_share_sessions,
         }
     }
 

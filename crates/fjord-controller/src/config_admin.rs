@@ -26,6 +26,7 @@ const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
 const BROKER_LOGGER: i8 = 8;
 const CLIENT_METRICS: i8 = 16;
+const GROUP: i8 = 32;
 
 /// One resource of an alter request: its changes, or why the request shape is refused.
 struct Alteration {
@@ -214,6 +215,14 @@ impl Controller {
                         &alteration.resource_name,
                         changes,
                         replace,
+                    )
+                    .map(|planned| records.extend(planned)),
+                    (Ok(changes), GROUP) => plan::plan_alter_group_configs(
+                        image,
+                        &alteration.resource_name,
+                        changes,
+                        replace,
+                        &self.config.share_groups(),
                     )
                     .map(|planned| records.extend(planned)),
                     (Ok(_), BROKER_LOGGER) => Err(invalid_request(

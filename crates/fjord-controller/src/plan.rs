@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use fjord_metadata::{
     ConfigRecord, MetadataImage, MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord,
-    CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_CLIENT_METRICS, CONFIG_RESOURCE_TOPIC,
+    CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_CLIENT_METRICS, CONFIG_RESOURCE_GROUP,
+    CONFIG_RESOURCE_TOPIC,
 };
 
 use fjord_common::{errors, TopicId};
@@ -777,13 +778,7 @@ pub fn plan_alter_client_metrics(
         .unwrap_or_default();
     // Unknown keys are refused by the whole check below; here they read as non-lists.
     let wanted = planned_values(&current, changes, replace, |_| Ok(None), |_, _| Ok(()))?;
-    let mut after = current.clone();
-    for (key, value) in &wanted {
-        match value {
-            Some(v) => after.insert(key.clone(), v.clone()),
-            None => after.remove(key),
-        };
-    }
+    let after = after_change(&current, &wanted);
     fjord_config::client_metrics::subscription(name, &after)
         .map_err(|refused| refuse(refused.code, refused.message))?;
     Ok(config_records(
@@ -792,6 +787,50 @@ pub fn plan_alter_client_metrics(
         &current,
         wanted,
     ))
+}
+
+/// A group's own configs changed: checked as they would be after the change, against the
+/// broker's bounds (`defaults`). A group need not exist to have configs, as in Kafka.
+pub fn plan_alter_group_configs(
+    image: &MetadataImage,
+    group_id: &str,
+    changes: &[(String, ConfigChange)],
+    replace: bool,
+    defaults: &fjord_config::group_configs::ShareGroupDefaults,
+) -> Result<Vec<MetadataRecord>, Refusal> {
+    if group_id.is_empty() {
+        return Err(refuse(errors::INVALID_REQUEST, "Group name can't be empty"));
+    }
+    let current = image
+        .group_configs()
+        .get(group_id)
+        .cloned()
+        .unwrap_or_default();
+    let wanted = planned_values(&current, changes, replace, |_| Ok(None), |_, _| Ok(()))?;
+    let after = after_change(&current, &wanted);
+    fjord_config::group_configs::check(&after, defaults)
+        .map_err(|refused| refuse(refused.code, refused.message))?;
+    Ok(config_records(
+        CONFIG_RESOURCE_GROUP,
+        group_id,
+        &current,
+        wanted,
+    ))
+}
+
+/// A resource's keys once `wanted` (None: deleted) is applied to `current`.
+fn after_change(
+    current: &BTreeMap<String, String>,
+    wanted: &BTreeMap<String, Option<String>>,
+) -> BTreeMap<String, String> {
+    let mut after = current.clone();
+    for (key, value) in wanted {
+        match value {
+            Some(v) => after.insert(key.clone(), v.clone()),
+            None => after.remove(key),
+        };
+    }
+    after
 }
 
 /// The values `changes` leave for the keys they name (None: deleted), starting from `current`;
@@ -876,6 +915,51 @@ fn config_records(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod group_config_tests {
+    use super::*;
+
+    #[test]
+    fn group_configs_are_checked_and_recorded() {
+        let (config, _) =
+            fjord_config::BrokerConfig::from_properties(&BTreeMap::new()).expect("defaults");
+        let defaults = config.share_groups();
+        let set = |k: &str, v: &str| vec![(k.to_string(), ConfigChange::Set(v.to_string()))];
+        let image = MetadataImage::default();
+        let records = plan_alter_group_configs(
+            &image,
+            "g",
+            &set("share.auto.offset.reset", "earliest"),
+            false,
+            &defaults,
+        )
+        .expect("planned");
+        assert_eq!(records.len(), 1);
+        let refused = plan_alter_group_configs(
+            &image,
+            "g",
+            &set("share.record.lock.duration.ms", "1"),
+            false,
+            &defaults,
+        );
+        assert_eq!(
+            refused.map_err(|r| r.error_code),
+            Err(errors::INVALID_CONFIG)
+        );
+        let refused = plan_alter_group_configs(
+            &image,
+            "",
+            &set("share.auto.offset.reset", "earliest"),
+            false,
+            &defaults,
+        );
+        assert_eq!(
+            refused.map_err(|r| r.error_code),
+            Err(errors::INVALID_REQUEST)
+        );
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,8 @@ pub struct GroupConfig {
     pub group_consumer_max_size: i32,
     /// group.consumer.assignors (names; the first is the default)
     pub group_consumer_assignors: Vec<String>,
+    /// group.share.max.size
+    pub group_share_max_size: i32,
 }
 
 impl Default for GroupConfig {
@@ -58,6 +60,7 @@ impl Default for GroupConfig {
             group_consumer_max_heartbeat_interval_ms: 15_000,
             group_consumer_max_size: i32::MAX,
             group_consumer_assignors: vec!["uniform".to_string(), "range".to_string()],
+            group_share_max_size: 200,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The group coordinator, sans-IO: classic consumer groups (JoinGroup/SyncGroup/Heartbeat/
-//! LeaveGroup), KIP-848 consumer groups (ConsumerGroupHeartbeat), and committed offsets.
+//! LeaveGroup), KIP-848 consumer groups (ConsumerGroupHeartbeat), share groups (KIP-932:
+//! ShareGroupHeartbeat, ShareGroupDescribe), and committed offsets.
 //!
 //! One `GroupCoordinatorShard` per `__consumer_offsets` partition. The broker feeds it requests
 //! and the clock; it answers with `Effects`: records to append to its `__consumer_offsets`
@@ -17,6 +18,7 @@ pub mod consumer_group;
 mod error;
 pub mod records;
 mod shard;
+pub mod share_group;
 mod subscription;
 
 pub use classic::GroupState;
@@ -26,6 +28,7 @@ pub use shard::{
     refusal, ClientInfo, CommittedOffset, GroupCoordinatorShard, GroupSummary,
     MAX_MEMBER_METADATA_BYTES,
 };
+pub use share_group::ShareGroupTimeouts;
 
 /// The first versions that name topics by id (KIP-516, KIP-848, KIP-1319): the broker fills
 /// in their names before a shard sees them, leaving an unknown id's name empty.

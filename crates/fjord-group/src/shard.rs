@@ -37,6 +37,9 @@ use fjord_protocol::messages::offset_fetch_response::{
     OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
     OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
+use fjord_protocol::messages::share_group_describe_response::{self, ShareGroupDescribeResponse};
+use fjord_protocol::messages::share_group_heartbeat_request::ShareGroupHeartbeatRequest;
+use fjord_protocol::messages::share_group_heartbeat_response::ShareGroupHeartbeatResponse;
 use fjord_protocol::messages::sync_group_request::SyncGroupRequest;
 use fjord_protocol::messages::sync_group_response::SyncGroupResponse;
 use fjord_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequest;
@@ -56,6 +59,7 @@ use crate::records::{
     self, GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, RecordKey,
     RecordValue,
 };
+use crate::share_group::{ShareGroupTimeouts, ShareGroups};
 use crate::{
     CoordinatorRecord, Effects, GroupConfig, GroupError, RequestId, Topics, TxnProducer,
     OFFSET_COMMIT_TOPIC_IDS_FROM, OFFSET_FETCH_TOPIC_IDS_FROM, TXN_OFFSET_COMMIT_TOPIC_IDS_FROM,
@@ -72,18 +76,20 @@ const NEW_MEMBER_JOIN_TIMEOUT_MS: i64 = 300_000;
 pub const MAX_MEMBER_METADATA_BYTES: usize = 1 << 20;
 
 /// Who sent a request, for DescribeGroups' member listing (Kafka takes these from the
-/// request header and the connection).
+/// request header and the connection); for a ShareGroupHeartbeat, also the share group's
+/// timeouts as the broker resolved them from the group's configs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClientInfo {
     pub client_id: String,
     pub client_host: String,
+    pub share_group: ShareGroupTimeouts,
 }
 
 /// One group as a metrics scrape reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupSummary {
     pub group_id: String,
-    /// "classic" or "consumer" (KIP-848), as Kafka's group type.
+    /// "classic", "consumer" (KIP-848) or "share" (KIP-932), as Kafka's group type.
     pub protocol: &'static str,
     /// The state as Kafka names it.
     pub state: &'static str,
@@ -123,6 +129,8 @@ pub struct GroupCoordinatorShard {
     groups: BTreeMap<String, ClassicGroup>,
     /// KIP-848 groups; their ids never also name a classic group in `groups`.
     consumer: ConsumerGroups,
+    /// Share groups (KIP-932); their ids name no classic or consumer group.
+    share: ShareGroups,
     offsets: GroupOffsets,
     /// Offsets committed in transactions not yet decided (TxnOffsetCommit), by producer id and
     /// group: the producer's commit marker moves them into `offsets`, its abort marker drops
@@ -306,6 +314,26 @@ pub fn refusal(version: i16, request: &RequestBody, error_code: i16) -> Option<R
                 ..Default::default()
             },
         ),
+        RequestBody::ShareGroupHeartbeat(_) => {
+            ResponseBody::ShareGroupHeartbeat(ShareGroupHeartbeatResponse {
+                error_code,
+                ..Default::default()
+            })
+        }
+        RequestBody::ShareGroupDescribe(r) => {
+            ResponseBody::ShareGroupDescribe(ShareGroupDescribeResponse {
+                groups: r
+                    .group_ids
+                    .iter()
+                    .map(|g| share_group_describe_response::DescribedGroup {
+                        error_code,
+                        group_id: g.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+        }
         _ => return None,
     })
 }
@@ -480,6 +508,7 @@ impl GroupCoordinatorShard {
     pub fn new(config: GroupConfig) -> Self {
         GroupCoordinatorShard {
             consumer: ConsumerGroups::new(consumer_group_config(&config)),
+            share: ShareGroups::default(),
             config,
             groups: BTreeMap::new(),
             offsets: BTreeMap::new(),
@@ -494,10 +523,11 @@ impl GroupCoordinatorShard {
 
     /// The rebalances completed since the last call, classic and consumer (a classic group's
     /// new generation with members; a consumer group's new target assignment), for metrics.
-    pub fn take_rebalances(&mut self) -> (u64, u64) {
+    pub fn take_rebalances(&mut self) -> (u64, u64, u64) {
         (
             std::mem::take(&mut self.classic_rebalances),
             self.consumer.take_rebalances(),
+            self.share.take_rebalances(),
         )
     }
 
@@ -580,6 +610,15 @@ impl GroupCoordinatorShard {
             (RecordKey::GroupMetadata(k), None) => {
                 self.groups.remove(&k.group);
             }
+            (
+                key @ (RecordKey::ShareGroupMemberMetadata(_)
+                | RecordKey::ShareGroupMetadata(_)
+                | RecordKey::ShareGroupTargetAssignmentMetadata(_)
+                | RecordKey::ShareGroupTargetAssignmentMember(_)
+                | RecordKey::ShareGroupCurrentMemberAssignment(_)
+                | RecordKey::ShareGroupStatePartitionMetadata(_)),
+                value,
+            ) => self.share.replay(&key, value.as_ref()),
             (key, value) => self.apply_consumer_group_record(key, value),
         }
         Ok(())
@@ -757,6 +796,20 @@ impl GroupCoordinatorShard {
             RequestBody::ConsumerGroupDescribe(r) => {
                 Some(self.consumer_group_describe(&r.group_ids, topics))
             }
+            RequestBody::ShareGroupHeartbeat(r) => {
+                Some(self.share_group_heartbeat(now_ms, &r, topics, client, &mut fx))
+            }
+            RequestBody::ShareGroupDescribe(r) => {
+                let groups = self.share.describe(&r.group_ids, topics, |id| {
+                    self.groups.contains_key(id) || self.consumer.contains(id)
+                });
+                Some(ResponseBody::ShareGroupDescribe(
+                    ShareGroupDescribeResponse {
+                        groups,
+                        ..Default::default()
+                    },
+                ))
+            }
             // Not a group API: the broker routes only the APIs above to a shard.
             _ => None,
         };
@@ -775,8 +828,9 @@ impl GroupCoordinatorShard {
         for id in ids {
             self.tick_group(now_ms, &id, &mut fx);
         }
-        // Consumer group records are already applied to its state.
+        // Consumer and share group records are already applied to their state.
         fx.records.extend(self.consumer.tick(now_ms));
+        fx.records.extend(self.share.tick(now_ms));
         if self.next_offset_expiry_ms.is_none_or(|t| t <= now_ms) {
             self.expire_offsets(now_ms, &mut fx);
             self.next_offset_expiry_ms =
@@ -788,7 +842,10 @@ impl GroupCoordinatorShard {
     /// The earliest time `tick` has something to do.
     pub fn next_deadline(&self) -> Option<i64> {
         let mut next = self.next_offset_expiry_ms;
-        if let Some(t) = self.consumer.next_deadline() {
+        for t in [self.consumer.next_deadline(), self.share.next_deadline()]
+            .into_iter()
+            .flatten()
+        {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         let mut consider = |t: Option<i64>| {
@@ -852,6 +909,15 @@ impl GroupCoordinatorShard {
                 offsets,
             });
         }
+        for (id, state, members) in self.share.summaries() {
+            summaries.push(GroupSummary {
+                group_id: id,
+                protocol: "share",
+                state,
+                members,
+                offsets: Vec::new(),
+            });
+        }
         for id in self.offsets.keys() {
             if !self.groups.contains_key(id) && !self.consumer.contains(id) {
                 summaries.push(GroupSummary {
@@ -885,6 +951,7 @@ impl GroupCoordinatorShard {
         }
         self.timers_unarmed = false;
         self.consumer.on_loaded(now_ms);
+        self.share.on_loaded(now_ms);
         for g in self.groups.values_mut() {
             for m in g.members.values_mut() {
                 if m.heartbeat_deadline.is_none() {
@@ -997,6 +1064,12 @@ impl GroupCoordinatorShard {
         if let Err((code, message)) = self.consumer.validate_heartbeat(request) {
             return error(code, message);
         }
+        if self.share.contains(&request.group_id) {
+            return error(
+                GROUP_ID_NOT_FOUND,
+                format!("Group {} is not a consumer group.", request.group_id),
+            );
+        }
         let mut replaced_classic = None;
         if let Some(group) = self.groups.get(&request.group_id) {
             // Kafka replaces an empty classic group with a consumer group when a member joins
@@ -1026,6 +1099,35 @@ impl GroupCoordinatorShard {
             fx.records.extend(records);
         }
         ResponseBody::ConsumerGroupHeartbeat(response)
+    }
+
+    /// ShareGroupHeartbeat: refused for an id that names a group of another type (a classic
+    /// group, offsets alone, or a consumer group), as Kafka refuses it.
+    fn share_group_heartbeat(
+        &mut self,
+        now_ms: i64,
+        request: &ShareGroupHeartbeatRequest,
+        topics: &Topics,
+        client: &ClientInfo,
+        fx: &mut Effects,
+    ) -> ResponseBody {
+        let id = &request.group_id;
+        if self.groups.contains_key(id)
+            || self.consumer.contains(id)
+            || self.offsets.contains_key(id)
+        {
+            return ResponseBody::ShareGroupHeartbeat(ShareGroupHeartbeatResponse {
+                error_code: GROUP_ID_NOT_FOUND,
+                error_message: Some(format!("Group {id} is not a share group.")),
+                ..Default::default()
+            });
+        }
+        let max_size = usize::try_from(self.config.group_share_max_size).unwrap_or(0);
+        // Records are applied to the share groups as they are made.
+        let response =
+            self.share
+                .heartbeat(now_ms, request, topics, client, max_size, &mut fx.records);
+        ResponseBody::ShareGroupHeartbeat(response)
     }
 
     fn consumer_group_describe(&self, ids: &[String], topics: &Topics) -> ResponseBody {
@@ -2471,7 +2573,18 @@ impl GroupCoordinatorShard {
                 group_state: state.to_string(),
                 group_type: "consumer".to_string(),
             });
-        let mut groups: Vec<ListedGroup> = classic.chain(consumer).collect();
+        let share = self
+            .share
+            .summaries()
+            .into_iter()
+            .filter(|(_, state, _)| listed(states, types, state, "share"))
+            .map(|(group_id, state, _)| ListedGroup {
+                group_id,
+                protocol_type: "share".to_string(),
+                group_state: state.to_string(),
+                group_type: "share".to_string(),
+            });
+        let mut groups: Vec<ListedGroup> = classic.chain(consumer).chain(share).collect();
         groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         ResponseBody::ListGroups(ListGroupsResponse {
             groups,
@@ -2513,7 +2626,11 @@ impl GroupCoordinatorShard {
                 },
                 // From v6 (KIP-1043) a group that is not a live classic group is refused
                 // GROUP_ID_NOT_FOUND, as Kafka's coordinator does; before, it is described dead.
-                None => self.not_a_classic_group(version, id, self.consumer.contains(id)),
+                None => self.not_a_classic_group(
+                    version,
+                    id,
+                    self.consumer.contains(id) || self.share.contains(id),
+                ),
                 Some(g) if g.state == GroupState::Dead => {
                     self.not_a_classic_group(version, id, false)
                 }
@@ -2599,6 +2716,14 @@ impl GroupCoordinatorShard {
             let code = match self.groups.get(id) {
                 _ if id.is_empty() => INVALID_GROUP_ID,
                 None if self.consumer.contains(id) => self.delete_consumer_group(id, fx),
+                None if self.share.contains(id) => match self.share.delete_group(id) {
+                    // Already applied by `delete_group`.
+                    Ok(records) => {
+                        fx.records.extend(records);
+                        NONE
+                    }
+                    Err(code) => code,
+                },
                 None => GROUP_ID_NOT_FOUND,
                 Some(g) if g.state == GroupState::Dead => GROUP_ID_NOT_FOUND,
                 Some(g) if g.state != GroupState::Empty || !g.pending_join.is_empty() => {

@@ -120,6 +120,7 @@ impl Harness {
         let client = ClientInfo {
             client_id: "client".into(),
             client_host: "/127.0.0.1".into(),
+            ..ClientInfo::default()
         };
         let fx = self
             .shard
@@ -501,13 +502,13 @@ fn members_that_never_sync_are_removed_after_the_rebalance_timeout() {
 fn each_generation_with_members_counts_one_rebalance() {
     let mut h = Harness::new();
     let a = h.stable_single();
-    assert_eq!(h.shard.take_rebalances(), (1, 0));
-    assert_eq!(h.shard.take_rebalances(), (0, 0), "taken once");
+    assert_eq!(h.shard.take_rebalances(), (1, 0, 0));
+    assert_eq!(h.shard.take_rebalances(), (0, 0, 0), "taken once");
     let (_, b_req) = h.new_member();
     let a_req = h.join(&a);
     assert_eq!(join_resp(h.take(a_req)).generation_id, 2);
     join_resp(h.take(b_req));
-    assert_eq!(h.shard.take_rebalances(), (1, 0));
+    assert_eq!(h.shard.take_rebalances(), (1, 0, 0));
 }
 
 #[test]

@@ -116,6 +116,7 @@ impl Harness {
         let client = ClientInfo {
             client_id: "client".into(),
             client_host: "/127.0.0.1".into(),
+            ..ClientInfo::default()
         };
         let fx = self
             .shard
@@ -315,6 +316,7 @@ fn keys(records: &[CoordinatorRecord]) -> Vec<(String, bool)> {
                 RecordKey::ConsumerGroupTargetAssignmentMetadata(_) => "TargetMetadata",
                 RecordKey::ConsumerGroupTargetAssignmentMember(_) => "TargetMember",
                 RecordKey::ConsumerGroupCurrentMemberAssignment(_) => "CurrentAssignment",
+                _ => "ShareGroup",
             };
             (kind.to_string(), value.is_some())
         })
@@ -325,10 +327,10 @@ fn keys(records: &[CoordinatorRecord]) -> Vec<(String, bool)> {
 fn each_new_target_assignment_counts_one_rebalance() {
     let mut h = Harness::new();
     h.join_consumer("cg");
-    assert_eq!(h.shard.take_rebalances(), (0, 1));
+    assert_eq!(h.shard.take_rebalances(), (0, 1, 0));
     h.join_consumer("cg");
-    assert_eq!(h.shard.take_rebalances(), (0, 1));
-    assert_eq!(h.shard.take_rebalances(), (0, 0), "taken once");
+    assert_eq!(h.shard.take_rebalances(), (0, 1, 0));
+    assert_eq!(h.shard.take_rebalances(), (0, 0, 0), "taken once");
 }
 
 #[test]

@@ -20,7 +20,7 @@ use crate::record::{
     ConfigRecord, DelegationTokenRecord, FeatureLevelRecord, MetadataRecord, PartitionChangeRecord,
     PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord,
     UserScramCredentialRecord, Uuid, CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_CLIENT_METRICS,
-    CONFIG_RESOURCE_TOPIC, NO_LEADER,
+    CONFIG_RESOURCE_GROUP, CONFIG_RESOURCE_TOPIC, NO_LEADER,
 };
 use fjord_common::scram::{ScramCredential, ScramMechanism};
 
@@ -174,6 +174,8 @@ pub struct MetadataImage {
     broker_configs: BTreeMap<String, BTreeMap<String, String>>,
     /// Client-metrics subscriptions (KIP-714) by name: the keys each sets.
     client_metrics: BTreeMap<String, BTreeMap<String, String>>,
+    /// Groups' own configs by group id: the keys each sets.
+    group_configs: BTreeMap<String, BTreeMap<String, String>>,
     brokers: BTreeMap<i32, BrokerRegistration>,
     producer_ids: Option<ProducerIdsRecord>,
     features: BTreeMap<String, i16>,
@@ -239,6 +241,11 @@ impl MetadataImage {
     /// subscription whose every key was deleted is gone.
     pub fn client_metrics(&self) -> &BTreeMap<String, BTreeMap<String, String>> {
         &self.client_metrics
+    }
+
+    /// Groups' own configs by group id.
+    pub fn group_configs(&self) -> &BTreeMap<String, BTreeMap<String, String>> {
+        &self.group_configs
     }
 
     /// Node `node_id`'s dynamic broker configs and the cluster-wide default, each empty when none
@@ -380,6 +387,7 @@ impl MetadataImage {
             CONFIG_RESOURCE_CLIENT_METRICS,
             &self.client_metrics,
         );
+        push_configs(&mut out, CONFIG_RESOURCE_GROUP, &self.group_configs);
         for topic in self.topics() {
             out.push(MetadataRecord::Topic(TopicRecord {
                 name: topic.name.clone(),
@@ -730,6 +738,7 @@ impl MetadataDelta {
             }
             CONFIG_RESOURCE_BROKER => &mut self.next.broker_configs,
             CONFIG_RESOURCE_CLIENT_METRICS => &mut self.next.client_metrics,
+            CONFIG_RESOURCE_GROUP => &mut self.next.group_configs,
             other => {
                 return Err(ImageError::UnsupportedConfigResource {
                     resource_type: other,

@@ -14,6 +14,8 @@ pub const CONFIG_RESOURCE_TOPIC: i8 = 2;
 pub const CONFIG_RESOURCE_BROKER: i8 = 4;
 /// A client-metrics subscription (KIP-714), named by the operator.
 pub const CONFIG_RESOURCE_CLIENT_METRICS: i8 = 16;
+/// A group's own configs (Kafka's `ConfigResource.Type.GROUP`).
+pub const CONFIG_RESOURCE_GROUP: i8 = 32;
 
 /// The `leader` value meaning "no replica currently leads this partition".
 pub const NO_LEADER: i32 = -1;
@@ -88,9 +90,10 @@ pub struct PartitionChangeRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfigRecord {
     /// [`CONFIG_RESOURCE_TOPIC`], [`CONFIG_RESOURCE_BROKER`] or
-    /// [`CONFIG_RESOURCE_CLIENT_METRICS`].
+    /// [`CONFIG_RESOURCE_CLIENT_METRICS`] or [`CONFIG_RESOURCE_GROUP`].
     pub resource_type: i8,
-    /// Topic name, broker id as a decimal string, or "" for the cluster-wide broker default.
+    /// Topic name, broker id as a decimal string, "" for the cluster-wide broker default,
+    /// subscription name or group id.
     pub resource_name: String,
     pub name: String,
     pub value: Option<String>,

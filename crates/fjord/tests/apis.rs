@@ -3093,6 +3093,22 @@ fn every_advertised_version_answers() {
                 // The zero instance id: INVALID_REQUEST.
                 ApiKey::PushTelemetry => RequestBody::PushTelemetry(Default::default()),
                 ApiKey::ListConfigResources => RequestBody::ListConfigResources(Default::default()),
+                // An empty member id: INVALID_REQUEST.
+                ApiKey::ShareGroupHeartbeat => RequestBody::ShareGroupHeartbeat(
+                    fjord_protocol::messages::share_group_heartbeat_request::ShareGroupHeartbeatRequest {
+                        group_id: "every".into(),
+                        ..Default::default()
+                    },
+                ),
+                ApiKey::ShareGroupDescribe => RequestBody::ShareGroupDescribe(
+                    fjord_protocol::messages::share_group_describe_request::ShareGroupDescribeRequest {
+                        group_ids: vec!["every".into()],
+                        include_authorized_operations: false,
+                    },
+                ),
+                // No group id: INVALID_REQUEST.
+                ApiKey::ShareFetch => RequestBody::ShareFetch(Default::default()),
+                ApiKey::ShareAcknowledge => RequestBody::ShareAcknowledge(Default::default()),
                 other => panic!("no request built for {}", other.name()),
             };
             let frame = client.encode_request(*api, version, &body);

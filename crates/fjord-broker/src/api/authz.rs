@@ -27,6 +27,7 @@ use fjord_protocol::messages::delete_topics_request::DeleteTopicsRequest;
 use fjord_protocol::messages::describe_groups_request::DescribeGroupsRequest;
 use fjord_protocol::messages::incremental_alter_configs_request::IncrementalAlterConfigsRequest;
 use fjord_protocol::messages::offset_fetch_request::{OffsetFetchRequest, OffsetFetchRequestGroup};
+use fjord_protocol::messages::share_group_describe_request::ShareGroupDescribeRequest;
 use fjord_protocol::messages::{
     offset_commit_request, offset_delete_request, offset_delete_response, offset_fetch_response,
     txn_offset_commit_request,
@@ -230,6 +231,7 @@ fn group_operation(body: &RequestBody, version: i16) -> Option<(AclOperation, &s
         RequestBody::LeaveGroup(r) => (Read, &r.group_id),
         RequestBody::OffsetCommit(r) => (Read, &r.group_id),
         RequestBody::ConsumerGroupHeartbeat(r) => (Read, &r.group_id),
+        RequestBody::ShareGroupHeartbeat(r) => (Read, &r.group_id),
         RequestBody::OffsetDelete(r) => (Delete, &r.group_id),
         RequestBody::OffsetFetch(r) if version < 8 => (Describe, &r.group_id),
         _ => return None,
@@ -460,6 +462,22 @@ pub(crate) fn split(access: &Access, body: &mut RequestBody, version: i16) -> De
                         ..Default::default()
                     };
                     refused(&RequestBody::DescribeGroups(part), version, group_refused)
+                })
+                .flatten()
+        }
+        RequestBody::ShareGroupDescribe(r) => {
+            let group_ids = take(&mut r.group_ids, |g| !access.allows_group(Describe, g));
+            (!group_ids.is_empty())
+                .then(|| {
+                    let part = ShareGroupDescribeRequest {
+                        group_ids,
+                        ..Default::default()
+                    };
+                    refused(
+                        &RequestBody::ShareGroupDescribe(part),
+                        version,
+                        group_refused,
+                    )
                 })
                 .flatten()
         }
@@ -774,6 +792,9 @@ pub(crate) fn merge(into: &mut ResponseBody, extra: ResponseBody) {
             a.groups.extend(b.groups)
         }
         (ResponseBody::ConsumerGroupDescribe(a), ResponseBody::ConsumerGroupDescribe(b)) => {
+            a.groups.extend(b.groups)
+        }
+        (ResponseBody::ShareGroupDescribe(a), ResponseBody::ShareGroupDescribe(b)) => {
             a.groups.extend(b.groups)
         }
         (ResponseBody::DeleteGroups(a), ResponseBody::DeleteGroups(b)) => {

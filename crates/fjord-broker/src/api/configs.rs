@@ -1,4 +1,4 @@
-//! DescribeConfigs: topic, broker and client-metrics configs with their sources and synonyms,
+//! DescribeConfigs: topic, broker, client-metrics and group configs with their sources and synonyms,
 //! as Kafka lists them.
 
 use fjord_common::errors;
@@ -16,6 +16,7 @@ use crate::api::{authz, Access, ClusterApi};
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
 const CLIENT_METRICS: i8 = 16;
+const GROUP: i8 = 32;
 
 /// What one resource of a DescribeConfigs asks for: which keys, and whether with synonyms.
 struct Asked<'a> {
@@ -74,6 +75,16 @@ impl ClusterApi {
                 // A subscription never set is described with the defaults, as Kafka does.
                 CLIENT_METRICS => Ok(client_metrics_entries(
                     image.client_metrics().get(name),
+                    &asked,
+                )),
+                GROUP if name.is_empty() => Err((
+                    errors::INVALID_REQUEST,
+                    "Group name can't be empty".to_string(),
+                )),
+                // A group need not exist to be described: its configs are the defaults.
+                GROUP => Ok(group_entries(
+                    image.group_configs().get(name),
+                    &self.node.config.share_groups(),
                     &asked,
                 )),
                 other => Err((
@@ -214,25 +225,68 @@ fn client_metrics_entries(
     CLIENT_METRICS_CONFIGS
         .iter()
         .filter(|(name, _, _)| asked.wants(name))
-        .map(|&(name, kind, default)| {
-            let (value, source) = match set.and_then(|s| s.get(name)) {
-                Some(value) => (value.clone(), ConfigSource::ClientMetrics),
-                None => (default.to_string(), ConfigSource::Default),
+        .map(
+            |&(name, kind, default)| match set.and_then(|s| s.get(name)) {
+                Some(value) => plain_entry(
+                    name,
+                    kind,
+                    value.clone(),
+                    ConfigSource::ClientMetrics,
+                    asked,
+                ),
+                None => plain_entry(
+                    name,
+                    kind,
+                    default.to_string(),
+                    ConfigSource::Default,
+                    asked,
+                ),
+            },
+        )
+        .collect()
+}
+
+/// The entry of a config with no broker synonyms: its one synonym is itself.
+fn plain_entry(
+    name: &str,
+    kind: ConfigType,
+    value: String,
+    source: ConfigSource,
+    asked: &Asked<'_>,
+) -> DescribeConfigsResourceResult {
+    DescribeConfigsResourceResult {
+        name: name.to_string(),
+        synonyms: if asked.include_synonyms {
+            vec![synonym(name, &value, source)]
+        } else {
+            Vec::new()
+        },
+        value: Some(value),
+        read_only: false,
+        config_source: source as i8,
+        is_sensitive: false,
+        config_type: kind as i8,
+        documentation: None,
+    }
+}
+
+/// A group's configs: its own values, else the broker's defaults (`DEFAULT_CONFIG`, as Kafka
+/// describes them).
+fn group_entries(
+    own: Option<&std::collections::BTreeMap<String, String>>,
+    defaults: &fjord_config::group_configs::ShareGroupDefaults,
+    asked: &Asked<'_>,
+) -> Vec<DescribeConfigsResourceResult> {
+    fjord_config::group_configs::entries(own, defaults)
+        .into_iter()
+        .filter(|(name, ..)| asked.wants(name))
+        .map(|(name, kind, value, is_own)| {
+            let source = if is_own {
+                ConfigSource::Group
+            } else {
+                ConfigSource::Default
             };
-            DescribeConfigsResourceResult {
-                name: name.to_string(),
-                synonyms: if asked.include_synonyms {
-                    vec![synonym(name, &value, source)]
-                } else {
-                    Vec::new()
-                },
-                value: Some(value),
-                read_only: false,
-                config_source: source as i8,
-                is_sensitive: false,
-                config_type: kind as i8,
-                documentation: None,
-            }
+            plain_entry(name, kind, value, source, asked)
         })
         .collect()
 }

@@ -46,6 +46,8 @@ fn is_group_api(api: ApiKey) -> bool {
             | ApiKey::DeleteGroups
             | ApiKey::ConsumerGroupHeartbeat
             | ApiKey::ConsumerGroupDescribe
+            | ApiKey::ShareGroupHeartbeat
+            | ApiKey::ShareGroupDescribe
     )
 }
 
@@ -190,6 +192,19 @@ impl Broker {
                     ),
                     ..Default::default()
                 }))
+            }
+            RequestBody::ShareFetch(request) => {
+                let shares = self.shares.clone();
+                let version = answer.version;
+                answer.later(async move {
+                    ResponseBody::ShareFetch(shares.share_fetch(request, version, access).await)
+                })
+            }
+            RequestBody::ShareAcknowledge(request) => {
+                let acknowledged = self
+                    .shares
+                    .share_acknowledge(&request, answer.version, &access);
+                answer.now(ResponseBody::ShareAcknowledge(acknowledged))
             }
             body if is_group_api(answer.api) => self.groups.group_request(
                 body,

@@ -192,9 +192,14 @@ impl GroupApi {
         client_id: Option<String>,
         access: &Access,
     ) -> Reply {
+        let share_group = match &body {
+            RequestBody::ShareGroupHeartbeat(r) => self.share_group_timeouts(&r.group_id),
+            _ => Default::default(),
+        };
         let client = ClientInfo {
             client_id: client_id.unwrap_or_default(),
             client_host: format!("/{}", access.requester().peer.ip()),
+            share_group,
         };
         let denied = authz::split(access, &mut body, version);
         let metrics = self.replicas.metrics().clone();
@@ -218,6 +223,20 @@ impl GroupApi {
             let answer = this.start_group_request(body, version, &client);
             respond(answer.await)
         }))
+    }
+
+    /// A share group's session timeout and heartbeat interval: its own configs, else the
+    /// broker's `group.share.*` defaults.
+    fn share_group_timeouts(&self, group_id: &str) -> fjord_group::ShareGroupTimeouts {
+        let image = self.node.image();
+        let settings = fjord_config::group_configs::share_group_settings(
+            image.group_configs().get(group_id),
+            &self.node.config.share_groups(),
+        );
+        fjord_group::ShareGroupTimeouts {
+            session_timeout_ms: settings.session_timeout_ms,
+            heartbeat_interval_ms: settings.heartbeat_interval_ms,
+        }
     }
 
     /// Starts a TxnOffsetCommit on its group's shard, checked there against the producer's
@@ -279,6 +298,7 @@ impl GroupApi {
             RequestBody::OffsetCommit(r) => Some(&r.group_id),
             RequestBody::OffsetDelete(r) => Some(&r.group_id),
             RequestBody::ConsumerGroupHeartbeat(r) => Some(&r.group_id),
+            RequestBody::ShareGroupHeartbeat(r) => Some(&r.group_id),
             RequestBody::OffsetFetch(r) if version < 8 => Some(&r.group_id),
             _ => None,
         };

@@ -21,6 +21,7 @@ mod mutation_quota;
 mod produce;
 mod quotas;
 mod refusals;
+mod share;
 mod telemetry;
 mod tls_configs;
 mod tokens;
@@ -55,6 +56,7 @@ use tokio::sync::watch;
 use crate::api::fetch_session::FetchSessionCache;
 use crate::coordinator::group::GroupRuntime;
 use crate::coordinator::producer_ids::ProducerIds;
+use crate::coordinator::share::SharePartitions;
 use crate::coordinator::txn::TxnRuntime;
 use crate::link::controller::ControllerLink;
 use crate::link::peers::LinkPool;
@@ -97,6 +99,7 @@ pub struct Broker {
     pub(crate) groups: Arc<GroupApi>,
     pub(crate) txns: Arc<TxnApi>,
     pub(crate) cluster: Arc<ClusterApi>,
+    pub(crate) shares: Arc<ShareApi>,
 }
 
 /// What a broker is built from: its identity and image, the partitions it hosts, and the
@@ -158,6 +161,13 @@ pub(crate) struct GroupApi {
     /// TxnOffsetCommit's verification, and the transaction coordinator FindCoordinator loads.
     txns: Arc<TxnApi>,
     forwarder: Arc<Forwarder>,
+}
+
+/// ShareFetch and ShareAcknowledge (`share`) on the share partitions this broker leads.
+pub(crate) struct ShareApi {
+    node: Arc<Node>,
+    replicas: Arc<ReplicaManager>,
+    pub(crate) shares: Arc<SharePartitions>,
 }
 
 /// The transaction APIs (`txn`, `txn_verify`, `txn_admin`), on the transaction coordinator
@@ -291,6 +301,13 @@ impl Broker {
                 txns: txn_api.clone(),
                 forwarder: forwarder.clone(),
             }),
+            shares: Arc::new(ShareApi {
+                shares: Arc::new(SharePartitions::new(
+                    usize::try_from(node.config.share_groups().max_share_sessions).unwrap_or(1),
+                )),
+                node: node.clone(),
+                replicas: replicas.clone(),
+            }),
             cluster: Arc::new(ClusterApi {
                 telemetry: Arc::new(ClientTelemetry::new(node.config.telemetry_max_bytes())),
                 node: node.clone(),
@@ -316,6 +333,11 @@ impl Broker {
     /// The transaction coordinator runtime.
     pub(crate) fn txn_runtime(&self) -> &Arc<TxnRuntime> {
         &self.txns.txns
+    }
+
+    /// The share partitions this broker leads (the server's timers expire their locks).
+    pub(crate) fn share_partitions(&self) -> &Arc<SharePartitions> {
+        &self.shares.shares
     }
 }
 

@@ -27,6 +27,7 @@ use fjord_protocol::messages::delete_groups_request::DeleteGroupsRequest;
 use fjord_protocol::messages::describe_groups_request::DescribeGroupsRequest;
 use fjord_protocol::messages::list_groups_response::ListGroupsResponse;
 use fjord_protocol::messages::offset_fetch_request::OffsetFetchRequest;
+use fjord_protocol::messages::share_group_describe_request::ShareGroupDescribeRequest;
 use fjord_protocol::{RequestBody, ResponseBody};
 use tokio::sync::{oneshot, Notify};
 
@@ -371,8 +372,8 @@ impl GroupRuntime {
     /// Moves the rebalances the shard ran into the broker's metrics (after any undo: an undone
     /// run did not rebalance).
     fn count_rebalances(&self, shard: &mut GroupShard) {
-        let (classic, consumer) = shard.core.take_rebalances();
-        (self.shards.metrics().coordinators).rebalanced(classic, consumer);
+        let (classic, consumer, share) = shard.core.take_rebalances();
+        (self.shards.metrics().coordinators).rebalanced(classic, consumer, share);
     }
 
     /// Appends the effects' records under the shard lock; returns what must be flushed and the
@@ -576,6 +577,15 @@ impl GroupRuntime {
                     (partition, RequestBody::ConsumerGroupDescribe(part))
                 })
                 .collect(),
+            RequestBody::ShareGroupDescribe(r) => split(&r.group_ids)
+                .map(|(partition, group_ids)| {
+                    let part = ShareGroupDescribeRequest {
+                        group_ids,
+                        ..r.clone()
+                    };
+                    (partition, RequestBody::ShareGroupDescribe(part))
+                })
+                .collect(),
             RequestBody::OffsetFetch(r) if version >= 8 => {
                 let ids: Vec<String> = r.groups.iter().map(|g| g.group_id.clone()).collect();
                 split(&ids)
@@ -623,6 +633,7 @@ fn empty_answer(request: &RequestBody) -> ResponseBody {
         RequestBody::ConsumerGroupDescribe(_) => {
             ResponseBody::ConsumerGroupDescribe(Default::default())
         }
+        RequestBody::ShareGroupDescribe(_) => ResponseBody::ShareGroupDescribe(Default::default()),
         _ => ResponseBody::OffsetFetch(Default::default()),
     }
 }
@@ -637,6 +648,9 @@ fn merge_answer(merged: &mut ResponseBody, part: ResponseBody) {
             m.results.extend(a.results)
         }
         (ResponseBody::ConsumerGroupDescribe(m), ResponseBody::ConsumerGroupDescribe(a)) => {
+            m.groups.extend(a.groups)
+        }
+        (ResponseBody::ShareGroupDescribe(m), ResponseBody::ShareGroupDescribe(a)) => {
             m.groups.extend(a.groups)
         }
         (ResponseBody::OffsetFetch(m), ResponseBody::OffsetFetch(a)) => m.groups.extend(a.groups),

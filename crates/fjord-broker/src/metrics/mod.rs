@@ -168,7 +168,7 @@ impl Metrics {
             d.waiting.clone(),
         );
         let co = &self.coordinators;
-        for protocol in ["classic", "consumer"] {
+        for protocol in ["classic", "consumer", "share"] {
             let _ = co.rebalances.get_or_create(&[("protocol", protocol)]);
         }
         for result in ["commit", "abort"] {
@@ -533,10 +533,14 @@ pub struct CoordinatorMetrics {
 }
 
 impl CoordinatorMetrics {
-    /// Rebalances the group coordinator ran: `classic` new generations, `consumer` new target
-    /// assignments.
-    pub fn rebalanced(&self, classic: u64, consumer: u64) {
-        for (protocol, n) in [("classic", classic), ("consumer", consumer)] {
+    /// Rebalances the group coordinator ran: `classic` new generations, `consumer` and `share`
+    /// new target assignments.
+    pub fn rebalanced(&self, classic: u64, consumer: u64, share: u64) {
+        for (protocol, n) in [
+            ("classic", classic),
+            ("consumer", consumer),
+            ("share", share),
+        ] {
             if n > 0 {
                 self.rebalances
                     .get_or_create(&[("protocol", protocol)])
@@ -722,6 +726,7 @@ mod tests {
             "fjord_delayed_operations{operation=\"produce\"} 0\n",
             "fjord_delayed_operations{operation=\"fetch\"} 0\n",
             "fjord_group_rebalances_total{protocol=\"consumer\"} 0\n",
+            "fjord_group_rebalances_total{protocol=\"share\"} 0\n",
             "fjord_txn_markers_written_total{result=\"abort\"} 0\n",
         ] {
             assert!(text.contains(series), "{series} in {text}");
@@ -729,7 +734,7 @@ mod tests {
         let first = metrics.delayed.delayed(DelayedOperation::Fetch);
         let second = metrics.delayed.delayed(DelayedOperation::Fetch);
         drop(first);
-        metrics.coordinators.rebalanced(2, 0);
+        metrics.coordinators.rebalanced(2, 0, 3);
         metrics.coordinators.marker_written(true);
         metrics.storage.synced_in(std::path::Path::new("/data/a"));
         metrics.storage.synced_in(std::path::Path::new("/data/a"));
@@ -738,6 +743,7 @@ mod tests {
             "fjord_delayed_operations{operation=\"fetch\"} 1\n",
             "fjord_group_rebalances_total{protocol=\"classic\"} 2\n",
             "fjord_group_rebalances_total{protocol=\"consumer\"} 0\n",
+            "fjord_group_rebalances_total{protocol=\"share\"} 3\n",
             "fjord_txn_markers_written_total{result=\"commit\"} 1\n",
             "fjord_log_dir_fsyncs_total{dir=\"/data/a\"} 2\n",
         ] {

@@ -23,8 +23,11 @@ pub(crate) async fn run_timers(
     loop {
         let now = now_ms();
         let next = earliest(
-            broker.group_runtime().run_due_timers(now).await,
-            broker.txns.run_due_txn_timers(now).await,
+            earliest(
+                broker.group_runtime().run_due_timers(now).await,
+                broker.txns.run_due_txn_timers(now).await,
+            ),
+            broker.share_partitions().expire_due(now),
         );
         let wait_ms = next.map_or(1000, |d| (d - now_ms()).clamp(10, 1000));
         tokio::select! {
@@ -45,6 +48,7 @@ pub(crate) fn follow_leadership(broker: &Arc<Broker>) {
             tracing::warn!(%error, "cannot load a group coordinator shard");
         }
     }
+    broker.share_partitions().drop_unled(broker.replicas());
     broker.txn_runtime().shards.unload_unled();
     if !broker.txn_runtime().shards.all_loaded() {
         if let Err(error) = broker.txns.load_txn_coordinators() {
@@ -84,5 +88,6 @@ pub(super) fn group_config(config: &BrokerConfig) -> fjord_group::GroupConfig {
         group_consumer_max_heartbeat_interval_ms: g.consumer_max_heartbeat_interval_ms,
         group_consumer_max_size: g.consumer_max_size,
         group_consumer_assignors: g.consumer_assignors,
+        group_share_max_size: config.share_groups().max_size,
     }
 }

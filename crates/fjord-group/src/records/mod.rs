@@ -33,6 +33,18 @@ pub enum RecordKey {
     ConsumerGroupTargetAssignmentMember(ConsumerGroupTargetAssignmentMemberKey),
     /// Type 8.
     ConsumerGroupCurrentMemberAssignment(ConsumerGroupCurrentMemberAssignmentKey),
+    /// Type 10 (a share group's, KIP-932).
+    ShareGroupMemberMetadata(ShareGroupMemberMetadataKey),
+    /// Type 11 (a share group's, KIP-932).
+    ShareGroupMetadata(ShareGroupMetadataKey),
+    /// Type 12 (a share group's, KIP-932).
+    ShareGroupTargetAssignmentMetadata(ShareGroupTargetAssignmentMetadataKey),
+    /// Type 13 (a share group's, KIP-932).
+    ShareGroupTargetAssignmentMember(ShareGroupTargetAssignmentMemberKey),
+    /// Type 14 (a share group's, KIP-932).
+    ShareGroupCurrentMemberAssignment(ShareGroupCurrentMemberAssignmentKey),
+    /// Type 15 (a share group's, KIP-932).
+    ShareGroupStatePartitionMetadata(ShareGroupStatePartitionMetadataKey),
 }
 
 /// The value of a `__consumer_offsets` record; its variant matches the key's.
@@ -46,6 +58,12 @@ pub enum RecordValue {
     ConsumerGroupTargetAssignmentMetadata(ConsumerGroupTargetAssignmentMetadataValue),
     ConsumerGroupTargetAssignmentMember(ConsumerGroupTargetAssignmentMemberValue),
     ConsumerGroupCurrentMemberAssignment(ConsumerGroupCurrentMemberAssignmentValue),
+    ShareGroupMemberMetadata(ShareGroupMemberMetadataValue),
+    ShareGroupMetadata(ShareGroupMetadataValue),
+    ShareGroupTargetAssignmentMetadata(ShareGroupTargetAssignmentMetadataValue),
+    ShareGroupTargetAssignmentMember(ShareGroupTargetAssignmentMemberValue),
+    ShareGroupCurrentMemberAssignment(ShareGroupCurrentMemberAssignmentValue),
+    ShareGroupStatePartitionMetadata(ShareGroupStatePartitionMetadataValue),
 }
 
 impl RecordKey {
@@ -60,6 +78,12 @@ impl RecordKey {
             RecordKey::ConsumerGroupTargetAssignmentMetadata(_) => 6,
             RecordKey::ConsumerGroupTargetAssignmentMember(_) => 7,
             RecordKey::ConsumerGroupCurrentMemberAssignment(_) => 8,
+            RecordKey::ShareGroupMemberMetadata(_) => 10,
+            RecordKey::ShareGroupMetadata(_) => 11,
+            RecordKey::ShareGroupTargetAssignmentMetadata(_) => 12,
+            RecordKey::ShareGroupTargetAssignmentMember(_) => 13,
+            RecordKey::ShareGroupCurrentMemberAssignment(_) => 14,
+            RecordKey::ShareGroupStatePartitionMetadata(_) => 15,
         }
     }
 
@@ -74,6 +98,12 @@ impl RecordKey {
             RecordKey::ConsumerGroupTargetAssignmentMetadata(k) => &k.group_id,
             RecordKey::ConsumerGroupTargetAssignmentMember(k) => &k.group_id,
             RecordKey::ConsumerGroupCurrentMemberAssignment(k) => &k.group_id,
+            RecordKey::ShareGroupMemberMetadata(k) => &k.group_id,
+            RecordKey::ShareGroupMetadata(k) => &k.group_id,
+            RecordKey::ShareGroupTargetAssignmentMetadata(k) => &k.group_id,
+            RecordKey::ShareGroupTargetAssignmentMember(k) => &k.group_id,
+            RecordKey::ShareGroupCurrentMemberAssignment(k) => &k.group_id,
+            RecordKey::ShareGroupStatePartitionMetadata(k) => &k.group_id,
         }
     }
 
@@ -88,6 +118,13 @@ impl RecordKey {
             RecordKey::ConsumerGroupTargetAssignmentMetadata(k) => k.encode(out, version)?,
             RecordKey::ConsumerGroupTargetAssignmentMember(k) => k.encode(out, version)?,
             RecordKey::ConsumerGroupCurrentMemberAssignment(k) => k.encode(out, version)?,
+            // Kafka 4.4's share group keys are version 0 behind their record type.
+            RecordKey::ShareGroupMemberMetadata(k) => k.encode(out, 0)?,
+            RecordKey::ShareGroupMetadata(k) => k.encode(out, 0)?,
+            RecordKey::ShareGroupTargetAssignmentMetadata(k) => k.encode(out, 0)?,
+            RecordKey::ShareGroupTargetAssignmentMember(k) => k.encode(out, 0)?,
+            RecordKey::ShareGroupCurrentMemberAssignment(k) => k.encode(out, 0)?,
+            RecordKey::ShareGroupStatePartitionMetadata(k) => k.encode(out, 0)?,
         }
         Ok(())
     }
@@ -112,6 +149,22 @@ impl RecordKey {
             ),
             8 => RecordKey::ConsumerGroupCurrentMemberAssignment(
                 ConsumerGroupCurrentMemberAssignmentKey::decode(input, v)?,
+            ),
+            10 => {
+                RecordKey::ShareGroupMemberMetadata(ShareGroupMemberMetadataKey::decode(input, 0)?)
+            }
+            11 => RecordKey::ShareGroupMetadata(ShareGroupMetadataKey::decode(input, 0)?),
+            12 => RecordKey::ShareGroupTargetAssignmentMetadata(
+                ShareGroupTargetAssignmentMetadataKey::decode(input, 0)?,
+            ),
+            13 => RecordKey::ShareGroupTargetAssignmentMember(
+                ShareGroupTargetAssignmentMemberKey::decode(input, 0)?,
+            ),
+            14 => RecordKey::ShareGroupCurrentMemberAssignment(
+                ShareGroupCurrentMemberAssignmentKey::decode(input, 0)?,
+            ),
+            15 => RecordKey::ShareGroupStatePartitionMetadata(
+                ShareGroupStatePartitionMetadataKey::decode(input, 0)?,
             ),
             other => return Err(GroupError::UnknownRecordType(other)),
         })
@@ -141,6 +194,12 @@ impl RecordValue {
             RecordValue::ConsumerGroupTargetAssignmentMetadata(_) => 6,
             RecordValue::ConsumerGroupTargetAssignmentMember(_) => 7,
             RecordValue::ConsumerGroupCurrentMemberAssignment(_) => 8,
+            RecordValue::ShareGroupMemberMetadata(_) => 10,
+            RecordValue::ShareGroupMetadata(_) => 11,
+            RecordValue::ShareGroupTargetAssignmentMetadata(_) => 12,
+            RecordValue::ShareGroupTargetAssignmentMember(_) => 13,
+            RecordValue::ShareGroupCurrentMemberAssignment(_) => 14,
+            RecordValue::ShareGroupStatePartitionMetadata(_) => 15,
         }
     }
 
@@ -154,6 +213,12 @@ impl RecordValue {
             RecordValue::ConsumerGroupTargetAssignmentMetadata(v) => v.encode(out, version)?,
             RecordValue::ConsumerGroupTargetAssignmentMember(v) => v.encode(out, version)?,
             RecordValue::ConsumerGroupCurrentMemberAssignment(v) => v.encode(out, version)?,
+            RecordValue::ShareGroupMemberMetadata(v) => v.encode(out, version)?,
+            RecordValue::ShareGroupMetadata(v) => v.encode(out, version)?,
+            RecordValue::ShareGroupTargetAssignmentMetadata(v) => v.encode(out, version)?,
+            RecordValue::ShareGroupTargetAssignmentMember(v) => v.encode(out, version)?,
+            RecordValue::ShareGroupCurrentMemberAssignment(v) => v.encode(out, version)?,
+            RecordValue::ShareGroupStatePartitionMetadata(v) => v.encode(out, version)?,
         }
         Ok(())
     }
@@ -201,6 +266,32 @@ impl RecordValue {
             RecordKey::ConsumerGroupCurrentMemberAssignment(_) => {
                 RecordValue::ConsumerGroupCurrentMemberAssignment(
                     ConsumerGroupCurrentMemberAssignmentValue::decode(input, v)?,
+                )
+            }
+            RecordKey::ShareGroupMemberMetadata(_) => RecordValue::ShareGroupMemberMetadata(
+                ShareGroupMemberMetadataValue::decode(input, v)?,
+            ),
+            RecordKey::ShareGroupMetadata(_) => {
+                RecordValue::ShareGroupMetadata(ShareGroupMetadataValue::decode(input, v)?)
+            }
+            RecordKey::ShareGroupTargetAssignmentMetadata(_) => {
+                RecordValue::ShareGroupTargetAssignmentMetadata(
+                    ShareGroupTargetAssignmentMetadataValue::decode(input, v)?,
+                )
+            }
+            RecordKey::ShareGroupTargetAssignmentMember(_) => {
+                RecordValue::ShareGroupTargetAssignmentMember(
+                    ShareGroupTargetAssignmentMemberValue::decode(input, v)?,
+                )
+            }
+            RecordKey::ShareGroupCurrentMemberAssignment(_) => {
+                RecordValue::ShareGroupCurrentMemberAssignment(
+                    ShareGroupCurrentMemberAssignmentValue::decode(input, v)?,
+                )
+            }
+            RecordKey::ShareGroupStatePartitionMetadata(_) => {
+                RecordValue::ShareGroupStatePartitionMetadata(
+                    ShareGroupStatePartitionMetadataValue::decode(input, v)?,
                 )
             }
         })

@@ -1,0 +1,374 @@
+//! Share groups (KIP-932) over the wire against the built binary: a share group's configs, a
+//! member joining by ShareGroupHeartbeat, records acquired by ShareFetch and acknowledged by
+//! ShareAcknowledge, and Kafka's answers to stale session epochs, members acknowledging what
+//! they do not hold, and malformed acknowledgement batches.
+#[macro_use]
+mod common;
+
+use common::{Client, TestBroker};
+use fjord_protocol::messages::create_topics_request::CreateTopicsRequest;
+use fjord_protocol::messages::delete_groups_request::DeleteGroupsRequest;
+use fjord_protocol::messages::describe_configs_request::{
+    DescribeConfigsRequest, DescribeConfigsResource,
+};
+use fjord_protocol::messages::describe_groups_request::DescribeGroupsRequest;
+use fjord_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
+};
+use fjord_protocol::messages::list_groups_request::ListGroupsRequest;
+use fjord_protocol::messages::share_acknowledge_request::{
+    AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckBatch,
+    ShareAcknowledgeRequest,
+};
+use fjord_protocol::messages::share_fetch_request::{
+    AcknowledgementBatch, FetchPartition, FetchTopic, ShareFetchRequest,
+};
+use fjord_protocol::messages::share_fetch_response::ShareFetchResponse;
+use fjord_protocol::messages::share_group_describe_request::ShareGroupDescribeRequest;
+use fjord_protocol::messages::share_group_heartbeat_request::ShareGroupHeartbeatRequest;
+use fjord_protocol::{RequestBody, ResponseBody, Uuid};
+use fjord_records::{BatchBuilder, Compression};
+
+const NONE: i16 = 0;
+const INVALID_CONFIG: i16 = 40;
+const INVALID_REQUEST: i16 = 42;
+const NON_EMPTY_GROUP: i16 = 68;
+const GROUP_ID_NOT_FOUND: i16 = 69;
+const INVALID_RECORD_STATE: i16 = 121;
+const SHARE_SESSION_NOT_FOUND: i16 = 122;
+const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
+const GROUP_RESOURCE: i8 = 32;
+const GROUP: &str = "workers";
+
+fn create_topic(client: &mut Client, name: &str) -> Uuid {
+    let response = expect!(
+        client.request(
+            7,
+            RequestBody::CreateTopics(CreateTopicsRequest {
+                topics: vec![common::creatable_topic(name, 1, &[])],
+                timeout_ms: 10_000,
+                validate_only: false,
+            }),
+        ),
+        CreateTopics
+    );
+    assert_eq!(response.topics[0].error_code, NONE, "{response:?}");
+    response.topics[0].topic_id
+}
+
+fn produce(client: &mut Client, topic: &str, count: usize) {
+    let mut builder = BatchBuilder::new(Compression::None);
+    for i in 0..count {
+        builder
+            .append(
+                1_700_000_000_000 + i as i64,
+                None,
+                Some(format!("r{i}").as_bytes()),
+                &[],
+            )
+            .expect("append");
+    }
+    let (code, _) = common::produce_batch(client, topic, builder.build().expect("build").freeze());
+    assert_eq!(code, NONE);
+}
+
+fn alter_group_config(client: &mut Client, name: &str, value: &str) -> i16 {
+    let response = expect!(
+        client.request(
+            1,
+            RequestBody::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+                resources: vec![AlterConfigsResource {
+                    resource_type: GROUP_RESOURCE,
+                    resource_name: GROUP.to_string(),
+                    configs: vec![AlterableConfig {
+                        name: name.to_string(),
+                        config_operation: 0,
+                        value: Some(value.to_string()),
+                    }],
+                }],
+                validate_only: false,
+            }),
+        ),
+        IncrementalAlterConfigs
+    );
+    response.responses[0].error_code
+}
+
+fn heartbeat(client: &mut Client, member: &str, epoch: i32) -> (i16, i32, usize) {
+    let response = expect!(
+        client.request(
+            1,
+            RequestBody::ShareGroupHeartbeat(ShareGroupHeartbeatRequest {
+                group_id: GROUP.to_string(),
+                member_id: member.to_string(),
+                member_epoch: epoch,
+                rack_id: None,
+                subscribed_topic_names: (epoch == 0).then(|| vec!["jobs".to_string()]),
+            }),
+        ),
+        ShareGroupHeartbeat
+    );
+    let assigned = response.assignment.map_or(0, |a| {
+        a.topic_partitions.iter().map(|t| t.partitions.len()).sum()
+    });
+    (response.error_code, response.member_epoch, assigned)
+}
+
+fn share_fetch(
+    client: &mut Client,
+    member: &str,
+    epoch: i32,
+    topic_id: Uuid,
+    acks: Vec<AcknowledgementBatch>,
+) -> ShareFetchResponse {
+    expect!(
+        client.request(
+            2,
+            RequestBody::ShareFetch(ShareFetchRequest {
+                group_id: Some(GROUP.to_string()),
+                member_id: Some(member.to_string()),
+                share_session_epoch: epoch,
+                max_wait_ms: 500,
+                min_bytes: 1,
+                max_bytes: 1 << 20,
+                max_records: 500,
+                batch_size: 500,
+                topics: vec![FetchTopic {
+                    topic_id,
+                    partitions: vec![FetchPartition {
+                        partition_index: 0,
+                        acknowledgement_batches: acks,
+                        ..Default::default()
+                    }],
+                }],
+                ..Default::default()
+            }),
+        ),
+        ShareFetch
+    )
+}
+
+/// (first, last, delivery count) of each range a fetch acquired.
+fn acquired(response: &ShareFetchResponse) -> Vec<(i64, i64, i16)> {
+    response
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .flat_map(|p| &p.acquired_records)
+        .map(|a| (a.first_offset, a.last_offset, a.delivery_count))
+        .collect()
+}
+
+fn acknowledge(
+    client: &mut Client,
+    member: &str,
+    epoch: i32,
+    topic_id: Uuid,
+    batches: &[(i64, i64, i8)],
+) -> (i16, i16) {
+    let response = expect!(
+        client.request(
+            2,
+            RequestBody::ShareAcknowledge(ShareAcknowledgeRequest {
+                group_id: Some(GROUP.to_string()),
+                member_id: Some(member.to_string()),
+                share_session_epoch: epoch,
+                is_renew_ack: false,
+                topics: vec![AcknowledgeTopic {
+                    topic_id,
+                    partitions: vec![AcknowledgePartition {
+                        partition_index: 0,
+                        acknowledgement_batches: batches
+                            .iter()
+                            .map(|&(first_offset, last_offset, ty)| AckBatch {
+                                first_offset,
+                                last_offset,
+                                acknowledge_types: vec![ty],
+                            })
+                            .collect(),
+                    }],
+                }],
+            }),
+        ),
+        ShareAcknowledge
+    );
+    let partition = response
+        .responses
+        .first()
+        .and_then(|t| t.partitions.first());
+    (response.error_code, partition.map_or(-2, |p| p.error_code))
+}
+
+#[test]
+fn a_share_group_acquires_acknowledges_and_redelivers() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    let topic_id = create_topic(&mut client, "jobs");
+    produce(&mut client, "jobs", 10);
+
+    // The group's configs: checked against the broker's bounds, described as the group's own.
+    assert_eq!(
+        alter_group_config(&mut client, "share.record.lock.duration.ms", "10"),
+        INVALID_CONFIG
+    );
+    assert_eq!(
+        alter_group_config(&mut client, "share.auto.offset.reset", "earliest"),
+        NONE
+    );
+    let described = expect!(
+        client.request(
+            4,
+            RequestBody::DescribeConfigs(DescribeConfigsRequest {
+                resources: vec![DescribeConfigsResource {
+                    resource_type: GROUP_RESOURCE,
+                    resource_name: GROUP.to_string(),
+                    configuration_keys: Some(vec!["share.auto.offset.reset".to_string()]),
+                }],
+                ..Default::default()
+            }),
+        ),
+        DescribeConfigs
+    );
+    let entry = &described.results[0].configs[0];
+    assert_eq!(
+        (entry.value.as_deref(), entry.config_source),
+        (Some("earliest"), 8)
+    );
+
+    // Two members; with one partition both are assigned it.
+    assert_eq!(heartbeat(&mut client, "member-a", 0), (NONE, 1, 1));
+    assert_eq!(heartbeat(&mut client, "member-b", 0), (NONE, 2, 1));
+
+    // A session opens at epoch 0, without acknowledgements.
+    let ack = |first, last, ty| AcknowledgementBatch {
+        first_offset: first,
+        last_offset: last,
+        acknowledge_types: vec![ty],
+    };
+    let refused = share_fetch(&mut client, "member-a", 0, topic_id, vec![ack(0, 0, 1)]);
+    assert_eq!(refused.error_code, INVALID_REQUEST);
+    let first = share_fetch(&mut client, "member-a", 0, topic_id, vec![]);
+    assert_eq!(first.error_code, NONE, "{first:?}");
+    assert_eq!(acquired(&first), vec![(0, 9, 1)]);
+    assert!(first.acquisition_lock_timeout_ms > 0);
+    let records = first.responses[0].partitions[0]
+        .records
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        !records.is_empty(),
+        "the acquired records' batches come with them"
+    );
+
+    // Nothing left for member b; stale epochs and unknown sessions are refused.
+    let empty = share_fetch(&mut client, "member-b", 0, topic_id, vec![]);
+    assert_eq!((empty.error_code, acquired(&empty)), (NONE, vec![]));
+    assert_eq!(
+        share_fetch(&mut client, "member-b", 7, topic_id, vec![]).error_code,
+        INVALID_SHARE_SESSION_EPOCH
+    );
+    assert_eq!(
+        share_fetch(&mut client, "member-c", 1, topic_id, vec![]).error_code,
+        SHARE_SESSION_NOT_FOUND
+    );
+    assert_eq!(
+        acknowledge(&mut client, "member-c", 0, topic_id, &[]).0,
+        INVALID_SHARE_SESSION_EPOCH
+    );
+
+    // Member b may not acknowledge what member a holds; overlapping batches are malformed.
+    assert_eq!(
+        acknowledge(&mut client, "member-b", 1, topic_id, &[(0, 4, 1)]),
+        (NONE, INVALID_RECORD_STATE)
+    );
+    assert_eq!(
+        acknowledge(
+            &mut client,
+            "member-a",
+            1,
+            topic_id,
+            &[(0, 4, 1), (4, 6, 1)]
+        ),
+        (NONE, INVALID_REQUEST)
+    );
+    // Member a accepts 0-4 and releases 5-9: member b gets 5-9 on their second delivery.
+    assert_eq!(
+        acknowledge(
+            &mut client,
+            "member-a",
+            2,
+            topic_id,
+            &[(0, 4, 1), (5, 9, 2)]
+        ),
+        (NONE, NONE)
+    );
+    let second = share_fetch(&mut client, "member-b", 2, topic_id, vec![]);
+    assert_eq!(acquired(&second), vec![(5, 9, 2)]);
+    // Closing b's session releases them; a gets them a third time, with a's piggy-backed ack.
+    assert_eq!(
+        acknowledge(&mut client, "member-b", -1, topic_id, &[]),
+        (NONE, NONE)
+    );
+    let third = share_fetch(&mut client, "member-a", 3, topic_id, vec![]);
+    assert_eq!(acquired(&third), vec![(5, 9, 3)]);
+    let done = share_fetch(&mut client, "member-a", 4, topic_id, vec![ack(5, 9, 1)]);
+    let partition = &done.responses[0].partitions[0];
+    assert_eq!(
+        (partition.acknowledge_error_code, acquired(&done)),
+        (NONE, vec![])
+    );
+
+    // The group as Kafka's tools see it.
+    let listed = expect!(
+        client.request(5, RequestBody::ListGroups(ListGroupsRequest::default())),
+        ListGroups
+    );
+    let group = listed
+        .groups
+        .iter()
+        .find(|g| g.group_id == GROUP)
+        .expect("listed");
+    assert_eq!(
+        (group.group_type.as_str(), group.group_state.as_str()),
+        ("share", "Stable")
+    );
+    let described = expect!(
+        client.request(
+            1,
+            RequestBody::ShareGroupDescribe(ShareGroupDescribeRequest {
+                group_ids: vec![GROUP.to_string()],
+                include_authorized_operations: false,
+            }),
+        ),
+        ShareGroupDescribe
+    );
+    assert_eq!(described.groups[0].members.len(), 2);
+    let classic = expect!(
+        client.request(
+            6,
+            RequestBody::DescribeGroups(DescribeGroupsRequest {
+                groups: vec![GROUP.to_string()],
+                ..Default::default()
+            }),
+        ),
+        DescribeGroups
+    );
+    assert_eq!(classic.groups[0].error_code, GROUP_ID_NOT_FOUND);
+    let delete = |client: &mut Client| {
+        expect!(
+            client.request(
+                2,
+                RequestBody::DeleteGroups(DeleteGroupsRequest {
+                    groups_names: vec![GROUP.to_string()],
+                }),
+            ),
+            DeleteGroups
+        )
+        .results[0]
+            .error_code
+    };
+    assert_eq!(delete(&mut client), NON_EMPTY_GROUP);
+    assert_eq!(heartbeat(&mut client, "member-a", -1).0, NONE);
+    assert_eq!(heartbeat(&mut client, "member-b", -1).0, NONE);
+    assert_eq!(delete(&mut client), NONE);
+}
