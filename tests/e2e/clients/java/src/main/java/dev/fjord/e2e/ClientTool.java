@@ -38,7 +38,7 @@ public final class ClientTool {
 
     public static void main(String[] argv) throws Exception {
         if (argv.length < 1) {
-            System.err.println("usage: create-topic|produce|consume|group-consume|produce-kv|dump|alter-log-dir --bootstrap B ...");
+            System.err.println("usage: create-topic|produce|consume|group-consume|share-consume|produce-kv|dump|alter-log-dir --bootstrap B ...");
             System.exit(64);
         }
         Map<String, String> args = parseFlags(argv);
@@ -48,6 +48,7 @@ public final class ClientTool {
             case "produce" -> rc = produce(args);
             case "consume" -> rc = consume(args);
             case "group-consume" -> rc = GroupConsume.run(args);
+            case "share-consume" -> rc = ShareConsume.run(args);
             case "produce-kv" -> rc = produceKv(args);
             case "dump" -> rc = dump(args);
             case "alter-log-dir" -> rc = alterLogDir(args);
@@ -67,7 +68,7 @@ public final class ClientTool {
                 throw new IllegalArgumentException("unexpected argument " + a);
             }
             String name = a.substring(2);
-            if (name.equals("idempotent")) {
+            if (name.equals("idempotent") || name.equals("abort") || name.equals("release-always")) {
                 out.put(name, "true");
             } else if (i + 1 < argv.length) {
                 out.put(name, argv[++i]);
@@ -189,7 +190,13 @@ public final class ClientTool {
             }
             producer.flush();
             if (transactionalId != null && failed.get() == 0) {
-                producer.commitTransaction();
+                // With --abort, the transaction is aborted instead (its records are then never to be read
+                // committed).
+                if (args.containsKey("abort")) {
+                    producer.abortTransaction();
+                } else {
+                    producer.commitTransaction();
+                }
             }
             // With --hold-ms, the producer stays open that long after its last record (its
             // client-metrics pushes go on meanwhile).
