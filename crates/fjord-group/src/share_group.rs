@@ -139,20 +139,10 @@ impl ShareGroups {
         out: &mut Vec<Rec>,
     ) -> Result<ShareGroupHeartbeatResponse, (i16, String)> {
         validate(request)?;
+        self.check_member(request)?;
         let (group_id, member_id) = (&request.group_id, &request.member_id);
         let timeouts = client.share_group;
         if request.member_epoch == -1 {
-            if self
-                .groups
-                .get(group_id)
-                .and_then(|g| g.members.get(member_id))
-                .is_none()
-            {
-                return Err((
-                    UNKNOWN_MEMBER_ID,
-                    format!("Member {member_id} is not in group {group_id}."),
-                ));
-            }
             self.remove_member(group_id, member_id, out);
             return Ok(ShareGroupHeartbeatResponse {
                 member_id: Some(member_id.clone()),
@@ -161,30 +151,6 @@ impl ShareGroups {
                 ..Default::default()
             });
         }
-        if request.member_epoch != 0 {
-            let group = self
-                .groups
-                .get(group_id)
-                .ok_or_else(|| (GROUP_ID_NOT_FOUND, format!("Group {group_id} not found.")))?;
-            let member = group.members.get(member_id).ok_or_else(|| {
-                (
-                    UNKNOWN_MEMBER_ID,
-                    format!("Member {member_id} is not in group {group_id}."),
-                )
-            })?;
-            if request.member_epoch > member.epoch
-                || (request.member_epoch < member.epoch
-                    && request.member_epoch != member.previous_epoch)
-            {
-                return Err((
-                    FENCED_MEMBER_EPOCH,
-                    format!(
-                        "The share group member has a member epoch {} that does not match the current {}.",
-                        request.member_epoch, member.epoch
-                    ),
-                ));
-            }
-        }
         let group = self.groups.entry(group_id.clone()).or_default();
         if !group.members.contains_key(member_id) && group.members.len() >= max_size {
             return Err((
@@ -192,36 +158,7 @@ impl ShareGroups {
                 format!("The share group has reached its maximum capacity of {max_size} members."),
             ));
         }
-        let before = group.members.get(member_id).cloned();
-        let mut member = before.clone().unwrap_or_default();
-        if let Some(rack) = &request.rack_id {
-            member.rack_id = Some(rack.clone());
-        }
-        member.client_id = client.client_id.clone();
-        member.client_host = client.client_host.clone();
-        let mut subscription_changed = before.is_none();
-        if let Some(names) = &request.subscribed_topic_names {
-            let names: Vec<String> = names
-                .iter()
-                .cloned()
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            subscription_changed |= names != member.subscribed;
-            member.subscribed = names;
-        }
-        if before.as_ref().is_none_or(|b| {
-            (&b.rack_id, &b.client_id, &b.client_host, &b.subscribed)
-                != (
-                    &member.rack_id,
-                    &member.client_id,
-                    &member.client_host,
-                    &member.subscribed,
-                )
-        }) {
-            out.push(member_record(group_id, member_id, Some(&member)));
-        }
-        group.members.insert(member_id.clone(), member);
+        let subscription_changed = update_member(group_id, group, request, client, out);
         let hash = metadata_hash(group, topics);
         if subscription_changed || hash != group.metadata_hash {
             group.epoch += 1;
@@ -232,10 +169,6 @@ impl ShareGroups {
             compute_target(group_id, group, topics, now_ms, out);
             self.rebalances += 1;
         }
-        let group = self
-            .groups
-            .get_mut(group_id)
-            .ok_or((UNKNOWN_SERVER_ERROR, String::new()))?;
         let assignment_changed = reconcile(
             group_id,
             member_id,
@@ -244,10 +177,11 @@ impl ShareGroups {
             subscription_changed,
             out,
         );
-        let member = group
+        let assigned = group
             .members
             .get(member_id)
-            .ok_or((UNKNOWN_SERVER_ERROR, String::new()))?;
+            .map(|m| (m.epoch, wire_assignment(&m.assigned)));
+        let (member_epoch, assignment) = assigned.ok_or((UNKNOWN_SERVER_ERROR, String::new()))?;
         self.deadlines.insert(
             (group_id.clone(), member_id.clone()),
             now_ms.saturating_add(i64::from(timeouts.session_timeout_ms)),
@@ -255,11 +189,46 @@ impl ShareGroups {
         let full = request.member_epoch == 0 || request.subscribed_topic_names.is_some();
         Ok(ShareGroupHeartbeatResponse {
             member_id: Some(member_id.clone()),
-            member_epoch: member.epoch,
+            member_epoch,
             heartbeat_interval_ms: timeouts.heartbeat_interval_ms,
-            assignment: (full || assignment_changed).then(|| wire_assignment(&member.assigned)),
+            assignment: (full || assignment_changed).then_some(assignment),
             ..Default::default()
         })
+    }
+
+    /// A heartbeat other than a join names a group and member this shard has, at the member's
+    /// epoch or the one before (a retry after a lost answer); a leave names a known member.
+    fn check_member(&self, request: &ShareGroupHeartbeatRequest) -> Result<(), (i16, String)> {
+        let (group_id, member_id, epoch) =
+            (&request.group_id, &request.member_id, request.member_epoch);
+        if epoch == 0 {
+            return Ok(());
+        }
+        let unknown = || {
+            (
+                UNKNOWN_MEMBER_ID,
+                format!("Member {member_id} is not in group {group_id}."),
+            )
+        };
+        let Some(group) = self.groups.get(group_id) else {
+            return Err(match epoch {
+                -1 => unknown(),
+                _ => (GROUP_ID_NOT_FOUND, format!("Group {group_id} not found.")),
+            });
+        };
+        let member = group.members.get(member_id).ok_or_else(unknown)?;
+        let fenced =
+            epoch > member.epoch || (epoch < member.epoch && epoch != member.previous_epoch);
+        if epoch != -1 && fenced {
+            return Err((
+                FENCED_MEMBER_EPOCH,
+                format!(
+                    "The share group member has a member epoch {epoch} that does not match the current {}.",
+                    member.epoch
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Removes a member (it left or its session expired): its records tombstoned and the group
@@ -488,6 +457,49 @@ impl ShareGroups {
             _ => {}
         }
     }
+}
+
+/// Updates (or adds) the heartbeating member: its rack, client and subscription, recorded when
+/// they changed; whether its subscription changed (a new member's did).
+fn update_member(
+    group_id: &str,
+    group: &mut Group,
+    request: &ShareGroupHeartbeatRequest,
+    client: &ClientInfo,
+    out: &mut Vec<Rec>,
+) -> bool {
+    let member_id = &request.member_id;
+    let before = group.members.get(member_id).cloned();
+    let mut member = before.clone().unwrap_or_default();
+    if let Some(rack) = &request.rack_id {
+        member.rack_id = Some(rack.clone());
+    }
+    member.client_id = client.client_id.clone();
+    member.client_host = client.client_host.clone();
+    let mut subscription_changed = before.is_none();
+    if let Some(names) = &request.subscribed_topic_names {
+        let names: Vec<String> = names
+            .iter()
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        subscription_changed |= names != member.subscribed;
+        member.subscribed = names;
+    }
+    let described = |m: &Member| {
+        (
+            m.rack_id.clone(),
+            m.client_id.clone(),
+            m.client_host.clone(),
+            m.subscribed.clone(),
+        )
+    };
+    if before.as_ref().map(described) != Some(described(&member)) {
+        out.push(member_record(group_id, member_id, Some(&member)));
+    }
+    group.members.insert(member_id.clone(), member);
+    subscription_changed
 }
 
 /// Kafka's checks of a ShareGroupHeartbeat before it reaches the group.

@@ -31,6 +31,9 @@ const MAX_MEMBER_ID_LENGTH: usize = 36;
 /// Bytes read from one partition for one fetch at most.
 const PARTITION_READ_BYTES: usize = 1 << 20;
 
+/// Longest a fetch may wait, whatever the client asks: bounds a parked request.
+const MAX_WAIT_MS: i32 = 30_000;
+
 /// How often a waiting fetch looks again without being woken (a lock expiring elsewhere).
 const WAIT_SLICE_MS: u64 = 100;
 
@@ -47,43 +50,39 @@ struct FetchLimits {
     mode: AcquireMode,
 }
 
-impl ShareApi {
-    /// ShareFetch: the session moved on, the acknowledgements applied, then records acquired
-    /// from every partition of the session, waiting up to MaxWaitMs for some.
-    pub(crate) async fn share_fetch(
-        self: Arc<Self>,
-        request: ShareFetchRequest,
-        version: i16,
-        access: Access,
-    ) -> ShareFetchResponse {
-        match self.share_fetch_checked(request, version, &access).await {
-            Ok(response) => response,
-            Err((error_code, message)) => ShareFetchResponse {
-                error_code,
-                error_message: Some(message),
-                ..Default::default()
-            },
-        }
-    }
+/// A ShareFetch as read and checked: who asks, its session step, its acknowledgements and what
+/// it asks for (none for a renewing fetch, which only acknowledges).
+struct FetchAsk {
+    group_id: String,
+    member_id: String,
+    epoch: i32,
+    renew: bool,
+    acks: Vec<PartitionAcks>,
+    added: Vec<(Uuid, i32)>,
+    forgotten: Vec<(Uuid, i32)>,
+    limits: Option<FetchLimits>,
+    max_wait_ms: u64,
+}
 
-    async fn share_fetch_checked(
-        self: &Arc<Self>,
-        request: ShareFetchRequest,
+impl FetchAsk {
+    /// Refused, as Kafka refuses it, without ids, with acknowledgements opening a session, with
+    /// a renewing fetch asking for records, or with an unknown acquire mode.
+    fn read(
+        request: &ShareFetchRequest,
         version: i16,
         access: &Access,
-    ) -> Result<ShareFetchResponse, Refused> {
+    ) -> Result<FetchAsk, Refused> {
         let (group_id, member_id) = check_ids(
             request.group_id.as_deref(),
             request.member_id.as_deref(),
             access,
         )?;
         let renew = version >= 2 && request.is_renew_ack;
-        if renew
-            && (request.max_bytes != 0
-                || request.min_bytes != 0
-                || request.max_records != 0
-                || request.max_wait_ms != 0)
-        {
+        let asks_records = request.max_bytes != 0
+            || request.min_bytes != 0
+            || request.max_records != 0
+            || request.max_wait_ms != 0;
+        if renew && asks_records {
             return Err(invalid("A renewing ShareFetch must not ask for records"));
         }
         let acks: Vec<PartitionAcks> = request
@@ -113,37 +112,82 @@ impl ShareApi {
                 .ok_or_else(|| invalid("Unknown ShareAcquireMode"))?,
             _ => AcquireMode::BatchOptimized,
         };
-        let added: Vec<(Uuid, i32)> = request
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter().map(|p| (t.topic_id, p.partition_index)))
-            .collect();
-        let forgotten: Vec<(Uuid, i32)> = request
-            .forgotten_topics_data
-            .iter()
-            .flat_map(|t| t.partitions.iter().map(|p| (t.topic_id, *p)))
-            .collect();
-        let step = self.session_step(&group_id, &member_id, |sessions, ended| {
+        let limits =
+            (!renew && request.max_records > 0 && request.max_bytes > 0).then(|| FetchLimits {
+                max_records: i64::from(request.max_records),
+                max_bytes: usize::try_from(request.max_bytes).unwrap_or(0),
+                mode,
+            });
+        Ok(FetchAsk {
+            group_id,
+            member_id,
+            epoch: request.share_session_epoch,
+            renew,
+            acks,
+            added: request
+                .topics
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| (t.topic_id, p.partition_index)))
+                .collect(),
+            forgotten: request
+                .forgotten_topics_data
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| (t.topic_id, *p)))
+                .collect(),
+            limits,
+            max_wait_ms: u64::try_from(request.max_wait_ms.clamp(0, MAX_WAIT_MS)).unwrap_or(0),
+        })
+    }
+}
+
+impl ShareApi {
+    /// ShareFetch: the session moved on, the acknowledgements applied, then records acquired
+    /// from every partition of the session, waiting up to MaxWaitMs for some.
+    pub(crate) async fn share_fetch(
+        self: Arc<Self>,
+        request: ShareFetchRequest,
+        version: i16,
+        access: Access,
+    ) -> ShareFetchResponse {
+        match self.share_fetch_checked(request, version, &access).await {
+            Ok(response) => response,
+            Err((error_code, message)) => ShareFetchResponse {
+                error_code,
+                error_message: Some(message),
+                ..Default::default()
+            },
+        }
+    }
+
+    async fn share_fetch_checked(
+        self: &Arc<Self>,
+        request: ShareFetchRequest,
+        version: i16,
+        access: &Access,
+    ) -> Result<ShareFetchResponse, Refused> {
+        let ask = FetchAsk::read(&request, version, access)?;
+        let (group_id, member_id) = (&ask.group_id, &ask.member_id);
+        let step = self.session_step(group_id, member_id, |sessions, ended| {
             sessions.fetch(
-                &session_key(&group_id, &member_id),
-                request.share_session_epoch,
-                &added,
-                &forgotten,
+                &session_key(group_id, member_id),
+                ask.epoch,
+                &ask.added,
+                &ask.forgotten,
                 now_ms(),
                 ended,
             )
         })?;
         let image = self.node.image();
-        let settings = self.settings(&image, &group_id);
+        let settings = self.settings(&image, group_id);
         let mut responses = Responses::default();
-        for (topic_id, partition, batches) in &acks {
+        for (topic_id, partition, batches) in &ask.acks {
             let (code, message) = self.acknowledge_partition(
                 &image,
                 access,
-                (&group_id, &member_id),
+                (group_id, member_id),
                 (*topic_id, *partition),
                 batches,
-                renew,
+                ask.renew,
                 &settings,
             );
             responses.acknowledged(*topic_id, *partition, code, message);
@@ -151,43 +195,47 @@ impl ShareApi {
         let lock_ms = settings.record_lock_duration_ms;
         let parts = match step {
             SessionStep::Closed(parts) => {
-                self.release(&image, &group_id, &member_id, &parts);
+                self.release(&image, group_id, member_id, &parts);
                 return Ok(responses.into_response(lock_ms));
             }
-            SessionStep::Fetch(_) if renew => return Ok(responses.into_response(lock_ms)),
             SessionStep::Fetch(parts) => parts,
         };
-        if request.max_records <= 0 || request.max_bytes <= 0 || parts.is_empty() {
-            return Ok(responses.into_response(lock_ms));
+        match &ask.limits {
+            Some(limits) if !parts.is_empty() => {
+                self.fetch_waiting(&ask, limits, &parts, &settings, access, &mut responses)
+                    .await
+            }
+            _ => {}
         }
-        let limits = FetchLimits {
-            max_records: i64::from(request.max_records),
-            max_bytes: usize::try_from(request.max_bytes).unwrap_or(0),
-            mode,
-        };
-        let deadline = tokio::time::Instant::now()
-            + Duration::from_millis(
-                u64::try_from(request.max_wait_ms.clamp(0, 30_000)).unwrap_or(0),
-            );
+        Ok(responses.into_response(lock_ms))
+    }
+
+    /// Acquires from the session's partitions, waiting up to the request's MaxWaitMs while
+    /// nothing can be: woken by a high watermark moving or records coming back to the group.
+    async fn fetch_waiting(
+        &self,
+        ask: &FetchAsk,
+        limits: &FetchLimits,
+        parts: &[(Uuid, i32)],
+        settings: &ShareGroupSettings,
+        access: &Access,
+        responses: &mut Responses,
+    ) {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(ask.max_wait_ms);
         loop {
             let image = self.node.image();
             let waiter = Arc::new(tokio::sync::Notify::new());
-            let fetched = self.fetch_partitions(
-                &image,
-                access,
-                (&group_id, &member_id),
-                &parts,
-                &settings,
-                &limits,
-                &waiter,
-            );
+            let member = (ask.group_id.as_str(), ask.member_id.as_str());
+            let fetched =
+                self.fetch_partitions(&image, access, member, parts, settings, limits, &waiter);
             let acquired = fetched.iter().any(|(_, p)| !p.acquired_records.is_empty());
             let errored = fetched.iter().any(|(_, p)| p.error_code != errors::NONE);
             if acquired || errored || tokio::time::Instant::now() >= deadline {
-                let new_session = request.share_session_epoch == 0;
+                // A new session tells of every partition; later ones of news and of partitions
+                // the request names.
                 for (topic_id, data) in fetched {
-                    let named = added.contains(&(topic_id, data.partition_index));
-                    if new_session
+                    let named = ask.added.contains(&(topic_id, data.partition_index));
+                    if ask.epoch == 0
                         || named
                         || !data.acquired_records.is_empty()
                         || data.error_code != errors::NONE
@@ -195,7 +243,7 @@ impl ShareApi {
                         responses.fetched(topic_id, data);
                     }
                 }
-                return Ok(responses.into_response(lock_ms));
+                return;
             }
             let slice =
                 deadline.min(tokio::time::Instant::now() + Duration::from_millis(WAIT_SLICE_MS));
