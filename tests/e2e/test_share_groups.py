@@ -165,3 +165,30 @@ def test_read_committed_skips_aborted_records(sbroker: Broker, tmp_path: Path):
     # Each transaction is 10 records and a marker: offsets 0-9, 11-20 (aborted), 22-31.
     assert sorted(got) == list(range(0, 10)) + list(range(22, 32))
     assert sorted(everything) == list(range(0, 10)) + list(range(11, 21)) + list(range(22, 32))
+
+
+def share_groups_tool(b: Broker, *args: str) -> str:
+    return kafka_tool("org.apache.kafka.tools.consumer.group.ShareGroupCommand", "--bootstrap-server", b.bootstrap,
+                      *args)
+
+
+def test_kafka_share_groups_tool_lists_and_describes(sbroker: Broker, tmp_path: Path):
+    topic = topic_with(sbroker, 20, tmp_path)
+    group = group_with(sbroker, share_auto_offset_reset="earliest")
+    out = tmp_path / "member"
+    proc = start_tool("java", "share-consume", tmp_path / "member.log", bootstrap=sbroker.bootstrap, topic=topic,
+                      group=group, out=str(out), idle_ms=10000)
+    deadline = time.monotonic() + 60
+    while not (out.exists() and out.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert group in share_groups_tool(sbroker, "--list").split()
+    state = share_groups_tool(sbroker, "--describe", "--group", group, "--state")
+    row = next(line.split() for line in state.splitlines() if line.startswith(group))
+    # GROUP COORDINATOR (ID) STATE #MEMBERS
+    assert row[-2:] == ["Stable", "1"], state
+    members = share_groups_tool(sbroker, "--describe", "--group", group, "--members")
+    row = next(line.split() for line in members.splitlines() if line.startswith(group))
+    assert f"{topic}:0" in row[-1], members
+    assert proc.wait(120) == 0
+    listed = kafka_tool("org.apache.kafka.tools.GroupsCommand", "--bootstrap-server", sbroker.bootstrap, "--list")
+    assert any(line.split()[:2] == [group, "Share"] for line in listed.splitlines()), listed

@@ -106,6 +106,8 @@ pub const FEATURES: &[(&str, i16, i16, i16)] = &[
     ("transaction.version", 0, 2, 2),
     // KIP-848 consumer groups.
     ("group.version", 0, 1, 1),
+    // 1: share groups (KIP-932); 2 (dead-letter queues) is not supported.
+    ("share.version", 0, 1, 1),
 ];
 
 /// The epoch of [`FEATURES`]' finalized levels. Clients take finalized features only from an
