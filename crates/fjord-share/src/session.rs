@@ -6,7 +6,8 @@
 //! the epoch the previous one left, which then moves on (1 follows `i32::MAX`). When the cache is
 //! full, the session unused longest is evicted if it has been idle for the eviction time (its
 //! records released), else the new one is refused with SHARE_SESSION_LIMIT_REACHED; a request for
-//! a session that is gone gets SHARE_SESSION_NOT_FOUND.
+//! a session that is gone gets SHARE_SESSION_NOT_FOUND. A session belongs to the connection that
+//! opened it: that connection closing ends it (its records released).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -25,6 +26,8 @@ pub type SessionPartition = (Uuid, i32);
 
 #[derive(Debug)]
 struct Session {
+    /// The connection that opened it (the broker's own identifier).
+    connection: u64,
     epoch: i32,
     partitions: BTreeSet<SessionPartition>,
     last_used_ms: i64,
@@ -74,9 +77,11 @@ impl ShareSessions {
     /// partitions it names, `forgotten` those it drops. Refused with Kafka's error code. A
     /// session this evicts (an idle one) goes into `ended`: its member's acquired records on its
     /// partitions are to be released.
+    #[allow(clippy::too_many_arguments)]
     pub fn fetch(
         &mut self,
         key: &SessionKey,
+        connection: u64,
         epoch: i32,
         added: &[SessionPartition],
         forgotten: &[SessionPartition],
@@ -98,6 +103,7 @@ impl ShareSessions {
                 self.sessions.insert(
                     key.clone(),
                     Session {
+                        connection,
                         epoch: 1,
                         partitions,
                         last_used_ms: now_ms,
@@ -143,12 +149,23 @@ impl ShareSessions {
         }
     }
 
-    /// Removes a member's session (it left the group); its partitions.
-    pub fn remove(&mut self, key: &SessionKey) -> Vec<SessionPartition> {
-        self.sessions
-            .remove(key)
-            .map(|s| s.partitions.into_iter().collect())
-            .unwrap_or_default()
+    /// Ends the sessions `connection` opened (it closed): each one's key and partitions.
+    pub fn connection_closed(
+        &mut self,
+        connection: u64,
+    ) -> Vec<(SessionKey, Vec<SessionPartition>)> {
+        let keys: Vec<SessionKey> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.connection == connection)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| {
+                let session = self.sessions.remove(&k)?;
+                Some((k, session.partitions.into_iter().collect()))
+            })
+            .collect()
     }
 
     fn close(&mut self, key: &SessionKey) -> Result<SessionStep, i16> {
@@ -211,15 +228,15 @@ mod tests {
         let mut s = ShareSessions::new(10, 60_000);
         let mut replaced = Vec::new();
         assert_eq!(
-            s.fetch(&key("a"), 0, &[P0], &[], 0, &mut replaced),
+            s.fetch(&key("a"), 1, 0, &[P0], &[], 0, &mut replaced),
             Ok(SessionStep::Fetch(vec![P0]))
         );
         assert_eq!(
-            s.fetch(&key("a"), 2, &[], &[], 0, &mut replaced),
+            s.fetch(&key("a"), 1, 2, &[], &[], 0, &mut replaced),
             Err(errors::INVALID_SHARE_SESSION_EPOCH)
         );
         assert_eq!(
-            s.fetch(&key("a"), 1, &[P1], &[P0], 0, &mut replaced),
+            s.fetch(&key("a"), 1, 1, &[P1], &[P0], 0, &mut replaced),
             Ok(SessionStep::Fetch(vec![P1]))
         );
         assert_eq!(
@@ -231,7 +248,7 @@ mod tests {
             Ok(SessionStep::Closed(vec![P1]))
         );
         assert_eq!(
-            s.fetch(&key("a"), 3, &[], &[], 0, &mut replaced),
+            s.fetch(&key("a"), 1, 3, &[], &[], 0, &mut replaced),
             Err(errors::SHARE_SESSION_NOT_FOUND)
         );
         assert_eq!(
@@ -245,8 +262,8 @@ mod tests {
     fn reopening_replaces_the_old_session() {
         let mut s = ShareSessions::new(10, 60_000);
         let mut replaced = Vec::new();
-        s.fetch(&key("a"), 0, &[P0], &[], 0, &mut replaced).ok();
-        s.fetch(&key("a"), 0, &[P1], &[], 0, &mut replaced).ok();
+        s.fetch(&key("a"), 1, 0, &[P0], &[], 0, &mut replaced).ok();
+        s.fetch(&key("a"), 1, 0, &[P1], &[], 0, &mut replaced).ok();
         assert!(replaced.is_empty(), "a reopening member keeps its records");
         assert_eq!(s.len(), 1);
     }
@@ -255,19 +272,30 @@ mod tests {
     fn a_full_cache_evicts_only_idle_sessions() {
         let mut s = ShareSessions::new(1, 1_000);
         let mut replaced = Vec::new();
-        s.fetch(&key("a"), 0, &[P0], &[], 0, &mut replaced).ok();
+        s.fetch(&key("a"), 1, 0, &[P0], &[], 0, &mut replaced).ok();
         assert_eq!(
-            s.fetch(&key("b"), 0, &[P0], &[], 500, &mut replaced),
+            s.fetch(&key("b"), 1, 0, &[P0], &[], 500, &mut replaced),
             Err(errors::SHARE_SESSION_LIMIT_REACHED)
         );
         assert!(s
-            .fetch(&key("b"), 0, &[P0], &[], 1_000, &mut replaced)
+            .fetch(&key("b"), 1, 0, &[P0], &[], 1_000, &mut replaced)
             .is_ok());
         assert_eq!(replaced, vec![(key("a"), vec![P0])]);
         assert_eq!(
-            s.fetch(&key("a"), 1, &[], &[], 1_000, &mut replaced),
+            s.fetch(&key("a"), 1, 1, &[], &[], 1_000, &mut replaced),
             Err(errors::SHARE_SESSION_NOT_FOUND)
         );
+    }
+
+    #[test]
+    fn a_closing_connection_ends_the_sessions_it_opened() {
+        let mut s = ShareSessions::new(10, 60_000);
+        let mut ended = Vec::new();
+        s.fetch(&key("a"), 7, 0, &[P0], &[], 0, &mut ended).ok();
+        s.fetch(&key("b"), 8, 0, &[P1], &[], 0, &mut ended).ok();
+        assert_eq!(s.connection_closed(7), vec![(key("a"), vec![P0])]);
+        assert_eq!(s.len(), 1);
+        assert!(s.connection_closed(7).is_empty());
     }
 
     #[test]

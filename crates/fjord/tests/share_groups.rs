@@ -372,3 +372,29 @@ fn a_share_group_acquires_acknowledges_and_redelivers() {
     assert_eq!(heartbeat(&mut client, "member-b", -1).0, NONE);
     assert_eq!(delete(&mut client), NONE);
 }
+
+#[test]
+fn a_connection_closing_releases_what_its_sessions_held() {
+    let broker = TestBroker::start();
+    let mut client = broker.connect();
+    let topic_id = create_topic(&mut client, "jobs");
+    produce(&mut client, "jobs", 5);
+    assert_eq!(alter_group_config(&mut client, "share.auto.offset.reset", "earliest"), NONE);
+    assert_eq!(heartbeat(&mut client, "member-a", 0).0, NONE);
+    let mut doomed = broker.connect();
+    assert_eq!(acquired(&share_fetch(&mut doomed, "member-a", 0, topic_id, vec![])), vec![(0, 4, 1)]);
+    drop(doomed);
+    // The other connection's session gets them once the first is gone, well before the lock
+    // (30 s) would expire.
+    let started = std::time::Instant::now();
+    let mut epoch = 0;
+    let got = loop {
+        let fetched = share_fetch(&mut client, "member-b", epoch, topic_id, vec![]);
+        epoch += 1;
+        let got = acquired(&fetched);
+        if !got.is_empty() || started.elapsed() > std::time::Duration::from_secs(10) {
+            break got;
+        }
+    };
+    assert_eq!(got, vec![(0, 4, 2)]);
+}

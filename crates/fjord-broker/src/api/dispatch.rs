@@ -695,6 +695,12 @@ impl Dispatch for BrokerDispatch {
         }
     }
 
+    fn closed(&self, requester: &Arc<Requester>) {
+        if let Some(broker) = &*self.broker.borrow() {
+            broker.shares.connection_closed(requester);
+        }
+    }
+
     fn dispatch(&self, frame: Bytes, requester: &Arc<Requester>) -> Reply {
         if self.carries_raft && fjord_quorum::is_raft_frame(&frame) {
             let access = Access::new(

@@ -167,9 +167,11 @@ impl ShareApi {
     ) -> Result<ShareFetchResponse, Refused> {
         let ask = FetchAsk::read(&request, version, access)?;
         let (group_id, member_id) = (&ask.group_id, &ask.member_id);
+        let connection = connection_of(access.requester());
         let step = self.session_step(group_id, member_id, |sessions, ended| {
             sessions.fetch(
                 &session_key(group_id, member_id),
+                connection,
                 ask.epoch,
                 &ask.added,
                 &ask.forgotten,
@@ -328,6 +330,18 @@ impl ShareApi {
             responses,
             acquisition_lock_timeout_ms: settings.record_lock_duration_ms,
             ..Default::default()
+        }
+    }
+
+    /// The sessions `requester`'s connection opened end with it, releasing their records.
+    pub(crate) fn connection_closed(&self, requester: &Arc<fjord_common::Requester>) {
+        let ended = lock(&self.shares.sessions).connection_closed(connection_of(requester));
+        if ended.is_empty() {
+            return;
+        }
+        let image = self.node.image();
+        for (key, parts) in ended {
+            self.release(&image, &key.group_id, &key.member_id, &parts);
         }
     }
 
@@ -619,6 +633,11 @@ fn check_ids(
         ));
     }
     Ok((group_id.to_string(), member_id.to_string()))
+}
+
+/// A connection as share sessions know it: its requester, alive as long as the connection is.
+fn connection_of(requester: &Arc<fjord_common::Requester>) -> u64 {
+    Arc::as_ptr(requester) as usize as u64
 }
 
 /// An acknowledgement batch as either request carries it.

@@ -122,6 +122,8 @@ pub trait Dispatch: Send + Sync + 'static {
     fn sequencing(&self, frame: &Bytes) -> Sequencing;
     /// Serves one request of `requester`'s connection.
     fn dispatch(&self, frame: Bytes, requester: &Arc<Requester>) -> Reply;
+    /// `requester`'s connection closed: what lived as long as it (share sessions) ends.
+    fn closed(&self, _requester: &Arc<Requester>) {}
 }
 
 #[derive(Debug, Clone)]
@@ -676,6 +678,7 @@ impl<D: Dispatch + ?Sized> Connection<D> {
             }
         };
         drop(out_tx);
+        dispatcher.closed(&requester);
         let at_shutdown = *shutdown.borrow();
         result.and(finish_writes(writer_task, at_shutdown).await)
     }
