@@ -7,6 +7,7 @@
 #   bench/run.sh --txn [--smoke]       transactional produce and read_committed latency (bench/txn.py)
 #   bench/run.sh --security [--smoke]  TLS, SASL_SSL and the authorizer's cost (bench/security.py)
 #   bench/run.sh --metrics [--smoke]   what scraping fjord's /metrics costs its produce path (bench/metrics.py)
+#   bench/run.sh --share [--smoke]     share groups' consume throughput and latency (bench/share.py)
 # Needs: java 17+, mvn, go, cargo, python3; iperf3 and fio (Debian packages; installed here when apt-get can).
 # Downloads land in ~/.m2 and Go's module cache; build outputs in bench/.build (not committed).
 set -euo pipefail
@@ -50,6 +51,10 @@ fi
 if [ "${1:-}" = "--cluster" ]; then
     shift
     exec python3 "$BENCH/cluster.py" --command "bench/run.sh --cluster $*" "$@"
+fi
+if [ "${1:-}" = "--share" ]; then
+    shift
+    exec python3 "$BENCH/share.py" --command "bench/run.sh --share $*" "$@"
 fi
 if [ "${1:-}" = "--txn" ]; then
     shift

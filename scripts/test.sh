@@ -45,6 +45,9 @@ bench/run.sh --txn --smoke
 step "security benchmark harness, smoke mode (the full comparison: bench/run.sh --security)"
 bench/run.sh --security --smoke
 
+step "share group benchmark harness, smoke mode (the full comparison: bench/run.sh --share)"
+bench/run.sh --share --smoke
+
 step "metrics cost benchmark harness, smoke mode (the full measurement: bench/run.sh --metrics)"
 bench/run.sh --metrics --smoke
 

@@ -6,6 +6,7 @@
 //	consume       --bootstrap B --topic T --partitions P --records N
 //	e2e           --bootstrap B --topic T --records N --size S --rate R [--transaction-records K]
 //	acls          --bootstrap B --count N --allow-prefix P
+//	share         --bootstrap B --topic T --group G --consumers C --records N [--size S --rate R]
 //
 // produce reports throughput and send-to-acknowledgement latency; consume reads every partition from
 // the start without a consumer group; e2e sends timestamped records to a one-partition topic and
@@ -15,6 +16,10 @@
 // its transaction commits. acls creates N ACLs of other principals (literal and prefixed topic ACLs,
 // group ACLs) and, first, the ACLs that let this client (User:ANONYMOUS) administer the cluster and use
 // every topic named with prefix P: an authorizer then has N ACLs to look through for each request.
+// share reads with C share-group consumers (KIP-932, each its own client, records accepted as they
+// are polled) in group G, set to start at the earliest offset: without --rate, N records already in
+// the topic, reporting throughput; with --rate it also sends N timestamped records of --size bytes at
+// that rate and reports their send-to-receipt latency.
 package main
 
 import (
@@ -41,7 +46,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(errors.New("usage: loadgen create-topics|produce|consume|e2e|acls [flags]"))
+		fail(errors.New("usage: loadgen create-topics|produce|consume|e2e|acls|share [flags]"))
 	}
 	if os.Getenv("GOGC") == "" {
 		// The load generator's own garbage collection shows in what it measures: with Go's default
@@ -61,6 +66,8 @@ func main() {
 		err = endToEnd(os.Args[2:])
 	case "acls":
 		err = createACLs(os.Args[2:])
+	case "share":
+		err = shareConsume(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
 	}
@@ -577,4 +584,221 @@ func createACLs(args []string) error {
 		}
 	}
 	return emit(map[string]any{"acls": created, "seconds": time.Since(start).Seconds()})
+}
+
+// setShareGroupConfig sets one of a share group's configs (a GROUP config resource).
+func setShareGroupConfig(ctx context.Context, cl *kgo.Client, group, name, value string) error {
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = group
+	cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	cfg.Name = name
+	cfg.Value = kmsg.StringPtr(value)
+	res.Configs = append(res.Configs, cfg)
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			return fmt.Errorf("setting %s on group %s: %w", name, group, err)
+		}
+	}
+	return nil
+}
+
+func shareConsume(args []string) error {
+	fs := flag.NewFlagSet("share", flag.ExitOnError)
+	bootstrap := fs.String("bootstrap", "", "bootstrap servers, comma-separated")
+	topic := fs.String("topic", "", "topic")
+	group := fs.String("group", "", "share group")
+	consumers := fs.Int("consumers", 4, "share consumers")
+	records := fs.Int("records", 0, "records to read (and, with --rate, to send)")
+	size := fs.Int("size", 1024, "value size in bytes (at least 8), with --rate")
+	rate := fs.Float64("rate", 0, "send records at this rate and measure their latency")
+	timeout := fs.Duration("timeout", 300*time.Second, "give up after this long")
+	_ = fs.Parse(args)
+	seeds := kgo.SeedBrokers(strings.Split(*bootstrap, ",")...)
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	admin, err := kgo.NewClient(seeds)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	// From the earliest offset: records sent before a consumer's first fetch are not skipped.
+	if err := setShareGroupConfig(ctx, admin, *group, "share.auto.offset.reset", "earliest"); err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	var n, bytes, probes int
+	lat := make([]int64, 0, *records)
+	done := make(chan struct{})
+	var once sync.Once
+	var firstErr error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := 0; c < *consumers; c++ {
+		cl, err := kgo.NewClient(seeds, kgo.ConsumeTopics(*topic), kgo.ShareGroup(*group))
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				fetches := cl.PollFetches(ctx)
+				if ctx.Err() != nil {
+					return
+				}
+				now := time.Now().UnixNano()
+				mu.Lock()
+				for _, e := range fetches.Errors() {
+					if firstErr == nil && e.Err != nil && !errors.Is(e.Err, context.Canceled) {
+						firstErr = e.Err
+					}
+				}
+				fetches.EachRecord(func(r *kgo.Record) {
+					if string(r.Value) == readyProbe {
+						probes++
+						return
+					}
+					// With --rate, only this run's records: a topic may start with smaller warm-up
+					// records.
+					if *rate > 0 && len(r.Value) != *size {
+						return
+					}
+					n++
+					bytes += len(r.Value) + len(r.Key)
+					if *rate > 0 {
+						lat = append(lat, (now-int64(binary.BigEndian.Uint64(r.Value)))/1000)
+					}
+				})
+				if n >= *records {
+					once.Do(func() { close(done) })
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	if *rate > 0 {
+		// Timed sends start once the group reads every partition: a share group's members learn
+		// their assignment on a heartbeat, which would otherwise show as latency.
+		if err := sendProbes(ctx, seeds, *topic, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return probes >= readyProbes
+		}); err != nil {
+			return err
+		}
+		if err := sendTimestamped(ctx, seeds, *topic, *records, *size, *rate); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	elapsed := time.Since(start).Seconds()
+	cancel()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if n < *records {
+		if firstErr != nil {
+			return fmt.Errorf("read %d of %d records: %w", n, *records, firstErr)
+		}
+		return fmt.Errorf("read %d of %d records before the timeout", n, *records)
+	}
+	out := map[string]any{
+		"records":       n,
+		"seconds":       elapsed,
+		"records_per_s": float64(n) / elapsed,
+		"mb_per_s":      float64(bytes) / elapsed / 1e6,
+		"client_cpu_s":  processCPUSeconds(),
+	}
+	if *rate > 0 {
+		// The first records include the group's join and connection set-up.
+		skip := len(lat) / 100
+		if skip < 10 && len(lat) > 20 {
+			skip = 10
+		}
+		for q, v := range percentiles(lat[skip:]) {
+			out[q] = v
+		}
+	}
+	return emit(out)
+}
+
+// readyProbe is the value of the records that tell a share benchmark its consumers are reading.
+const readyProbe = "loadgen-ready"
+
+// readyProbes is how many probe records are sent round-robin: several per partition of any
+// benchmark topic.
+const readyProbes = 64
+
+// sendProbes sends the probe records, round-robin over the topic's partitions, and waits until
+// ready says the consumers have them all.
+func sendProbes(ctx context.Context, seeds kgo.Opt, topic string, ready func() bool) error {
+	producer, err := kgo.NewClient(seeds, kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		return err
+	}
+	defer producer.Close()
+	for i := 0; i < readyProbes; i++ {
+		producer.Produce(ctx, &kgo.Record{Value: []byte(readyProbe)}, nil)
+	}
+	if err := producer.Flush(ctx); err != nil {
+		return err
+	}
+	for !ready() {
+		if ctx.Err() != nil {
+			return errors.New("the share consumers never read the probe records")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// sendTimestamped sends n records of size bytes at rate records per second, each value starting with
+// its send time, round-robin over the topic's partitions.
+func sendTimestamped(ctx context.Context, seeds kgo.Opt, topic string, n, size int, rate float64) error {
+	producer, err := kgo.NewClient(seeds, kgo.DefaultProduceTopic(topic), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		return err
+	}
+	defer producer.Close()
+	pad := payloads(size)[0]
+	p := pacer{start: time.Now(), rate: rate}
+	var mu sync.Mutex
+	var sendErr error
+	for i := 0; i < n; i++ {
+		p.wait(i)
+		v := make([]byte, size)
+		copy(v, pad)
+		binary.BigEndian.PutUint64(v, uint64(time.Now().UnixNano()))
+		producer.Produce(ctx, &kgo.Record{Value: v}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				sendErr = err
+				mu.Unlock()
+			}
+		})
+	}
+	if err := producer.Flush(ctx); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return sendErr
 }
