@@ -114,10 +114,12 @@ impl ShareSessions {
             -1 => self.close(key),
             _ => {
                 let session = self.current(key, epoch)?;
+                // Added first, then forgotten, as Kafka does: a partition a request names only to
+                // acknowledge records of it is forgotten in the same request.
+                session.partitions.extend(added.iter().copied());
                 for p in forgotten {
                     session.partitions.remove(p);
                 }
-                session.partitions.extend(added.iter().copied());
                 session.epoch = next_epoch(session.epoch);
                 session.last_used_ms = now_ms;
                 Ok(SessionStep::Fetch(
@@ -256,6 +258,17 @@ mod tests {
             Err(errors::INVALID_SHARE_SESSION_EPOCH)
         );
         assert!(replaced.is_empty());
+    }
+
+    #[test]
+    fn a_partition_both_named_and_forgotten_is_forgotten() {
+        let mut s = ShareSessions::new(10, 60_000);
+        let mut ended = Vec::new();
+        s.fetch(&key("a"), 1, 0, &[P0, P1], &[], 0, &mut ended).ok();
+        assert_eq!(
+            s.fetch(&key("a"), 1, 1, &[P1], &[P1], 0, &mut ended),
+            Ok(SessionStep::Fetch(vec![P0]))
+        );
     }
 
     #[test]

@@ -379,10 +379,16 @@ fn a_connection_closing_releases_what_its_sessions_held() {
     let mut client = broker.connect();
     let topic_id = create_topic(&mut client, "jobs");
     produce(&mut client, "jobs", 5);
-    assert_eq!(alter_group_config(&mut client, "share.auto.offset.reset", "earliest"), NONE);
+    assert_eq!(
+        alter_group_config(&mut client, "share.auto.offset.reset", "earliest"),
+        NONE
+    );
     assert_eq!(heartbeat(&mut client, "member-a", 0).0, NONE);
     let mut doomed = broker.connect();
-    assert_eq!(acquired(&share_fetch(&mut doomed, "member-a", 0, topic_id, vec![])), vec![(0, 4, 1)]);
+    assert_eq!(
+        acquired(&share_fetch(&mut doomed, "member-a", 0, topic_id, vec![])),
+        vec![(0, 4, 1)]
+    );
     drop(doomed);
     // The other connection's session gets them once the first is gone, well before the lock
     // (30 s) would expire.

@@ -439,6 +439,13 @@ impl ShareApi {
             );
         }
         let outcome = lock(&state).acknowledge(member_id, batches, renew, now_ms());
+        tracing::debug!(
+            member = member_id,
+            partition,
+            ?batches,
+            ?outcome,
+            "share ack"
+        );
         match outcome {
             Ok(()) => {
                 self.shares.notify_changed();
@@ -600,6 +607,18 @@ impl ShareApi {
             budget.max_records,
             budget.mode,
             now,
+        );
+        tracing::debug!(
+            group = group_id,
+            member = member_id,
+            topic = %tp.topic,
+            partition = tp.partition,
+            from,
+            start = share.start_offset(),
+            end = share.end_offset(),
+            acquired = ?ranges,
+            batches = batches.len(),
+            "share fetch"
         );
         let records = covering(&bytes, &batches, &ranges);
         let acquired = ranges
