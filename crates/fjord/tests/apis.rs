@@ -343,7 +343,8 @@ fn api_versions_lowest_highest_and_unsupported() {
                 [
                     ("metadata.version", 25, 25),
                     ("transaction.version", 2, 2),
-                    ("group.version", 1, 1)
+                    ("group.version", 1, 1),
+                    ("share.version", 1, 1)
                 ]
             );
             assert_eq!(
@@ -352,7 +353,8 @@ fn api_versions_lowest_highest_and_unsupported() {
                     "metadata.version",
                     "kraft.version",
                     "transaction.version",
-                    "group.version"
+                    "group.version",
+                    "share.version"
                 ]
             );
         } else {
