@@ -87,7 +87,8 @@ def test_three_consumers_share_a_partition_and_none_gets_a_record_twice(sbroker:
     group = group_with(sbroker, share_auto_offset_reset="earliest")
     outs = [tmp_path / f"c{i}" for i in range(3)]
     procs = [start_tool("java", "share-consume", tmp_path / f"c{i}.log", bootstrap=sbroker.bootstrap, topic=topic,
-                        group=group, out=str(outs[i]), idle_ms=5000, max_poll_records=20) for i in range(3)]
+                        group=group, out=str(outs[i]), idle_ms=3000, first_ms=10000, max_poll_records=20)
+             for i in range(3)]
     for p in procs:
         assert p.wait(120) == 0
     seen = Counter(offset for out in outs for (_, offset, _, _) in rows(out))
@@ -98,7 +99,7 @@ def test_three_consumers_share_a_partition_and_none_gets_a_record_twice(sbroker:
 def test_explicit_acknowledgement_releases_and_rejects(sbroker: Broker, tmp_path: Path):
     topic = topic_with(sbroker, 100, tmp_path)
     group = group_with(sbroker, share_auto_offset_reset="earliest")
-    got = consume(sbroker, topic, group, tmp_path, mode="explicit", release="5,6,7", reject="10,11", idle_ms=4000)
+    got = consume(sbroker, topic, group, tmp_path, mode="explicit", release="5,6,7", reject="10,11", idle_ms=3000)
     deliveries: Dict[int, List[Tuple[int, str]]] = defaultdict(list)
     for _, offset, delivery, action in got:
         deliveries[offset].append((delivery, action))
@@ -115,25 +116,27 @@ def test_a_lock_expiring_on_a_hung_consumer_hands_its_records_to_another(sbroker
     group = group_with(sbroker, share_auto_offset_reset="earliest", share_record_lock_duration_ms=str(LOCK_MS))
     hung_out = tmp_path / "hung"
     hung = start_tool("java", "share-consume", tmp_path / "hung.log", bootstrap=sbroker.bootstrap, topic=topic,
-                      group=group, out=str(hung_out), mode="explicit", hold_ms=3 * LOCK_MS)
+                      group=group, out=str(hung_out), mode="explicit", hold_ms=6 * LOCK_MS)
     deadline = time.monotonic() + 60
     while not (hung_out.exists() and hung_out.read_text()) and time.monotonic() < deadline:
         time.sleep(0.2)
     held = {offset for (_, offset, _, _) in rows(hung_out)}
     assert held, "the hung consumer got records"
     # The hung consumer is still connected (it sleeps) while its locks expire.
-    got = consume(sbroker, topic, group, tmp_path, mode="explicit", idle_ms=LOCK_MS + 3000)
+    # The locks expire together: all come back at once, well before the hung consumer's hold ends.
+    got = consume(sbroker, topic, group, tmp_path, mode="explicit", idle_ms=2000)
     assert hung.poll() is None, "the hung consumer was still alive while the other took its records"
     redelivered = {offset: delivery for (_, offset, delivery, _) in got}
     assert held <= set(redelivered), f"not redelivered: {sorted(held - set(redelivered))[:10]}"
     assert all(redelivered[o] == 2 for o in held), "the expired lock counted as a delivery"
+    hung.kill()
     hung.wait(60)
 
 
 def test_a_poison_record_is_archived_at_the_delivery_limit(sbroker: Broker, tmp_path: Path):
     topic = topic_with(sbroker, 20, tmp_path)
     group = group_with(sbroker, share_auto_offset_reset="earliest", share_delivery_count_limit="3")
-    got = consume(sbroker, topic, group, tmp_path, mode="explicit", release="0", release_always=True, idle_ms=4000)
+    got = consume(sbroker, topic, group, tmp_path, mode="explicit", release="0", release_always=True, idle_ms=3000)
     poison = [delivery for (_, offset, delivery, _) in got if offset == 0]
     assert poison == [1, 2, 3], "delivered up to the limit, then archived"
     assert sorted(o for (_, o, _, a) in got if a == "accept") == list(range(1, 20))
@@ -160,8 +163,8 @@ def test_read_committed_skips_aborted_records(sbroker: Broker, tmp_path: Path):
         produce_to(sbroker, topic, 10, tmp_path, transactional_id=unique("tx"), abort=abort)
     committed = group_with(sbroker, share_auto_offset_reset="earliest", share_isolation_level="read_committed")
     uncommitted = group_with(sbroker, share_auto_offset_reset="earliest")
-    got = [o for (_, o, _, _) in consume(sbroker, topic, committed, tmp_path, idle_ms=4000)]
-    everything = [o for (_, o, _, _) in consume(sbroker, topic, uncommitted, tmp_path, idle_ms=4000)]
+    got = [o for (_, o, _, _) in consume(sbroker, topic, committed, tmp_path, idle_ms=3000)]
+    everything = [o for (_, o, _, _) in consume(sbroker, topic, uncommitted, tmp_path, idle_ms=3000)]
     # Each transaction is 10 records and a marker: offsets 0-9, 11-20 (aborted), 22-31.
     assert sorted(got) == list(range(0, 10)) + list(range(22, 32))
     assert sorted(everything) == list(range(0, 10)) + list(range(11, 21)) + list(range(22, 32))
