@@ -16,4 +16,4 @@ pub use partition::{
     AckBatch, AckType, AcquireMode, Acquired, LogBatch, RecordState, ShareLimits, SharePartition,
     StateBatch,
 };
-pub use session::{SessionKey, SessionStep, ShareSessions};
+pub use session::{SessionKey, SessionStep, ShareSessions, MAX_SESSION_PARTITIONS};

@@ -443,7 +443,7 @@ impl SharePartition {
                 ));
             }
             previous_last = Some(last);
-            let span = last - first + 1;
+            let span = last.saturating_sub(first).saturating_add(1);
             if batch.types.len() != 1 && i64::try_from(batch.types.len()).ok() != Some(span) {
                 return invalid(format!(
                     "Acknowledgement batch {first}-{last} has {} types for {span} offsets",

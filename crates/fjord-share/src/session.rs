@@ -14,6 +14,9 @@ use std::collections::{BTreeSet, HashMap};
 use fjord_common::errors;
 use fjord_common::Uuid;
 
+/// Partitions one session may name at most: bounds what a client can make a session hold.
+pub const MAX_SESSION_PARTITIONS: usize = 10_000;
+
 /// A session's owner.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionKey {
@@ -90,6 +93,9 @@ impl ShareSessions {
     ) -> Result<SessionStep, i16> {
         match epoch {
             0 => {
+                if added.len() > MAX_SESSION_PARTITIONS {
+                    return Err(errors::INVALID_REQUEST);
+                }
                 if self.sessions.remove(key).is_some() {
                     // Reopened: the member keeps what it acquired and may still acknowledge it.
                 } else if self.sessions.len() >= self.max_sessions {
@@ -114,6 +120,9 @@ impl ShareSessions {
             -1 => self.close(key),
             _ => {
                 let session = self.current(key, epoch)?;
+                if session.partitions.len() + added.len() > MAX_SESSION_PARTITIONS {
+                    return Err(errors::INVALID_REQUEST);
+                }
                 // Added first, then forgotten, as Kafka does: a partition a request names only to
                 // acknowledge records of it is forgotten in the same request.
                 session.partitions.extend(added.iter().copied());
@@ -309,6 +318,25 @@ mod tests {
         assert_eq!(s.connection_closed(7), vec![(key("a"), vec![P0])]);
         assert_eq!(s.len(), 1);
         assert!(s.connection_closed(7).is_empty());
+    }
+
+    #[test]
+    fn a_session_names_a_bounded_number_of_partitions() {
+        let mut s = ShareSessions::new(10, 60_000);
+        let mut ended = Vec::new();
+        let many: Vec<SessionPartition> = (0..MAX_SESSION_PARTITIONS as i32 + 1)
+            .map(|p| (Uuid::ZERO, p))
+            .collect();
+        assert_eq!(
+            s.fetch(&key("a"), 1, 0, &many, &[], 0, &mut ended),
+            Err(errors::INVALID_REQUEST)
+        );
+        s.fetch(&key("a"), 1, 0, &many[..10], &[], 0, &mut ended)
+            .ok();
+        assert_eq!(
+            s.fetch(&key("a"), 1, 1, &many[10..], &[], 0, &mut ended),
+            Err(errors::INVALID_REQUEST)
+        );
     }
 
     #[test]

@@ -370,6 +370,10 @@ impl ShareApi {
                 errors::INVALID_SHARE_SESSION_EPOCH => {
                     "The share session epoch is invalid".to_string()
                 }
+                errors::INVALID_REQUEST => format!(
+                    "A share session names at most {} partitions",
+                    fjord_share::MAX_SESSION_PARTITIONS
+                ),
                 _ => "Too many share sessions".to_string(),
             };
             (code, message)
