@@ -664,14 +664,16 @@ impl SharePartition {
         if self.runs.is_empty() {
             self.start_offset = self.end_offset;
         }
-        let mut merged: VecDeque<Run> = VecDeque::with_capacity(self.runs.len());
-        for run in self.runs.drain(..) {
-            match merged.back_mut() {
-                Some(prev) if prev.same_state(&run) => prev.last = run.last,
-                _ => merged.push_back(run),
+        // Merged in place: the deque's buffer becomes a Vec's and back without a copy.
+        let mut runs = Vec::from(std::mem::take(&mut self.runs));
+        runs.dedup_by(|next, prev| {
+            let same = prev.same_state(next);
+            if same {
+                prev.last = next.last;
             }
-        }
-        self.runs = merged;
+            same
+        });
+        self.runs = VecDeque::from(runs);
         self.check_invariants(start_before);
     }
 

@@ -604,14 +604,8 @@ impl ShareApi {
             Vec::new()
         };
         drop(log);
-        let batches = log_batches(&bytes, &aborted);
-        let ranges = share.acquire(
-            member_id,
-            &batches.iter().map(|(b, _)| *b).collect::<Vec<_>>(),
-            budget.max_records,
-            budget.mode,
-            now,
-        );
+        let (batches, positions) = log_batches(&bytes, &aborted);
+        let ranges = share.acquire(member_id, &batches, budget.max_records, budget.mode, now);
         tracing::debug!(
             group = group_id,
             member = member_id,
@@ -624,7 +618,7 @@ impl ShareApi {
             batches = batches.len(),
             "share fetch"
         );
-        let records = covering(&bytes, &batches, &ranges);
+        let records = covering(&bytes, (&batches, &positions), &ranges);
         let acquired = ranges
             .iter()
             .map(|r| AcquiredRecords {
@@ -695,13 +689,14 @@ fn start_offset(
     }
 }
 
-/// The batches of a read with their byte ranges; an aborted transaction's data batch is not
-/// deliverable.
+/// The batches of a read and, beside them, their byte ranges; an aborted transaction's data
+/// batch is not deliverable.
 fn log_batches(
     bytes: &Bytes,
     aborted: &[fjord_storage::txn_index::AbortedTxn],
-) -> Vec<(LogBatch, std::ops::Range<usize>)> {
+) -> (Vec<LogBatch>, Vec<std::ops::Range<usize>>) {
     let mut batches = Vec::new();
+    let mut positions = Vec::new();
     let mut position = 0;
     while let Some(rest) = bytes.get(position..) {
         let Ok(header) = BatchHeader::parse(rest) else {
@@ -719,24 +714,22 @@ fn log_batches(
                     && txn.first_offset <= header.base_offset
                     && header.base_offset <= txn.last_offset
             });
-        batches.push((
-            LogBatch {
-                first_offset: header.base_offset,
-                last_offset: last,
-                deliverable: !aborted,
-            },
-            position..end,
-        ));
+        batches.push(LogBatch {
+            first_offset: header.base_offset,
+            last_offset: last,
+            deliverable: !aborted,
+        });
+        positions.push(position..end);
         position = end;
     }
-    batches
+    (batches, positions)
 }
 
 /// The whole batches from the one holding the first acquired offset to the one holding the
 /// last: what the consumer needs to read the ranges.
 fn covering(
     bytes: &Bytes,
-    batches: &[(LogBatch, std::ops::Range<usize>)],
+    (batches, positions): (&[LogBatch], &[std::ops::Range<usize>]),
     ranges: &[fjord_share::Acquired],
 ) -> Bytes {
     let (Some(first), Some(last)) = (ranges.first(), ranges.last()) else {
@@ -744,9 +737,11 @@ fn covering(
     };
     let start = batches
         .iter()
+        .zip(positions)
         .find(|(b, _)| b.last_offset >= first.first_offset);
     let end = batches
         .iter()
+        .zip(positions)
         .rev()
         .find(|(b, _)| b.first_offset <= last.last_offset);
     match (start, end) {
