@@ -132,9 +132,13 @@ GROUP_RECORDS = [
     "ShareGroupStatePartitionMetadataValue",
 ]
 TXN_RECORDS = ["TransactionLogKey", "TransactionLogValue"]
+# The share coordinator's (`__share_group_state`, fjord-share; in Kafka's
+# share-coordinator/src/main/resources/common/message/).
+SHARE_RECORDS = ["ShareSnapshotKey", "ShareSnapshotValue", "ShareUpdateKey", "ShareUpdateValue"]
 RECORD_SETS = {
     "group": (GROUP_RECORDS, "`__consumer_offsets`"),
     "txn": (TXN_RECORDS, "`__transaction_state`"),
+    "share": (SHARE_RECORDS, "`__share_group_state`"),
 }
 
 # Where generated code finds the protocol primitives and the per-message test check. Inside

@@ -963,6 +963,11 @@ broker_configs! {
     offsets_topic_replication_factor: i16 = "offsets.topic.replication.factor", Short, Some("3"), Check::AtLeast(1);
     transaction_state_log_replication_factor: i16 = "transaction.state.log.replication.factor", Short, Some("3"), Check::AtLeast(1);
     transaction_state_log_min_isr: i32 = "transaction.state.log.min.isr", Int, Some("2"), Check::AtLeast(1);
+    share_coordinator_state_topic_num_partitions: i32 = "share.coordinator.state.topic.num.partitions", Int, Some("50"), Check::AtLeast(1);
+    share_coordinator_state_topic_replication_factor: i16 = "share.coordinator.state.topic.replication.factor", Short, Some("3"), Check::AtLeast(1);
+    share_coordinator_state_topic_min_isr: i16 = "share.coordinator.state.topic.min.isr", Short, Some("2"), Check::AtLeast(1);
+    share_coordinator_state_topic_segment_bytes: i32 = "share.coordinator.state.topic.segment.bytes", Int, Some("104857600"), Check::AtLeast(1);
+    share_coordinator_snapshot_update_records_per_snapshot: i32 = "share.coordinator.snapshot.update.records.per.snapshot", Int, Some("500"), Check::Between(0.0, 500.0);
     add_partitions_to_txn_retry_backoff_ms: i32 = "add.partitions.to.txn.retry.backoff.ms", Int, Some("20"), Check::AtLeast(1);
     add_partitions_to_txn_retry_backoff_max_ms: i32 = "add.partitions.to.txn.retry.backoff.max.ms", Int, Some("100"), Check::AtLeast(0);
     group_initial_rebalance_delay_ms: i32 = "group.initial.rebalance.delay.ms", Int, Some("3000"), Check::None;
@@ -1965,6 +1970,42 @@ impl BrokerConfig {
             .map(|(k, v)| (k.to_string(), v))
             .into(),
         }
+    }
+
+    /// `__share_group_state` as the broker creates it (KIP-932): kept forever and not compacted —
+    /// the share coordinator's snapshots make older records redundant — with its own
+    /// `min.insync.replicas`.
+    pub fn share_state_topic(&self) -> InternalTopicSettings {
+        let s = &self.settings;
+        InternalTopicSettings {
+            num_partitions: s.share_coordinator_state_topic_num_partitions,
+            replication_factor: s.share_coordinator_state_topic_replication_factor.into(),
+            configs: [
+                ("cleanup.policy", "delete".to_string()),
+                ("retention.ms", "-1".to_string()),
+                ("compression.type", "producer".to_string()),
+                (
+                    "segment.bytes",
+                    s.share_coordinator_state_topic_segment_bytes.to_string(),
+                ),
+                (
+                    "min.insync.replicas",
+                    s.share_coordinator_state_topic_min_isr.to_string(),
+                ),
+            ]
+            .map(|(k, v)| (k.to_string(), v))
+            .into(),
+        }
+    }
+
+    /// How many ShareUpdate records the share coordinator writes for a share partition between
+    /// two ShareSnapshots.
+    pub fn share_updates_per_snapshot(&self) -> u32 {
+        u32::try_from(
+            self.settings
+                .share_coordinator_snapshot_update_records_per_snapshot,
+        )
+        .unwrap_or(0)
     }
 
     /// The broker's share group settings: each `group.share.*` default with the bounds a

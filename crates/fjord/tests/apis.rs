@@ -3111,6 +3111,20 @@ fn every_advertised_version_answers() {
                 // No group id: INVALID_REQUEST.
                 ApiKey::ShareFetch => RequestBody::ShareFetch(Default::default()),
                 ApiKey::ShareAcknowledge => RequestBody::ShareAcknowledge(Default::default()),
+                // Empty: nothing to answer for.
+                ApiKey::InitializeShareGroupState => {
+                    RequestBody::InitializeShareGroupState(Default::default())
+                }
+                ApiKey::ReadShareGroupState => RequestBody::ReadShareGroupState(Default::default()),
+                ApiKey::WriteShareGroupState => {
+                    RequestBody::WriteShareGroupState(Default::default())
+                }
+                ApiKey::DeleteShareGroupState => {
+                    RequestBody::DeleteShareGroupState(Default::default())
+                }
+                ApiKey::ReadShareGroupStateSummary => {
+                    RequestBody::ReadShareGroupStateSummary(Default::default())
+                }
                 other => panic!("no request built for {}", other.name()),
             };
             let frame = client.encode_request(*api, version, &body);

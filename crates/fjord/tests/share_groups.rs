@@ -404,3 +404,233 @@ fn a_connection_closing_releases_what_its_sessions_held() {
     };
     assert_eq!(got, vec![(0, 4, 2)]);
 }
+
+mod share_coordinator {
+    //! The share coordinator's RPCs between brokers (InitializeShareGroupState and the rest):
+    //! found by FindCoordinator's share key, fenced by state and leader epochs, and durable on
+    //! `__share_group_state` across a restart.
+    use super::*;
+    use fjord_protocol::messages::delete_share_group_state_request as delete;
+    use fjord_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
+    use fjord_protocol::messages::initialize_share_group_state_request as init;
+    use fjord_protocol::messages::read_share_group_state_request as read;
+    use fjord_protocol::messages::read_share_group_state_response::ReadShareGroupStateResponse;
+    use fjord_protocol::messages::read_share_group_state_summary_request as summary;
+    use fjord_protocol::messages::write_share_group_state_request as write;
+
+    const FENCED_LEADER_EPOCH: i16 = 74;
+    const FENCED_STATE_EPOCH: i16 = 124;
+    const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+
+    fn find(client: &mut Client, key: &str) -> i16 {
+        let response = expect!(
+            client.request(
+                6,
+                RequestBody::FindCoordinator(FindCoordinatorRequest {
+                    key_type: 2,
+                    coordinator_keys: vec![key.to_string()],
+                    ..Default::default()
+                }),
+            ),
+            FindCoordinator
+        );
+        response.coordinators[0].error_code
+    }
+
+    fn initialize(client: &mut Client, topic_id: Uuid, partition: i32, state_epoch: i32) -> i16 {
+        let response = expect!(
+            client.request(
+                0,
+                RequestBody::InitializeShareGroupState(init::InitializeShareGroupStateRequest {
+                    group_id: GROUP.into(),
+                    topics: vec![init::InitializeStateData {
+                        topic_id,
+                        partitions: vec![init::PartitionData {
+                            partition,
+                            state_epoch,
+                            start_offset: 0,
+                        }],
+                    }],
+                }),
+            ),
+            InitializeShareGroupState
+        );
+        response.results[0].partitions[0].error_code
+    }
+
+    fn read(client: &mut Client, topic_id: Uuid, leader_epoch: i32) -> ReadShareGroupStateResponse {
+        expect!(
+            client.request(
+                0,
+                RequestBody::ReadShareGroupState(read::ReadShareGroupStateRequest {
+                    group_id: GROUP.into(),
+                    topics: vec![read::ReadStateData {
+                        topic_id,
+                        partitions: vec![read::PartitionData {
+                            partition: 0,
+                            leader_epoch,
+                        }],
+                    }],
+                }),
+            ),
+            ReadShareGroupState
+        )
+    }
+
+    fn write(
+        client: &mut Client,
+        topic_id: Uuid,
+        (state_epoch, leader_epoch): (i32, i32),
+        batches: &[(i64, i64, i8, i16)],
+    ) -> i16 {
+        let response = expect!(
+            client.request(
+                1,
+                RequestBody::WriteShareGroupState(write::WriteShareGroupStateRequest {
+                    group_id: GROUP.into(),
+                    topics: vec![write::WriteStateData {
+                        topic_id,
+                        partitions: vec![write::PartitionData {
+                            partition: 0,
+                            state_epoch,
+                            leader_epoch,
+                            start_offset: 0,
+                            delivery_complete_count: 5,
+                            state_batches: batches
+                                .iter()
+                                .map(|&(first, last, state, count)| write::StateBatch {
+                                    first_offset: first,
+                                    last_offset: last,
+                                    delivery_state: state,
+                                    delivery_count: count,
+                                })
+                                .collect(),
+                        }],
+                    }],
+                }),
+            ),
+            WriteShareGroupState
+        );
+        response.results[0].partitions[0].error_code
+    }
+
+    fn batches(response: &ReadShareGroupStateResponse) -> Vec<(i64, i64, i8, i16)> {
+        response.results[0].partitions[0]
+            .state_batches
+            .iter()
+            .map(|b| {
+                (
+                    b.first_offset,
+                    b.last_offset,
+                    b.delivery_state,
+                    b.delivery_count,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn state_is_fenced_by_epochs_and_outlives_a_restart() {
+        let mut broker = TestBroker::start();
+        let mut client = broker.connect();
+        let topic_id = create_topic(&mut client, "queue");
+        assert_eq!(find(&mut client, &format!("{GROUP}:{topic_id}:0")), NONE);
+        assert_eq!(find(&mut client, "not-a-share-key"), INVALID_REQUEST);
+
+        // Nothing can be read or written before the group coordinator initializes the state.
+        let response = read(&mut client, topic_id, 1);
+        assert_eq!(
+            response.results[0].partitions[0].error_code,
+            INVALID_REQUEST
+        );
+        assert_eq!(initialize(&mut client, topic_id, 0, 2), NONE);
+        assert_eq!(initialize(&mut client, topic_id, 0, 1), FENCED_STATE_EPOCH);
+        assert_eq!(
+            initialize(&mut client, topic_id, 5, 2),
+            UNKNOWN_TOPIC_OR_PARTITION
+        );
+
+        // A leader reads (raising the leader epoch), then writes what its consumers did.
+        let response = read(&mut client, topic_id, 3);
+        let partition = &response.results[0].partitions[0];
+        assert_eq!((partition.error_code, partition.start_offset), (NONE, 0));
+        assert_eq!(write(&mut client, topic_id, (2, 3), &[(0, 9, 0, 1)]), NONE);
+        assert_eq!(
+            write(&mut client, topic_id, (2, 3), &[(0, 4, 2, 1), (5, 5, 0, 2)]),
+            NONE
+        );
+        assert_eq!(
+            write(&mut client, topic_id, (2, 2), &[(6, 6, 2, 1)]),
+            FENCED_LEADER_EPOCH
+        );
+        assert_eq!(
+            write(&mut client, topic_id, (1, 3), &[(6, 6, 2, 1)]),
+            FENCED_STATE_EPOCH
+        );
+        assert_eq!(
+            write(&mut client, topic_id, (2, 3), &[(6, 5, 2, 1)]),
+            INVALID_REQUEST
+        );
+        let want = vec![(0, 4, 2, 1), (5, 5, 0, 2), (6, 9, 0, 1)];
+        assert_eq!(batches(&read(&mut client, topic_id, 3)), want);
+
+        // The state is on `__share_group_state`: a restarted broker loads it back, and the old
+        // leader epoch stays fenced.
+        broker.restart();
+        let mut client = broker.connect();
+        assert_eq!(find(&mut client, &format!("{GROUP}:{topic_id}:0")), NONE);
+        assert_eq!(batches(&read(&mut client, topic_id, 4)), want);
+        assert_eq!(
+            write(&mut client, topic_id, (2, 3), &[(6, 6, 2, 1)]),
+            FENCED_LEADER_EPOCH
+        );
+        let response = expect!(
+            client.request(
+                1,
+                RequestBody::ReadShareGroupStateSummary(
+                    summary::ReadShareGroupStateSummaryRequest {
+                        group_id: GROUP.into(),
+                        topics: vec![summary::ReadStateSummaryData {
+                            topic_id,
+                            partitions: vec![summary::PartitionData {
+                                partition: 0,
+                                leader_epoch: 0,
+                            }],
+                        }],
+                    }
+                ),
+            ),
+            ReadShareGroupStateSummary
+        );
+        let partition = &response.results[0].partitions[0];
+        assert_eq!(
+            (
+                partition.start_offset,
+                partition.leader_epoch,
+                partition.state_epoch
+            ),
+            (0, 4, 2)
+        );
+        assert_eq!(partition.delivery_complete_count, 5);
+
+        let response = expect!(
+            client.request(
+                0,
+                RequestBody::DeleteShareGroupState(delete::DeleteShareGroupStateRequest {
+                    group_id: GROUP.into(),
+                    topics: vec![delete::DeleteStateData {
+                        topic_id,
+                        partitions: vec![delete::PartitionData { partition: 0 }],
+                    }],
+                }),
+            ),
+            DeleteShareGroupState
+        );
+        assert_eq!(response.results[0].partitions[0].error_code, NONE);
+        let response = read(&mut client, topic_id, 4);
+        assert_eq!(
+            response.results[0].partitions[0].error_code,
+            INVALID_REQUEST
+        );
+    }
+}

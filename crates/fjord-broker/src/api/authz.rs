@@ -198,7 +198,12 @@ fn cluster_operation(body: &RequestBody, version: i16) -> Option<AclOperation> {
         | RequestBody::BrokerRegistration(_)
         | RequestBody::BrokerHeartbeat(_)
         | RequestBody::AlterPartition(_)
-        | RequestBody::ControllerRegistration(_) => ClusterAction,
+        | RequestBody::ControllerRegistration(_)
+        | RequestBody::InitializeShareGroupState(_)
+        | RequestBody::ReadShareGroupState(_)
+        | RequestBody::WriteShareGroupState(_)
+        | RequestBody::DeleteShareGroupState(_)
+        | RequestBody::ReadShareGroupStateSummary(_) => ClusterAction,
         // KIP-890's batched form, sent between brokers.
         RequestBody::AddPartitionsToTxn(_) if version >= 4 => ClusterAction,
         RequestBody::AlterReplicaLogDirs(_)

@@ -200,6 +200,44 @@ impl Broker {
                     ResponseBody::ShareFetch(shares.share_fetch(request, version, access).await)
                 })
             }
+            RequestBody::InitializeShareGroupState(request) => {
+                let shares = self.shares.clone();
+                answer.later(async move {
+                    ResponseBody::InitializeShareGroupState(
+                        shares.initialize_share_group_state(request).await,
+                    )
+                })
+            }
+            RequestBody::ReadShareGroupState(request) => {
+                let shares = self.shares.clone();
+                answer.later(async move {
+                    ResponseBody::ReadShareGroupState(shares.read_share_group_state(request).await)
+                })
+            }
+            RequestBody::WriteShareGroupState(request) => {
+                let shares = self.shares.clone();
+                answer.later(async move {
+                    ResponseBody::WriteShareGroupState(
+                        shares.write_share_group_state(request).await,
+                    )
+                })
+            }
+            RequestBody::DeleteShareGroupState(request) => {
+                let shares = self.shares.clone();
+                answer.later(async move {
+                    ResponseBody::DeleteShareGroupState(
+                        shares.delete_share_group_state(request).await,
+                    )
+                })
+            }
+            RequestBody::ReadShareGroupStateSummary(request) => {
+                let shares = self.shares.clone();
+                answer.later(async move {
+                    ResponseBody::ReadShareGroupStateSummary(
+                        shares.read_share_group_state_summary(request).await,
+                    )
+                })
+            }
             RequestBody::ShareAcknowledge(request) => {
                 let acknowledged = self
                     .shares

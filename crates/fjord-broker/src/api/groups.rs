@@ -12,6 +12,7 @@ use fjord_protocol::{ApiKey, RequestBody, ResponseBody};
 use crate::api::txn_verify::Verdicts;
 use crate::api::{authz, encode_response, Access, GroupApi};
 use crate::coordinator::group::{topics_view, GroupAnswer, OFFSETS_TOPIC};
+use crate::coordinator::share_state::SHARE_STATE_TOPIC;
 use crate::coordinator::txn::TXN_TOPIC;
 use crate::net::{Reply, Response};
 use fjord_common::errors;
@@ -21,6 +22,8 @@ use fjord_metadata::acl::AclOperation;
 /// FindCoordinator key types.
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
+/// A share partition's state ("group:topicId:partition"), asked by brokers (KIP-932).
+const KEY_TYPE_SHARE: i8 = 2;
 
 impl GroupApi {
     /// Creates `__consumer_offsets` if missing and loads the coordinator shards this broker hosts.
@@ -35,6 +38,19 @@ impl GroupApi {
                 .apply_image(&self.node.image(), fjord_common::now_ms())?;
         }
         self.groups.load_hosted()
+    }
+
+    /// Creates `__share_group_state` if missing and loads the share coordinator shards this
+    /// broker hosts.
+    async fn ensure_share_coordinator(&self) -> Result<(), KafkaError> {
+        self.forwarder
+            .ensure_internal_topic(SHARE_STATE_TOPIC, self.node.config.share_state_topic())
+            .await?;
+        if !self.share_state.shards.all_loaded() {
+            self.replicas
+                .apply_image(&self.node.image(), fjord_common::now_ms())?;
+        }
+        self.share_state.shards.load_hosted().map(|_| ())
     }
 
     /// A key the principal may not describe (DESCRIBE on the group or transactional id) is
@@ -62,6 +78,11 @@ impl GroupApi {
                 KEY_TYPE_TRANSACTION if !access.allows_txn_id(AclOperation::Describe, key) => {
                     Some(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                 }
+                // Only brokers ask for share coordinators.
+                KEY_TYPE_SHARE if !access.allows_cluster(AclOperation::ClusterAction) => {
+                    Some(errors::CLUSTER_AUTHORIZATION_FAILED)
+                }
+                KEY_TYPE_SHARE if !is_share_state_key(key) => Some(errors::INVALID_REQUEST),
                 _ => None,
             })
             .collect();
@@ -69,6 +90,7 @@ impl GroupApi {
             let ready = match request.key_type {
                 KEY_TYPE_GROUP => this.ensure_group_coordinator().await,
                 KEY_TYPE_TRANSACTION => this.txns.ensure_txn_coordinator().await,
+                KEY_TYPE_SHARE => this.ensure_share_coordinator().await,
                 _ => Ok(()),
             };
             // Every registered broker's endpoint on this listener, read once for all the keys.
@@ -81,15 +103,12 @@ impl GroupApi {
                         _ if let Some(code) = refused => {
                             (code, Some(authz::message(code).to_string()))
                         }
-                        (Ok(()), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => (errors::NONE, None),
-                        (Err(error), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) => (
+                        (Ok(()), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION | KEY_TYPE_SHARE) => {
+                            (errors::NONE, None)
+                        }
+                        (Err(error), KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION | KEY_TYPE_SHARE) => (
                             errors::COORDINATOR_NOT_AVAILABLE,
                             Some(error.message.clone()),
-                        ),
-                        // Share coordinators (2) are not implemented yet.
-                        (_, 2) => (
-                            errors::COORDINATOR_NOT_AVAILABLE,
-                            Some("this broker has no such coordinator yet".to_string()),
                         ),
                         _ => (
                             errors::INVALID_REQUEST,
@@ -137,6 +156,13 @@ impl GroupApi {
                 KEY_TYPE_GROUP => {
                     self.internal_leader(OFFSETS_TOPIC, self.groups.partition_of(key))
                 }
+                KEY_TYPE_SHARE => self.internal_leader(
+                    SHARE_STATE_TOPIC,
+                    fjord_common::coordinator_partition(
+                        key,
+                        self.share_state.shards.num_partitions(),
+                    ),
+                ),
                 _ => self.internal_leader(TXN_TOPIC, self.txns.txns.partition_of(key)),
             })
             .flatten()
@@ -311,4 +337,18 @@ impl GroupApi {
             None => self.groups.multi_group(version, body, &topics, client),
         }
     }
+}
+
+/// Whether `key` names a share partition as "group:topicId:partition" (the group id may itself
+/// hold colons: the last two fields are the topic id and the partition).
+fn is_share_state_key(key: &str) -> bool {
+    let mut fields = key.rsplitn(3, ':');
+    let (Some(partition), Some(topic_id), Some(group)) =
+        (fields.next(), fields.next(), fields.next())
+    else {
+        return false;
+    };
+    !group.is_empty()
+        && topic_id.parse::<fjord_common::Uuid>().is_ok()
+        && partition.parse::<i32>().is_ok_and(|p| p >= 0)
 }

@@ -22,6 +22,7 @@ mod produce;
 mod quotas;
 mod refusals;
 mod share;
+mod share_state;
 mod telemetry;
 mod tls_configs;
 mod tokens;
@@ -57,6 +58,7 @@ use crate::api::fetch_session::FetchSessionCache;
 use crate::coordinator::group::GroupRuntime;
 use crate::coordinator::producer_ids::ProducerIds;
 use crate::coordinator::share::SharePartitions;
+use crate::coordinator::share_state::ShareStateRuntime;
 use crate::coordinator::txn::TxnRuntime;
 use crate::link::controller::ControllerLink;
 use crate::link::peers::LinkPool;
@@ -114,6 +116,7 @@ pub struct BrokerParts {
     pub flusher: FlusherHandle,
     pub groups: Arc<GroupRuntime>,
     pub txns: Arc<TxnRuntime>,
+    pub share_state: Arc<ShareStateRuntime>,
     pub log_dir_mover: Arc<LogDirMover>,
     pub replication_quotas: Arc<ReplicationQuotas>,
     pub links: Arc<Links>,
@@ -160,6 +163,8 @@ pub(crate) struct GroupApi {
     groups: Arc<GroupRuntime>,
     /// TxnOffsetCommit's verification, and the transaction coordinator FindCoordinator loads.
     txns: Arc<TxnApi>,
+    /// The share coordinator FindCoordinator loads.
+    share_state: Arc<ShareStateRuntime>,
     forwarder: Arc<Forwarder>,
 }
 
@@ -168,6 +173,8 @@ pub(crate) struct ShareApi {
     node: Arc<Node>,
     replicas: Arc<ReplicaManager>,
     pub(crate) shares: Arc<SharePartitions>,
+    /// The share coordinator's shards (`share_state`).
+    pub(crate) state: Arc<ShareStateRuntime>,
 }
 
 /// The transaction APIs (`txn`, `txn_verify`, `txn_admin`), on the transaction coordinator
@@ -239,6 +246,7 @@ impl Broker {
             flusher,
             groups,
             txns,
+            share_state,
             log_dir_mover,
             replication_quotas,
             links,
@@ -299,6 +307,7 @@ impl Broker {
                 replicas: replicas.clone(),
                 groups,
                 txns: txn_api.clone(),
+                share_state: share_state.clone(),
                 forwarder: forwarder.clone(),
             }),
             shares: Arc::new(ShareApi {
@@ -307,6 +316,7 @@ impl Broker {
                 )),
                 node: node.clone(),
                 replicas: replicas.clone(),
+                state: share_state,
             }),
             cluster: Arc::new(ClusterApi {
                 telemetry: Arc::new(ClientTelemetry::new(node.config.telemetry_max_bytes())),
@@ -333,6 +343,11 @@ impl Broker {
     /// The transaction coordinator runtime.
     pub(crate) fn txn_runtime(&self) -> &Arc<TxnRuntime> {
         &self.txns.txns
+    }
+
+    /// The share coordinator runtime.
+    pub(crate) fn share_state_runtime(&self) -> &Arc<ShareStateRuntime> {
+        &self.shares.state
     }
 
     /// The share partitions this broker leads (the server's timers expire their locks).

@@ -169,7 +169,7 @@ fn refused_txn(body: &RequestBody, version: i16, code: i16) -> Option<ResponseBo
                 })
                 .collect(),
         }),
-        _ => return None,
+        other => return crate::api::share_state::refused_whole(other, code),
     })
 }
 

@@ -136,6 +136,23 @@ pub async fn written(
     }
 }
 
+/// Waits for what [`append`] answered to be written (see [`written`]), logging a failure as
+/// `kind`'s coordinator's.
+pub async fn settle(
+    flusher: &FlusherHandle,
+    appended: Result<Appended, WriteFailure>,
+    kind: &str,
+) -> Result<(), WriteFailure> {
+    let result = match appended {
+        Ok(appended) => written(flusher, appended, REPLICATION_TIMEOUT).await,
+        Err(failure) => Err(failure),
+    };
+    if let Err(failure) = &result {
+        tracing::warn!(%failure, "{kind} coordinator write failed");
+    }
+    result
+}
+
 /// What a coordinator's partition holds, as replay hands it over.
 pub enum Replayed {
     /// A coordinator record; `producer_id` when it is in a transactional batch.

@@ -11,4 +11,5 @@ pub(crate) mod log;
 pub(crate) mod producer_ids;
 pub(crate) mod runtime;
 pub(crate) mod share;
+pub(crate) mod share_state;
 pub(crate) mod txn;

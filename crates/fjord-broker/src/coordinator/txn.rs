@@ -187,20 +187,7 @@ impl TxnRuntime {
             let guard = lock(shard);
             coordinator_log::append(&guard.partition, &records, None)
         };
-        let result = match appended {
-            Ok(appended) => {
-                coordinator_log::written(
-                    &self.flusher,
-                    appended,
-                    coordinator_log::REPLICATION_TIMEOUT,
-                )
-                .await
-            }
-            Err(failure) => Err(failure),
-        };
-        if let Err(failure) = &result {
-            tracing::warn!(%failure, "transaction coordinator write failed");
-        }
+        let result = coordinator_log::settle(&self.flusher, appended, "transaction").await;
         let result = result.map_err(|f| f.error_code());
         let mut guard = lock(shard);
         let written = ids

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::{Broker, BrokerParts};
 use crate::coordinator::group::GroupRuntime;
+use crate::coordinator::share_state::ShareStateRuntime;
 use crate::coordinator::txn::TxnRuntime;
 use crate::link::controller::ControllerLink;
 use crate::link::Links;
@@ -70,7 +71,8 @@ pub(super) async fn start_broker(
     let initial = DynamicBrokerConfig::new(node, default);
     let storage = Storage::start(config, &replicas, &initial)?;
     let deadline_moved = Arc::new(Notify::new());
-    let (groups, txns) = start_coordinators(config, &replicas, &storage.flusher, &deadline_moved)?;
+    let (groups, txns, share_state) =
+        start_coordinators(config, &replicas, &storage.flusher, &deadline_moved)?;
     let broker = Arc::new(Broker::new(BrokerParts {
         config: config.clone(),
         cluster_id,
@@ -81,6 +83,7 @@ pub(super) async fn start_broker(
         flusher: storage.flusher.clone(),
         groups: groups.clone(),
         txns: txns.clone(),
+        share_state: share_state.clone(),
         log_dir_mover: storage.log_dir_mover.clone(),
         replication_quotas: storage.replication_quotas.clone(),
         links: links.clone(),
@@ -88,6 +91,7 @@ pub(super) async fn start_broker(
     }));
     // Transactions prepared before a restart get their markers; open ones time out.
     broker.txns.load_txn_coordinators().map_err(startup)?;
+    share_state.shards.load_hosted().map_err(startup)?;
     let tasks = Tasks::start(
         &broker,
         &quorum,
@@ -316,15 +320,18 @@ impl Storage {
     }
 }
 
-/// Phase 4: the group and transaction coordinators, on the partitions of their internal topics
-/// this broker leads; both kinds share one timer task, woken through `deadline_moved`. Groups
+/// The coordinator runtimes: group, transaction, share.
+type Coordinators = (Arc<GroupRuntime>, Arc<TxnRuntime>, Arc<ShareStateRuntime>);
+
+/// Phase 4: the group, transaction and share coordinators, on the partitions of their internal
+/// topics this broker leads; they share one timer task, woken through `deadline_moved`. Groups
 /// and offsets committed before a restart are back before the first request.
 fn start_coordinators(
     config: &BrokerConfig,
     replicas: &Arc<ReplicaManager>,
     flusher: &FlusherHandle,
     deadline_moved: &Arc<Notify>,
-) -> Result<(Arc<GroupRuntime>, Arc<TxnRuntime>), BrokerError> {
+) -> Result<Coordinators, BrokerError> {
     let groups = Arc::new(GroupRuntime::new(
         coordinators::group_config(config),
         config.offsets_topic().num_partitions,
@@ -345,7 +352,14 @@ fn start_coordinators(
         flusher.clone(),
         deadline_moved.clone(),
     ));
-    Ok((groups, txns))
+    let share_state = Arc::new(ShareStateRuntime::new(
+        config.share_updates_per_snapshot(),
+        config.share_state_topic().num_partitions,
+        replicas.clone(),
+        flusher.clone(),
+        deadline_moved.clone(),
+    ));
+    Ok((groups, txns, share_state))
 }
 
 /// Follows the metadata log. Each new image brings the hosted partitions and the

@@ -49,6 +49,13 @@ pub(crate) fn follow_leadership(broker: &Arc<Broker>) {
         }
     }
     broker.share_partitions().drop_unled(broker.replicas());
+    let share_state = &broker.share_state_runtime().shards;
+    share_state.unload_unled();
+    if !share_state.all_loaded() {
+        if let Err(error) = share_state.load_hosted() {
+            tracing::warn!(%error, "cannot load a share coordinator shard");
+        }
+    }
     broker.txn_runtime().shards.unload_unled();
     if !broker.txn_runtime().shards.all_loaded() {
         if let Err(error) = broker.txns.load_txn_coordinators() {
