@@ -185,6 +185,19 @@ impl Run {
     fn held_by(&self, member: &str) -> bool {
         self.state == RecordState::Acquired && self.holder.as_deref() == Some(member)
     }
+
+    fn persisted(&self) -> StateBatch {
+        debug_assert!(
+            self.state != RecordState::Acquired,
+            "acquired is never persisted"
+        );
+        StateBatch {
+            first_offset: self.first,
+            last_offset: self.last,
+            state: self.state,
+            delivery_count: self.delivery_count,
+        }
+    }
 }
 
 /// A refused acknowledgement: Kafka's error code and why.
@@ -198,6 +211,10 @@ pub struct SharePartition {
     end_offset: i64,
     runs: VecDeque<Run>,
     limits: ShareLimits,
+    /// The ranges whose persisted state (not acquired, which is never persisted) changed since
+    /// the caller last took them (`take_changes`): what the next write to the share coordinator
+    /// carries.
+    changes: Vec<StateBatch>,
 }
 
 impl SharePartition {
@@ -208,6 +225,7 @@ impl SharePartition {
             end_offset: start_offset,
             runs: VecDeque::new(),
             limits,
+            changes: Vec::new(),
         }
     }
 
@@ -375,14 +393,16 @@ impl SharePartition {
                 self.end_offset = first;
             } else {
                 let hole = Run::settled(self.end_offset, first - 1, RecordState::Archived, 0);
+                self.changes.push(hole.persisted());
                 self.runs.push_back(hole);
                 self.end_offset = first;
             }
         }
         let last = batch.last_offset.min(first.saturating_add(cap - 1));
         if !batch.deliverable {
-            self.runs
-                .push_back(Run::settled(first, last, RecordState::Archived, 0));
+            let undeliverable = Run::settled(first, last, RecordState::Archived, 0);
+            self.changes.push(undeliverable.persisted());
+            self.runs.push_back(undeliverable);
             self.end_offset = last + 1;
             return 0;
         }
@@ -511,8 +531,12 @@ impl SharePartition {
                 AckType::Accept => settle_run(run, RecordState::Acknowledged),
                 AckType::Gap | AckType::Reject => settle_run(run, RecordState::Archived),
                 AckType::Release => release_run(run, limit),
-                AckType::Renew => run.lock_deadline_ms = deadline,
+                AckType::Renew => {
+                    run.lock_deadline_ms = deadline;
+                    continue;
+                }
             }
+            self.changes.push(run.persisted());
         }
     }
 
@@ -525,6 +549,7 @@ impl SharePartition {
             if run.state == RecordState::Acquired && run.lock_deadline_ms <= now_ms {
                 release_run(run, limit);
                 released += run.len();
+                self.changes.push(run.persisted());
             }
         }
         if released > 0 {
@@ -542,6 +567,7 @@ impl SharePartition {
         for run in self.runs.iter_mut().filter(|r| r.held_by(member)) {
             release_run(run, limit);
             released += run.len();
+            self.changes.push(run.persisted());
         }
         if released > 0 {
             self.settle(before);
@@ -578,6 +604,23 @@ impl SharePartition {
         self.settle(before);
     }
 
+    /// The ranges whose persisted state changed since the last call, oldest first.
+    pub fn take_changes(&mut self) -> Vec<StateBatch> {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Offsets at or past the start offset whose delivery is complete (acknowledged or
+    /// archived), as the share coordinator keeps it for lag (KIP-1226).
+    pub fn delivery_complete_count(&self) -> i32 {
+        let done: i64 = self
+            .runs
+            .iter()
+            .filter(|r| r.state.is_done())
+            .map(Run::len)
+            .sum();
+        i32::try_from(done).unwrap_or(i32::MAX)
+    }
+
     /// Offsets in flight (acquired or not yet done with).
     pub fn in_flight_offsets(&self) -> i64 {
         self.end_offset - self.start_offset
@@ -590,19 +633,6 @@ impl SharePartition {
             .filter(|r| r.state == RecordState::Acquired)
             .map(Run::len)
             .sum()
-    }
-
-    /// The in-flight runs as persisted: every run, ascending, merged where they agree.
-    pub fn state_batches(&self) -> Vec<StateBatch> {
-        self.runs
-            .iter()
-            .map(|r| StateBatch {
-                first_offset: r.first,
-                last_offset: r.last,
-                state: r.state,
-                delivery_count: r.delivery_count,
-            })
-            .collect()
     }
 
     /// The state of one offset and its delivery count (for tests and describing).

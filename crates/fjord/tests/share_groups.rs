@@ -405,6 +405,36 @@ fn a_connection_closing_releases_what_its_sessions_held() {
     assert_eq!(got, vec![(0, 4, 2)]);
 }
 
+#[test]
+fn acknowledgements_outlive_a_restart_of_the_leader() {
+    let mut broker = TestBroker::start();
+    let mut client = broker.connect();
+    let topic_id = create_topic(&mut client, "jobs");
+    produce(&mut client, "jobs", 10);
+    assert_eq!(
+        alter_group_config(&mut client, "share.auto.offset.reset", "earliest"),
+        NONE
+    );
+    assert_eq!(heartbeat(&mut client, "member-a", 0).0, NONE);
+    let fetched = share_fetch(&mut client, "member-a", 0, topic_id, vec![]);
+    assert_eq!(acquired(&fetched), vec![(0, 9, 1)]);
+    // 0-3 accepted, 4 rejected, 5 released; 6-9 still held when the broker goes down.
+    let acks = [(0, 3, 1), (4, 4, 3), (5, 5, 2)];
+    assert_eq!(
+        acknowledge(&mut client, "member-a", 1, topic_id, &acks),
+        (NONE, NONE)
+    );
+
+    broker.kill9();
+    broker.restart();
+    let mut client = broker.connect();
+    assert_eq!(heartbeat(&mut client, "member-b", 0).0, NONE);
+    let fetched = share_fetch(&mut client, "member-b", 0, topic_id, vec![]);
+    // The released record comes back delivered twice; those held were never persisted as
+    // acquired, so they come back as first deliveries; nothing acknowledged comes back.
+    assert_eq!(acquired(&fetched), vec![(5, 5, 2), (6, 9, 1)]);
+}
+
 mod share_coordinator {
     //! The share coordinator's RPCs between brokers (InitializeShareGroupState and the rest):
     //! found by FindCoordinator's share key, fenced by state and leader epochs, and durable on

@@ -201,7 +201,7 @@ impl Broker {
                 })
             }
             RequestBody::InitializeShareGroupState(request) => {
-                let shares = self.shares.clone();
+                let shares = self.shares.state.clone();
                 answer.later(async move {
                     ResponseBody::InitializeShareGroupState(
                         shares.initialize_share_group_state(request).await,
@@ -209,13 +209,13 @@ impl Broker {
                 })
             }
             RequestBody::ReadShareGroupState(request) => {
-                let shares = self.shares.clone();
+                let shares = self.shares.state.clone();
                 answer.later(async move {
                     ResponseBody::ReadShareGroupState(shares.read_share_group_state(request).await)
                 })
             }
             RequestBody::WriteShareGroupState(request) => {
-                let shares = self.shares.clone();
+                let shares = self.shares.state.clone();
                 answer.later(async move {
                     ResponseBody::WriteShareGroupState(
                         shares.write_share_group_state(request).await,
@@ -223,7 +223,7 @@ impl Broker {
                 })
             }
             RequestBody::DeleteShareGroupState(request) => {
-                let shares = self.shares.clone();
+                let shares = self.shares.state.clone();
                 answer.later(async move {
                     ResponseBody::DeleteShareGroupState(
                         shares.delete_share_group_state(request).await,
@@ -231,7 +231,7 @@ impl Broker {
                 })
             }
             RequestBody::ReadShareGroupStateSummary(request) => {
-                let shares = self.shares.clone();
+                let shares = self.shares.state.clone();
                 answer.later(async move {
                     ResponseBody::ReadShareGroupStateSummary(
                         shares.read_share_group_state_summary(request).await,
@@ -239,10 +239,13 @@ impl Broker {
                 })
             }
             RequestBody::ShareAcknowledge(request) => {
-                let acknowledged = self
-                    .shares
-                    .share_acknowledge(&request, answer.version, &access);
-                answer.now(ResponseBody::ShareAcknowledge(acknowledged))
+                let shares = self.shares.clone();
+                let version = answer.version;
+                answer.later(async move {
+                    ResponseBody::ShareAcknowledge(
+                        shares.share_acknowledge(&request, version, &access).await,
+                    )
+                })
             }
             body if is_group_api(answer.api) => self.groups.group_request(
                 body,

@@ -22,6 +22,7 @@ mod produce;
 mod quotas;
 mod refusals;
 mod share;
+mod share_persister;
 mod share_state;
 mod telemetry;
 mod tls_configs;
@@ -69,6 +70,7 @@ use fjord_telemetry::ClientTelemetry;
 pub(crate) use authz::Access;
 pub use dispatch::BrokerDispatch;
 pub(crate) use forward::InternalTopic;
+use share_persister::Persister;
 
 /// This broker as every handler sees it: its config, its identity and the metadata image.
 pub struct Node {
@@ -173,7 +175,15 @@ pub(crate) struct ShareApi {
     node: Arc<Node>,
     replicas: Arc<ReplicaManager>,
     pub(crate) shares: Arc<SharePartitions>,
-    /// The share coordinator's shards (`share_state`).
+    /// Where the share partitions' state is written and read back (`share_persister`).
+    persister: Arc<Persister>,
+    /// The share coordinator's RPCs (`share_state`).
+    pub(crate) state: Arc<ShareStateApi>,
+}
+
+/// The share coordinator's RPCs (`share_state`), on its shards.
+pub(crate) struct ShareStateApi {
+    node: Arc<Node>,
     pub(crate) state: Arc<ShareStateRuntime>,
 }
 
@@ -275,6 +285,10 @@ impl Broker {
             flusher: flusher.clone(),
             groups: groups.clone(),
         });
+        let share_state_api = Arc::new(ShareStateApi {
+            node: node.clone(),
+            state: share_state.clone(),
+        });
         let txn_api = Arc::new(TxnApi {
             node: node.clone(),
             replicas: replicas.clone(),
@@ -314,9 +328,14 @@ impl Broker {
                 shares: Arc::new(SharePartitions::new(
                     usize::try_from(node.config.share_groups().max_share_sessions).unwrap_or(1),
                 )),
+                persister: Arc::new(Persister::new(
+                    node.clone(),
+                    forwarder.clone(),
+                    share_state_api.clone(),
+                )),
                 node: node.clone(),
                 replicas: replicas.clone(),
-                state: share_state,
+                state: share_state_api,
             }),
             cluster: Arc::new(ClusterApi {
                 telemetry: Arc::new(ClientTelemetry::new(node.config.telemetry_max_bytes())),
@@ -347,7 +366,7 @@ impl Broker {
 
     /// The share coordinator runtime.
     pub(crate) fn share_state_runtime(&self) -> &Arc<ShareStateRuntime> {
-        &self.shares.state
+        &self.shares.state.state
     }
 
     /// The share partitions this broker leads (the server's timers expire their locks).

@@ -19,10 +19,13 @@ use fjord_protocol::messages::share_fetch_request::ShareFetchRequest;
 use fjord_protocol::messages::share_fetch_response::*;
 use fjord_protocol::Uuid;
 use fjord_records::BatchHeader;
-use fjord_share::{AckBatch, AcquireMode, LogBatch, SessionStep, ShareLimits, SharePartition};
+use fjord_share::records::StateKey;
+use fjord_share::{
+    AckBatch, AcquireMode, LogBatch, SessionStep, ShareLimits, SharePartition, StateWrite,
+};
 
 use crate::api::{Access, ShareApi};
-use crate::coordinator::share::session_key;
+use crate::coordinator::share::{session_key, Change, Loaded};
 use crate::replication::Partition;
 
 /// The longest member id a client may choose (a UUID's string form).
@@ -183,15 +186,17 @@ impl ShareApi {
         let settings = self.settings(&image, group_id);
         let mut responses = Responses::default();
         for (topic_id, partition, batches) in &ask.acks {
-            let (code, message) = self.acknowledge_partition(
-                &image,
-                access,
-                (group_id, member_id),
-                (*topic_id, *partition),
-                batches,
-                ask.renew,
-                &settings,
-            );
+            let (code, message) = self
+                .acknowledge_partition(
+                    &image,
+                    access,
+                    (group_id, member_id),
+                    (*topic_id, *partition),
+                    batches,
+                    ask.renew,
+                    &settings,
+                )
+                .await;
             responses.acknowledged(*topic_id, *partition, code, message);
         }
         let lock_ms = settings.record_lock_duration_ms;
@@ -226,6 +231,8 @@ impl ShareApi {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(ask.max_wait_ms);
         loop {
             let image = self.node.image();
+            self.load_partitions(&image, access, &ask.group_id, parts, settings)
+                .await;
             let waiter = Arc::new(tokio::sync::Notify::new());
             let member = (ask.group_id.as_str(), ask.member_id.as_str());
             let fetched =
@@ -259,7 +266,7 @@ impl ShareApi {
 
     /// ShareAcknowledge: the session moved on (or closed), and each partition's
     /// acknowledgements applied.
-    pub(crate) fn share_acknowledge(
+    pub(crate) async fn share_acknowledge(
         &self,
         request: &ShareAcknowledgeRequest,
         version: i16,
@@ -302,15 +309,17 @@ impl ShareApi {
                     .iter()
                     .map(|b| ack_batch(b.first_offset, b.last_offset, &b.acknowledge_types))
                     .collect();
-                let (error_code, error_message) = self.acknowledge_partition(
-                    &image,
-                    access,
-                    (&group_id, member_id),
-                    (topic.topic_id, p.partition_index),
-                    &batches,
-                    renew,
-                    &settings,
-                );
+                let (error_code, error_message) = self
+                    .acknowledge_partition(
+                        &image,
+                        access,
+                        (&group_id, member_id),
+                        (topic.topic_id, p.partition_index),
+                        &batches,
+                        renew,
+                        &settings,
+                    )
+                    .await;
                 partitions.push(ack_response::PartitionData {
                     partition_index: p.partition_index,
                     error_code,
@@ -398,7 +407,15 @@ impl ShareApi {
                 })
             })
             .collect();
-        self.shares.release(group_id, member_id, &partitions);
+        let changes = self.shares.release(group_id, member_id, &partitions);
+        self.persister.spawn_writes(&self.shares, changes);
+    }
+
+    /// Expires the locks due by `now_ms`, writing what that changed; when the next is due.
+    pub(crate) fn expire_due(&self, now_ms: i64) -> Option<i64> {
+        let (next, changes) = self.shares.expire_due(now_ms);
+        self.persister.spawn_writes(&self.shares, changes);
+        next
     }
 
     /// The group's share settings: its own configs, else the broker's.
@@ -411,7 +428,7 @@ impl ShareApi {
 
     /// One partition's acknowledgements: its error code and message (NONE when applied).
     #[allow(clippy::too_many_arguments)]
-    fn acknowledge_partition(
+    async fn acknowledge_partition(
         &self,
         image: &MetadataImage,
         access: &Access,
@@ -429,7 +446,7 @@ impl ShareApi {
             Err(code) => return (code, None),
         };
         let key = (group_id.to_string(), led.1.clone());
-        let Some(state) = self.shares.get(&key, led.0.leader_epoch()) else {
+        let Some(loaded) = self.shares.get(&key, led.0.leader_epoch()) else {
             return (
                 errors::UNKNOWN_TOPIC_OR_PARTITION,
                 Some("No records of this partition were acquired by the group here".to_string()),
@@ -442,7 +459,11 @@ impl ShareApi {
                 Some("The group does not allow renewing acquisition locks".to_string()),
             );
         }
-        let outcome = lock(&state).acknowledge(member_id, batches, renew, now_ms());
+        let (outcome, write) = {
+            let mut share = lock(&loaded.state);
+            let outcome = share.acknowledge(member_id, batches, renew, now_ms());
+            (outcome, loaded.take_change(&mut share))
+        };
         tracing::debug!(
             member = member_id,
             partition,
@@ -450,12 +471,84 @@ impl ShareApi {
             ?outcome,
             "share ack"
         );
-        match outcome {
-            Ok(()) => {
-                self.shares.notify_changed();
-                (errors::NONE, None)
+        if let Err((code, message)) = outcome {
+            return (code, Some(message));
+        }
+        self.shares.notify_changed();
+        // The acknowledgement holds once its share coordinator has it.
+        if let Some(write) = write {
+            let change = Change { key, loaded, write };
+            if let Err(refusal) = self.persister.write_or_evict(&self.shares, &change).await {
+                return (persist_error(refusal.error_code), Some(refusal.message));
             }
-            Err((code, message)) => (code, Some(message)),
+        }
+        (errors::NONE, None)
+    }
+
+    /// Loads the share partitions of `parts` this broker leads and has none of yet from their
+    /// share coordinator. A start offset nobody chose yet is chosen by
+    /// `share.auto.offset.reset` and written at once, so a later leader starts there too.
+    async fn load_partitions(
+        &self,
+        image: &MetadataImage,
+        access: &Access,
+        group_id: &str,
+        parts: &[(Uuid, i32)],
+        settings: &ShareGroupSettings,
+    ) {
+        for &(topic_id, partition) in parts {
+            let Ok((led, tp)) = self.led_partition(image, access, topic_id, partition) else {
+                continue;
+            };
+            let leader_epoch = led.leader_epoch();
+            let key = (group_id.to_string(), tp);
+            if self.shares.get(&key, leader_epoch).is_some() {
+                continue;
+            }
+            let state_key = StateKey {
+                group_id: group_id.to_string(),
+                topic_id,
+                partition,
+            };
+            let stored = match self.persister.read(&state_key, leader_epoch).await {
+                Ok(stored) => stored,
+                Err(refusal) => {
+                    tracing::warn!(
+                        group = group_id,
+                        partition = %key.1,
+                        error = errors::name(refusal.error_code),
+                        message = %refusal.message,
+                        "share partition state not read"
+                    );
+                    continue;
+                }
+            };
+            let start = if stored.start_offset < 0 {
+                let Ok(log) = led.try_lock() else { continue };
+                start_offset(&log, settings, now_ms())
+            } else {
+                stored.start_offset
+            };
+            let share = SharePartition::restore(start, &stored.batches, share_limits(settings));
+            let loaded = Loaded {
+                state: Arc::new(std::sync::Mutex::new(share)),
+                topic_id,
+                leader_epoch,
+                state_epoch: stored.state_epoch,
+            };
+            if stored.start_offset < 0 {
+                let write = StateWrite {
+                    state_epoch: stored.state_epoch,
+                    leader_epoch,
+                    start_offset: start,
+                    delivery_complete_count: 0,
+                    batches: Vec::new(),
+                };
+                if self.persister.write(&state_key, &write).await.is_err() {
+                    continue;
+                }
+            }
+            self.shares.insert(&key, loaded);
         }
     }
 
@@ -553,25 +646,14 @@ impl ShareApi {
         budget: &FetchLimits,
     ) -> Result<(Vec<AcquiredRecords>, Bytes), i16> {
         let now = now_ms();
-        let leader_epoch = partition.leader_epoch();
-        let limits = ShareLimits {
-            max_in_flight: i64::from(settings.partition_max_record_locks),
-            delivery_count_limit: i16::try_from(settings.delivery_count_limit).unwrap_or(i16::MAX),
-            lock_duration_ms: i64::from(settings.record_lock_duration_ms),
-        };
         let key = (group_id.to_string(), tp.clone());
-        let state = self
+        // Loaded just before (`load_partitions`), unless its state could not be read.
+        let loaded = self
             .shares
-            .get_or_init(&key, leader_epoch, || {
-                let log = partition.try_lock().ok()?;
-                Some(SharePartition::new(
-                    start_offset(&log, settings, now),
-                    limits,
-                ))
-            })
+            .get(&key, partition.leader_epoch())
             .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
-        let mut share = lock(&state);
-        share.set_limits(limits);
+        let mut share = lock(&loaded.state);
+        share.set_limits(share_limits(settings));
         share.expire_locks(now);
         let log = partition
             .try_lock()
@@ -606,6 +688,15 @@ impl ShareApi {
         drop(log);
         let (batches, positions) = log_batches(&bytes, &aborted);
         let ranges = share.acquire(member_id, &batches, budget.max_records, budget.mode, now);
+        // Expired locks and undeliverable records found on the way are written behind.
+        if let Some(write) = loaded.take_change(&mut share) {
+            let change = Change {
+                key,
+                loaded: loaded.clone(),
+                write,
+            };
+            self.persister.spawn_writes(&self.shares, vec![change]);
+        }
         tracing::debug!(
             group = group_id,
             member = member_id,
@@ -668,6 +759,31 @@ fn ack_batch(first_offset: i64, last_offset: i64, types: &[i8]) -> AckBatch {
 
 fn invalid(message: &str) -> Refused {
     (errors::INVALID_REQUEST, message.to_string())
+}
+
+/// A group's limits on each of its share partitions.
+fn share_limits(settings: &ShareGroupSettings) -> ShareLimits {
+    ShareLimits {
+        max_in_flight: i64::from(settings.partition_max_record_locks),
+        delivery_count_limit: i16::try_from(settings.delivery_count_limit).unwrap_or(i16::MAX),
+        lock_duration_ms: i64::from(settings.record_lock_duration_ms),
+    }
+}
+
+/// An acknowledgement whose state could not be written, as Kafka's leaders answer it: fenced
+/// by a newer leader or state is NOT_LEADER_OR_FOLLOWER; a coordinator moving or down is
+/// COORDINATOR_NOT_AVAILABLE.
+fn persist_error(code: i16) -> i16 {
+    match code {
+        errors::FENCED_LEADER_EPOCH | errors::FENCED_STATE_EPOCH => errors::NOT_LEADER_OR_FOLLOWER,
+        errors::NOT_COORDINATOR
+        | errors::COORDINATOR_NOT_AVAILABLE
+        | errors::COORDINATOR_LOAD_IN_PROGRESS
+        | errors::NETWORK_EXCEPTION
+        | errors::REQUEST_TIMED_OUT => errors::COORDINATOR_NOT_AVAILABLE,
+        errors::UNKNOWN_TOPIC_OR_PARTITION => code,
+        _ => errors::UNKNOWN_SERVER_ERROR,
+    }
 }
 
 /// Where a group's share partition starts on its first fetch (`share.auto.offset.reset`):

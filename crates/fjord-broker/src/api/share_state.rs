@@ -25,7 +25,7 @@ use fjord_share::{
     PersistedBatch, PersistedState, Refusal, ShareCoordinatorShard, StateWrite, Summary,
 };
 
-use crate::api::ShareApi;
+use crate::api::ShareStateApi;
 use crate::coordinator::share_state::Outcome;
 
 /// One partition of a request, with what it asks.
@@ -82,7 +82,7 @@ macro_rules! errors_response {
     };
 }
 
-impl ShareApi {
+impl ShareStateApi {
     pub(crate) async fn initialize_share_group_state(
         &self,
         request: InitializeShareGroupStateRequest,

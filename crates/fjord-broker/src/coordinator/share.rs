@@ -1,7 +1,9 @@
 //! The share partitions this broker leads (KIP-932): one `fjord_share::SharePartition` per
-//! (share group, partition), made on the group's first fetch of the partition, and the broker's
-//! share sessions. The state lives with the partition's leadership: a share partition is
-//! dropped when this broker stops leading the partition or leads it under a new epoch.
+//! (share group, partition), loaded from the share coordinator on the group's first fetch of the
+//! partition, and the broker's share sessions. In memory the state lives with the partition's
+//! leadership: a share partition is dropped when this broker stops leading the partition or
+//! leads it under a new epoch, and loaded again from what was persisted. Every change but an
+//! acquisition is taken out as a `Change` for the share coordinator (`api::share_persister`).
 //!
 //! Lock order: the map, then one share partition, then (in the fetch path) the partition's log.
 
@@ -9,8 +11,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use fjord_common::lock;
+use fjord_common::Uuid;
 use fjord_common::{LeaderEpoch, TopicPartition};
-use fjord_share::{SessionKey, SharePartition, ShareSessions};
+use fjord_share::{PersistedBatch, SessionKey, SharePartition, ShareSessions, StateWrite};
 use tokio::sync::Notify;
 
 use crate::replication::ReplicaManager;
@@ -25,14 +28,53 @@ const SESSION_EVICTION_MS: i64 = 120_000;
 /// One (group, partition) as the map keys it.
 pub type ShareKey = (String, TopicPartition);
 
-struct Entry {
-    leader_epoch: LeaderEpoch,
-    state: Arc<Mutex<SharePartition>>,
+/// A share partition of the current leadership, with what its writes to the share coordinator
+/// name: the topic id, and the epochs that fence an older leader's or an older state's writes.
+#[derive(Clone)]
+pub struct Loaded {
+    pub state: Arc<Mutex<SharePartition>>,
+    pub topic_id: Uuid,
+    pub leader_epoch: LeaderEpoch,
+    pub state_epoch: i32,
+}
+
+/// What a share partition's change persists: the ranges whose state changed and where the
+/// share partition starts now.
+pub struct Change {
+    pub key: ShareKey,
+    pub loaded: Loaded,
+    pub write: StateWrite,
+}
+
+impl Loaded {
+    /// The changes made since the last call, as the share coordinator takes them; None when
+    /// there were none.
+    pub fn take_change(&self, share: &mut SharePartition) -> Option<StateWrite> {
+        let batches = share.take_changes();
+        if batches.is_empty() {
+            return None;
+        }
+        Some(StateWrite {
+            state_epoch: self.state_epoch,
+            leader_epoch: self.leader_epoch,
+            start_offset: share.start_offset(),
+            delivery_complete_count: share.delivery_complete_count(),
+            batches: batches
+                .iter()
+                .map(|b| PersistedBatch {
+                    first_offset: b.first_offset,
+                    last_offset: b.last_offset,
+                    delivery_state: b.state.id(),
+                    delivery_count: b.delivery_count,
+                })
+                .collect(),
+        })
+    }
 }
 
 /// Every share partition of this broker and its share sessions.
 pub struct SharePartitions {
-    partitions: Mutex<HashMap<ShareKey, Entry>>,
+    partitions: Mutex<HashMap<ShareKey, Loaded>>,
     pub(crate) sessions: Mutex<ShareSessions>,
     /// Woken when records may have become available: released, their locks expired, or the
     /// start offset moved.
@@ -48,84 +90,99 @@ impl SharePartitions {
         }
     }
 
-    /// The share partition of `key` led under `leader_epoch`, made with `init` when there is
-    /// none (or only one of an earlier leadership). None when the map is full.
-    pub fn get_or_init(
-        &self,
-        key: &ShareKey,
-        leader_epoch: LeaderEpoch,
-        init: impl FnOnce() -> Option<SharePartition>,
-    ) -> Option<Arc<Mutex<SharePartition>>> {
+    /// Keeps `loaded` as `key`'s share partition unless one of the same leadership is there
+    /// already (another fetch loaded it meanwhile); answers the one kept. None when the map is
+    /// full.
+    pub fn insert(&self, key: &ShareKey, loaded: Loaded) -> Option<Loaded> {
         let mut partitions = lock(&self.partitions);
         if let Some(entry) = partitions.get(key) {
-            if entry.leader_epoch == leader_epoch {
-                return Some(entry.state.clone());
+            if entry.leader_epoch == loaded.leader_epoch {
+                return Some(entry.clone());
             }
         }
         if partitions.len() >= MAX_SHARE_PARTITIONS && !partitions.contains_key(key) {
             return None;
         }
-        let state = Arc::new(Mutex::new(init()?));
-        partitions.insert(
-            key.clone(),
-            Entry {
-                leader_epoch,
-                state: state.clone(),
-            },
-        );
-        Some(state)
+        partitions.insert(key.clone(), loaded.clone());
+        Some(loaded)
     }
 
     /// The share partition of `key`, if there is one of the current leadership.
-    pub fn get(
-        &self,
-        key: &ShareKey,
-        leader_epoch: LeaderEpoch,
-    ) -> Option<Arc<Mutex<SharePartition>>> {
+    pub fn get(&self, key: &ShareKey, leader_epoch: LeaderEpoch) -> Option<Loaded> {
         lock(&self.partitions)
             .get(key)
             .filter(|e| e.leader_epoch == leader_epoch)
-            .map(|e| e.state.clone())
+            .cloned()
     }
 
-    /// Releases what `member` of `group_id` holds on `partitions` (its session ended).
-    pub fn release(&self, group_id: &str, member_id: &str, partitions: &[TopicPartition]) {
-        let states: Vec<Arc<Mutex<SharePartition>>> = {
-            let map = lock(&self.partitions);
-            partitions
-                .iter()
-                .filter_map(|tp| map.get(&(group_id.to_string(), tp.clone())))
-                .map(|e| e.state.clone())
-                .collect()
-        };
-        let released: i64 = states
-            .iter()
-            .map(|s| lock(s).release_member(member_id))
-            .sum();
-        if released > 0 {
-            self.changed.notify_waiters();
+    /// Forgets `key`'s share partition if it is still `loaded`: a write of it failed, so the
+    /// next fetch loads it afresh from what the share coordinator holds.
+    pub fn evict(&self, key: &ShareKey, loaded: &Loaded) {
+        let mut partitions = lock(&self.partitions);
+        if partitions
+            .get(key)
+            .is_some_and(|e| Arc::ptr_eq(&e.state, &loaded.state))
+        {
+            partitions.remove(key);
         }
     }
 
-    /// Expires the locks due by `now_ms`; when the next one is due.
-    pub fn expire_due(&self, now_ms: i64) -> Option<i64> {
-        let states: Vec<Arc<Mutex<SharePartition>>> = lock(&self.partitions)
-            .values()
-            .map(|e| e.state.clone())
-            .collect();
+    /// Releases what `member` of `group_id` holds on `partitions` (its session ended); the
+    /// changes to persist.
+    pub fn release(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        partitions: &[TopicPartition],
+    ) -> Vec<Change> {
+        let loaded: Vec<(ShareKey, Loaded)> = {
+            let map = lock(&self.partitions);
+            partitions
+                .iter()
+                .map(|tp| (group_id.to_string(), tp.clone()))
+                .filter_map(|key| map.get(&key).cloned().map(|l| (key, l)))
+                .collect()
+        };
+        let mut changes = Vec::new();
         let mut released = 0;
-        let mut next: Option<i64> = None;
-        for state in states {
-            let mut share = lock(&state);
-            released += share.expire_locks(now_ms);
-            if let Some(due) = share.next_lock_deadline() {
-                next = Some(next.map_or(due, |n| n.min(due)));
+        for (key, loaded) in loaded {
+            let mut share = lock(&loaded.state);
+            released += share.release_member(member_id);
+            if let Some(write) = loaded.take_change(&mut share) {
+                drop(share);
+                changes.push(Change { key, loaded, write });
             }
         }
         if released > 0 {
             self.changed.notify_waiters();
         }
-        next
+        changes
+    }
+
+    /// Expires the locks due by `now_ms`; when the next one is due, and the changes to persist.
+    pub fn expire_due(&self, now_ms: i64) -> (Option<i64>, Vec<Change>) {
+        let loaded: Vec<(ShareKey, Loaded)> = lock(&self.partitions)
+            .iter()
+            .map(|(k, l)| (k.clone(), l.clone()))
+            .collect();
+        let mut released = 0;
+        let mut next: Option<i64> = None;
+        let mut changes = Vec::new();
+        for (key, loaded) in loaded {
+            let mut share = lock(&loaded.state);
+            released += share.expire_locks(now_ms);
+            if let Some(due) = share.next_lock_deadline() {
+                next = Some(next.map_or(due, |n| n.min(due)));
+            }
+            if let Some(write) = loaded.take_change(&mut share) {
+                drop(share);
+                changes.push(Change { key, loaded, write });
+            }
+        }
+        if released > 0 {
+            self.changed.notify_waiters();
+        }
+        (next, changes)
     }
 
     /// Drops the share partitions of partitions this broker no longer leads.

@@ -27,7 +27,7 @@ pub(crate) async fn run_timers(
                 broker.group_runtime().run_due_timers(now).await,
                 broker.txns.run_due_txn_timers(now).await,
             ),
-            broker.share_partitions().expire_due(now),
+            broker.shares.expire_due(now),
         );
         let wait_ms = next.map_or(1000, |d| (d - now_ms()).clamp(10, 1000));
         tokio::select! {
