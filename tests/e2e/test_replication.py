@@ -10,29 +10,37 @@ KRaft properties).
 import re
 import signal
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer,
-                             TopicPartition)
+                             TopicCollection, TopicPartition)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from copier import MESSAGES, copy_exactly_once
 from test_transactions import timed_out_transaction_is_aborted, zombie_is_fenced
 from wordcount import count_words_exactly_once
 from harness import (CLIENTS, Cluster, check_implicit_add, franz_go_tests, implicit_add, kafka_tool,
-                     metadata_quorum_status, read_until_quiet, round_trip, unadded_produce, wait_for)
+                     metadata_quorum_status, read_until_quiet, round_trip, run_tool, start_tool, unadded_produce,
+                     wait_for)
 
 SESSION_MS = 6000
 LAG_MS = 2000
 PARTITIONS = 3
+SHARE_STATE_PARTITIONS = 3
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
+    # The share coordinator's state replicated as Kafka's defaults have it (the harness gives Kafka one replica),
+    # on a few partitions to keep restarts quick.
     c = Cluster(tmp_path_factory.mktemp("replication"), controllers=3,
                 extra={"broker.session.timeout.ms": str(SESSION_MS), "broker.heartbeat.interval.ms": "1000",
-                       "replica.lag.time.max.ms": str(LAG_MS)})
+                       "replica.lag.time.max.ms": str(LAG_MS),
+                       "share.coordinator.state.topic.replication.factor": "3",
+                       "share.coordinator.state.topic.min.isr": "2",
+                       "share.coordinator.state.topic.num.partitions": str(SHARE_STATE_PARTITIONS)})
     c.start()
     yield c
     c.kill9()
@@ -497,3 +505,95 @@ def test_exactly_once_word_count_through_kills_of_the_application_and_a_leader(c
         node.start(timeout_s=120)
 
     count_words_exactly_once(cluster.bootstrap, tmp_path, 3, kill_a_leader)
+
+
+def java_hash(text: str) -> int:
+    """Java's String.hashCode (the placement of coordinator keys)."""
+    h = 0
+    for unit in text.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def share_coordinator_of(bootstrap: str, group: str, topic: str, partition: int) -> int:
+    """The node leading the `__share_group_state` partition of (group, topic, partition)'s share state."""
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    topic_id = a.describe_topics(TopicCollection([topic]))[topic].result(30).topic_id
+    h = java_hash(f"{group}:{topic_id}:{partition}")
+    state_partition = (0 if h == -(1 << 31) else abs(h)) % SHARE_STATE_PARTITIONS
+    return describe(bootstrap, "__share_group_state")[state_partition][0]
+
+
+def share_report(paths) -> tuple:
+    """(deliveries, commits) from the share-consume reports: (partition, offset) → [(delivery count, ms)] and
+    (partition, offset) → [(outcome, ms)]."""
+    deliveries, commits = defaultdict(list), defaultdict(list)
+    for path in paths:
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            kind, p, o, what, ms = line.split()
+            (deliveries if kind == "d" else commits)[(int(p), int(o))].append((what, int(ms)))
+    return deliveries, commits
+
+
+def test_share_acknowledgements_survive_kills_of_the_share_partition_leader_and_the_share_coordinator(
+        cluster, tmp_path):
+    """Two share consumers acknowledge explicitly while a share-partition leader, then the share coordinator of its
+    state, are killed -9 and come back. Every record is accepted with a durable acknowledgement at least once; no
+    record is delivered after its acknowledgement was confirmed (commitSync answered it without error); a last
+    consumer finds nothing left. Redeliveries and failed acknowledgements are counted."""
+    topic, group, records = "share-faults", "share-faults", 2000
+    create(cluster.bootstrap, topic, min_isr=2)
+    produce(cluster.bootstrap, topic, 0, records)
+    kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", cluster.bootstrap, "--entity-type",
+               "groups", "--entity-name", group, "--alter", "--add-config", "share.auto.offset.reset=earliest")
+    # A few records a poll (KIP-1206's record_limit: not whole batches) and a pause after each, so the consume
+    # lasts through both kills.
+    config = tmp_path / "consumer.properties"
+    config.write_text("share.acquire.mode=record_limit\n")
+    reports = [tmp_path / f"report-{i}" for i in range(2)]
+    consumers = [start_tool("java", "share-consume", tmp_path / f"consumer-{i}.log", bootstrap=cluster.bootstrap,
+                            topic=topic, group=group, out=str(tmp_path / f"out-{i}"), report=str(reports[i]),
+                            client_config=str(config), mode="explicit", idle_ms=120000, first_ms=60000,
+                            max_poll_records=5, pause_ms=50)
+                 for i in range(2)]
+
+    def accepted() -> set:
+        return {k for k, outcomes in share_report(reports)[1].items() if any(what == "ok" for what, _ in outcomes)}
+
+    def confirmed() -> int:
+        return sum(1 for outcomes in share_report(reports)[1].values() for what, _ in outcomes if what == "ok")
+
+    def kill_and_restart(node_id: int, what: str) -> None:
+        before = confirmed()
+        node = cluster.node(node_id)
+        node.kill9()
+        try:
+            wait_for(lambda: confirmed() >= before + 200, f"acknowledgements confirmed after {what}'s kill",
+                     deadline_s=90)
+        finally:
+            node.start(timeout_s=120)
+
+    try:
+        wait_for(lambda: confirmed() >= 200, "the first acknowledgements", deadline_s=90)
+        kill_and_restart(describe(cluster.bootstrap, topic)[0][0], "the share-partition leader")
+        kill_and_restart(share_coordinator_of(cluster.bootstrap, group, topic, 0), "the share coordinator")
+        wait_for(lambda: len(accepted()) == records, "every record accepted", deadline_s=180)
+        for c in consumers:
+            c.kill()
+            c.wait()
+        last = tmp_path / "report-last"
+        run_tool("java", "share-consume", wall_s=120, bootstrap=cluster.bootstrap, topic=topic, group=group,
+                 out=str(tmp_path / "out-last"), report=str(last), mode="explicit", idle_ms=3000, first_ms=6000)
+    finally:
+        for c in consumers:
+            c.kill()
+    deliveries, commits = share_report(reports)
+    assert share_report([last]) == ({}, {}), "a last consumer finds records left"
+    after_confirmed = sorted(k for k in accepted()
+                             if any(ms > min(t for what, t in commits[k] if what == "ok") for _, ms in deliveries[k]))
+    assert after_confirmed == [], f"delivered after a confirmed acknowledgement: {after_confirmed[:10]}"
+    failed = sum(1 for outcomes in commits.values() for what, _ in outcomes if what != "ok")
+    redelivered = sum(1 for ds in deliveries.values() if len(ds) > 1)
+    print(f"share faults: {records} records, {redelivered} delivered again, {failed} acknowledgements failed")
