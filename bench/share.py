@@ -9,8 +9,7 @@ as they are polled):
 2. *Share end-to-end latency:* records sent at a fixed rate, round-robin over the partitions, read by 4 and then 16
    consumers of a new share group (send to receipt, one clock).
 
-fjord keeps share-partition state in memory at the partition leader (its durable share coordinator is not built
-yet); Kafka writes every acknowledgement to `__share_group_state`. The report says so beside the figures.
+Both persist every acknowledgement through their share coordinator on `__share_group_state` before answering it.
 
     bench/run.sh --share           # 2 rounds, page-cache mode (about 10 minutes)
     bench/run.sh --share --smoke   # one round, tiny rows: checks the harness
@@ -96,7 +95,7 @@ def main() -> int:
     meta: Dict = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "mode": "smoke" if args.smoke else "full",
                   "rounds": rounds, "command": args.command, "fjord_rev": git_rev(), "machine": machine(),
                   "seconds": round(time.monotonic() - t0),
-                  "note": "fjord's share-partition state is in memory only; Kafka persists every acknowledgement"}
+                  "note": "both persist every acknowledgement to __share_group_state before answering it"}
     md = side_by_side("Share groups", meta, results, "one broker at a time")
     return write_report(out_dir / f"share-{stamp}", meta, results, md, args.smoke)
 

@@ -366,11 +366,13 @@ fn fenced_leader_epoch(stored: i32, asked: i32) -> Refusal {
     )
 }
 
-/// A leader's batches must be well formed: non-negative, ordered ends, persisted states only.
+/// A leader's batches must be well formed: non-negative, ordered ends below the last offset
+/// there is, persisted states only.
 fn check_batches(batches: &[PersistedBatch]) -> Result<(), Refusal> {
     for b in batches {
         if b.first_offset < 0
             || b.last_offset < b.first_offset
+            || b.last_offset == i64::MAX
             || b.delivery_count < 0
             || !PERSISTED_STATES.contains(&b.delivery_state)
         {

@@ -215,6 +215,9 @@ pub struct SharePartition {
     /// the caller last took them (`take_changes`): what the next write to the share coordinator
     /// carries.
     changes: Vec<StateBatch>,
+    /// No longer the copy the leader serves from (a write of it failed; it is loaded afresh):
+    /// whoever still holds it must not change it.
+    fenced: bool,
 }
 
 impl SharePartition {
@@ -226,6 +229,7 @@ impl SharePartition {
             runs: VecDeque::new(),
             limits,
             changes: Vec::new(),
+            fenced: false,
         }
     }
 
@@ -236,7 +240,8 @@ impl SharePartition {
         let mut partition = SharePartition::new(start_offset, limits);
         for batch in batches {
             let first = batch.first_offset.max(partition.end_offset);
-            if batch.last_offset < first {
+            // A batch reaching the last offset there is can hold no record.
+            if batch.last_offset < first || batch.last_offset == i64::MAX {
                 continue;
             }
             if first > partition.end_offset {
@@ -602,6 +607,16 @@ impl SharePartition {
         self.start_offset = log_start_offset;
         self.end_offset = self.end_offset.max(log_start_offset);
         self.settle(before);
+    }
+
+    /// Marks it no longer served from: see [`SharePartition::is_fenced`].
+    pub fn fence(&mut self) {
+        self.fenced = true;
+    }
+
+    /// Whether it was replaced by a copy loaded afresh: changes to it would never be persisted.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced
     }
 
     /// The ranges whose persisted state changed since the last call, oldest first.

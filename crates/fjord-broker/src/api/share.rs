@@ -231,8 +231,9 @@ impl ShareApi {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(ask.max_wait_ms);
         loop {
             let image = self.node.image();
-            self.load_partitions(&image, access, &ask.group_id, parts, settings)
-                .await;
+            // Loading waits on share coordinators: it may take no longer than the fetch.
+            let load = self.load_partitions(&image, access, &ask.group_id, parts, settings);
+            let _ = tokio::time::timeout_at(deadline, load).await;
             let waiter = Arc::new(tokio::sync::Notify::new());
             let member = (ask.group_id.as_str(), ask.member_id.as_str());
             let fetched =
@@ -459,8 +460,15 @@ impl ShareApi {
                 Some("The group does not allow renewing acquisition locks".to_string()),
             );
         }
+        let gate = loaded.gate.clone().read_owned().await;
         let (outcome, write) = {
             let mut share = lock(&loaded.state);
+            if share.is_fenced() {
+                return (
+                    errors::NOT_LEADER_OR_FOLLOWER,
+                    Some("The share partition is being loaded again".to_string()),
+                );
+            }
             let outcome = share.acknowledge(member_id, batches, renew, now_ms());
             (outcome, loaded.take_change(&mut share))
         };
@@ -471,13 +479,22 @@ impl ShareApi {
             ?outcome,
             "share ack"
         );
+        let change = write.map(|write| Change {
+            key,
+            loaded,
+            write,
+            _gate: gate,
+        });
         if let Err((code, message)) = outcome {
+            // Refused whole, but what an earlier call left unwritten (locks expired on a fetch)
+            // is still written.
+            self.persister
+                .spawn_writes(&self.shares, change.into_iter().collect());
             return (code, Some(message));
         }
         self.shares.notify_changed();
         // The acknowledgement holds once its share coordinator has it.
-        if let Some(write) = write {
-            let change = Change { key, loaded, write };
+        if let Some(change) = change {
             if let Err(refusal) = self.persister.write_or_evict(&self.shares, &change).await {
                 return (persist_error(refusal.error_code), Some(refusal.message));
             }
@@ -502,6 +519,12 @@ impl ShareApi {
             };
             let leader_epoch = led.leader_epoch();
             let key = (group_id.to_string(), tp);
+            if self.shares.get(&key, leader_epoch).is_some() {
+                continue;
+            }
+            // Alone: after every write of an evicted predecessor, and one load at a time.
+            let gate = self.shares.gate(&key);
+            let _alone = gate.write().await;
             if self.shares.get(&key, leader_epoch).is_some() {
                 continue;
             }
@@ -535,6 +558,7 @@ impl ShareApi {
                 topic_id,
                 leader_epoch,
                 state_epoch: stored.state_epoch,
+                gate: gate.clone(),
             };
             if stored.start_offset < 0 {
                 let write = StateWrite {
@@ -645,14 +669,54 @@ impl ShareApi {
         settings: &ShareGroupSettings,
         budget: &FetchLimits,
     ) -> Result<(Vec<AcquiredRecords>, Bytes), i16> {
-        let now = now_ms();
         let key = (group_id.to_string(), tp.clone());
         // Loaded just before (`load_partitions`), unless its state could not be read.
         let loaded = self
             .shares
             .get(&key, partition.leader_epoch())
             .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
+        // Being loaded afresh: nothing to hand out from this copy.
+        let Ok(gate) = loaded.gate.clone().try_read_owned() else {
+            return Ok((Vec::new(), Bytes::new()));
+        };
         let mut share = lock(&loaded.state);
+        if share.is_fenced() {
+            return Ok((Vec::new(), Bytes::new()));
+        }
+        let acquired = self.acquire_locked(
+            &mut share,
+            partition,
+            tp,
+            (group_id, member_id),
+            settings,
+            budget,
+        );
+        // Expired locks and undeliverable records found on the way are written behind, whatever
+        // the fetch came to.
+        if let Some(write) = loaded.take_change(&mut share) {
+            drop(share);
+            let change = Change {
+                key,
+                loaded,
+                write,
+                _gate: gate,
+            };
+            self.persister.spawn_writes(&self.shares, vec![change]);
+        }
+        acquired
+    }
+
+    /// [`ShareApi::acquire`] on the share partition, locked.
+    fn acquire_locked(
+        &self,
+        share: &mut SharePartition,
+        partition: &Arc<Partition>,
+        tp: &TopicPartition,
+        (group_id, member_id): (&str, &str),
+        settings: &ShareGroupSettings,
+        budget: &FetchLimits,
+    ) -> Result<(Vec<AcquiredRecords>, Bytes), i16> {
+        let now = now_ms();
         share.set_limits(share_limits(settings));
         share.expire_locks(now);
         let log = partition
@@ -688,15 +752,6 @@ impl ShareApi {
         drop(log);
         let (batches, positions) = log_batches(&bytes, &aborted);
         let ranges = share.acquire(member_id, &batches, budget.max_records, budget.mode, now);
-        // Expired locks and undeliverable records found on the way are written behind.
-        if let Some(write) = loaded.take_change(&mut share) {
-            let change = Change {
-                key,
-                loaded: loaded.clone(),
-                write,
-            };
-            self.persister.spawn_writes(&self.shares, vec![change]);
-        }
         tracing::debug!(
             group = group_id,
             member = member_id,

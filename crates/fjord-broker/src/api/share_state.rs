@@ -90,9 +90,14 @@ impl ShareStateApi {
         let entries = entries!(request, |p| (p.state_epoch, p.start_offset));
         let now = now_ms();
         let answers = self
-            .run_on_shards(&request.group_id, entries, |shard, key, &(epoch, start)| {
-                writes(shard.initialize(key, epoch, start, now).map(Some))
-            })
+            .run_on_shards(
+                false,
+                &request.group_id,
+                entries,
+                |shard, key, &(epoch, start)| {
+                    writes(shard.initialize(key, epoch, start, now).map(Some))
+                },
+            )
             .await;
         errors_response!(
             initialize::InitializeShareGroupStateResponse,
@@ -109,6 +114,7 @@ impl ShareStateApi {
         let now = now_ms();
         let answers = self
             .run_on_shards(
+                true,
                 &request.group_id,
                 entries,
                 |shard, key, &leader_epoch| match shard.read(key, leader_epoch, now) {
@@ -148,7 +154,7 @@ impl ShareStateApi {
         });
         let now = now_ms();
         let answers = self
-            .run_on_shards(&request.group_id, entries, |shard, key, ask| {
+            .run_on_shards(false, &request.group_id, entries, |shard, key, ask| {
                 writes(shard.write(key, ask, now).map(Some))
             })
             .await;
@@ -165,7 +171,7 @@ impl ShareStateApi {
     ) -> delete::DeleteShareGroupStateResponse {
         let entries = entries!(request, |_p| ());
         let answers = self
-            .run_on_shards(&request.group_id, entries, |shard, key, ()| {
+            .run_on_shards(false, &request.group_id, entries, |shard, key, ()| {
                 writes(shard.delete(key))
             })
             .await;
@@ -182,18 +188,22 @@ impl ShareStateApi {
     ) -> summary::ReadShareGroupStateSummaryResponse {
         let entries = entries!(request, |_p| ());
         let answers = self
-            .run_on_shards(&request.group_id, entries, |shard, key, ()| Outcome {
-                answer: Ok(shard.summary(key)),
-                record: None,
+            .run_on_shards(false, &request.group_id, entries, |shard, key, ()| {
+                Outcome {
+                    answer: Ok(shard.summary(key)),
+                    record: None,
+                }
             })
             .await;
         summary_response(answers)
     }
 
     /// Checks every entry against the image, then runs `step` on each on the shard its key
-    /// falls on, one write per `__share_group_state` partition.
+    /// falls on, one write per `__share_group_state` partition (`committed`: see
+    /// `ShareStateRuntime::run`).
     async fn run_on_shards<P, T>(
         &self,
+        committed: bool,
         group_id: &str,
         entries: Vec<Entry<P>>,
         step: impl Fn(&ShareCoordinatorShard, &StateKey, &P) -> Outcome<T>,
@@ -219,7 +229,7 @@ impl ShareStateApi {
             let indexes: Vec<usize> = asks.iter().map(|(i, _, _)| *i).collect();
             let ran = self
                 .state
-                .run(partition, |shard| {
+                .run(partition, committed, |shard| {
                     asks.iter()
                         .map(|(_, key, ask)| step(shard, key, ask))
                         .collect()

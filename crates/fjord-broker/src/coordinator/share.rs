@@ -36,14 +36,24 @@ pub struct Loaded {
     pub topic_id: Uuid,
     pub leader_epoch: LeaderEpoch,
     pub state_epoch: i32,
+    /// The key's gate (see [`SharePartitions::gate`]).
+    pub gate: Gate,
 }
 
+/// One key's gate: a change holds it shared from the moment it is made until its write is
+/// answered; a load holds it alone. So a share partition loaded afresh (after a failed write
+/// evicted the last one) reads the state only once every write of its predecessor has landed
+/// or failed, and two loads of one key never overlap.
+pub type Gate = Arc<tokio::sync::RwLock<()>>;
+
 /// What a share partition's change persists: the ranges whose state changed and where the
-/// share partition starts now.
+/// share partition starts now, with its key's gate held until the write is answered.
 pub struct Change {
     pub key: ShareKey,
     pub loaded: Loaded,
     pub write: StateWrite,
+    /// Held, not read: released when the write is answered.
+    pub _gate: tokio::sync::OwnedRwLockReadGuard<()>,
 }
 
 impl Loaded {
@@ -75,6 +85,8 @@ impl Loaded {
 /// Every share partition of this broker and its share sessions.
 pub struct SharePartitions {
     partitions: Mutex<HashMap<ShareKey, Loaded>>,
+    /// Each key's gate; kept while a share partition or a holder of the gate has it.
+    gates: Mutex<HashMap<ShareKey, Gate>>,
     pub(crate) sessions: Mutex<ShareSessions>,
     /// Woken when records may have become available: released, their locks expired, or the
     /// start offset moved.
@@ -85,6 +97,7 @@ impl SharePartitions {
     pub fn new(max_sessions: usize) -> SharePartitions {
         SharePartitions {
             partitions: Mutex::new(HashMap::new()),
+            gates: Mutex::new(HashMap::new()),
             sessions: Mutex::new(ShareSessions::new(max_sessions, SESSION_EVICTION_MS)),
             changed: Notify::new(),
         }
@@ -115,10 +128,23 @@ impl SharePartitions {
             .cloned()
     }
 
-    /// Forgets `key`'s share partition if it is still `loaded`: a write of it failed, so the
-    /// next fetch loads it afresh from what the share coordinator holds.
+    /// `key`'s gate. Gates no share partition and nobody holds are dropped once there are
+    /// many (loads that kept failing leave theirs).
+    pub fn gate(&self, key: &ShareKey) -> Gate {
+        let partitions = lock(&self.partitions);
+        let mut gates = lock(&self.gates);
+        if gates.len() >= 2 * MAX_SHARE_PARTITIONS {
+            gates.retain(|k, g| partitions.contains_key(k) || Arc::strong_count(g) > 1);
+        }
+        gates.entry(key.clone()).or_default().clone()
+    }
+
+    /// Forgets `key`'s share partition if it is still `loaded`, fenced so that nobody still
+    /// holding it changes it: a write of it failed, so the next fetch loads it afresh from what
+    /// the share coordinator holds.
     pub fn evict(&self, key: &ShareKey, loaded: &Loaded) {
         let mut partitions = lock(&self.partitions);
+        lock(&loaded.state).fence();
         if partitions
             .get(key)
             .is_some_and(|e| Arc::ptr_eq(&e.state, &loaded.state))
@@ -146,11 +172,23 @@ impl SharePartitions {
         let mut changes = Vec::new();
         let mut released = 0;
         for (key, loaded) in loaded {
+            // Being loaded afresh: this copy is on its way out.
+            let Ok(gate) = loaded.gate.clone().try_read_owned() else {
+                continue;
+            };
             let mut share = lock(&loaded.state);
+            if share.is_fenced() {
+                continue;
+            }
             released += share.release_member(member_id);
             if let Some(write) = loaded.take_change(&mut share) {
                 drop(share);
-                changes.push(Change { key, loaded, write });
+                changes.push(Change {
+                    key,
+                    loaded,
+                    write,
+                    _gate: gate,
+                });
             }
         }
         if released > 0 {
@@ -169,14 +207,25 @@ impl SharePartitions {
         let mut next: Option<i64> = None;
         let mut changes = Vec::new();
         for (key, loaded) in loaded {
+            let Ok(gate) = loaded.gate.clone().try_read_owned() else {
+                continue;
+            };
             let mut share = lock(&loaded.state);
+            if share.is_fenced() {
+                continue;
+            }
             released += share.expire_locks(now_ms);
             if let Some(due) = share.next_lock_deadline() {
                 next = Some(next.map_or(due, |n| n.min(due)));
             }
             if let Some(write) = loaded.take_change(&mut share) {
                 drop(share);
-                changes.push(Change { key, loaded, write });
+                changes.push(Change {
+                    key,
+                    loaded,
+                    write,
+                    _gate: gate,
+                });
             }
         }
         if released > 0 {
@@ -187,11 +236,14 @@ impl SharePartitions {
 
     /// Drops the share partitions of partitions this broker no longer leads.
     pub fn drop_unled(&self, replicas: &ReplicaManager) {
-        lock(&self.partitions).retain(|(_, tp), entry| {
+        let mut partitions = lock(&self.partitions);
+        partitions.retain(|(_, tp), entry| {
             replicas
                 .get_hosted(&tp.topic, tp.partition)
                 .is_some_and(|p| p.is_leader() && p.leader_epoch() == entry.leader_epoch)
         });
+        lock(&self.gates)
+            .retain(|key, gate| partitions.contains_key(key) || Arc::strong_count(gate) > 1);
     }
 
     /// Tells fetches waiting for records that some may have become available.

@@ -14,7 +14,7 @@ use fjord_share::records::StateKey;
 use fjord_share::{Refusal, ShareCoordinatorShard};
 use tokio::sync::Notify;
 
-use crate::coordinator::log::{self as coordinator_log, Replayed};
+use crate::coordinator::log::{self as coordinator_log, Appended, Replayed};
 use crate::coordinator::runtime::{Coordinator, CoordinatorRuntime};
 use crate::replication::{FlusherHandle, ReplicaManager};
 
@@ -79,11 +79,15 @@ impl ShareStateRuntime {
     }
 
     /// Runs `step` on the shard of `partition` and writes the records it yields; answers each
-    /// entry once its record is durable and replicated, or with the write's error. Refused whole
-    /// (NOT_COORDINATOR) when this broker does not lead the partition.
+    /// entry once its record is durable and replicated, or with the write's error. With
+    /// `committed`, a step that writes nothing is answered only once everything the shard
+    /// holds is durable and replicated too (the shard replays a record as soon as it is
+    /// appended: a read must not hand out state a coordinator failover could still lose).
+    /// Refused whole (NOT_COORDINATOR) when this broker does not lead the partition.
     pub async fn run<T>(
         &self,
         partition: i32,
+        committed: bool,
         step: impl FnOnce(&ShareCoordinatorShard) -> Vec<Outcome<T>>,
     ) -> Result<Vec<Result<T, Refusal>>, Refusal> {
         let not_coordinator = || Refusal {
@@ -102,19 +106,33 @@ impl ShareStateRuntime {
             let records: Vec<CoordinatorRecord> =
                 outcomes.iter().filter_map(|o| o.record.clone()).collect();
             if records.is_empty() {
-                return Ok(outcomes.into_iter().map(|o| o.answer).collect());
-            }
-            let appended = coordinator_log::append(&guard.partition, &records, None);
-            if appended.is_ok() {
-                for record in &records {
-                    // The shard made these records itself: one it cannot replay is a bug,
-                    // logged rather than crashing the broker.
-                    if let Err(error) = guard.core.replay(record) {
-                        tracing::error!(%error, "a share state record the shard made does not replay");
+                if !committed {
+                    return Ok(outcomes.into_iter().map(|o| o.answer).collect());
+                }
+                let end_offset = guard
+                    .partition
+                    .try_lock()
+                    .map(|log| log.log_end_offset())
+                    .map_err(|_| not_coordinator())?;
+                let held = Appended {
+                    partition: guard.partition.clone(),
+                    end_offset,
+                    leader_epoch: guard.leader_epoch,
+                };
+                (outcomes, Ok(held))
+            } else {
+                let appended = coordinator_log::append(&guard.partition, &records, None);
+                if appended.is_ok() {
+                    for record in &records {
+                        // The shard made these records itself: one it cannot replay is a bug,
+                        // logged rather than crashing the broker.
+                        if let Err(error) = guard.core.replay(record) {
+                            tracing::error!(%error, "a share state record the shard made does not replay");
+                        }
                     }
                 }
+                (outcomes, appended)
             }
-            (outcomes, appended)
         };
         let written = coordinator_log::settle(&self.flusher, appended, "share").await;
         Ok(outcomes

@@ -204,6 +204,7 @@ fn malformed_batches_are_refused() {
         batch(3, 2, 0, 1),
         batch(0, 2, 1, 1),
         batch(0, 2, 0, -1),
+        batch(0, i64::MAX, 0, 1),
     ] {
         let refused = s
             .shard
