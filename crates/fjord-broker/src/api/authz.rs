@@ -865,6 +865,39 @@ mod refusal_tests {
         assert!(refusal(&access("admin"), &body, 3).is_none());
     }
 
+    #[test]
+    fn share_coordinator_rpcs_need_cluster_action_and_every_entry_says_so() {
+        use fjord_protocol::messages::write_share_group_state_request as write;
+        let body = RequestBody::WriteShareGroupState(write::WriteShareGroupStateRequest {
+            group_id: "g".into(),
+            topics: vec![write::WriteStateData {
+                topic_id: fjord_common::Uuid([1; 16]),
+                partitions: vec![
+                    write::PartitionData {
+                        partition: 0,
+                        ..Default::default()
+                    },
+                    write::PartitionData {
+                        partition: 1,
+                        ..Default::default()
+                    },
+                ],
+            }],
+        });
+        let Some(Refusal::Answer(ResponseBody::WriteShareGroupState(r))) =
+            refusal(&access("alice"), &body, 1)
+        else {
+            panic!("not refused with a WriteShareGroupState answer")
+        };
+        let codes: Vec<i16> = r.results[0]
+            .partitions
+            .iter()
+            .map(|p| p.error_code)
+            .collect();
+        assert_eq!(codes, vec![errors::CLUSTER_AUTHORIZATION_FAILED; 2]);
+        assert!(refusal(&access("admin"), &body, 1).is_none());
+    }
+
     fn access_with(acls: &[(ResourceType, &str, AclOperation)]) -> Access {
         use fjord_metadata::acl::{AclBinding, AclPermission, PatternType};
         use fjord_metadata::{AccessControlEntryRecord, MetadataRecord};

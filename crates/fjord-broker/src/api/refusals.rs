@@ -32,9 +32,9 @@ pub(crate) fn refused(
     body: &RequestBody,
     version: i16,
     code: i16,
-    message: &str,
+    text: &str,
 ) -> Option<ResponseBody> {
-    let message = Some(message.to_string());
+    let message = Some(text.to_string());
     Some(match body {
         RequestBody::Produce(r) => ResponseBody::Produce(ProduceResponse {
             responses: r
@@ -110,7 +110,10 @@ pub(crate) fn refused(
                 ..Default::default()
             })
         }
-        _ => return refused_txn(body, version, code),
+        _ => {
+            return refused_txn(body, version, code)
+                .or_else(|| crate::api::share_state::refused_whole(body, code, text))
+        }
     })
 }
 
@@ -169,7 +172,7 @@ fn refused_txn(body: &RequestBody, version: i16, code: i16) -> Option<ResponseBo
                 })
                 .collect(),
         }),
-        other => return crate::api::share_state::refused_whole(other, code),
+        _ => return None,
     })
 }
 

@@ -384,12 +384,13 @@ fn summary_result(partition: i32, answer: Result<Summary, Refusal>) -> summary::
     }
 }
 
-/// A share coordinator RPC refused whole (no CLUSTER_ACTION): every entry carries `code`.
-pub(crate) fn refused_whole(body: &RequestBody, code: i16) -> Option<ResponseBody> {
-    fn all<A, T>(entries: Vec<Entry<A>>, code: i16) -> Answers<T> {
+/// A share coordinator RPC refused whole (no CLUSTER_ACTION): every entry carries `code` and
+/// `message`.
+pub(crate) fn refused_whole(body: &RequestBody, code: i16, message: &str) -> Option<ResponseBody> {
+    fn all<A, T>(entries: Vec<Entry<A>>, code: i16, message: &str) -> Answers<T> {
         let refusal = Refusal {
             error_code: code,
-            message: crate::api::authz::message(code).to_string(),
+            message: message.to_string(),
         };
         entries
             .into_iter()
@@ -401,28 +402,28 @@ pub(crate) fn refused_whole(body: &RequestBody, code: i16) -> Option<ResponseBod
             ResponseBody::InitializeShareGroupState(errors_response!(
                 initialize::InitializeShareGroupStateResponse,
                 InitializeStateResult,
-                all::<(), ()>(entries!(r, |_p| ()), code)
+                all::<(), ()>(entries!(r, |_p| ()), code, message)
             ))
         }
-        RequestBody::ReadShareGroupState(r) => {
-            ResponseBody::ReadShareGroupState(read_response(all(entries!(r, |_p| ()), code)))
-        }
+        RequestBody::ReadShareGroupState(r) => ResponseBody::ReadShareGroupState(read_response(
+            all(entries!(r, |_p| ()), code, message),
+        )),
         RequestBody::WriteShareGroupState(r) => {
             ResponseBody::WriteShareGroupState(errors_response!(
                 write::WriteShareGroupStateResponse,
                 WriteStateResult,
-                all::<(), ()>(entries!(r, |_p| ()), code)
+                all::<(), ()>(entries!(r, |_p| ()), code, message)
             ))
         }
         RequestBody::DeleteShareGroupState(r) => {
             ResponseBody::DeleteShareGroupState(errors_response!(
                 delete::DeleteShareGroupStateResponse,
                 DeleteStateResult,
-                all::<(), ()>(entries!(r, |_p| ()), code)
+                all::<(), ()>(entries!(r, |_p| ()), code, message)
             ))
         }
         RequestBody::ReadShareGroupStateSummary(r) => ResponseBody::ReadShareGroupStateSummary(
-            summary_response(all(entries!(r, |_p| ()), code)),
+            summary_response(all(entries!(r, |_p| ()), code, message)),
         ),
         _ => return None,
     })
