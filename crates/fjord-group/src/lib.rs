@@ -28,7 +28,7 @@ pub use shard::{
     refusal, ClientInfo, CommittedOffset, GroupCoordinatorShard, GroupSummary,
     MAX_MEMBER_METADATA_BYTES,
 };
-pub use share_group::ShareGroupTimeouts;
+pub use share_group::{ShareGroupTimeouts, ShareInit};
 
 /// The first versions that name topics by id (KIP-516, KIP-848, KIP-1319): the broker fills
 /// in their names before a shard sees them, leaving an unknown id's name empty.
@@ -51,6 +51,10 @@ pub struct Effects {
     /// Set when `records` are a transaction's offset commits (TxnOffsetCommit): they go into
     /// the partition as one transactional batch of that producer, decided later by its marker.
     pub transaction: Option<TxnProducer>,
+    /// Share-partition state to initialize once `records` are written (KIP-932): the broker
+    /// asks the share coordinator and reports back with
+    /// `GroupCoordinatorShard::share_initialized`.
+    pub share_inits: Vec<ShareInit>,
 }
 
 /// A transactional producer as its batches carry it.

@@ -59,7 +59,7 @@ use crate::records::{
     self, GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, RecordKey,
     RecordValue,
 };
-use crate::share_group::{ShareGroupTimeouts, ShareGroups};
+use crate::share_group::{ShareGroupTimeouts, ShareGroups, ShareInit};
 use crate::{
     CoordinatorRecord, Effects, GroupConfig, GroupError, RequestId, Topics, TxnProducer,
     OFFSET_COMMIT_TOPIC_IDS_FROM, OFFSET_FETCH_TOPIC_IDS_FROM, TXN_OFFSET_COMMIT_TOPIC_IDS_FROM,
@@ -821,6 +821,20 @@ impl GroupCoordinatorShard {
 
     /// Fires every timer due at `now_ms`: pending-member and session expiry, the join phase
     /// (initial delay, rebalance timeout), the sync deadline and offset retention.
+    /// The broker's word on share-partition state a heartbeat asked it to initialize
+    /// (`Effects::share_inits`): the record of its outcome.
+    pub fn share_initialized(&mut self, init: &ShareInit, success: bool) -> Effects {
+        let topics: Vec<_> = init
+            .topics
+            .iter()
+            .map(|(topic_id, partitions, _)| (*topic_id, partitions.clone()))
+            .collect();
+        Effects {
+            records: self.share.initialized(&init.group_id, &topics, success),
+            ..Effects::default()
+        }
+    }
+
     pub fn tick(&mut self, now_ms: i64) -> Effects {
         let mut fx = Effects::default();
         self.arm_loaded_timers(now_ms);
@@ -1124,9 +1138,15 @@ impl GroupCoordinatorShard {
         }
         let max_size = usize::try_from(self.config.group_share_max_size).unwrap_or(0);
         // Records are applied to the share groups as they are made.
-        let response =
-            self.share
-                .heartbeat(now_ms, request, topics, client, max_size, &mut fx.records);
+        let response = self.share.heartbeat(
+            now_ms,
+            request,
+            topics,
+            client,
+            max_size,
+            &mut fx.records,
+            &mut fx.share_inits,
+        );
         ResponseBody::ShareGroupHeartbeat(response)
     }
 

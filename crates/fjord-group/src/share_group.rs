@@ -7,7 +7,8 @@
 //! records are shared out by the partition's leader, not by the coordinator. The member id is the
 //! client's own (KIP-1082). The group epoch moves when a member joins, leaves or changes its
 //! subscription, or when a subscribed topic's partitions change; the target assignment is then
-//! computed again on the next heartbeat.
+//! computed again on the next heartbeat. Only partitions whose share-partition state the share
+//! coordinator has initialized are assigned (`initialization`, record type 15).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,6 +22,11 @@ use fjord_protocol::messages::share_group_heartbeat_response::{
 use crate::assignor::{Assignment, TopicId};
 use crate::records::{self, *};
 use crate::{ClientInfo, CoordinatorRecord, Topics};
+
+mod initialization;
+
+use initialization::StatePartitions;
+pub use initialization::{ShareInit, INITIALIZE_RETRY_MS};
 
 type Rec = (RecordKey, Option<RecordValue>);
 
@@ -63,6 +69,8 @@ struct Group {
     assignment_epoch: i32,
     members: BTreeMap<String, Member>,
     target: BTreeMap<String, Assignment>,
+    /// Which partitions have share-partition state.
+    state: StatePartitions,
 }
 
 impl Group {
@@ -105,7 +113,9 @@ impl ShareGroups {
     }
 
     /// ShareGroupHeartbeat: join (epoch 0), heartbeat, or leave (-1). `max_size` is
-    /// `group.share.max.size`.
+    /// `group.share.max.size`. Share-partition state to initialize goes to `inits_out`, for
+    /// the broker to ask of the share coordinator once the records are written.
+    #[allow(clippy::too_many_arguments)]
     pub fn heartbeat(
         &mut self,
         now_ms: i64,
@@ -114,10 +124,13 @@ impl ShareGroups {
         client: &ClientInfo,
         max_size: usize,
         records_out: &mut Vec<CoordinatorRecord>,
+        inits_out: &mut Vec<ShareInit>,
     ) -> ShareGroupHeartbeatResponse {
         self.arm(now_ms, client.share_group.session_timeout_ms);
         let mut out = Vec::new();
-        let result = self.beat(now_ms, request, topics, client, max_size, &mut out);
+        let result = self.beat(
+            now_ms, request, topics, client, max_size, &mut out, inits_out,
+        );
         records_out.extend(encode_all(&out));
         match result {
             Ok(response) => response,
@@ -129,6 +142,7 @@ impl ShareGroups {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn beat(
         &mut self,
         now_ms: i64,
@@ -137,6 +151,7 @@ impl ShareGroups {
         client: &ClientInfo,
         max_size: usize,
         out: &mut Vec<Rec>,
+        inits: &mut Vec<ShareInit>,
     ) -> Result<ShareGroupHeartbeatResponse, (i16, String)> {
         validate(request)?;
         self.check_member(request)?;
@@ -160,10 +175,29 @@ impl ShareGroups {
         }
         let subscription_changed = update_member(group_id, group, request, client, out);
         let hash = metadata_hash(group, topics);
-        if subscription_changed || hash != group.metadata_hash {
+        let subscribed: BTreeSet<String> = group
+            .members
+            .values()
+            .flat_map(|m| m.subscribed.iter().cloned())
+            .collect();
+        // Partitions initialized since the last assignment are assigned now.
+        let initialized_since = group.assignment_epoch >= group.epoch
+            && group
+                .state
+                .assignment_pending(&subscribed, topics, |id| targeted(group, id));
+        if subscription_changed || hash != group.metadata_hash || initialized_since {
             group.epoch += 1;
             group.metadata_hash = hash;
             out.push(group_epoch_record(group_id, Some((group.epoch, hash))));
+        }
+        let wanted = group.state.plan(&subscribed, topics, now_ms);
+        if !wanted.is_empty() {
+            out.push(state_partitions_record(group_id, Some(&group.state)));
+            inits.push(ShareInit {
+                group_id: group_id.clone(),
+                state_epoch: group.epoch,
+                topics: wanted,
+            });
         }
         if group.epoch > group.assignment_epoch {
             compute_target(group_id, group, topics, now_ms, out);
@@ -257,6 +291,24 @@ impl ShareGroups {
         }
     }
 
+    /// The broker's word on share-partition state it was asked to initialize: the partitions
+    /// initialized (assigned from the group's next heartbeat), or, after a failure, asked for
+    /// again by a heartbeat once the retry interval has passed. The record that says so.
+    pub fn initialized(
+        &mut self,
+        group_id: &str,
+        topics: &[(TopicId, Vec<i32>)],
+        success: bool,
+    ) -> Vec<CoordinatorRecord> {
+        let Some(group) = self.groups.get_mut(group_id) else {
+            return Vec::new();
+        };
+        if !group.state.finish(topics, success) {
+            return Vec::new();
+        }
+        encode_all(&[state_partitions_record(group_id, Some(&group.state))])
+    }
+
     /// Fences every member whose session expired by `now_ms`; the records that says.
     pub fn tick(&mut self, now_ms: i64) -> Vec<CoordinatorRecord> {
         let expired: Vec<(String, String)> = self
@@ -306,6 +358,7 @@ impl ShareGroups {
         self.groups.remove(group_id);
         let out = [
             target_epoch_record(group_id, None),
+            state_partitions_record(group_id, None),
             group_epoch_record(group_id, None),
         ];
         Ok(encode_all(&out))
@@ -452,8 +505,16 @@ impl ShareGroups {
                     member.assigned.clear();
                 }
             }
-            // The assignment epoch's tombstone comes with the group's; the share-state
-            // initialization record is the share coordinator's business.
+            (
+                RecordKey::ShareGroupStatePartitionMetadata(_),
+                Some(RecordValue::ShareGroupStatePartitionMetadata(v)),
+            ) => {
+                group.state = StatePartitions::from_record(v);
+            }
+            (RecordKey::ShareGroupStatePartitionMetadata(_), None) => {
+                group.state = StatePartitions::default();
+            }
+            // The assignment epoch's tombstone comes with the group's.
             _ => {}
         }
     }
@@ -563,7 +624,12 @@ fn compute_target(
         .iter()
         .map(|(id, m)| (id.clone(), m.subscribed.clone()))
         .collect();
-    let target = simple_assign(&subscriptions, topics, &group.target);
+    let target = simple_assign(
+        &subscriptions,
+        topics,
+        &group.target,
+        &group.state.assignable(),
+    );
     for (member_id, assignment) in &target {
         if group.target.get(member_id) != Some(assignment) {
             out.push(target_member_record(group_id, member_id, Some(assignment)));
@@ -629,6 +695,7 @@ pub fn simple_assign(
     subscriptions: &BTreeMap<String, Vec<String>>,
     topics: &Topics,
     previous: &BTreeMap<String, Assignment>,
+    assignable: &BTreeMap<TopicId, BTreeSet<i32>>,
 ) -> BTreeMap<String, Assignment> {
     let mut result: BTreeMap<String, Assignment> = subscriptions
         .keys()
@@ -660,7 +727,12 @@ pub fn simple_assign(
         let partitions: Vec<(TopicId, i32)> = pool_topics
             .iter()
             .filter_map(|name| topics.get(name))
-            .flat_map(|t| (0..t.partitions).map(move |p| (t.topic_id, p)))
+            .flat_map(|t| {
+                let ready = assignable.get(&t.topic_id);
+                (0..t.partitions)
+                    .filter(move |p| ready.is_some_and(|r| r.contains(p)))
+                    .map(move |p| (t.topic_id, p))
+            })
             .collect();
         for (member, taken) in assign_pool(&members, &partitions, previous) {
             let assignment = result.entry(member.clone()).or_default();
@@ -738,6 +810,26 @@ fn wire_assignment(assignment: &Assignment) -> WireAssignment {
             })
             .collect(),
     }
+}
+
+/// The partitions of `topic_id` in the group's target assignment.
+fn targeted(group: &Group, topic_id: &TopicId) -> BTreeSet<i32> {
+    group
+        .target
+        .values()
+        .filter_map(|a| a.get(topic_id))
+        .flatten()
+        .copied()
+        .collect()
+}
+
+fn state_partitions_record(group_id: &str, state: Option<&StatePartitions>) -> Rec {
+    (
+        RecordKey::ShareGroupStatePartitionMetadata(ShareGroupStatePartitionMetadataKey {
+            group_id: group_id.to_string(),
+        }),
+        state.map(|s| RecordValue::ShareGroupStatePartitionMetadata(s.to_record())),
+    )
 }
 
 fn encode_all(recs: &[Rec]) -> Vec<CoordinatorRecord> {

@@ -114,6 +114,22 @@ fn heartbeat(client: &mut Client, member: &str, epoch: i32) -> (i16, i32, usize)
     (response.error_code, response.member_epoch, assigned)
 }
 
+/// Joins `member` and heartbeats until it is assigned a partition: the group coordinator
+/// assigns a partition once the share coordinator initialized its state. The member's epoch.
+fn joined(client: &mut Client, member: &str) -> i32 {
+    let (code, mut epoch, mut assigned) = heartbeat(client, member, 0);
+    assert_eq!(code, NONE);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while assigned == 0 {
+        assert!(std::time::Instant::now() < deadline, "{member} never assigned");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (code, now, got) = heartbeat(client, member, epoch);
+        assert_eq!(code, NONE);
+        (epoch, assigned) = (now, got);
+    }
+    epoch
+}
+
 fn share_fetch(
     client: &mut Client,
     member: &str,
@@ -235,9 +251,9 @@ fn a_share_group_acquires_acknowledges_and_redelivers() {
         (Some("earliest"), 8)
     );
 
-    // Two members; with one partition both are assigned it.
-    assert_eq!(heartbeat(&mut client, "member-a", 0), (NONE, 1, 1));
-    assert_eq!(heartbeat(&mut client, "member-b", 0), (NONE, 2, 1));
+    // Two members; with one partition both are assigned it, once its state is initialized.
+    let first = joined(&mut client, "member-a");
+    assert!(joined(&mut client, "member-b") > first);
 
     // A session opens at epoch 0, without acknowledgements.
     let ack = |first, last, ty| AcknowledgementBatch {
@@ -383,7 +399,7 @@ fn a_connection_closing_releases_what_its_sessions_held() {
         alter_group_config(&mut client, "share.auto.offset.reset", "earliest"),
         NONE
     );
-    assert_eq!(heartbeat(&mut client, "member-a", 0).0, NONE);
+    joined(&mut client, "member-a");
     let mut doomed = broker.connect();
     assert_eq!(
         acquired(&share_fetch(&mut doomed, "member-a", 0, topic_id, vec![])),
@@ -415,7 +431,7 @@ fn acknowledgements_outlive_a_restart_of_the_leader() {
         alter_group_config(&mut client, "share.auto.offset.reset", "earliest"),
         NONE
     );
-    assert_eq!(heartbeat(&mut client, "member-a", 0).0, NONE);
+    joined(&mut client, "member-a");
     let fetched = share_fetch(&mut client, "member-a", 0, topic_id, vec![]);
     assert_eq!(acquired(&fetched), vec![(0, 9, 1)]);
     // 0-3 accepted, 4 rejected, 5 released; 6-9 still held when the broker goes down.
@@ -428,7 +444,7 @@ fn acknowledgements_outlive_a_restart_of_the_leader() {
     broker.kill9();
     broker.restart();
     let mut client = broker.connect();
-    assert_eq!(heartbeat(&mut client, "member-b", 0).0, NONE);
+    joined(&mut client, "member-b");
     let fetched = share_fetch(&mut client, "member-b", 0, topic_id, vec![]);
     // The released record comes back delivered twice; those held were never persisted as
     // acquired, so they come back as first deliveries; nothing acknowledged comes back.

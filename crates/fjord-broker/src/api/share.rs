@@ -412,6 +412,12 @@ impl ShareApi {
         self.persister.spawn_writes(&self.shares, changes);
     }
 
+    /// Initializes the share-partition state a group coordinator asked for; whether all of it
+    /// was.
+    pub(crate) async fn initialize_share_state(&self, init: &fjord_group::ShareInit) -> bool {
+        self.persister.initialize_all(init).await
+    }
+
     /// Expires the locks due by `now_ms`, writing what that changed; when the next is due.
     pub(crate) fn expire_due(&self, now_ms: i64) -> Option<i64> {
         let (next, changes) = self.shares.expire_due(now_ms);
@@ -535,6 +541,8 @@ impl ShareApi {
             };
             let stored = match self.persister.read(&state_key, leader_epoch).await {
                 Ok(stored) => stored,
+                // Not initialized yet: the partition is not assigned to the group's members yet.
+                Err(refusal) if refusal.error_code == errors::INVALID_REQUEST => continue,
                 Err(refusal) => {
                     tracing::warn!(
                         group = group_id,

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fjord_common::{errors, lock};
+use fjord_group::ShareInit;
 use fjord_protocol::messages::initialize_share_group_state_request as init;
 use fjord_protocol::messages::read_share_group_state_request as read;
 use fjord_protocol::messages::write_share_group_state_request as write;
@@ -61,23 +62,13 @@ impl Persister {
         }
     }
 
-    /// Reads `key`'s state as the leader of `leader_epoch`. A share partition nobody has
-    /// initialized yet is initialized first (state epoch 0, its start left to the leader).
+    /// Reads `key`'s state as the leader of `leader_epoch`. INVALID_REQUEST when its group
+    /// coordinator has not initialized it (the partition is not assigned yet).
     pub(crate) async fn read(
         &self,
         key: &StateKey,
         leader_epoch: i32,
     ) -> Result<StoredState, Refusal> {
-        match self.read_once(key, leader_epoch).await {
-            Err(r) if r.error_code == errors::INVALID_REQUEST => {
-                self.initialize(key).await?;
-                self.read_once(key, leader_epoch).await
-            }
-            other => other,
-        }
-    }
-
-    async fn read_once(&self, key: &StateKey, leader_epoch: i32) -> Result<StoredState, Refusal> {
         let request = RequestBody::ReadShareGroupState(read::ReadShareGroupStateRequest {
             group_id: key.group_id.clone(),
             topics: vec![read::ReadStateData {
@@ -123,7 +114,39 @@ impl Persister {
         })
     }
 
-    async fn initialize(&self, key: &StateKey) -> Result<(), Refusal> {
+    /// Initializes the share-partition state a group coordinator asked for, partition by
+    /// partition (each may have its own share coordinator); whether every one succeeded.
+    pub(crate) async fn initialize_all(&self, ask: &ShareInit) -> bool {
+        let mut all = true;
+        for (topic_id, partitions, start_offset) in &ask.topics {
+            for &partition in partitions {
+                let key = StateKey {
+                    group_id: ask.group_id.clone(),
+                    topic_id: *topic_id,
+                    partition,
+                };
+                if let Err(refusal) = self.initialize(&key, ask.state_epoch, *start_offset).await {
+                    tracing::warn!(
+                        group = %ask.group_id,
+                        %topic_id,
+                        partition,
+                        error = errors::name(refusal.error_code),
+                        message = %refusal.message,
+                        "share partition state not initialized"
+                    );
+                    all = false;
+                }
+            }
+        }
+        all
+    }
+
+    async fn initialize(
+        &self,
+        key: &StateKey,
+        state_epoch: i32,
+        start_offset: i64,
+    ) -> Result<(), Refusal> {
         let request =
             RequestBody::InitializeShareGroupState(init::InitializeShareGroupStateRequest {
                 group_id: key.group_id.clone(),
@@ -131,8 +154,8 @@ impl Persister {
                     topic_id: key.topic_id,
                     partitions: vec![init::PartitionData {
                         partition: key.partition,
-                        state_epoch: 0,
-                        start_offset: -1,
+                        state_epoch,
+                        start_offset,
                     }],
                 }],
             });
@@ -140,7 +163,6 @@ impl Persister {
         else {
             return Err(wrong_answer());
         };
-        // Another leader initializing it meanwhile is as good.
         first_error(
             response
                 .results
@@ -148,7 +170,6 @@ impl Persister {
                 .flat_map(|t| &t.partitions)
                 .map(|p| (p.error_code, &p.error_message)),
         )
-        .filter(|r| r.error_code != errors::FENCED_STATE_EPOCH)
         .map_or(Ok(()), Err)
     }
 

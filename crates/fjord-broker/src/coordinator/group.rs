@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use fjord_common::{lock, LeaderEpoch};
 use fjord_group::{
-    partition_for, ClientInfo, Effects, GroupConfig, GroupCoordinatorShard, RequestId, TopicInfo,
-    Topics,
+    partition_for, ClientInfo, Effects, GroupConfig, GroupCoordinatorShard, RequestId, ShareInit,
+    TopicInfo, Topics,
 };
 use fjord_metadata::MetadataImage;
 use fjord_protocol::messages::consumer_group_describe_request::ConsumerGroupDescribeRequest;
@@ -126,7 +126,15 @@ pub struct GroupRuntime {
     next_request_id: AtomicU64,
     /// `offsets.commit.timeout.ms`: how long a write waits for the in-sync replicas.
     commit_timeout_ms: u64,
+    /// Share-partition state the shards asked to initialize, their records written: the
+    /// timer task sends them to the share coordinators (`take_share_inits`). Bounded: one that
+    /// does not fit is asked for again by a heartbeat after the retry interval.
+    share_inits: tokio::sync::mpsc::Sender<ShareInit>,
+    share_inits_out: Mutex<Option<tokio::sync::mpsc::Receiver<ShareInit>>>,
 }
+
+/// Share initializations waiting to be sent at most.
+const SHARE_INITS_QUEUED: usize = 1024;
 
 /// The cluster's topics as the coordinator sees them.
 pub fn topics_view(image: &MetadataImage) -> Topics {
@@ -155,7 +163,10 @@ impl GroupRuntime {
         flusher: FlusherHandle,
         deadline_moved: Arc<Notify>,
     ) -> Self {
+        let (share_inits, share_inits_out) = tokio::sync::mpsc::channel(SHARE_INITS_QUEUED);
         GroupRuntime {
+            share_inits,
+            share_inits_out: Mutex::new(Some(share_inits_out)),
             commit_timeout_ms: u64::try_from(config.offsets_commit_timeout_ms.max(1)).unwrap_or(1),
             shards: CoordinatorRuntime::new(config, num_partitions, replicas, deadline_moved),
             flusher,
@@ -166,6 +177,28 @@ impl GroupRuntime {
 
     pub fn num_partitions(&self) -> i32 {
         self.shards.num_partitions()
+    }
+
+    /// The share initializations to send, once (the timer task takes them).
+    pub fn take_share_inits(&self) -> Option<tokio::sync::mpsc::Receiver<ShareInit>> {
+        lock(&self.share_inits_out).take()
+    }
+
+    /// Writes the outcome of a share initialization on its group's shard (nothing when the
+    /// shard moved: the new coordinator asks again).
+    pub async fn share_initialized(&self, init: &ShareInit, success: bool) {
+        let Some(shard) = self.shards.shard(self.partition_of(&init.group_id)) else {
+            return;
+        };
+        let pending = {
+            let mut guard = lock(&shard);
+            if guard.unloaded || guard.partition.min_isr_shortfall().is_some() {
+                return;
+            }
+            let effects = guard.core.share_initialized(init, success);
+            self.persist_and_release(&mut guard, effects)
+        };
+        self.await_durable_and_release(pending).await;
     }
 
     pub fn partition_of(&self, group_id: &str) -> i32 {
@@ -383,6 +416,7 @@ impl GroupRuntime {
             appended: None,
             responses: effects.responses,
             failed: None,
+            share_inits: effects.share_inits,
         };
         if effects.records.is_empty() {
             return pending;
@@ -426,6 +460,11 @@ impl GroupRuntime {
             None => {
                 for (p, response) in answered {
                     let _ = p.answer.send(response);
+                }
+                for init in pending.share_inits {
+                    if self.share_inits.try_send(init).is_err() {
+                        tracing::warn!("share initializations queue full: asked again later");
+                    }
                 }
             }
         }
@@ -667,6 +706,8 @@ struct Pending {
     appended: Option<coordinator_log::Appended>,
     responses: Vec<(RequestId, ResponseBody)>,
     failed: Option<coordinator_log::WriteFailure>,
+    /// Sent once the records are written.
+    share_inits: Vec<ShareInit>,
 }
 
 #[cfg(test)]

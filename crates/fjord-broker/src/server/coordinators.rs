@@ -20,6 +20,7 @@ pub(crate) async fn run_timers(
     deadline_moved: Arc<Notify>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut share_inits = broker.group_runtime().take_share_inits();
     loop {
         let now = now_ms();
         let next = earliest(
@@ -34,7 +35,25 @@ pub(crate) async fn run_timers(
             _ = tokio::time::sleep(Duration::from_millis(wait_ms as u64)) => {}
             _ = deadline_moved.notified() => {}
             _ = shutdown.changed() => return,
+            Some(init) = next_share_init(&mut share_inits) => {
+                // Off the timer's path: the share coordinators may take a while to answer.
+                let broker = broker.clone();
+                tokio::spawn(async move {
+                    let initialized = broker.shares.initialize_share_state(&init).await;
+                    broker.group_runtime().share_initialized(&init, initialized).await;
+                });
+            }
         }
+    }
+}
+
+/// The next share initialization a group coordinator asked for (never, without the queue).
+async fn next_share_init(
+    inits: &mut Option<tokio::sync::mpsc::Receiver<fjord_group::ShareInit>>,
+) -> Option<fjord_group::ShareInit> {
+    match inits {
+        Some(inits) => inits.recv().await,
+        None => std::future::pending().await,
     }
 }
 
