@@ -121,7 +121,10 @@ fn joined(client: &mut Client, member: &str) -> i32 {
     assert_eq!(code, NONE);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     while assigned == 0 {
-        assert!(std::time::Instant::now() < deadline, "{member} never assigned");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{member} never assigned"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
         let (code, now, got) = heartbeat(client, member, epoch);
         assert_eq!(code, NONE);
