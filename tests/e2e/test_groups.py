@@ -36,6 +36,10 @@ GROUP_BROKER_PROPS = {
     "group.consumer.min.session.timeout.ms": str(SESSION_TIMEOUT_MS),
     "group.consumer.heartbeat.interval.ms": "1000",
     "group.consumer.min.heartbeat.interval.ms": "1000",
+    # A share group member learns of partitions initialized since its last heartbeat on its next (franz-go's
+    # share tests).
+    "group.share.heartbeat.interval.ms": "1000",
+    "group.share.min.heartbeat.interval.ms": "1000",
 }
 
 

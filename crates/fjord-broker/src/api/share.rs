@@ -678,11 +678,12 @@ impl ShareApi {
         budget: &FetchLimits,
     ) -> Result<(Vec<AcquiredRecords>, Bytes), i16> {
         let key = (group_id.to_string(), tp.clone());
-        // Loaded just before (`load_partitions`), unless its state could not be read.
-        let loaded = self
-            .shares
-            .get(&key, partition.leader_epoch())
-            .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
+        // Loaded just before (`load_partitions`), unless its state could not be read yet (its
+        // share coordinator moving or down): nothing to hand out until it is, and no error — a
+        // consumer takes any error code but the leader-change ones as fatal.
+        let Some(loaded) = self.shares.get(&key, partition.leader_epoch()) else {
+            return Ok((Vec::new(), Bytes::new()));
+        };
         // Being loaded afresh: nothing to hand out from this copy.
         let Ok(gate) = loaded.gate.clone().try_read_owned() else {
             return Ok((Vec::new(), Bytes::new()));
